@@ -1,0 +1,49 @@
+# Helpers shared by the per-folder CMakeLists: a folder's sources are globbed, so adding a file
+# needs no CMake edit; `*_bench.cpp` files become Google Benchmark programs, `*_test.cpp` GoogleTest suites.
+
+# ablate_glob(OUT DIR [RECURSE]) : the .cpp files of DIR that are neither tests nor benchmarks.
+function(ablate_glob out dir)
+  file(GLOB _all CONFIGURE_DEPENDS ${dir}/*.cpp)
+  list(FILTER _all EXCLUDE REGEX "_(bench|test)\\.cpp$")
+  set(${out} ${_all} PARENT_SCOPE)
+endfunction()
+
+function(ablate_common_target target)
+  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}/generated)
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
+endfunction()
+
+# ablate_benchmarks(DIR LIBS...) : one Google Benchmark executable per DIR/*_bench.cpp.
+function(ablate_benchmarks dir)
+  if(NOT ABLATE_BUILD_BENCHMARKS)
+    return()
+  endif()
+  find_package(benchmark QUIET)
+  if(NOT benchmark_FOUND)
+    return()
+  endif()
+  file(GLOB _benches CONFIGURE_DEPENDS ${dir}/*_bench.cpp)
+  foreach(_b ${_benches})
+    get_filename_component(_name ${_b} NAME_WE)
+    add_executable(${_name} ${_b})
+    ablate_common_target(${_name})
+    target_link_libraries(${_name} PRIVATE ${ARGN} benchmark::benchmark)
+    set_target_properties(${_name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bench)
+  endforeach()
+endfunction()
+
+# ablate_test_suite(NAME DIR LIBS...) : one GoogleTest executable from DIR/*_test.cpp, tests discovered by ctest.
+function(ablate_test_suite name dir)
+  file(GLOB _tests CONFIGURE_DEPENDS ${dir}/*_test.cpp)
+  if(NOT _tests)
+    return()
+  endif()
+  add_executable(${name} ${_tests})
+  ablate_common_target(${name})
+  target_link_libraries(${name} PRIVATE ${ARGN} GTest::gtest GTest::gtest_main GTest::gmock)
+  target_compile_definitions(${name} PRIVATE ABLATE_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+                                              ABLATE_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST WORKING_DIRECTORY ${PROJECT_BINARY_DIR}
+                       PROPERTIES ENVIRONMENT "ABLATE_DB=" TIMEOUT 600)
+endfunction()

@@ -1,0 +1,54 @@
+// harness/cli/commands.cpp: the subcommand table and the one place where error types become exit codes.
+#include "harness/cli/commands.h"
+
+#include <fmt/core.h>
+
+#include <stdexcept>
+
+#include "harness/data/errors.h"
+#include "harness/spec.h"
+#include "receipts/store.h"
+
+namespace ablate::cli {
+
+std::vector<Command>& command_table() {
+  static std::vector<Command> table;
+  return table;
+}
+
+void register_commands(CLI::App& app, Globals& g) {
+  register_validate(app, g);
+  register_catalog(app, g);
+  register_receipt_queries(app, g);
+#ifdef ABLATE_WITH_TORCH
+  register_run(app, g);
+#endif
+}
+
+void print_spec_issues(const std::exception& e) {
+  for (const auto& i : dynamic_cast<const harness::SpecError&>(e).issues())
+    fmt::print(stderr, "{}: error: {}\n", i.where, i.message);
+}
+
+int run_selected(CLI::App& app, Globals& g) {
+  for (const auto& cmd : command_table()) {
+    if (!cmd.app->parsed()) continue;
+    try {
+      return cmd.run();
+    } catch (const harness::SpecError& e) {
+      print_spec_issues(e);
+      return kExitBadInput;
+    } catch (const std::exception& e) {
+      // Bad input (store, data, configuration against this machine) is exit 2; anything else
+      // means the work itself failed.
+      const bool bad_input = dynamic_cast<const receipts::StoreError*>(&e) || dynamic_cast<const data::DataError*>(&e) ||
+                             dynamic_cast<const std::invalid_argument*>(&e);
+      fmt::print(stderr, "ablate: error: {}\n", e.what());
+      return bad_input ? kExitBadInput : kExitRunFailed;
+    }
+  }
+  fmt::print(stderr, "ablate: error: no subcommand given (see ablate --help)\n");
+  return kExitBadInput;
+}
+
+}  // namespace ablate::cli

@@ -1,0 +1,40 @@
+// harness/cli/commands.h: how subcommands plug into the `ablate` CLI. Each command file defines a
+// register_* function (options + a callback that returns the exit code); run_selected maps the
+// project's error types to exit codes in one place.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace ablate::cli {
+
+inline constexpr int kExitOk = 0, kExitRunFailed = 1, kExitBadInput = 2;
+
+struct Globals {
+  std::string db;
+};
+
+// A registered subcommand: its CLI11 node and what to run when it is selected.
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
+};
+std::vector<Command>& command_table();
+
+void register_commands(CLI::App& app, Globals& g);
+// Runs the selected subcommand; SpecError / StoreError / DataError / invalid_argument -> 2, any other
+// exception -> 1, each printed as "ablate: error: ..." on stderr.
+int run_selected(CLI::App& app, Globals& g);
+
+// Prints every issue of a spec error as "where: error: message" on stderr.
+void print_spec_issues(const std::exception& spec_error);
+
+// One register function per command file.
+void register_validate(CLI::App& app, Globals& g);
+void register_catalog(CLI::App& app, Globals& g);
+void register_receipt_queries(CLI::App& app, Globals& g);  // runs, show
+void register_run(CLI::App& app, Globals& g);               // only in builds with LibTorch
+
+}  // namespace ablate::cli

@@ -1,0 +1,35 @@
+// harness/cli/run.cpp: `ablate run [FILE] [--set k=v]...`: one declared experiment into the receipt
+// store. Without FILE it runs the embedded defaults (tiny on CPU, nam56r-small when a GPU is present).
+#include <chrono>
+
+#include "harness/cli/commands.h"
+#include "harness/spec.h"
+#include "harness/train/device.h"
+#include "harness/train/runner.h"
+#include "receipts/lifecycle.h"
+
+namespace ablate::cli {
+
+void register_run(CLI::App& app, Globals& g) {
+  auto* cmd = app.add_subcommand("run", "Run one experiment and store its receipt (exit 1 when the run fails)");
+  static std::string file;
+  static std::vector<std::string> overrides;
+  static bool quiet = false;
+  cmd->add_option("file", file, "experiment TOML (default: the embedded defaults)")->check(CLI::ExistingFile);
+  cmd->add_option("--set", overrides, "override section.key=value (repeatable)");
+  cmd->add_flag("-q,--quiet", quiet, "no progress lines");
+  command_table().push_back({cmd, [&g] {
+    const auto start = std::chrono::steady_clock::now();
+    // Before any thread exists, so SIGINT/SIGTERM always reach the run's lifecycle thread.
+    receipts::RunLifecycle::block_termination_signals();
+    const auto spec = file.empty() ? harness::default_spec(harness::live_device_info().cuda, overrides)
+                                   : harness::parse_spec_file(file, overrides);
+    harness::RunOptions opt;
+    opt.db_path = g.db;
+    opt.process_start = start;
+    opt.quiet = quiet;
+    return harness::run_experiment(spec, opt).exit_code;
+  }});
+}
+
+}  // namespace ablate::cli

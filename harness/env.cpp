@@ -1,0 +1,88 @@
+// harness/env.cpp: see env.h. Reads /proc and git; never fails a run: a fact that cannot be read is
+// recorded as "unknown", so the absence is visible in the receipt.
+#include "harness/env.h"
+
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "build_info.h"
+
+namespace ablate::harness {
+namespace {
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '\t')) s.pop_back();
+  size_t i = 0;
+  while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
+  return s.substr(i);
+}
+
+// The value after "key<spaces>:" of the first matching line of a /proc file.
+std::string proc_field(const char* file, const std::string& key) {
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(key, 0) != 0) continue;
+    auto colon = line.find(':');
+    if (colon != std::string::npos) return trim(line.substr(colon + 1));
+  }
+  return "";
+}
+
+std::string or_unknown(std::string s) { return s.empty() ? "unknown" : s; }
+
+}  // namespace
+
+std::string command_output(const std::string& cmd) {
+  std::unique_ptr<FILE, int (*)(FILE*)> p(popen((cmd + " 2>/dev/null").c_str(), "r"), pclose);
+  if (!p) return "";
+  std::string out;
+  std::array<char, 4096> buf{};
+  while (size_t n = fread(buf.data(), 1, buf.size(), p.get())) out.append(buf.data(), n);
+  return trim(out);
+}
+
+std::string nvidia_driver_version() {
+  std::ifstream in("/proc/driver/nvidia/version");
+  std::string line;
+  if (!std::getline(in, line)) return "";
+  // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  ..."
+  std::istringstream ss(line);
+  for (std::string w; ss >> w;)
+    if (!w.empty() && std::isdigit(static_cast<unsigned char>(w[0])) && w.find('.') != std::string::npos) return w;
+  return "";
+}
+
+Fingerprint host_fingerprint(int schema_version) {
+  Fingerprint f;
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  f["host"] = or_unknown(host);
+  utsname u{};
+  if (uname(&u) == 0) f["os"] = std::string(u.sysname) + " " + u.release + " " + u.machine;
+  f["cpu_model"] = or_unknown(proc_field("/proc/cpuinfo", "model name"));
+  f["cpu_cores"] = std::to_string(std::thread::hardware_concurrency());
+  const std::string mem = proc_field("/proc/meminfo", "MemTotal");  // "24594520 kB"
+  f["memory_bytes"] = mem.empty() ? "unknown" : std::to_string(std::stoull(mem) * 1024);
+  f["compiler"] = ABLATE_CXX_COMPILER;
+  f["build_type"] = ABLATE_BUILD_TYPE;
+  f["build_flags"] = trim(ABLATE_BUILD_FLAGS);
+  f["cuda_arch_list"] = ABLATE_CUDA_ARCHITECTURES;
+  f["harness_version"] = ABLATE_VERSION;
+  f["schema_version"] = std::to_string(schema_version);
+  // Git facts of the tree this binary was built from, read now: a rebuild after a commit shows it.
+  const std::string git = std::string("git -C '") + ABLATE_SOURCE_DIR_AT_BUILD + "' ";
+  f["git_revision"] = or_unknown(command_output(git + "rev-parse HEAD"));
+  const std::string status = command_output(git + "status --porcelain --untracked-files=no");
+  f["git_dirty"] = f["git_revision"] == "unknown" ? "unknown" : (status.empty() ? "false" : "true");
+  f["nvidia_driver"] = or_unknown(nvidia_driver_version());
+  return f;
+}
+
+}  // namespace ablate::harness

@@ -1,0 +1,457 @@
+// harness/spec.cpp: TOML -> ExperimentSpec. One binding table per section drives reading, range
+// checks and the canonical JSON, so a field cannot be parsed without also being part of the identity.
+#define TOML_HEADER_ONLY 1
+#define TOML_EXCEPTIONS 0
+#include <toml++/toml.h>
+
+#include "harness/spec.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "kernels/catalog.h"
+#include "receipts/sha256.h"
+
+namespace ablate::harness {
+namespace {
+
+using nlohmann::json;
+
+// ---------------------------------------------------------------------------------------------
+// Field bindings: how one TOML key is read into the spec and written into the canonical JSON.
+struct Binding {
+  std::string key;
+  std::string expected;  // "an integer", "a number", ... for type errors
+  // Reads the node; returns an error message (type or range) or "".
+  std::function<std::string(const toml::node&)> read;
+  std::function<json()> write;
+};
+
+std::string type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    default: return "a date/time";
+  }
+}
+
+Binding int_field(std::string key, int64_t* p, int64_t lo, int64_t hi = INT64_MAX) {
+  return {key, "an integer",
+          [=](const toml::node& n) -> std::string {
+            auto v = n.value_exact<int64_t>();
+            if (!v) return fmt::format("expected an integer, got {}", type_name(n));
+            if (*v < lo || *v > hi)
+              return hi == INT64_MAX ? fmt::format("value {} is out of range: must be >= {}", *v, lo)
+                                     : fmt::format("value {} is out of range: must be in [{}, {}]", *v, lo, hi);
+            *p = *v;
+            return "";
+          },
+          [=] { return json(*p); }};
+}
+
+// lo_open: the lower bound is exclusive (e.g. a learning rate must be > 0).
+Binding float_field(std::string key, double* p, double lo, double hi, bool lo_open = false) {
+  return {key, "a number",
+          [=](const toml::node& n) -> std::string {
+            std::optional<double> v;
+            if (auto i = n.value_exact<int64_t>()) v = static_cast<double>(*i);
+            if (auto f = n.value_exact<double>()) v = *f;
+            if (!v) return fmt::format("expected a number, got {}", type_name(n));
+            const bool below = lo_open ? !(*v > lo) : !(*v >= lo);
+            if (below || !(*v <= hi))
+              return fmt::format("value {} is out of range: must be {} {} and <= {}", *v, lo_open ? ">" : ">=", lo, hi);
+            *p = *v;
+            return "";
+          },
+          [=] { return json(*p); }};
+}
+
+Binding bool_field(std::string key, bool* p) {
+  return {key, "a boolean",
+          [=](const toml::node& n) -> std::string {
+            auto v = n.value_exact<bool>();
+            if (!v) return fmt::format("expected a boolean (true or false), got {}", type_name(n));
+            *p = *v;
+            return "";
+          },
+          [=] { return json(*p); }};
+}
+
+// allowed empty: any string.
+Binding string_field(std::string key, std::string* p, std::vector<std::string> allowed = {}) {
+  return {key, "a string",
+          [=](const toml::node& n) -> std::string {
+            auto v = n.value_exact<std::string>();
+            if (!v) return fmt::format("expected a string, got {}", type_name(n));
+            if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), *v) == allowed.end())
+              return fmt::format("\"{}\" is not one of: {}", *v, fmt::join(allowed, ", "));
+            *p = *v;
+            return "";
+          },
+          [=] { return json(*p); }};
+}
+
+Binding string_list_field(std::string key, std::vector<std::string>* p) {
+  return {key, "an array of strings",
+          [=](const toml::node& n) -> std::string {
+            const auto* arr = n.as_array();
+            if (!arr) return fmt::format("expected an array of strings, got {}", type_name(n));
+            std::vector<std::string> out;
+            for (size_t i = 0; i < arr->size(); ++i) {
+              auto v = (*arr)[i].value_exact<std::string>();
+              if (!v) return fmt::format("element {} must be a string, got {}", i + 1, type_name((*arr)[i]));
+              out.push_back(*v);
+            }
+            *p = std::move(out);
+            return "";
+          },
+          [=] { return json(*p); }};
+}
+
+struct Section {
+  std::string path;  // "train", "model.attention"
+  std::vector<Binding> fields;
+};
+
+// The binding tables. `model.config` is special (it selects the named configuration first) and
+// [backends] has one key per seam; both are handled in Parser.
+std::vector<Section> sections(ExperimentSpec& s) {
+  auto& m = s.model;
+  constexpr double kInf = 1e300;
+  return {
+      {"experiment",
+       {string_field("name", &s.experiment.name), string_field("description", &s.experiment.description),
+        string_list_field("tags", &s.experiment.tags), int_field("seed", &s.experiment.seed, 0)}},
+      {"model",
+       {string_field("pattern", &m.pattern), int_field("vocab", &m.vocab, 258, 1 << 20),
+        int_field("d_model", &m.d_model, 1, 65536), int_field("seq_len", &m.seq_len, 1, 1 << 20),
+        int_field("batch_size", &m.batch_size, 1, 1 << 20), float_field("norm_eps", &m.norm_eps, 0, 1, true),
+        float_field("init_std", &m.init_std, 0, 10, true)}},
+      {"model.attention",
+       {int_field("heads", &m.attention.heads, 1, 1024), int_field("nope_dim", &m.attention.nope_dim, 0, 4096),
+        int_field("rope_dim", &m.attention.rope_dim, 2, 4096), int_field("v_dim", &m.attention.v_dim, 1, 4096),
+        int_field("q_lora", &m.attention.q_lora, 0, 65536), int_field("kv_lora", &m.attention.kv_lora, 1, 65536),
+        float_field("rope_base", &m.attention.rope_base, 1, kInf, true)}},
+      {"model.moe",
+       {int_field("experts", &m.moe.experts, 1, 4096), int_field("top_k", &m.moe.top_k, 1, 4096),
+        int_field("ffn", &m.moe.ffn, 1, 1 << 20), float_field("capacity_factor", &m.moe.capacity_factor, 0, 1e6),
+        float_field("aux_coef", &m.moe.aux_coef, 0, 1e6)}},
+      {"model.mamba",
+       {int_field("expand", &m.mamba.expand, 1, 64), int_field("head_dim", &m.mamba.head_dim, 1, 4096),
+        int_field("state", &m.mamba.state, 4, 4096), int_field("chunk", &m.mamba.chunk, 1, 4096),
+        float_field("dt_min", &m.mamba.dt_min, 0, 10, true), float_field("dt_max", &m.mamba.dt_max, 0, 10, true),
+        float_field("dt_floor", &m.mamba.dt_floor, 0, 10, true)}},
+      {"model.recurrent",
+       {int_field("width", &m.recurrent.width, 1, 1 << 20), int_field("conv_width", &m.recurrent.conv_width, 1, 64)}},
+      {"model.dense", {int_field("ffn", &m.dense.ffn, 1, 1 << 20)}},
+      {"data",
+       {string_field("source", &s.data.source, {"corpus", "synthetic"}),
+        string_field("corpus_dir", &s.data.corpus_dir), string_list_field("extensions", &s.data.extensions),
+        int_field("max_bytes", &s.data.max_bytes, 0), string_field("cache_dir", &s.data.cache_dir),
+        string_field("synthetic_distribution", &s.data.synthetic_distribution, {"uniform", "zipf"}),
+        float_field("zipf_exponent", &s.data.zipf_exponent, 0, 10, true),
+        int_field("prefetch", &s.data.prefetch, 1, 1024)}},
+      {"train",
+       {int_field("steps", &s.train.steps, 1), float_field("lr", &s.train.lr, 0, kInf, true),
+        float_field("beta1", &s.train.beta1, 0, 1), float_field("beta2", &s.train.beta2, 0, 1),
+        float_field("eps", &s.train.eps, 0, 1, true), float_field("weight_decay", &s.train.weight_decay, 0, kInf),
+        int_field("lr_warmup_steps", &s.train.lr_warmup_steps, 0),
+        float_field("min_lr_ratio", &s.train.min_lr_ratio, 0, 1), float_field("grad_clip", &s.train.grad_clip, 0, kInf),
+        string_field("device", &s.train.device, {"auto", "cpu", "cuda"}),
+        string_field("dtype", &s.train.dtype, {"auto", "fp32", "bf16"}),
+        int_field("warmup_steps", &s.train.warmup_steps, 0), int_field("checkpoint_every", &s.train.checkpoint_every, 0),
+        string_field("checkpoint_dir", &s.train.checkpoint_dir), bool_field("resume", &s.train.resume),
+        int_field("log_every", &s.train.log_every, 0)}},
+      {"compile",
+       {bool_field("cuda_graphs", &s.compile.cuda_graphs), bool_field("cudnn_benchmark", &s.compile.cudnn_benchmark),
+        bool_field("tf32", &s.compile.tf32), bool_field("deterministic", &s.compile.deterministic)}},
+      {"profile",
+       {bool_field("enabled", &s.profile.enabled), int_field("start_step", &s.profile.start_step, 0),
+        int_field("steps", &s.profile.steps, 1), string_field("trace_dir", &s.profile.trace_dir)}},
+      {"distributed",
+       {int_field("nproc", &s.distributed.nproc, 1, 4096), string_field("backend", &s.distributed.backend, {"nccl", "gloo"}),
+        int_field("bucket_mb", &s.distributed.bucket_mb, 1, 4096)}},
+  };
+}
+
+std::string join_keys(const std::vector<std::string>& keys) { return fmt::format("{}", fmt::join(keys, ", ")); }
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// " (did you mean 'name'?)" for a likely typo, else "".
+std::string suggestion(const std::string& word, const std::vector<std::string>& known) {
+  const std::string* best = nullptr;
+  size_t best_d = 3;  // at most two edits away
+  for (const auto& k : known) {
+    const size_t d = edit_distance(word, k);
+    if (d < best_d) best_d = d, best = &k;
+  }
+  return best ? fmt::format(" (did you mean '{}'?)", *best) : "";
+}
+
+// ---------------------------------------------------------------------------------------------
+class Parser {
+ public:
+  Parser(std::string source_name) : source_(std::move(source_name)) {}
+
+  ExperimentSpec parse(const std::string& text, const std::vector<std::string>& overrides) {
+    ExperimentSpec spec;
+    spec.source_path = source_;
+    spec.source_text = text;
+    for (const auto& seam : kernels::seams()) spec.backends.requested[seam] = "reference";
+
+    auto result = toml::parse(std::string_view(text), std::string_view(source_));
+    if (!result) {
+      const auto& err = result.error();
+      issue(err.source(), std::string(err.description()) + " (malformed TOML)");
+      throw SpecError(issues_);
+    }
+    toml::table root = std::move(result).table();
+    for (const auto& o : overrides) apply_override(root, o);
+    if (!issues_.empty()) throw SpecError(issues_);
+
+    read_model_config(root, spec);
+    auto secs = sections(spec);
+    std::set<std::string> known_top = {"backends"};
+    for (const auto& sec : secs) known_top.insert(sec.path.substr(0, sec.path.find('.')));
+
+    for (auto&& [key, node] : root) {
+      const std::string k(key.str());
+      if (!known_top.count(k)) {
+        const std::vector<std::string> known(known_top.begin(), known_top.end());
+        issue(key.source(), fmt::format("unknown section [{}]{}: known sections are {}", k, suggestion(k, known), join_keys(known)));
+        continue;
+      }
+      if (!node.is_table()) issue(node.source(), fmt::format("[{}] must be a table, got {}", k, type_name(node)));
+    }
+    for (auto& sec : secs) read_section(root, sec, secs);
+    read_backends(root, spec);
+    if (issues_.empty()) cross_check(root, spec);
+    if (!issues_.empty()) throw SpecError(issues_);
+    return spec;
+  }
+
+ private:
+  std::string source_;
+  std::vector<SpecIssue> issues_;
+  std::map<std::string, std::string> override_labels_;  // dotted key -> "--set a.b=c"
+
+  std::string where(const toml::source_region& r, const std::string& dotted = "") const {
+    if (auto it = override_labels_.find(dotted); !dotted.empty() && it != override_labels_.end()) return it->second;
+    if (r.begin.line == 0) return source_;
+    return fmt::format("{}:{}:{}", source_, r.begin.line, r.begin.column);
+  }
+  void issue(const toml::source_region& r, std::string msg, const std::string& dotted = "") {
+    issues_.push_back({where(r, dotted), std::move(msg)});
+  }
+
+  // "--set model.attention.heads=8": the value is parsed as TOML, else taken as a string.
+  void apply_override(toml::table& root, const std::string& o) {
+    const std::string label = "--set " + o;
+    const auto eq = o.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      issues_.push_back({label, "expected section.key=value (for example --set train.steps=20)"});
+      return;
+    }
+    const std::string dotted = o.substr(0, eq), value = o.substr(eq + 1);
+    std::vector<std::string> parts;
+    std::stringstream ss(dotted);
+    for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+    if (parts.size() < 2 || std::any_of(parts.begin(), parts.end(), [](auto& p) { return p.empty(); })) {
+      issues_.push_back({label, fmt::format("'{}' is not a section.key path (for example train.steps)", dotted)});
+      return;
+    }
+    toml::table* t = &root;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      auto* next = t->get(parts[i]);
+      if (!next) next = t->insert(parts[i], toml::table{}).first->second.as_table();
+      if (!next->is_table()) {
+        issues_.push_back({label, fmt::format("'{}' is not a section", parts[i])});
+        return;
+      }
+      t = next->as_table();
+    }
+    auto parsed = toml::parse(std::string_view("v = " + value), std::string_view("--set"));
+    if (parsed && parsed.table().size() == 1) {
+      t->insert_or_assign(parts.back(), std::move(*parsed.table().get("v")));
+    } else {
+      t->insert_or_assign(parts.back(), value);
+    }
+    override_labels_[dotted] = label;
+  }
+
+  void read_model_config(const toml::table& root, ExperimentSpec& spec) {
+    const auto* model = root.get_as<toml::table>("model");
+    const toml::node* name_node = model ? model->get("config") : nullptr;
+    std::string name = "tiny";
+    if (name_node) {
+      auto v = name_node->value_exact<std::string>();
+      if (!v) {
+        issue(name_node->source(), fmt::format("model.config: expected a string, got {}", type_name(*name_node)), "model.config");
+        return;
+      }
+      name = *v;
+    }
+    auto cfg = model::named_config(name);
+    if (!cfg) {
+      issue(name_node->source(), fmt::format("model.config: unknown named configuration \"{}\": known are {}", name,
+                                             join_keys(model::named_config_names())), "model.config");
+      return;
+    }
+    spec.model = *cfg;
+  }
+
+  void read_section(const toml::table& root, Section& sec, const std::vector<Section>& all) {
+    const toml::node* node = root.at_path(sec.path).node();
+    if (!node || !node->is_table()) return;
+    const auto& tbl = *node->as_table();
+    std::vector<std::string> known;
+    for (const auto& f : sec.fields) known.push_back(f.key);
+    if (sec.path == "model") known.push_back("config");
+    for (const auto& other : all)  // sub-tables such as [model.attention]
+      if (other.path.rfind(sec.path + ".", 0) == 0) known.push_back(other.path.substr(sec.path.size() + 1));
+
+    for (auto&& [key, value] : tbl) {
+      const std::string k(key.str()), dotted = sec.path + "." + k;
+      auto f = std::find_if(sec.fields.begin(), sec.fields.end(), [&](const Binding& b) { return b.key == k; });
+      if (f == sec.fields.end()) {
+        if (std::find(known.begin(), known.end(), k) == known.end())
+          issue(key.source(), fmt::format("unknown key '{}' in [{}]{}: known keys are {}", k, sec.path, suggestion(k, known), join_keys(known)), dotted);
+        continue;
+      }
+      if (auto err = f->read(value); !err.empty()) issue(value.source(), fmt::format("{}: {}", dotted, err), dotted);
+    }
+  }
+
+  void read_backends(const toml::table& root, ExperimentSpec& spec) {
+    const auto* tbl = root.get_as<toml::table>("backends");
+    if (!tbl) return;
+    for (auto&& [key, value] : *tbl) {
+      const std::string seam(key.str()), dotted = "backends." + seam;
+      if (seam == "strict") {
+        if (auto err = bool_field("strict", &spec.backends.strict).read(value); !err.empty())
+          issue(value.source(), "backends.strict: " + err, dotted);
+        continue;
+      }
+      const auto& seams = kernels::seams();
+      if (std::find(seams.begin(), seams.end(), seam) == seams.end()) {
+        issue(key.source(), fmt::format("unknown seam '{}' in [backends]{}: known seams are {} (and strict)", seam, suggestion(seam, seams), join_keys(seams)), dotted);
+        continue;
+      }
+      auto v = value.value_exact<std::string>();
+      if (!v) {
+        issue(value.source(), fmt::format("{}: expected a backend name (a string), got {}", dotted, type_name(value)), dotted);
+        continue;
+      }
+      if (!kernels::find_backend(seam, *v)) {
+        issue(value.source(), fmt::format("{}: unknown backend \"{}\": the {} seam has {}", dotted, *v, seam,
+                                          join_keys(kernels::backend_names(seam))), dotted);
+        continue;
+      }
+      spec.backends.requested[seam] = *v;
+    }
+  }
+
+  // Constraints across fields. Each message starts with the dotted key it concerns; the error is
+  // placed at that key when the file has it, else at its section, else at the file.
+  void cross_check(const toml::table& root, ExperimentSpec& spec) {
+    std::vector<std::string> errs = model::config_errors(spec.model);
+    if (spec.profile.enabled && spec.profile.start_step + spec.profile.steps > spec.train.steps)
+      errs.push_back(fmt::format("profile.start_step: the profile window [{}, {}) ends after train.steps = {}: lower "
+                                 "profile.start_step or raise train.steps",
+                                 spec.profile.start_step, spec.profile.start_step + spec.profile.steps, spec.train.steps));
+    if (spec.train.warmup_steps >= spec.train.steps)
+      errs.push_back(fmt::format("train.warmup_steps = {} leaves no steady-state steps of train.steps = {}: lower it",
+                                 spec.train.warmup_steps, spec.train.steps));
+    if (spec.data.source == "corpus" && spec.data.corpus_dir.empty())
+      errs.push_back("data.corpus_dir is empty: name a folder of C/C++ sources");
+    for (const auto& e : errs) {
+      const std::string key = e.substr(0, e.find_first_of(" :"));
+      std::string dotted = key;
+      const toml::node* n = root.at_path(dotted).node();
+      while (!n && dotted.find('.') != std::string::npos) {  // fall back to the enclosing section
+        dotted = dotted.substr(0, dotted.rfind('.'));
+        n = root.at_path(dotted).node();
+      }
+      issue(n ? n->source() : toml::source_region{}, e, key);
+    }
+  }
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw SpecError({{path, "cannot open the experiment file: check the path"}});
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string format_issues(const std::vector<SpecIssue>& issues) {
+  std::string s;
+  for (const auto& i : issues) s += (s.empty() ? "" : "\n") + i.str();
+  return s;
+}
+
+}  // namespace
+
+SpecError::SpecError(std::vector<SpecIssue> issues) : std::runtime_error(format_issues(issues)), issues_(std::move(issues)) {}
+
+ExperimentSpec parse_spec_string(const std::string& text, const std::string& source_name,
+                                 const std::vector<std::string>& overrides) {
+  return Parser(source_name).parse(text, overrides);
+}
+
+ExperimentSpec parse_spec_file(const std::string& path, const std::vector<std::string>& overrides) {
+  return parse_spec_string(read_file(path), path, overrides);
+}
+
+ExperimentSpec default_spec(bool gpu, const std::vector<std::string>& overrides) {
+  const std::string text = gpu ? "[experiment]\nname = \"default-nam56r-small\"\n[model]\nconfig = \"nam56r-small\"\n"
+                                 "[train]\nsteps = 100\nwarmup_steps = 10\n"
+                               : "[experiment]\nname = \"default-tiny\"\n[model]\nconfig = \"tiny\"\n"
+                                 "[data]\nmax_bytes = 4000000\n[train]\nsteps = 100\nlr_warmup_steps = 10\n"
+                                 "warmup_steps = 5\nlr = 3e-3\n";
+  return parse_spec_string(text, "<embedded defaults>", overrides);
+}
+
+nlohmann::json canonical_json(const ExperimentSpec& spec_in) {
+  ExperimentSpec spec = spec_in;  // bindings hold pointers; write from a private copy
+  json j = json::object();
+  j["model"]["config"] = spec.model.name;
+  for (auto& sec : sections(spec)) {
+    std::string p = "/" + sec.path;
+    std::replace(p.begin(), p.end(), '.', '/');
+    for (auto& f : sec.fields) j[json::json_pointer(p + "/" + f.key)] = f.write();
+  }
+  for (const auto& [seam, name] : spec.backends.requested) j["backends"][seam] = name;
+  j["backends"]["strict"] = spec.backends.strict;
+  return j;
+}
+
+std::string spec_hash(const ExperimentSpec& spec) { return receipts::sha256_hex(canonical_json(spec).dump()); }
+
+std::string model_hash(const ExperimentSpec& spec) { return receipts::sha256_hex(canonical_json(spec)["model"].dump()); }
+
+}  // namespace ablate::harness

@@ -1,0 +1,123 @@
+// harness/spec.h: the typed experiment specification (one section per component, torchtitan style),
+// parsed from a TOML file plus `--set section.key=value` overrides, validated fail-closed, and
+// rendered as canonical JSON whose sha256 is the experiment's identity.
+// Tests: tests/harness/spec_test.cpp (and the bad files in tests/fixtures/specs/).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+
+namespace ablate::harness {
+
+struct ExperimentSection {
+  std::string name = "default";
+  std::string description;
+  std::vector<std::string> tags;
+  int64_t seed = 0;
+};
+
+struct DataSection {
+  std::string source = "corpus";  // "corpus" | "synthetic"
+  std::string corpus_dir = "/usr/include";
+  std::vector<std::string> extensions = {".h", ".hh", ".hpp", ".hxx", ".c", ".cc", ".cpp", ".cu", ".cuh"};
+  int64_t max_bytes = 0;          // 0: the whole corpus
+  std::string cache_dir;          // "": $ABLATE_CACHE_DIR or ~/.cache/ablate/corpus
+  std::string synthetic_distribution = "uniform";  // "uniform" | "zipf"
+  double zipf_exponent = 1.1;
+  int64_t prefetch = 4;
+};
+
+struct TrainSection {
+  int64_t steps = 100;
+  double lr = 3e-4;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double weight_decay = 0.1;
+  int64_t lr_warmup_steps = 100;  // linear warm-up of the learning rate, then cosine
+  double min_lr_ratio = 0.1;      // cosine ends at lr * min_lr_ratio
+  double grad_clip = 1.0;         // 0: no clipping
+  std::string device = "auto";    // "auto" | "cpu" | "cuda"
+  std::string dtype = "auto";     // "auto" (bf16 autocast on CUDA, fp32 on CPU) | "fp32" | "bf16"
+  int64_t warmup_steps = 10;      // steps before steady state: excluded from step-time statistics
+  int64_t checkpoint_every = 0;   // 0: no periodic checkpoints
+  std::string checkpoint_dir;     // "": runs/<name>/checkpoints
+  bool resume = false;            // continue from the latest complete checkpoint in checkpoint_dir
+  int64_t log_every = 10;
+};
+
+struct BackendsSection {
+  std::map<std::string, std::string> requested;  // every seam; "reference" unless the spec says otherwise
+  bool strict = false;                           // an unavailable requested backend is an error
+};
+
+struct CompileSection {
+  bool cuda_graphs = false;
+  bool cudnn_benchmark = false;
+  bool tf32 = true;
+  bool deterministic = false;
+};
+
+struct ProfileSection {
+  bool enabled = false;
+  int64_t start_step = 20;
+  int64_t steps = 5;
+  std::string trace_dir;  // "": next to the database, runs/<run id>/
+};
+
+struct DistributedSection {
+  int64_t nproc = 1;
+  std::string backend = "nccl";
+  int64_t bucket_mb = 25;
+};
+
+struct ExperimentSpec {
+  ExperimentSection experiment;
+  model::ModelConfig model;
+  DataSection data;
+  TrainSection train;
+  BackendsSection backends;
+  CompileSection compile;
+  ProfileSection profile;
+  DistributedSection distributed;
+
+  std::string source_path;  // "<embedded defaults>" when not from a file
+  std::string source_text;
+};
+
+// One problem in a spec: where (file:line:column, or the --set that caused it) and what.
+struct SpecIssue {
+  std::string where;
+  std::string message;
+  std::string str() const { return where.empty() ? message : where + ": " + message; }
+};
+
+// Thrown by parse functions with every problem found (not only the first). Bad input: exit code 2.
+class SpecError : public std::runtime_error {
+ public:
+  explicit SpecError(std::vector<SpecIssue> issues);
+  const std::vector<SpecIssue>& issues() const { return issues_; }
+
+ private:
+  std::vector<SpecIssue> issues_;
+};
+
+// Parses and validates. `overrides` are "section.key=value" strings (values parsed as TOML, else
+// taken as strings). Throws SpecError.
+ExperimentSpec parse_spec_file(const std::string& path, const std::vector<std::string>& overrides = {});
+ExperimentSpec parse_spec_string(const std::string& toml_text, const std::string& source_name,
+                                 const std::vector<std::string>& overrides = {});
+// The embedded defaults: `tiny` on CPU, `nam56r-small` when a GPU is present.
+ExperimentSpec default_spec(bool gpu, const std::vector<std::string>& overrides = {});
+
+// Canonical JSON (sorted keys, every field resolved) and its sha256: the experiment's identity.
+nlohmann::json canonical_json(const ExperimentSpec& spec);
+std::string spec_hash(const ExperimentSpec& spec);
+// sha256 of the model section alone: two runs of the same model compare even if other sections differ.
+std::string model_hash(const ExperimentSpec& spec);
+
+}  // namespace ablate::harness

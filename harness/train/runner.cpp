@@ -1,0 +1,377 @@
+// harness/train/runner.cpp: see runner.h. The order of work is the order of DESIGN.md's data flow;
+// the goodput ledger is charged as the run goes (startup until the first step, data_prep for the
+// corpus, warmup/productive per step with loader waits moved to data_wait, checkpoint saves).
+#include "harness/train/runner.h"
+
+#include <ATen/autocast_mode.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "harness/data/loader.h"
+#include "harness/goodput.h"
+#include "harness/step_stats.h"
+#include "harness/train/checkpoint.h"
+#include "harness/train/device.h"
+#include "kernels/dispatch.h"
+#include "model/hybrid_model.h"
+#include "receipts/lifecycle.h"
+#include "receipts/sha256.h"
+#include "receipts/store.h"
+
+namespace ablate::harness {
+namespace {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// A run-ending condition of training itself (as opposed to a bug): recorded as the failure reason.
+struct TrainingFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+int64_t rss_bytes() {
+  std::ifstream in("/proc/self/statm");
+  int64_t pages_total = 0, pages_resident = 0;
+  in >> pages_total >> pages_resident;
+  return pages_resident * sysconf(_SC_PAGESIZE);
+}
+
+// bf16 autocast for the forward pass on the run's device type; fp32 master weights stay untouched.
+class AutocastScope {
+ public:
+  AutocastScope(bool enabled, c10::DeviceType type) : enabled_(enabled), type_(type) {
+    if (!enabled_) return;
+    at::autocast::set_autocast_enabled(type_, true);
+    at::autocast::set_autocast_dtype(type_, at::kBFloat16);
+  }
+  ~AutocastScope() {
+    if (!enabled_) return;
+    at::autocast::set_autocast_enabled(type_, false);
+    at::autocast::clear_cache();
+  }
+
+ private:
+  bool enabled_;
+  c10::DeviceType type_;
+};
+
+data::DataOptions data_options(const ExperimentSpec& spec) {
+  data::DataOptions d;
+  d.source = spec.data.source;
+  d.corpus_dir = spec.data.corpus_dir;
+  d.extensions = spec.data.extensions;
+  d.max_bytes = static_cast<uint64_t>(spec.data.max_bytes);
+  d.cache_dir = spec.data.cache_dir;
+  d.seq_len = spec.model.seq_len;
+  d.batch_size = spec.model.batch_size;
+  d.seed = static_cast<uint64_t>(spec.experiment.seed);
+  d.vocab = spec.model.vocab;
+  d.synthetic_distribution = spec.data.synthetic_distribution;
+  d.zipf_exponent = spec.data.zipf_exponent;
+  d.prefetch = spec.data.prefetch;
+  return d;
+}
+
+// Decoupled weight decay on matrices only; norms, biases and per-head scalars are not decayed.
+torch::optim::AdamW make_optimizer(model::HybridModel& m, const TrainSection& t) {
+  std::vector<torch::Tensor> decay, no_decay;
+  for (auto& p : m->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  auto opts = torch::optim::AdamWOptions(t.lr).betas({t.beta1, t.beta2}).eps(t.eps);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(opts.weight_decay(t.weight_decay)));
+  groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(opts.weight_decay(0.0)));
+  return torch::optim::AdamW(std::move(groups), opts);
+}
+
+// Global-norm clipping without a host sync: the norm stays a device tensor until the step's one read.
+torch::Tensor clip_gradients(const std::vector<torch::Tensor>& params, double max_norm) {
+  std::vector<torch::Tensor> sq;
+  for (const auto& p : params)
+    if (p.grad().defined()) sq.push_back(p.grad().detach().to(torch::kFloat).pow(2).sum());
+  if (sq.empty()) return torch::zeros({}, torch::kFloat);
+  auto norm = torch::stack(sq).sum().sqrt();
+  if (max_norm > 0) {
+    auto coef = (max_norm / (norm + 1e-6)).clamp_max(1.0);
+    for (const auto& p : params)
+      if (p.grad().defined()) p.grad().mul_(coef.to(p.grad().dtype()));
+  }
+  return norm;
+}
+
+std::string lane_of(const ExperimentSpec& spec, const kernels::Dispatcher& d, const std::string& device_kind) {
+  std::string backends;
+  for (const auto& r : d.resolutions()) backends += r.seam + "=" + r.chosen + ";";
+  return fmt::format("{}:{}:{}x{}:{}", spec.model.name, model_hash(spec).substr(0, 8), spec.distributed.nproc, device_kind,
+                     receipts::sha256_hex(backends).substr(0, 8));
+}
+
+std::string allocator_stats(int device_index) {
+  const auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(device_index);
+  constexpr double GiB = 1024.0 * 1024 * 1024;
+  return fmt::format("allocated {:.2f} GiB (peak {:.2f}), reserved {:.2f} GiB (peak {:.2f}), alloc retries {}, OOMs {}",
+                     s.allocated_bytes[0].current / GiB, s.allocated_bytes[0].peak / GiB, s.reserved_bytes[0].current / GiB,
+                     s.reserved_bytes[0].peak / GiB, s.num_alloc_retries, s.num_ooms);
+}
+
+}  // namespace
+
+RunResult run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
+  GoodputLedger ledger(opt.process_start);
+  ledger.begin(Goodput::startup, opt.process_start);
+  auto say = [&](const std::string& s) {
+    if (!opt.quiet) fmt::print("{}\n", s);
+  };
+
+  // ---- 1. the machine: everything here can still be rejected as bad input, nothing is written yet
+  const bool cuda_ok = torch::cuda::is_available();
+  const std::string device_kind = spec.train.device == "auto" ? (cuda_ok ? "cuda" : "cpu") : spec.train.device;
+  if (device_kind == "cuda" && !cuda_ok)
+    throw std::invalid_argument("train.device = \"cuda\" but no CUDA device is visible: set train.device = \"auto\" or \"cpu\"");
+  const torch::Device device(device_kind == "cuda" ? torch::kCUDA : torch::kCPU);
+  const bool bf16 = spec.train.dtype == "bf16" || (spec.train.dtype == "auto" && device.is_cuda());
+  kernels::DeviceInfo info = live_device_info();
+  info.cuda = info.cuda && device.is_cuda();
+  info.dtype = bf16 ? "bf16" : "fp32";
+  auto dispatcher = std::make_shared<const kernels::Dispatcher>(spec.backends.requested, info, spec.backends.strict);
+
+  std::unique_ptr<data::DataSource> source;
+  {
+    GoodputLedger::Scope prep(ledger, Goodput::data_prep);
+    source = data::open_data(data_options(spec));
+  }
+
+  // ---- 2. compile posture
+  auto& ctx = at::globalContext();
+  ctx.setBenchmarkCuDNN(spec.compile.cudnn_benchmark);
+  ctx.setAllowTF32CuBLAS(spec.compile.tf32);
+  ctx.setAllowTF32CuDNN(spec.compile.tf32);
+  ctx.setDeterministicAlgorithms(spec.compile.deterministic, /*warn_only=*/false);
+  const std::string graphs_reason =
+      spec.compile.cuda_graphs ? "whole-step CUDA graph capture is not built yet: the step ran eager" : "not requested";
+
+  // ---- 3. the model and optimizer
+  const uint64_t seed = static_cast<uint64_t>(spec.experiment.seed);
+  torch::manual_seed(seed);
+  model::HybridModel model(spec.model, dispatcher, seed);
+  model->to(device);
+  auto optimizer = make_optimizer(model, spec.train);
+  const auto params = model->parameters();
+  const std::string mhash = model_hash(spec);
+
+  const std::string ckpt_dir = !spec.train.checkpoint_dir.empty()
+                                   ? spec.train.checkpoint_dir
+                                   : (fs::absolute(opt.db_path).parent_path() / "checkpoints" / spec.experiment.name).string();
+  int64_t start_step = 0;
+  data::DataState data_state;
+  std::string resumed_from;
+  if (spec.train.resume) {
+    if (auto latest = latest_checkpoint(ckpt_dir)) {
+      GoodputLedger::Scope restore(ledger, Goodput::checkpoint);
+      const auto st = load_checkpoint(*latest, *model, optimizer, mhash, source->description().fingerprint);
+      start_step = st.next_step;
+      data_state = st.data;
+      resumed_from = *latest;
+    }
+  }
+  if (start_step >= spec.train.steps)
+    throw std::invalid_argument(fmt::format("the checkpoint in {} is already at step {} of train.steps = {}: raise "
+                                            "train.steps or set train.resume = false",
+                                            ckpt_dir, start_step, spec.train.steps));
+
+  // ---- 4. open the receipt (from here the run always ends ok, failed or killed)
+  auto store = receipts::Store::open(opt.db_path);
+  Fingerprint env = host_fingerprint(store.schema_version());
+  for (const auto& [k, v] : device_fingerprint()) env[k] = v;
+  env["device"] = device_kind;
+  env["dtype"] = bf16 ? "bf16-autocast" : "fp32";
+  env["compile.cuda_graphs_requested"] = spec.compile.cuda_graphs ? "true" : "false";
+  env["compile.cuda_graphs_achieved"] = "false";
+  env["compile.cuda_graphs_reason"] = graphs_reason;
+  env["compile.cudnn_benchmark"] = spec.compile.cudnn_benchmark ? "true" : "false";
+  env["compile.tf32"] = spec.compile.tf32 ? "true" : "false";
+  env["compile.deterministic"] = spec.compile.deterministic ? "true" : "false";
+  env["flops_version"] = model::kFlopsVersion;
+
+  receipts::RunStart rs;
+  rs.name = spec.experiment.name;
+  rs.tags = spec.experiment.tags;
+  rs.lane = lane_of(spec, *dispatcher, device_kind);
+  rs.spec_json = canonical_json(spec).dump();
+  rs.spec_hash = spec_hash(spec);
+  rs.source_path = spec.source_path;
+  rs.source_text = spec.source_text;
+  rs.env = env;
+  if (opt.matrix_id) {
+    rs.matrix_id = opt.matrix_id;
+    rs.cell = opt.cell;
+    rs.repeat = opt.repeat;
+  }
+  const int64_t run_id = store.begin_run(rs);
+  receipts::RunLifecycle life(opt.db_path, run_id);
+
+  std::vector<receipts::BackendRow> backend_rows;
+  for (const auto& r : dispatcher->resolutions()) backend_rows.push_back({r.seam, r.requested, r.chosen, std::nullopt, r.reason, std::nullopt});
+  store.record_backends(run_id, backend_rows);
+  std::vector<receipts::CatalogRow> catalog_rows;
+  for (const auto& b : kernels::catalog())
+    catalog_rows.push_back({b.seam, b.name, kernels::role_name(b.role),
+                            b.fallback.empty() ? std::nullopt : std::optional<std::string>(b.fallback), b.kernel_patterns});
+  store.record_catalog(run_id, catalog_rows);
+
+  const auto counts = model::parameter_count(spec.model);
+  const double train_flops = model::training_flops_per_token(spec.model);
+  const int64_t B = spec.model.batch_size, T = spec.model.seq_len, tokens_per_step = B * T;
+  say(fmt::format("run {}: {} ({} layers {}, {:.1f} M parameters, {:.1f} M active) on {} {}, {} steps{}", run_id,
+                  spec.experiment.name, spec.model.pattern.size(), spec.model.pattern, counts.total / 1e6,
+                  counts.active_per_token / 1e6, device_kind, bf16 ? "bf16" : "fp32", spec.train.steps,
+                  resumed_from.empty() ? "" : fmt::format(", resumed at step {}", start_step)));
+  for (const auto& r : dispatcher->resolutions())
+    if (r.requested != r.chosen) say(fmt::format("  {}: {}", r.seam, r.reason));
+
+  // ---- 5. train
+  std::vector<receipts::StepRow> pending;
+  std::vector<double> steady_ms;
+  std::vector<int64_t> steady_steps;
+  int64_t peak_memory = 0;
+  double first_step_ms = 0, last_loss = NAN;
+  const int cuda_index = device.is_cuda() ? device.index() < 0 ? 0 : device.index() : -1;
+  auto flush = [&] {
+    if (!pending.empty()) store.append_steps(run_id, pending);
+    pending.clear();
+  };
+  auto finish_failed = [&](const std::string& error) {
+    flush();
+    store.record_goodput(run_id, ledger.totals());
+    life.finish(receipts::RunStatus::failed, error, {});
+    say(fmt::format("run {} failed: {}", run_id, error));
+    return RunResult{run_id, "failed", error, 1};
+  };
+
+  int64_t step = start_step;
+  try {
+    data::Loader loader(*source, data_state, spec.data.prefetch);
+    ledger.end();  // startup ends where the first step begins
+    for (; step < spec.train.steps; ++step) {
+      const bool warm = step - start_step < spec.train.warmup_steps;
+      const auto t0 = Clock::now();
+      ledger.begin(warm ? Goodput::warmup : Goodput::productive, t0);
+      auto loaded = loader.next();
+      ledger.move_to(Goodput::data_wait, loaded.wait_ns / 1e9);
+
+      auto& batch = loaded.batch;
+      auto ids = torch::from_blob(batch.tokens.data(), {B, T + 1}, torch::kInt32).to(device, torch::kInt64);
+      auto mask = torch::from_blob(batch.loss_mask.data(), {B, T}, torch::kUInt8).to(device, torch::kFloat);
+      auto inputs = ids.slice(1, 0, T), targets = ids.slice(1, 1, T + 1);
+
+      const double lr = learning_rate(step, spec.train.steps, spec.train.lr_warmup_steps, spec.train.lr, spec.train.min_lr_ratio);
+      for (auto& g : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+      optimizer.zero_grad(true);
+      model::ModelOutput out;
+      {
+        AutocastScope autocast(bf16, device.type());
+        out = model->forward(inputs, targets, mask);
+      }
+      out.loss.backward();
+      auto grad_norm = clip_gradients(params, spec.train.grad_clip);
+      optimizer.step();
+      // The step's one host read: loss and gradient norm together.
+      const auto host = torch::stack({out.loss.detach().to(torch::kFloat), grad_norm.to(torch::kFloat)}).cpu();
+      const double loss = host[0].item<double>(), gnorm = host[1].item<double>();
+      const auto t1 = Clock::now();
+      ledger.end(t1);
+      const double wall_ms = ms_between(t0, t1);
+      if (step == start_step) first_step_ms = wall_ms;
+      if (!std::isfinite(loss)) throw TrainingFailure(fmt::format("non-finite loss at step {} (loss {})", step, loss));
+      last_loss = loss;
+
+      receipts::StepRow row;
+      row.step = step;
+      row.wall_ms = wall_ms;
+      row.tokens = tokens_per_step;
+      row.loss = loss;
+      row.grad_norm = gnorm;
+      row.lr = lr;
+      row.data_wait_ms = loaded.wait_ns / 1e6;
+      row.rss_bytes = rss_bytes();
+      if (device.is_cuda()) {
+        const auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(cuda_index);
+        row.mem_allocated_peak = s.allocated_bytes[0].peak;
+        row.mem_reserved_peak = s.reserved_bytes[0].peak;
+        peak_memory = std::max(peak_memory, s.allocated_bytes[0].peak);
+        c10::cuda::CUDACachingAllocator::resetPeakStats(cuda_index);
+      } else {
+        peak_memory = std::max(peak_memory, *row.rss_bytes);
+      }
+      pending.push_back(row);
+      if (!warm) {
+        steady_ms.push_back(wall_ms);
+        steady_steps.push_back(step);
+      }
+      if (pending.size() >= 64) flush();
+      if (spec.train.log_every > 0 && (step % spec.train.log_every == 0 || step + 1 == spec.train.steps))
+        say(fmt::format("  step {:>5}/{}  loss {:.4f}  grad norm {:.3f}  lr {:.2e}  {:.1f} ms{}", step, spec.train.steps, loss,
+                        gnorm, lr, wall_ms, warm ? "  (warm-up)" : ""));
+      if (spec.train.checkpoint_every > 0 && (step + 1) % spec.train.checkpoint_every == 0 && step + 1 < spec.train.steps) {
+        GoodputLedger::Scope save(ledger, Goodput::checkpoint);
+        save_checkpoint(ckpt_dir, *model, optimizer, {step + 1, batch.state_after, mhash, source->description().fingerprint});
+      }
+    }
+  } catch (const TrainingFailure& e) {
+    return finish_failed(e.what());
+  } catch (const c10::OutOfMemoryError& e) {
+    return finish_failed(fmt::format("CUDA out of memory at step {}: {}", step,
+                                     cuda_index >= 0 ? allocator_stats(cuda_index) : std::string("no allocator stats")));
+  } catch (const std::exception& e) {
+    return finish_failed(fmt::format("at step {}: {}", step, e.what()));
+  }
+
+  // ---- 6. close the receipt
+  flush();
+  std::vector<int64_t> outlier_steps;
+  for (size_t i : slow_outliers(steady_ms)) outlier_steps.push_back(steady_steps[i]);
+  if (!outlier_steps.empty()) store.flag_outliers(run_id, 0, outlier_steps);
+  const auto totals = ledger.totals();
+  store.record_goodput(run_id, totals);
+
+  receipts::RunSummary summary;
+  summary.steps = spec.train.steps - start_step;
+  summary.flops_version = model::kFlopsVersion;
+  if (!steady_ms.empty()) {
+    summary.median_step_ms = median(steady_ms);
+    summary.tokens_per_s = tokens_per_step / (*summary.median_step_ms / 1000.0);
+    summary.mfu = device.is_cuda() ? model_flops_utilization(train_flops, *summary.tokens_per_s, env["gpu_model"]) : std::nullopt;
+  }
+  summary.goodput_pct = 100.0 * ledger.goodput();
+  summary.peak_memory_bytes = peak_memory;
+  summary.extra = {{"final_loss", last_loss},
+                   {"first_step_ms", first_step_ms},
+                   {"warmup_steps", spec.train.warmup_steps},
+                   {"steady_steps", steady_ms.size()},
+                   {"outlier_steps", outlier_steps},
+                   {"parameters", counts.total},
+                   {"active_parameters", counts.active_per_token},
+                   {"training_flops_per_token", train_flops},
+                   {"tokens_per_step", tokens_per_step},
+                   {"resumed_from", resumed_from},
+                   {"start_step", start_step},
+                   {"data", data::to_json(source->description())},
+                   {"peak_memory_kind", device.is_cuda() ? "cuda allocator allocated peak" : "process RSS"}};
+  life.finish(receipts::RunStatus::ok, "", summary);
+  say(fmt::format("run {} ok: median step {:.2f} ms, {:.0f} tokens/s, MFU {}, goodput {:.1f} %, peak memory {:.1f} MiB, final loss {:.4f}",
+                  run_id, summary.median_step_ms.value_or(NAN), summary.tokens_per_s.value_or(NAN),
+                  summary.mfu ? fmt::format("{:.1f} %", *summary.mfu * 100) : "null", *summary.goodput_pct,
+                  peak_memory / 1048576.0, last_loss));
+  return {run_id, "ok", "", 0};
+}
+
+}  // namespace ablate::harness

@@ -1,0 +1,40 @@
+// harness/train/runner.h: one declared experiment, end to end (DESIGN.md "Data flow of one run"):
+// validate against the machine, open the receipt, build the model and its seams, train, close the
+// receipt with a summary. Everything that can be rejected as bad input (strict backends, a device
+// that is not there, data errors) is rejected BEFORE the run row is written.
+// Tests: tests/harness/runner_test.cpp (tiny on the CPU, through the real store).
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "harness/env.h"
+#include "harness/spec.h"
+
+namespace ablate::harness {
+
+struct RunOptions {
+  std::string db_path = "receipts.db";
+  std::chrono::steady_clock::time_point process_start = std::chrono::steady_clock::now();
+  bool quiet = false;  // no progress lines on stdout
+  std::optional<int64_t> matrix_id;  // set by `ablate matrix run` for its cells
+  std::string cell;
+  int64_t repeat = 0;
+};
+
+struct RunResult {
+  int64_t run_id = 0;
+  std::string status;  // ok | failed
+  std::string error;
+  int exit_code = 0;   // 0 ok, 1 failed
+};
+
+// Throws SpecError / DataError / StoreError / std::invalid_argument for bad input (nothing written);
+// a run that started and failed returns status failed and exit code 1.
+RunResult run_experiment(const ExperimentSpec& spec, const RunOptions& options);
+
+// The device half of the fingerprint (LibTorch, GPU, CUDA runtime, cuDNN, NCCL).
+Fingerprint device_fingerprint();
+
+}  // namespace ablate::harness

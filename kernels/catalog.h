@@ -1,0 +1,49 @@
+// kernels/catalog.h: the kernel catalog as plain data (DESIGN.md "Kernel catalog"). A seam is one
+// place in the model whose implementation can vary; each backend row names its role, its fallback
+// and the CUPTI kernel-name patterns that identify it. Availability needs a device description only,
+// so the spec parser, `ablate catalog` and the receipts use this without LibTorch.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace ablate::kernels {
+
+enum class Role { keep, borderline, experimental, vendor, reference };
+const char* role_name(Role r);
+
+// What availability checks may look at: filled from the live device by the runner.
+struct DeviceInfo {
+  bool cuda = false;
+  int sm_major = 0, sm_minor = 0;   // compute capability when cuda
+  std::string dtype = "fp32";       // "fp32" | "bf16"
+};
+
+struct BackendInfo {
+  std::string seam;
+  std::string name;                 // e.g. "reference", "sdpa_flash", "fused_cuda"
+  Role role = Role::reference;
+  std::string fallback;             // backend used when this one is unavailable ("" for the reference)
+  std::vector<std::string> kernel_patterns;  // substrings of CUPTI kernel names that identify it
+  std::string description;
+  // "" when available on `dev`, else why not (e.g. "needs a CUDA device").
+  std::string (*unavailable_reason)(const DeviceInfo& dev) = nullptr;
+};
+
+// All seams, in model order: attention, rope, residual_norm, swiglu, moe_dispatch, ssm_scan,
+// recurrent_scan, loss.
+const std::vector<std::string>& seams();
+// Every backend row of every seam (the table `ablate catalog` prints).
+const std::vector<BackendInfo>& catalog();
+const BackendInfo* find_backend(const std::string& seam, const std::string& name);
+std::vector<std::string> backend_names(const std::string& seam);
+
+// The resolution of one seam for one run: requested (from the spec), chosen, and why.
+struct Resolution {
+  std::string seam, requested, chosen, reason;
+};
+// Walks the fallback chain from `requested` to the first available backend. With `strict` an
+// unavailable requested backend is an error: returns false and sets `error`.
+bool resolve(const std::string& seam, const std::string& requested, const DeviceInfo& dev, bool strict,
+             Resolution& out, std::string& error);
+
+}  // namespace ablate::kernels

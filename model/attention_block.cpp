@@ -1,0 +1,63 @@
+// model/attention_block.cpp: block A, Multi-head Latent Attention (MODEL.md "A"): low-rank q and kv
+// projections with RMSNorms, decoupled RoPE (per-head q_r, one shared k_r) through the `rope` seam,
+// causal attention with scale 1/sqrt(dn + dr) through the `attention` seam, output projection.
+// Tests: model_tests --gtest_filter='*Attention*' (tests/model/blocks_test.cpp: vs an explicit
+// per-head softmax loop in fp64, and gradients by central differences).
+#include <cmath>
+
+#include "kernels/reference/ops.h"
+#include "model/blocks.h"
+
+namespace ablate::model {
+
+std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t seq_len, int64_t dim, double base, torch::Dtype dtype,
+                                                    const torch::Device& device) {
+  // Angles in fp64 (position * frequency loses digits in fp32 at long T), then cast.
+  const auto f64 = torch::TensorOptions().dtype(torch::kDouble).device(device);
+  const auto frequency = torch::pow(base, -torch::arange(0, dim, 2, f64) / static_cast<double>(dim));
+  const auto angle = torch::outer(torch::arange(seq_len, f64), frequency);
+  return {angle.cos().to(dtype), angle.sin().to(dtype)};
+}
+
+AttentionBlock::AttentionBlock(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher,
+                               SeededInit& init)
+    : Block('A', config, std::move(dispatcher)) {
+  const auto& a = config.attention;
+  const int64_t d = config.d_model, qk = a.nope_dim + a.rope_dim;
+  if (a.q_lora > 0) {
+    w_dq = register_parameter("w_dq", init.normal({a.q_lora, d}));
+    q_norm = register_parameter("q_norm", SeededInit::constant({a.q_lora}, 1.0));
+    w_uq = register_parameter("w_uq", init.normal({a.heads * qk, a.q_lora}));
+  } else {
+    w_q = register_parameter("w_q", init.normal({a.heads * qk, d}));
+  }
+  w_dkv = register_parameter("w_dkv", init.normal({a.kv_lora + a.rope_dim, d}));
+  kv_norm = register_parameter("kv_norm", SeededInit::constant({a.kv_lora}, 1.0));
+  w_ukv = register_parameter("w_ukv", init.normal({a.heads * (a.nope_dim + a.v_dim), a.kv_lora}));
+  w_o = register_parameter("w_o", init.normal({d, a.heads * a.v_dim}));
+}
+
+BlockOutput AttentionBlock::forward(const torch::Tensor& x) {
+  const auto& a = config_.attention;
+  const int64_t batch = x.size(0), T = x.size(1), qk = a.nope_dim + a.rope_dim;
+  const double eps = config_.norm_eps;
+
+  const auto q =
+      (a.q_lora > 0 ? torch::linear(rms_norm(torch::linear(x, w_dq), q_norm, eps), w_uq) : torch::linear(x, w_q))
+          .view({batch, T, a.heads, qk});
+  const auto q_nope = q.narrow(-1, 0, a.nope_dim), q_rope = q.narrow(-1, a.nope_dim, a.rope_dim);
+
+  const auto kv_down = torch::linear(x, w_dkv);  // [c_kv ; k_r]
+  const auto c_kv = kv_down.narrow(-1, 0, a.kv_lora);
+  const auto k_rope = kv_down.narrow(-1, a.kv_lora, a.rope_dim).unsqueeze(2);  // one head, shared by all H
+  const auto kv = torch::linear(rms_norm(c_kv, kv_norm, eps), w_ukv).view({batch, T, a.heads, a.nope_dim + a.v_dim});
+  const auto k_nope = kv.narrow(-1, 0, a.nope_dim), v = kv.narrow(-1, a.nope_dim, a.v_dim);
+
+  const auto [cos, sin] = rope_tables(T, a.rope_dim, a.rope_base, kernels::reference::compute_dtype(w_dkv), x.device());
+  const auto [q_full, k_full] = dispatcher_->rope(q_nope, q_rope, k_nope, k_rope, cos, sin);
+  const auto o = dispatcher_->attention(q_full.transpose(1, 2), k_full.transpose(1, 2), v.transpose(1, 2),
+                                        1.0 / std::sqrt(static_cast<double>(qk)));  // [B, H, T, dv]
+  return {torch::linear(o.transpose(1, 2).reshape({batch, T, a.heads * a.v_dim}), w_o), {}, {}};
+}
+
+}  // namespace ablate::model

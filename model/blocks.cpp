@@ -1,0 +1,71 @@
+// model/blocks.cpp: what the blocks share: the seeded initialiser, the Block base (pre-norm weight,
+// RMSNorm through the residual_norm seam), the letter -> block factory, and the D block (dense
+// SwiGLU, small enough to live here). The other blocks have one file each.
+// Tests: model_tests (tests/model/blocks_test.cpp).
+#include "model/blocks.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <stdexcept>
+
+namespace ablate::model {
+
+SeededInit::SeededInit(uint64_t seed, double init_std)
+    : generator_(at::make_generator<at::CPUGeneratorImpl>(seed)), init_std_(init_std) {}
+
+torch::Tensor SeededInit::normal(at::IntArrayRef sizes) {
+  return torch::empty(sizes, torch::kFloat).normal_(0.0, init_std_, generator_);
+}
+
+torch::Tensor SeededInit::uniform(at::IntArrayRef sizes, double low, double high) {
+  return torch::empty(sizes, torch::kFloat).uniform_(low, high, generator_);
+}
+
+torch::Tensor SeededInit::constant(at::IntArrayRef sizes, double value) {
+  return torch::full(sizes, value, torch::kFloat);
+}
+
+Block::Block(char letter, const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher)
+    : config_(config), dispatcher_(std::move(dispatcher)), letter_(letter) {
+  if (!dispatcher_) throw std::invalid_argument("block: the dispatcher is null");
+  norm = register_parameter("norm", SeededInit::constant({config.d_model}, 1.0));
+}
+
+torch::Tensor Block::rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) const {
+  return dispatcher_->residual_norm(torch::Tensor(), x, weight, eps).first;
+}
+
+DenseBlock::DenseBlock(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher,
+                       SeededInit& init)
+    : Block('D', config, std::move(dispatcher)) {
+  const int64_t d = config.d_model, f = config.dense.ffn;
+  w1 = register_parameter("w1", init.normal({f, d}));
+  w3 = register_parameter("w3", init.normal({f, d}));
+  w2 = register_parameter("w2", init.normal({d, f}));
+}
+
+BlockOutput DenseBlock::forward(const torch::Tensor& x) {
+  return {torch::linear(dispatcher_->swiglu(torch::linear(x, w1), torch::linear(x, w3)), w2), {}, {}};
+}
+
+std::shared_ptr<Block> make_block(char letter, const ModelConfig& config,
+                                  std::shared_ptr<const kernels::Dispatcher> dispatcher, SeededInit& init) {
+  switch (letter) {
+    case 'A':
+      return std::make_shared<AttentionBlock>(config, std::move(dispatcher), init);
+    case 'M':
+      return std::make_shared<MambaBlock>(config, std::move(dispatcher), init);
+    case 'E':
+      return std::make_shared<MoeBlock>(config, std::move(dispatcher), init);
+    case 'R':
+      return std::make_shared<RecurrentBlock>(config, std::move(dispatcher), init);
+    case 'D':
+      return std::make_shared<DenseBlock>(config, std::move(dispatcher), init);
+    default: {
+      const auto why = pattern_error(std::string(1, letter));
+      throw std::invalid_argument(why.empty() ? std::string("no block for letter '") + letter + "'" : why);
+    }
+  }
+}
+
+}  // namespace ablate::model

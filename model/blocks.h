@@ -1,0 +1,131 @@
+// model/blocks.h: the residual-layer blocks of the hybrid model (../shared/MODEL.md): A (MLA),
+// M (Mamba-3 SISO), E (MoE), R (RG-LRU), D (dense SwiGLU), and the seeded initialiser they draw
+// their weights from. Each block owns its layer's pre-norm weight and computes Block(x) for an
+// already-normalised x; HybridModel (model/hybrid_model.h) adds the residual. Every replaceable
+// computation goes through a seam of kernels::Dispatcher. Weights are public members so tests can
+// write the obviously-correct slow forms against them.
+// Tests: model_tests (tests/model/blocks_test.cpp: each block vs a slow form in fp64, gradients by
+// central differences).
+#pragma once
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "kernels/dispatch.h"
+#include "model/config.h"
+
+namespace ablate::model {
+
+// Draws every initial weight from one CPU generator, in construction order: the same seed gives the
+// same weights on every machine. Tensors are fp32 on the CPU; move the finished model with ->to().
+class SeededInit {
+ public:
+  SeededInit(uint64_t seed, double init_std);
+  torch::Tensor normal(at::IntArrayRef sizes);  // N(0, init_std): linear weights, embedding, head
+  torch::Tensor uniform(at::IntArrayRef sizes, double low, double high);
+  static torch::Tensor constant(at::IntArrayRef sizes, double value);
+
+ private:
+  at::Generator generator_;
+  double init_std_;
+};
+
+// What one block returns. aux and dropped are set by E blocks only (undefined otherwise).
+struct BlockOutput {
+  torch::Tensor y;        // [B, T, d]
+  torch::Tensor aux;      // 0-dim load-balancing loss L_aux (fp32; fp64 for an fp64 model)
+  torch::Tensor dropped;  // 0-dim int64: slots dropped by the capacity factor (0 when dropless)
+};
+
+class Block : public torch::nn::Module {
+ public:
+  Block(char letter, const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher);
+  // x [B, T, d], already normalised by the layer's pre-norm.
+  virtual BlockOutput forward(const torch::Tensor& x) = 0;
+  char letter() const { return letter_; }
+
+  torch::Tensor norm;  // [d] weight of the pre-norm RMSNorm of this residual layer (applied by HybridModel)
+
+ protected:
+  // RMSNorm over the last dim through the residual_norm seam (no residual).
+  torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) const;
+
+  const ModelConfig config_;
+  std::shared_ptr<const kernels::Dispatcher> dispatcher_;
+
+ private:
+  char letter_;
+};
+
+// A: Multi-head Latent Attention (MODEL.md "A").
+class AttentionBlock : public Block {
+ public:
+  AttentionBlock(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher, SeededInit& init);
+  BlockOutput forward(const torch::Tensor& x) override;
+
+  torch::Tensor w_dq, q_norm, w_uq;          // q_lora > 0: [q_lora, d], [q_lora], [H(dn+dr), q_lora]
+  torch::Tensor w_q;                         // q_lora == 0: [H(dn+dr), d]
+  torch::Tensor w_dkv, kv_norm, w_ukv, w_o;  // [kv_lora+dr, d], [kv_lora], [H(dn+dv), kv_lora], [d, H dv]
+};
+
+// cos/sin tables [T, dim/2] of RoPE angles pos * base^(-2i/dim), in `dtype`, on `device`.
+std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t seq_len, int64_t dim, double base, torch::Dtype dtype,
+                                                    const torch::Device& device);
+
+// M: Mamba-3 SISO mixer (MODEL.md "M"); the recurrence runs in the ssm_scan seam.
+class MambaBlock : public Block {
+ public:
+  MambaBlock(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher, SeededInit& init);
+  BlockOutput forward(const torch::Tensor& x) override;
+
+  int64_t d_inner, heads, head_dim, state, angles;
+  torch::Tensor w_in;            // [2 d_inner + 2N + 3H + S, d] -> [z, x, B, C, dd_dt, dd_A, trap, theta]
+  torch::Tensor dt_bias;         // [H] softplus^-1(dt), dt log-uniform in [dt_min, dt_max]
+  torch::Tensor b_norm, c_norm;  // [N] RMSNorm_B, RMSNorm_C weights (eps 1e-5)
+  torch::Tensor b_bias, c_bias;  // [H, N], init 1
+  torch::Tensor skip;            // D [H], init 1
+  torch::Tensor w_out;           // [d, d_inner]
+};
+
+// E: mixture of SwiGLU experts with a top-k fp32 router (MODEL.md "E"); experts run in moe_dispatch.
+class MoeBlock : public Block {
+ public:
+  MoeBlock(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher, SeededInit& init);
+  BlockOutput forward(const torch::Tensor& x) override;
+
+  torch::Tensor router;      // [E, d]
+  torch::Tensor w1, w3, w2;  // [E, f, d], [E, f, d], [E, d, f]
+};
+
+// R: RG-LRU recurrent block (MODEL.md "R"); the recurrence runs in the recurrent_scan seam.
+class RecurrentBlock : public Block {
+ public:
+  RecurrentBlock(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher, SeededInit& init);
+  BlockOutput forward(const torch::Tensor& x) override;
+
+  torch::Tensor w_in;                    // [2w, d] -> [g ; u]
+  torch::Tensor conv_weight, conv_bias;  // [w, K] (tap K-1 is the current step), [w]
+  torch::Tensor w_a, b_a, w_x, b_x;      // [w, w], [w]: recurrence and input gates
+  torch::Tensor lambda;                  // [w], sigmoid(lambda) ~ U[0.9, 0.999] at init
+  torch::Tensor w_out;                   // [d, w]
+};
+
+// Causal depthwise 1-D convolution over time: x [B, T, C], weight [C, K], bias [C];
+// out_t = bias + sum_j weight[:, j] * x_{t-(K-1)+j} with zeros before t = 0.
+torch::Tensor causal_depthwise_conv(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+
+// D: dense SwiGLU MLP (MODEL.md "D").
+class DenseBlock : public Block {
+ public:
+  DenseBlock(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher, SeededInit& init);
+  BlockOutput forward(const torch::Tensor& x) override;
+
+  torch::Tensor w1, w3, w2;  // [f, d], [f, d], [d, f]
+};
+
+// The block for a pattern letter; throws std::invalid_argument for a letter pattern_error() rejects.
+std::shared_ptr<Block> make_block(char letter, const ModelConfig& config,
+                                  std::shared_ptr<const kernels::Dispatcher> dispatcher, SeededInit& init);
+
+}  // namespace ablate::model

@@ -1,0 +1,85 @@
+// model/config.h: the typed configuration of the hybrid model (../shared/MODEL.md), the named
+// configurations `tiny` and `nam56r-small`, and the plain-arithmetic accounting (parameter count,
+// FLOPs per token, version `flops-v1`). No LibTorch here: the spec parser and reports use it too.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ablate::model {
+
+struct AttentionConfig {  // A: Multi-head Latent Attention
+  int64_t heads = 2;
+  int64_t nope_dim = 16;   // dn
+  int64_t rope_dim = 8;    // dr
+  int64_t v_dim = 16;      // dv
+  int64_t q_lora = 32;     // 0: q = W_q x
+  int64_t kv_lora = 32;
+  double rope_base = 10000.0;
+};
+
+struct MoeConfig {  // E: mixture of experts with SwiGLU experts
+  int64_t experts = 4;
+  int64_t top_k = 2;
+  int64_t ffn = 64;               // f
+  double capacity_factor = 0.0;   // 0: dropless
+  double aux_coef = 0.01;
+};
+
+struct MambaConfig {  // M: Mamba-3 SISO mixer
+  int64_t expand = 2;
+  int64_t head_dim = 16;  // P
+  int64_t state = 16;     // N (angles S = N/4)
+  int64_t chunk = 16;     // L
+  double dt_min = 1e-3, dt_max = 1e-1, dt_floor = 1e-4;
+};
+
+struct RecurrentConfig {  // R: RG-LRU
+  int64_t width = 64;      // w
+  int64_t conv_width = 4;
+};
+
+struct DenseConfig {  // D: dense SwiGLU MLP
+  int64_t ffn = 64;
+};
+
+struct ModelConfig {
+  std::string name = "tiny";        // the named configuration it started from
+  std::string pattern = "AEMR";
+  int64_t vocab = 512;
+  int64_t d_model = 64;
+  int64_t seq_len = 128;           // T
+  int64_t batch_size = 4;
+  double norm_eps = 1e-6;
+  double init_std = 0.02;
+  AttentionConfig attention;
+  MoeConfig moe;
+  MambaConfig mamba;
+  RecurrentConfig recurrent;
+  DenseConfig dense;
+};
+
+// The named configurations of MODEL.md; std::nullopt for an unknown name.
+std::optional<ModelConfig> named_config(const std::string& name);
+std::vector<std::string> named_config_names();
+
+// Checks the pattern letter by letter (fails closed): returns "" when valid, else a message that
+// names the bad letter and its 1-based position ("unknown block letter 'X' at position 3 ...").
+std::string pattern_error(const std::string& pattern);
+
+// Every structural constraint (divisibility, ranges); one message per problem, empty when valid.
+std::vector<std::string> config_errors(const ModelConfig& c);
+
+struct ParameterCount {
+  int64_t total = 0;
+  int64_t active_per_token = 0;  // experts counted top_k of E
+};
+ParameterCount parameter_count(const ModelConfig& c);
+
+inline constexpr const char* kFlopsVersion = "flops-v1";
+// Forward FLOPs per token by MODEL.md's `flops-v1` (training = 3x forward).
+double forward_flops_per_token(const ModelConfig& c);
+inline double training_flops_per_token(const ModelConfig& c) { return 3.0 * forward_flops_per_token(c); }
+
+}  // namespace ablate::model

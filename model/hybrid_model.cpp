@@ -1,0 +1,60 @@
+// model/hybrid_model.cpp: HybridModel (see hybrid_model.h): builds the blocks from the pattern in
+// order from one seeded initialiser, and runs embedding -> residual layers -> final norm -> loss.
+// Tests: model_tests --gtest_filter='HybridModel*' (tests/model/model_test.cpp).
+#include "model/hybrid_model.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "kernels/reference/ops.h"
+
+namespace ablate::model {
+
+HybridModelImpl::HybridModelImpl(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher,
+                                 uint64_t seed)
+    : config_(config), dispatcher_(std::move(dispatcher)) {
+  if (const auto errors = config_errors(config); !errors.empty()) {
+    std::string message = "invalid model config '" + config.name + "':";
+    for (const auto& e : errors) message += "\n  " + e;
+    throw std::invalid_argument(message);
+  }
+  if (!dispatcher_) dispatcher_ = std::make_shared<const kernels::Dispatcher>();
+  SeededInit init(seed, config.init_std);
+  embedding = register_parameter("embedding", init.normal({config.vocab, config.d_model}));
+  for (size_t i = 0; i < config.pattern.size(); ++i) {
+    auto block = make_block(config.pattern[i], config, dispatcher_, init);
+    blocks_.push_back(register_module("layer" + std::to_string(i) + "_" + config.pattern[i], block));
+  }
+  final_norm = register_parameter("final_norm", SeededInit::constant({config.d_model}, 1.0));
+  head = register_parameter("head", init.normal({config.vocab, config.d_model}));
+}
+
+ModelOutput HybridModelImpl::forward(const torch::Tensor& tokens, const torch::Tensor& targets,
+                                     const torch::Tensor& loss_mask) {
+  TORCH_CHECK(tokens.dim() == 2 && targets.sizes() == tokens.sizes() && loss_mask.sizes() == tokens.sizes(),
+              "HybridModel: tokens, targets and loss_mask must all be [B, T]");
+  const int64_t batch = tokens.size(0), T = tokens.size(1), d = config_.d_model;
+  const double eps = config_.norm_eps;
+  const auto accumulate_dtype = kernels::reference::compute_dtype(embedding);
+
+  // The residual stream keeps the parameters' dtype; `branch` is the previous block's output, added
+  // to the stream by the next residual_norm (undefined before the first layer).
+  // index_select rather than torch::embedding: its CUDA backward (index_add_) needs no host sync.
+  torch::Tensor residual = embedding.index_select(0, tokens.reshape({-1})).view({batch, T, d}), branch;
+  auto aux = torch::zeros({}, embedding.options().dtype(accumulate_dtype));
+  auto dropped = torch::zeros({}, embedding.options().dtype(torch::kLong));
+  for (const auto& block : blocks_) {
+    auto [normed, summed] = dispatcher_->residual_norm(branch, residual, block->norm, eps);
+    residual = summed;
+    auto out = block->forward(normed);
+    branch = out.y;
+    if (out.aux.defined()) aux = aux + out.aux.to(accumulate_dtype);
+    if (out.dropped.defined()) dropped = dropped + out.dropped;
+  }
+  const auto hidden = dispatcher_->residual_norm(branch, residual, final_norm, eps).first;
+  const auto ce =
+      dispatcher_->loss(hidden.reshape({batch * T, d}), head, targets.reshape({-1}), loss_mask.reshape({-1}));
+  return {ce + config_.moe.aux_coef * aux, ce, aux, dropped};
+}
+
+}  // namespace ablate::model

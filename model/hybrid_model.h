@@ -1,0 +1,59 @@
+// model/hybrid_model.h: the hybrid LLM of ../shared/MODEL.md as a torch::nn module: token embedding,
+// one pre-norm residual layer per pattern letter (x <- x + Block(RMSNorm(x)), the add and the norm
+// fused in the `residual_norm` seam), final RMSNorm, untied LM head, loss through the `loss` seam plus
+// aux_coef * sum of the E layers' load-balancing losses.
+//
+//   auto dispatcher = std::make_shared<const ablate::kernels::Dispatcher>(requested, device_info, strict);
+//   ablate::model::HybridModel model(config, dispatcher, /*seed=*/1234);
+//   model->to(device);
+//   auto out = model->forward(tokens, targets, loss_mask);  // out.loss.backward();
+//
+// Weights come from one seeded CPU generator (same seed, same weights, on any machine). The forward
+// and backward passes do not synchronise with the host unless a seam's backend does (the standard
+// MoE path in dropless mode reads the largest expert load); shapes are fixed by the inputs.
+// Tests: model_tests (tests/model/model_test.cpp).
+#pragma once
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "model/blocks.h"
+#include "model/config.h"
+
+namespace ablate::model {
+
+struct ModelOutput {
+  torch::Tensor loss;           // 0-dim: ce + aux_coef * aux (what to call backward on)
+  torch::Tensor ce;             // 0-dim: masked mean cross-entropy
+  torch::Tensor aux;            // 0-dim: sum over E layers of L_aux (0 without E layers)
+  torch::Tensor dropped_slots;  // 0-dim int64: slots dropped by MoE capacity, summed over E layers
+};
+
+class HybridModelImpl : public torch::nn::Module {
+ public:
+  // Throws std::invalid_argument when config_errors(config) is not empty (the pattern fails closed
+  // with the letter and its 1-based position). A null dispatcher means every seam on its reference.
+  HybridModelImpl(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher, uint64_t seed = 0);
+
+  // tokens, targets int64 [B, T]; loss_mask [B, T] (0/1, any dtype).
+  ModelOutput forward(const torch::Tensor& tokens, const torch::Tensor& targets, const torch::Tensor& loss_mask);
+
+  const ModelConfig& config() const { return config_; }
+  const kernels::Dispatcher& dispatcher() const { return *dispatcher_; }
+  const std::vector<std::shared_ptr<Block>>& blocks() const { return blocks_; }
+
+  torch::Tensor embedding;   // [V, d]
+  torch::Tensor final_norm;  // [d]
+  torch::Tensor head;        // [V, d], untied from the embedding
+
+ private:
+  ModelConfig config_;
+  std::shared_ptr<const kernels::Dispatcher> dispatcher_;
+  std::vector<std::shared_ptr<Block>> blocks_;
+};
+TORCH_MODULE(HybridModel);
+
+}  // namespace ablate::model

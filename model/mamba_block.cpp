@@ -1,0 +1,86 @@
+// model/mamba_block.cpp: block M, the Mamba-3 SISO mixer (MODEL.md "M"): one input projection to
+// [z, x, B, C, dd_dt, dd_A, trap, theta]; in fp32 the per-head step Delta, decay A, trapezoid weight
+// lambda, normalised and biased B^/C^, data-dependent angles Phi and their rotations q = Rot(Phi) C^,
+// k = Rot(Phi) B^, and the scan coefficients log alpha = Delta A, beta = (1-lambda) Delta alpha,
+// gamma = lambda Delta; the recurrence runs in the `ssm_scan` seam; out = W_out (y * silu(z)).
+// Tests: model_tests --gtest_filter='*Mamba*' (tests/model/blocks_test.cpp: vs a per-timestep loop in
+// fp64, gradients by central differences, and the dt_bias initialisation range).
+#include <cmath>
+#include <numbers>
+
+#include "kernels/reference/ops.h"
+#include "model/blocks.h"
+
+namespace ablate::model {
+namespace {
+
+constexpr double kBcNormEps = 1e-5;  // RMSNorm_B / RMSNorm_C (MODEL.md)
+constexpr double kMaxDecay = -1e-4;  // A_t = min(-softplus(dd_A), -1e-4)
+
+// Rotates the first 2S dims of v [B,T,H,N] in adjacent pairs by angles (cos/sin [B,T,H,S]); the
+// remaining N - 2S dims pass through.
+torch::Tensor rotate_leading_pairs(const torch::Tensor& v, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const int64_t rotated = 2 * cos.size(-1), n = v.size(-1);
+  const auto turned = kernels::reference::rotate_adjacent_pairs(v.narrow(-1, 0, rotated), cos, sin);
+  return rotated == n ? turned : torch::cat({turned, v.narrow(-1, rotated, n - rotated)}, -1);
+}
+
+}  // namespace
+
+MambaBlock::MambaBlock(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher,
+                       SeededInit& init)
+    : Block('M', config, std::move(dispatcher)) {
+  const auto& m = config.mamba;
+  const int64_t d = config.d_model;
+  d_inner = m.expand * d;
+  head_dim = m.head_dim;
+  heads = d_inner / head_dim;
+  state = m.state;
+  angles = m.state / 4;
+  w_in = register_parameter("w_in", init.normal({2 * d_inner + 2 * state + 3 * heads + angles, d}));
+  // dt log-uniform in [dt_min, dt_max], floored at dt_floor; dt_bias = softplus^-1(dt) = dt + log(1 - e^-dt).
+  const auto dt = torch::exp(init.uniform({heads}, std::log(m.dt_min), std::log(m.dt_max))).clamp_min(m.dt_floor);
+  dt_bias = register_parameter("dt_bias", dt + torch::log(-torch::expm1(-dt)));
+  b_norm = register_parameter("b_norm", SeededInit::constant({state}, 1.0));
+  c_norm = register_parameter("c_norm", SeededInit::constant({state}, 1.0));
+  b_bias = register_parameter("b_bias", SeededInit::constant({heads, state}, 1.0));
+  c_bias = register_parameter("c_bias", SeededInit::constant({heads, state}, 1.0));
+  skip = register_parameter("D", SeededInit::constant({heads}, 1.0));
+  w_out = register_parameter("w_out", init.normal({d, d_inner}));
+}
+
+BlockOutput MambaBlock::forward(const torch::Tensor& u) {
+  const int64_t batch = u.size(0), T = u.size(1);
+  const auto parts =
+      torch::linear(u, w_in).split_with_sizes({d_inner, d_inner, state, state, heads, heads, heads, angles}, -1);
+  const auto &z = parts[0], &x = parts[1], &b_raw = parts[2], &c_raw = parts[3], &dd_dt = parts[4], &dd_a = parts[5],
+             &trap = parts[6], &theta = parts[7];
+
+  torch::Tensor gated;  // y * silu(z), [B, T, d_inner]
+  {
+    kernels::reference::NoAutocastScope fp32_arithmetic;
+    const auto dt = kernels::reference::compute_dtype(dt_bias);
+    const auto delta = torch::softplus(dd_dt.to(dt) + dt_bias);               // [B,T,H]
+    const auto decay = (-torch::softplus(dd_a.to(dt))).clamp_max(kMaxDecay);  // A_t, [B,T,H]
+    const auto lambda = torch::sigmoid(trap.to(dt));                          // [B,T,H]
+    // B^, C^: RMSNorm over N (shared by all heads, ngroups 1) plus a per-head bias -> [B,T,H,N].
+    const auto b_hat = rms_norm(b_raw.to(dt), b_norm, kBcNormEps).unsqueeze(2) + b_bias;
+    const auto c_hat = rms_norm(c_raw.to(dt), c_norm, kBcNormEps).unsqueeze(2) + c_bias;
+    // Phi_t = Phi_{t-1} + Delta_t pi tanh(theta_t) per head, Phi_0 = 0 being the state before the first
+    // token: an inclusive cumulative sum, as in Mamba-3's angle_dt kernel. [B,T,H,S]
+    const auto step_angle = delta.unsqueeze(-1) * std::numbers::pi * torch::tanh(theta.to(dt)).unsqueeze(2);
+    const auto phi = step_angle.cumsum(1);
+    const auto cos = phi.cos(), sin = phi.sin();
+    const auto k = rotate_leading_pairs(b_hat, cos, sin);
+    const auto q = rotate_leading_pairs(c_hat, cos, sin);
+    const auto log_alpha = delta * decay;
+    const auto beta = (1 - lambda) * delta * torch::exp(log_alpha);
+    const auto gamma = lambda * delta;
+    const auto y = dispatcher_->ssm_scan(x.to(dt).view({batch, T, heads, head_dim}), q, k, log_alpha, beta, gamma,
+                                         skip.to(dt), config_.mamba.chunk);
+    gated = y.reshape({batch, T, d_inner}) * torch::silu(z.to(dt));
+  }
+  return {torch::linear(gated, w_out), {}, {}};
+}
+
+}  // namespace ablate::model

@@ -1,0 +1,51 @@
+// model/moe_block.cpp: block E, the mixture of SwiGLU experts (MODEL.md "E"): router softmax in
+// fp32, top-k experts, weights renormalised over the k picks, the experts through the
+// `moe_dispatch` seam (dropless unless model.moe.capacity_factor > 0), and the load-balancing loss
+// L_aux = E * sum_e f_e P_e. The dropped-slot count stays a device tensor: no host sync here.
+// Tests: model_tests --gtest_filter='*Moe*' (tests/model/blocks_test.cpp: vs a loop over tokens,
+// dropless and with capacity drops; gradients by central differences).
+#include <algorithm>
+
+#include "kernels/reference/ops.h"
+#include "model/blocks.h"
+
+namespace ablate::model {
+
+MoeBlock::MoeBlock(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher, SeededInit& init)
+    : Block('E', config, std::move(dispatcher)) {
+  const auto& e = config.moe;
+  const int64_t d = config.d_model;
+  router = register_parameter("router", init.normal({e.experts, d}));
+  w1 = register_parameter("w1", init.normal({e.experts, e.ffn, d}));
+  w3 = register_parameter("w3", init.normal({e.experts, e.ffn, d}));
+  w2 = register_parameter("w2", init.normal({e.experts, d, e.ffn}));
+}
+
+BlockOutput MoeBlock::forward(const torch::Tensor& x) {
+  const auto& e = config_.moe;
+  const int64_t batch = x.size(0), T = x.size(1), d = x.size(2), tokens = batch * T;
+  const auto flat = x.reshape({tokens, d});
+
+  torch::Tensor probs;  // [tokens, E]
+  {
+    kernels::reference::NoAutocastScope fp32_router;
+    const auto dt = kernels::reference::compute_dtype(router);
+    probs = torch::softmax(torch::linear(flat.to(dt), router.to(dt)), -1);
+  }
+  const auto [top_p, top_idx] = probs.topk(e.top_k, -1);
+  const auto top_w = top_p / top_p.sum(-1, /*keepdim=*/true);
+
+  // f_e: share of the tokens * k assignments routed to e (a count: no gradient); P_e: mean router
+  // probability of e over tokens (carries the gradient).
+  const auto assigned = torch::zeros({e.experts}, probs.options())
+                            .scatter_add_(0, top_idx.reshape({-1}), torch::ones({tokens * e.top_k}, probs.options()));
+  const auto share = assigned / static_cast<double>(std::max<int64_t>(1, tokens * e.top_k));
+  const auto aux = static_cast<double>(e.experts) * (share * probs.mean(0)).sum();
+
+  torch::Tensor dropped;
+  const auto y = dispatcher_->moe_dispatch(flat, top_idx, top_w, w1, w3, w2, e.capacity_factor, &dropped);
+  if (!dropped.defined()) dropped = torch::zeros({}, torch::TensorOptions().dtype(torch::kLong).device(x.device()));
+  return {y.view({batch, T, d}), aux, dropped};
+}
+
+}  // namespace ablate::model

@@ -1,0 +1,67 @@
+// model/recurrent_block.cpp: block R, the Griffin RG-LRU recurrent block (MODEL.md "R"):
+// [g ; u] = W_in x, u through a causal depthwise conv of width 4, gates r and i, decay
+// log a = -8 r softplus(-Lambda), input scale sqrt(1 - a^2) in fp32, the linear recurrence through the
+// `recurrent_scan` seam, out = W_out (gelu(g) * h).
+// Tests: model_tests --gtest_filter='*Recurrent*' (tests/model/blocks_test.cpp: vs a per-timestep loop
+// in fp64, gradients by central differences, the Lambda initialisation range).
+#include <cmath>
+
+#include "kernels/reference/ops.h"
+#include "model/blocks.h"
+
+namespace ablate::model {
+namespace {
+
+constexpr double kDecayScale = 8.0;                              // c in log a_t = -c r_t softplus(-Lambda)
+constexpr double kLambdaInitLow = 0.9, kLambdaInitHigh = 0.999;  // range of sigmoid(Lambda) at init
+
+}  // namespace
+
+torch::Tensor causal_depthwise_conv(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  const int64_t T = x.size(1), taps = weight.size(1);
+  const auto padded = torch::constant_pad_nd(x, {0, 0, taps - 1, 0});  // zeros before the first step
+  auto out = bias.to(x.scalar_type()).expand_as(x);
+  for (int64_t j = 0; j < taps; ++j) out = out + padded.narrow(1, j, T) * weight.select(1, j);
+  return out;
+}
+
+RecurrentBlock::RecurrentBlock(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher,
+                               SeededInit& init)
+    : Block('R', config, std::move(dispatcher)) {
+  const int64_t d = config.d_model, w = config.recurrent.width, taps = config.recurrent.conv_width;
+  w_in = register_parameter("w_in", init.normal({2 * w, d}));
+  // A conv tap is not a linear layer of width d: uniform(+-1/sqrt(K)) as for a depthwise conv with fan-in K.
+  const double bound = 1.0 / std::sqrt(static_cast<double>(taps));
+  conv_weight = register_parameter("conv_weight", init.uniform({w, taps}, -bound, bound));
+  conv_bias = register_parameter("conv_bias", SeededInit::constant({w}, 0.0));
+  w_a = register_parameter("w_a", init.normal({w, w}));
+  b_a = register_parameter("b_a", SeededInit::constant({w}, 0.0));
+  w_x = register_parameter("w_x", init.normal({w, w}));
+  b_x = register_parameter("b_x", SeededInit::constant({w}, 0.0));
+  // sigmoid(Lambda) ~ U[0.9, 0.999]: Lambda = logit of that draw.
+  const auto a0 = init.uniform({w}, kLambdaInitLow, kLambdaInitHigh);
+  lambda = register_parameter("lambda", torch::log(a0) - torch::log1p(-a0));
+  w_out = register_parameter("w_out", init.normal({d, w}));
+}
+
+BlockOutput RecurrentBlock::forward(const torch::Tensor& x) {
+  const int64_t w = config_.recurrent.width;
+  const auto gu = torch::linear(x, w_in);
+  const auto g = gu.narrow(-1, 0, w);
+  const auto u = causal_depthwise_conv(gu.narrow(-1, w, w), conv_weight, conv_bias);
+  const auto gate_a = torch::linear(u, w_a, b_a), gate_x = torch::linear(u, w_x, b_x);
+
+  torch::Tensor gated;  // gelu(g) * h
+  {
+    kernels::reference::NoAutocastScope fp32_arithmetic;
+    const auto dt = kernels::reference::compute_dtype(lambda);
+    const auto log_a = -kDecayScale * torch::sigmoid(gate_a.to(dt)) * torch::softplus(-lambda);
+    // sqrt(1 - a^2) as sqrt(-expm1(2 log a)): exact near a = 1, where 1 - a*a cancels.
+    const auto b = torch::sqrt(-torch::expm1(2 * log_a)) * (torch::sigmoid(gate_x.to(dt)) * u.to(dt));
+    const auto h = dispatcher_->recurrent_scan(torch::exp(log_a), b);
+    gated = torch::gelu(g.to(dt)) * h;
+  }
+  return {torch::linear(gated, w_out), {}, {}};
+}
+
+}  // namespace ablate::model

@@ -1,0 +1,29 @@
+// receipts/errors.h: the two exception types of the receipt store.
+//   StoreError  - the caller's input is wrong (bad path, unknown run, finished run, bad filter);
+//                 the CLI maps it to exit code 2.
+//   SqliteError - SQLite itself failed (I/O, corruption, lock timeout, a schema trigger fired);
+//                 carries the SQLite result code, sqlite3_errmsg and the statement text.
+// Tested through tests/receipts/*_test.cpp (receipts_tests).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace ablate::receipts {
+
+class StoreError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class SqliteError : public std::runtime_error {
+ public:
+  SqliteError(int code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  // Extended result code (extended codes are enabled on every connection), e.g. SQLITE_CONSTRAINT_PRIMARYKEY.
+  int code() const noexcept { return code_; }
+
+ private:
+  int code_;
+};
+
+}  // namespace ablate::receipts

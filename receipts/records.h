@@ -1,0 +1,175 @@
+// receipts/records.h: plain value types exchanged with the receipt store (what the runner writes, what
+// reports read). No SQLite here. Optional fields map to NULL columns. Timestamps are unix seconds.
+// Tested through tests/receipts/store_test.cpp and query_test.cpp (receipts_tests).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ablate::receipts {
+
+// Stored statuses are running/ok/failed/killed; `abandoned` is derived when reading: a `running` run
+// whose heartbeat is older than the store's stale limit.
+enum class RunStatus { running, ok, failed, killed, abandoned };
+std::string_view to_string(RunStatus status);
+// Throws StoreError naming the valid statuses.
+RunStatus parse_run_status(std::string_view text);
+
+// Goodput ledger categories (DESIGN.md "Goodput ledger"); the schema accepts exactly these.
+const std::vector<std::string>& goodput_categories();
+// Catalog roles (DESIGN.md "Kernel catalog"); the schema accepts exactly these.
+const std::vector<std::string>& backend_roles();
+
+// Everything known when a run opens (DESIGN.md "Data flow of one run", steps 1-3).
+struct RunStart {
+  std::string name;
+  std::vector<std::string> tags;
+  std::string lane;         // model + topology + backends, for trends
+  std::string spec_json;    // canonical JSON of the experiment spec (must parse)
+  std::string spec_hash;    // empty: sha256 of spec_json
+  std::string source_path;  // the TOML it came from, if any
+  std::string source_text;
+  std::map<std::string, std::string> env;  // environment fingerprint
+  std::int64_t pid = 0;                    // 0: this process
+  std::string host;                        // empty: this host's name
+  std::optional<std::int64_t> matrix_id;   // set together with cell and repeat
+  std::optional<std::string> cell;
+  std::optional<std::int64_t> repeat;
+};
+
+// One dispatch seam's backend resolution (requested -> chosen, and what CUPTI observed).
+struct BackendRow {
+  std::string seam;
+  std::string requested;
+  std::string chosen;
+  std::optional<std::string> observed;  // unknown until profiled
+  std::string reason;                   // why chosen differs from requested, e.g. "no GPU, fell back"
+  std::optional<bool> mismatch;         // observed disagrees with chosen
+};
+
+// The catalog as the run saw it, so reports know roles without LibTorch.
+struct CatalogRow {
+  std::string seam;
+  std::string backend;
+  std::string role;  // one of backend_roles()
+  std::optional<std::string> fallback;
+  std::vector<std::string> patterns;  // CUPTI kernel-name patterns
+};
+
+struct StepRow {
+  std::int64_t step = 0;
+  std::int64_t rank = 0;
+  double wall_ms = 0;
+  std::optional<std::int64_t> tokens;
+  std::optional<double> loss;  // NaN is stored as NULL by SQLite
+  std::optional<double> grad_norm;
+  std::optional<double> lr;
+  std::optional<std::int64_t> mem_allocated_peak;
+  std::optional<std::int64_t> mem_reserved_peak;
+  std::optional<std::int64_t> rss_bytes;
+  std::optional<double> data_wait_ms;
+  bool outlier = false;  // median + 3*MAD rule, decided by the harness
+};
+
+struct MemoryRow {
+  std::int64_t step = 0;
+  std::int64_t rank = 0;
+  std::string phase;  // e.g. forward, backward, optimizer
+  std::optional<std::int64_t> allocated;
+  std::optional<std::int64_t> reserved;
+  std::optional<std::int64_t> active;
+  std::optional<std::int64_t> alloc_retries;
+  std::optional<std::int64_t> ooms;
+  std::optional<double> fragmentation;
+};
+
+// Kernel time summed over a profiling window; repeated records of the same (rank, name) accumulate.
+struct KernelRow {
+  std::string name;
+  std::string family;
+  std::string seam;
+  std::int64_t rank = 0;
+  std::int64_t calls = 0;
+  std::int64_t total_ns = 0;
+};
+
+struct ArtifactRow {
+  std::string kind;
+  std::string path;  // absolute
+  std::string sha256;
+  std::int64_t bytes = 0;
+};
+
+// The run-level result written by finish_run (DESIGN.md "Data flow", step 7).
+struct RunSummary {
+  std::optional<std::int64_t> steps;
+  std::optional<double> median_step_ms;
+  std::optional<double> tokens_per_s;
+  std::optional<double> mfu;
+  std::optional<double> goodput_pct;
+  std::optional<std::int64_t> peak_memory_bytes;
+  std::string flops_version;
+  nlohmann::json extra;  // anything else worth keeping (stored as summary_json); null: nothing
+};
+
+struct RunRow {
+  std::int64_t id = 0;
+  std::string name;
+  RunStatus status = RunStatus::running;         // derived: may read `abandoned`
+  RunStatus stored_status = RunStatus::running;  // as recorded
+  std::optional<std::string> error;
+  double started_at = 0;
+  std::optional<double> ended_at;
+  double heartbeat_at = 0;
+  std::optional<std::int64_t> pid;
+  std::string host;
+  std::vector<std::string> tags;
+  std::string lane;
+  std::string spec_hash;
+  std::optional<std::int64_t> matrix_id;
+  std::optional<std::string> cell;
+  std::optional<std::int64_t> repeat;
+  RunSummary summary;
+};
+
+// DESIGN.md: "Only ok runs with every required field are evidence": ok, a spec hash, steps > 0, and the
+// median step time, tokens/s, goodput and peak memory present (MFU may be NULL).
+bool is_evidence(const RunRow& run);
+
+// Filters of list_runs; empty/unset fields do not filter.
+struct RunFilter {
+  std::string status;  // running | ok | failed | killed | abandoned
+  std::string name;    // substring, or a glob when it contains * ? or [
+  std::string tag;     // exact tag
+  std::string since;   // unix seconds, ISO date/time (UTC), or an age such as 90m, 12h, 7d
+  std::optional<std::int64_t> limit;
+};
+
+enum class Verdict { keep, drop, inconclusive };
+std::string_view to_string(Verdict verdict);  // KEEP / DROP / INCONCLUSIVE
+Verdict parse_verdict(std::string_view text);
+
+// A keep/drop gate decision (DESIGN.md "Keep/drop gate").
+struct Decision {
+  std::int64_t id = 0;  // assigned by the store
+  std::string seam;
+  std::string backend;
+  Verdict verdict = Verdict::inconclusive;
+  std::vector<std::int64_t> evidence_run_ids;
+  std::optional<std::int64_t> matrix_id;
+  std::string details;
+  double decided_at = 0;  // assigned by the store
+};
+
+struct MatrixCell {
+  std::string cell;
+  std::int64_t repeat = 0;
+  std::int64_t run_id = 0;
+};
+
+}  // namespace ablate::receipts

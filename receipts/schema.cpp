@@ -1,0 +1,246 @@
+// receipts/schema.cpp: migration SQL. v1 = core tables + append-only triggers; v2 = annotations + report indexes.
+// Frozen history: never edit a migration that has shipped (schema_test compares v1 with its fixture).
+// Tests: tests/receipts/schema_test.cpp.
+#include "receipts/schema.h"
+
+#include <fmt/format.h>
+
+namespace ablate::receipts::schema {
+namespace {
+
+// Append-only guards for a table holding per-run evidence: no insert, update or delete once the run
+// has left 'running'. `<> 'running'` is NULL for an unknown run, so the foreign key reports that case.
+// Frozen: migration 1 is built from it, so any change here must go into a new migration instead.
+std::string child_guards(const std::string& table) {
+  return fmt::format(R"(
+CREATE TRIGGER {0}_append_only_insert BEFORE INSERT ON {0}
+WHEN (SELECT status FROM runs WHERE id = NEW.run_id) <> 'running'
+BEGIN SELECT RAISE(ABORT, 'receipts are append-only: {0} of a finished run cannot be added'); END;
+CREATE TRIGGER {0}_append_only_update BEFORE UPDATE ON {0}
+WHEN (SELECT status FROM runs WHERE id = OLD.run_id) <> 'running'
+  OR (SELECT status FROM runs WHERE id = NEW.run_id) <> 'running'
+BEGIN SELECT RAISE(ABORT, 'receipts are append-only: {0} of a finished run cannot be changed'); END;
+CREATE TRIGGER {0}_append_only_delete BEFORE DELETE ON {0}
+WHEN (SELECT status FROM runs WHERE id = OLD.run_id) <> 'running'
+BEGIN SELECT RAISE(ABORT, 'receipts are append-only: {0} of a finished run cannot be deleted'); END;
+)",
+                     table);
+}
+
+// Rows that are history in their own right (decisions, matrix membership, annotations) never change.
+std::string immutable_guards(const std::string& table) {
+  return fmt::format(R"(
+CREATE TRIGGER {0}_immutable_update BEFORE UPDATE ON {0}
+BEGIN SELECT RAISE(ABORT, 'receipts are append-only: {0} rows cannot be changed'); END;
+CREATE TRIGGER {0}_immutable_delete BEFORE DELETE ON {0}
+BEGIN SELECT RAISE(ABORT, 'receipts are append-only: {0} rows cannot be deleted'); END;
+)",
+                     table);
+}
+
+constexpr const char* kV1Tables = R"(
+PRAGMA application_id = 1633840244;
+
+CREATE TABLE matrices (
+  id          INTEGER PRIMARY KEY,
+  name        TEXT NOT NULL,
+  spec_json   TEXT NOT NULL CHECK (json_valid(spec_json)),
+  created_at  REAL NOT NULL
+);
+
+-- One row per run. Timestamps are unix seconds (REAL). status is what was recorded; 'abandoned' is
+-- derived at read time from a stale heartbeat and never stored.
+CREATE TABLE runs (
+  id                INTEGER PRIMARY KEY,
+  name              TEXT NOT NULL,
+  status            TEXT NOT NULL CHECK (status IN ('running', 'ok', 'failed', 'killed')),
+  error             TEXT,
+  started_at        REAL NOT NULL,
+  ended_at          REAL,
+  heartbeat_at      REAL NOT NULL,
+  pid               INTEGER,
+  host              TEXT NOT NULL,
+  tags              TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(tags) AND json_type(tags) = 'array'),
+  lane              TEXT NOT NULL DEFAULT '',
+  spec_hash         TEXT NOT NULL DEFAULT '',
+  matrix_id         INTEGER REFERENCES matrices(id),
+  cell              TEXT,
+  repeat            INTEGER,
+  steps             INTEGER,
+  median_step_ms    REAL,
+  tokens_per_s      REAL,
+  mfu               REAL,
+  goodput_pct       REAL,
+  peak_memory_bytes INTEGER,
+  flops_version     TEXT,
+  summary_json      TEXT CHECK (summary_json IS NULL OR json_valid(summary_json)),
+  CHECK ((status = 'running') = (ended_at IS NULL))
+);
+
+CREATE TABLE run_env (
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  key    TEXT NOT NULL,
+  value  TEXT NOT NULL,
+  PRIMARY KEY (run_id, key)
+) WITHOUT ROWID;
+
+CREATE TABLE run_spec (
+  run_id      INTEGER PRIMARY KEY REFERENCES runs(id),
+  spec_json   TEXT NOT NULL CHECK (json_valid(spec_json)),
+  spec_hash   TEXT NOT NULL,
+  source_path TEXT,
+  source_text TEXT
+);
+
+CREATE TABLE run_backends (
+  run_id    INTEGER NOT NULL REFERENCES runs(id),
+  seam      TEXT NOT NULL,
+  requested TEXT NOT NULL,
+  chosen    TEXT NOT NULL,
+  observed  TEXT,
+  reason    TEXT NOT NULL DEFAULT '',
+  mismatch  INTEGER CHECK (mismatch IN (0, 1)),
+  PRIMARY KEY (run_id, seam)
+) WITHOUT ROWID;
+
+CREATE TABLE catalog (
+  run_id   INTEGER NOT NULL REFERENCES runs(id),
+  seam     TEXT NOT NULL,
+  backend  TEXT NOT NULL,
+  role     TEXT NOT NULL CHECK (role IN ('keep', 'borderline', 'experimental', 'vendor', 'reference')),
+  fallback TEXT,
+  patterns TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(patterns) AND json_type(patterns) = 'array'),
+  PRIMARY KEY (run_id, seam, backend)
+) WITHOUT ROWID;
+
+CREATE TABLE steps (
+  run_id             INTEGER NOT NULL REFERENCES runs(id),
+  rank               INTEGER NOT NULL DEFAULT 0,
+  step               INTEGER NOT NULL,
+  wall_ms            REAL NOT NULL CHECK (wall_ms >= 0),
+  tokens             INTEGER,
+  loss               REAL,
+  grad_norm          REAL,
+  lr                 REAL,
+  mem_allocated_peak INTEGER,
+  mem_reserved_peak  INTEGER,
+  rss_bytes          INTEGER,
+  data_wait_ms       REAL,
+  outlier            INTEGER NOT NULL DEFAULT 0 CHECK (outlier IN (0, 1)),
+  PRIMARY KEY (run_id, rank, step)
+) WITHOUT ROWID;
+
+CREATE TABLE goodput (
+  run_id   INTEGER NOT NULL REFERENCES runs(id),
+  category TEXT NOT NULL CHECK (category IN ('startup', 'data_prep', 'warmup', 'productive', 'data_wait',
+                                             'checkpoint', 'eval', 'profiling', 'other')),
+  seconds  REAL NOT NULL CHECK (seconds >= 0),
+  PRIMARY KEY (run_id, category)
+) WITHOUT ROWID;
+
+CREATE TABLE memory (
+  run_id        INTEGER NOT NULL REFERENCES runs(id),
+  rank          INTEGER NOT NULL DEFAULT 0,
+  step          INTEGER NOT NULL,
+  phase         TEXT NOT NULL,
+  allocated     INTEGER,
+  reserved      INTEGER,
+  active        INTEGER,
+  alloc_retries INTEGER,
+  ooms          INTEGER,
+  fragmentation REAL,
+  PRIMARY KEY (run_id, rank, step, phase)
+) WITHOUT ROWID;
+
+CREATE TABLE kernels (
+  run_id   INTEGER NOT NULL REFERENCES runs(id),
+  rank     INTEGER NOT NULL DEFAULT 0,
+  name     TEXT NOT NULL,
+  family   TEXT NOT NULL,
+  seam     TEXT NOT NULL DEFAULT '',
+  calls    INTEGER NOT NULL CHECK (calls >= 0),
+  total_ns INTEGER NOT NULL CHECK (total_ns >= 0),
+  mean_ns  REAL,
+  PRIMARY KEY (run_id, rank, name)
+) WITHOUT ROWID;
+
+CREATE TABLE artifacts (
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  kind   TEXT NOT NULL,
+  path   TEXT NOT NULL,
+  sha256 TEXT NOT NULL CHECK (length(sha256) = 64),
+  bytes  INTEGER NOT NULL CHECK (bytes >= 0),
+  PRIMARY KEY (run_id, path)
+) WITHOUT ROWID;
+
+CREATE TABLE matrix_cells (
+  matrix_id INTEGER NOT NULL REFERENCES matrices(id),
+  cell      TEXT NOT NULL,
+  repeat    INTEGER NOT NULL,
+  run_id    INTEGER NOT NULL UNIQUE REFERENCES runs(id),
+  PRIMARY KEY (matrix_id, cell, repeat, run_id)
+) WITHOUT ROWID;
+
+CREATE TABLE decisions (
+  id               INTEGER PRIMARY KEY,
+  seam             TEXT NOT NULL,
+  backend          TEXT NOT NULL,
+  verdict          TEXT NOT NULL CHECK (verdict IN ('KEEP', 'DROP', 'INCONCLUSIVE')),
+  evidence_run_ids TEXT NOT NULL CHECK (json_valid(evidence_run_ids) AND json_type(evidence_run_ids) = 'array'),
+  matrix_id        INTEGER REFERENCES matrices(id),
+  details          TEXT NOT NULL DEFAULT '',
+  decided_at       REAL NOT NULL
+);
+
+-- A finished run row is never rewritten, and no run row is ever deleted.
+CREATE TRIGGER runs_append_only_update BEFORE UPDATE ON runs
+WHEN OLD.status <> 'running'
+BEGIN SELECT RAISE(ABORT, 'receipts are append-only: a finished run cannot be changed'); END;
+CREATE TRIGGER runs_identity_immutable BEFORE UPDATE OF id, name, started_at, pid, host, tags, lane,
+  spec_hash, matrix_id, cell, repeat ON runs
+BEGIN SELECT RAISE(ABORT, 'receipts are append-only: the identity of a run cannot be changed'); END;
+CREATE TRIGGER runs_no_delete BEFORE DELETE ON runs
+BEGIN SELECT RAISE(ABORT, 'receipts are append-only: runs cannot be deleted'); END;
+)";
+
+std::string migration_v1() {
+  std::string sql = kV1Tables;
+  for (const char* table :
+       {"run_env", "run_spec", "run_backends", "catalog", "steps", "goodput", "memory", "kernels", "artifacts"}) {
+    sql += child_guards(table);
+  }
+  for (const char* table : {"matrix_cells", "decisions"}) sql += immutable_guards(table);
+  return sql;
+}
+
+// v2: free-text annotations (the one write a finished run accepts) and indexes for report queries.
+std::string migration_v2() {
+  std::string sql = R"(
+CREATE TABLE annotations (
+  id         INTEGER PRIMARY KEY,
+  run_id     INTEGER NOT NULL REFERENCES runs(id),
+  text       TEXT NOT NULL CHECK (length(text) > 0),
+  created_at REAL NOT NULL
+);
+CREATE INDEX annotations_by_run ON annotations(run_id);
+CREATE INDEX runs_by_started_at ON runs(started_at);
+CREATE INDEX runs_by_name ON runs(name);
+CREATE INDEX runs_by_lane ON runs(lane, started_at);
+CREATE INDEX runs_by_spec_hash ON runs(spec_hash);
+CREATE INDEX runs_by_matrix ON runs(matrix_id, cell, repeat);
+CREATE INDEX decisions_by_backend ON decisions(seam, backend, decided_at);
+)";
+  sql += immutable_guards("annotations");
+  return sql;
+}
+
+}  // namespace
+
+const std::vector<std::string>& migrations() {
+  static const std::vector<std::string> all = {migration_v1(), migration_v2()};
+  return all;
+}
+
+int latest_version() { return static_cast<int>(migrations().size()); }
+
+}  // namespace ablate::receipts::schema

@@ -1,0 +1,107 @@
+// receipts/store.h: the SQLite receipt store (DESIGN.md "Receipt store"): one file, WAL, many writer
+// processes at once, forward-only migrations, append-only receipts.
+//
+//   auto store = Store::open("receipts.db");
+//   int64_t id = store.begin_run(start);              // status running, heartbeat now
+//   store.append_steps(id, rows);                     // one transaction per batch
+//   store.finish_run(id, RunStatus::ok, "", summary); // from here only annotate() writes to the run
+//
+// Errors: StoreError = bad input (unknown run, finished run, foreign/newer file...; CLI exit 2);
+// SqliteError = SQLite failed (I/O, lock timeout, a schema guard fired).
+// Thread-safety: a Store is one SQLite connection and is NOT thread-safe; use one Store per thread or
+// process (RunLifecycle opens its own for its threads). Many Stores on one file are fine.
+// Tests: tests/receipts/*_test.cpp (receipts_tests); benchmark: receipts/store_bench.cpp (store_bench).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "receipts/errors.h"
+#include "receipts/records.h"
+#include "receipts/sql.h"
+
+namespace ablate::receipts {
+
+struct StoreOptions {
+  // A `running` run whose heartbeat is older than this reads as `abandoned`.
+  // Environment variable ABLATE_HEARTBEAT_STALE_S, when set, overrides it (tests use ~1-2 s).
+  double heartbeat_stale_s = 60.0;
+  // How long a writer waits for another process's write lock before failing with SQLITE_BUSY.
+  int busy_timeout_ms = 10000;
+};
+
+class Store {
+ public:
+  // Opens the store at `path`, creating it if missing (a zero-length file counts as new) and applying
+  // pending migrations in one BEGIN IMMEDIATE transaction. Refuses, without modifying it, a file that
+  // is not SQLite, a SQLite file that is not an ablate store, or one with a newer schema than this binary.
+  static Store open(const std::string& path, StoreOptions options = {});
+
+  Store(Store&&) noexcept;
+  Store& operator=(Store&&) noexcept;
+  ~Store();
+
+  const std::string& path() const { return path_; }
+  int schema_version();
+  double heartbeat_stale_s() const { return stale_s_; }
+
+  // ---- writes (runner) ----
+  std::int64_t begin_run(const RunStart& start);
+  void heartbeat(std::int64_t run_id);
+  void record_env(std::int64_t run_id, const std::map<std::string, std::string>& env);  // adds/updates keys
+  void record_backends(std::int64_t run_id, const std::vector<BackendRow>& rows);       // upsert per seam
+  void record_catalog(std::int64_t run_id, const std::vector<CatalogRow>& rows);
+  void append_steps(std::int64_t run_id, const std::vector<StepRow>& rows);  // one transaction
+  void flag_outliers(std::int64_t run_id, std::int64_t rank, const std::vector<std::int64_t>& steps);
+  void record_goodput(std::int64_t run_id, const std::map<std::string, double>& seconds);  // upsert
+  void record_memory(std::int64_t run_id, const std::vector<MemoryRow>& rows);
+  void record_kernels(std::int64_t run_id, const std::vector<KernelRow>& rows);  // accumulates
+  // Hashes the file (sha256, streamed) and records its absolute path and size.
+  ArtifactRow add_artifact(std::int64_t run_id, const std::string& kind, const std::string& path);
+  // status: ok, failed or killed; failed/killed need an error text. The run becomes read-only.
+  void finish_run(std::int64_t run_id, RunStatus status, const std::string& error, const RunSummary& summary);
+  // The one write a finished run accepts.
+  void annotate(std::int64_t run_id, const std::string& text);
+
+  // ---- matrices and decisions ----
+  std::int64_t create_matrix(const std::string& name, const std::string& spec_json);
+  std::vector<MatrixCell> matrix_cells(std::int64_t matrix_id);
+  std::int64_t record_decision(const Decision& decision);
+  // Newest first; empty seam/backend means any.
+  std::vector<Decision> list_decisions(const std::string& seam = "", const std::string& backend = "");
+
+  // ---- reads (CLI, report/) ----
+  // Newest first (started_at, then id). Throws StoreError on an unknown status or unreadable `since`.
+  std::vector<RunRow> list_runs(const RunFilter& filter = {});
+  RunRow get_run(std::int64_t run_id);
+  // Everything the store holds about a run: run, env, spec, backends, catalog, steps, goodput, memory,
+  // kernels, artifacts, annotations, matrix cell.
+  nlohmann::json run_json(std::int64_t run_id);
+  // A read-only SQL query for report code, rows as JSON objects keyed by column name.
+  // A statement that could write is refused with StoreError.
+  nlohmann::json query(std::string_view sql, const std::vector<sql::Param>& params = {});
+
+ private:
+  Store(std::string path, double stale_s, std::unique_ptr<sql::Connection> db);
+
+  // Runs `write` in a write transaction after checking that the run exists and is still running.
+  template <typename Fn>
+  void write_run(std::int64_t run_id, std::string_view what, Fn&& write);
+  void require_running(std::int64_t run_id, std::string_view what);
+  void require_exists(std::int64_t run_id);
+  bool has_row(std::string_view table, std::int64_t id);  // table: runs or matrices
+  void record_env_rows(std::int64_t run_id, const std::map<std::string, std::string>& env);
+  double stale_cutoff() const;  // heartbeats before this read as abandoned
+  nlohmann::json child_rows(std::string_view table, std::string_view order_by, std::int64_t run_id);
+
+  std::string path_;
+  double stale_s_;  // heartbeat age after which a running run reads as abandoned
+  std::unique_ptr<sql::Connection> db_;
+};
+
+}  // namespace ablate::receipts

@@ -1,0 +1,172 @@
+// receipts/store_bench.cpp: Google Benchmark of the receipt store on a temp file (WAL on, as in use):
+//   BM_AppendSteps/N  - step rows written in batches of N (one transaction per batch); rows/s counter.
+//                       Target: >= 100,000 rows/s on a 2-core machine for batches >= 100.
+//   BM_RunJson        - a full run (2,000 steps, backends, catalog, goodput, memory, kernels,
+//                       artifacts, annotations) read back with run_json.
+//   BM_ListRuns       - list_runs with a tag filter over 1,000 runs.
+// Build and run: ninja -C build-receipts store_bench && build-receipts/bench/store_bench
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include "receipts/store.h"
+
+namespace ablate::receipts {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A scratch directory holding the benchmark's database, removed afterwards.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string pattern = (fs::temp_directory_path() / "ablate-store-bench-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+RunStart bench_start(const std::string& name) {
+  RunStart start;
+  start.name = name;
+  start.tags = {"bench", name};
+  start.lane = "bench/1gpu";
+  start.spec_json = R"({"model":{"pattern":"AMEMAMEM","d_model":1024},"train":{"steps":2000}})";
+  for (int i = 0; i < 30; ++i) start.env[fmt::format("key{:02}", i)] = fmt::format("value {}", i);
+  return start;
+}
+
+std::vector<StepRow> steps_from(std::int64_t first, std::int64_t count) {
+  std::vector<StepRow> rows(static_cast<std::size_t>(count));
+  for (std::int64_t i = 0; i < count; ++i) {
+    StepRow& r = rows[static_cast<std::size_t>(i)];
+    r.step = first + i;
+    r.wall_ms = 100.0 + static_cast<double>(i % 7);
+    r.tokens = 65536;
+    r.loss = 3.0 + 1.0 / static_cast<double>(first + i + 1);
+    r.grad_norm = 0.9;
+    r.lr = 3e-4;
+    r.mem_allocated_peak = std::int64_t{40} << 30;
+    r.mem_reserved_peak = std::int64_t{48} << 30;
+    r.rss_bytes = std::int64_t{12} << 30;
+    r.data_wait_ms = 0.1;
+  }
+  return rows;
+}
+
+void BM_AppendSteps(benchmark::State& state) {
+  const std::int64_t batch = state.range(0);
+  ScratchDir dir;
+  auto store = Store::open(dir.file("receipts.db"));
+  const auto run_id = store.begin_run(bench_start("append"));
+  std::int64_t next = 0;
+  for (auto _ : state) {
+    state.PauseTiming();  // building the rows is the runner's cost, not the store's
+    auto rows = steps_from(next, batch);
+    state.ResumeTiming();
+    store.append_steps(run_id, rows);
+    next += batch;
+  }
+  state.counters["rows/s"] = benchmark::Counter(static_cast<double>(next), benchmark::Counter::kIsRate);
+  state.SetItemsProcessed(next);
+}
+BENCHMARK(BM_AppendSteps)->Arg(1)->Arg(100)->Arg(1000)->Arg(10000)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// A run shaped like a real one: 2,000 steps and every other kind of receipt.
+std::int64_t write_full_run(Store& store, const std::string& dir) {
+  const auto id = store.begin_run(bench_start("full"));
+  store.append_steps(id, steps_from(0, 2000));
+  std::vector<BackendRow> backends;
+  std::vector<CatalogRow> catalog;
+  for (const char* seam :
+       {"attention", "rope", "residual_norm", "swiglu", "moe_dispatch", "ssm_scan", "recurrent_scan", "loss"}) {
+    backends.push_back({seam, "fused", "fused", "fused", "", false});
+    catalog.push_back({seam, "fused", "keep", "reference", {fmt::format("{}_fused*", seam)}});
+    catalog.push_back({seam, "reference", "reference", std::nullopt, {}});
+  }
+  store.record_backends(id, backends);
+  store.record_catalog(id, catalog);
+  std::map<std::string, double> goodput;
+  for (const auto& category : goodput_categories()) goodput[category] = 1.5;
+  store.record_goodput(id, goodput);
+  std::vector<MemoryRow> memory;
+  for (std::int64_t step = 0; step < 2000; step += 10) {
+    for (const char* phase : {"forward", "backward", "optimizer"})
+      memory.push_back({step, 0, phase, 1, 2, 3, 0, 0, 0.1});
+  }
+  store.record_memory(id, memory);
+  std::vector<KernelRow> kernels;
+  for (int k = 0; k < 200; ++k) kernels.push_back({fmt::format("kernel_{}", k), "gemm", "swiglu", 0, 100, 100000 + k});
+  store.record_kernels(id, kernels);
+  for (int a = 0; a < 3; ++a) {
+    const std::string path = fmt::format("{}/artifact{}.json", dir, a);
+    std::ofstream(path) << std::string(4096, 'x');
+    store.add_artifact(id, "trace", path);
+  }
+  RunSummary summary;
+  summary.steps = 2000;
+  summary.median_step_ms = 103;
+  summary.tokens_per_s = 636000;
+  summary.goodput_pct = 91;
+  summary.peak_memory_bytes = std::int64_t{48} << 30;
+  store.finish_run(id, RunStatus::ok, "", summary);
+  store.annotate(id, "benchmark run");
+  store.annotate(id, "second note");
+  return id;
+}
+
+void BM_RunJson(benchmark::State& state) {
+  ScratchDir dir;
+  auto store = Store::open(dir.file("receipts.db"));
+  const auto id = write_full_run(store, dir.file(""));
+  std::size_t steps = 0;
+  for (auto _ : state) {
+    const nlohmann::json doc = store.run_json(id);
+    steps = doc["steps"].size();
+    benchmark::DoNotOptimize(doc);
+  }
+  if (steps != 2000) state.SkipWithError("run_json did not return the 2,000 steps");
+  state.counters["runs/s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["steps/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * steps), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_RunJson)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_ListRuns(benchmark::State& state) {
+  ScratchDir dir;
+  auto store = Store::open(dir.file("receipts.db"));
+  for (int i = 0; i < 1000; ++i) {
+    RunStart start = bench_start(fmt::format("run-{}", i));
+    start.tags = {i % 10 == 0 ? "nightly" : "adhoc"};
+    store.finish_run(store.begin_run(start), RunStatus::ok, "", {});
+  }
+  RunFilter filter;
+  filter.tag = "nightly";
+  std::size_t found = 0;
+  for (auto _ : state) {
+    found = store.list_runs(filter).size();
+    benchmark::DoNotOptimize(found);
+  }
+  if (found != 100) state.SkipWithError("expected 100 nightly runs");
+  state.counters["queries/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_ListRuns)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+}  // namespace ablate::receipts
+
+BENCHMARK_MAIN();

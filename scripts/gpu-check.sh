@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# scripts/gpu-check.sh OUT [STEPS]: the GPU machine's lane in one call (see ../shared/GPU.md).
+# Configures and builds with the machine's own LibTorch (python3's torch) plus the carried headers in
+# .gpu-deps/include (SQLite, toml++), runs every test suite (GPU tests run for real there), the
+# benchmarks, and the default GPU experiment; writes logs, benchmark JSON and receipts.db to OUT and
+# prints a short summary last.
+#   device run: bash scripts/gpu-check.sh $OUT        (carry .gpu-deps)
+set -uo pipefail
+OUT=${1:?usage: gpu-check.sh OUT [STEPS]}
+STEPS=${2:-100}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+BUILD=build-gpu
+DEPS=$PWD/.gpu-deps/include
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+PREFIX=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
+t0=$(date +%s)
+cmake -G Ninja -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX" \
+  -DSQLite3_INCLUDE_DIR="$DEPS" -DSQLite3_LIBRARY=/usr/lib/x86_64-linux-gnu/libsqlite3.so.0 \
+  -DCMAKE_CXX_FLAGS="-isystem $DEPS" -DCMAKE_CUDA_FLAGS="-isystem $DEPS" > "$OUT/configure.log" 2>&1 \
+  || { tail -40 "$OUT/configure.log"; exit 1; }
+if ! ninja -C $BUILD -j 16 > "$OUT/build.log" 2>&1; then
+  grep -E "error|FAILED" "$OUT/build.log" | head -40
+  exit 1
+fi
+note "build: $(( $(date +%s) - t0 )) s"
+
+(cd $BUILD && ctest --output-on-failure -j 4 --timeout 600) > "$OUT/ctest.log" 2>&1
+note "tests: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
+grep -E "^\s+[0-9]+ - .*(Failed|Timeout|Exception)" "$OUT/ctest.log" | head -20
+# Which GPU tests ran rather than skipped.
+(cd $BUILD && ctest -N | tail -1) >> "$OUT/ctest.log"
+
+for b in $BUILD/bench/*; do
+  [ -x "$b" ] || continue
+  name=$(basename "$b")
+  "$b" --benchmark_format=json --benchmark_out="$OUT/$name.json" --benchmark_out_format=json \
+       --benchmark_min_time=0.2 > "$OUT/$name.txt" 2>&1
+  note "bench $name: rc $?"
+done
+
+export ABLATE_DB="$OUT/receipts.db"
+$BUILD/ablate run experiments/nam56r-small.toml --set train.steps=$STEPS --set train.log_every=10 2>&1 | tee "$OUT/run.log"
+note "nam56r-small run: rc ${PIPESTATUS[0]}"
+$BUILD/ablate runs > "$OUT/runs.txt" 2>&1
+cat "$OUT/runs.txt"
+echo
+echo "==== summary"
+printf '%s\n' "${summary[@]}"

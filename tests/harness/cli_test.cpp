@@ -1,0 +1,117 @@
+// tests/harness/cli_test.cpp: the `ablate` binary as a user meets it: exit codes (0 ok, 2 bad input),
+// messages on stderr with file:line:column, help for every subcommand, runs/show over a store.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "receipts/store.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int rc;
+  std::string out;  // stdout and stderr together
+};
+
+Result run_cli(const std::string& args) {
+  const std::string cmd = std::string(ABLATE_BINARY_DIR) + "/ablate " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf{};
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ablate-cli-" + std::to_string(::getpid()) + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+}  // namespace
+
+TEST_F(CliTest, HelpForEverySubcommand) {
+  const auto top = run_cli("--help");
+  EXPECT_EQ(top.rc, 0);
+  for (const char* sub : {"validate", "runs", "show", "catalog"}) {
+    EXPECT_NE(top.out.find(sub), std::string::npos) << sub;
+    const auto h = run_cli(std::string(sub) + " --help");
+    EXPECT_EQ(h.rc, 0) << sub;
+    EXPECT_NE(h.out.find("Usage"), std::string::npos) << sub;
+  }
+}
+
+TEST_F(CliTest, ValidateUnknownKeyAtLineThreeExitsTwoAndNamesTheLine) {
+  const fs::path f = dir_ / "bad.toml";
+  std::ofstream(f) << "[train]\nsteps = 10\nstpes = 3\n";
+  const auto r = run_cli("validate " + f.string());
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find(f.string() + ":3:1: error: unknown key 'stpes' in [train] (did you mean 'steps'?)"), std::string::npos)
+      << r.out;
+}
+
+TEST_F(CliTest, ValidatePrintsCanonicalFormAndHash) {
+  const auto r = run_cli("validate " + std::string(ABLATE_SOURCE_DIR) + "/experiments/tiny.toml");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("# spec_hash "), std::string::npos);
+  EXPECT_NE(r.out.find("\"pattern\": \"AEMR\""), std::string::npos);
+}
+
+TEST_F(CliTest, BadCommandLineExitsTwo) {
+  EXPECT_EQ(run_cli("frobnicate").rc, 2);
+  EXPECT_EQ(run_cli("validate /nonexistent.toml").rc, 2);
+  EXPECT_EQ(run_cli("runs --status sideways --db " + (dir_ / "r.db").string()).rc, 2);  // no db yet: also 2
+}
+
+TEST_F(CliTest, RunsAndShowReadTheStore) {
+  const std::string db = (dir_ / "r.db").string();
+  {
+    auto store = ablate::receipts::Store::open(db);
+    ablate::receipts::RunStart s;
+    s.name = "cli-demo";
+    s.tags = {"t1"};
+    s.spec_json = "{}";
+    const auto id = store.begin_run(s);
+    ablate::receipts::RunSummary sum;
+    sum.steps = 5;
+    sum.median_step_ms = 12.5;
+    store.finish_run(id, ablate::receipts::RunStatus::ok, "", sum);
+  }
+  auto r = run_cli("runs --db " + db);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("cli-demo"), std::string::npos);
+  EXPECT_NE(r.out.find("12.50"), std::string::npos);
+  EXPECT_NE(r.out.find("1 run(s)"), std::string::npos);
+  r = run_cli("runs --status failed --db " + db);
+  EXPECT_NE(r.out.find("0 run(s)"), std::string::npos) << r.out;
+  r = run_cli("show 1 --json --db " + db);
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find("\"cli-demo\""), std::string::npos);
+  r = run_cli("show 99 --db " + db);
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find("no run 99"), std::string::npos) << r.out;
+  // ABLATE_DB is honoured when --db is absent.
+  const fs::path missing = dir_ / "none.db";
+  r = run_cli("runs --db " + missing.string());  // a query never creates a database
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_FALSE(fs::exists(missing));
+  const std::string env_cmd = "env ABLATE_DB=" + db + " " + std::string(ABLATE_BINARY_DIR) + "/ablate runs 2>&1";
+  FILE* p = popen(env_cmd.c_str(), "r");
+  char buf[4096];
+  std::string out;
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  EXPECT_EQ(WEXITSTATUS(pclose(p)), 0);
+  EXPECT_NE(out.find("cli-demo"), std::string::npos);
+}

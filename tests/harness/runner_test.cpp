@@ -1,0 +1,122 @@
+// tests/harness/runner_test.cpp: the runner end to end on the CPU with the `tiny` model, through the
+// real receipt store: loss falls, same seed same losses, checkpoint+resume is bitwise, failures are
+// receipts, bad input writes nothing.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "harness/data/errors.h"
+#include "harness/spec.h"
+#include "harness/train/runner.h"
+#include "receipts/store.h"
+
+namespace fs = std::filesystem;
+using namespace ablate;
+
+namespace {
+
+class RunnerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("ablate-runner-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    db_ = (dir_ / "receipts.db").string();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // tiny on the first ~300 kB of /usr/include, cache in the test folder.
+  harness::ExperimentSpec spec(std::vector<std::string> sets) {
+    std::vector<std::string> all = {"data.max_bytes=300000", "data.cache_dir=\"" + (dir_ / "cache").string() + "\"",
+                                    "train.log_every=0", "train.device=\"cpu\""};
+    all.insert(all.end(), sets.begin(), sets.end());
+    return harness::parse_spec_file(std::string(ABLATE_SOURCE_DIR) + "/experiments/tiny.toml", all);
+  }
+  harness::RunResult run(const harness::ExperimentSpec& s) {
+    harness::RunOptions o;
+    o.db_path = db_;
+    o.quiet = true;
+    return harness::run_experiment(s, o);
+  }
+  std::vector<double> losses(int64_t run_id) {
+    auto store = receipts::Store::open(db_);
+    std::vector<double> out;
+    const auto j = store.run_json(run_id);  // keep the document alive while iterating it
+    for (const auto& st : j["steps"]) out.push_back(st["loss"].get<double>());
+    return out;
+  }
+
+  fs::path dir_;
+  std::string db_;
+};
+
+}  // namespace
+
+TEST_F(RunnerTest, TinyTrainsOnTheCorpusAndStoresAnOkReceipt) {
+  const auto r = run(spec({"train.steps=100"}));
+  ASSERT_EQ(r.status, "ok") << r.error;
+  auto store = receipts::Store::open(db_);
+  const auto run_row = store.get_run(r.run_id);
+  EXPECT_TRUE(receipts::is_evidence(run_row));
+  const auto l = losses(r.run_id);
+  ASSERT_EQ(l.size(), 100u);
+  double first = 0, last = 0;
+  for (int i = 0; i < 10; ++i) first += l[i] / 10, last += l[90 + i] / 10;
+  EXPECT_LT(last, first - 1.0) << "mean loss of steps 0-9 " << first << " vs 90-99 " << last;
+  EXPECT_NEAR(l[0], std::log(512.0), 0.5);  // an untrained model predicts about uniformly over V = 512
+
+  const auto j = store.run_json(r.run_id);
+  EXPECT_EQ(j["backends"].size(), 8u);
+  double goodput_sum = 0;
+  for (const auto& [category, seconds] : j["goodput"].items()) goodput_sum += seconds.get<double>();
+  EXPECT_EQ(j["goodput"].size(), 9u);
+  EXPECT_GT(j["goodput"]["productive"].get<double>(), 0);
+  // The categories sum to the run's wall time (ended - started, whole seconds in the store: +-1 s).
+  EXPECT_NEAR(goodput_sum, *run_row.ended_at - run_row.started_at, 1.5);
+  EXPECT_GT(run_row.summary.median_step_ms.value_or(0), 0);
+  EXPECT_FALSE(run_row.summary.mfu.has_value());  // CPU: MFU is null, never guessed
+  EXPECT_EQ(run_row.summary.flops_version, "flops-v1");
+}
+
+TEST_F(RunnerTest, SameSeedSameLosses) {
+  const auto a = run(spec({"train.steps=8", "train.warmup_steps=2"}));
+  const auto b = run(spec({"train.steps=8", "train.warmup_steps=2"}));
+  ASSERT_EQ(a.status, "ok");
+  ASSERT_EQ(b.status, "ok");
+  EXPECT_EQ(losses(a.run_id), losses(b.run_id));
+  const auto c = run(spec({"train.steps=8", "train.warmup_steps=2", "experiment.seed=99"}));
+  EXPECT_NE(losses(a.run_id), losses(c.run_id));
+}
+
+TEST_F(RunnerTest, TwentyStepsEqualTenPlusCheckpointPlusResumedTen) {
+  const std::string ckpt = "train.checkpoint_dir=\"" + (dir_ / "ckpt").string() + "\"";
+  const auto straight = run(spec({"train.steps=20", "train.warmup_steps=2", "train.checkpoint_every=10", ckpt}));
+  ASSERT_EQ(straight.status, "ok") << straight.error;
+  ASSERT_TRUE(fs::exists(dir_ / "ckpt/step-00000010/COMPLETE"));
+  const auto resumed = run(spec({"train.steps=20", "train.warmup_steps=2", "train.resume=true", ckpt}));
+  ASSERT_EQ(resumed.status, "ok") << resumed.error;
+  const auto all = losses(straight.run_id), tail = losses(resumed.run_id);
+  ASSERT_EQ(tail.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) EXPECT_EQ(tail[i], all[10 + i]) << "step " << 10 + i;  // bitwise on CPU
+}
+
+TEST_F(RunnerTest, NonFiniteLossFailsTheRunWithTheStep) {
+  const auto r = run(spec({"train.steps=30", "train.warmup_steps=1", "train.lr=1e30", "train.lr_warmup_steps=0",
+                           "train.grad_clip=0"}));
+  EXPECT_EQ(r.status, "failed");
+  EXPECT_EQ(r.exit_code, 1);
+  auto store = receipts::Store::open(db_);
+  const auto row = store.get_run(r.run_id);
+  EXPECT_EQ(row.status, receipts::RunStatus::failed);
+  ASSERT_TRUE(row.error.has_value());
+  EXPECT_NE(row.error->find("non-finite loss at step "), std::string::npos) << *row.error;
+  EXPECT_FALSE(receipts::is_evidence(row));
+}
+
+TEST_F(RunnerTest, BadInputWritesNothing) {
+  EXPECT_THROW(run(spec({"data.corpus_dir=\"/nonexistent/ablate\""})), data::DataError);
+  EXPECT_THROW(run(spec({"backends.attention=\"sdpa_flash\"", "backends.strict=true"})), std::invalid_argument);
+  EXPECT_FALSE(fs::exists(db_)) << "a rejected run must not create or touch the database";
+}

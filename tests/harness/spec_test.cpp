@@ -1,0 +1,210 @@
+// tests/harness/spec_test.cpp: experiment specs. Every section parses into the typed spec; every bad
+// file in tests/fixtures/specs/bad/ fails with exactly the message in bad/expected.txt (file:line:col);
+// overrides, canonical JSON and identity hashes behave.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "harness/spec.h"
+
+namespace fs = std::filesystem;
+using namespace ablate::harness;
+
+namespace {
+const fs::path kSpecs = fs::path(ABLATE_SOURCE_DIR) / "tests/fixtures/specs";
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The first issue of a failing parse, as the CLI prints it ("where: error: message").
+std::string first_error(const std::string& text, const std::string& name, const std::vector<std::string>& sets = {}) {
+  try {
+    parse_spec_string(text, name, sets);
+  } catch (const SpecError& e) {
+    return e.issues().at(0).where + ": error: " + e.issues().at(0).message;
+  }
+  return "(parsed without error)";
+}
+}  // namespace
+
+TEST(Spec, EverySectionParses) {
+  const auto spec = parse_spec_string(R"(
+[experiment]
+name = "full"
+description = "every section"
+tags = ["a", "b"]
+seed = 7
+[model]
+config = "nam56r-small"
+pattern = "AEMD"
+seq_len = 256
+[model.attention]
+heads = 4
+[model.moe]
+experts = 8
+top_k = 1
+capacity_factor = 1.25
+[model.mamba]
+chunk = 32
+[model.recurrent]
+width = 512
+[model.dense]
+ffn = 1000
+[data]
+source = "synthetic"
+synthetic_distribution = "zipf"
+zipf_exponent = 1.3
+[train]
+steps = 50
+lr = 1e-3
+device = "cpu"
+dtype = "fp32"
+warmup_steps = 3
+checkpoint_every = 10
+resume = true
+[backends]
+attention = "sdpa_flash"
+strict = true
+[compile]
+cuda_graphs = true
+deterministic = true
+[profile]
+enabled = true
+start_step = 10
+steps = 4
+[distributed]
+nproc = 2
+bucket_mb = 50
+)",
+                                      "full.toml");
+  EXPECT_EQ(spec.experiment.name, "full");
+  EXPECT_EQ(spec.experiment.tags, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(spec.experiment.seed, 7);
+  EXPECT_EQ(spec.model.name, "nam56r-small");
+  EXPECT_EQ(spec.model.pattern, "AEMD");
+  EXPECT_EQ(spec.model.d_model, 1024);  // from the named config
+  EXPECT_EQ(spec.model.seq_len, 256);   // overridden
+  EXPECT_EQ(spec.model.attention.heads, 4);
+  EXPECT_EQ(spec.model.attention.nope_dim, 64);
+  EXPECT_EQ(spec.model.moe.experts, 8);
+  EXPECT_EQ(spec.model.moe.top_k, 1);
+  EXPECT_DOUBLE_EQ(spec.model.moe.capacity_factor, 1.25);
+  EXPECT_EQ(spec.model.mamba.chunk, 32);
+  EXPECT_EQ(spec.model.recurrent.width, 512);
+  EXPECT_EQ(spec.model.dense.ffn, 1000);
+  EXPECT_EQ(spec.data.source, "synthetic");
+  EXPECT_EQ(spec.data.synthetic_distribution, "zipf");
+  EXPECT_DOUBLE_EQ(spec.data.zipf_exponent, 1.3);
+  EXPECT_EQ(spec.train.steps, 50);
+  EXPECT_DOUBLE_EQ(spec.train.lr, 1e-3);
+  EXPECT_EQ(spec.train.device, "cpu");
+  EXPECT_EQ(spec.train.checkpoint_every, 10);
+  EXPECT_TRUE(spec.train.resume);
+  EXPECT_EQ(spec.backends.requested.at("attention"), "sdpa_flash");
+  EXPECT_EQ(spec.backends.requested.at("loss"), "reference");  // unnamed seams request the reference
+  EXPECT_TRUE(spec.backends.strict);
+  EXPECT_TRUE(spec.compile.cuda_graphs);
+  EXPECT_TRUE(spec.compile.deterministic);
+  EXPECT_TRUE(spec.profile.enabled);
+  EXPECT_EQ(spec.profile.start_step, 10);
+  EXPECT_EQ(spec.distributed.nproc, 2);
+  EXPECT_EQ(spec.distributed.bucket_mb, 50);
+}
+
+TEST(Spec, DeclaredExperimentsAreValid) {
+  for (const char* f : {"experiments/tiny.toml", "experiments/nam56r-small.toml"}) {
+    const auto spec = parse_spec_file((fs::path(ABLATE_SOURCE_DIR) / f).string());
+    EXPECT_FALSE(spec.experiment.name.empty()) << f;
+  }
+  const auto tiny = parse_spec_file((fs::path(ABLATE_SOURCE_DIR) / "experiments/tiny.toml").string());
+  EXPECT_EQ(tiny.model.pattern, "AEMR");
+  EXPECT_EQ(tiny.model.vocab, 512);
+  const auto big = parse_spec_file((fs::path(ABLATE_SOURCE_DIR) / "experiments/nam56r-small.toml").string());
+  EXPECT_EQ(big.model.pattern, "AEMEAEMEAEMR");
+  EXPECT_EQ(big.model.vocab, 32768);
+  EXPECT_EQ(big.model.seq_len, 2048);
+  EXPECT_EQ(big.model.batch_size, 8);
+}
+
+TEST(Spec, EveryBadFileFailsWithItsExactMessage) {
+  std::map<std::string, std::string> expected;  // file -> first error line
+  std::istringstream lines(slurp(kSpecs / "bad/expected.txt"));
+  for (std::string line; std::getline(lines, line);) expected[line.substr(0, line.find(':'))] = line;
+  size_t checked = 0;
+  for (const auto& entry : fs::directory_iterator(kSpecs / "bad")) {
+    if (entry.path().extension() != ".toml") continue;
+    const std::string name = "bad/" + entry.path().filename().string();
+    ASSERT_TRUE(expected.count(name)) << name << " has no line in bad/expected.txt";
+    EXPECT_EQ(first_error(slurp(entry.path()), name), expected[name]);
+    ++checked;
+  }
+  EXPECT_EQ(checked, expected.size()) << "expected.txt names a file that does not exist";
+  EXPECT_GE(checked, 15u);
+}
+
+TEST(Spec, UnknownKeyAtLineThreeNamesFileLineColumn) {
+  const std::string err = first_error("[train]\nsteps = 3\nbogus = 1\n", "x.toml");
+  EXPECT_EQ(err.rfind("x.toml:3:1: error: unknown key 'bogus' in [train]", 0), 0u) << err;
+}
+
+TEST(Spec, ReportsEveryProblemNotOnlyTheFirst) {
+  try {
+    parse_spec_string("[train]\nsteps = -1\nlr = \"fast\"\n[nope]\n", "m.toml");
+    FAIL() << "parsed";
+  } catch (const SpecError& e) {
+    ASSERT_EQ(e.issues().size(), 3u) << e.what();
+  }
+}
+
+TEST(Spec, OverridesApplyAndFailClosed) {
+  const auto spec = parse_spec_string("[train]\nsteps = 10\n", "o.toml",
+                                      {"train.steps=20", "model.pattern=AMD", "model.attention.heads=4",
+                                       "experiment.tags=[\"x\"]", "data.corpus_dir=/tmp"});
+  EXPECT_EQ(spec.train.steps, 20);
+  EXPECT_EQ(spec.model.pattern, "AMD");  // not valid TOML as a value: taken as a string
+  EXPECT_EQ(spec.model.attention.heads, 4);
+  EXPECT_EQ(spec.experiment.tags, std::vector<std::string>{"x"});
+  EXPECT_EQ(spec.data.corpus_dir, "/tmp");
+
+  EXPECT_EQ(first_error("", "o.toml", {"train.lr=-1"}),
+            "--set train.lr=-1: error: train.lr: value -1 is out of range: must be > 0 and <= 1e+300");
+  EXPECT_EQ(first_error("", "o.toml", {"nosuch"}),
+            "--set nosuch: error: expected section.key=value (for example --set train.steps=20)");
+  EXPECT_EQ(first_error("", "o.toml", {"model.pattern=AZ"}),
+            "--set model.pattern=AZ: error: model.pattern: unknown block letter 'Z' at position 2 of pattern \"AZ\": "
+            "use A (attention), M (Mamba-3), E (MoE), R (RG-LRU) or D (dense MLP)");
+}
+
+TEST(Spec, CanonicalJsonIsTheIdentity) {
+  const auto a = parse_spec_string("[train]\nsteps = 20\nlr = 0.001\n", "a.toml");
+  // Same values, other order, other spelling of the number, comments: same identity.
+  const auto b = parse_spec_string("# c\n[train]\nlr = 1e-3\nsteps = 20\n", "b.toml");
+  EXPECT_EQ(spec_hash(a), spec_hash(b));
+  EXPECT_EQ(canonical_json(a), canonical_json(b));
+  EXPECT_EQ(spec_hash(a).size(), 64u);
+  // Every bound field appears in the canonical form, resolved.
+  const auto j = canonical_json(a);
+  EXPECT_EQ(j["model"]["config"], "tiny");
+  EXPECT_EQ(j["model"]["attention"]["rope_dim"], 8);
+  EXPECT_EQ(j["backends"]["ssm_scan"], "reference");
+  EXPECT_EQ(j["train"]["steps"], 20);
+  // A different value is a different experiment; a non-model change keeps the model hash.
+  const auto c = parse_spec_string("[train]\nsteps = 21\nlr = 0.001\n", "c.toml");
+  EXPECT_NE(spec_hash(a), spec_hash(c));
+  EXPECT_EQ(model_hash(a), model_hash(c));
+  const auto d = parse_spec_string("[model]\npattern = \"AAMR\"\n", "d.toml");
+  EXPECT_NE(model_hash(a), model_hash(d));
+}
+
+TEST(Spec, EmbeddedDefaultsAreValid) {
+  EXPECT_EQ(default_spec(false).model.name, "tiny");
+  EXPECT_EQ(default_spec(true).model.name, "nam56r-small");
+  EXPECT_EQ(default_spec(false, {"train.steps=7"}).train.steps, 7);
+}

@@ -1,0 +1,46 @@
+// tests/harness/step_stats_test.cpp: medians, MAD outliers, the LR schedule and MFU peaks against
+// values worked out by hand.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "harness/step_stats.h"
+
+using namespace ablate::harness;
+
+TEST(StepStats, MedianAndMad) {
+  EXPECT_DOUBLE_EQ(median({3, 1, 2}), 2.0);
+  EXPECT_DOUBLE_EQ(median({4, 1, 3, 2}), 2.5);
+  EXPECT_TRUE(std::isnan(median({})));
+  // |x - 3| = 2 1 0 1 7 -> sorted 0 1 1 2 7 -> MAD 1
+  EXPECT_DOUBLE_EQ(median_absolute_deviation({1, 2, 3, 4, 10}), 1.0);
+}
+
+TEST(StepStats, SlowOutliersUseMedianPlusThreeMad) {
+  // median 10, MAD 1 -> limit 13: 13 is not an outlier, 13.5 and 40 are; a fast 1.0 is not flagged.
+  const std::vector<double> v = {10, 9, 11, 10, 13, 13.5, 40, 1.0, 10, 9, 11};
+  EXPECT_EQ(slow_outliers(v), (std::vector<size_t>{5, 6}));
+  EXPECT_TRUE(slow_outliers({5, 5}).empty());
+}
+
+TEST(StepStats, LearningRateWarmupThenCosineToMinRatio) {
+  // peak 1, warm-up 10 of 110 steps, min 0.1
+  EXPECT_DOUBLE_EQ(learning_rate(0, 110, 10, 1.0, 0.1), 0.1);
+  EXPECT_DOUBLE_EQ(learning_rate(9, 110, 10, 1.0, 0.1), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate(10, 110, 10, 1.0, 0.1), 1.0);
+  EXPECT_NEAR(learning_rate(60, 110, 10, 1.0, 0.1), 0.55, 1e-12);  // half way: 0.1 + 0.9 * 0.5
+  EXPECT_NEAR(learning_rate(110, 110, 10, 1.0, 0.1), 0.1, 1e-12);
+  EXPECT_NEAR(learning_rate(500, 110, 10, 1.0, 0.1), 0.1, 1e-12);  // clamped past the end
+  EXPECT_DOUBLE_EQ(learning_rate(0, 5, 0, 2.0, 0.5), 2.0);          // no warm-up
+}
+
+TEST(StepStats, MfuOnlyForKnownPeaks) {
+  EXPECT_EQ(dense_bf16_peak_flops("NVIDIA H100 80GB HBM3"), 989.4e12);
+  EXPECT_EQ(dense_bf16_peak_flops("NVIDIA H200"), 989.4e12);
+  EXPECT_EQ(dense_bf16_peak_flops("NVIDIA A100-SXM4-80GB"), 312e12);
+  EXPECT_FALSE(dense_bf16_peak_flops("NVIDIA H100 PCIe").has_value());
+  EXPECT_FALSE(dense_bf16_peak_flops("cpu").has_value());
+  // 1e9 FLOPs/token at 98940 tokens/s on an H200 = 10 %
+  EXPECT_NEAR(*model_flops_utilization(1e9, 98940, "NVIDIA H200"), 0.1, 1e-12);
+  EXPECT_FALSE(model_flops_utilization(1e9, 1e5, "Tesla T4").has_value());
+}

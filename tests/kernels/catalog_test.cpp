@@ -1,0 +1,249 @@
+// tests/kernels/catalog_test.cpp: the kernel catalog (kernels/catalog.cpp) and the Dispatcher
+// (kernels/dispatch.cpp): seam order, rows and registry in agreement, fallback resolution with its
+// reason, strict mode, unknown seams and backends, CUPTI kernel-name patterns.
+// Run: build/tests/kernels_tests --gtest_filter='Catalog*:Dispatcher*'
+#include "kernels/catalog.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "kernels/dispatch.h"
+
+namespace ablate::kernels {
+namespace {
+
+using ::testing::HasSubstr;
+
+DeviceInfo cpu() { return DeviceInfo{}; }
+DeviceInfo gpu(int major, int minor, const std::string& dtype) {
+  return DeviceInfo{.cuda = true, .sm_major = major, .sm_minor = minor, .dtype = dtype};
+}
+
+TEST(Catalog, SeamsAreInModelOrder) {
+  EXPECT_EQ(seams(), (std::vector<std::string>{"attention", "rope", "residual_norm", "swiglu", "moe_dispatch",
+                                               "ssm_scan", "recurrent_scan", "loss"}));
+}
+
+TEST(Catalog, EverySeamHasAnAlwaysAvailableReference) {
+  for (const auto& seam : seams()) {
+    const auto* ref = find_backend(seam, "reference");
+    ASSERT_NE(ref, nullptr) << seam;
+    EXPECT_EQ(ref->role, Role::reference) << seam;
+    EXPECT_EQ(ref->fallback, "") << seam;
+    ASSERT_NE(ref->unavailable_reason, nullptr) << seam;
+    EXPECT_EQ(ref->unavailable_reason(cpu()), "") << seam;
+    EXPECT_EQ(ref->unavailable_reason(gpu(9, 0, "bf16")), "") << seam;
+  }
+}
+
+TEST(Catalog, ListsTheExpectedBackends) {
+  EXPECT_EQ(backend_names("attention"),
+            (std::vector<std::string>{"reference", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient"}));
+  EXPECT_EQ(backend_names("loss"), (std::vector<std::string>{"reference", "chunked"}));
+  EXPECT_EQ(find_backend("loss", "chunked")->role, Role::experimental);
+  for (const char* sdpa : {"sdpa_flash", "sdpa_cudnn", "sdpa_efficient"}) {
+    const auto* row = find_backend("attention", sdpa);
+    ASSERT_NE(row, nullptr) << sdpa;
+    EXPECT_EQ(row->role, Role::vendor) << sdpa;
+    EXPECT_EQ(row->fallback, "reference") << sdpa;
+  }
+  EXPECT_EQ(find_backend("attention", "fused_cuda"), nullptr);
+  EXPECT_EQ(find_backend("no_such_seam", "reference"), nullptr);
+}
+
+TEST(Catalog, EveryRowHasADescriptionAndAFallbackChainEndingInTheReference) {
+  for (const auto& row : catalog()) {
+    EXPECT_FALSE(row.description.empty()) << row.seam << "/" << row.name;
+    const BackendInfo* at = &row;
+    for (int hops = 0; !at->fallback.empty(); ++hops) {
+      ASSERT_LT(hops, 10) << "fallback cycle at " << row.seam << "/" << row.name;
+      at = find_backend(row.seam, at->fallback);
+      ASSERT_NE(at, nullptr) << row.seam << "/" << row.name << " falls back to an unlisted backend";
+    }
+    EXPECT_EQ(at->name, "reference") << row.seam << "/" << row.name;
+  }
+}
+
+TEST(Catalog, CatalogAndRegistryListTheSameRows) {
+  std::set<std::pair<std::string, std::string>> catalog_rows;
+  for (const auto& row : catalog()) {
+    catalog_rows.insert({row.seam, row.name});
+    EXPECT_TRUE(has_implementation(row.seam, row.name)) << row.seam << "/" << row.name << " has no implementation";
+  }
+  const auto& r = implementations();
+  std::set<std::pair<std::string, std::string>> registry_rows;
+  auto add = [&](const std::string& seam, const auto& table) {
+    for (const auto& [name, fn] : table) {
+      registry_rows.insert({seam, name});
+      EXPECT_TRUE(static_cast<bool>(fn)) << seam << "/" << name << " is an empty function";
+    }
+  };
+  add("attention", r.attention);
+  add("rope", r.rope);
+  add("residual_norm", r.residual_norm);
+  add("swiglu", r.swiglu);
+  add("moe_dispatch", r.moe_dispatch);
+  add("ssm_scan", r.ssm_scan);
+  add("recurrent_scan", r.recurrent_scan);
+  add("loss", r.loss);
+  EXPECT_EQ(registry_rows, catalog_rows);
+  EXPECT_FALSE(has_implementation("attention", "no_such_backend"));
+  EXPECT_FALSE(has_implementation("no_such_seam", "reference"));
+}
+
+TEST(Catalog, RoleNames) {
+  EXPECT_STREQ(role_name(Role::keep), "keep");
+  EXPECT_STREQ(role_name(Role::borderline), "borderline");
+  EXPECT_STREQ(role_name(Role::experimental), "experimental");
+  EXPECT_STREQ(role_name(Role::vendor), "vendor");
+  EXPECT_STREQ(role_name(Role::reference), "reference");
+}
+
+// Kernel names recorded by the PyTorch profiler on an H100 (LibTorch 2.11, cuDNN 9.19) for one
+// forward + backward of each SDPA backend: each must be claimed by exactly its own row.
+TEST(Catalog, KernelPatternsIdentifyTheVendorAttentionKernels) {
+  const std::vector<std::pair<std::string, std::string>> observed = {
+      {"void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<96, 128, 64, 4, false, false, "
+       "cutlass::bfloat16_t, Flash_kernel_traits<96, 128, 64, 4, cutlass::bfloat16_t> >, false, true>",
+       "sdpa_flash"},
+      {"void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<96, 64, 128>>",
+       "sdpa_flash"},
+      {"void pytorch_flash::flash_bwd_convert_dq_kernel<Flash_bwd_kernel_traits<96, 64, 128>>", "sdpa_flash"},
+      {"cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_cga1x1x1_kernel0_0",
+       "sdpa_cudnn"},
+      {"cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x128_1x4x1_cga1x1x1_kernel0_0",
+       "sdpa_cudnn"},
+      {"void cudnn::fusion::compute_dot_do_o<true>(void const*, void const*, void*)", "sdpa_cudnn"},
+      {"fmha_cutlassF_bf16_aligned_64x128_rf_sm80(PyTorchMemEffAttention::AttentionKernel<...>::Params)",
+       "sdpa_efficient"},
+      {"fmha_cutlassB_bf16_aligned_128x128_k128_sm80(PyTorchMemEffAttention::AttentionBackwardKernel<...>::Params)",
+       "sdpa_efficient"},
+  };
+  for (const auto& [kernel, expected] : observed) {
+    std::vector<std::string> claimed_by;
+    for (const auto& row : catalog())
+      for (const auto& pattern : row.kernel_patterns)
+        if (kernel.find(pattern) != std::string::npos) {
+          claimed_by.push_back(row.name);
+          break;
+        }
+    EXPECT_EQ(claimed_by, std::vector<std::string>{expected}) << kernel;
+  }
+  // A plain elementwise kernel of the reference path belongs to no vendor row.
+  for (const auto& row : catalog())
+    for (const auto& pattern : row.kernel_patterns)
+      EXPECT_EQ(std::string("void at::native::vectorized_elementwise_kernel<4>").find(pattern), std::string::npos);
+}
+
+TEST(CatalogResolve, AvailableBackendIsChosen) {
+  Resolution r;
+  std::string error;
+  ASSERT_TRUE(resolve("attention", "sdpa_flash", gpu(9, 0, "bf16"), /*strict=*/true, r, error)) << error;
+  EXPECT_EQ(r.seam, "attention");
+  EXPECT_EQ(r.requested, "sdpa_flash");
+  EXPECT_EQ(r.chosen, "sdpa_flash");
+  EXPECT_EQ(r.reason, "requested backend is available");
+  EXPECT_EQ(error, "");
+}
+
+TEST(CatalogResolve, FallsBackWithTheReason) {
+  Resolution r;
+  std::string error;
+  ASSERT_TRUE(resolve("attention", "sdpa_flash", cpu(), /*strict=*/false, r, error)) << error;
+  EXPECT_EQ(r.chosen, "reference");
+  EXPECT_EQ(r.reason, "sdpa_flash unavailable: needs a CUDA device; fell back to reference");
+
+  ASSERT_TRUE(resolve("attention", "sdpa_flash", gpu(7, 5, "bf16"), false, r, error));
+  EXPECT_EQ(r.chosen, "reference");
+  EXPECT_EQ(r.reason,
+            "sdpa_flash unavailable: needs compute capability 8.0 or newer (device has 7.5); fell back to reference");
+
+  ASSERT_TRUE(resolve("attention", "sdpa_flash", gpu(9, 0, "fp32"), false, r, error));
+  EXPECT_EQ(r.chosen, "reference");
+  EXPECT_THAT(r.reason, HasSubstr("needs bf16 or fp16 inputs (run dtype is fp32)"));
+
+  ASSERT_TRUE(resolve("attention", "sdpa_cudnn", gpu(8, 0, "bf16"), false, r, error));
+  EXPECT_EQ(r.chosen, "reference");
+  EXPECT_THAT(r.reason, HasSubstr("sdpa_cudnn unavailable: needs compute capability 9.0"));
+
+  ASSERT_TRUE(resolve("attention", "sdpa_efficient", gpu(8, 0, "fp32"), false, r, error));
+  EXPECT_EQ(r.chosen, "sdpa_efficient");
+
+  ASSERT_TRUE(resolve("loss", "chunked", cpu(), true, r, error));
+  EXPECT_EQ(r.chosen, "chunked");
+}
+
+TEST(CatalogResolve, StrictModeRefusesToFallBack) {
+  Resolution r;
+  std::string error;
+  EXPECT_FALSE(resolve("attention", "sdpa_cudnn", cpu(), /*strict=*/true, r, error));
+  EXPECT_THAT(error, HasSubstr("sdpa_cudnn unavailable: needs a CUDA device"));
+  EXPECT_THAT(error, HasSubstr("strict"));
+  EXPECT_EQ(r.chosen, "");
+}
+
+TEST(CatalogResolve, UnknownNamesAreErrorsThatListTheKnownOnes) {
+  Resolution r;
+  std::string error;
+  EXPECT_FALSE(resolve("attention", "fused_cuda", cpu(), false, r, error));
+  EXPECT_EQ(error,
+            "unknown backend 'fused_cuda' for seam 'attention': known backends are reference, sdpa_flash, sdpa_cudnn, "
+            "sdpa_efficient");
+  EXPECT_FALSE(resolve("atention", "reference", cpu(), false, r, error));
+  EXPECT_THAT(error, HasSubstr("unknown seam 'atention'"));
+  EXPECT_THAT(error, HasSubstr("attention, rope, residual_norm, swiglu, moe_dispatch, ssm_scan, recurrent_scan, loss"));
+}
+
+TEST(Dispatcher, DefaultIsReferenceEverywhereInSeamOrder) {
+  const Dispatcher dispatcher;
+  ASSERT_EQ(dispatcher.resolutions().size(), seams().size());
+  for (size_t i = 0; i < seams().size(); ++i) {
+    EXPECT_EQ(dispatcher.resolutions()[i].seam, seams()[i]);
+    EXPECT_EQ(dispatcher.resolutions()[i].requested, "reference");
+    EXPECT_EQ(dispatcher.chosen(seams()[i]), "reference");
+  }
+  EXPECT_THROW(dispatcher.chosen("no_such_seam"), std::invalid_argument);
+}
+
+TEST(Dispatcher, RecordsRequestedChosenAndReason) {
+  const Dispatcher dispatcher({{"attention", "sdpa_flash"}, {"loss", "chunked"}}, cpu(), /*strict=*/false);
+  EXPECT_EQ(dispatcher.chosen("attention"), "reference");
+  EXPECT_EQ(dispatcher.chosen("loss"), "chunked");
+  const auto& first = dispatcher.resolutions().front();
+  EXPECT_EQ(first.requested, "sdpa_flash");
+  EXPECT_EQ(first.reason, "sdpa_flash unavailable: needs a CUDA device; fell back to reference");
+}
+
+TEST(Dispatcher, RejectsUnknownNamesAndStrictFallbacks) {
+  try {
+    Dispatcher({{"attn", "reference"}}, cpu(), false);
+    FAIL() << "unknown seam accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("unknown seam 'attn'"));
+  }
+  try {
+    Dispatcher({{"loss", "fused"}}, cpu(), false);
+    FAIL() << "unknown backend accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("unknown backend 'fused' for seam 'loss': known backends are reference, chunked"));
+  }
+  EXPECT_THROW(Dispatcher({{"attention", "sdpa_flash"}}, cpu(), /*strict=*/true), std::invalid_argument);
+}
+
+TEST(Dispatcher, DescribesTheDevice) {
+  const auto info = describe_device(torch::kCPU, torch::kBFloat16);
+  EXPECT_FALSE(info.cuda);
+  EXPECT_EQ(info.dtype, "bf16");
+  EXPECT_EQ(describe_device(torch::kCPU, torch::kFloat).dtype, "fp32");
+  EXPECT_EQ(describe_device(torch::kCPU, torch::kDouble).dtype, "fp32");
+  if (torch::cuda::is_available()) {
+    const auto cuda = describe_device(torch::Device(torch::kCUDA, 0), torch::kBFloat16);
+    EXPECT_TRUE(cuda.cuda);
+    EXPECT_GE(cuda.sm_major, 5);
+  }
+}
+
+}  // namespace
+}  // namespace ablate::kernels

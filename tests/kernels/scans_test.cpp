@@ -1,0 +1,553 @@
+// tests/kernels/scans_test.cpp: parity tests of the reference scans (kernels/reference/scans.h):
+// the chunked Mamba-3 SISO scan and the chunked RG-LRU recurrence against their per-timestep
+// definitions, forward and backward, fp64 and fp32 (CPU, and CUDA when present), plus hand-computed
+// values, a finite-difference check, extreme decays and argument checks.
+// Run: kernels_tests --gtest_filter='SsmScan*:RecurrentScan*:Scans*'. Each comparison prints the error it
+// observed as "[ measured ] ..." so that tolerances can be revisited against real numbers.
+//
+// Errors are norm-wise: max |got - want| / max |want| over the whole tensor.
+// Inputs are drawn fresh from seeded generators in fp64 with the distributions the model produces
+// (MODEL.md "M" and "R"), spread wide enough that alpha and a reach both ~1 and ~0.
+#include "kernels/reference/scans.h"
+
+// CUDA graph capture needs the CUDA runtime headers, present wherever LibTorch was built with CUDA.
+#if __has_include(<cuda_runtime_api.h>)
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#define ABLATE_SCANS_TEST_CUDA_GRAPHS 1
+#endif
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace ref = ablate::kernels::reference;
+using torch::Tensor;
+
+namespace {
+
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+double rel_err(const Tensor& got, const Tensor& want) {
+  const auto g = got.detach().to(torch::kCPU, torch::kDouble);
+  const auto w = want.detach().to(torch::kCPU, torch::kDouble);
+  EXPECT_EQ(g.sizes(), w.sizes());
+  const double scale = w.abs().max().item<double>();
+  return (g - w).abs().max().item<double>() / (scale > 0 ? scale : 1.0);
+}
+
+bool all_finite(const Tensor& t) { return torch::isfinite(t.detach()).all().item<bool>(); }
+
+void note(const std::string& what, double err) { std::printf("[ measured ] %s: %.3e\n", what.c_str(), err); }
+
+std::vector<Tensor> cast(const std::vector<Tensor>& v, torch::ScalarType dt, torch::Device dev = torch::kCPU) {
+  std::vector<Tensor> out;
+  for (const auto& t : v) out.push_back(t.to(dev, dt));
+  return out;
+}
+
+// Gradients of sum(f(inputs) * g) with respect to every input.
+std::vector<Tensor> grads(const Fn& f, const std::vector<Tensor>& inputs, const Tensor& g) {
+  std::vector<Tensor> leaves;
+  for (const auto& t : inputs) leaves.push_back(t.detach().clone().requires_grad_(true));
+  const auto y = f(leaves);
+  return torch::autograd::grad({(y * g.to(y.device(), y.scalar_type())).sum()}, leaves);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Mamba-3 SISO scan.
+
+// {x, q, k, log_alpha, beta, gamma, D}, fp64 on the CPU. Delta = softplus(3 z - 3) spans ~1e-4..~6 and
+// A = min(-softplus(2 z), -1e-4) spans -1e-4..~-6, so alpha = exp(Delta A) runs from 1 - 1e-8 down to
+// ~1e-15; lambda = sigmoid(z) in (0, 1); beta and gamma as MODEL.md builds them.
+std::vector<Tensor> ssm_inputs(int64_t B, int64_t T, int64_t H, int64_t P, int64_t N, uint64_t seed) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  const auto opt = torch::TensorOptions().dtype(torch::kDouble);
+  auto rn = [&](at::IntArrayRef s) { return torch::randn(s, gen, opt); };
+  auto x = rn({B, T, H, P}), q = rn({B, T, H, N}), k = rn({B, T, H, N});
+  const auto delta = torch::softplus(3 * rn({B, T, H}) - 3);
+  const auto A = (-torch::softplus(2 * rn({B, T, H}))).clamp_max(-1e-4);
+  const auto lambda = torch::sigmoid(rn({B, T, H}));
+  const auto log_alpha = delta * A;
+  const auto beta = (1 - lambda) * delta * log_alpha.exp();
+  const auto gamma = lambda * delta;
+  return {x, q, k, log_alpha, beta, gamma, rn({H})};
+}
+
+Fn ssm_chunked(int64_t L) {
+  return
+      [L](const std::vector<Tensor>& v) { return ref::ssm_scan_chunked(v[0], v[1], v[2], v[3], v[4], v[5], v[6], L); };
+}
+Tensor ssm_stepwise(const std::vector<Tensor>& v) {
+  return ref::ssm_scan_stepwise(v[0], v[1], v[2], v[3], v[4], v[5], v[6]);
+}
+
+struct SsmShape {
+  int64_t B, T, H, P, N, L;
+  std::string name() const {
+    return "B" + std::to_string(B) + " T" + std::to_string(T) + " H" + std::to_string(H) + " P" + std::to_string(P) +
+           " N" + std::to_string(N) + " L" + std::to_string(L);
+  }
+};
+
+// T not a multiple of L, T < L, T = 1, L = 1, T = L, several full chunks plus a tail at the default L.
+const std::vector<SsmShape> kSsmShapes = {
+    {2, 37, 3, 5, 8, 8},  {2, 5, 3, 5, 8, 16},   {2, 1, 3, 5, 8, 4},   {2, 13, 3, 5, 8, 1},
+    {1, 16, 2, 4, 6, 16}, {2, 200, 3, 5, 8, 64}, {1, 130, 2, 3, 4, 7},
+};
+
+// fp64 rounding is ~1e-16 per operation; 1e-10 leaves room for ~T*L-term sums and still catches any
+// algebraic slip (a wrong index or a missing term shows up at 1e-3 or worse).
+constexpr double kFp64Tol = 1e-10;
+
+// fp32 chunked against fp64 stepwise on the same (fp32-rounded) inputs. Each output is a sum of up
+// to L intra-chunk terms (products of 3-4 factors) plus a state carried through T/L chunk updates, so
+// with fp32's 6e-8 unit roundoff the error grows with the number of accumulated terms (~100 here:
+// ~6e-6 at worst, ~1e-6 typically). On top, every decay is exp(c_t - c_s) of chunk-local cumulative
+// sums: its relative error is ~6e-8 * |c_s|, and |c_s| reaches a few hundred when a chunk holds
+// decays near 0 (a = 1e-3: |c| ~ 440). Observed maxima (printed): ~1e-6 (SSM), ~8e-6 (RG-LRU with
+// a mixing 1e-3 and 1-1e-4). Gradients sum over T outputs and get 10x this.
+constexpr double kFp32Tol = 3e-5;
+
+TEST(SsmScan, ChunkedMatchesStepwiseFp64) {
+  uint64_t seed = 100;
+  for (const auto& s : kSsmShapes) {
+    const auto in = ssm_inputs(s.B, s.T, s.H, s.P, s.N, seed++);
+    const auto want = ssm_stepwise(in);
+    const auto got = ssm_chunked(s.L)(in);
+    ASSERT_EQ(got.sizes(), (std::vector<int64_t>{s.B, s.T, s.H, s.P})) << s.name();
+    EXPECT_EQ(got.scalar_type(), torch::kDouble);
+    const double err = rel_err(got, want);
+    note("ssm fp64 chunked vs stepwise " + s.name(), err);
+    EXPECT_LT(err, kFp64Tol) << s.name();
+  }
+}
+
+// Independent of both implementations: T = 2, P = N = 1, the recurrence evaluated by hand.
+// beta_0 is set non-zero and must not contribute (no beta term at the first position).
+TEST(SsmScan, HandComputedT2) {
+  const double x0 = 0.7, x1 = -1.3, k0 = 0.9, k1 = 0.4, q0 = -0.6, q1 = 1.1;
+  const double la0 = -0.2, la1 = -0.5, b0 = 0.35, b1 = 0.25, g0 = 0.8, g1 = 0.6, D = 0.3;
+  const double h0 = g0 * x0 * k0;  // alpha_0 * h_{-1} = 0, no beta term
+  const double y0 = h0 * q0 + D * x0;
+  const double h1 = std::exp(la1) * h0 + b1 * x0 * k0 + g1 * x1 * k1;
+  const double y1 = h1 * q1 + D * x1;
+  auto t4 = [](double a, double b) { return torch::tensor({a, b}, torch::kDouble).view({1, 2, 1, 1}); };
+  auto t3 = [](double a, double b) { return torch::tensor({a, b}, torch::kDouble).view({1, 2, 1}); };
+  const std::vector<Tensor> in = {
+      t4(x0, x1), t4(q0, q1), t4(k0, k1), t3(la0, la1), t3(b0, b1), t3(g0, g1), torch::tensor({D}, torch::kDouble)};
+  const auto want = t4(y0, y1);
+  EXPECT_LT((ssm_stepwise(in) - want).abs().max().item<double>(), 1e-15);
+  for (int64_t L : {1, 2, 64}) {
+    const double err = (ssm_chunked(L)(in) - want).abs().max().item<double>();
+    note("ssm hand check T=2 L=" + std::to_string(L) + " (abs)", err);
+    EXPECT_LT(err, 1e-15) << "L=" << L;
+  }
+}
+
+void ssm_fp32_check(torch::Device dev) {
+  uint64_t seed = 200;
+  for (const auto& s : {SsmShape{2, 37, 3, 5, 8, 8}, SsmShape{2, 200, 3, 5, 8, 64}, SsmShape{2, 300, 3, 16, 16, 16}}) {
+    const auto in32 = cast(ssm_inputs(s.B, s.T, s.H, s.P, s.N, seed++), torch::kFloat, dev);
+    const auto in64 = cast(in32, torch::kDouble);  // the same rounded values, on the CPU
+    const auto got = ssm_chunked(s.L)(in32);
+    EXPECT_EQ(got.scalar_type(), torch::kFloat);
+    EXPECT_EQ(got.device(), dev);
+    const auto want = ssm_stepwise(in64);
+    const double err = rel_err(got, want);
+    note("ssm fp32 chunked (" + dev.str() + ") vs fp64 stepwise " + s.name(), err);
+    EXPECT_LT(err, kFp32Tol) << s.name();
+
+    // Backward in fp32 against fp64 stepwise (see kFp32Tol for the 10x).
+    const auto g = torch::randn({s.B, s.T, s.H, s.P}, at::detail::createCPUGenerator(seed++), torch::kDouble);
+    const auto d32 = grads(ssm_chunked(s.L), in32, g.to(dev, torch::kFloat));
+    const auto d64 = grads(ssm_stepwise, in64, g);
+    for (size_t i = 0; i < d32.size(); ++i) {
+      const double e = rel_err(d32[i], d64[i]);
+      note("ssm fp32 grad[" + std::to_string(i) + "] (" + dev.str() + ") " + s.name(), e);
+      EXPECT_LT(e, 10 * kFp32Tol) << "input " << i << " " << s.name();
+    }
+  }
+}
+
+TEST(SsmScan, Fp32ChunkedMatchesFp64StepwiseCpu) { ssm_fp32_check(torch::kCPU); }
+
+TEST(SsmScan, Fp32ChunkedMatchesFp64StepwiseCuda) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible to LibTorch";
+  ssm_fp32_check(torch::Device(torch::kCUDA, 0));
+}
+
+TEST(SsmScan, GradientsChunkedMatchStepwiseFp64) {
+  uint64_t seed = 300;
+  for (const auto& s : {SsmShape{2, 37, 3, 5, 8, 8}, SsmShape{2, 13, 3, 5, 8, 1}, SsmShape{2, 5, 3, 5, 8, 16},
+                        SsmShape{1, 100, 2, 3, 4, 64}}) {
+    const auto in = ssm_inputs(s.B, s.T, s.H, s.P, s.N, seed++);
+    const auto g = torch::randn({s.B, s.T, s.H, s.P}, at::detail::createCPUGenerator(seed++), torch::kDouble);
+    const auto got = grads(ssm_chunked(s.L), in, g);
+    const auto want = grads(ssm_stepwise, in, g);
+    const char* names[] = {"x", "q", "k", "log_alpha", "beta", "gamma", "D"};
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_TRUE(got[i].defined()) << names[i];
+      const double err = rel_err(got[i], want[i]);
+      note(std::string("ssm fp64 grad ") + names[i] + " " + s.name(), err);
+      EXPECT_LT(err, kFp64Tol) << names[i] << " " << s.name();
+    }
+  }
+}
+
+// Central differences of sum(y * g) in fp64 against the chunked form's autograd gradients, every
+// element of every input. Step 1e-6: truncation error ~1e-12, rounding ~1e-16 * |f| / 1e-6 ~ 1e-9.
+void finite_difference_check(const Fn& f, const std::vector<Tensor>& in, const Tensor& g, const std::string& what) {
+  const auto analytic = grads(f, in, g);
+  const double h = 1e-6;
+  for (size_t i = 0; i < in.size(); ++i) {
+    auto numeric = torch::zeros_like(in[i]);
+    auto flat = numeric.view(-1);
+    for (int64_t j = 0; j < in[i].numel(); ++j) {
+      auto plus = in, minus = in;
+      plus[i] = in[i].clone();
+      minus[i] = in[i].clone();
+      plus[i].view(-1)[j] += h;
+      minus[i].view(-1)[j] -= h;
+      flat[j] = ((f(plus) * g).sum() - (f(minus) * g).sum()) / (2 * h);
+    }
+    const double err = rel_err(analytic[i], numeric);
+    note(what + " finite differences, input " + std::to_string(i), err);
+    EXPECT_LT(err, 1e-7) << what << " input " << i;
+  }
+}
+
+TEST(SsmScan, FiniteDifferencesChunkedFp64) {
+  const auto in = ssm_inputs(1, 7, 2, 2, 3, 400);
+  const auto g = torch::randn({1, 7, 2, 2}, at::detail::createCPUGenerator(401), torch::kDouble);
+  finite_difference_check(ssm_chunked(3), in, g, "ssm L=3 T=7");
+}
+
+// alpha that underflows in fp32 (Delta*A = -150: exp gives 0, so beta = (1-lambda) Delta alpha = 0 too).
+// A form that divides beta by alpha would produce 0/0 here; ours must stay finite and accurate.
+TEST(SsmScan, Fp32SurvivesVanishingAlpha) {
+  auto in = ssm_inputs(2, 50, 3, 5, 8, 500);
+  auto la = in[3].clone();
+  la.select(1, 10).fill_(-150.0);  // a hard reset inside the first chunk
+  la.select(1, 31).fill_(-150.0);  // and one at the boundary-adjacent position of a later chunk
+  in[3] = la;
+  in[4] = in[4].clone();
+  in[4].select(1, 10).zero_();  // what the block computes in fp32: (1-lambda) Delta exp(-150) = 0
+  in[4].select(1, 31).zero_();
+  const auto in32 = cast(in, torch::kFloat);
+  const auto got = ssm_chunked(16)(in32);
+  ASSERT_TRUE(all_finite(got));
+  const double err = rel_err(got, ssm_stepwise(cast(in32, torch::kDouble)));
+  note("ssm fp32 with alpha = exp(-150)", err);
+  EXPECT_LT(err, kFp32Tol);
+  const auto g = torch::randn({2, 50, 3, 5}, at::detail::createCPUGenerator(501), torch::kFloat);
+  for (const auto& d : grads(ssm_chunked(16), in32, g)) EXPECT_TRUE(all_finite(d));
+}
+
+// Under bf16 autocast (as the model runs) the scan must still compute in fp32: compare with the same
+// call outside autocast. A bf16 matmul inside would be off by ~1e-2.
+void autocast_check(torch::Device dev) {
+  const auto in = cast(ssm_inputs(2, 70, 3, 8, 16, 600), torch::kFloat, dev);
+  const auto plain = ssm_chunked(16)(in);
+  const auto dev_type = dev.type();
+  const bool was = at::autocast::is_autocast_enabled(dev_type);
+  const auto was_dtype = at::autocast::get_autocast_dtype(dev_type);
+  at::autocast::set_autocast_enabled(dev_type, true);
+  at::autocast::set_autocast_dtype(dev_type, at::kBFloat16);
+  // Proof that autocast is live in this scope, so the comparison below can fail.
+  const auto probe = torch::matmul(in[0].select(1, 0), in[0].select(1, 0).transpose(-1, -2)).scalar_type();
+  const auto under = ssm_chunked(16)(in);
+  at::autocast::set_autocast_enabled(dev_type, was);
+  at::autocast::set_autocast_dtype(dev_type, was_dtype);
+  at::autocast::clear_cache();
+  EXPECT_EQ(probe, at::kBFloat16);
+  EXPECT_EQ(under.scalar_type(), torch::kFloat);
+  const double err = rel_err(under, plain);
+  note("ssm under bf16 autocast vs without (" + dev.str() + ")", err);
+  EXPECT_LT(err, 1e-6);
+}
+
+TEST(SsmScan, AutocastKeepsFp32Cpu) { autocast_check(torch::kCPU); }
+
+TEST(SsmScan, AutocastKeepsFp32Cuda) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible to LibTorch";
+  autocast_check(torch::Device(torch::kCUDA, 0));
+}
+
+// bf16 x/q/k (what a bf16 projection hands over) are promoted, the output is fp32, and
+// non-contiguous views give the same result as contiguous tensors.
+TEST(SsmScan, DtypesAndLayouts) {
+  auto in = cast(ssm_inputs(2, 21, 3, 4, 6, 700), torch::kFloat);
+  for (int i = 0; i < 3; ++i) in[i] = in[i].to(torch::kBFloat16);
+  const auto y = ssm_chunked(8)(in);
+  EXPECT_EQ(y.scalar_type(), torch::kFloat);
+  auto up = in;
+  for (int i = 0; i < 3; ++i) up[i] = in[i].to(torch::kFloat);
+  EXPECT_EQ(rel_err(y, ssm_chunked(8)(up)), 0.0);
+  // x as a [B,H,T,P] buffer seen through a transpose, q through a slice of a wider buffer.
+  auto strided = up;
+  strided[0] = up[0].transpose(1, 2).contiguous().transpose(1, 2);
+  strided[1] = torch::cat({up[1], up[1]}, -1).narrow(-1, 0, up[1].size(-1));
+  ASSERT_FALSE(strided[0].is_contiguous());
+  ASSERT_FALSE(strided[1].is_contiguous());
+  EXPECT_EQ(rel_err(ssm_chunked(8)(strided), ssm_chunked(8)(up)), 0.0);
+}
+
+TEST(SsmScan, RejectsBadArguments) {
+  const auto in = ssm_inputs(1, 4, 2, 3, 4, 800);
+  auto bad = [&](int i, const Tensor& t) {
+    auto v = in;
+    v[i] = t;
+    return v;
+  };
+  EXPECT_THROW(ssm_chunked(0)(in), c10::Error);
+  EXPECT_THROW(ssm_chunked(4)(bad(1, in[1].narrow(3, 0, 3))), c10::Error);             // k and q differ in N
+  EXPECT_THROW(ssm_chunked(4)(bad(3, in[3].narrow(1, 0, 3))), c10::Error);             // log_alpha shorter in T
+  EXPECT_THROW(ssm_chunked(4)(bad(6, torch::ones({3}, torch::kDouble))), c10::Error);  // D not [H]
+  EXPECT_THROW(ssm_stepwise(bad(0, in[0].select(0, 0))), c10::Error);                  // x not 4-D
+}
+
+// ---------------------------------------------------------------------------------------------------
+// RG-LRU recurrence.
+
+// {a, b}, fp64 on the CPU: log a = -8 r softplus(-Lambda) with r = sigmoid(z) and softplus(-Lambda)
+// spread over ~1e-3..~3 (wider than the block's init), so a runs from ~1 - 1e-4 down to ~1e-10;
+// b = sqrt(1 - a^2) * z as the block feeds it (keeps h of order 1 in every channel).
+std::vector<Tensor> rec_inputs(int64_t B, int64_t T, int64_t W, uint64_t seed) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  const auto opt = torch::TensorOptions().dtype(torch::kDouble);
+  auto rn = [&](at::IntArrayRef s) { return torch::randn(s, gen, opt); };
+  const auto log_a = -8 * torch::sigmoid(rn({B, T, W})) * torch::softplus(2 * rn({B, T, W}) - 2);
+  const auto a = log_a.exp();
+  return {a, (1 - a * a).sqrt() * rn({B, T, W})};
+}
+
+Fn rec_chunked(int64_t L) {
+  return [L](const std::vector<Tensor>& v) { return ref::recurrent_scan_chunked(v[0], v[1], L); };
+}
+Tensor rec_stepwise(const std::vector<Tensor>& v) { return ref::recurrent_scan_stepwise(v[0], v[1]); }
+
+struct RecShape {
+  int64_t B, T, W, L;
+  std::string name() const {
+    return "B" + std::to_string(B) + " T" + std::to_string(T) + " W" + std::to_string(W) + " L" + std::to_string(L);
+  }
+};
+const std::vector<RecShape> kRecShapes = {{2, 37, 5, 8},  {2, 5, 5, 16},   {2, 1, 5, 4},    {2, 13, 5, 1},
+                                          {1, 16, 3, 16}, {3, 200, 7, 64}, {1, 1000, 4, 64}};
+
+TEST(RecurrentScan, ChunkedMatchesStepwiseFp64) {
+  uint64_t seed = 1100;
+  for (const auto& s : kRecShapes) {
+    const auto in = rec_inputs(s.B, s.T, s.W, seed++);
+    const auto got = rec_chunked(s.L)(in);
+    ASSERT_EQ(got.sizes(), in[1].sizes()) << s.name();
+    const double err = rel_err(got, rec_stepwise(in));
+    note("rec fp64 chunked vs stepwise " + s.name(), err);
+    EXPECT_LT(err, kFp64Tol) << s.name();
+  }
+}
+
+// The dispatcher registers recurrent_scan_chunked(a, b), i.e. the header's default chunk.
+TEST(RecurrentScan, DefaultChunkMatchesStepwiseFp64) {
+  const auto in = rec_inputs(2, 333, 6, 1150);
+  const double err = rel_err(ref::recurrent_scan_chunked(in[0], in[1]), rec_stepwise(in));
+  note("rec fp64 default chunk vs stepwise B2 T333 W6", err);
+  EXPECT_LT(err, kFp64Tol);
+}
+
+TEST(RecurrentScan, HandComputedT3) {
+  // h_0 = b_0 (a_0 multiplies h_{-1} = 0), h_1 = a_1 h_0 + b_1, h_2 = a_2 h_1 + b_2.
+  const double a0 = 0.5, a1 = 0.9, a2 = 0.25, b0 = 2.0, b1 = -1.0, b2 = 0.125;
+  const double h0 = b0, h1 = a1 * h0 + b1, h2 = a2 * h1 + b2;
+  const std::vector<Tensor> in = {torch::tensor({a0, a1, a2}, torch::kDouble).view({1, 3, 1}),
+                                  torch::tensor({b0, b1, b2}, torch::kDouble).view({1, 3, 1})};
+  const auto want = torch::tensor({h0, h1, h2}, torch::kDouble).view({1, 3, 1});
+  EXPECT_LT((rec_stepwise(in) - want).abs().max().item<double>(), 1e-15);
+  for (int64_t L : {1, 2, 64}) {
+    const double err = (rec_chunked(L)(in) - want).abs().max().item<double>();
+    note("rec hand check T=3 L=" + std::to_string(L) + " (abs)", err);
+    EXPECT_LT(err, 1e-15) << "L=" << L;
+  }
+}
+
+TEST(RecurrentScan, GradientsChunkedMatchStepwiseFp64) {
+  uint64_t seed = 1200;
+  for (const auto& s : {RecShape{2, 37, 5, 8}, RecShape{2, 13, 5, 1}, RecShape{2, 5, 5, 16}, RecShape{1, 300, 4, 64}}) {
+    const auto in = rec_inputs(s.B, s.T, s.W, seed++);
+    const auto g = torch::randn({s.B, s.T, s.W}, at::detail::createCPUGenerator(seed++), torch::kDouble);
+    const auto got = grads(rec_chunked(s.L), in, g);
+    const auto want = grads(rec_stepwise, in, g);
+    for (size_t i = 0; i < 2; ++i) {
+      const double err = rel_err(got[i], want[i]);
+      note(std::string("rec fp64 grad ") + (i == 0 ? "a " : "b ") + s.name(), err);
+      EXPECT_LT(err, kFp64Tol) << (i == 0 ? "a " : "b ") << s.name();
+    }
+  }
+}
+
+TEST(RecurrentScan, FiniteDifferencesChunkedFp64) {
+  // a kept >= 0.01 so that a +- 1e-6 stays inside (0, 1] (below, a - h could go negative).
+  auto in = rec_inputs(2, 9, 3, 1300);
+  in[0] = in[0].clamp_min(0.01);
+  const auto g = torch::randn({2, 9, 3}, at::detail::createCPUGenerator(1301), torch::kDouble);
+  finite_difference_check(rec_chunked(4), in, g, "rec L=4 T=9");
+}
+
+void rec_fp32_check(torch::Device dev) {
+  uint64_t seed = 1400;
+  for (const auto& s : {RecShape{2, 37, 5, 8}, RecShape{3, 200, 7, 64}, RecShape{2, 1000, 16, 64}}) {
+    const auto in32 = cast(rec_inputs(s.B, s.T, s.W, seed++), torch::kFloat, dev);
+    const auto in64 = cast(in32, torch::kDouble);
+    const auto got = rec_chunked(s.L)(in32);
+    EXPECT_EQ(got.scalar_type(), torch::kFloat);
+    const double err = rel_err(got, rec_stepwise(in64));
+    note("rec fp32 chunked (" + dev.str() + ") vs fp64 stepwise " + s.name(), err);
+    EXPECT_LT(err, kFp32Tol) << s.name();
+    const auto g = torch::randn({s.B, s.T, s.W}, at::detail::createCPUGenerator(seed++), torch::kDouble);
+    const auto d32 = grads(rec_chunked(s.L), in32, g.to(dev, torch::kFloat));
+    const auto d64 = grads(rec_stepwise, in64, g);
+    for (size_t i = 0; i < 2; ++i) {
+      const double e = rel_err(d32[i], d64[i]);
+      note(std::string("rec fp32 grad ") + (i == 0 ? "a" : "b") + " (" + dev.str() + ") " + s.name(), e);
+      EXPECT_LT(e, 10 * kFp32Tol) << s.name();
+    }
+  }
+}
+
+TEST(RecurrentScan, Fp32ChunkedMatchesFp64StepwiseCpu) { rec_fp32_check(torch::kCPU); }
+
+TEST(RecurrentScan, Fp32ChunkedMatchesFp64StepwiseCuda) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible to LibTorch";
+  rec_fp32_check(torch::Device(torch::kCUDA, 0));
+}
+
+// Long sequences at the ends of (0, 1]: a = 1 - 1e-4 (memory of ~1e4 steps, h a running sum of
+// unit-variance b), a = 1e-3 (chunk-local log-cumsums reach -440: exp(-c_s) would overflow fp32),
+// a = 1 exactly, a mix of both extremes, and a with exact zeros (underflowed upstream).
+TEST(RecurrentScan, ExtremeDecaysLongSequence) {
+  const int64_t B = 2, T = 1000, W = 4;
+  auto gen = at::detail::createCPUGenerator(1500);
+  const auto b = torch::randn({B, T, W}, gen, torch::kDouble);
+  const auto coin = torch::rand({B, T, W}, gen, torch::kDouble) < 0.5;
+  const auto full = [&](double v) { return torch::full({B, T, W}, v, torch::kDouble); };
+  auto with_zeros = full(0.9);
+  with_zeros.select(1, 100).zero_();
+  with_zeros.select(1, 517).zero_();
+  const std::vector<std::pair<std::string, Tensor>> cases = {
+      {"a=1-1e-4", full(1 - 1e-4)},
+      {"a=1e-3", full(1e-3)},
+      {"a=1", full(1.0)},
+      {"a mixed 1e-3 / 1-1e-4", torch::where(coin, full(1e-3), full(1 - 1e-4))},
+      {"a=0.9 with exact zeros", with_zeros},
+  };
+  const auto g = torch::randn({B, T, W}, gen, torch::kDouble);
+  for (const auto& [name, a] : cases) {
+    const std::vector<Tensor> in = {a, b};
+    const auto want = rec_stepwise(in);
+    const auto got64 = rec_chunked(64)(in);
+    ASSERT_TRUE(all_finite(got64)) << name;
+    const double err64 = rel_err(got64, want);
+    note("rec fp64 " + name + " T=1000", err64);
+    EXPECT_LT(err64, kFp64Tol) << name;
+
+    const auto in32 = cast(in, torch::kFloat);
+    const auto got32 = rec_chunked(64)(in32);
+    ASSERT_TRUE(all_finite(got32)) << name;
+    const double err32 = rel_err(got32, rec_stepwise(cast(in32, torch::kDouble)));
+    note("rec fp32 " + name + " T=1000", err32);
+    EXPECT_LT(err32, kFp32Tol) << name;
+
+    // Backward: finite in fp32, close to fp64 stepwise in fp32 and equal to it in fp64 (including
+    // d/da at a = 0, which is h_{t-1} dLoss/dh_t, not 0).
+    const auto w64 = grads(rec_stepwise, in, g);
+    const auto d32 = grads(rec_chunked(64), in32, g.to(torch::kFloat));
+    const auto w32 = grads(rec_stepwise, cast(in32, torch::kDouble), g);
+    const auto d64 = grads(rec_chunked(64), in, g);
+    for (size_t i = 0; i < 2; ++i) {
+      const std::string which = i == 0 ? " grad a" : " grad b";
+      EXPECT_TRUE(all_finite(d32[i])) << name << which;
+      const double e32 = rel_err(d32[i], w32[i]), e64 = rel_err(d64[i], w64[i]);
+      note("rec fp32" + which + " " + name + " T=1000", e32);
+      note("rec fp64" + which + " " + name + " T=1000", e64);
+      EXPECT_LT(e32, 10 * kFp32Tol) << name << which;
+      EXPECT_LT(e64, kFp64Tol) << name << which;
+    }
+  }
+}
+
+// The chunked form's backward is the adjoint scan, not recorded by autograd: asking for a graph of
+// the gradient must fail loudly rather than return gradients that silently have no second order.
+TEST(RecurrentScan, DoubleBackwardFailsClosed) {
+  const auto in = rec_inputs(1, 10, 3, 1600);
+  const auto a = in[0].clone().requires_grad_(true), b = in[1].clone().requires_grad_(true);
+  const auto h = ref::recurrent_scan_chunked(a, b, 4);
+  EXPECT_THROW(torch::autograd::grad({h.sum()}, {a, b}, {}, /*retain_graph=*/true, /*create_graph=*/true), c10::Error);
+}
+
+TEST(RecurrentScan, RejectsBadArguments) {
+  const auto a = torch::full({1, 4, 2}, 0.5), b = torch::ones({1, 4, 2});
+  EXPECT_THROW(ref::recurrent_scan_chunked(a, b, 0), c10::Error);
+  EXPECT_THROW(ref::recurrent_scan_chunked(a, b.narrow(1, 0, 3)), c10::Error);
+  EXPECT_THROW(ref::recurrent_scan_stepwise(a.select(0, 0), b.select(0, 0)), c10::Error);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// CUDA graphs: forward and backward of both chunked scans must capture (no host sync, no
+// data-dependent shape: either would abort the capture) and replay to the eager result, also after
+// the inputs are overwritten in place (the graph reads them, it did not bake them in).
+#ifdef ABLATE_SCANS_TEST_CUDA_GRAPHS
+void graph_check(const Fn& f, const std::vector<Tensor>& inputs_cpu, const std::string& what) {
+  const torch::Device dev(torch::kCUDA, 0);
+  std::vector<Tensor> in;
+  for (const auto& t : inputs_cpu) in.push_back(t.to(dev, torch::kFloat).requires_grad_(true));
+  auto run = [&] {
+    const auto y = f(in);
+    auto out = torch::autograd::grad({(y * y).sum()}, in);
+    out.insert(out.begin(), y);
+    return out;
+  };
+  const auto side = c10::cuda::getStreamFromPool(false, 0);
+  c10::cuda::CUDAStreamGuard on_side(side);
+  for (int i = 0; i < 3; ++i) run();  // warm-up outside capture (cuBLAS workspaces, allocator pools)
+  side.synchronize();
+  at::cuda::CUDAGraph graph;
+  std::vector<Tensor> captured;
+  graph.capture_begin();
+  captured = run();
+  graph.capture_end();
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1) {
+      torch::NoGradGuard no_grad;
+      for (auto& t : in) t.mul_(0.5);  // new values in the same storage
+    }
+    graph.replay();
+    const auto eager = run();
+    side.synchronize();
+    for (size_t i = 0; i < eager.size(); ++i) {
+      const double err = rel_err(captured[i], eager[i]);
+      EXPECT_LT(err, 1e-6) << what << " output " << i << " round " << round;
+    }
+  }
+}
+#endif
+
+TEST(Scans, CudaGraphCaptureAndReplay) {
+#ifdef ABLATE_SCANS_TEST_CUDA_GRAPHS
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible to LibTorch";
+  graph_check(ssm_chunked(16), ssm_inputs(2, 100, 3, 8, 16, 1700), "ssm_scan_chunked");
+  graph_check(rec_chunked(16), rec_inputs(2, 100, 32, 1701), "recurrent_scan_chunked");
+#else
+  GTEST_SKIP() << "LibTorch built without CUDA headers";
+#endif
+}
+
+}  // namespace

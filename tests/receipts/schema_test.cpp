@@ -1,0 +1,240 @@
+// tests/receipts/schema_test.cpp: opening the store: tables and pragmas of a new file, reopening,
+// migrating every earlier schema (fixtures in tests/fixtures/receipts/), refusing newer schemas,
+// non-SQLite files and foreign SQLite files without touching them.
+// Run: build-receipts/tests/receipts_tests --gtest_filter='Schema*'
+#include "receipts/schema.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "receipts/store.h"
+#include "tests/receipts/test_util.h"
+
+namespace ablate::receipts {
+namespace {
+
+using testing::FileSnapshot;
+using testing::RawDb;
+using testing::TempDir;
+
+const std::set<std::string> kTables = {"annotations", "artifacts", "catalog",      "decisions", "goodput",
+                                       "kernels",     "matrices",  "matrix_cells", "memory",    "run_backends",
+                                       "run_env",     "run_spec",  "runs",         "steps"};
+
+std::set<std::string> tables(Store& store) {
+  std::set<std::string> names;
+  for (const auto& row : store.query("SELECT name FROM sqlite_master WHERE type = 'table'")) {
+    names.insert(row["name"].get<std::string>());
+  }
+  return names;
+}
+
+// The schema as (type, name, sql) lines: two databases with equal dumps have the same schema.
+std::set<std::string> schema_dump(const std::string& path) {
+  RawDb db(path);
+  std::set<std::string> out;
+  const int n = std::stoi(db.scalar("SELECT count(*) FROM sqlite_master WHERE sql IS NOT NULL"));
+  for (int i = 0; i < n; ++i) {
+    out.insert(
+        db.scalar(fmt::format("SELECT type || ' ' || name || ': ' || sql FROM sqlite_master WHERE sql IS NOT "
+                              "NULL ORDER BY type, name LIMIT 1 OFFSET {}",
+                              i)));
+  }
+  return out;
+}
+
+std::string load_fixture(const TempDir& dir, const std::string& fixture_name) {
+  const std::string path = dir.file(fixture_name + ".db");
+  RawDb db(path);
+  db.exec_ok(testing::read_file(testing::fixture(fixture_name + ".sql")));
+  return path;
+}
+
+void expect_store_error_containing(const std::string& path, const std::vector<std::string>& parts) {
+  try {
+    Store::open(path);
+    FAIL() << "expected StoreError opening " << path;
+  } catch (const StoreError& e) {
+    for (const auto& part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+TEST(Schema, NewFileHasEveryTableAndThePragmas) {
+  TempDir dir;
+  auto store = Store::open(dir.file("receipts.db"));
+  EXPECT_EQ(tables(store), kTables);
+  EXPECT_EQ(store.schema_version(), schema::latest_version());
+  EXPECT_EQ(store.query("SELECT journal_mode FROM pragma_journal_mode")[0]["journal_mode"], "wal");
+  EXPECT_EQ(store.query("SELECT foreign_keys FROM pragma_foreign_keys")[0]["foreign_keys"], 1);
+  EXPECT_EQ(store.query("SELECT synchronous FROM pragma_synchronous")[0]["synchronous"], 1);  // NORMAL
+  EXPECT_EQ(store.query("SELECT timeout FROM pragma_busy_timeout")[0]["timeout"], 10000);
+  EXPECT_EQ(store.query("SELECT application_id FROM pragma_application_id")[0]["application_id"],
+            schema::kApplicationId);
+}
+
+TEST(Schema, ForeignKeysAreEnforced) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.db");
+  auto store = Store::open(path);
+  // Through the store's own connection: a step row for a run that does not exist.
+  EXPECT_THROW(store.append_steps(99, testing::make_steps(1)), StoreError);
+  RawDb raw(path);
+  raw.exec_ok("PRAGMA foreign_keys = ON");
+  EXPECT_NE(raw.exec("INSERT INTO steps (run_id, step, wall_ms) VALUES (99, 0, 1.0)").find("FOREIGN KEY"),
+            std::string::npos);
+}
+
+TEST(Schema, ZeroLengthFileCountsAsNew) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.db");
+  testing::write_file(path, "");
+  auto store = Store::open(path);
+  EXPECT_EQ(tables(store), kTables);
+}
+
+TEST(Schema, ReopenIsANoOp) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.db");
+  {
+    auto store = Store::open(path);
+    store.finish_run(store.begin_run(testing::sample_start("r")), RunStatus::ok, "", testing::sample_summary());
+  }
+  const auto schema_before = schema_dump(path);
+  const FileSnapshot before = FileSnapshot::of(path);
+  {
+    auto store = Store::open(path);
+    EXPECT_EQ(store.schema_version(), schema::latest_version());
+    EXPECT_EQ(store.list_runs().size(), 1u);
+  }
+  EXPECT_EQ(schema_dump(path), schema_before);
+  EXPECT_EQ(FileSnapshot::of(path).bytes, before.bytes);
+}
+
+// Regression: checking a file's header must not open/close a descriptor of a database this process
+// already has open: POSIX then drops all of the process's locks on it, and another process closing its
+// connection would think it is the last one, checkpoint and delete the WAL under our feet. The other
+// process is forked before any Store exists here (SQLite state must not be inherited across fork).
+TEST(Schema, OpeningASecondStoreKeepsTheFirstOnesLocks) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.db");
+  Store::open(path);
+  testing::Pipe go;
+  const pid_t other = testing::fork_child([&] {
+    go.close_write();
+    go.receive();
+    Store::open(path);  // open and close: deletes the WAL only if it believes it is the last connection
+  });
+  go.close_read();
+  auto first = Store::open(path);
+  const auto id = first.begin_run(testing::sample_start("held"));
+  ASSERT_TRUE(std::filesystem::exists(path + "-wal"));
+  { auto second = Store::open(path); }
+  go.send();
+  const int status = testing::wait_status(other);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_TRUE(std::filesystem::exists(path + "-wal")) << "this process lost its locks on the database";
+  first.append_steps(id, testing::make_steps(3));
+  EXPECT_EQ(Store::open(path).run_json(id)["steps"].size(), 3u);
+}
+
+// The fixture must really be what migration 1 produced, or "migrate from v1" would test nothing.
+TEST(Schema, V1FixtureMatchesMigration1) {
+  TempDir dir;
+  const std::string fixture_db = load_fixture(dir, "schema_v1");
+  const std::string fresh_v1 = dir.file("fresh_v1.db");
+  {
+    RawDb db(fresh_v1);
+    db.exec_ok(schema::migrations()[0]);
+    db.exec_ok("PRAGMA user_version = 1");
+  }
+  EXPECT_EQ(schema_dump(fixture_db), schema_dump(fresh_v1));
+  EXPECT_EQ(RawDb(fixture_db).scalar("PRAGMA user_version"), "1");
+}
+
+TEST(Schema, MigratesV1FixtureKeepingItsData) {
+  TempDir dir;
+  const std::string path = load_fixture(dir, "schema_v1");
+  const auto fixture_rows = RawDb(path).scalar("SELECT count(*) FROM steps");
+  ASSERT_EQ(fixture_rows, "4");
+
+  auto store = Store::open(path);
+  EXPECT_EQ(store.schema_version(), schema::latest_version());
+  EXPECT_EQ(tables(store), kTables);
+
+  const RunRow run = store.get_run(1);
+  EXPECT_EQ(run.name, "tiny-hybrid-baseline");
+  EXPECT_EQ(run.status, RunStatus::ok);
+  EXPECT_EQ(run.tags, (std::vector<std::string>{"baseline", "v1-fixture"}));
+  EXPECT_EQ(run.summary.median_step_ms, 100.75);
+  EXPECT_FALSE(run.summary.mfu.has_value());
+  const auto doc = store.run_json(1);
+  ASSERT_EQ(doc["steps"].size(), 4u);
+  EXPECT_EQ(doc["steps"][0]["wall_ms"], 812.5);
+  EXPECT_EQ(doc["steps"][3]["loss"], 8.25);
+  EXPECT_EQ(doc["env"]["gpu_model"], "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(doc["spec"]["spec_json"]["model"]["pattern"], "AMEM");
+  EXPECT_EQ(doc["backends"][0]["reason"], "no GPU, fell back to reference");
+  EXPECT_EQ(doc["goodput"]["startup"], 2.5);
+  EXPECT_EQ(doc["kernels"][0]["calls"], 12);
+
+  // v2 brought annotations: the migrated, finished run accepts one, and still refuses new evidence.
+  store.annotate(1, "migrated from schema v1");
+  EXPECT_EQ(store.run_json(1)["annotations"][0]["text"], "migrated from schema v1");
+  EXPECT_THROW(store.append_steps(1, testing::make_steps(1, 10)), StoreError);
+
+  // A migrated file and a new file end up with the same schema.
+  const std::string fresh = dir.file("fresh.db");
+  Store::open(fresh);
+  EXPECT_EQ(schema_dump(path), schema_dump(fresh));
+}
+
+TEST(Schema, RefusesNewerSchemaWithoutTouchingTheFile) {
+  TempDir dir;
+  const std::string path = dir.file("receipts.db");
+  Store::open(path);
+  const int newer = schema::latest_version() + 5;
+  RawDb(path).exec_ok(fmt::format("PRAGMA user_version = {}", newer));
+  const FileSnapshot before = FileSnapshot::of(path);
+
+  expect_store_error_containing(
+      path, {path, fmt::format("schema version {}", newer), fmt::format("knows up to {}", schema::latest_version()),
+             "upgrade ablate or use another --db"});
+  EXPECT_EQ(FileSnapshot::of(path), before);
+  EXPECT_EQ(RawDb(path).scalar("PRAGMA user_version"), std::to_string(newer));
+}
+
+TEST(Schema, RefusesATextFileWithoutTouchingIt) {
+  TempDir dir;
+  const std::string path = dir.file("notes.txt");
+  testing::write_file(path, "these are my notes, not a database\nline two\n");
+  const FileSnapshot before = FileSnapshot::of(path);
+  expect_store_error_containing(path, {path, "not a SQLite database", "--db"});
+  EXPECT_EQ(FileSnapshot::of(path), before);
+  EXPECT_FALSE(std::filesystem::exists(path + "-wal"));
+  EXPECT_FALSE(std::filesystem::exists(path + "-shm"));
+
+  const std::string tiny = dir.file("tiny.txt");  // shorter than the 16-byte header
+  testing::write_file(tiny, "SQLite");
+  expect_store_error_containing(tiny, {"not a SQLite database"});
+  EXPECT_EQ(testing::read_file(tiny), "SQLite");
+}
+
+TEST(Schema, RefusesAForeignSqliteDatabase) {
+  TempDir dir;
+  const std::string path = dir.file("other-app.db");
+  RawDb(path).exec_ok("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)");
+  const FileSnapshot before = FileSnapshot::of(path);
+  expect_store_error_containing(path, {path, "not an ablate receipt store"});
+  EXPECT_EQ(FileSnapshot::of(path), before);
+}
+
+TEST(Schema, RefusesPathsThatCannotBeOpened) {
+  TempDir dir;
+  expect_store_error_containing(dir.file("no/such/dir/receipts.db"), {"cannot open", "no/such/dir"});
+  expect_store_error_containing(dir.file(""), {"not a regular file"});
+  EXPECT_THROW(Store::open(""), StoreError);
+}
+
+}  // namespace
+}  // namespace ablate::receipts
