@@ -5,11 +5,14 @@
 # benchmarks, and the default GPU experiment; writes logs, benchmark JSON and receipts.db to OUT and
 # prints a short summary last.
 #   device run: bash scripts/gpu-check.sh $OUT        (carry .gpu-deps)
+# STEPS=0 skips the experiment; BENCH=0 in the environment skips the benchmarks.
 set -uo pipefail
 OUT=${1:?usage: gpu-check.sh OUT [STEPS]}
 STEPS=${2:-100}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+# nvcc must be visible to CMake for the CUDA language (kernels, and the CUDA-only test paths).
+[ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
 BUILD=build-gpu
 DEPS=$PWD/.gpu-deps/include
 summary=()
@@ -34,14 +37,15 @@ grep -E "^\s+[0-9]+ - .*(Failed|Timeout|Exception)" "$OUT/ctest.log" | head -20
 # Which GPU tests ran rather than skipped.
 (cd $BUILD && ctest -N | tail -1) >> "$OUT/ctest.log"
 
-for b in $BUILD/bench/*; do
+for b in $( [ "${BENCH:-1}" = 0 ] || ls $BUILD/bench/* ); do
   [ -x "$b" ] || continue
   name=$(basename "$b")
   "$b" --benchmark_format=json --benchmark_out="$OUT/$name.json" --benchmark_out_format=json \
-       --benchmark_min_time=0.2 > "$OUT/$name.txt" 2>&1
+       --benchmark_min_time=0.2 >> "$OUT/bench.log" 2>&1
   note "bench $name: rc $?"
 done
 
+if [ "$STEPS" = 0 ]; then printf '%s\n' "${summary[@]}"; exit 0; fi
 export ABLATE_DB="$OUT/receipts.db"
 $BUILD/ablate run experiments/nam56r-small.toml --set train.steps=$STEPS --set train.log_every=10 2>&1 | tee "$OUT/run.log"
 note "nam56r-small run: rc ${PIPESTATUS[0]}"

@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "harness/remove_tree.h"
+
 namespace ablate::harness {
 namespace fs = std::filesystem;
 
@@ -40,7 +42,7 @@ std::string save_checkpoint(const std::string& dir, torch::nn::Module& model, to
   fs::create_directories(root);
   const fs::path final_dir = root / fmt::format("step-{:08d}", state.next_step);
   const fs::path tmp = root / fmt::format(".step-{:08d}.tmp", state.next_step);
-  fs::remove_all(tmp);
+  remove_tree(tmp);
   fs::create_directories(tmp);
 
   torch::serialize::OutputArchive model_archive;
@@ -57,7 +59,7 @@ std::string save_checkpoint(const std::string& dir, torch::nn::Module& model, to
   write_text(tmp / "COMPLETE", "ok\n");
   fsync_path(tmp);
 
-  fs::remove_all(final_dir);  // a checkpoint of the same step from an earlier attempt
+  remove_tree(final_dir);  // a checkpoint of the same step from an earlier attempt
   fs::rename(tmp, final_dir);
   fsync_path(root);
   return final_dir.string();

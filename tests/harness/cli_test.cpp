@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "harness/remove_tree.h"
 #include "receipts/store.h"
 
 namespace fs = std::filesystem;
@@ -36,7 +37,7 @@ class CliTest : public ::testing::Test {
            ("ablate-cli-" + std::to_string(::getpid()) + ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { ablate::harness::remove_tree(dir_); }
   fs::path dir_;
 };
 

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "harness/remove_tree.h"
 #include "harness/data/corpus.h"
 #include "harness/data/errors.h"
 #include "harness/data/hash.h"
@@ -42,8 +43,10 @@ class TempDir {
     path_ = tmpl;
   }
   ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
+    try {
+      ablate::harness::remove_tree(path_);
+    } catch (const std::exception&) {
+    }
   }
   const fs::path& path() const { return path_; }
   fs::path operator/(const std::string& rel) const { return path_ / rel; }

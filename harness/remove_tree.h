@@ -1,0 +1,12 @@
+// harness/remove_tree.h: recursive delete without std::filesystem::remove_all. The PyPI torch wheel's
+// libtorch.so exports its own copies of std::filesystem functions; in a process that loads it,
+// remove_all can bind to that copy and crash (seen on both machines). Code and tests that link
+// LibTorch delete trees with this instead. Tests: tests/harness/remove_tree_test.cpp.
+#pragma once
+#include <filesystem>
+
+namespace ablate::harness {
+// Removes `path` and everything below it, not following symlinks. A missing path is fine.
+// Throws std::runtime_error naming the first entry that could not be removed.
+void remove_tree(const std::filesystem::path& path);
+}  // namespace ablate::harness
