@@ -428,8 +428,10 @@ ExperimentSpec parse_spec_file(const std::string& path, const std::vector<std::s
 }
 
 ExperimentSpec default_spec(bool gpu, const std::vector<std::string>& overrides) {
+  // On a GPU, attention asks for flash attention (it falls back, recorded, where unavailable): the
+  // reference attention materialises T x T scores per head.
   const std::string text = gpu ? "[experiment]\nname = \"default-nam56r-small\"\n[model]\nconfig = \"nam56r-small\"\n"
-                                 "[train]\nsteps = 100\nwarmup_steps = 10\n"
+                                 "[train]\nsteps = 100\nwarmup_steps = 10\n[backends]\nattention = \"sdpa_flash\"\n"
                                : "[experiment]\nname = \"default-tiny\"\n[model]\nconfig = \"tiny\"\n"
                                  "[data]\nmax_bytes = 4000000\n[train]\nsteps = 100\nlr_warmup_steps = 10\n"
                                  "warmup_steps = 5\nlr = 3e-3\n";

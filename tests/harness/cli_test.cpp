@@ -1,7 +1,9 @@
 // tests/harness/cli_test.cpp: the `ablate` binary as a user meets it: exit codes (0 ok, 2 bad input),
 // messages on stderr with file:line:column, help for every subcommand, runs/show over a store.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -115,4 +117,42 @@ TEST_F(CliTest, RunsAndShowReadTheStore) {
   while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
   EXPECT_EQ(WEXITSTATUS(pclose(p)), 0);
   EXPECT_NE(out.find("cli-demo"), std::string::npos);
+}
+
+// SIGTERM to a running `ablate run` ends the run as `killed` in the store, and the process exits by
+// the signal (the conventional status), not with a made-up code.
+TEST_F(CliTest, SigtermDuringARunIsRecordedAsKilled) {
+  const std::string db = (dir_ / "k.db").string();
+  const std::string exe = std::string(ABLATE_BINARY_DIR) + "/ablate";
+  const std::string spec = std::string(ABLATE_SOURCE_DIR) + "/experiments/tiny.toml";
+  const std::string cache = "data.cache_dir=\"" + (dir_ / "cache").string() + "\"";
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    execl(exe.c_str(), exe.c_str(), "run", spec.c_str(), "--db", db.c_str(), "-q", "--set", "train.steps=100000",
+          "--set", "data.max_bytes=300000", "--set", cache.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait until the run row exists (the run is past its validation and training).
+  bool running = false;
+  for (int i = 0; i < 600 && !running; ++i) {
+    usleep(100 * 1000);
+    if (!fs::exists(db)) continue;
+    try {
+      auto store = ablate::receipts::Store::open(db);
+      running = !store.list_runs({}).empty();
+    } catch (const std::exception&) {
+    }
+  }
+  ASSERT_TRUE(running) << "the run never started";
+  kill(child, SIGTERM);
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "status " << status;
+  auto store = ablate::receipts::Store::open(db);
+  const auto runs = store.list_runs({});
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].status, ablate::receipts::RunStatus::killed);
+  ASSERT_TRUE(runs[0].error.has_value());
+  EXPECT_NE(runs[0].error->find("SIGTERM"), std::string::npos) << *runs[0].error;
 }
