@@ -64,6 +64,19 @@ std::string sdpa_cudnn_unavailable(const DeviceInfo& dev) {
 // Memory-efficient attention (CUTLASS, from xFormers): any CUDA device LibTorch supports; fp32 and bf16.
 std::string sdpa_efficient_unavailable(const DeviceInfo& dev) { return needs_cuda(dev); }
 
+// Our own CUDA kernels (kernels/cuda/): compiled only when CUDA is, built for sm_90a (Hopper), fp32
+// and bf16 tensors. ABLATE_HAVE_CUDA reaches this file through kernels/CMakeLists.txt.
+std::string fused_cuda_unavailable([[maybe_unused]] const DeviceInfo& dev) {
+#if defined(ABLATE_HAVE_CUDA)
+  if (auto r = needs_compute_capability(dev, 9, 0); !r.empty()) return r;
+  if (dev.dtype != "fp32" && dev.dtype != "bf16")
+    return fmt::format("needs fp32 or bf16 inputs (run dtype is {})", dev.dtype);
+  return "";
+#else
+  return "built without CUDA";
+#endif
+}
+
 BackendInfo reference_row(const std::string& seam, std::string description) {
   return BackendInfo{.seam = seam,
                      .name = "reference",
@@ -104,7 +117,24 @@ std::vector<BackendInfo> build_catalog() {
                              .unavailable_reason = &sdpa_efficient_unavailable});
   rows.push_back(reference_row("rope", "rotation of adjacent pairs (2i, 2i+1) in LibTorch ops, fp32 arithmetic"));
   rows.push_back(reference_row("residual_norm", "residual add + RMSNorm in LibTorch ops, fp32 arithmetic"));
+  rows.push_back(BackendInfo{.seam = "residual_norm",
+                             .name = "fused_cuda",
+                             .role = Role::experimental,
+                             .fallback = "reference",
+                             .kernel_patterns = {"ablate_residual_norm_fwd", "ablate_residual_norm_bwd",
+                                                 "ablate_residual_norm_dw"},
+                             .description = "kernels/cuda/residual_norm.cu: add + RMSNorm in one pass forward and one "
+                                            "backward (rows in registers), deterministic two-stage dw",
+                             .unavailable_reason = &fused_cuda_unavailable});
   rows.push_back(reference_row("swiglu", "silu(a) * b in LibTorch ops"));
+  rows.push_back(BackendInfo{.seam = "swiglu",
+                             .name = "fused_cuda",
+                             .role = Role::experimental,
+                             .fallback = "reference",
+                             .kernel_patterns = {"ablate_swiglu_fwd", "ablate_swiglu_bwd"},
+                             .description = "kernels/cuda/swiglu.cu: silu(a) * b and its backward, one vectorised "
+                                            "element-wise pass each",
+                             .unavailable_reason = &fused_cuda_unavailable});
   rows.push_back(reference_row("moe_dispatch",
                                "standard path: permute by expert, pad to capacity, bmm, unpad, unpermute, weighted "
                                "sum; dropless mode syncs the host once for the largest expert load"));

@@ -10,6 +10,8 @@
 
 #if defined(ABLATE_HAVE_CUDA)
 #include <ATen/cuda/CUDAContext.h>
+
+#include "kernels/cuda/fused.h"
 #endif
 
 #include "kernels/reference/ops.h"
@@ -39,6 +41,11 @@ Implementations build_registry() {
   r.recurrent_scan["reference"] = [](const torch::Tensor& a, const torch::Tensor& b) {
     return ref::recurrent_scan_chunked(a, b);
   };
+#if defined(ABLATE_HAVE_CUDA)
+  // Compiled only with CUDA; without it the catalog reports these rows unavailable ("built without CUDA").
+  r.residual_norm["fused_cuda"] = &fused::residual_norm;
+  r.swiglu["fused_cuda"] = &fused::swiglu;
+#endif
   r.loss["reference"] = &ref::loss_full_logits;
   r.loss["chunked"] = [](const torch::Tensor& h, const torch::Tensor& w, const torch::Tensor& t,
                          const torch::Tensor& m) { return ref::loss_chunked(h, w, t, m); };

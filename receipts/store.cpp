@@ -181,6 +181,12 @@ Store::Store(Store&&) noexcept = default;
 Store& Store::operator=(Store&&) noexcept = default;
 Store::~Store() = default;
 
+Store Store::open_existing(const std::string& path, StoreOptions options) {
+  if (!std::filesystem::exists(path))
+    throw StoreError(fmt::format("no receipt database at {}: run an experiment first, or pass --db / set ABLATE_DB", path));
+  return open(path, options);
+}
+
 Store Store::open(const std::string& path, StoreOptions options) {
   if (path.empty()) throw StoreError("empty receipts database path: pass --db PATH or set ABLATE_DB");
   if (options.heartbeat_stale_s <= 0) throw StoreError("StoreOptions::heartbeat_stale_s must be > 0");

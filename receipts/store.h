@@ -41,6 +41,8 @@ class Store {
   // pending migrations in one BEGIN IMMEDIATE transaction. Refuses, without modifying it, a file that
   // is not SQLite, a SQLite file that is not an ablate store, or one with a newer schema than this binary.
   static Store open(const std::string& path, StoreOptions options = {});
+  // For read-only commands: like open(), but a missing file is a StoreError instead of a new store.
+  static Store open_existing(const std::string& path, StoreOptions options = {});
 
   Store(Store&&) noexcept;
   Store& operator=(Store&&) noexcept;

@@ -20,6 +20,9 @@ void register_commands(CLI::App& app, Globals& g) {
   register_validate(app, g);
   register_catalog(app, g);
   register_receipt_queries(app, g);
+  register_compare(app, g);
+  register_gate(app, g);
+  register_matrix(app, g);
 #ifdef ABLATE_WITH_TORCH
   register_run(app, g);
 #endif

@@ -32,12 +32,6 @@ std::string human_bytes(const std::optional<int64_t>& b) {
   return fmt::format("{:.2f} GiB", static_cast<double>(*b) / (1024.0 * 1024 * 1024));
 }
 
-receipts::Store open_existing(const std::string& db) {
-  if (!std::filesystem::exists(db))
-    throw receipts::StoreError(fmt::format("no receipt database at {}: run an experiment first, or pass --db / set ABLATE_DB", db));
-  return receipts::Store::open(db);
-}
-
 }  // namespace
 
 void register_receipt_queries(CLI::App& app, Globals& g) {
@@ -52,7 +46,7 @@ void register_receipt_queries(CLI::App& app, Globals& g) {
   runs->add_option("--limit", limit, "at most this many rows (0: all)")->check(CLI::NonNegativeNumber);
   runs->add_flag("--json", runs_json, "print JSON");
   command_table().push_back({runs, [&g] {
-    auto store = open_existing(g.db);
+    auto store = receipts::Store::open_existing(g.db);
     if (limit > 0) filter.limit = limit;
     const auto rows = store.list_runs(filter);
     if (runs_json) {
@@ -83,7 +77,7 @@ void register_receipt_queries(CLI::App& app, Globals& g) {
   show->add_option("run", run_id, "run id")->required();
   show->add_flag("--json", show_json, "print JSON");
   command_table().push_back({show, [&g] {
-    auto store = open_existing(g.db);
+    auto store = receipts::Store::open_existing(g.db);
     const auto j = store.run_json(run_id);
     if (show_json) {
       fmt::print("{}\n", j.dump(2));

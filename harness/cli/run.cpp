@@ -1,6 +1,9 @@
 // harness/cli/run.cpp: `ablate run [FILE] [--set k=v]...`: one declared experiment into the receipt
 // store. Without FILE it runs the embedded defaults (tiny on CPU, nam56r-small when a GPU is present).
+// Only in builds with LibTorch (the runner needs it); a torch-free build has no `run` command.
+#ifdef ABLATE_WITH_TORCH
 #include <chrono>
+#include <cstdlib>
 
 #include "harness/cli/commands.h"
 #include "harness/spec.h"
@@ -28,8 +31,15 @@ void register_run(CLI::App& app, Globals& g) {
     opt.db_path = g.db;
     opt.process_start = start;
     opt.quiet = quiet;
+    // Set by `ablate matrix run` (ablations/matrix_run.cpp) so this run records its matrix cell.
+    if (const char* id = std::getenv("ABLATE_MATRIX_ID"); id && *id) {
+      opt.matrix_id = std::stoll(id);
+      opt.cell = std::getenv("ABLATE_MATRIX_CELL") ? std::getenv("ABLATE_MATRIX_CELL") : "";
+      opt.repeat = std::getenv("ABLATE_MATRIX_REPEAT") ? std::stoll(std::getenv("ABLATE_MATRIX_REPEAT")) : 0;
+    }
     return harness::run_experiment(spec, opt).exit_code;
   }});
 }
 
 }  // namespace ablate::cli
+#endif  // ABLATE_WITH_TORCH

@@ -5,6 +5,8 @@
 // backends with masked rows, and a multi-chunk test with a small chunk size).
 #include <algorithm>
 
+#include <ATen/autocast_mode.h>
+
 #include "kernels/reference/ops.h"
 
 namespace ablate::kernels::reference {
@@ -36,6 +38,11 @@ class ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinear
     const auto dt = at::promote_types(compute_dtype(hidden), head_weight.scalar_type());
     const auto mask_f = mask.to(dt);
     const auto weight_t = head_weight.t();
+    // The dtype the head GEMM runs in: bf16 under autocast (hidden bf16, weight fp32), else the
+    // promoted input dtype. Backward runs outside autocast, so it casts to this dtype explicitly.
+    const auto mm_dtype = at::autocast::is_autocast_enabled(hidden.device().type())
+                              ? at::autocast::get_autocast_dtype(hidden.device().type())
+                              : at::promote_types(hidden.scalar_type(), head_weight.scalar_type());
     std::vector<torch::Tensor> lse_chunks;
     auto total = torch::zeros({}, hidden.options().dtype(dt));
     for (int64_t start = 0; start < rows; start += chunk_rows) {
@@ -50,6 +57,7 @@ class ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinear
     const auto lse = rows > 0 ? torch::cat(lse_chunks) : torch::zeros({0}, hidden.options().dtype(dt));
     ctx->save_for_backward({hidden, head_weight, targets, mask_f, lse, count});
     ctx->saved_data["chunk_rows"] = chunk_rows;
+    ctx->saved_data["mm_dtype"] = static_cast<int64_t>(mm_dtype);
     return total / count;
   }
 
@@ -61,20 +69,21 @@ class ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinear
     const int64_t chunk_rows = ctx->saved_data["chunk_rows"].toInt();
     const int64_t rows = hidden.size(0);
     const auto dt = mask_f.scalar_type();
+    const auto mm = static_cast<at::ScalarType>(ctx->saved_data["mm_dtype"].toInt());
     // d loss / d logit[r, v] = (softmax[r, v] - [v == target_r]) * mask_r / count, times the upstream grad.
     const auto row_scale = mask_f * (grad_outputs[0].to(dt) / count);
-    const auto weight_t = head_weight.t();
+    const auto weight_mm = head_weight.to(mm);
     auto grad_weight = torch::zeros(head_weight.sizes(), head_weight.options().dtype(dt));
     std::vector<torch::Tensor> grad_hidden_chunks;
     for (int64_t start = 0; start < rows; start += chunk_rows) {
       const int64_t n = std::min(chunk_rows, rows - start);
-      const auto h = hidden.narrow(0, start, n);
-      const auto logits = torch::matmul(h, weight_t).to(dt);
+      const auto h = hidden.narrow(0, start, n).to(mm);
+      const auto logits = torch::matmul(h, weight_mm.t()).to(dt);
       auto dlogits = torch::exp(logits - lse.narrow(0, start, n).unsqueeze(1));
       dlogits.scatter_add_(1, targets.narrow(0, start, n).unsqueeze(1), torch::full({n, 1}, -1.0, dlogits.options()));
       dlogits.mul_(row_scale.narrow(0, start, n).unsqueeze(1));
-      grad_hidden_chunks.push_back(torch::matmul(dlogits.to(head_weight.scalar_type()), head_weight));
-      grad_weight.add_(torch::matmul(dlogits.t().to(hidden.scalar_type()), h).to(dt));
+      grad_hidden_chunks.push_back(torch::matmul(dlogits.to(mm), weight_mm));
+      grad_weight.add_(torch::matmul(dlogits.t().to(mm), h).to(dt));
     }
     const auto grad_hidden =
         rows > 0 ? torch::cat(grad_hidden_chunks).to(hidden.scalar_type()) : torch::zeros_like(hidden);

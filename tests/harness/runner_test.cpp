@@ -121,3 +121,13 @@ TEST_F(RunnerTest, BadInputWritesNothing) {
   EXPECT_THROW(run(spec({"backends.attention=\"sdpa_flash\"", "backends.strict=true"})), std::invalid_argument);
   EXPECT_FALSE(fs::exists(db_)) << "a rejected run must not create or touch the database";
 }
+
+// bf16 autocast with every loss backend: backward runs outside autocast, so a backend whose forward
+// relied on autocast's casts must cast explicitly in its backward (the chunked loss once did not).
+TEST_F(RunnerTest, Bf16AutocastTrainsWithEveryLossBackend) {
+  for (const char* backend : {"reference", "chunked"}) {
+    const auto r = run(spec({"train.steps=3", "train.warmup_steps=1", "train.dtype=\"bf16\"",
+                             std::string("backends.loss=\"") + backend + "\""}));
+    EXPECT_EQ(r.status, "ok") << backend << ": " << r.error;
+  }
+}

@@ -66,9 +66,13 @@ TEST(Catalog, EveryRowHasADescriptionAndAFallbackChainEndingInTheReference) {
   }
 }
 
+// A row whose kernels this build did not compile (no CUDA) is listed, unavailable, with no registry entry.
+bool compiled_in(const BackendInfo& row) { return row.unavailable_reason(gpu(9, 0, "bf16")) != "built without CUDA"; }
+
 TEST(Catalog, CatalogAndRegistryListTheSameRows) {
   std::set<std::pair<std::string, std::string>> catalog_rows;
   for (const auto& row : catalog()) {
+    if (!compiled_in(row)) continue;
     catalog_rows.insert({row.seam, row.name});
     EXPECT_TRUE(has_implementation(row.seam, row.name)) << row.seam << "/" << row.name << " has no implementation";
   }
@@ -91,6 +95,27 @@ TEST(Catalog, CatalogAndRegistryListTheSameRows) {
   EXPECT_EQ(registry_rows, catalog_rows);
   EXPECT_FALSE(has_implementation("attention", "no_such_backend"));
   EXPECT_FALSE(has_implementation("no_such_seam", "reference"));
+}
+
+TEST(Catalog, FusedCudaRowsAreExperimentalHopperKernelsWithAReason) {
+  for (const char* seam : {"residual_norm", "swiglu"}) {
+    const auto* row = find_backend(seam, "fused_cuda");
+    ASSERT_NE(row, nullptr) << seam;
+    EXPECT_EQ(row->role, Role::experimental) << seam;
+    EXPECT_EQ(row->fallback, "reference") << seam;
+    EXPECT_FALSE(row->kernel_patterns.empty()) << seam;
+#if defined(ABLATE_HAVE_CUDA)
+    EXPECT_TRUE(compiled_in(*row)) << seam;
+    EXPECT_EQ(row->unavailable_reason(gpu(9, 0, "bf16")), "") << seam;
+    EXPECT_EQ(row->unavailable_reason(gpu(9, 0, "fp32")), "") << seam;
+    EXPECT_EQ(row->unavailable_reason(cpu()), "needs a CUDA device") << seam;
+    EXPECT_THAT(row->unavailable_reason(gpu(8, 0, "bf16")), HasSubstr("needs compute capability 9.0")) << seam;
+    EXPECT_THAT(row->unavailable_reason(gpu(9, 0, "fp16")), HasSubstr("needs fp32 or bf16")) << seam;
+#else
+    EXPECT_EQ(row->unavailable_reason(gpu(9, 0, "bf16")), "built without CUDA") << seam;
+    EXPECT_FALSE(has_implementation(seam, "fused_cuda")) << seam;
+#endif
+  }
 }
 
 TEST(Catalog, RoleNames) {

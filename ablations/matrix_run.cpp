@@ -1,0 +1,187 @@
+// ablations/matrix_run.cpp: the matrix scheduler: store lookups for resume, child processes through
+// posix_spawn (no fork of a process that may hold threads), one log file per run, progress and ETA.
+// Tests: tests/ablations/matrix_run_test.cpp.
+#include "ablations/matrix_run.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace ablate::ablations {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kMatrixEnv[] = {"ABLATE_MATRIX_ID", "ABLATE_MATRIX_CELL", "ABLATE_MATRIX_REPEAT"};
+
+// This process's environment with the matrix variables (and, with a GPU, CUDA_VISIBLE_DEVICES)
+// replaced, so a matrix started from inside another run cannot leak its coordinates into children.
+std::vector<std::string> child_env(int64_t matrix_id, const Cell& cell, int64_t repeat, const std::string* gpu) {
+  std::set<std::string> replaced(std::begin(kMatrixEnv), std::end(kMatrixEnv));
+  if (gpu) replaced.insert("CUDA_VISIBLE_DEVICES");
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string kv(*e);
+    if (!replaced.count(kv.substr(0, kv.find('=')))) env.push_back(kv);
+  }
+  env.push_back(fmt::format("{}={}", kMatrixEnv[0], matrix_id));
+  env.push_back(fmt::format("{}={}", kMatrixEnv[1], cell.name));
+  env.push_back(fmt::format("{}={}", kMatrixEnv[2], repeat));
+  if (gpu) env.push_back("CUDA_VISIBLE_DEVICES=" + *gpu);
+  return env;
+}
+
+std::vector<char*> c_strings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+// Starts one child with stdout and stderr going to `log`; returns its pid.
+pid_t spawn(const std::string& binary, std::vector<std::string> args, std::vector<std::string> env, const std::string& log) {
+  args.insert(args.begin(), binary);
+  auto argv = c_strings(args);
+  auto envp = c_strings(env);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, binary.c_str(), &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) throw std::runtime_error(fmt::format("cannot start {}: {}", binary, std::strerror(rc)));
+  return pid;
+}
+
+std::string exit_text(int status) {
+  if (WIFEXITED(status)) return fmt::format("failed (exit {})", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return fmt::format("failed (signal {})", WTERMSIG(status));
+  return "failed";
+}
+
+}  // namespace
+
+std::optional<int64_t> find_matrix(receipts::Store& store, const Matrix& matrix) {
+  const auto rows = store.query("SELECT id FROM matrices WHERE name = ? AND spec_json = ? ORDER BY id LIMIT 1",
+                                {matrix.spec.name, identity_json(matrix).dump()});
+  if (rows.empty()) return std::nullopt;
+  return rows[0]["id"].get<int64_t>();
+}
+
+int64_t find_or_create_matrix(receipts::Store& store, const Matrix& matrix) {
+  if (auto id = find_matrix(store, matrix)) return *id;
+  return store.create_matrix(matrix.spec.name, identity_json(matrix).dump());
+}
+
+std::vector<Slot> pending_slots(receipts::Store& store, int64_t matrix_id, const Matrix& matrix) {
+  std::set<std::pair<std::string, int64_t>> done;
+  for (const auto& mc : store.matrix_cells(matrix_id))
+    if (store.get_run(mc.run_id).status == receipts::RunStatus::ok) done.emplace(mc.cell, mc.repeat);
+  std::vector<Slot> pending;
+  for (const Slot& s : run_order(matrix))
+    if (!done.count({matrix.cells[s.cell].name, s.repeat})) pending.push_back(s);
+  return pending;
+}
+
+std::vector<std::string> child_args(const Matrix& matrix, const Slot& slot, const std::string& db) {
+  std::vector<std::string> args = {"run", matrix.spec.base_path};
+  for (const auto& o : run_overrides(matrix.spec, matrix.cells[slot.cell], slot.repeat)) {
+    args.push_back("--set");
+    args.push_back(o.set_arg());
+  }
+  args.push_back("--db");
+  args.push_back(db);
+  return args;
+}
+
+std::string format_eta(double seconds) {
+  const auto s = static_cast<int64_t>(seconds + 0.5);
+  if (s < 60) return fmt::format("{}s", s);
+  if (s < 3600) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
+}
+
+std::string log_path(const std::string& log_dir, int64_t matrix_id, const Cell& cell, int64_t repeat) {
+  std::string safe = cell.name;
+  for (char& c : safe)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '=' && c != '-' && c != '_') c = '_';
+  return (std::filesystem::path(log_dir) / fmt::format("m{}-{}-r{}.log", matrix_id, safe, repeat)).string();
+}
+
+Outcome run_slots(const Matrix& matrix, int64_t matrix_id, const std::vector<Slot>& slots, const RunnerOptions& opt) {
+  std::filesystem::create_directories(opt.log_dir);
+  struct Running {
+    Slot slot;
+    size_t lane;  // index into opt.gpus (0 without GPUs)
+    Clock::time_point start;
+    std::string log;
+  };
+  const size_t lanes = std::max<size_t>(1, opt.gpus.size());
+  std::vector<bool> busy(lanes, false);
+  std::map<pid_t, Running> running;
+  Outcome outcome;
+  size_t next = 0, finished = 0;
+  double busy_seconds = 0;  // summed run time of finished children, for the ETA
+  // One progress line per finished run; `failure` is empty when it ended ok.
+  auto finish = [&](const Slot& slot, double took, const std::string& failure, const std::string& log) {
+    ++finished;
+    busy_seconds += took;
+    failure.empty() ? ++outcome.ok : ++outcome.failed;
+    // Remaining work spread over the lanes, at the mean run time so far.
+    const double eta = busy_seconds / static_cast<double>(finished) * static_cast<double>(slots.size() - finished) /
+                       static_cast<double>(lanes);
+    fmt::print(opt.out, "[{}/{}] {} r{} {} {:.1f} s, {} failed, ETA {}{}\n", finished, slots.size(), matrix.cells[slot.cell].name,
+               slot.repeat, failure.empty() ? "ok" : failure, took, outcome.failed, format_eta(eta),
+               failure.empty() ? "" : ", log " + log);
+    std::fflush(opt.out);
+  };
+  while (finished < slots.size()) {
+    for (size_t lane = 0; lane < lanes && next < slots.size(); ++lane) {
+      if (busy[lane]) continue;
+      const Slot slot = slots[next++];
+      const Cell& cell = matrix.cells[slot.cell];
+      const std::string* gpu = opt.gpus.empty() ? nullptr : &opt.gpus[lane];
+      const std::string log = log_path(opt.log_dir, matrix_id, cell, slot.repeat);
+      try {
+        const pid_t pid = spawn(opt.binary, child_args(matrix, slot, opt.db), child_env(matrix_id, cell, slot.repeat, gpu), log);
+        running.emplace(pid, Running{slot, lane, Clock::now(), log});
+        busy[lane] = true;
+      } catch (const std::runtime_error& e) {  // a failed run like any other: the children already started go on
+        finish(slot, 0, fmt::format("failed ({})", e.what()), log);
+      }
+    }
+    if (running.empty()) continue;
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(fmt::format("waiting for matrix runs: {}", std::strerror(errno)));
+    }
+    auto it = running.find(pid);
+    if (it == running.end()) continue;  // not one of ours
+    const Running r = it->second;
+    running.erase(it);
+    busy[r.lane] = false;
+    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    finish(r.slot, std::chrono::duration<double>(Clock::now() - r.start).count(), ok ? "" : exit_text(status), r.log);
+  }
+  return outcome;
+}
+
+}  // namespace ablate::ablations

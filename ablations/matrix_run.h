@@ -1,0 +1,52 @@
+// ablations/matrix_run.h: running a matrix as child processes (`ablate matrix run`). Each (cell,
+// repeat) is one `ablate run BASE --set ... --db DB` process, so a crash or OOM in one cell cannot take
+// the others down and each run gets a clean CUDA context. The child learns its matrix coordinates from
+// ABLATE_MATRIX_ID / ABLATE_MATRIX_CELL / ABLATE_MATRIX_REPEAT (read in harness/cli/run.cpp) and
+// records them itself; this side only schedules, logs and resumes.
+// Tests: tests/ablations/matrix_run_test.cpp (a shell script stands in for `ablate run`).
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ablations/matrix.h"
+#include "receipts/store.h"
+
+namespace ablate::ablations {
+
+// The matrix row whose name and identity_json equal this matrix's, if the store has one.
+std::optional<int64_t> find_matrix(receipts::Store& store, const Matrix& matrix);
+// find_matrix, else a new row: re-running the same matrix resumes it.
+int64_t find_or_create_matrix(receipts::Store& store, const Matrix& matrix);
+
+// The run order without the (cell, repeat) pairs that already have an `ok` run in the matrix;
+// failed, killed and abandoned pairs run again.
+std::vector<Slot> pending_slots(receipts::Store& store, int64_t matrix_id, const Matrix& matrix);
+
+// The arguments after the binary: run BASE --set ... --db DB.
+std::vector<std::string> child_args(const Matrix& matrix, const Slot& slot, const std::string& db);
+
+struct RunnerOptions {
+  std::string binary;             // the `ablate` executable the children run
+  std::string db;                 // passed to every child as --db
+  std::vector<std::string> gpus;  // one child per listed GPU at a time (CUDA_VISIBLE_DEVICES); empty: one at a time
+  std::string log_dir;            // stdout+stderr of each child, one file per run (created if missing)
+  std::FILE* out = stdout;        // progress lines
+};
+
+struct Outcome {
+  size_t ok = 0, failed = 0;
+};
+
+// Runs `slots` in order, keeping every GPU slot busy; prints one progress line per finished run.
+// A child that cannot be started counts as a failed run.
+Outcome run_slots(const Matrix& matrix, int64_t matrix_id, const std::vector<Slot>& slots, const RunnerOptions& options);
+
+// "45s", "3m10s", "2h05m" (for ETAs).
+std::string format_eta(double seconds);
+// The log file of one run under `log_dir`: m<id>-<cell, filesystem-safe>-r<repeat>.log.
+std::string log_path(const std::string& log_dir, int64_t matrix_id, const Cell& cell, int64_t repeat);
+
+}  // namespace ablate::ablations

@@ -1,0 +1,322 @@
+// report/compare.cpp: two groups of runs compared (see compare.h): evidence filtering, comparability,
+// statistics, selectors, text and JSON rendering.
+// Tests: tests/report/compare_test.cpp (report_tests).
+#include "report/compare.h"
+#include "report/json_fields.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <functional>
+#include <set>
+
+namespace ablate::report {
+namespace {
+
+using receipts::RunRow;
+using receipts::RunStatus;
+using nlohmann::json;
+
+constexpr const char* kAbsent = "(absent)";
+
+// Spec fields that name or describe an experiment without changing what it measures.
+const std::set<std::string>& descriptive_spec_fields() {
+  static const std::set<std::string> fields = {"spec.experiment.name", "spec.experiment.description",
+                                               "spec.experiment.tags"};
+  return fields;
+}
+
+std::string exclusion_reason(const RunRow& run) {
+  if (run.status != RunStatus::ok) {
+    return fmt::format("status {}{}", receipts::to_string(run.status), run.error ? ": " + *run.error : "");
+  }
+  const auto& s = run.summary;
+  std::vector<std::string> missing;
+  if (run.spec_hash.empty()) missing.push_back("spec hash");
+  if (!s.steps || *s.steps <= 0) missing.push_back("steps");
+  if (!s.median_step_ms) missing.push_back("median step time");
+  if (!s.tokens_per_s) missing.push_back("tokens/s");
+  if (!s.goodput_pct) missing.push_back("goodput");
+  if (!s.peak_memory_bytes) missing.push_back("peak memory");
+  return missing.empty() ? "not evidence" : fmt::format("incomplete summary: no {}", fmt::join(missing, ", "));
+}
+
+// Spec leaves as "spec.a.b" -> JSON text; a non-empty object is descended, anything else is a leaf.
+void flatten_spec(const json& node, const std::string& path, std::map<std::string, std::string>& out) {
+  if (node.is_object() && !node.empty()) {
+    for (const auto& [key, child] : node.items()) flatten_spec(child, path + "." + key, out);
+    return;
+  }
+  if (!descriptive_spec_fields().count(path)) out[path] = node.dump();
+}
+
+std::map<std::string, std::string> comparable_fields(receipts::Store& store, std::int64_t run_id) {
+  std::map<std::string, std::string> fields;
+  std::map<std::string, std::string> env;
+  for (const auto& row : store.query("SELECT key, value FROM run_env WHERE run_id = ?", {run_id}))
+    env[row["key"].get<std::string>()] = row["value"].get<std::string>();
+  for (const auto& key : compared_env_keys()) {
+    const auto it = env.find(key);
+    fields["env." + key] = it == env.end() ? kAbsent : it->second;
+  }
+  const json spec = store.query("SELECT spec_json FROM run_spec WHERE run_id = ?", {run_id});
+  if (!spec.empty()) flatten_spec(json::parse(spec[0]["spec_json"].get<std::string>()), "spec", fields);
+  return fields;
+}
+
+Side load_side(receipts::Store& store, const std::vector<std::int64_t>& ids) {
+  Side side;
+  for (const std::int64_t id : ids) {
+    RunRow row = store.get_run(id);
+    if (receipts::is_evidence(row)) {
+      side.evidence.push_back({std::move(row), comparable_fields(store, id)});
+    } else {
+      side.excluded.push_back({id, row.status, exclusion_reason(row)});
+    }
+  }
+  return side;
+}
+
+// Median of a summary value over the evidence runs that have it.
+template <typename Getter>
+std::optional<double> median_over(const std::vector<RunFacts>& runs, Getter get) {
+  std::vector<double> values;
+  for (const auto& run : runs)
+    if (const auto value = get(run.row.summary)) values.push_back(static_cast<double>(*value));
+  if (values.empty()) return std::nullopt;
+  return median(values);
+}
+
+void summarize(Side& side) {
+  side.median_step_ms = median_over(side.evidence, [](const auto& s) { return s.median_step_ms; });
+  side.median_tokens_per_s = median_over(side.evidence, [](const auto& s) { return s.tokens_per_s; });
+  side.median_goodput_pct = median_over(side.evidence, [](const auto& s) { return s.goodput_pct; });
+  side.median_peak_memory_bytes = median_over(side.evidence, [](const auto& s) { return s.peak_memory_bytes; });
+}
+
+std::set<std::string> distinct_values(const Side& side, const std::string& field) {
+  std::set<std::string> values;
+  for (const auto& run : side.evidence) {
+    const auto it = run.fields.find(field);
+    values.insert(it == run.fields.end() ? kAbsent : it->second);
+  }
+  return values;
+}
+
+// Sorts every differing field into the factor under test or the mismatches.
+void classify_differences(Comparison& c) {
+  std::set<std::string> names;
+  for (const Side* side : {&c.a, &c.b})
+    for (const auto& run : side->evidence)
+      for (const auto& [name, value] : run.fields) names.insert(name);
+  for (const auto& name : names) {
+    const auto a_values = distinct_values(c.a, name), b_values = distinct_values(c.b, name);
+    FieldDifference diff{name, {a_values.begin(), a_values.end()}, {b_values.begin(), b_values.end()}, false};
+    if (a_values.size() > 1 || b_values.size() > 1) {
+      diff.within_side = true;
+      c.mismatches.push_back(std::move(diff));
+    } else if (!a_values.empty() && !b_values.empty() && a_values != b_values) {
+      (name.starts_with("spec.") ? c.factor : c.mismatches).push_back(std::move(diff));
+    }
+  }
+}
+
+std::string describe(const FieldDifference& d) {
+  return fmt::format("{}{}: A {} | B {}", d.field, d.within_side ? " (differs within a side)" : "",
+                     fmt::join(d.a_values, " / "), fmt::join(d.b_values, " / "));
+}
+
+void require_disjoint_sides(const std::vector<std::int64_t>& a_ids, const std::vector<std::int64_t>& b_ids) {
+  if (a_ids.empty() || b_ids.empty()) throw std::invalid_argument("compare needs at least one run on each side");
+  const std::set<std::int64_t> a_set(a_ids.begin(), a_ids.end()), b_set(b_ids.begin(), b_ids.end());
+  if (a_set.size() != a_ids.size() || b_set.size() != b_ids.size())
+    throw std::invalid_argument("a run is listed twice on one side");
+  for (const auto id : a_ids)
+    if (b_set.count(id)) throw std::invalid_argument(fmt::format("run {} is on both sides", id));
+}
+
+std::int64_t parse_run_id(std::string_view text, std::string_view selector) {
+  std::int64_t id = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), id);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size() || id <= 0) {
+    throw std::invalid_argument(fmt::format(
+        "bad run selector '{}': expected a run id (12), a comma list (12,13,14), tag:NAME or name:GLOB", selector));
+  }
+  return id;
+}
+
+json side_json(const Side& side) {
+  json excluded = json::array();
+  for (const auto& e : side.excluded)
+    excluded.push_back({{"run_id", e.run_id}, {"status", receipts::to_string(e.status)}, {"reason", e.reason}});
+  return {{"evidence_run_ids", side.evidence_ids()},
+          {"step_ms", side.step_ms()},
+          {"median_step_ms", value_or_null(side.median_step_ms)},
+          {"median_tokens_per_s", value_or_null(side.median_tokens_per_s)},
+          {"median_goodput_pct", value_or_null(side.median_goodput_pct)},
+          {"median_peak_memory_bytes", value_or_null(side.median_peak_memory_bytes)},
+          {"excluded", excluded}};
+}
+
+json differences_json(const std::vector<FieldDifference>& diffs) {
+  json out = json::array();
+  for (const auto& d : diffs)
+    out.push_back({{"field", d.field}, {"a", d.a_values}, {"b", d.b_values}, {"within_side", d.within_side}});
+  return out;
+}
+
+std::string fixed(const std::optional<double>& value, int decimals) {
+  return value ? fmt::format("{:.{}f}", *value, decimals) : "-";
+}
+
+std::string gib(const std::optional<double>& bytes) {
+  return bytes ? fmt::format("{:.3f} GiB", *bytes / (1024.0 * 1024 * 1024)) : "-";
+}
+
+std::string side_line(char label, const Side& side) {
+  return fmt::format("{}: {} evidence run(s) [{}]", label, side.evidence.size(), fmt::join(side.evidence_ids(), ","));
+}
+
+}  // namespace
+
+const std::vector<std::string>& compared_env_keys() {
+  static const std::vector<std::string> keys = {"gpu_model", "nvidia_driver", "cuda_runtime",
+                                                "libtorch",  "nccl",          "git_revision"};
+  return keys;
+}
+
+std::vector<std::int64_t> Side::evidence_ids() const {
+  std::vector<std::int64_t> ids;
+  for (const auto& run : evidence) ids.push_back(run.row.id);
+  return ids;
+}
+
+std::vector<double> Side::step_ms() const {
+  std::vector<double> values;
+  for (const auto& run : evidence) values.push_back(*run.row.summary.median_step_ms);  // evidence has it
+  return values;
+}
+
+Comparison compare_runs(receipts::Store& store, const std::vector<std::int64_t>& a_ids,
+                        const std::vector<std::int64_t>& b_ids, const CompareOptions& options) {
+  require_disjoint_sides(a_ids, b_ids);
+  Comparison c;
+  c.a = load_side(store, a_ids);
+  c.b = load_side(store, b_ids);
+  classify_differences(c);
+  if (!c.mismatches.empty()) {
+    if (!options.allow_mismatch) {
+      std::vector<std::string> names, lines;
+      for (const auto& d : c.mismatches) names.push_back(d.field), lines.push_back(describe(d));
+      throw MismatchError(fmt::format("the runs are not comparable: {}; only the factor under test may differ "
+                                      "(pass --allow-mismatch to compare anyway, marked in the report)",
+                                      fmt::join(lines, "; ")),
+                          names);
+    }
+    c.mismatch_allowed = true;
+  }
+  summarize(c.a);
+  summarize(c.b);
+  if (!c.a.evidence.empty() && !c.b.evidence.empty()) {
+    const auto a_ms = c.a.step_ms(), b_ms = c.b.step_ms();
+    c.step_ratio = ratio_of_medians(a_ms, b_ms, options.bootstrap);
+    c.u_test = mann_whitney_u(a_ms, b_ms);
+    c.verdict = classify(a_ms.size(), b_ms.size(), *c.step_ratio);
+    if (c.a.median_tokens_per_s && c.b.median_tokens_per_s && *c.a.median_tokens_per_s > 0)
+      c.tokens_per_s_delta_pct = (*c.b.median_tokens_per_s / *c.a.median_tokens_per_s - 1) * 100;
+    if (c.a.median_goodput_pct && c.b.median_goodput_pct)
+      c.goodput_delta_points = *c.b.median_goodput_pct - *c.a.median_goodput_pct;
+    if (c.a.median_peak_memory_bytes && c.b.median_peak_memory_bytes)
+      c.peak_memory_delta_bytes = *c.b.median_peak_memory_bytes - *c.a.median_peak_memory_bytes;
+  }
+  return c;
+}
+
+std::vector<std::int64_t> select_runs(receipts::Store& store, std::string_view selector, bool include_unsuccessful) {
+  std::vector<std::int64_t> ids;
+  receipts::RunFilter filter;
+  if (selector.starts_with("tag:")) {
+    filter.tag = selector.substr(4);
+  } else if (selector.starts_with("name:")) {
+    filter.name = selector.substr(5);
+  } else {
+    std::string_view rest = selector;
+    while (true) {
+      const auto comma = rest.find(',');
+      ids.push_back(parse_run_id(rest.substr(0, comma), selector));
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+    return ids;
+  }
+  if (filter.tag.empty() && filter.name.empty())
+    throw std::invalid_argument(fmt::format("bad run selector '{}': empty tag or name", selector));
+  if (!include_unsuccessful) filter.status = "ok";
+  const auto rows = store.list_runs(filter);
+  for (auto it = rows.rbegin(); it != rows.rend(); ++it)  // list_runs is newest first
+    if (it->status != RunStatus::running) ids.push_back(it->id);
+  if (ids.empty())
+    throw std::invalid_argument(fmt::format("run selector '{}' matches no {}runs in {}", selector,
+                                            include_unsuccessful ? "finished " : "ok ", store.path()));
+  return ids;
+}
+
+json to_json(const Comparison& c) {
+  json out = {{"a", side_json(c.a)},
+              {"b", side_json(c.b)},
+              {"verdict", to_string(c.verdict)},
+              {"factor", differences_json(c.factor)},
+              {"mismatches", differences_json(c.mismatches)},
+              {"mismatch_allowed", c.mismatch_allowed},
+              {"deltas",
+               {{"tokens_per_s_pct", value_or_null(c.tokens_per_s_delta_pct)},
+                {"goodput_points", value_or_null(c.goodput_delta_points)},
+                {"peak_memory_bytes", value_or_null(c.peak_memory_delta_bytes)}}}};
+  out["step_ratio"] = c.step_ratio ? json{{"ratio", c.step_ratio->ratio},
+                                          {"low", c.step_ratio->low},
+                                          {"high", c.step_ratio->high},
+                                          {"level", c.step_ratio->level}}
+                                   : json(nullptr);
+  out["u_test"] = c.u_test ? json{{"u_a", c.u_test->u_a},
+                                  {"u_b", c.u_test->u_b},
+                                  {"p_value", c.u_test->p_value},
+                                  {"exact", c.u_test->exact}}
+                           : json(nullptr);
+  return out;
+}
+
+std::string render_text(const Comparison& c) {
+  std::string out = side_line('A', c.a) + "\n" + side_line('B', c.b) + "\n";
+  for (const auto& [label, side] : {std::pair{'A', &c.a}, std::pair{'B', &c.b}})
+    for (const auto& e : side->excluded) out += fmt::format("  excluded from {}: run {}: {}\n", label, e.run_id, e.reason);
+  if (c.factor.empty()) out += "factor under test: none (the specs are identical)\n";
+  for (const auto& d : c.factor) out += fmt::format("factor under test: {}\n", describe(d));
+  for (const auto& d : c.mismatches) out += fmt::format("MISMATCH (allowed): {}\n", describe(d));
+  out += fmt::format("median step time: A {} ms  B {} ms", fixed(c.a.median_step_ms, 3), fixed(c.b.median_step_ms, 3));
+  if (c.step_ratio) {
+    out += fmt::format("  ratio B/A {:.4f} [{:.4f}, {:.4f}] ({:.0f} % bootstrap interval)", c.step_ratio->ratio,
+                       c.step_ratio->low, c.step_ratio->high, c.step_ratio->level * 100);
+  }
+  out += "\n";
+  if (c.u_test) {
+    out += fmt::format("Mann-Whitney U: U_A {:.1f}, U_B {:.1f}, two-sided p {:.4g} ({})\n", c.u_test->u_a, c.u_test->u_b,
+                       c.u_test->p_value, c.u_test->exact ? "exact" : "normal approximation");
+  }
+  out += fmt::format("tokens/s: A {}  B {}  ({}%)\n", fixed(c.a.median_tokens_per_s, 0), fixed(c.b.median_tokens_per_s, 0),
+                     c.tokens_per_s_delta_pct ? fmt::format("{:+.2f} ", *c.tokens_per_s_delta_pct) : "- ");
+  out += fmt::format("goodput: A {} %  B {} %  ({} points)\n", fixed(c.a.median_goodput_pct, 1),
+                     fixed(c.b.median_goodput_pct, 1),
+                     c.goodput_delta_points ? fmt::format("{:+.2f}", *c.goodput_delta_points) : "-");
+  out += fmt::format("peak memory: A {}  B {}  ({})\n", gib(c.a.median_peak_memory_bytes), gib(c.b.median_peak_memory_bytes),
+                     c.peak_memory_delta_bytes ? fmt::format("{:+.3f} GiB", *c.peak_memory_delta_bytes / (1024.0 * 1024 * 1024)) : "-");
+  out += fmt::format("verdict: B vs A step time: {}{}\n", to_string(c.verdict),
+                     c.verdict == Difference::unreliable
+                         ? fmt::format(" (needs >= {} evidence runs a side)", kMinRepeats)
+                         : "");
+  return out;
+}
+
+}  // namespace ablate::report

@@ -1,0 +1,106 @@
+// report/compare.h: comparison of two groups of runs from the receipt store (DESIGN.md "Comparability and
+// statistics"), behind `ablate compare A B` and `ablate gate`. Only evidence runs (receipts::is_evidence)
+// count; the others are listed with the reason. Per run the statistic is its median steady-state step
+// time; between groups: ratio of medians B/A with a bootstrap 95 % interval, Mann-Whitney U, a verdict.
+// Comparability: environment fields and the spec are compared field by field. Spec fields that differ
+// between the sides are the factor under test; any other difference (environment, harness revision, or
+// anything differing among the runs of one side) is a mismatch, refused with MismatchError unless
+// allowed, and then marked in the output.
+// Tests: tests/report/compare_test.cpp (report_tests).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "receipts/store.h"
+#include "report/stats.h"
+
+namespace ablate::report {
+
+// A comparison across a difference that is not the factor under test. An invalid_argument, so the CLI
+// reports it as bad input (exit 2).
+class MismatchError : public std::invalid_argument {
+ public:
+  MismatchError(const std::string& message, std::vector<std::string> fields)
+      : std::invalid_argument(message), fields_(std::move(fields)) {}
+  const std::vector<std::string>& fields() const { return fields_; }
+
+ private:
+  std::vector<std::string> fields_;
+};
+
+// Environment keys whose difference makes step times incomparable (run_env keys; git_revision is the
+// harness revision).
+const std::vector<std::string>& compared_env_keys();
+
+// One run as the comparison sees it: its row and its comparable fields, "env.<key>" and
+// "spec.<dotted.path>" -> value (JSON text for spec leaves, "(absent)" when the run lacks it).
+struct RunFacts {
+  receipts::RunRow row;
+  std::map<std::string, std::string> fields;
+};
+
+struct ExcludedRun {
+  std::int64_t run_id = 0;
+  receipts::RunStatus status = receipts::RunStatus::running;
+  std::string reason;
+};
+
+struct Side {
+  std::vector<RunFacts> evidence;     // in the order the ids were given
+  std::vector<ExcludedRun> excluded;  // not evidence, with why
+  std::vector<std::int64_t> evidence_ids() const;
+  std::vector<double> step_ms() const;  // per evidence run, its median_step_ms
+  // Medians over the evidence runs; absent when the side has none.
+  std::optional<double> median_step_ms, median_tokens_per_s, median_goodput_pct, median_peak_memory_bytes;
+};
+
+// A field whose values differ: between the sides, or among the runs of one side (within_side).
+struct FieldDifference {
+  std::string field;
+  std::vector<std::string> a_values;  // distinct values on side A, sorted
+  std::vector<std::string> b_values;
+  bool within_side = false;
+};
+
+struct Comparison {
+  Side a, b;
+  std::optional<RatioInterval> step_ratio;  // median step time B/A; absent when a side has no evidence
+  std::optional<MannWhitney> u_test;
+  Difference verdict = Difference::unreliable;  // of B against A, for step time
+  std::optional<double> tokens_per_s_delta_pct;       // (B/A - 1) * 100
+  std::optional<double> goodput_delta_points;         // B - A, percentage points
+  std::optional<double> peak_memory_delta_bytes;      // B - A
+  std::vector<FieldDifference> factor;      // spec fields that differ between the sides
+  std::vector<FieldDifference> mismatches;  // every other difference
+  bool mismatch_allowed = false;            // mismatches non-empty and --allow-mismatch given
+};
+
+struct CompareOptions {
+  bool allow_mismatch = false;
+  BootstrapOptions bootstrap;
+};
+
+// Throws StoreError for an unknown run, std::invalid_argument for an empty side or a run on both sides,
+// MismatchError when the sides are not comparable and !allow_mismatch.
+Comparison compare_runs(receipts::Store& store, const std::vector<std::int64_t>& a_ids,
+                        const std::vector<std::int64_t>& b_ids, const CompareOptions& options = {});
+
+// Run selectors of the CLI: "12", "12,13,14", "tag:NAME", "name:GLOB". Tag and name selectors pick runs
+// with status ok, or, with include_unsuccessful, every finished or abandoned run too (the gate needs to
+// see failures). Ids are returned oldest first. Throws std::invalid_argument for a malformed selector or
+// one that matches nothing.
+std::vector<std::int64_t> select_runs(receipts::Store& store, std::string_view selector,
+                                      bool include_unsuccessful = false);
+
+
+nlohmann::json to_json(const Comparison& comparison);
+std::string render_text(const Comparison& comparison);
+
+}  // namespace ablate::report

@@ -1,0 +1,195 @@
+// report/gate.cpp: the keep/drop gate (see gate.h): backend checks, loss check, failures, verdict.
+// Tests: tests/report/gate_test.cpp (report_tests).
+#include "report/gate.h"
+#include "report/json_fields.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <stdexcept>
+
+namespace ablate::report {
+namespace {
+
+using nlohmann::json;
+using receipts::Verdict;
+
+std::string backend_field(const std::string& seam) { return "spec.backends." + seam; }
+
+// The gate judges one backend: every candidate run must request it at the seam, no baseline run may.
+void require_backend_sides(const Comparison& c, const GateOptions& o) {
+  const std::string field = backend_field(o.seam), wanted = json(o.backend).dump();
+  for (const auto& run : c.b.evidence) {
+    const auto it = run.fields.find(field);
+    if (it == run.fields.end() || it->second != wanted) {
+      throw std::invalid_argument(fmt::format("candidate run {} requests {} at seam {}, not \"{}\"", run.row.id,
+                                              it == run.fields.end() ? "no backend" : it->second, o.seam, o.backend));
+    }
+  }
+  for (const auto& run : c.a.evidence) {
+    const auto it = run.fields.find(field);
+    if (it != run.fields.end() && it->second == wanted) {
+      throw std::invalid_argument(fmt::format("baseline run {} already requests \"{}\" at seam {}: the baseline "
+                                              "must use another backend there",
+                                              run.row.id, o.backend, o.seam));
+    }
+  }
+}
+
+// Spec differences other than backends.<seam> are not what the gate tests: refused, or when allowed,
+// moved to the mismatches so the output marks them.
+void restrict_factor_to_seam(Comparison& c, const GateOptions& o) {
+  const std::string field = backend_field(o.seam);
+  std::vector<FieldDifference> seam_only, others;
+  for (auto& d : c.factor) (d.field == field ? seam_only : others).push_back(std::move(d));
+  c.factor = std::move(seam_only);
+  if (others.empty()) return;
+  std::vector<std::string> names;
+  for (const auto& d : others) names.push_back(d.field);
+  if (!o.compare.allow_mismatch) {
+    throw MismatchError(fmt::format("baseline and candidate differ in more than {}: {} (pass --allow-mismatch to gate "
+                                    "anyway)",
+                                    field, fmt::join(names, ", ")),
+                        names);
+  }
+  for (auto& d : others) c.mismatches.push_back(std::move(d));
+  c.mismatch_allowed = true;
+}
+
+std::optional<double> median_final_loss(const Side& side) {
+  std::vector<double> losses;
+  for (const auto& run : side.evidence) {
+    const json& extra = run.row.summary.extra;
+    if (extra.is_object() && extra.contains("final_loss") && extra["final_loss"].is_number())
+      losses.push_back(extra["final_loss"].get<double>());
+  }
+  if (losses.empty()) return std::nullopt;
+  return median(losses);
+}
+
+std::optional<std::string> recorded_role(receipts::Store& store, const std::vector<std::int64_t>& run_ids,
+                                         const GateOptions& o) {
+  const json rows = store.query(
+      "SELECT role FROM catalog WHERE seam = ? AND backend = ? AND run_id IN (SELECT value FROM json_each(?)) "
+      "ORDER BY run_id DESC LIMIT 1",
+      {o.seam, o.backend, json(run_ids).dump()});
+  if (rows.empty()) return std::nullopt;
+  return rows[0]["role"].get<std::string>();
+}
+
+std::optional<std::int64_t> common_matrix(const Comparison& c) {
+  std::optional<std::int64_t> matrix;
+  for (const Side* side : {&c.a, &c.b}) {
+    for (const auto& run : side->evidence) {
+      if (!run.row.matrix_id || (matrix && *matrix != *run.row.matrix_id)) return std::nullopt;
+      matrix = run.row.matrix_id;
+    }
+  }
+  return matrix;
+}
+
+// The DESIGN.md rules, in order: any DROP condition wins; KEEP needs every KEEP condition.
+void decide(GateResult& r) {
+  const Comparison& c = r.comparison;
+  bool drop = false;
+  if (!r.failed_candidate_runs.empty()) {
+    drop = true;
+    r.reasons.push_back(fmt::format("candidate run(s) {} failed", fmt::join(r.failed_candidate_runs, ", ")));
+  }
+  const bool loss_known = r.loss_relative_difference.has_value();
+  const bool loss_ok = loss_known && *r.loss_relative_difference <= r.loss_tolerance;
+  if (loss_known) {
+    drop = drop || !loss_ok;
+    r.reasons.push_back(fmt::format("final loss {:.4f} vs baseline {:.4f}: {:.2f} % apart, tolerance {:.2f} % ({})",
+                                    *r.candidate_final_loss, *r.baseline_final_loss, *r.loss_relative_difference * 100,
+                                    r.loss_tolerance * 100, loss_ok ? "ok" : "out of tolerance"));
+  } else {
+    r.reasons.push_back("final loss not recorded on both sides: the loss check cannot be made");
+  }
+  if (c.step_ratio) {
+    r.reasons.push_back(fmt::format("step time candidate/baseline {:.4f} [{:.4f}, {:.4f}]: {}", c.step_ratio->ratio,
+                                    c.step_ratio->low, c.step_ratio->high, to_string(c.verdict)));
+  }
+  if (c.verdict == Difference::slower) drop = true;
+  if (c.verdict == Difference::unreliable) {
+    r.reasons.push_back(fmt::format("{} baseline and {} candidate evidence run(s): at least {} a side are needed",
+                                    c.a.evidence.size(), c.b.evidence.size(), kMinRepeats));
+  }
+  if (drop) {
+    r.verdict = Verdict::drop;
+  } else if (c.verdict == Difference::faster && loss_ok) {
+    r.verdict = Verdict::keep;
+  } else {
+    r.verdict = Verdict::inconclusive;
+  }
+}
+
+}  // namespace
+
+GateResult evaluate_gate(receipts::Store& store, const std::vector<std::int64_t>& baseline_ids,
+                         const std::vector<std::int64_t>& candidate_ids, const GateOptions& options) {
+  if (options.seam.empty() || options.backend.empty()) throw std::invalid_argument("the gate needs a seam and a backend");
+  if (!(options.loss_tolerance >= 0)) throw std::invalid_argument("the loss tolerance must be >= 0");
+  GateResult r;
+  r.seam = options.seam;
+  r.backend = options.backend;
+  r.loss_tolerance = options.loss_tolerance;
+  r.comparison = compare_runs(store, baseline_ids, candidate_ids, options.compare);
+  require_backend_sides(r.comparison, options);
+  restrict_factor_to_seam(r.comparison, options);
+  for (const auto& e : r.comparison.b.excluded) {
+    if (e.status == receipts::RunStatus::failed || e.status == receipts::RunStatus::abandoned)
+      r.failed_candidate_runs.push_back(e.run_id);
+  }
+  r.baseline_final_loss = median_final_loss(r.comparison.a);
+  r.candidate_final_loss = median_final_loss(r.comparison.b);
+  if (r.baseline_final_loss && r.candidate_final_loss) {
+    // Relative to the baseline; a zero baseline loss falls back to the absolute difference.
+    const double scale = *r.baseline_final_loss == 0 ? 1.0 : std::abs(*r.baseline_final_loss);
+    r.loss_relative_difference = std::abs(*r.candidate_final_loss - *r.baseline_final_loss) / scale;
+  }
+  r.catalog_role = recorded_role(store, candidate_ids, options);
+  r.matrix_id = common_matrix(r.comparison);
+  decide(r);
+  return r;
+}
+
+receipts::Decision GateResult::decision() const {
+  receipts::Decision d;
+  d.seam = seam;
+  d.backend = backend;
+  d.verdict = verdict;
+  d.evidence_run_ids = comparison.a.evidence_ids();
+  for (const auto id : comparison.b.evidence_ids()) d.evidence_run_ids.push_back(id);
+  for (const auto id : failed_candidate_runs) d.evidence_run_ids.push_back(id);
+  d.matrix_id = matrix_id;
+  d.details = fmt::format("{}", fmt::join(reasons, "; "));
+  return d;
+}
+
+nlohmann::json to_json(const GateResult& r) {
+  return {{"seam", r.seam},
+          {"backend", r.backend},
+          {"verdict", receipts::to_string(r.verdict)},
+          {"reasons", r.reasons},
+          {"baseline_final_loss", value_or_null(r.baseline_final_loss)},
+          {"candidate_final_loss", value_or_null(r.candidate_final_loss)},
+          {"loss_relative_difference", value_or_null(r.loss_relative_difference)},
+          {"loss_tolerance", r.loss_tolerance},
+          {"failed_candidate_runs", r.failed_candidate_runs},
+          {"catalog_role", value_or_null(r.catalog_role)},
+          {"matrix_id", value_or_null(r.matrix_id)},
+          {"evidence_run_ids", r.decision().evidence_run_ids},
+          {"comparison", to_json(r.comparison)}};
+}
+
+std::string render_text(const GateResult& r) {
+  std::string out = fmt::format("gate {} / {}: {}\n", r.seam, r.backend, receipts::to_string(r.verdict));
+  for (const auto& reason : r.reasons) out += fmt::format("  - {}\n", reason);
+  out += fmt::format("evidence runs: {}\n", fmt::join(r.decision().evidence_run_ids, ","));
+  out += "A = baseline, B = candidate:\n" + render_text(r.comparison);
+  return out;
+}
+
+}  // namespace ablate::report

@@ -1,0 +1,99 @@
+// tests/ablations/matrix_cli_test.cpp: `ablate matrix` through the built binary. expand prints cells
+// and order, a bad matrix exits 2 with file:line:column, and (in builds with `ablate run`) the real
+// ablations/tiny_cpu.toml runs end to end into a temp store, then resumes with nothing left to do.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "receipts/store.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int rc;
+  std::string out;  // stdout and stderr together
+};
+
+Result run_cli(const std::string& args) {
+  const std::string cmd = std::string(ABLATE_BINARY_DIR) + "/ablate " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf{};
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+const std::string kTinyMatrix = std::string(ABLATE_SOURCE_DIR) + "/ablations/tiny_cpu.toml";
+
+class MatrixCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ablate-matrix-cli-" + std::to_string(::getpid()) + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+}  // namespace
+
+TEST_F(MatrixCli, ExpandPrintsCellsAndInterleavedOrder) {
+  const auto r = run_cli("matrix expand " + kTinyMatrix + " --repeats 2");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("2 cells x 2 repeats = 4 runs"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("r1: baseline backends.loss=chunked"), std::string::npos) << r.out;
+}
+
+TEST_F(MatrixCli, BadMatrixExitsTwoWithLineAndColumn) {
+  const fs::path f = dir_ / "bad.toml";
+  std::ofstream(f) << "[matrix]\nname = \"b\"\nbase = \"" ABLATE_SOURCE_DIR "/experiments/tiny.toml\"\nrepeats = -1\n";
+  for (const char* sub : {"expand", "run"}) {
+    const auto r = run_cli(std::string("matrix ") + sub + " " + f.string() + " --db " + (dir_ / "r.db").string());
+    EXPECT_EQ(r.rc, 2) << r.out;
+    EXPECT_NE(r.out.find(f.string() + ":4:11: error: matrix.repeats: expected an integer >= 1, got -1"), std::string::npos) << r.out;
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "r.db")) << "a bad matrix must fail before anything is written";
+}
+
+TEST_F(MatrixCli, TinyCpuRunsEndToEndAndResumes) {
+  if (run_cli("run --help").rc != 0) GTEST_SKIP() << "this build has no `ablate run` (built without LibTorch)";
+  const std::string db = (dir_ / "r.db").string();
+  const auto first = run_cli("matrix run " + kTinyMatrix + " --repeats 1 --db " + db);
+  ASSERT_EQ(first.rc, 0) << first.out;
+  EXPECT_NE(first.out.find("[2/2] "), std::string::npos) << first.out;
+
+  auto store = ablate::receipts::Store::open(db);
+  const auto runs = store.list_runs();
+  ASSERT_EQ(runs.size(), 2u);
+  ASSERT_TRUE(runs[0].matrix_id);
+  const auto cells = store.matrix_cells(*runs[0].matrix_id);
+  ASSERT_EQ(cells.size(), 2u);
+  std::set<std::string> names;
+  for (const auto& c : cells) {
+    const auto run = store.get_run(c.run_id);
+    EXPECT_EQ(run.status, ablate::receipts::RunStatus::ok);
+    EXPECT_EQ(c.repeat, 0);
+    EXPECT_EQ(run.cell, c.cell);
+    names.insert(c.cell);
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"baseline", "backends.loss=chunked"}));
+  // The chunked cell really asked for the chunked loss.
+  const auto chunked = store.query("SELECT b.requested FROM run_backends b JOIN matrix_cells c ON c.run_id = b.run_id "
+                                   "WHERE c.cell = 'backends.loss=chunked' AND b.seam = 'loss'");
+  ASSERT_EQ(chunked.size(), 1u);
+  EXPECT_EQ(chunked[0]["requested"], "chunked");
+
+  const auto second = run_cli("matrix run " + kTinyMatrix + " --repeats 1 --db " + db);
+  EXPECT_EQ(second.rc, 0) << second.out;
+  EXPECT_NE(second.out.find("2 already ok, 0 to run"), std::string::npos) << second.out;
+  EXPECT_EQ(store.list_runs().size(), 2u);
+}

@@ -1,0 +1,143 @@
+// tests/ablations/matrix_run_test.cpp: the matrix scheduler without LibTorch. The store side (matrix
+// row reused, ok pairs skipped, failed ones pending) uses hand-made runs; the process side runs a
+// shell script in place of `ablate run` that records its arguments and environment and fails one cell.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "ablations/matrix_run.h"
+
+namespace fs = std::filesystem;
+using namespace ablate::ablations;
+using namespace ablate::receipts;
+
+namespace {
+
+class MatrixRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("ablate-matrix-run-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+    const fs::path file = dir_ / "m.toml";
+    std::ofstream(file) << "[matrix]\nname = \"loss\"\nbase = \"" ABLATE_SOURCE_DIR "/experiments/tiny.toml\"\nrepeats = 2\n"
+                           "[axes]\n\"backends.loss\" = [\"reference\", \"chunked\"]\n";
+    matrix_ = load_matrix(file.string());
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A finished run recorded as the given matrix cell.
+  void add_run(Store& store, int64_t matrix_id, const std::string& cell, int64_t repeat, RunStatus status) {
+    RunStart start;
+    start.name = "fake";
+    start.spec_json = "{}";
+    start.matrix_id = matrix_id;
+    start.cell = cell;
+    start.repeat = repeat;
+    const auto id = store.begin_run(start);
+    store.finish_run(id, status, status == RunStatus::ok ? "" : "boom", {});
+  }
+
+  fs::path dir_;
+  Matrix matrix_;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_F(MatrixRun, SameMatrixReusesItsRowAndSkipsOkPairs) {
+  auto store = Store::open((dir_ / "r.db").string());
+  EXPECT_FALSE(find_matrix(store, matrix_));
+  const int64_t id = find_or_create_matrix(store, matrix_);
+  EXPECT_EQ(find_or_create_matrix(store, matrix_), id);
+  EXPECT_EQ(pending_slots(store, id, matrix_).size(), 4u);
+
+  add_run(store, id, "baseline", 0, RunStatus::ok);
+  add_run(store, id, "backends.loss=chunked", 0, RunStatus::failed);  // failed pairs run again
+  add_run(store, id, "baseline", 1, RunStatus::failed);
+  add_run(store, id, "baseline", 1, RunStatus::ok);  // ... until one of them is ok
+  EXPECT_EQ(pending_slots(store, id, matrix_), (std::vector<Slot>{{1, 0}, {1, 1}}));
+
+  // A different matrix (other cells) gets its own row.
+  Matrix other = matrix_;
+  other.cells.pop_back();
+  EXPECT_NE(find_or_create_matrix(store, other), id);
+}
+
+TEST_F(MatrixRun, ChildArgsCarryBaseOverridesAndDb) {
+  const auto args = child_args(matrix_, {1, 0}, "/x/r.db");
+  EXPECT_EQ(args, (std::vector<std::string>{"run", matrix_.spec.base_path, "--set", "backends.loss=\"chunked\"", "--db", "/x/r.db"}));
+}
+
+TEST_F(MatrixRun, ChildrenGetTheirCoordinatesAndOneGpuEach) {
+  // Stands in for `ablate run`: appends "cell|repeat|matrix id|gpu|args" and fails the chunked cell.
+  const fs::path script = dir_ / "fake-ablate.sh", calls = dir_ / "calls.txt";
+  std::ofstream(script) << "#!/bin/sh\n"
+                           "echo \"$ABLATE_MATRIX_CELL|$ABLATE_MATRIX_REPEAT|$ABLATE_MATRIX_ID|$CUDA_VISIBLE_DEVICES|$*\" >> "
+                        << calls.string()
+                        << "\necho child output\n"
+                           "case \"$ABLATE_MATRIX_CELL\" in *chunked*) exit 1;; esac\n";
+  fs::permissions(script, fs::perms::owner_all);
+
+  RunnerOptions opt;
+  opt.binary = script.string();
+  opt.db = (dir_ / "r.db").string();
+  opt.gpus = {"3", "5"};
+  opt.log_dir = (dir_ / "logs").string();
+  const fs::path progress = dir_ / "progress.txt";
+  opt.out = std::fopen(progress.c_str(), "w");
+  const auto outcome = run_slots(matrix_, 42, run_order(matrix_), opt);
+  std::fclose(opt.out);
+
+  EXPECT_EQ(outcome.ok, 2u);
+  EXPECT_EQ(outcome.failed, 2u);
+  std::istringstream lines(slurp(calls));
+  std::multiset<std::string> seen;
+  for (std::string line; std::getline(lines, line);) {
+    const auto gpu_at = line.find("|42|") + 4;
+    const std::string gpu = line.substr(gpu_at, 1);
+    EXPECT_TRUE(gpu == "3" || gpu == "5") << line;
+    seen.insert(line.substr(0, gpu_at - 4));
+    EXPECT_NE(line.find("|run " + matrix_.spec.base_path + " --set backends.loss="), std::string::npos) << line;
+  }
+  EXPECT_EQ(seen, (std::multiset<std::string>{"baseline|0", "baseline|1", "backends.loss=chunked|0", "backends.loss=chunked|1"}));
+
+  const std::string text = slurp(progress);
+  EXPECT_NE(text.find("[4/4] "), std::string::npos) << text;
+  EXPECT_NE(text.find("backends.loss=chunked r0 failed (exit 1)"), std::string::npos) << text;
+  EXPECT_NE(text.find("baseline r1 ok"), std::string::npos) << text;
+  const auto log = log_path(opt.log_dir, 42, matrix_.cells[1], 0);
+  EXPECT_EQ(fs::path(log).filename(), "m42-backends.loss=chunked-r0.log");
+  EXPECT_EQ(slurp(log), "child output\n");
+}
+
+TEST(MatrixRunFormat, Eta) {
+  EXPECT_EQ(format_eta(0.2), "0s");
+  EXPECT_EQ(format_eta(45), "45s");
+  EXPECT_EQ(format_eta(190), "3m10s");
+  EXPECT_EQ(format_eta(7500), "2h05m");
+}
+
+TEST_F(MatrixRun, AChildThatCannotStartIsAFailedRun) {
+  RunnerOptions opt;
+  opt.binary = (dir_ / "no-such-binary").string();
+  opt.db = (dir_ / "r.db").string();
+  opt.log_dir = (dir_ / "logs").string();
+  const fs::path progress = dir_ / "progress.txt";
+  opt.out = std::fopen(progress.c_str(), "w");
+  const auto outcome = run_slots(matrix_, 1, {{0, 0}, {1, 0}}, opt);
+  std::fclose(opt.out);
+  EXPECT_EQ(outcome.ok, 0u);
+  EXPECT_EQ(outcome.failed, 2u);
+  EXPECT_NE(slurp(progress).find("[2/2] backends.loss=chunked r0 failed"), std::string::npos) << slurp(progress);
+}

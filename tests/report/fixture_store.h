@@ -1,0 +1,84 @@
+// tests/report/fixture_store.h: receipt stores built through the Store API for the report_tests suites:
+// groups of finished runs with a chosen step time, backend, environment, final loss and status.
+// Build and run: ninja -C build-report report_tests && build-report/tests/report_tests
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "receipts/store.h"
+#include "tests/receipts/test_util.h"
+
+namespace ablate::report::testing {
+
+// What one fixture run varies; defaults make a complete, comparable evidence run.
+struct FixtureRun {
+  double step_ms = 100;
+  std::string backend = "reference";  // backends.attention in the spec
+  std::string gpu_model = "NVIDIA H100 80GB HBM3";
+  std::string git_revision = "abc123";
+  double final_loss = 3.0;
+  receipts::RunStatus status = receipts::RunStatus::ok;
+  bool with_goodput = true;  // false: an ok run missing a required summary field (not evidence)
+  std::int64_t train_steps = 100;          // a spec field other than the backend
+  std::optional<std::string> catalog_role;  // recorded for attention/<backend> when set
+};
+
+class FixtureStore {
+ public:
+  FixtureStore() : store_(receipts::Store::open(dir_.file("receipts.db"))) {}
+
+  receipts::Store& store() { return store_; }
+
+  std::int64_t add(const std::string& tag, const FixtureRun& run) {
+    receipts::RunStart start;
+    start.name = "fixture-" + tag;
+    start.tags = {tag};
+    start.lane = "tiny/1gpu/" + run.backend;
+    start.spec_json = nlohmann::json{{"experiment", {{"name", start.name}, {"seed", 1234}, {"tags", {tag}}}},
+                                     {"model", {{"config", "tiny"}}},
+                                     {"train", {{"steps", run.train_steps}}},
+                                     {"backends", {{"attention", run.backend}, {"strict", false}}}}
+                          .dump();
+    start.env = {{"gpu_model", run.gpu_model}, {"nvidia_driver", "550.54"}, {"cuda_runtime", "12.4"},
+                 {"libtorch", "2.4.0"},        {"nccl", "2.20.5"},          {"git_revision", run.git_revision},
+                 {"host", "fixture-host"}};
+    const std::int64_t id = store_.begin_run(start);
+    if (run.catalog_role) store_.record_catalog(id, {{"attention", run.backend, *run.catalog_role, "reference", {}}});
+    receipts::RunSummary summary;
+    summary.steps = 100;
+    summary.median_step_ms = run.step_ms;
+    summary.tokens_per_s = 1e6 / run.step_ms;  // a fixed 1000 tokens a step
+    if (run.with_goodput) summary.goodput_pct = 90.0;
+    summary.peak_memory_bytes = std::int64_t{1} << 30;
+    summary.flops_version = "v1";
+    summary.extra = {{"final_loss", run.final_loss}};
+    const bool ok = run.status == receipts::RunStatus::ok;
+    store_.finish_run(id, run.status, ok ? "" : "CUDA out of memory", summary);
+    return id;
+  }
+
+  // One run per step time, otherwise alike.
+  std::vector<std::int64_t> add_group(const std::string& tag, const std::vector<double>& step_ms, FixtureRun run = {}) {
+    std::vector<std::int64_t> ids;
+    for (const double ms : step_ms) {
+      run.step_ms = ms;
+      ids.push_back(add(tag, run));
+    }
+    return ids;
+  }
+
+ private:
+  receipts::testing::TempDir dir_;
+  receipts::Store store_;
+};
+
+inline FixtureRun with_backend(std::string backend) {
+  FixtureRun run;
+  run.backend = std::move(backend);
+  return run;
+}
+
+}  // namespace ablate::report::testing

@@ -1,0 +1,158 @@
+// tests/report/gate_test.cpp: report::evaluate_gate on fixture receipt stores: clear win (KEEP), clear
+// loss and failed candidate runs (DROP), noise and missing repeats (INCONCLUSIVE), a final-loss mismatch,
+// backend and spec checks, and the stored decision.
+// Build and run: ninja -C build-report report_tests && build-report/tests/report_tests --gtest_filter='Gate*'
+#include <gtest/gtest.h>
+
+#include "report/gate.h"
+#include "tests/report/fixture_store.h"
+
+namespace ablate::report {
+namespace {
+
+using receipts::Verdict;
+using testing::FixtureRun;
+using testing::FixtureStore;
+using testing::with_backend;
+
+GateOptions attention_flash(double loss_tolerance = 0.02) {
+  GateOptions options;
+  options.seam = "attention";
+  options.backend = "sdpa_flash";
+  options.loss_tolerance = loss_tolerance;
+  return options;
+}
+
+bool mentions(const GateResult& r, const std::string& text) {
+  for (const auto& reason : r.reasons)
+    if (reason.find(text) != std::string::npos) return true;
+  return false;
+}
+
+TEST(Gate, ClearWinIsKeepAndIsStored) {
+  FixtureStore f;
+  const auto baseline = f.add_group("ref", {100, 101, 99, 100.5});
+  const auto candidate = f.add_group("flash", {80, 81, 79, 80.5}, with_backend("sdpa_flash"));
+  const auto r = evaluate_gate(f.store(), baseline, candidate, attention_flash());
+  EXPECT_EQ(r.verdict, Verdict::keep);
+  EXPECT_DOUBLE_EQ(*r.baseline_final_loss, 3.0);
+  EXPECT_DOUBLE_EQ(*r.loss_relative_difference, 0);
+  EXPECT_TRUE(r.failed_candidate_runs.empty());
+  EXPECT_FALSE(r.catalog_role);  // the fixture recorded no catalog
+
+  const auto decision = r.decision();
+  std::vector<std::int64_t> evidence = baseline;
+  evidence.insert(evidence.end(), candidate.begin(), candidate.end());
+  EXPECT_EQ(decision.evidence_run_ids, evidence);
+  f.store().record_decision(decision);
+  const auto stored = f.store().list_decisions("attention", "sdpa_flash");
+  ASSERT_EQ(stored.size(), 1u);
+  EXPECT_EQ(stored[0].verdict, Verdict::keep);
+  EXPECT_EQ(stored[0].evidence_run_ids, evidence);
+  EXPECT_NE(render_text(r).find("gate attention / sdpa_flash: KEEP"), std::string::npos) << render_text(r);
+  EXPECT_EQ(to_json(r)["verdict"], "KEEP");
+}
+
+TEST(Gate, ClearLossIsDrop) {
+  FixtureStore f;
+  const auto baseline = f.add_group("ref", {100, 101, 99});
+  const auto candidate = f.add_group("flash", {120, 121, 119}, with_backend("sdpa_flash"));
+  const auto r = evaluate_gate(f.store(), baseline, candidate, attention_flash());
+  EXPECT_EQ(r.verdict, Verdict::drop);
+  EXPECT_TRUE(mentions(r, "slower"));
+}
+
+TEST(Gate, NoiseIsInconclusive) {
+  FixtureStore f;
+  const auto baseline = f.add_group("ref", {100, 102, 98, 101, 99});
+  const auto candidate = f.add_group("flash", {101, 99, 100, 98.5, 102.5}, with_backend("sdpa_flash"));
+  const auto r = evaluate_gate(f.store(), baseline, candidate, attention_flash());
+  EXPECT_EQ(r.verdict, Verdict::inconclusive);
+  EXPECT_TRUE(mentions(r, "no difference"));
+}
+
+TEST(Gate, MissingRepeatsIsInconclusiveEvenForABigWin) {
+  FixtureStore f;
+  const auto baseline = f.add_group("ref", {100, 101});
+  const auto candidate = f.add_group("flash", {50, 51}, with_backend("sdpa_flash"));
+  const auto r = evaluate_gate(f.store(), baseline, candidate, attention_flash());
+  EXPECT_EQ(r.verdict, Verdict::inconclusive);
+  EXPECT_TRUE(mentions(r, "at least 3 a side"));
+}
+
+TEST(Gate, FinalLossOutOfToleranceIsDrop) {
+  FixtureStore f;
+  const auto baseline = f.add_group("ref", {100, 101, 99});
+  FixtureRun diverging = with_backend("sdpa_flash");
+  diverging.final_loss = 3.2;  // 6.67 % above 3.0
+  const auto candidate = f.add_group("flash", {80, 81, 79}, diverging);
+  const auto strict = evaluate_gate(f.store(), baseline, candidate, attention_flash(0.02));
+  EXPECT_EQ(strict.verdict, Verdict::drop);
+  EXPECT_NEAR(*strict.loss_relative_difference, 0.2 / 3.0, 1e-12);
+  EXPECT_TRUE(mentions(strict, "out of tolerance"));
+  // The same receipts pass a looser tolerance: the loss check alone decided the drop.
+  EXPECT_EQ(evaluate_gate(f.store(), baseline, candidate, attention_flash(0.10)).verdict, Verdict::keep);
+}
+
+TEST(Gate, FailedCandidateRunIsDropAndCitedAsEvidence) {
+  FixtureStore f;
+  const auto baseline = f.add_group("ref", {100, 101, 99});
+  auto candidate = f.add_group("flash", {80, 81, 79}, with_backend("sdpa_flash"));
+  FixtureRun crashed = with_backend("sdpa_flash");
+  crashed.status = receipts::RunStatus::failed;
+  const auto crashed_id = f.add("flash", crashed);
+  candidate.push_back(crashed_id);
+  const auto r = evaluate_gate(f.store(), baseline, candidate, attention_flash());
+  EXPECT_EQ(r.verdict, Verdict::drop);
+  EXPECT_EQ(r.failed_candidate_runs, std::vector<std::int64_t>{crashed_id});
+  EXPECT_EQ(r.decision().evidence_run_ids.back(), crashed_id);
+  // Tag selectors with failures included find it too.
+  EXPECT_EQ(select_runs(f.store(), "tag:flash", true).back(), crashed_id);
+}
+
+TEST(Gate, CandidateAndBaselineMustDifferInTheBackendUnderTest) {
+  FixtureStore f;
+  const auto baseline = f.add_group("ref", {100, 101, 99});
+  const auto other = f.add_group("other", {80, 81, 79}, with_backend("sdpa_mem_efficient"));
+  EXPECT_THROW(evaluate_gate(f.store(), baseline, other, attention_flash()), std::invalid_argument);
+  const auto flash = f.add_group("flash", {80, 81, 79}, with_backend("sdpa_flash"));
+  EXPECT_THROW(evaluate_gate(f.store(), flash, other, attention_flash()), std::invalid_argument);
+  GateOptions no_seam = attention_flash();
+  no_seam.seam.clear();
+  EXPECT_THROW(evaluate_gate(f.store(), baseline, flash, no_seam), std::invalid_argument);
+}
+
+TEST(Gate, OtherSpecDifferencesAreRefusedUnlessAllowed) {
+  FixtureStore f;
+  const auto baseline = f.add_group("ref", {100, 101, 99});
+  FixtureRun longer = with_backend("sdpa_flash");
+  longer.train_steps = 200;
+  const auto candidate = f.add_group("flash", {80, 81, 79}, longer);
+  try {
+    evaluate_gate(f.store(), baseline, candidate, attention_flash());
+    FAIL() << "a train.steps difference is not the backend under test";
+  } catch (const MismatchError& e) {
+    EXPECT_EQ(e.fields(), std::vector<std::string>{"spec.train.steps"});
+  }
+  GateOptions allowed = attention_flash();
+  allowed.compare.allow_mismatch = true;
+  const auto r = evaluate_gate(f.store(), baseline, candidate, allowed);
+  EXPECT_TRUE(r.comparison.mismatch_allowed);
+  ASSERT_EQ(r.comparison.factor.size(), 1u);
+  EXPECT_EQ(r.comparison.factor[0].field, "spec.backends.attention");
+  EXPECT_EQ(r.comparison.mismatches[0].field, "spec.train.steps");
+}
+
+TEST(Gate, CatalogRoleComesFromTheCandidateRuns) {
+  FixtureStore f;
+  const auto baseline = f.add_group("ref", {100, 101, 99});
+  FixtureRun kept = with_backend("sdpa_flash");
+  kept.catalog_role = "keep";
+  const auto candidate = f.add_group("flash", {100, 101, 99.5}, kept);
+  const auto r = evaluate_gate(f.store(), baseline, candidate, attention_flash());
+  EXPECT_EQ(r.catalog_role, std::optional<std::string>("keep"));
+  EXPECT_EQ(r.verdict, Verdict::inconclusive);
+}
+
+}  // namespace
+}  // namespace ablate::report
