@@ -11,25 +11,13 @@
 #include <set>
 
 #include "receipts/store.h"
+#include "tests/cli_runner.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int rc;
-  std::string out;  // stdout and stderr together
-};
-
-Result run_cli(const std::string& args) {
-  const std::string cmd = std::string(ABLATE_BINARY_DIR) + "/ablate " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using ablate::testing::run_cli;
 
 const std::string kTinyMatrix = std::string(ABLATE_SOURCE_DIR) + "/ablations/tiny_cpu.toml";
 

@@ -12,25 +12,14 @@
 
 #include "harness/remove_tree.h"
 #include "receipts/store.h"
+#include "tests/cli_runner.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int rc;
-  std::string out;  // stdout and stderr together
-};
-
-Result run_cli(const std::string& args) {
-  const std::string cmd = std::string(ABLATE_BINARY_DIR) + "/ablate " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using ablate::testing::run_cli;
+using ablate::testing::run_shell;
 
 class CliTest : public ::testing::Test {
  protected:
@@ -110,13 +99,9 @@ TEST_F(CliTest, RunsAndShowReadTheStore) {
   r = run_cli("runs --db " + missing.string());  // a query never creates a database
   EXPECT_EQ(r.rc, 2);
   EXPECT_FALSE(fs::exists(missing));
-  const std::string env_cmd = "env ABLATE_DB=" + db + " " + std::string(ABLATE_BINARY_DIR) + "/ablate runs 2>&1";
-  FILE* p = popen(env_cmd.c_str(), "r");
-  char buf[4096];
-  std::string out;
-  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  EXPECT_EQ(WEXITSTATUS(pclose(p)), 0);
-  EXPECT_NE(out.find("cli-demo"), std::string::npos);
+  r = run_shell("env ABLATE_DB=" + db + " " + std::string(ABLATE_BINARY_DIR) + "/ablate runs");
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find("cli-demo"), std::string::npos);
 }
 
 // SIGTERM to a running `ablate run` ends the run as `killed` in the store, and the process exits by
