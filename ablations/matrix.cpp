@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "harness/spec.h"
+#include "harness/toml_types.h"
 
 namespace ablate::ablations {
 namespace {
@@ -26,17 +27,7 @@ namespace {
 using harness::SpecError;
 using harness::SpecIssue;
 
-std::string type_name(const toml::node& n) {
-  switch (n.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a float";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::table: return "a table";
-    default: return "a date/time";
-  }
-}
+std::string type_name(const toml::node& n) { return harness::toml_type_name(n); }
 
 // TOML basic-string quoting; control characters as \uXXXX so the literal survives argv unchanged.
 std::string quote(const std::string& s) {

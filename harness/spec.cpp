@@ -5,6 +5,7 @@
 #include <toml++/toml.h>
 
 #include "harness/spec.h"
+#include "harness/toml_types.h"
 
 #include <fmt/format.h>
 
@@ -32,17 +33,7 @@ struct Binding {
   std::function<json()> write;
 };
 
-std::string type_name(const toml::node& n) {
-  switch (n.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a float";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::table: return "a table";
-    default: return "a date/time";
-  }
-}
+std::string type_name(const toml::node& n) { return toml_type_name(n); }
 
 Binding int_field(std::string key, int64_t* p, int64_t lo, int64_t hi = INT64_MAX) {
   return {key, "an integer",
