@@ -116,6 +116,14 @@ std::vector<BackendInfo> build_catalog() {
                                             "attention); head dims padded to a multiple of 8",
                              .unavailable_reason = &sdpa_efficient_unavailable});
   rows.push_back(reference_row("rope", "rotation of adjacent pairs (2i, 2i+1) in LibTorch ops, fp32 arithmetic"));
+  rows.push_back(BackendInfo{.seam = "rope",
+                             .name = "fused_cuda",
+                             .role = Role::experimental,
+                             .fallback = "reference",
+                             .kernel_patterns = {"ablate_rope_fwd", "ablate_rope_bwd"},
+                             .description = "kernels/cuda/rope.cu: rotates q_r and the shared k_r and writes the "
+                                            "concatenated q and k in one launch; backward one launch",
+                             .unavailable_reason = &fused_cuda_unavailable});
   rows.push_back(reference_row("residual_norm", "residual add + RMSNorm in LibTorch ops, fp32 arithmetic"));
   rows.push_back(BackendInfo{.seam = "residual_norm",
                              .name = "fused_cuda",
@@ -149,6 +157,15 @@ std::vector<BackendInfo> build_catalog() {
                              .description = "head matmul + cross-entropy over row chunks; backward recomputes each "
                                             "chunk's logits, so the full logits never exist at once",
                              .unavailable_reason = &always_available});
+  rows.push_back(BackendInfo{.seam = "loss",
+                             .name = "fused_cuda",
+                             .role = Role::experimental,
+                             .fallback = "chunked",
+                             .kernel_patterns = {"ablate_lce_rows", "ablate_lce_scale"},
+                             .description = "kernels/cuda/linear_cross_entropy.cu: fused linear cross-entropy, row "
+                                            "chunks of ~64 MiB of logits, online log-sum-exp and the logits "
+                                            "gradient in one kernel, gradients computed in forward",
+                             .unavailable_reason = &fused_cuda_unavailable});
   return rows;
 }
 

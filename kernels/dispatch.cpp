@@ -45,6 +45,11 @@ Implementations build_registry() {
   // Compiled only with CUDA; without it the catalog reports these rows unavailable ("built without CUDA").
   r.residual_norm["fused_cuda"] = &fused::residual_norm;
   r.swiglu["fused_cuda"] = &fused::swiglu;
+  r.rope["fused_cuda"] = &fused::rope;
+  r.loss["fused_cuda"] = [](const torch::Tensor& h, const torch::Tensor& w, const torch::Tensor& t,
+                            const torch::Tensor& m) {
+    return fused::linear_cross_entropy(h, w, t, m, fused::LossReduction::mean);
+  };
 #endif
   r.loss["reference"] = &ref::loss_full_logits;
   r.loss["chunked"] = [](const torch::Tensor& h, const torch::Tensor& w, const torch::Tensor& t,

@@ -5,7 +5,8 @@
 # benchmarks, and the default GPU experiment; writes logs, benchmark JSON and receipts.db to OUT and
 # prints a short summary last.
 #   device run: bash scripts/gpu-check.sh $OUT        (carry .gpu-deps)
-# STEPS=0 skips the experiment; BENCH=0 in the environment skips the benchmarks.
+# STEPS=0 skips the experiment. Environment: BENCH=0 skips the benchmarks, BENCHES="fused_bench ..."
+# runs only those, BENCH_FILTER is passed as --benchmark_filter, TESTS is a ctest -R regex.
 set -uo pipefail
 OUT=${1:?usage: gpu-check.sh OUT [STEPS]}
 STEPS=${2:-100}
@@ -31,7 +32,7 @@ if ! ninja -C $BUILD -j 16 > "$OUT/build.log" 2>&1; then
 fi
 note "build: $(( $(date +%s) - t0 )) s"
 
-(cd $BUILD && ctest --output-on-failure -j 4 --timeout 600) > "$OUT/ctest.log" 2>&1
+(cd $BUILD && ctest --output-on-failure -j 4 --timeout 600 ${TESTS:+-R "$TESTS"}) > "$OUT/ctest.log" 2>&1
 note "tests: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
 grep -E "^\s+[0-9]+ - .*(Failed|Timeout|Exception)" "$OUT/ctest.log" | head -20
 # Which GPU tests ran rather than skipped.
@@ -40,8 +41,9 @@ grep -E "^\s+[0-9]+ - .*(Failed|Timeout|Exception)" "$OUT/ctest.log" | head -20
 for b in $( [ "${BENCH:-1}" = 0 ] || ls $BUILD/bench/* ); do
   [ -x "$b" ] || continue
   name=$(basename "$b")
+  [ -z "${BENCHES:-}" ] || [[ " $BENCHES " == *" $name "* ]] || continue
   "$b" --benchmark_format=json --benchmark_out="$OUT/$name.json" --benchmark_out_format=json \
-       --benchmark_min_time=0.2 >> "$OUT/bench.log" 2>&1
+       --benchmark_min_time=0.2 ${BENCH_FILTER:+--benchmark_filter="$BENCH_FILTER"} >> "$OUT/bench.log" 2>&1
   note "bench $name: rc $?"
 done
 

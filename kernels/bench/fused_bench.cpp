@@ -3,7 +3,13 @@
 // tokens = 16384 rows, d 1024, dense FFN 2816):
 //   residual_norm/<backend>/<fwd|fwd_bwd>/<mix>: 16384 x 1024; mix `autocast` is the model's (x bf16,
 //     residual and weight fp32: y bf16, s fp32), `bf16` has every tensor bf16;
-//   swiglu/<backend>/<fwd|fwd_bwd>/bf16: 16384 x 2816.
+//   swiglu/<backend>/<fwd|fwd_bwd>/bf16: 16384 x 2816;
+//   rope/<backend>/<fwd|fwd_bwd>/bf16: B 8, T 2048, H 16, dn 64, dr 32, inputs the strided views the
+//     model's projections produce (target: forward >= 80 % of the ceiling);
+//   loss/<backend>/fwd_bwd/autocast: N 16384, d 1024, V 32768, hidden bf16, head fp32, autocast on;
+//     counters TFLOP/s (the three GEMMs, 6 N d V) and peak_extra_MiB (allocator peak during forward +
+//     backward above what was allocated before: logits, softmax, gradients included). Targets for
+//     fused_cuda: peak_extra_MiB <= 1/16 of reference's, median_us <= reference's.
 // Timed with CUDA events on the current stream after warm-up (manual time); counters from the median
 // iteration: GB/s = the bytes the op must move (counted beside each case) / time, and
 // pct_of_copy_ceiling = GB/s against the H100's measured device-to-device copy, 3.0 TB/s counting read
@@ -19,11 +25,16 @@
 #include <vector>
 
 #if defined(ABLATE_HAVE_CUDA)
+#include <ATen/autocast_mode.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
 #include "kernels/dispatch.h"
+#if defined(ABLATE_HAVE_CUDA)
+#include "kernels/cuda/fused.h"
+#endif
 
 namespace {
 
@@ -36,14 +47,20 @@ constexpr int64_t kRows = 8 * 2048, kWidth = 1024, kFfn = 2816;
 #if defined(ABLATE_HAVE_CUDA)
 // Runs `step` in the timed loop: CUDA events around each iteration on the current stream, reported
 // as manual time; counters from the median iteration (robust to the odd slow one).
+// Before each iteration a 256 MiB buffer is zeroed: it evicts the inputs from L2 (50 MiB on H100), so
+// every iteration reads HBM, and it keeps the GPU busy while the host enqueues the start event, the
+// op's launches and the stop event, so the events time GPU work only, not the host's launch latency
+// (a few microseconds a launch: 5-15 % of a kernel of 60-90 us).
 template <class Step>
 void timed(benchmark::State& st, double bytes, Step step) {
   for (int i = 0; i < 3; ++i) step();  // warm-up: allocator pools, first-launch module loading
+  auto flush = torch::empty({int64_t{256} << 20}, torch::TensorOptions(torch::kCUDA).dtype(torch::kUInt8));
   torch::cuda::synchronize();
   at::cuda::CUDAEvent start(cudaEventDefault), stop(cudaEventDefault);  // default flags disable timing
   std::vector<double> seconds;
   for (auto _ : st) {
     const auto stream = c10::cuda::getCurrentCUDAStream();
+    flush.zero_();
     start.record(stream);
     step();
     stop.record(stream);
@@ -54,6 +71,7 @@ void timed(benchmark::State& st, double bytes, Step step) {
   std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
   const double median = seconds[seconds.size() / 2];
   st.counters["median_us"] = median * 1e6;
+  if (bytes <= 0) return;  // a compute-bound case reports its own rate
   st.counters["GB/s"] = bytes / median / 1e9;
   st.counters["pct_of_copy_ceiling"] = 100.0 * bytes / median / kCopyCeilingBytesPerSecond;
 }
@@ -99,8 +117,96 @@ void swiglu_bench(benchmark::State& st, std::string backend, bool backward) {
   });
 }
 
+// The residual_norm forward with a forced row layout (vectors per thread), to pick the built-in rule.
+void residual_norm_layout_bench(benchmark::State& st, int iters, torch::ScalarType r_dtype) {
+  ablate::kernels::fused::tuning::residual_norm_forward_iters(iters);
+  residual_norm_bench(st, "fused_cuda", false, torch::kBFloat16, r_dtype);
+  ablate::kernels::fused::tuning::residual_norm_forward_iters(0);
+}
+
+void rope_bench(benchmark::State& st, std::string backend, bool backward) {
+  const torch::Device cuda(torch::kCUDA, 0);
+  const auto& fn = implementations().rope.at(backend);
+  const auto opts = torch::TensorOptions(cuda).dtype(torch::kBFloat16);
+  constexpr int64_t B = 8, T = 2048, H = 16, dn = 64, dr = 32, dv = 64, kv_lora = 256;
+  auto q = torch::randn({B, T, H, dn + dr}, opts).requires_grad_(backward);
+  auto kv_down = torch::randn({B, T, kv_lora + dr}, opts).requires_grad_(backward);
+  auto kv = torch::randn({B, T, H, dn + dv}, opts).requires_grad_(backward);
+  const auto angle = torch::randn({T, dr / 2}, torch::TensorOptions(cuda));
+  const auto cos = angle.cos(), sin = angle.sin();
+  const auto gq = torch::randn({B, T, H, dn + dr}, opts), gk = torch::randn({B, T, H, dn + dr}, opts);
+  const double rows = double(B) * T * H;
+  // Forward: read q (nope and rope), k_nope, the shared k_r; write q and k. Backward (the seam's own
+  // work): read the rope columns of dq and dk, write d(q_rope), d(k_rope). Autograd's accumulation of
+  // the narrowed views' gradients into the leaves is in the time of both backends, not in the bytes.
+  double bytes = 2.0 * (rows * (dn + dr) + rows * dn + B * T * dr + 2 * rows * (dn + dr));
+  if (backward) bytes += 2.0 * (2 * rows * dr + rows * dr + B * T * dr);
+  c10::AutoGradMode grad_mode(backward);
+  timed(st, bytes, [&] {
+    auto [qf, kf] = fn(q.narrow(-1, 0, dn), q.narrow(-1, dn, dr), kv.narrow(-1, 0, dn),
+                       kv_down.narrow(-1, kv_lora, dr).unsqueeze(2), cos, sin);
+    if (backward) torch::autograd::grad({qf, kf}, {q, kv_down, kv}, {gq, gk});
+  });
+}
+
+void loss_bench(benchmark::State& st, std::string backend) {
+  const torch::Device cuda(torch::kCUDA, 0);
+  const auto& fn = implementations().loss.at(backend);
+  constexpr int64_t N = 16384, d = 1024, V = 32768;
+  auto hidden = torch::randn({N, d}, torch::TensorOptions(cuda).dtype(torch::kBFloat16)).requires_grad_(true);
+  auto weight = (0.02 * torch::randn({V, d}, torch::TensorOptions(cuda))).requires_grad_(true);
+  const auto targets = torch::randint(V, {N}, torch::TensorOptions(cuda).dtype(torch::kLong));
+  const auto mask = (torch::rand({N}, torch::TensorOptions(cuda)) > 0.05).to(torch::kUInt8);
+  auto step = [&] {
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);  // the CUDA default is fp16
+    auto loss = fn(hidden, weight, targets, mask);
+    at::autocast::set_autocast_enabled(at::kCUDA, false);
+    at::autocast::clear_cache();
+    torch::autograd::grad({loss}, {hidden, weight});
+  };
+  // Peak memory of one forward + backward above what is allocated before it (inputs, allocator
+  // state); the gradients of hidden and weight (the same for every backend) are inside the peak.
+  step();
+  torch::cuda::synchronize();
+  c10::cuda::CUDACachingAllocator::resetPeakStats(0);
+  const auto before = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+  step();
+  torch::cuda::synchronize();
+  const auto after = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+  const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  const double extra = double(after.allocated_bytes[agg].peak - before.allocated_bytes[agg].current);
+  timed(st, 0.0, step);
+  st.counters["peak_extra_MiB"] = extra / (1 << 20);
+  st.counters["TFLOP/s"] = 6.0 * N * d * V / (st.counters["median_us"] * 1e-6) / 1e12;
+}
+
 void register_all() {
   if (!torch::cuda::is_available()) return;
+  for (const std::string backend : {"reference", "chunked", "fused_cuda"}) {
+    if (!ablate::kernels::has_implementation("loss", backend)) continue;
+    benchmark::RegisterBenchmark(("loss/" + backend + "/fwd_bwd/autocast").c_str(), loss_bench, backend)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond)
+        ->Iterations(20);
+  }
+  for (const int iters : {1, 2, 4})
+    for (const auto r_dtype : {torch::kFloat, torch::kBFloat16})
+      benchmark::RegisterBenchmark(("residual_norm/fused_cuda/fwd/" +
+                                    std::string(r_dtype == torch::kFloat ? "autocast" : "bf16") +
+                                    "/iters:" + std::to_string(iters))
+                                       .c_str(),
+                                   residual_norm_layout_bench, iters, r_dtype)
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+  for (const std::string backend : {"reference", "fused_cuda"}) {
+    if (!ablate::kernels::has_implementation("rope", backend)) continue;
+    for (const bool backward : {false, true})
+      benchmark::RegisterBenchmark(("rope/" + backend + (backward ? "/fwd_bwd" : "/fwd") + "/bf16").c_str(),
+                                   rope_bench, backend, backward)
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+  }
   for (const std::string backend : {"reference", "fused_cuda"}) {
     if (!ablate::kernels::has_implementation("residual_norm", backend)) continue;
     for (const bool backward : {false, true}) {

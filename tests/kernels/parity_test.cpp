@@ -203,6 +203,7 @@ const std::vector<ParityCase>& parity_cases() {
       attention_case(1, 2, 33, 96, 64),
       rope_case(2, 5, 3, 6, 10),
       rope_case(1, 1, 1, 0, 2),
+      rope_case(2, 3, 4, 64, 32),  // nam56r-small's head dims: the fused kernel's vectorised path
       residual_norm_case(3, 5, 37, true),
       residual_norm_case(1, 1, 19, false),
       residual_norm_case(2, 3, 1000, true),    // 8 * 125: vectorised, not a power of two
@@ -222,6 +223,7 @@ const std::vector<ParityCase>& parity_cases() {
       loss_case(11, 9, 37, "mixed"),
       loss_case(1, 5, 23, "all"),
       loss_case(4, 6, 29, "none"),
+      loss_case(37, 24, 1000, "mixed"),  // V a multiple of 8: the fused kernel's vectorised rows
   };
   return cases;
 }
