@@ -23,7 +23,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kTerminal = "set terminal svg size 720,400 noenhanced font 'sans,11' background rgb 'white'\n";
+// Cell names can be long: tick labels hang down-right from their tic, below the axis.
+constexpr const char* kTerminal =
+    "set terminal svg size 720,420 noenhanced font 'sans,11' background rgb 'white'\n"
+    "set xtics rotate by -25 left nomirror\nset bmargin 7\n";
 constexpr const char* kInstallHint = "install gnuplot (Debian: apt-get install gnuplot-nox; scripts/bootstrap.sh does)";
 
 // A scratch folder for gnuplot's inputs and outputs, removed afterwards.
@@ -75,7 +78,7 @@ std::optional<PlotJob> step_time_job(const Report& r) {
   job.data.push_back({"step_time.dat", data});
   job.script = fmt::format(
       "set title 'median step time (ms), 95 % bootstrap interval'\nset ylabel 'ms'\nset xrange [-0.5:{}]\n"
-      "set xtics rotate by -20\nplot 'step_time.dat' using 1:3:4:5:xtic(2) with yerrorbars pt 7 title 'median step ms'\n",
+      "set offsets 0, 0, graph 0.1, graph 0.1\nplot 'step_time.dat' using 1:3:4:5:xtic(2) with yerrorbars pt 7 title 'median step ms'\n",
       static_cast<double>(r.cells.size()) - 0.5);
   return job;
 }
@@ -117,7 +120,7 @@ std::optional<PlotJob> goodput_job(const Report& r) {
   job.script = fmt::format(
       "set title 'goodput ledger (median seconds)'\nset ylabel 's'\nset style data histograms\n"
       "set style histogram rowstacked\nset style fill solid 0.8 border -1\nset boxwidth 0.6\nset key outside right\n"
-      "set xtics rotate by -20\nplot for [c=2:{}] 'goodput.dat' using c:xtic(1) title columnheader(c)\n",
+      "set linetype 9 lc rgb 'gray60'\nplot for [c=2:{}] 'goodput.dat' using c:xtic(1) title columnheader(c)\n",
       categories.size() + 1);
   return job;
 }
@@ -132,7 +135,7 @@ std::optional<PlotJob> memory_job(const Report& r) {
   job.data.push_back({"memory.dat", data});
   job.script =
       "set title 'median peak memory (GiB)'\nset ylabel 'GiB'\nset yrange [0:*]\nset style data histograms\n"
-      "set style fill solid 0.8 border -1\nset boxwidth 0.6\nset xtics rotate by -20\n"
+      "set style fill solid 0.8 border -1\nset boxwidth 0.6\n"
       "plot 'memory.dat' using 2:xtic(1) title 'peak memory'\n";
   return job;
 }

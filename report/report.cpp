@@ -105,11 +105,12 @@ void add_backends(receipts::Store& store, const CellReport& cell, Report& report
         "SELECT seam, requested, chosen, observed, reason, mismatch FROM run_backends WHERE run_id = ? ORDER BY seam", {id});
     bool observed_any = false;
     for (const auto& row : rows) {
-      const bool mismatch = !row["mismatch"].is_null() && row["mismatch"].get<std::int64_t>() == 1;
+      std::optional<bool> mismatch;
+      if (!row["mismatch"].is_null()) mismatch = row["mismatch"].get<std::int64_t>() == 1;
       std::optional<std::string> observed;
       if (!row["observed"].is_null()) observed = row["observed"].get<std::string>(), observed_any = true;
       const std::string requested = row["requested"].get<std::string>(), chosen = row["chosen"].get<std::string>();
-      if (!mismatch && requested == chosen) continue;
+      if (!mismatch.value_or(false) && requested == chosen) continue;
       BackendIssue issue{cell.name, row["seam"].get<std::string>(), requested, chosen, row["reason"].get<std::string>(),
                          observed, mismatch, {id}};
       const auto same = std::find_if(report.backend_issues.begin(), report.backend_issues.end(), [&](const auto& other) {
@@ -360,7 +361,8 @@ Section backends_section(const Report& r) {
   } else {
     Table t{{"cell", "seam", "requested", "chosen", "observed", "mismatch", "reason", "runs"}, {}};
     for (const auto& i : r.backend_issues)
-      t.rows.push_back({i.cell, i.seam, i.requested, i.chosen, i.observed.value_or("-"), i.mismatch ? "yes" : "no",
+      t.rows.push_back({i.cell, i.seam, i.requested, i.chosen, i.observed.value_or("-"),
+                        i.mismatch ? (*i.mismatch ? "yes" : "no") : "unknown",
                         i.reason.empty() ? "-" : i.reason, ids_text(i.run_ids)});
     s.blocks.push_back(std::move(t));
   }
@@ -442,7 +444,7 @@ json to_json(const Report& r) {
   json backends = json::array();
   for (const auto& i : r.backend_issues)
     backends.push_back({{"cell", i.cell}, {"seam", i.seam}, {"requested", i.requested}, {"chosen", i.chosen},
-                        {"observed", value_or_null(i.observed)}, {"mismatch", i.mismatch}, {"reason", i.reason},
+                        {"observed", value_or_null(i.observed)}, {"mismatch", value_or_null(i.mismatch)}, {"reason", i.reason},
                         {"run_ids", i.run_ids}});
   json env = json::object();
   for (const auto& [key, values] : r.environment) {

@@ -64,7 +64,7 @@ struct CellReport {
 struct BackendIssue {
   std::string cell, seam, requested, chosen, reason;
   std::optional<std::string> observed;
-  bool mismatch = false;  // observed disagrees with chosen (run_backends.mismatch)
+  std::optional<bool> mismatch;  // observed disagrees with chosen (run_backends.mismatch); unknown unprofiled
   std::vector<std::int64_t> run_ids;
 };
 
