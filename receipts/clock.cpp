@@ -96,6 +96,15 @@ double unix_now() {
   return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
+std::string format_utc(double unix_s) {
+  const std::time_t t = static_cast<std::time_t>(unix_s);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
 double parse_time(std::string_view text, double now) {
   if (auto unix_seconds = parse_number(text)) return *unix_seconds;
   if (auto age = parse_age(text, now)) return *age;

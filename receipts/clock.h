@@ -3,12 +3,16 @@
 // Tested by tests/receipts/query_test.cpp (receipts_tests).
 #pragma once
 
+#include <string>
 #include <string_view>
 
 namespace ablate::receipts {
 
 // Wall-clock time as unix seconds with sub-second precision.
 double unix_now();
+
+// unix seconds as "YYYY-MM-DD HH:MM:SS" in UTC (the CLI's tables).
+std::string format_utc(double unix_s);
 
 // Parses a point in time given as unix seconds ("1714560000"), an ISO date or date-time in UTC
 // ("2024-05-01", "2024-05-01T12:30:00Z", "2024-05-01 12:30"), or an age relative to `now`

@@ -146,6 +146,7 @@ struct RunFilter {
   std::string status;  // running | ok | failed | killed | abandoned
   std::string name;    // substring, or a glob when it contains * ? or [
   std::string tag;     // exact tag
+  std::string lane;    // exact lane (model + topology + backends), for trends
   std::string since;   // unix seconds, ISO date/time (UTC), or an age such as 90m, 12h, 7d
   std::optional<std::int64_t> limit;
 };

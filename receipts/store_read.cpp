@@ -154,6 +154,7 @@ std::vector<RunRow> Store::list_runs(const RunFilter& filter) {
   if (!filter.status.empty()) where("r.status = ?{}", std::string(to_string(parse_run_status(filter.status))));
   if (!filter.name.empty()) where(is_glob(filter.name) ? "r.name GLOB ?{}" : "instr(r.name, ?{}) > 0", filter.name);
   if (!filter.tag.empty()) where("EXISTS (SELECT 1 FROM json_each(r.tags) AS t WHERE t.value = ?{})", filter.tag);
+  if (!filter.lane.empty()) where("r.lane = ?{}", filter.lane);
   if (!filter.since.empty()) where("r.started_at >= ?{}", parse_time(filter.since, unix_now()));
   if (filter.limit && *filter.limit <= 0) throw StoreError(fmt::format("--limit must be > 0, got {}", *filter.limit));
   params.push_back(filter.limit.value_or(-1));  // LIMIT -1: no limit

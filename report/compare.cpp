@@ -67,19 +67,6 @@ std::map<std::string, std::string> comparable_fields(receipts::Store& store, std
   return fields;
 }
 
-Side load_side(receipts::Store& store, const std::vector<std::int64_t>& ids) {
-  Side side;
-  for (const std::int64_t id : ids) {
-    RunRow row = store.get_run(id);
-    if (receipts::is_evidence(row)) {
-      side.evidence.push_back({std::move(row), comparable_fields(store, id)});
-    } else {
-      side.excluded.push_back({id, row.status, exclusion_reason(row)});
-    }
-  }
-  return side;
-}
-
 // Median of a summary value over the evidence runs that have it.
 template <typename Getter>
 std::optional<double> median_over(const std::vector<RunFacts>& runs, Getter get) {
@@ -96,6 +83,24 @@ void summarize(Side& side) {
   side.median_goodput_pct = median_over(side.evidence, [](const auto& s) { return s.goodput_pct; });
   side.median_peak_memory_bytes = median_over(side.evidence, [](const auto& s) { return s.peak_memory_bytes; });
 }
+
+}  // namespace
+
+Side load_side(receipts::Store& store, const std::vector<std::int64_t>& ids) {
+  Side side;
+  for (const std::int64_t id : ids) {
+    RunRow row = store.get_run(id);
+    if (receipts::is_evidence(row)) {
+      side.evidence.push_back({std::move(row), comparable_fields(store, id)});
+    } else {
+      side.excluded.push_back({id, row.status, exclusion_reason(row)});
+    }
+  }
+  summarize(side);
+  return side;
+}
+
+namespace {
 
 std::set<std::string> distinct_values(const Side& side, const std::string& field) {
   std::set<std::string> values;
@@ -218,8 +223,6 @@ Comparison compare_runs(receipts::Store& store, const std::vector<std::int64_t>&
     }
     c.mismatch_allowed = true;
   }
-  summarize(c.a);
-  summarize(c.b);
   if (!c.a.evidence.empty() && !c.b.evidence.empty()) {
     const auto a_ms = c.a.step_ms(), b_ms = c.b.step_ms();
     c.step_ratio = ratio_of_medians(a_ms, b_ms, options.bootstrap);

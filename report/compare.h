@@ -61,6 +61,10 @@ struct Side {
   std::optional<double> median_step_ms, median_tokens_per_s, median_goodput_pct, median_peak_memory_bytes;
 };
 
+// The runs `ids` sorted into evidence and excluded (with why), with the evidence medians filled in.
+// Throws StoreError for an unknown run.
+Side load_side(receipts::Store& store, const std::vector<std::int64_t>& ids);
+
 // A field whose values differ: between the sides, or among the runs of one side (within_side).
 struct FieldDifference {
   std::string field;

@@ -69,30 +69,59 @@ double median(std::vector<double> values) {
   return median_in_place(values);
 }
 
+namespace {
+
+void require_bootstrap_options(const BootstrapOptions& options) {
+  if (options.resamples < 2) throw std::invalid_argument("bootstrap needs at least 2 resamples");
+  if (!(options.level > 0 && options.level < 1)) throw std::invalid_argument("bootstrap level must be in (0, 1)");
+}
+
+// The percentile interval of `statistic` over options.resamples draws: the (1-level)/2 and
+// (1+level)/2 quantiles. `statistic` draws its own resamples from the shared generator.
+template <typename Statistic>
+void percentile_interval(const BootstrapOptions& options, Statistic statistic, RatioInterval& out) {
+  SplitMix64 rng(options.seed);
+  std::vector<double> draws;
+  draws.reserve(static_cast<std::size_t>(options.resamples));
+  for (int i = 0; i < options.resamples; ++i) draws.push_back(statistic(rng));
+  std::sort(draws.begin(), draws.end());
+  const double tail = (1 - options.level) / 2;
+  out.level = options.level;
+  out.low = quantile_sorted(draws, tail);
+  out.high = quantile_sorted(draws, 1 - tail);
+}
+
+}  // namespace
+
 RatioInterval ratio_of_medians(const std::vector<double>& a, const std::vector<double>& b,
                                const BootstrapOptions& options) {
   require_values(a, "ratio of medians, side A");
   require_values(b, "ratio of medians, side B");
-  if (options.resamples < 2) throw std::invalid_argument("bootstrap needs at least 2 resamples");
-  if (!(options.level > 0 && options.level < 1)) throw std::invalid_argument("bootstrap level must be in (0, 1)");
+  require_bootstrap_options(options);
   const double median_a = median(a);
   if (!(median_a > 0)) throw std::invalid_argument(fmt::format("ratio of medians: median of A is {}, not positive", median_a));
 
   RatioInterval out;
-  out.level = options.level;
   out.ratio = median(b) / median_a;
-  SplitMix64 rng(options.seed);
-  std::vector<double> draw_a(a.size()), draw_b(b.size()), ratios;
-  ratios.reserve(static_cast<std::size_t>(options.resamples));
-  for (int i = 0; i < options.resamples; ++i) {
+  std::vector<double> draw_a(a.size()), draw_b(b.size());
+  percentile_interval(options, [&](SplitMix64& rng) {
     resample(a, rng, draw_a);
     resample(b, rng, draw_b);
-    ratios.push_back(median_in_place(draw_b) / median_in_place(draw_a));
-  }
-  std::sort(ratios.begin(), ratios.end());
-  const double tail = (1 - options.level) / 2;
-  out.low = quantile_sorted(ratios, tail);
-  out.high = quantile_sorted(ratios, 1 - tail);
+    return median_in_place(draw_b) / median_in_place(draw_a);
+  }, out);
+  return out;
+}
+
+RatioInterval median_interval(const std::vector<double>& values, const BootstrapOptions& options) {
+  require_values(values, "median interval");
+  require_bootstrap_options(options);
+  RatioInterval out;
+  out.ratio = median(values);
+  std::vector<double> draw(values.size());
+  percentile_interval(options, [&](SplitMix64& rng) {
+    resample(values, rng, draw);
+    return median_in_place(draw);
+  }, out);
   return out;
 }
 

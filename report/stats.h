@@ -51,6 +51,9 @@ struct BootstrapOptions {
 // Throws std::invalid_argument when a side is empty or median(a) is not positive.
 RatioInterval ratio_of_medians(const std::vector<double>& a, const std::vector<double>& b,
                                const BootstrapOptions& options = {});
+// median(values) with a percentile-bootstrap interval of the same kind (the per-cell error bars of
+// `ablate report`). Throws std::invalid_argument when values is empty.
+RatioInterval median_interval(const std::vector<double>& values, const BootstrapOptions& options = {});
 
 // Two-sided Mann-Whitney U test of "a and b come from the same distribution".
 struct MannWhitney {

@@ -23,6 +23,9 @@ void register_commands(CLI::App& app, Globals& g) {
   register_compare(app, g);
   register_gate(app, g);
   register_matrix(app, g);
+  register_report(app, g);
+  register_trend(app, g);
+  register_export(app, g);
 #ifdef ABLATE_WITH_TORCH
   register_run(app, g);
 #endif

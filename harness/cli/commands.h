@@ -39,5 +39,8 @@ void register_run(CLI::App& app, Globals& g);               // only in builds wi
 void register_compare(CLI::App& app, Globals& g);           // report/: compare two groups of runs
 void register_gate(CLI::App& app, Globals& g);              // report/: keep/drop gate
 void register_matrix(CLI::App& app, Globals& g);            // matrix expand, matrix run
+void register_report(CLI::App& app, Globals& g);            // report/: Markdown + HTML + JSON report
+void register_trend(CLI::App& app, Globals& g);             // report/: a lane's level shifts over time
+void register_export(CLI::App& app, Globals& g);            // report/: CSV / JSON tables
 
 }  // namespace ablate::cli

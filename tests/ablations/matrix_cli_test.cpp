@@ -1,6 +1,7 @@
 // tests/ablations/matrix_cli_test.cpp: `ablate matrix` through the built binary. expand prints cells
 // and order, a bad matrix exits 2 with file:line:column, and (in builds with `ablate run`) the real
-// ablations/tiny_cpu.toml runs end to end into a temp store, then resumes with nothing left to do.
+// ablations/tiny_cpu.toml runs end to end into a temp store, gets a report and a gate verdict, then
+// resumes with nothing left to do.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -79,6 +80,22 @@ TEST_F(MatrixCli, TinyCpuRunsEndToEndAndResumes) {
                                    "WHERE c.cell = 'backends.loss=chunked' AND b.seam = 'loss'");
   ASSERT_EQ(chunked.size(), 1u);
   EXPECT_EQ(chunked[0]["requested"], "chunked");
+
+  // The same store read back as a report and a gate verdict. One repeat a cell: unreliable, never a win.
+  const std::string report_dir = (dir_ / "report").string();
+  const auto report = run_cli("report --matrix tiny_cpu --out " + report_dir + " --db " + db);
+  ASSERT_EQ(report.rc, 0) << report.out;
+  std::ifstream md(fs::path(report_dir) / "report.md");
+  const std::string markdown((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_NE(markdown.find("| backends.loss=chunked | 1 | 0 |"), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find("unreliable"), std::string::npos) << markdown;
+  EXPECT_TRUE(fs::exists(fs::path(report_dir) / "report.html"));
+  std::string baseline_id, chunked_id;
+  for (const auto& c : cells) (c.cell == "baseline" ? baseline_id : chunked_id) = std::to_string(c.run_id);
+  const auto gate = run_cli("gate --baseline " + baseline_id + " --candidate " + chunked_id +
+                            " --seam loss --backend chunked --db " + db);
+  EXPECT_EQ(gate.rc, 0) << gate.out;  // chunked is `experimental`: INCONCLUSIVE does not fail CI
+  EXPECT_NE(gate.out.find("gate loss / chunked: INCONCLUSIVE"), std::string::npos) << gate.out;
 
   const auto second = run_cli("matrix run " + kTinyMatrix + " --repeats 1 --db " + db);
   EXPECT_EQ(second.rc, 0) << second.out;

@@ -101,6 +101,14 @@ TEST_F(QueryTest, FilterByTag) {
   EXPECT_EQ(names(f), (Names{"fused-rope-1"}));
 }
 
+TEST_F(QueryTest, FilterByLane) {
+  RunFilter f;
+  f.lane = "tiny-AMEM/1gpu/reference";  // every run made through the API; old-run has no lane
+  EXPECT_EQ(names(f), (Names{"live-run", "fused-rope-2", "fused-rope-1", "baseline-a"}));
+  f.lane = "tiny-AMEM/1gpu";  // exact lanes only
+  EXPECT_TRUE(names(f).empty());
+}
+
 TEST_F(QueryTest, FilterBySinceAndLimit) {
   RunFilter f;
   f.since = "2024-06-01";
@@ -205,6 +213,11 @@ TEST(TimeParsing, AcceptedForms) {
   EXPECT_EQ(parse_time("12h", now), now - 12 * 3600);
   EXPECT_EQ(parse_time("7d", now), now - 7 * 86400);
   EXPECT_EQ(parse_time("1w", now), now - 7 * 86400);
+}
+
+TEST(TimeParsing, FormatsUtc) {
+  EXPECT_EQ(format_utc(kMay2024), "2024-05-01 10:40:00");
+  EXPECT_EQ(parse_time(format_utc(kMay2024), 0), kMay2024);
 }
 
 TEST(TimeParsing, RejectedFormsSayWhatIsAccepted) {

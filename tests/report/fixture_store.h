@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,6 +25,13 @@ struct FixtureRun {
   bool with_goodput = true;  // false: an ok run missing a required summary field (not evidence)
   std::int64_t train_steps = 100;          // a spec field other than the backend
   std::optional<std::string> catalog_role;  // recorded for attention/<backend> when set
+  // Optional detail for report tests: losses of steps 0..n-1 (rank 0), kernel rows, backend rows,
+  // goodput seconds per category, and the run name (default fixture-<tag>).
+  std::vector<double> losses;
+  std::vector<receipts::KernelRow> kernels;
+  std::vector<receipts::BackendRow> backends;
+  std::map<std::string, double> goodput;
+  std::string name;
 };
 
 class FixtureStore {
@@ -34,7 +42,7 @@ class FixtureStore {
 
   std::int64_t add(const std::string& tag, const FixtureRun& run) {
     receipts::RunStart start;
-    start.name = "fixture-" + tag;
+    start.name = run.name.empty() ? "fixture-" + tag : run.name;
     start.tags = {tag};
     start.lane = "tiny/1gpu/" + run.backend;
     start.spec_json = nlohmann::json{{"experiment", {{"name", start.name}, {"seed", 1234}, {"tags", {tag}}}},
@@ -47,6 +55,19 @@ class FixtureStore {
                  {"host", "fixture-host"}};
     const std::int64_t id = store_.begin_run(start);
     if (run.catalog_role) store_.record_catalog(id, {{"attention", run.backend, *run.catalog_role, "reference", {}}});
+    std::vector<receipts::StepRow> steps;
+    for (std::size_t i = 0; i < run.losses.size(); ++i) {
+      receipts::StepRow step;
+      step.step = static_cast<std::int64_t>(i);
+      step.wall_ms = run.step_ms;
+      step.tokens = 1000;
+      step.loss = run.losses[i];
+      steps.push_back(step);
+    }
+    if (!steps.empty()) store_.append_steps(id, steps);
+    if (!run.kernels.empty()) store_.record_kernels(id, run.kernels);
+    if (!run.backends.empty()) store_.record_backends(id, run.backends);
+    if (!run.goodput.empty()) store_.record_goodput(id, run.goodput);
     receipts::RunSummary summary;
     summary.steps = 100;
     summary.median_step_ms = run.step_ms;

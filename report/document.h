@@ -1,0 +1,52 @@
+// report/document.h: a small document model (sections of paragraphs, tables and plots) that
+// `ablate report` fills once and renders twice: as Markdown and as one self-contained HTML page. Keeping
+// one model means the two outputs cannot drift apart, and escaping lives in exactly one place per format:
+// every string handed to the model is treated as untrusted text (run names, tags and environment values
+// are user-controlled); only Plot::svg is embedded as markup, and the plot code sanitizes what it feeds
+// gnuplot (report/plots.h).
+// Tests: tests/report/document_test.cpp, report_test.cpp (report_tests).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace ablate::report {
+
+struct Paragraph {
+  std::string text;
+  bool warning = false;  // rendered prominently: missing or unreliable data
+};
+
+struct Table {
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;  // each as long as the header
+};
+
+// An SVG plot: Markdown links the file (written next to the report), HTML embeds the markup inline.
+struct Plot {
+  std::string file;  // e.g. step_time.svg
+  std::string title;
+  std::string svg;   // the <svg>...</svg> element, without an XML prolog
+};
+
+using Block = std::variant<Paragraph, Table, Plot>;
+
+struct Section {
+  std::string heading;
+  std::vector<Block> blocks;
+};
+
+struct Document {
+  std::string title;
+  std::vector<Section> sections;
+};
+
+// &, <, >, " and ' as entities: safe in element text and in quoted attribute values.
+std::string html_escape(std::string_view text);
+
+std::string render_markdown(const Document& document);
+std::string render_html(const Document& document);
+
+}  // namespace ablate::report

@@ -1,0 +1,72 @@
+// report/export.cpp: runs and steps as Records for `ablate export` (see export.h).
+// Tests: tests/report/export_test.cpp (report_tests).
+#include "report/export.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <stdexcept>
+
+#include "report/json_fields.h"
+
+namespace ablate::report {
+
+using nlohmann::json;
+
+ExportTable parse_export_table(std::string_view text) {
+  if (text == "runs") return ExportTable::runs;
+  if (text == "steps") return ExportTable::steps;
+  if (text == "summaries") return ExportTable::summaries;
+  throw std::invalid_argument(fmt::format("--what '{}': expected runs, steps or summaries", text));
+}
+
+Records export_runs(receipts::Store& store, const std::vector<std::int64_t>& run_ids) {
+  Records out;
+  out.columns = {"run_id",         "name",          "status",       "error",        "started_at",  "ended_at",
+                 "host",           "tags",          "lane",         "spec_hash",    "matrix_id",   "cell",
+                 "repeat",         "evidence",      "steps",        "median_step_ms", "tokens_per_s", "mfu",
+                 "goodput_pct",    "peak_memory_bytes", "flops_version", "final_loss"};
+  for (const std::int64_t id : run_ids) {
+    const auto r = store.get_run(id);
+    const auto& s = r.summary;
+    const json& extra = s.extra;
+    const json final_loss = extra.is_object() && extra.contains("final_loss") && extra["final_loss"].is_number()
+                                ? extra["final_loss"]
+                                : json(nullptr);
+    out.rows.push_back({r.id, r.name, std::string(receipts::to_string(r.status)), value_or_null(r.error), r.started_at,
+                        value_or_null(r.ended_at), r.host, fmt::format("{}", fmt::join(r.tags, ",")), r.lane, r.spec_hash,
+                        value_or_null(r.matrix_id), value_or_null(r.cell), value_or_null(r.repeat),
+                        receipts::is_evidence(r), value_or_null(s.steps), value_or_null(s.median_step_ms),
+                        value_or_null(s.tokens_per_s), value_or_null(s.mfu), value_or_null(s.goodput_pct),
+                        value_or_null(s.peak_memory_bytes),
+                        s.flops_version.empty() ? json(nullptr) : json(s.flops_version), final_loss});
+  }
+  return out;
+}
+
+Records export_steps(receipts::Store& store, const std::vector<std::int64_t>& run_ids) {
+  Records out;
+  out.columns = {"run_id", "rank", "step", "wall_ms", "tokens", "loss", "grad_norm", "lr", "mem_allocated_peak",
+                 "mem_reserved_peak", "rss_bytes", "data_wait_ms", "outlier"};
+  const std::string sql = fmt::format("SELECT {} FROM steps WHERE run_id = ? ORDER BY rank, step", fmt::join(out.columns, ", "));
+  for (const std::int64_t id : run_ids) {
+    store.get_run(id);  // an unknown run is an error, not an empty table
+    for (const auto& row : store.query(sql, {id})) {
+      std::vector<json> values;
+      for (const auto& column : out.columns) values.push_back(row[column]);
+      values.back() = values.back().get<std::int64_t>() != 0;  // outlier: 0/1 in SQLite
+      out.rows.push_back(std::move(values));
+    }
+  }
+  return out;
+}
+
+std::vector<std::int64_t> all_finished_runs(receipts::Store& store) {
+  std::vector<std::int64_t> ids;
+  const auto rows = store.list_runs();
+  for (auto it = rows.rbegin(); it != rows.rend(); ++it)
+    if (it->status != receipts::RunStatus::running) ids.push_back(it->id);
+  return ids;
+}
+
+}  // namespace ablate::report

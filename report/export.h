@@ -1,0 +1,28 @@
+// report/export.h: `ablate export`: receipts as flat tables for pandas (CSV or JSON, report/records.h).
+//   runs       one row per run: identity, status, summary, evidence flag, final loss
+//   steps      one row per logged step (rank, step, wall ms, tokens, loss, ...) with its run id
+//   summaries  one row per cell of the report over the same runs (report::summary_records)
+// Unknown values are null (JSON) / empty (CSV); every column is always present.
+// Tests: tests/report/export_test.cpp (report_tests).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "receipts/store.h"
+#include "report/records.h"
+
+namespace ablate::report {
+
+enum class ExportTable { runs, steps, summaries };
+// Throws std::invalid_argument naming the valid tables.
+ExportTable parse_export_table(std::string_view text);
+
+Records export_runs(receipts::Store& store, const std::vector<std::int64_t>& run_ids);
+Records export_steps(receipts::Store& store, const std::vector<std::int64_t>& run_ids);
+
+// Every run in the store that has finished or been abandoned, oldest first (export without a selector).
+std::vector<std::int64_t> all_finished_runs(receipts::Store& store);
+
+}  // namespace ablate::report

@@ -1,0 +1,501 @@
+// report/report.cpp: the report model built from the store, and its JSON, document and summary forms
+// (see report.h). Reads only the store; every number is rendered with fixed decimals so the same store
+// gives the same bytes.
+// Tests: tests/report/report_test.cpp (report_tests).
+#include "report/report.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <set>
+
+#include "report/json_fields.h"
+
+namespace ablate::report {
+namespace {
+
+using nlohmann::json;
+
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+
+std::vector<std::int64_t> excluded_ids(const Side& side) {
+  std::vector<std::int64_t> ids;
+  for (const auto& e : side.excluded) ids.push_back(e.run_id);
+  return ids;
+}
+
+std::vector<std::int64_t> all_ids(const Side& side) {
+  auto ids = side.evidence_ids();
+  const auto excluded = excluded_ids(side);
+  ids.insert(ids.end(), excluded.begin(), excluded.end());
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+std::optional<double> median_of(std::vector<double> values) {
+  if (values.empty()) return std::nullopt;
+  return median(std::move(values));
+}
+
+// Median over evidence runs of each goodput category; a run without a category counts 0 there.
+std::map<std::string, double> goodput_medians(receipts::Store& store, const Side& side) {
+  std::map<std::string, std::vector<double>> per_category;
+  for (const auto& category : receipts::goodput_categories()) per_category[category].assign(side.evidence.size(), 0.0);
+  for (std::size_t i = 0; i < side.evidence.size(); ++i)
+    for (const auto& row : store.query("SELECT category, seconds FROM goodput WHERE run_id = ?", {side.evidence[i].row.id}))
+      per_category[row["category"].get<std::string>()][i] = row["seconds"].get<double>();
+  std::map<std::string, double> out;
+  if (side.evidence.empty()) return out;
+  for (auto& [category, seconds] : per_category) out[category] = median(seconds);
+  return out;
+}
+
+std::vector<LossPoint> loss_curve(receipts::Store& store, const Side& side) {
+  std::map<std::int64_t, std::vector<double>> by_step;
+  for (const auto& run : side.evidence)
+    for (const auto& row : store.query("SELECT step, loss FROM steps WHERE run_id = ? AND rank = 0 AND loss IS NOT NULL",
+                                       {run.row.id}))
+      by_step[row["step"].get<std::int64_t>()].push_back(row["loss"].get<double>());
+  std::vector<LossPoint> curve;
+  for (auto& [step, losses] : by_step) curve.push_back({step, median(std::move(losses))});
+  return curve;
+}
+
+void add_kernels(receipts::Store& store, CellReport& cell) {
+  std::map<std::string, std::pair<double, double>> totals;  // family -> (calls, ns) over traced runs
+  for (const auto& run : cell.side.evidence) {
+    const json rows = store.query(
+        "SELECT family, SUM(calls) AS calls, SUM(total_ns) AS ns FROM kernels WHERE run_id = ? GROUP BY family",
+        {run.row.id});
+    if (rows.empty()) continue;
+    ++cell.traced_runs;
+    for (const auto& row : rows) {
+      totals[row["family"].get<std::string>()].first += row["calls"].get<double>();
+      totals[row["family"].get<std::string>()].second += row["ns"].get<double>();
+    }
+  }
+  const double runs = static_cast<double>(cell.traced_runs);
+  for (const auto& [family, sums] : totals) cell.kernels.push_back({family, sums.first / runs, sums.second / runs / 1e6});
+  std::stable_sort(cell.kernels.begin(), cell.kernels.end(),
+                   [](const auto& x, const auto& y) { return x.ms_per_run > y.ms_per_run; });
+}
+
+void add_memory(receipts::Store& store, CellReport& cell) {
+  for (const auto& run : cell.side.evidence) {
+    const json rows = store.query(
+        "SELECT COUNT(*) AS n, MAX(allocated) AS allocated, MAX(reserved) AS reserved, "
+        "TOTAL(alloc_retries) AS retries, TOTAL(ooms) AS ooms FROM memory WHERE run_id = ?",
+        {run.row.id});
+    if (rows[0]["n"].get<std::int64_t>() == 0) continue;
+    MemoryProbes& m = cell.memory ? *cell.memory : cell.memory.emplace();
+    auto take_max = [](std::optional<std::int64_t>& into, const json& value) {
+      if (!value.is_null()) into = std::max(into.value_or(value.get<std::int64_t>()), value.get<std::int64_t>());
+    };
+    take_max(m.max_allocated, rows[0]["allocated"]);
+    take_max(m.max_reserved, rows[0]["reserved"]);
+    m.alloc_retries += static_cast<std::int64_t>(rows[0]["retries"].get<double>());
+    m.ooms += static_cast<std::int64_t>(rows[0]["ooms"].get<double>());
+  }
+}
+
+void add_backends(receipts::Store& store, const CellReport& cell, Report& report) {
+  for (const std::int64_t id : all_ids(cell.side)) {
+    const json rows = store.query(
+        "SELECT seam, requested, chosen, observed, reason, mismatch FROM run_backends WHERE run_id = ? ORDER BY seam", {id});
+    bool observed_any = false;
+    for (const auto& row : rows) {
+      std::optional<bool> mismatch;
+      if (!row["mismatch"].is_null()) mismatch = row["mismatch"].get<std::int64_t>() == 1;
+      std::optional<std::string> observed;
+      if (!row["observed"].is_null()) observed = row["observed"].get<std::string>(), observed_any = true;
+      const std::string requested = row["requested"].get<std::string>(), chosen = row["chosen"].get<std::string>();
+      if (!mismatch.value_or(false) && requested == chosen) continue;
+      BackendIssue issue{cell.name, row["seam"].get<std::string>(), requested, chosen, row["reason"].get<std::string>(),
+                         observed, mismatch, {id}};
+      const auto same = std::find_if(report.backend_issues.begin(), report.backend_issues.end(), [&](const auto& other) {
+        return other.cell == issue.cell && other.seam == issue.seam && other.requested == issue.requested &&
+               other.chosen == issue.chosen && other.reason == issue.reason && other.observed == issue.observed &&
+               other.mismatch == issue.mismatch;
+      });
+      if (same == report.backend_issues.end()) {
+        report.backend_issues.push_back(std::move(issue));
+      } else {
+        same->run_ids.push_back(id);
+      }
+    }
+    if (!rows.empty() && !observed_any) ++report.runs_without_observed_backends;
+  }
+}
+
+void add_environment(receipts::Store& store, const CellReport& cell, Report& report) {
+  for (const std::int64_t id : all_ids(cell.side)) {
+    for (const auto& row : store.query("SELECT key, value FROM run_env WHERE run_id = ?", {id})) {
+      auto& values = report.environment[row["key"].get<std::string>()];
+      const std::string value = row["value"].get<std::string>();
+      auto it = std::find_if(values.begin(), values.end(), [&](const auto& v) { return v.value == value; });
+      if (it == values.end()) it = values.insert(values.end(), EnvValue{value, {}});
+      it->run_ids.push_back(id);
+    }
+  }
+}
+
+std::string fixed(const std::optional<double>& value, int decimals, std::string_view unit = "") {
+  return value ? fmt::format("{:.{}f}{}", *value, decimals, unit) : "-";
+}
+
+std::string gib(const std::optional<double>& bytes) {
+  return bytes ? fmt::format("{:.3f} GiB", *bytes / kGiB) : "-";
+}
+
+std::string interval_text(const RatioInterval& i, int decimals) {
+  return fmt::format("{:.{}f} [{:.{}f}, {:.{}f}]", i.ratio, decimals, i.low, decimals, i.high, decimals);
+}
+
+std::string ids_text(const std::vector<std::int64_t>& ids) { return fmt::format("{}", fmt::join(ids, ",")); }
+
+std::string verdict_text(const CellReport& cell, bool is_baseline) {
+  if (is_baseline) return "baseline";
+  if (!cell.vs_baseline) return "no evidence on one side";
+  std::string out = fmt::format("{} {}", interval_text(*cell.vs_baseline, 4), to_string(cell.verdict));
+  if (cell.verdict == Difference::unreliable) out += fmt::format(" (needs >= {} ok runs a side)", kMinRepeats);
+  return out;
+}
+
+json interval_json(const std::optional<RatioInterval>& i) {
+  return i ? json{{"value", i->ratio}, {"low", i->low}, {"high", i->high}, {"level", i->level}} : json(nullptr);
+}
+
+json cell_json(const CellReport& c) {
+  json excluded = json::array();
+  for (const auto& e : c.side.excluded)
+    excluded.push_back({{"run_id", e.run_id}, {"status", receipts::to_string(e.status)}, {"reason", e.reason}});
+  json loss = json::array();
+  for (const auto& p : c.loss_curve) loss.push_back({p.step, p.loss});
+  json kernels = json::array();
+  for (const auto& k : c.kernels)
+    kernels.push_back({{"family", k.family}, {"calls_per_run", k.calls_per_run}, {"ms_per_run", k.ms_per_run}});
+  json mismatches = json::array();
+  for (const auto& d : c.mismatches)
+    mismatches.push_back({{"field", d.field}, {"baseline", d.a_values}, {"cell", d.b_values}, {"within_side", d.within_side}});
+  json memory = nullptr;
+  if (c.memory)
+    memory = {{"max_allocated_bytes", value_or_null(c.memory->max_allocated)},
+              {"max_reserved_bytes", value_or_null(c.memory->max_reserved)},
+              {"alloc_retries", c.memory->alloc_retries},
+              {"ooms", c.memory->ooms}};
+  return {{"name", c.name},
+          {"evidence_run_ids", c.side.evidence_ids()},
+          {"excluded", excluded},
+          {"step_ms", c.side.step_ms()},
+          {"median_step_ms", interval_json(c.step_ms)},
+          {"ratio_vs_baseline", interval_json(c.vs_baseline)},
+          {"u_test_p_value", c.u_test ? json(c.u_test->p_value) : json(nullptr)},
+          {"verdict", to_string(c.verdict)},
+          {"median_tokens_per_s", value_or_null(c.side.median_tokens_per_s)},
+          {"median_mfu", value_or_null(c.median_mfu)},
+          {"median_goodput_pct", value_or_null(c.side.median_goodput_pct)},
+          {"median_peak_memory_bytes", value_or_null(c.side.median_peak_memory_bytes)},
+          {"goodput_seconds", c.goodput_seconds},
+          {"loss_curve", loss},
+          {"traced_runs", c.traced_runs},
+          {"kernel_families", kernels},
+          {"memory_probes", memory},
+          {"mismatches_vs_baseline", mismatches}};
+}
+
+Section summary_section(const Report& r, const std::vector<std::string>& plot_notes) {
+  Section s{"Summary", {}};
+  for (const auto& note : r.notes) s.blocks.push_back(Paragraph{note, true});
+  for (const auto& note : plot_notes) s.blocks.push_back(Paragraph{note, true});
+  s.blocks.push_back(Paragraph{fmt::format(
+      "Baseline cell: {}. Step time is the median of steady-state steps per run; per cell the median over its ok "
+      "runs with a bootstrap {:.0f} % interval; the ratio is cell / baseline (below 1 is faster). Only complete ok runs "
+      "are evidence; fewer than {} a side is unreliable, never a win.",
+      r.baseline().name, (r.baseline().step_ms ? r.baseline().step_ms->level : 0.95) * 100, kMinRepeats)});
+  Table t{{"cell", "ok runs", "not counted", "median step ms [95 % CI]", "vs baseline [95 % CI]", "tokens/s", "MFU",
+           "goodput", "peak memory"},
+          {}};
+  for (std::size_t i = 0; i < r.cells.size(); ++i) {
+    const auto& c = r.cells[i];
+    t.rows.push_back({c.name, std::to_string(c.side.evidence.size()), std::to_string(c.side.excluded.size()),
+                      c.step_ms ? interval_text(*c.step_ms, 3) : "-", verdict_text(c, i == 0),
+                      fixed(c.side.median_tokens_per_s, 0), c.median_mfu ? fmt::format("{:.1f} %", *c.median_mfu * 100) : "-",
+                      fixed(c.side.median_goodput_pct, 1, " %"), gib(c.side.median_peak_memory_bytes)});
+  }
+  s.blocks.push_back(std::move(t));
+  for (const auto& c : r.cells) {
+    if (c.side.evidence.size() < kMinRepeats)
+      s.blocks.push_back(Paragraph{fmt::format("Cell {} has {} ok run(s): its numbers are unreliable (needs >= {}).",
+                                               c.name, c.side.evidence.size(), kMinRepeats),
+                                   true});
+  }
+  return s;
+}
+
+Section runs_section(const Report& r) {
+  Section s{"Runs", {}};
+  Table t{{"cell", "run", "status", "counted", "median step ms", "why not counted"}, {}};
+  for (const auto& c : r.cells) {
+    std::map<std::int64_t, std::vector<std::string>> rows;
+    for (const auto& run : c.side.evidence)
+      rows[run.row.id] = {c.name, std::to_string(run.row.id), "ok", "yes", fixed(run.row.summary.median_step_ms, 3), ""};
+    for (const auto& e : c.side.excluded)
+      rows[e.run_id] = {c.name, std::to_string(e.run_id), std::string(receipts::to_string(e.status)), "no", "-", e.reason};
+    for (auto& [id, row] : rows) t.rows.push_back(std::move(row));
+  }
+  s.blocks.push_back(std::move(t));
+  return s;
+}
+
+const Plot* find_plot(const std::vector<Plot>& plots, std::string_view file) {
+  for (const auto& p : plots)
+    if (p.file == file) return &p;
+  return nullptr;
+}
+
+void add_plot(Section& s, const std::vector<Plot>& plots, std::string_view file) {
+  if (const Plot* p = find_plot(plots, file)) s.blocks.push_back(*p);
+}
+
+Section step_time_section(const Report& r, const std::vector<Plot>& plots) {
+  Section s{"Step time", {}};
+  add_plot(s, plots, "step_time.svg");
+  Table t{{"cell", "runs (median step ms each)", "U test p vs baseline", "differs from baseline beyond the factor"}, {}};
+  for (std::size_t i = 0; i < r.cells.size(); ++i) {
+    const auto& c = r.cells[i];
+    std::vector<std::string> each;
+    for (const auto& run : c.side.evidence) each.push_back(fmt::format("{}: {:.3f}", run.row.id, *run.row.summary.median_step_ms));
+    std::vector<std::string> mismatches;
+    for (const auto& d : c.mismatches)
+      mismatches.push_back(fmt::format("{} ({} vs {})", d.field, fmt::join(d.a_values, "/"), fmt::join(d.b_values, "/")));
+    t.rows.push_back({c.name, each.empty() ? "-" : fmt::format("{}", fmt::join(each, "; ")),
+                      i == 0 || !c.u_test ? "-" : fmt::format("{:.4g}", c.u_test->p_value),
+                      i == 0 ? "-" : (mismatches.empty() ? "nothing" : fmt::format("{}", fmt::join(mismatches, "; ")))});
+  }
+  s.blocks.push_back(std::move(t));
+  return s;
+}
+
+Section loss_section(const Report& r, const std::vector<Plot>& plots) {
+  Section s{"Loss", {}};
+  add_plot(s, plots, "loss.svg");
+  Table t{{"cell", "steps logged", "first loss", "last loss"}, {}};
+  for (const auto& c : r.cells) {
+    if (c.loss_curve.empty()) {
+      t.rows.push_back({c.name, "0", "-", "-"});
+      continue;
+    }
+    t.rows.push_back({c.name, std::to_string(c.loss_curve.size()),
+                      fmt::format("{:.4f} (step {})", c.loss_curve.front().loss, c.loss_curve.front().step),
+                      fmt::format("{:.4f} (step {})", c.loss_curve.back().loss, c.loss_curve.back().step)});
+  }
+  s.blocks.push_back(Paragraph{"Median loss over each cell's ok runs per step (rank 0)."});
+  s.blocks.push_back(std::move(t));
+  return s;
+}
+
+Section goodput_section(const Report& r, const std::vector<Plot>& plots) {
+  Section s{"Goodput", {}};
+  add_plot(s, plots, "goodput.svg");
+  std::vector<std::string> header = {"cell"};
+  for (const auto& category : receipts::goodput_categories()) header.push_back(category + " s");
+  Table t{header, {}};
+  for (const auto& c : r.cells) {
+    std::vector<std::string> row = {c.name};
+    for (const auto& category : receipts::goodput_categories()) {
+      const auto it = c.goodput_seconds.find(category);
+      row.push_back(it == c.goodput_seconds.end() ? "-" : fmt::format("{:.3f}", it->second));
+    }
+    t.rows.push_back(std::move(row));
+  }
+  s.blocks.push_back(Paragraph{"Seconds of wall time per ledger category, median over each cell's ok runs."});
+  s.blocks.push_back(std::move(t));
+  return s;
+}
+
+Section memory_section(const Report& r, const std::vector<Plot>& plots) {
+  Section s{"Memory", {}};
+  add_plot(s, plots, "memory.svg");
+  Table t{{"cell", "median peak (summary)", "max allocated (probes)", "max reserved (probes)", "alloc retries", "OOMs"}, {}};
+  bool any_probes = false;
+  for (const auto& c : r.cells) {
+    const auto& m = c.memory;
+    any_probes = any_probes || m.has_value();
+    auto bytes = [](const std::optional<std::int64_t>& b) { return b ? gib(static_cast<double>(*b)) : "-"; };
+    t.rows.push_back({c.name, gib(c.side.median_peak_memory_bytes), m ? bytes(m->max_allocated) : "-",
+                      m ? bytes(m->max_reserved) : "-", m ? std::to_string(m->alloc_retries) : "-",
+                      m ? std::to_string(m->ooms) : "-"});
+  }
+  if (!any_probes) s.blocks.push_back(Paragraph{"No memory probes recorded: peak memory comes from the run summaries only."});
+  s.blocks.push_back(std::move(t));
+  return s;
+}
+
+Section kernels_section(const Report& r) {
+  Section s{"Kernel families", {}};
+  bool any = false;
+  for (const auto& c : r.cells) {
+    if (c.kernels.empty()) {
+      s.blocks.push_back(Paragraph{fmt::format("{}: no traces (no kernel rows for its ok runs).", c.name)});
+      continue;
+    }
+    any = true;
+    double total = 0;
+    for (const auto& k : c.kernels) total += k.ms_per_run;
+    Table t{{"family", "calls per run", "ms per run", "share"}, {}};
+    for (const auto& k : c.kernels)
+      t.rows.push_back({k.family, fmt::format("{:.1f}", k.calls_per_run), fmt::format("{:.3f}", k.ms_per_run),
+                        total > 0 ? fmt::format("{:.1f} %", 100 * k.ms_per_run / total) : "-"});
+    s.blocks.push_back(Paragraph{fmt::format("{} ({} traced run(s)):", c.name, c.traced_runs)});
+    s.blocks.push_back(std::move(t));
+  }
+  if (!any) s.blocks.insert(s.blocks.begin(), Paragraph{"No traces: no run in this report was profiled."});
+  return s;
+}
+
+Section backends_section(const Report& r) {
+  Section s{"Backends", {}};
+  if (r.backend_issues.empty()) {
+    s.blocks.push_back(Paragraph{"Every run got the backend it requested at every seam."});
+  } else {
+    Table t{{"cell", "seam", "requested", "chosen", "observed", "mismatch", "reason", "runs"}, {}};
+    for (const auto& i : r.backend_issues)
+      t.rows.push_back({i.cell, i.seam, i.requested, i.chosen, i.observed.value_or("-"),
+                        i.mismatch ? (*i.mismatch ? "yes" : "no") : "unknown",
+                        i.reason.empty() ? "-" : i.reason, ids_text(i.run_ids)});
+    s.blocks.push_back(std::move(t));
+  }
+  if (r.runs_without_observed_backends > 0) {
+    s.blocks.push_back(Paragraph{fmt::format("{} run(s) were not profiled: their observed backends are unknown, so a "
+                                             "chosen backend that did not really run cannot be detected there.",
+                                             r.runs_without_observed_backends)});
+  }
+  return s;
+}
+
+Section environment_section(const Report& r) {
+  Section s{"Environment", {}};
+  Table t{{"key", "value", "runs"}, {}};
+  for (const auto& [key, values] : r.environment) {
+    for (const auto& v : values)
+      t.rows.push_back({key, v.value, values.size() == 1 ? "all" : ids_text(v.run_ids)});
+  }
+  if (t.rows.empty()) {
+    s.blocks.push_back(Paragraph{"No environment recorded for these runs.", true});
+    return s;
+  }
+  std::vector<std::string> differing;
+  for (const auto& [key, values] : r.environment)
+    if (values.size() > 1) differing.push_back(key);
+  if (!differing.empty())
+    s.blocks.push_back(Paragraph{fmt::format("Differs between runs: {}.", fmt::join(differing, ", ")), true});
+  s.blocks.push_back(std::move(t));
+  return s;
+}
+
+}  // namespace
+
+Report build_report(receipts::Store& store, const RunSelection& selection, const ReportOptions& options) {
+  Report report;
+  report.title = selection.title;
+  report.matrix_id = selection.matrix_id;
+  report.notes = selection.notes;
+  CompareOptions compare;
+  compare.allow_mismatch = true;  // a report shows mismatches instead of refusing
+  compare.bootstrap = options.bootstrap;
+  const auto& baseline_ids = selection.groups.at(0).run_ids;
+  for (std::size_t g = 0; g < selection.groups.size(); ++g) {
+    const RunGroup& group = selection.groups[g];
+    CellReport cell;
+    cell.name = group.name;
+    if (g == 0) {
+      cell.side = load_side(store, group.run_ids);
+    } else {
+      Comparison c = compare_runs(store, baseline_ids, group.run_ids, compare);
+      cell.side = std::move(c.b);
+      cell.vs_baseline = c.step_ratio;
+      cell.u_test = c.u_test;
+      cell.verdict = c.verdict;
+      cell.mismatches = std::move(c.mismatches);
+    }
+    if (!cell.side.evidence.empty()) cell.step_ms = median_interval(cell.side.step_ms(), options.bootstrap);
+    std::vector<double> mfu;
+    for (const auto& run : cell.side.evidence)
+      if (run.row.summary.mfu) mfu.push_back(*run.row.summary.mfu);
+    cell.median_mfu = median_of(std::move(mfu));
+    cell.goodput_seconds = goodput_medians(store, cell.side);
+    cell.loss_curve = loss_curve(store, cell.side);
+    add_kernels(store, cell);
+    add_memory(store, cell);
+    add_backends(store, cell, report);
+    add_environment(store, cell, report);
+    report.cells.push_back(std::move(cell));
+  }
+  std::size_t evidence = 0;
+  for (const auto& c : report.cells) evidence += c.side.evidence.size();
+  if (evidence == 0) report.notes.push_back("No run in this report is evidence (no complete ok run): nothing can be compared.");
+  return report;
+}
+
+json to_json(const Report& r) {
+  json cells = json::array();
+  for (const auto& c : r.cells) cells.push_back(cell_json(c));
+  json backends = json::array();
+  for (const auto& i : r.backend_issues)
+    backends.push_back({{"cell", i.cell}, {"seam", i.seam}, {"requested", i.requested}, {"chosen", i.chosen},
+                        {"observed", value_or_null(i.observed)}, {"mismatch", value_or_null(i.mismatch)}, {"reason", i.reason},
+                        {"run_ids", i.run_ids}});
+  json env = json::object();
+  for (const auto& [key, values] : r.environment) {
+    env[key] = json::array();
+    for (const auto& v : values) env[key].push_back({{"value", v.value}, {"run_ids", v.run_ids}});
+  }
+  return {{"title", r.title},
+          {"matrix_id", value_or_null(r.matrix_id)},
+          {"baseline", r.baseline().name},
+          {"min_repeats", kMinRepeats},
+          {"notes", r.notes},
+          {"cells", cells},
+          {"backend_issues", backends},
+          {"runs_without_observed_backends", r.runs_without_observed_backends},
+          {"environment", env}};
+}
+
+Document to_document(const Report& r, const std::vector<Plot>& plots, const std::string& plot_note) {
+  Document d;
+  d.title = "ablate report: " + r.title;
+  d.sections.push_back(summary_section(r, plot_note.empty() ? std::vector<std::string>{} : std::vector{plot_note}));
+  d.sections.push_back(step_time_section(r, plots));
+  d.sections.push_back(loss_section(r, plots));
+  d.sections.push_back(goodput_section(r, plots));
+  d.sections.push_back(memory_section(r, plots));
+  d.sections.push_back(kernels_section(r));
+  d.sections.push_back(backends_section(r));
+  d.sections.push_back(environment_section(r));
+  d.sections.push_back(runs_section(r));
+  return d;
+}
+
+Records summary_records(const Report& r) {
+  Records out;
+  out.columns = {"cell",           "baseline",          "ok_runs",           "not_counted_runs",  "median_step_ms",
+                 "median_step_ms_low", "median_step_ms_high", "ratio_vs_baseline", "ratio_low",        "ratio_high",
+                 "u_test_p_value", "verdict",           "median_tokens_per_s", "median_mfu",       "median_goodput_pct",
+                 "median_peak_memory_bytes"};
+  auto value = [](const std::optional<double>& v) { return value_or_null(v); };
+  for (std::size_t i = 0; i < r.cells.size(); ++i) {
+    const auto& c = r.cells[i];
+    const auto& s = c.step_ms;
+    const auto& v = c.vs_baseline;
+    out.rows.push_back({c.name, i == 0, c.side.evidence.size(), c.side.excluded.size(),
+                        s ? json(s->ratio) : json(nullptr), s ? json(s->low) : json(nullptr), s ? json(s->high) : json(nullptr),
+                        v ? json(v->ratio) : json(nullptr), v ? json(v->low) : json(nullptr), v ? json(v->high) : json(nullptr),
+                        c.u_test ? json(c.u_test->p_value) : json(nullptr),
+                        i == 0 ? json("baseline") : json(to_string(c.verdict)), value(c.side.median_tokens_per_s),
+                        value(c.median_mfu), value(c.side.median_goodput_pct), value(c.side.median_peak_memory_bytes)});
+  }
+  return out;
+}
+
+}  // namespace ablate::report

@@ -1,0 +1,102 @@
+// report/report.h: `ablate report`: everything the store knows about a set of cells (a matrix, or
+// runs picked by a selector; report/selection.h), as one model that renders to Markdown, HTML and JSON.
+// Per cell: runs counted (evidence) and not counted (failed, killed, abandoned, incomplete: listed with
+// why, never used), median step time with a bootstrap 95 % interval, the ratio to the baseline cell
+// with its interval, U test and verdict (compare_runs; fewer than 3 evidence runs a side reads
+// "unreliable", never a win), tokens/s, MFU, goodput (and its ledger), peak memory, the median loss
+// curve, kernel time per family (when traced), backend fallbacks/mismatches, and the environment.
+// Output is deterministic for a given store (stable order, fixed decimals, no clock), so Markdown can
+// be compared with a golden file.
+//   auto report = build_report(store, select_matrix(store, "tiny_cpu"));
+//   write_report(report, make_plots(report), "out/");   // report.md, report.html, report.json, *.svg
+// Tests: tests/report/report_test.cpp (report_tests), tests/ablations/matrix_cli_test.cpp (end to end).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "receipts/store.h"
+#include "report/compare.h"
+#include "report/document.h"
+#include "report/records.h"
+#include "report/selection.h"
+#include "report/stats.h"
+
+namespace ablate::report {
+
+struct LossPoint {
+  std::int64_t step = 0;
+  double loss = 0;  // median over the cell's evidence runs that logged this step (rank 0)
+};
+
+struct KernelFamily {
+  std::string family;
+  double calls_per_run = 0;
+  double ms_per_run = 0;  // total kernel time per traced run
+};
+
+struct MemoryProbes {  // from the `memory` table, over the cell's evidence runs
+  std::optional<std::int64_t> max_allocated, max_reserved;
+  std::int64_t alloc_retries = 0, ooms = 0;
+};
+
+struct CellReport {
+  std::string name;
+  Side side;                                   // evidence and excluded runs, medians
+  std::optional<RatioInterval> step_ms;        // median step ms with its bootstrap interval
+  std::optional<RatioInterval> vs_baseline;    // step-time ratio cell/baseline; absent for the baseline
+  std::optional<MannWhitney> u_test;
+  Difference verdict = Difference::unreliable;
+  std::optional<double> median_mfu;
+  std::map<std::string, double> goodput_seconds;  // per ledger category, median over evidence runs
+  std::vector<LossPoint> loss_curve;
+  std::size_t traced_runs = 0;                 // evidence runs with kernel rows
+  std::vector<KernelFamily> kernels;           // by time, largest first
+  std::optional<MemoryProbes> memory;          // absent when no memory rows
+  std::vector<FieldDifference> mismatches;     // against the baseline, other than the factor
+};
+
+// A backend whose chosen or observed implementation is not what was asked for.
+struct BackendIssue {
+  std::string cell, seam, requested, chosen, reason;
+  std::optional<std::string> observed;
+  std::optional<bool> mismatch;  // observed disagrees with chosen (run_backends.mismatch); unknown unprofiled
+  std::vector<std::int64_t> run_ids;
+};
+
+struct EnvValue {
+  std::string value;
+  std::vector<std::int64_t> run_ids;
+};
+
+struct Report {
+  std::string title;
+  std::optional<std::int64_t> matrix_id;
+  std::vector<CellReport> cells;        // the baseline first
+  std::vector<BackendIssue> backend_issues;
+  std::size_t runs_without_observed_backends = 0;  // not profiled: mismatches cannot be checked
+  std::map<std::string, std::vector<EnvValue>> environment;  // key -> distinct values
+  std::vector<std::string> notes;       // caveats about the data, shown at the top
+  const CellReport& baseline() const { return cells.front(); }
+};
+
+struct ReportOptions {
+  BootstrapOptions bootstrap;
+};
+
+// Throws StoreError for an unknown run.
+Report build_report(receipts::Store& store, const RunSelection& selection, const ReportOptions& options = {});
+
+nlohmann::json to_json(const Report& report);
+// The report as a document; `plots` go into their sections, `plot_note` (why plots are missing) at the top.
+Document to_document(const Report& report, const std::vector<Plot>& plots, const std::string& plot_note);
+
+// The per-cell summary as raw values (null when unknown), one record per cell: what
+// `ablate export --what summaries` writes.
+Records summary_records(const Report& report);
+
+}  // namespace ablate::report

@@ -1,0 +1,50 @@
+// report/selection.h: which runs a report or an export covers, grouped into cells. Either a matrix by
+// name (its cells in the matrix file's order, from matrix_cells) or a run selector as `ablate compare`
+// takes it (12 | 12,13 | tag:NAME | name:GLOB; report::select_runs), grouped by matrix cell when the run
+// has one, else by run name. Every finished run is selected, failed ones too: a report lists them (they
+// are never evidence, see compare.h).
+// Tests: tests/report/report_test.cpp, export_test.cpp (report_tests).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "receipts/store.h"
+
+namespace ablate::report {
+
+struct RunGroup {
+  std::string name;                    // the cell
+  std::vector<std::int64_t> run_ids;   // oldest first
+};
+
+struct RunSelection {
+  std::string title;                    // "matrix tiny_cpu (id 3)" or "runs tag:nightly"
+  std::optional<std::int64_t> matrix_id;
+  std::vector<RunGroup> groups;         // the baseline first
+  std::vector<std::string> notes;       // e.g. other matrices sharing the name
+  std::vector<std::int64_t> run_ids() const;  // every group's, in group order
+};
+
+// The newest matrix called `name`. Cells follow the matrix's own order (its identity_json), so the
+// baseline cell comes first; a cell without runs yet is left out. Throws std::invalid_argument for an
+// unknown name (listing the names the store knows) or a matrix without runs.
+RunSelection select_matrix(receipts::Store& store, std::string_view name);
+
+// Runs picked by a compare-style selector, grouped by cell (else run name). Groups are ordered by
+// their oldest run, except that a group named "baseline" comes first. Throws std::invalid_argument
+// for a bad selector or one that matches nothing.
+RunSelection select_grouped(receipts::Store& store, std::string_view selector);
+
+// The command-line form shared by `ablate report` and `ablate export`: exactly one of a selector or
+// --matrix NAME. Throws std::invalid_argument when both or neither are given.
+RunSelection select_cells(receipts::Store& store, const std::string& selector, const std::string& matrix_name);
+
+// Moves the group called `baseline` to the front. Throws std::invalid_argument naming the groups
+// when there is none of that name.
+void set_baseline(RunSelection& selection, std::string_view baseline);
+
+}  // namespace ablate::report

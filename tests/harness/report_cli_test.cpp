@@ -1,0 +1,88 @@
+// tests/harness/report_cli_test.cpp: `ablate report`, `ablate trend` and `ablate export` through the built
+// binary on a fixture store: files written, exit 2 with a clear message for an unknown lane, a bad date, a
+// bad selector (and then no report folder at all), CSV/JSON export to stdout and to a file.
+// Build and run: cmake --build build --target ablate harness_tests && build/tests/harness_tests --gtest_filter='ReportCli*'
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/cli_runner.h"
+#include "tests/report/fixture_store.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using ablate::testing::run_cli;
+
+class ReportCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ablate::report::testing::FixtureRun run;
+    run.losses = {4.0, 3.0};
+    fixture.add_group("ref", {100, 101, 99}, run);
+    run.backend = "sdpa_flash";
+    fixture.add_group("flash", {80, 81, 79}, run);
+  }
+  std::string db() { return fixture.store().path(); }
+  std::string out(const std::string& name) { return (fs::path(db()).parent_path() / name).string(); }
+  ablate::report::testing::FixtureStore fixture;
+};
+
+TEST_F(ReportCli, ReportWritesMarkdownHtmlAndJson) {
+  const std::string dir = out("rep");
+  const auto r = run_cli("report name:fixture-* --out " + dir + " --db " + db());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  for (const char* file : {"report.md", "report.html", "report.json"}) EXPECT_TRUE(fs::exists(fs::path(dir) / file)) << file;
+  std::ifstream md(fs::path(dir) / "report.md");
+  const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("| fixture-flash | 3 | 0 |"), std::string::npos) << text;
+  EXPECT_NE(text.find("faster"), std::string::npos) << text;
+}
+
+TEST_F(ReportCli, BadSelectorExitsTwoAndWritesNothing) {
+  const std::string dir = out("never");
+  const auto r = run_cli("report tag:no-such-tag --out " + dir + " --db " + db());
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("matches no finished runs"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir));
+  const auto both = run_cli("report tag:ref --matrix m --db " + db());
+  EXPECT_EQ(both.rc, 2) << both.out;
+  EXPECT_NE(both.out.find("not both"), std::string::npos) << both.out;
+  const auto matrix = run_cli("report --matrix nope --db " + db());
+  EXPECT_EQ(matrix.rc, 2) << matrix.out;
+  EXPECT_NE(matrix.out.find("no matrix named 'nope'"), std::string::npos) << matrix.out;
+}
+
+TEST_F(ReportCli, TrendUnknownLaneAndBadDateExitTwo) {
+  const auto unknown = run_cli("trend --lane no/such --db " + db());
+  EXPECT_EQ(unknown.rc, 2) << unknown.out;
+  EXPECT_NE(unknown.out.find("no runs in lane 'no/such'"), std::string::npos) << unknown.out;
+  EXPECT_NE(unknown.out.find("tiny/1gpu/reference"), std::string::npos) << unknown.out;
+  const auto bad_date = run_cli("trend --lane tiny/1gpu/reference --since 2024-13-45 --db " + db());
+  EXPECT_EQ(bad_date.rc, 2) << bad_date.out;
+  EXPECT_NE(bad_date.out.find("--since: cannot read '2024-13-45' as a time"), std::string::npos) << bad_date.out;
+  const auto ok = run_cli("trend --lane tiny/1gpu/reference --json --db " + db());
+  EXPECT_EQ(ok.rc, 0) << ok.out;
+  EXPECT_EQ(nlohmann::json::parse(ok.out)["points"].size(), 3u);
+}
+
+TEST_F(ReportCli, ExportCsvToStdoutAndJsonToAFile) {
+  const auto csv = run_cli("export --format csv --what steps tag:ref --db " + db());
+  ASSERT_EQ(csv.rc, 0) << csv.out;
+  EXPECT_EQ(csv.out.rfind("run_id,rank,step,wall_ms,", 0), 0u) << csv.out;
+  EXPECT_EQ(std::count(csv.out.begin(), csv.out.end(), '\n'), 7) << csv.out;  // header + 3 runs x 2 steps
+  const std::string file = out("runs.json");
+  const auto json = run_cli("export --format json --db " + db() + " --out " + file);
+  ASSERT_EQ(json.rc, 0) << json.out;
+  std::ifstream in(file);
+  EXPECT_EQ(nlohmann::json::parse(in).size(), 6u);
+  const auto summaries = run_cli("export --format csv --what summaries name:fixture-* --db " + db());
+  ASSERT_EQ(summaries.rc, 0) << summaries.out;
+  EXPECT_NE(summaries.out.find("fixture-flash,false,3,0,80,"), std::string::npos) << summaries.out;
+  const auto bad = run_cli("export --format xml --db " + db());
+  EXPECT_EQ(bad.rc, 2) << bad.out;
+}
+
+}  // namespace

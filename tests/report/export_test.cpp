@@ -1,0 +1,144 @@
+// tests/report/export_test.cpp: `ablate export` tables (report/export.h, records.h): RFC 4180 quoting,
+// NULL as an empty CSV field and JSON null, a CSV/JSON round trip of awkward values, and atomic writes.
+// Build and run: cmake --build build --target report_tests && build/tests/report_tests --gtest_filter='Export*'
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "report/atomic_write.h"
+#include "report/export.h"
+#include "report/records.h"
+#include "tests/report/fixture_store.h"
+
+namespace ablate::report {
+namespace {
+
+using testing::FixtureRun;
+using testing::FixtureStore;
+
+// A strict RFC 4180 reader (what pandas.read_csv does with default settings for these files).
+std::vector<std::vector<std::string>> parse_csv(const std::string& text) {
+  std::vector<std::vector<std::string>> rows(1);
+  std::string field;
+  bool quoted = false, was_quoted = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') {
+        field += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        field += c;
+      }
+    } else if (c == '"') {
+      EXPECT_TRUE(field.empty()) << "quote inside an unquoted field";
+      quoted = was_quoted = true;
+    } else if (c == ',') {
+      rows.back().push_back(field), field.clear(), was_quoted = false;
+    } else if (c == '\n') {
+      rows.back().push_back(field), field.clear(), was_quoted = false;
+      rows.emplace_back();
+    } else {
+      field += c;
+    }
+  }
+  EXPECT_FALSE(quoted) << "unterminated quoted field";
+  EXPECT_TRUE(field.empty() && !was_quoted && rows.back().empty()) << "the last line must end with a newline";
+  rows.pop_back();
+  return rows;
+}
+
+TEST(Export, CsvFieldsAreQuotedOnlyWhenNeeded) {
+  EXPECT_EQ(csv_field("plain"), "plain");
+  EXPECT_EQ(csv_field("a,b"), "\"a,b\"");
+  EXPECT_EQ(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+  EXPECT_EQ(csv_field("two\nlines"), "\"two\nlines\"");
+  EXPECT_EQ(csv_field(""), "");
+}
+
+TEST(Export, RunsRoundTripThroughCsvAndJson) {
+  FixtureStore f;
+  FixtureRun awkward;
+  awkward.name = "comma, \"quote\"\nnewline <b>";
+  const auto ok = f.add("t", awkward);
+  FixtureRun failed;
+  failed.status = receipts::RunStatus::failed;
+  failed.with_goodput = false;
+  const auto bad = f.add("t", failed);
+  const Records records = export_runs(f.store(), {ok, bad});
+  const auto csv = parse_csv(to_csv(records));
+  const auto json = nlohmann::json::parse(to_json_text(records));
+  ASSERT_EQ(csv.size(), 3u);
+  ASSERT_EQ(json.size(), 2u);
+  EXPECT_EQ(csv[0], records.columns);
+  for (std::size_t r = 0; r < 2; ++r) {
+    ASSERT_EQ(csv[r + 1].size(), records.columns.size());
+    for (std::size_t c = 0; c < records.columns.size(); ++c) {
+      const auto& column = records.columns[c];
+      const auto& value = json[r][column];
+      const std::string& field = csv[r + 1][c];
+      if (value.is_null()) {
+        EXPECT_EQ(field, "") << column;
+      } else if (value.is_string()) {
+        EXPECT_EQ(field, value.get<std::string>()) << column;
+      } else if (value.is_boolean()) {
+        EXPECT_EQ(field, value.get<bool>() ? "true" : "false") << column;
+      } else {
+        EXPECT_EQ(std::stod(field), value.get<double>()) << column;  // exact: shortest round-trip digits
+      }
+    }
+  }
+  EXPECT_EQ(json[0]["name"], awkward.name);
+  EXPECT_EQ(json[0]["evidence"], true);
+  EXPECT_EQ(json[0]["median_step_ms"], 100.0);
+  EXPECT_EQ(json[1]["status"], "failed");
+  EXPECT_TRUE(json[1]["goodput_pct"].is_null());
+  EXPECT_TRUE(json[1]["mfu"].is_null());
+  EXPECT_EQ(json[1]["error"], "CUDA out of memory");
+}
+
+TEST(Export, StepsKeepNullsAndColumnOrder) {
+  FixtureStore f;
+  FixtureRun run;
+  run.losses = {4.0, 3.25};
+  const auto id = f.add("t", run);
+  const Records records = export_steps(f.store(), {id});
+  ASSERT_EQ(records.rows.size(), 2u);
+  const std::string csv = to_csv(records);
+  EXPECT_EQ(csv.substr(0, csv.find('\n')),
+            "run_id,rank,step,wall_ms,tokens,loss,grad_norm,lr,mem_allocated_peak,mem_reserved_peak,rss_bytes,"
+            "data_wait_ms,outlier");
+  EXPECT_NE(csv.find(fmt::format("\n{},0,1,100,1000,3.25,,,,,,,false\n", id)), std::string::npos) << csv;
+  const auto json = nlohmann::json::parse(to_json_text(records));
+  EXPECT_TRUE(json[1]["grad_norm"].is_null());
+  EXPECT_EQ(json[1]["loss"], 3.25);
+  EXPECT_THROW(export_steps(f.store(), {id + 100}), receipts::StoreError);
+}
+
+TEST(Export, EmptyTablesAndBadTableNames) {
+  EXPECT_EQ(to_json_text(Records{{"a"}, {}}), "[]\n");
+  EXPECT_EQ(to_csv(Records{{"a", "b"}, {}}), "a,b\n");
+  EXPECT_THROW(parse_export_table("rows"), std::invalid_argument);
+  EXPECT_EQ(parse_export_table("steps"), ExportTable::steps);
+}
+
+TEST(Export, AtomicWritesLeaveNothingHalfWritten) {
+  receipts::testing::TempDir dir;
+  const std::string target = dir.file("out.csv");
+  write_file_atomically(target, "a,b\n1,2\n");
+  std::ifstream in(target);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "a,b\n1,2\n");
+  std::size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.file(""))) ++entries;
+  EXPECT_EQ(entries, 1u) << "no temporary file may remain";
+  EXPECT_THROW(write_file_atomically(dir.file("missing/out.csv"), "x"), std::invalid_argument);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("missing")));
+}
+
+}  // namespace
+}  // namespace ablate::report

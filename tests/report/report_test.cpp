@@ -1,0 +1,189 @@
+// tests/report/report_test.cpp: report::build_report and its renderings on a fixture store: the golden
+// Markdown (tests/report/golden/report_fixture.md; regenerate with ABLATE_UPDATE_GOLDEN=1 after a
+// deliberate change and review the diff), failed runs listed but never counted, unreliable cells, HTML
+// escaping of user-controlled names, plots through gnuplot, and a missing gnuplot.
+// Build and run: cmake --build build --target report_tests && build/tests/report_tests --gtest_filter='Report*'
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "report/plots.h"
+#include "report/report.h"
+#include "report/selection.h"
+#include "tests/report/fixture_store.h"
+
+namespace ablate::report {
+namespace {
+
+using receipts::testing::ScopedEnv;
+using testing::FixtureRun;
+using testing::FixtureStore;
+
+const std::string kGolden = std::string(ABLATE_SOURCE_DIR) + "/tests/report/golden/report_fixture.md";
+
+FixtureRun detailed(std::string name, std::string backend, double final_loss) {
+  FixtureRun run;
+  run.name = std::move(name);
+  run.backend = std::move(backend);
+  run.final_loss = final_loss;
+  run.losses = {4.0, 3.5, final_loss};
+  run.goodput = {{"startup", 1.5}, {"productive", 9.0}, {"other", 0.5}};
+  return run;
+}
+
+// Two cells by name: "reference" (4 ok runs) and "flash" (3 ok, 1 failed; traced; one fallback).
+void build_fixture(FixtureStore& f) {
+  f.add_group("ab", {100, 101, 99, 100.5}, detailed("reference", "reference", 3.0));
+  FixtureRun flash = detailed("flash", "sdpa_flash", 3.01);
+  flash.kernels = {{"flash_fwd_kernel", "attention", "attention", 0, 10, 4'000'000},
+                   {"sm90_gemm", "gemm", "", 0, 40, 6'000'000}};
+  flash.backends = {{"attention", "sdpa_flash", "sdpa_flash", std::string("sdpa_flash"), "", false},
+                    {"loss", "chunked", "reference", std::nullopt, "chunked unavailable here", std::nullopt}};
+  f.add_group("ab", {80, 81, 79}, flash);
+  flash.status = receipts::RunStatus::failed;
+  f.add("ab", flash);
+}
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(Report, MarkdownMatchesTheGoldenFile) {
+  FixtureStore f;
+  build_fixture(f);
+  ScopedEnv no_gnuplot("ABLATE_GNUPLOT", "/nonexistent/gnuplot");
+  const auto report = build_report(f.store(), select_grouped(f.store(), "tag:ab"));
+  const auto plots = make_plots(report);
+  const std::string markdown = render_markdown(to_document(report, plots.plots, plots.note));
+  if (std::getenv("ABLATE_UPDATE_GOLDEN")) std::ofstream(kGolden) << markdown;
+  const std::string golden = read(kGolden);
+  if (markdown != golden) {
+    const std::string actual = std::string(ABLATE_BINARY_DIR) + "/report_fixture.actual.md";
+    std::ofstream(actual) << markdown;
+    FAIL() << "Markdown differs from " << kGolden << "; got " << actual << " (diff them; ABLATE_UPDATE_GOLDEN=1 "
+           << "rewrites the golden file after a deliberate change)";
+  }
+}
+
+TEST(Report, FailedRunsAreListedButNeverCounted) {
+  FixtureStore f;
+  build_fixture(f);
+  const auto report = build_report(f.store(), select_grouped(f.store(), "tag:ab"));
+  ASSERT_EQ(report.cells.size(), 2u);
+  EXPECT_EQ(report.baseline().name, "reference");
+  const auto& flash = report.cells[1];
+  EXPECT_EQ(flash.side.evidence.size(), 3u);
+  ASSERT_EQ(flash.side.excluded.size(), 1u);
+  EXPECT_EQ(flash.side.excluded[0].status, receipts::RunStatus::failed);
+  EXPECT_DOUBLE_EQ(flash.step_ms->ratio, 80);
+  EXPECT_EQ(flash.verdict, Difference::faster);
+  EXPECT_EQ(flash.traced_runs, 3u);
+  ASSERT_EQ(flash.kernels.size(), 2u);
+  EXPECT_EQ(flash.kernels[0].family, "gemm");  // largest first
+  EXPECT_DOUBLE_EQ(flash.kernels[0].ms_per_run, 6.0);
+  ASSERT_EQ(report.backend_issues.size(), 1u);  // the loss fallback, from the 4 flash runs
+  EXPECT_EQ(report.backend_issues[0].run_ids.size(), 4u);
+  EXPECT_EQ(report.cells[0].loss_curve.size(), 3u);
+  EXPECT_DOUBLE_EQ(report.cells[0].goodput_seconds.at("productive"), 9.0);
+  const auto j = to_json(report);
+  EXPECT_EQ(j["cells"][1]["excluded"][0]["status"], "failed");
+  EXPECT_EQ(j["cells"][1]["verdict"], "faster");
+}
+
+TEST(Report, TooFewRunsAreUnreliableNeverAWin) {
+  FixtureStore f;
+  f.add_group("ab", {100, 100, 100}, detailed("reference", "reference", 3.0));
+  f.add_group("ab", {50, 50}, detailed("flash", "sdpa_flash", 3.0));
+  const auto report = build_report(f.store(), select_grouped(f.store(), "tag:ab"));
+  EXPECT_EQ(report.cells[1].verdict, Difference::unreliable);
+  const std::string markdown = render_markdown(to_document(report, {}, ""));
+  EXPECT_NE(markdown.find("unreliable (needs >= 3 ok runs a side)"), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find("Cell flash has 2 ok run(s): its numbers are unreliable"), std::string::npos) << markdown;
+}
+
+TEST(Report, NoEvidenceSaysSo) {
+  FixtureStore f;
+  FixtureRun failed;
+  failed.status = receipts::RunStatus::failed;
+  f.add("ab", failed);
+  const auto report = build_report(f.store(), select_grouped(f.store(), "tag:ab"));
+  const std::string markdown = render_markdown(to_document(report, {}, ""));
+  EXPECT_NE(markdown.find("No run in this report is evidence"), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find("no traces"), std::string::npos) << markdown;
+}
+
+TEST(Report, HtmlEscapesUserControlledNames) {
+  FixtureStore f;
+  const std::string evil = "<script>alert(1)</script>";
+  FixtureRun run = detailed(evil, "reference", 3.0);
+  run.backends = {{"loss", "x\"><img src=x onerror=alert(2)>", "reference", std::nullopt, evil, std::nullopt}};
+  f.add_group("x", {100, 101, 102}, run);
+  const auto report = build_report(f.store(), select_grouped(f.store(), "tag:x"));
+  for (const bool with_plots : {false, true}) {
+    std::optional<ScopedEnv> env;
+    if (!with_plots) env.emplace("ABLATE_GNUPLOT", "/nonexistent/gnuplot");
+    const auto plots = make_plots(report);
+    const std::string html = render_html(to_document(report, plots.plots, plots.note));
+    EXPECT_EQ(html.find(evil), std::string::npos) << "with_plots " << with_plots;
+    EXPECT_EQ(html.find("<img"), std::string::npos);
+    EXPECT_NE(html.find("&lt;script&gt;alert(1)&lt;/script&gt;"), std::string::npos);
+    const std::string markdown = render_markdown(to_document(report, plots.plots, plots.note));
+    EXPECT_EQ(markdown.find(evil), std::string::npos);
+  }
+  EXPECT_EQ(html_escape("a&b<c>\"d'"), "a&amp;b&lt;c&gt;&quot;d&#39;");
+  EXPECT_EQ(plot_label("a\"b'c<d>\\e"), "a?b?c?d??e");
+}
+
+TEST(Report, MissingGnuplotGivesAReportWithoutPlotsAndANote) {
+  FixtureStore f;
+  build_fixture(f);
+  const auto report = build_report(f.store(), select_grouped(f.store(), "tag:ab"));
+  ScopedEnv missing("ABLATE_GNUPLOT", "/nonexistent/gnuplot");
+  const auto plots = make_plots(report);
+  EXPECT_TRUE(plots.plots.empty());
+  EXPECT_NE(plots.note.find("/nonexistent/gnuplot"), std::string::npos) << plots.note;
+  EXPECT_NE(plots.note.find("gnuplot-nox"), std::string::npos) << plots.note;
+  const std::string html = render_html(to_document(report, plots.plots, plots.note));
+  EXPECT_NE(html.find("Plots left out"), std::string::npos);
+  EXPECT_EQ(html.find("<svg"), std::string::npos);
+}
+
+TEST(Report, GnuplotDrawsEveryPlotInline) {
+  if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot is not installed";
+  FixtureStore f;
+  build_fixture(f);
+  const auto report = build_report(f.store(), select_grouped(f.store(), "tag:ab"));
+  ScopedEnv path_lookup("ABLATE_GNUPLOT", std::nullopt);
+  const auto plots = make_plots(report);
+  EXPECT_EQ(plots.note, "");
+  std::vector<std::string> files;
+  for (const auto& p : plots.plots) {
+    files.push_back(p.file);
+    EXPECT_EQ(p.svg.rfind("<svg", 0), 0u) << p.file;
+    EXPECT_NE(p.svg.find("</svg>"), std::string::npos) << p.file;
+  }
+  EXPECT_EQ(files, (std::vector<std::string>{"step_time.svg", "loss.svg", "goodput.svg", "memory.svg"}));
+  const std::string html = render_html(to_document(report, plots.plots, plots.note));
+  EXPECT_NE(html.find("<figure>\n<svg"), std::string::npos);
+  EXPECT_NE(render_markdown(to_document(report, plots.plots, plots.note)).find("![Loss per step"), std::string::npos);
+}
+
+TEST(Report, BaselineCanBeChosenAndUnknownCellsAreRefused) {
+  FixtureStore f;
+  build_fixture(f);
+  auto selection = select_grouped(f.store(), "tag:ab");
+  set_baseline(selection, "flash");
+  EXPECT_EQ(build_report(f.store(), selection).baseline().name, "flash");
+  EXPECT_THROW(set_baseline(selection, "nope"), std::invalid_argument);
+  EXPECT_THROW(select_cells(f.store(), "", ""), std::invalid_argument);
+  EXPECT_THROW(select_cells(f.store(), "tag:ab", "m"), std::invalid_argument);
+  EXPECT_THROW(select_matrix(f.store(), "no-such-matrix"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace ablate::report
