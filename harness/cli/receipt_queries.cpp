@@ -96,7 +96,7 @@ void register_receipt_queries(CLI::App& app, Globals& g) {
     if (j["env"].contains("profiling")) fmt::print("profiling: {}\n", j["env"]["profiling"].get<std::string>());
     // A seam whose kernels contradict its chosen backend, with the kernels that say so.
     for (const auto& b : j["backends"]) {
-      if (!b["mismatch"].is_number() || b["mismatch"].get<int>() != 1) continue;
+      if (b["mismatch"] != true) continue;  // the store reads the 0/1 column back as a JSON boolean
       std::vector<std::string> kernels;
       for (const auto& e : j["profile"]["backend_evidence"])
         if (e["seam"] == b["seam"] && kernels.size() < 5)

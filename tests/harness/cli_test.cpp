@@ -164,3 +164,29 @@ TEST_F(CliTest, ProfiledRunOnTheCpuEndsOkAndSaysWhyProfilingWasUnavailable) {
   EXPECT_EQ(doc["profile"]["windows"][0]["status"], "off");
   EXPECT_NE(doc["env"]["profiling"].get<std::string>().find("--no-profile"), std::string::npos);
 }
+
+// `ablate show` names a seam whose kernels contradict its chosen backend, with the evidence kernels.
+TEST_F(CliTest, ShowPrintsBackendMismatchesWithTheirKernels) {
+  const std::string db = (dir_ / "m.db").string();
+  {
+    auto store = ablate::receipts::Store::open(db);
+    ablate::receipts::RunStart start;
+    start.name = "mismatch";
+    start.spec_json = "{}";
+    const auto id = store.begin_run(start);
+    store.record_backends(id, {{"residual_norm", "fused_cuda", "fused_cuda", "reference", "requested backend is available", true},
+                               {"attention", "sdpa_flash", "sdpa_flash", "sdpa_flash", "requested backend is available", false}});
+    store.record_backend_evidence(id, {{"residual_norm", "vectorized_elementwise_kernel<4, AddFunctor>", "", 24, 9000},
+                                       {"attention", "flash_fwd_kernel", "sdpa_flash", 8, 5000}});
+    store.record_env(id, {{"profiling", "ok"}});
+    store.finish_run(id, ablate::receipts::RunStatus::ok, "", {});
+  }
+  const auto r = run_cli("show 1 --db " + db);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("profiling: ok"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("backend mismatch: seam residual_norm chose fused_cuda but observed reference; kernels: "
+                       "vectorized_elementwise_kernel<4, AddFunctor> (no backend's pattern)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("backend mismatch: seam attention"), std::string::npos) << r.out;
+}

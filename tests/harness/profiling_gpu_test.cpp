@@ -123,7 +123,8 @@ TEST_F(ProfilingGpuTest, WindowIsTracedAttributedAndStored) {
   const auto* attention = backend(doc, "attention");
   ASSERT_NE(attention, nullptr);
   EXPECT_EQ((*attention)["observed"], (*attention)["chosen"]) << attention->dump();
-  for (const auto& b : doc["backends"]) EXPECT_NE(b["mismatch"], 1) << b.dump();
+  EXPECT_EQ((*attention)["mismatch"], false) << attention->dump();
+  for (const auto& b : doc["backends"]) EXPECT_NE(b["mismatch"], true) << b.dump();
   EXPECT_FALSE(doc["kernels"].empty());
 
   // The trace: an artifact whose sha256 matches, with the layout HTA and Perfetto read.
@@ -165,7 +166,7 @@ TEST_F(ProfilingGpuTest, ForcedReferenceUnderAFusedChoiceIsAMismatch) {
   ASSERT_NE(rn, nullptr);
   EXPECT_EQ((*rn)["chosen"], "fused_cuda");
   EXPECT_EQ((*rn)["observed"], "reference") << rn->dump();
-  EXPECT_EQ((*rn)["mismatch"], 1);
+  EXPECT_EQ((*rn)["mismatch"], true);
   size_t evidence = 0;
   for (const auto& e : doc["profile"]["backend_evidence"]) evidence += e["seam"] == "residual_norm";
   EXPECT_GT(evidence, 0u);
