@@ -162,6 +162,8 @@ TEST_F(RunnerTest, ProfilingOnTheCpuIsRecordedAsUnavailableNotFatal) {
   EXPECT_TRUE(profile["median_step_ms_outside_window"].is_number()) << profile.dump();
   EXPECT_TRUE(profile["overhead_pct"].is_number());
 
+  EXPECT_EQ(doc["env"]["compile.warmup_steps"], "1");
+  EXPECT_GT(std::stod(doc["env"]["compile.first_step_ms"].get<std::string>()), 0.0);
   EXPECT_EQ(doc["env"]["compile.cuda_graphs_requested"], "true");
   EXPECT_EQ(doc["env"]["compile.cuda_graphs_achieved"], "false");
   EXPECT_NE(doc["env"]["compile.cuda_graphs_reason"].get<std::string>().find("need a CUDA device"), std::string::npos);
