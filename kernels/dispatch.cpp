@@ -5,6 +5,7 @@
 #include "kernels/dispatch.h"
 
 #include <algorithm>
+#include <mutex>
 #include <stdexcept>
 #include <utility>
 
@@ -16,6 +17,7 @@
 
 #include "kernels/reference/ops.h"
 #include "kernels/reference/scans.h"
+#include "kernels/scope.h"
 
 namespace ablate::kernels {
 namespace {
@@ -71,6 +73,10 @@ const Fn& lookup(const std::map<std::string, Fn>& table, const std::string& seam
   return it->second;
 }
 
+// force_implementation_for_testing's overrides: seam -> implementation actually called.
+std::mutex g_forced_mutex;
+std::map<std::string, std::string> g_forced;
+
 // Compute capability (major, minor) of CUDA device `index`; (0, 0) in a build without CUDA.
 std::pair<int, int> cuda_capability(c10::DeviceIndex index) {
 #if defined(ABLATE_HAVE_CUDA)
@@ -82,6 +88,14 @@ std::pair<int, int> cuda_capability(c10::DeviceIndex index) {
 }
 
 }  // namespace
+
+void force_implementation_for_testing(const std::string& seam, const std::string& implementation) {
+  std::lock_guard lock(g_forced_mutex);
+  if (implementation.empty())
+    g_forced.erase(seam);
+  else
+    g_forced[seam] = implementation;
+}
 
 const Implementations& implementations() {
   static const Implementations kRegistry = build_registry();
@@ -141,52 +155,80 @@ Dispatcher::Dispatcher(const std::map<std::string, std::string>& requested, cons
 
 Dispatcher::Dispatcher() : Dispatcher({}, DeviceInfo{}, /*strict=*/false) {}
 
+std::string Dispatcher::implementation_of(const std::string& seam) const {
+  {
+    std::lock_guard lock(g_forced_mutex);
+    if (const auto it = g_forced.find(seam); it != g_forced.end()) return it->second;
+  }
+  return chosen(seam);
+}
+
 const std::string& Dispatcher::chosen(const std::string& seam) const {
   const auto it = chosen_.find(seam);
   if (it == chosen_.end()) throw std::invalid_argument("unknown seam '" + seam + "'");
   return it->second;
 }
 
+// Each seam call opens a launch scope (kernels/scope.h) named after the seam and its chosen backend,
+// so the profiler attributes its kernels, forward and backward, to this seam of this layer.
 torch::Tensor Dispatcher::attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                     double scale) const {
-  return lookup(implementations().attention, "attention", chosen("attention"))(q, k, v, scale);
+  Scope scope("forward", "attention", chosen("attention"));
+  const auto in = scope.enter({q, k, v});
+  return scope.exit(lookup(implementations().attention, "attention", implementation_of("attention"))(in[0], in[1], in[2], scale));
 }
 
 std::pair<torch::Tensor, torch::Tensor> Dispatcher::rope(const torch::Tensor& q_nope, const torch::Tensor& q_rope,
                                                          const torch::Tensor& k_nope, const torch::Tensor& k_rope,
                                                          const torch::Tensor& cos, const torch::Tensor& sin) const {
-  return lookup(implementations().rope, "rope", chosen("rope"))(q_nope, q_rope, k_nope, k_rope, cos, sin);
+  Scope scope("forward", "rope", chosen("rope"));
+  const auto in = scope.enter({q_nope, q_rope, k_nope, k_rope});
+  return scope.exit(lookup(implementations().rope, "rope", implementation_of("rope"))(in[0], in[1], in[2], in[3], cos, sin));
 }
 
 std::pair<torch::Tensor, torch::Tensor> Dispatcher::residual_norm(const torch::Tensor& x, const torch::Tensor& residual,
                                                                   const torch::Tensor& weight, double eps) const {
-  return lookup(implementations().residual_norm, "residual_norm", chosen("residual_norm"))(x, residual, weight, eps);
+  Scope scope("forward", "residual_norm", chosen("residual_norm"));
+  const auto in = scope.enter({x, residual, weight});
+  return scope.exit(
+      lookup(implementations().residual_norm, "residual_norm", implementation_of("residual_norm"))(in[0], in[1], in[2], eps));
 }
 
 torch::Tensor Dispatcher::swiglu(const torch::Tensor& a, const torch::Tensor& b) const {
-  return lookup(implementations().swiglu, "swiglu", chosen("swiglu"))(a, b);
+  Scope scope("forward", "swiglu", chosen("swiglu"));
+  const auto in = scope.enter({a, b});
+  return scope.exit(lookup(implementations().swiglu, "swiglu", implementation_of("swiglu"))(in[0], in[1]));
 }
 
 torch::Tensor Dispatcher::moe_dispatch(const torch::Tensor& x, const torch::Tensor& topk_idx,
                                        const torch::Tensor& topk_w, const torch::Tensor& w1, const torch::Tensor& w3,
                                        const torch::Tensor& w2, double capacity_factor, torch::Tensor* dropped) const {
-  return lookup(implementations().moe_dispatch, "moe_dispatch", chosen("moe_dispatch"))(x, topk_idx, topk_w, w1, w3, w2,
-                                                                                        capacity_factor, dropped);
+  Scope scope("forward", "moe_dispatch", chosen("moe_dispatch"));
+  const auto in = scope.enter({x, topk_w, w1, w3, w2});
+  return scope.exit(lookup(implementations().moe_dispatch, "moe_dispatch", implementation_of("moe_dispatch"))(
+      in[0], topk_idx, in[1], in[2], in[3], in[4], capacity_factor, dropped));
 }
 
 torch::Tensor Dispatcher::ssm_scan(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& k,
                                    const torch::Tensor& log_alpha, const torch::Tensor& beta,
                                    const torch::Tensor& gamma, const torch::Tensor& D, int64_t chunk) const {
-  return lookup(implementations().ssm_scan, "ssm_scan", chosen("ssm_scan"))(x, q, k, log_alpha, beta, gamma, D, chunk);
+  Scope scope("forward", "ssm_scan", chosen("ssm_scan"));
+  const auto in = scope.enter({x, q, k, log_alpha, beta, gamma, D});
+  return scope.exit(lookup(implementations().ssm_scan, "ssm_scan", implementation_of("ssm_scan"))(
+      in[0], in[1], in[2], in[3], in[4], in[5], in[6], chunk));
 }
 
 torch::Tensor Dispatcher::recurrent_scan(const torch::Tensor& a, const torch::Tensor& b) const {
-  return lookup(implementations().recurrent_scan, "recurrent_scan", chosen("recurrent_scan"))(a, b);
+  Scope scope("forward", "recurrent_scan", chosen("recurrent_scan"));
+  const auto in = scope.enter({a, b});
+  return scope.exit(lookup(implementations().recurrent_scan, "recurrent_scan", implementation_of("recurrent_scan"))(in[0], in[1]));
 }
 
 torch::Tensor Dispatcher::loss(const torch::Tensor& hidden, const torch::Tensor& head_weight,
                                const torch::Tensor& targets, const torch::Tensor& mask) const {
-  return lookup(implementations().loss, "loss", chosen("loss"))(hidden, head_weight, targets, mask);
+  Scope scope("forward", "loss", chosen("loss"));
+  const auto in = scope.enter({hidden, head_weight});
+  return scope.exit(lookup(implementations().loss, "loss", implementation_of("loss"))(in[0], in[1], targets, mask));
 }
 
 }  // namespace ablate::kernels

@@ -1,5 +1,6 @@
 // kernels/dispatch.h: the typed signature of every seam and the dispatcher that the model calls
 // seams through. Blocks never call a backend directly: a later fast backend is one more registry row.
+// Every seam call opens a launch scope (kernels/scope.h) for the profiler and NVTX.
 // Shapes and dtypes below are the contract every backend of a seam honours (and the parity tests check).
 #pragma once
 #include <torch/torch.h>
@@ -66,6 +67,11 @@ const Implementations& implementations();
 // must list the same rows (checked by the Dispatcher and by tests/kernels/catalog_test.cpp).
 bool has_implementation(const std::string& seam, const std::string& name);
 
+// Test-only: every Dispatcher calls `implementation` for `seam` while still reporting (and scoping
+// as) its chosen backend, so the profiler's observed-backend check must flag the seam. "" clears.
+// Used by tests/harness/profiling_gpu_test.cpp; never by the harness.
+void force_implementation_for_testing(const std::string& seam, const std::string& implementation);
+
 // The DeviceInfo that availability checks see for a live device and run dtype (bf16 -> "bf16",
 // fp16 -> "fp16", anything else "fp32"); compute capability read from the CUDA device when there is one.
 DeviceInfo describe_device(const torch::Device& device, torch::ScalarType dtype);
@@ -100,6 +106,8 @@ class Dispatcher {
                      const torch::Tensor& mask) const;
 
  private:
+  // The implementation a seam call runs: the chosen backend unless a test forced another.
+  std::string implementation_of(const std::string& seam) const;
   std::vector<Resolution> resolutions_;
   std::map<std::string, std::string> chosen_;
 };

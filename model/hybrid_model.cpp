@@ -5,8 +5,10 @@
 
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 #include "kernels/reference/ops.h"
+#include "kernels/scope.h"
 
 namespace ablate::model {
 
@@ -43,11 +45,15 @@ ModelOutput HybridModelImpl::forward(const torch::Tensor& tokens, const torch::T
   torch::Tensor residual = embedding.index_select(0, tokens.reshape({-1})).view({batch, T, d}), branch;
   auto aux = torch::zeros({}, embedding.options().dtype(accumulate_dtype));
   auto dropped = torch::zeros({}, embedding.options().dtype(torch::kLong));
-  for (const auto& block : blocks_) {
-    auto [normed, summed] = dispatcher_->residual_norm(branch, residual, block->norm, eps);
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const auto& block = blocks_[i];
+    // The layer's launch scope (kernels/scope.h): its kernels, forward and backward, map to layer i.
+    kernels::LayerScope layer(static_cast<int64_t>(i), std::string(1, block->letter()));
+    const auto in = layer.scope().enter({branch, residual});
+    auto [normed, summed] = dispatcher_->residual_norm(in[0], in[1], block->norm, eps);
     residual = summed;
     auto out = block->forward(normed);
-    branch = out.y;
+    std::tie(branch, residual) = layer.scope().exit(std::pair{out.y, residual});
     if (out.aux.defined()) aux = aux + out.aux.to(accumulate_dtype);
     if (out.dropped.defined()) dropped = dropped + out.dropped;
   }

@@ -98,6 +98,50 @@ struct KernelRow {
   std::int64_t total_ns = 0;
 };
 
+// What the profiler did for one rank (schema v3 `profile_windows`): status ok, unavailable (reason:
+// e.g. no CUDA device, CUPTI held by nsys/ncu) or off (--no-profile); the breakdown fields need status ok.
+struct ProfileWindowRow {
+  std::int64_t rank = 0;
+  std::string status;  // ok | unavailable | off
+  std::string reason;
+  std::optional<std::int64_t> start_step, steps;
+  std::optional<std::int64_t> records, dropped_records, buffers, buffers_refused;
+  std::optional<std::int64_t> window_ns, compute_ns, non_compute_ns, idle_ns;
+};
+
+// GPU time of one profiled step along one dimension ("family" or "seam"; key '' = outside every seam).
+struct ProfileTimeRow {
+  std::int64_t rank = 0;
+  std::int64_t step = 0;
+  std::string dimension;
+  std::string key;
+  std::int64_t calls = 0;
+  std::int64_t total_ns = 0;
+};
+
+// One kernel name summed over the window per launch site (phase, layer, block, seam, backend).
+struct KernelAttributionRow {
+  std::int64_t rank = 0;
+  std::string name;
+  std::string phase;
+  std::int64_t layer = -1;  // -1: outside the model's layers
+  std::string block;        // pattern letter, "" outside a layer
+  std::string seam;         // "" outside a seam
+  std::string backend;
+  std::string family;
+  std::int64_t calls = 0;
+  std::int64_t total_ns = 0;
+};
+
+// A kernel that ran inside a seam, and the catalog backend whose patterns it matches ("" = none).
+struct BackendEvidenceRow {
+  std::string seam;
+  std::string kernel;
+  std::string matches;
+  std::int64_t calls = 0;
+  std::int64_t total_ns = 0;
+};
+
 struct ArtifactRow {
   std::string kind;
   std::string path;  // absolute

@@ -1,4 +1,5 @@
-// receipts/schema.cpp: migration SQL. v1 = core tables + append-only triggers; v2 = annotations + report indexes.
+// receipts/schema.cpp: migration SQL. v1 = core tables + append-only triggers; v2 = annotations + report indexes;
+// v3 = profiling evidence (profile windows, per-step time by family/seam, kernel attribution, backend evidence).
 // Frozen history: never edit a migration that has shipped (schema_test compares v1 with its fixture).
 // Tests: tests/receipts/schema_test.cpp.
 #include "receipts/schema.h"
@@ -234,10 +235,83 @@ CREATE INDEX decisions_by_backend ON decisions(seam, backend, decided_at);
   return sql;
 }
 
+// v3: what the profiler (profiling/) found in a run's window. Per-run evidence, so the same append-only
+// child guards as v1's tables: written while the run is `running`, frozen when it ends.
+std::string migration_v3() {
+  std::string sql = R"(
+-- One row per rank of a run with [profile] enabled: whether CUPTI traced the window, and if not why;
+-- the window's temporal breakdown of GPU time (compute = kernels, non_compute = memcpy/memset not
+-- overlapping a kernel, idle = the rest of the window between the first and the last GPU activity).
+CREATE TABLE profile_windows (
+  run_id          INTEGER NOT NULL REFERENCES runs(id),
+  rank            INTEGER NOT NULL DEFAULT 0,
+  status          TEXT NOT NULL CHECK (status IN ('ok', 'unavailable', 'off')),
+  reason          TEXT NOT NULL DEFAULT '',
+  start_step      INTEGER,
+  steps           INTEGER,
+  records         INTEGER,
+  dropped_records INTEGER,
+  buffers         INTEGER,
+  buffers_refused INTEGER,
+  window_ns       INTEGER,
+  compute_ns      INTEGER,
+  non_compute_ns  INTEGER,
+  idle_ns         INTEGER,
+  PRIMARY KEY (run_id, rank)
+) WITHOUT ROWID;
+
+-- GPU time of one step of the window along one dimension: by kernel family or by seam ('' = outside
+-- every seam).
+CREATE TABLE profile_time (
+  run_id    INTEGER NOT NULL REFERENCES runs(id),
+  rank      INTEGER NOT NULL DEFAULT 0,
+  step      INTEGER NOT NULL,
+  dimension TEXT NOT NULL CHECK (dimension IN ('family', 'seam')),
+  key       TEXT NOT NULL,
+  calls     INTEGER NOT NULL CHECK (calls >= 0),
+  total_ns  INTEGER NOT NULL CHECK (total_ns >= 0),
+  PRIMARY KEY (run_id, rank, step, dimension, key)
+) WITHOUT ROWID;
+
+-- Every kernel of the window attributed to where it was launched from: phase (forward, backward,
+-- optimizer, ...), layer index (-1 outside the layers), block letter, seam and backend ('' when
+-- launched outside a seam), and its family.
+CREATE TABLE kernel_attribution (
+  run_id   INTEGER NOT NULL REFERENCES runs(id),
+  rank     INTEGER NOT NULL DEFAULT 0,
+  name     TEXT NOT NULL,
+  phase    TEXT NOT NULL,
+  layer    INTEGER NOT NULL,
+  block    TEXT NOT NULL DEFAULT '',
+  seam     TEXT NOT NULL DEFAULT '',
+  backend  TEXT NOT NULL DEFAULT '',
+  family   TEXT NOT NULL,
+  calls    INTEGER NOT NULL CHECK (calls >= 0),
+  total_ns INTEGER NOT NULL CHECK (total_ns >= 0),
+  PRIMARY KEY (run_id, rank, name, phase, layer, seam)
+) WITHOUT ROWID;
+
+-- The kernels behind run_backends.observed: each kernel that ran inside a seam, and the catalog
+-- backend whose kernel-name patterns it matches ('' = none).
+CREATE TABLE backend_evidence (
+  run_id   INTEGER NOT NULL REFERENCES runs(id),
+  seam     TEXT NOT NULL,
+  kernel   TEXT NOT NULL,
+  matches  TEXT NOT NULL DEFAULT '',
+  calls    INTEGER NOT NULL CHECK (calls >= 0),
+  total_ns INTEGER NOT NULL CHECK (total_ns >= 0),
+  PRIMARY KEY (run_id, seam, kernel)
+) WITHOUT ROWID;
+)";
+  for (const char* table : {"profile_windows", "profile_time", "kernel_attribution", "backend_evidence"})
+    sql += child_guards(table);
+  return sql;
+}
+
 }  // namespace
 
 const std::vector<std::string>& migrations() {
-  static const std::vector<std::string> all = {migration_v1(), migration_v2()};
+  static const std::vector<std::string> all = {migration_v1(), migration_v2(), migration_v3()};
   return all;
 }
 

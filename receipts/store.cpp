@@ -419,6 +419,73 @@ void Store::record_kernels(std::int64_t run_id, const std::vector<KernelRow>& ro
   });
 }
 
+void Store::record_profile_window(std::int64_t run_id, const ProfileWindowRow& r) {
+  require_one_of(r.status, {"ok", "unavailable", "off"}, "profile window status");
+  if (r.status != "ok" && r.reason.empty())
+    throw StoreError(fmt::format("run {}: a profile window with status '{}' needs a reason", run_id, r.status));
+  write_run(run_id, "record the profile window of", [&] {
+    sql::Lease st = db_->prepare(
+        "INSERT INTO profile_windows (run_id, rank, status, reason, start_step, steps, records, dropped_records, "
+        "buffers, buffers_refused, window_ns, compute_ns, non_compute_ns, idle_ns) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    st->bind_all(run_id, r.rank, r.status, r.reason, r.start_step, r.steps, r.records, r.dropped_records, r.buffers,
+                 r.buffers_refused, r.window_ns, r.compute_ns, r.non_compute_ns, r.idle_ns);
+    insert_unique(*st, [&] { return fmt::format("run {} already has a profile window for rank {}", run_id, r.rank); });
+  });
+}
+
+void Store::record_profile_time(std::int64_t run_id, const std::vector<ProfileTimeRow>& rows) {
+  for (const ProfileTimeRow& r : rows) {
+    require_one_of(r.dimension, {"family", "seam"}, "profile time dimension");
+    if (r.calls < 0 || r.total_ns < 0) throw StoreError(fmt::format("run {}: profile time needs calls/total_ns >= 0", run_id));
+  }
+  write_run(run_id, "record profile time for", [&] {
+    sql::Lease st = db_->prepare(
+        "INSERT INTO profile_time (run_id, rank, step, dimension, key, calls, total_ns) VALUES (?, ?, ?, ?, ?, ?, ?)");
+    for (const ProfileTimeRow& r : rows) {
+      st->bind_all(run_id, r.rank, r.step, r.dimension, r.key, r.calls, r.total_ns);
+      insert_unique(*st, [&] {
+        return fmt::format("run {} already has profile time of step {} {} '{}'", run_id, r.step, r.dimension, r.key);
+      });
+    }
+  });
+}
+
+void Store::record_kernel_attribution(std::int64_t run_id, const std::vector<KernelAttributionRow>& rows) {
+  for (const KernelAttributionRow& r : rows) {
+    if (r.name.empty() || r.phase.empty() || r.family.empty() || r.calls < 0 || r.total_ns < 0)
+      throw StoreError(fmt::format("run {}: attribution row '{}' needs a name, phase, family and counts >= 0", run_id,
+                                   r.name));
+  }
+  write_run(run_id, "record kernel attribution for", [&] {
+    sql::Lease st = db_->prepare(
+        "INSERT INTO kernel_attribution (run_id, rank, name, phase, layer, block, seam, backend, family, calls, "
+        "total_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    for (const KernelAttributionRow& r : rows) {
+      st->bind_all(run_id, r.rank, r.name, r.phase, r.layer, r.block, r.seam, r.backend, r.family, r.calls, r.total_ns);
+      insert_unique(*st, [&] {
+        return fmt::format("run {} already attributes '{}' to {} layer {} seam '{}'", run_id, r.name, r.phase, r.layer,
+                           r.seam);
+      });
+    }
+  });
+}
+
+void Store::record_backend_evidence(std::int64_t run_id, const std::vector<BackendEvidenceRow>& rows) {
+  for (const BackendEvidenceRow& r : rows) {
+    if (r.seam.empty() || r.kernel.empty() || r.calls < 0 || r.total_ns < 0)
+      throw StoreError(fmt::format("run {}: backend evidence needs a seam, a kernel and counts >= 0", run_id));
+  }
+  write_run(run_id, "record backend evidence for", [&] {
+    sql::Lease st = db_->prepare(
+        "INSERT INTO backend_evidence (run_id, seam, kernel, matches, calls, total_ns) VALUES (?, ?, ?, ?, ?, ?)");
+    for (const BackendEvidenceRow& r : rows) {
+      st->bind_all(run_id, r.seam, r.kernel, r.matches, r.calls, r.total_ns);
+      insert_unique(*st, [&] { return fmt::format("run {} already has evidence '{}' for {}", run_id, r.kernel, r.seam); });
+    }
+  });
+}
+
 ArtifactRow Store::add_artifact(std::int64_t run_id, const std::string& kind, const std::string& path) {
   if (kind.empty()) throw StoreError(fmt::format("run {}: artifact '{}' needs a kind", run_id, path));
   require_running(run_id, "add an artifact to");  // fail before hashing a large file; rechecked when writing

@@ -63,6 +63,11 @@ class Store {
   void record_goodput(std::int64_t run_id, const std::map<std::string, double>& seconds);  // upsert
   void record_memory(std::int64_t run_id, const std::vector<MemoryRow>& rows);
   void record_kernels(std::int64_t run_id, const std::vector<KernelRow>& rows);  // accumulates
+  // Profiling evidence (schema v3). The window row is one per rank; the others are inserted once.
+  void record_profile_window(std::int64_t run_id, const ProfileWindowRow& row);
+  void record_profile_time(std::int64_t run_id, const std::vector<ProfileTimeRow>& rows);
+  void record_kernel_attribution(std::int64_t run_id, const std::vector<KernelAttributionRow>& rows);
+  void record_backend_evidence(std::int64_t run_id, const std::vector<BackendEvidenceRow>& rows);
   // Hashes the file (sha256, streamed) and records its absolute path and size.
   ArtifactRow add_artifact(std::int64_t run_id, const std::string& kind, const std::string& path);
   // status: ok, failed or killed; failed/killed need an error text. The run becomes read-only.
@@ -82,7 +87,8 @@ class Store {
   std::vector<RunRow> list_runs(const RunFilter& filter = {});
   RunRow get_run(std::int64_t run_id);
   // Everything the store holds about a run: run, env, spec, backends, catalog, steps, goodput, memory,
-  // kernels, artifacts, annotations, matrix cell.
+  // kernels, artifacts, annotations, matrix cell, and `profile` (windows, time, attribution,
+  // backend_evidence; empty arrays when the run was not profiled).
   nlohmann::json run_json(std::int64_t run_id);
   // A read-only SQL query for report code, rows as JSON objects keyed by column name.
   // A statement that could write is refused with StoreError.

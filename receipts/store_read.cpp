@@ -203,6 +203,10 @@ nlohmann::json Store::run_json(std::int64_t run_id) {
     out["kernels"] = child_rows("kernels", "rank, total_ns DESC, name", run_id);
     out["artifacts"] = child_rows("artifacts", "kind, path", run_id);
     out["annotations"] = child_rows("annotations", "created_at, id", run_id);
+    out["profile"] = {{"windows", child_rows("profile_windows", "rank", run_id)},
+                      {"time", child_rows("profile_time", "rank, step, dimension, total_ns DESC, key", run_id)},
+                      {"attribution", child_rows("kernel_attribution", "rank, total_ns DESC, name, phase, layer", run_id)},
+                      {"backend_evidence", child_rows("backend_evidence", "seam, total_ns DESC, kernel", run_id)}};
     const nlohmann::json cell = child_rows("matrix_cells", "matrix_id", run_id);
     out["matrix_cell"] = cell.empty() ? nlohmann::json(nullptr) : cell[0];
     return out;

@@ -49,9 +49,13 @@ done
 
 if [ "$STEPS" = 0 ]; then printf '%s\n' "${summary[@]}"; exit 0; fi
 export ABLATE_DB="$OUT/receipts.db"
-$BUILD/ablate run experiments/nam56r-small.toml --set train.steps=$STEPS --set train.log_every=10 2>&1 | tee "$OUT/run.log"
+# Profile steps 20-24 (the spec's window) when the run is long enough: kernels, trace, memory by phase.
+PROFILE=(); [ "$STEPS" -ge 25 ] && PROFILE=(--set profile.enabled=true --set "profile.trace_dir=\"$OUT/traces\"")
+$BUILD/ablate run experiments/nam56r-small.toml --set train.steps=$STEPS --set train.log_every=10 "${PROFILE[@]}" 2>&1 | tee "$OUT/run.log"
 note "nam56r-small run: rc ${PIPESTATUS[0]}"
 $BUILD/ablate runs > "$OUT/runs.txt" 2>&1
+$BUILD/ablate show "$($BUILD/ablate runs --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')" \
+  > "$OUT/show.txt" 2>&1 && grep -E "^(profiling|backend mismatch)" "$OUT/show.txt"
 cat "$OUT/runs.txt"
 echo
 echo "==== summary"

@@ -85,6 +85,20 @@ void register_receipt_queries(CLI::App& app, Globals& g) {
     fmt::print("summary: steps {}  median step {} ms  tokens/s {}  MFU {}  goodput {}  peak memory {}\n", opt(s.steps),
                opt(s.median_step_ms, "{:.2f}"), opt(s.tokens_per_s, "{:.0f}"), s.mfu ? fmt::format("{:.2f}%", *s.mfu * 100) : "null",
                s.goodput_pct ? fmt::format("{:.1f}%", *s.goodput_pct) : "-", human_bytes(s.peak_memory_bytes));
+    if (j["env"].contains("profiling")) fmt::print("profiling: {}\n", j["env"]["profiling"].get<std::string>());
+    // A seam whose kernels contradict its chosen backend, with the kernels that say so.
+    for (const auto& b : j["backends"]) {
+      if (b["mismatch"] != true) continue;  // the store reads the 0/1 column back as a JSON boolean
+      std::vector<std::string> kernels;
+      for (const auto& e : j["profile"]["backend_evidence"])
+        if (e["seam"] == b["seam"] && kernels.size() < 5)
+          kernels.push_back(fmt::format("{} ({})", e["kernel"].get<std::string>(),
+                                        e["matches"].get<std::string>().empty() ? "no backend's pattern"
+                                                                                : e["matches"].get<std::string>()));
+      fmt::print("backend mismatch: seam {} chose {} but observed {}; kernels: {}\n", b["seam"].get<std::string>(),
+                 b["chosen"].get<std::string>(), b["observed"].is_string() ? b["observed"].get<std::string>() : "-",
+                 fmt::join(kernels, ", "));
+    }
     // The remaining sections print as compact JSON blocks: complete, and stable for diffing.
     for (const char* section : {"backends", "goodput", "env", "artifacts", "annotations"}) {
       if (j.contains(section) && !j[section].empty()) fmt::print("{}: {}\n", section, j[section].dump());

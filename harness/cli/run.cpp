@@ -18,9 +18,12 @@ void register_run(CLI::App& app, Globals& g) {
   static std::string file;
   static std::vector<std::string> overrides;
   static bool quiet = false;
+  static bool no_profile = false;
   cmd->add_option("file", file, "experiment TOML (default: the embedded defaults)")->check(CLI::ExistingFile);
   cmd->add_option("--set", overrides, "override section.key=value (repeatable)");
   cmd->add_flag("-q,--quiet", quiet, "no progress lines");
+  cmd->add_flag("--no-profile", no_profile,
+                "leave CUPTI to nsys/ncu: no CUPTI window (the receipt says profiling off), NVTX ranges stay");
   command_table().push_back({cmd, [&g] {
     const auto start = std::chrono::steady_clock::now();
     // Before any thread exists, so SIGINT/SIGTERM always reach the run's lifecycle thread.
@@ -31,6 +34,7 @@ void register_run(CLI::App& app, Globals& g) {
     opt.db_path = g.db;
     opt.process_start = start;
     opt.quiet = quiet;
+    opt.no_profile = no_profile;
     // Set by `ablate matrix run` (ablations/matrix_run.cpp) so this run records its matrix cell.
     if (const char* id = std::getenv("ABLATE_MATRIX_ID"); id && *id) {
       opt.matrix_id = std::stoll(id);

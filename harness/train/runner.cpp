@@ -14,12 +14,15 @@
 
 #include <fmt/format.h>
 
+#include "harness/compile_posture.h"
 #include "harness/data/loader.h"
 #include "harness/goodput.h"
 #include "harness/step_stats.h"
 #include "harness/train/checkpoint.h"
 #include "harness/train/device.h"
+#include "harness/train/run_profiler.h"
 #include "kernels/dispatch.h"
+#include "kernels/scope.h"
 #include "model/hybrid_model.h"
 #include "receipts/lifecycle.h"
 #include "receipts/sha256.h"
@@ -156,8 +159,11 @@ RunResult run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
   ctx.setAllowTF32CuBLAS(spec.compile.tf32);
   ctx.setAllowTF32CuDNN(spec.compile.tf32);
   ctx.setDeterministicAlgorithms(spec.compile.deterministic, /*warn_only=*/false);
-  const std::string graphs_reason =
-      spec.compile.cuda_graphs ? "whole-step CUDA graph capture is not built yet: the step ran eager" : "not requested";
+  // Whole-step CUDA graph capture is decided up front from what the step will run (a host sync in a
+  // seam makes it impossible): recorded, never attempted mid-run.
+  std::map<std::string, std::string> chosen_backends;
+  for (const auto& r : dispatcher->resolutions()) chosen_backends[r.seam] = r.chosen;
+  const auto graphs = decide_graph_capture(spec.compile.cuda_graphs, device.is_cuda(), chosen_backends, spec.model);
 
   // ---- 3. the model and optimizer
   const uint64_t seed = static_cast<uint64_t>(spec.experiment.seed);
@@ -195,8 +201,8 @@ RunResult run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
   env["device"] = device_kind;
   env["dtype"] = bf16 ? "bf16-autocast" : "fp32";
   env["compile.cuda_graphs_requested"] = spec.compile.cuda_graphs ? "true" : "false";
-  env["compile.cuda_graphs_achieved"] = "false";
-  env["compile.cuda_graphs_reason"] = graphs_reason;
+  env["compile.cuda_graphs_achieved"] = graphs.achieved ? "true" : "false";
+  env["compile.cuda_graphs_reason"] = graphs.reason;
   env["compile.cudnn_benchmark"] = spec.compile.cudnn_benchmark ? "true" : "false";
   env["compile.tf32"] = spec.compile.tf32 ? "true" : "false";
   env["compile.deterministic"] = spec.compile.deterministic ? "true" : "false";
@@ -257,12 +263,19 @@ RunResult run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
     return RunResult{run_id, "failed", error, 1};
   };
 
+  RunProfiler profiler(spec, opt.no_profile, device, *dispatcher);
   int64_t step = start_step;
   try {
     data::Loader loader(*source, data_state, spec.data.prefetch);
     ledger.end();  // startup ends where the first step begins
     for (; step < spec.train.steps; ++step) {
       const bool warm = step - start_step < spec.train.warmup_steps;
+      {
+        // Before t0: opening the CUPTI window (its first use initialises CUPTI) is profiling time, not
+        // step time, so the inside/outside-window step times measure the tracing overhead only.
+        GoodputLedger::Scope open(ledger, Goodput::profiling);
+        profiler.begin_step(step);
+      }
       const auto t0 = Clock::now();
       ledger.begin(warm ? Goodput::warmup : Goodput::productive, t0);
       auto loaded = loader.next();
@@ -278,12 +291,23 @@ RunResult run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
       optimizer.zero_grad(true);
       model::ModelOutput out;
       {
+        kernels::Scope phase("forward");  // launch scope: NVTX range, CUPTI external id (kernels/scope.h)
         AutocastScope autocast(bf16, device.type());
         out = model->forward(inputs, targets, mask);
       }
-      out.loss.backward();
-      auto grad_norm = clip_gradients(params, spec.train.grad_clip);
-      optimizer.step();
+      profiler.after_phase(step, "forward");
+      {
+        kernels::Scope phase("backward");
+        out.loss.backward();
+      }
+      profiler.after_phase(step, "backward");
+      torch::Tensor grad_norm;
+      {
+        kernels::Scope phase("optimizer");
+        grad_norm = clip_gradients(params, spec.train.grad_clip);
+        optimizer.step();
+      }
+      profiler.after_phase(step, "optimizer");
       // The step's one host read: loss and gradient norm together.
       const auto host = torch::stack({out.loss.detach().to(torch::kFloat), grad_norm.to(torch::kFloat)}).cpu();
       const double loss = host[0].item<double>(), gnorm = host[1].item<double>();
@@ -291,6 +315,10 @@ RunResult run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
       ledger.end(t1);
       const double wall_ms = ms_between(t0, t1);
       if (step == start_step) first_step_ms = wall_ms;
+      {
+        GoodputLedger::Scope flush(ledger, Goodput::profiling);  // closing the window syncs and flushes CUPTI
+        profiler.end_step(step, wall_ms, !warm);
+      }
       if (!std::isfinite(loss)) throw TrainingFailure(fmt::format("non-finite loss at step {} (loss {})", step, loss));
       last_loss = loss;
 
@@ -305,9 +333,10 @@ RunResult run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
       row.rss_bytes = rss_bytes();
       if (device.is_cuda()) {
         const auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(cuda_index);
-        row.mem_allocated_peak = s.allocated_bytes[0].peak;
-        row.mem_reserved_peak = s.reserved_bytes[0].peak;
-        peak_memory = std::max(peak_memory, s.allocated_bytes[0].peak);
+        // Profiled steps reset the peaks after each phase probe: their step peak is the largest probe.
+        row.mem_allocated_peak = std::max(s.allocated_bytes[0].peak, profiler.step_allocated_peak());
+        row.mem_reserved_peak = std::max(s.reserved_bytes[0].peak, profiler.step_reserved_peak());
+        peak_memory = std::max(peak_memory, *row.mem_allocated_peak);
         c10::cuda::CUDACachingAllocator::resetPeakStats(cuda_index);
       } else {
         peak_memory = std::max(peak_memory, *row.rss_bytes);
@@ -340,6 +369,14 @@ RunResult run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
   std::vector<int64_t> outlier_steps;
   for (size_t i : slow_outliers(steady_ms)) outlier_steps.push_back(steady_steps[i]);
   if (!outlier_steps.empty()) store.flag_outliers(run_id, 0, outlier_steps);
+  // Compile posture known only after the run: the first step (autotune, allocator growth, lazy init).
+  store.record_env(run_id, {{"compile.first_step_ms", fmt::format("{:.3f}", first_step_ms)},
+                            {"compile.warmup_steps", std::to_string(spec.train.warmup_steps)}});
+  nlohmann::json profile_summary;
+  {
+    GoodputLedger::Scope export_scope(ledger, Goodput::profiling);  // attribution, trace export, receipt rows
+    profile_summary = profiler.record(store, run_id, opt.db_path);
+  }
   const auto totals = ledger.totals();
   store.record_goodput(run_id, totals);
 
@@ -365,7 +402,9 @@ RunResult run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
                    {"resumed_from", resumed_from},
                    {"start_step", start_step},
                    {"data", data::to_json(source->description())},
-                   {"peak_memory_kind", device.is_cuda() ? "cuda allocator allocated peak" : "process RSS"}};
+                   {"peak_memory_kind", device.is_cuda() ? "cuda allocator allocated peak" : "process RSS"},
+                   {"profile", profile_summary},
+                   {"cuda_graphs", {{"requested", graphs.requested}, {"achieved", graphs.achieved}, {"reason", graphs.reason}}}};
   life.finish(receipts::RunStatus::ok, "", summary);
   say(fmt::format("run {} ok: median step {:.2f} ms, {:.0f} tokens/s, MFU {}, goodput {:.1f} %, peak memory {:.1f} MiB, final loss {:.4f}",
                   run_id, summary.median_step_ms.value_or(NAN), summary.tokens_per_s.value_or(NAN),

@@ -21,6 +21,8 @@ struct RunOptions {
   std::optional<int64_t> matrix_id;  // set by `ablate matrix run` for its cells
   std::string cell;
   int64_t repeat = 0;
+  // `ablate run --no-profile`: leave CUPTI to nsys/ncu (the receipt says profiling off); NVTX stays on.
+  bool no_profile = false;
 };
 
 struct RunResult {

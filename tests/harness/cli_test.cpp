@@ -141,3 +141,52 @@ TEST_F(CliTest, SigtermDuringARunIsRecordedAsKilled) {
   ASSERT_TRUE(runs[0].error.has_value());
   EXPECT_NE(runs[0].error->find("SIGTERM"), std::string::npos) << *runs[0].error;
 }
+
+// Profiling enabled on a machine where CUPTI cannot trace (here: the CPU): the run still ends ok, and
+// the receipt and `ablate show` say why profiling was unavailable. --no-profile records it as off.
+TEST_F(CliTest, ProfiledRunOnTheCpuEndsOkAndSaysWhyProfilingWasUnavailable) {
+  const std::string db = (dir_ / "p.db").string();
+  const std::string spec = std::string(ABLATE_SOURCE_DIR) + "/experiments/tiny.toml";
+  const std::string common = " --db " + db + " -q --set train.steps=6 --set train.warmup_steps=1 --set data.max_bytes=300000" +
+                             " --set 'data.cache_dir=\"" + (dir_ / "cache").string() + "\"' --set train.device=\"cpu\"" +
+                             " --set profile.enabled=true --set profile.start_step=2 --set profile.steps=2";
+  auto r = run_cli("run " + spec + common);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  r = run_cli("show 1 --db " + db);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("profiling: unavailable (no CUDA device"), std::string::npos) << r.out;
+
+  r = run_cli("run " + spec + common + " --no-profile");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  auto store = ablate::receipts::Store::open(db);
+  const auto doc = store.run_json(2);
+  ASSERT_EQ(doc["profile"]["windows"].size(), 1u);
+  EXPECT_EQ(doc["profile"]["windows"][0]["status"], "off");
+  EXPECT_NE(doc["env"]["profiling"].get<std::string>().find("--no-profile"), std::string::npos);
+}
+
+// `ablate show` names a seam whose kernels contradict its chosen backend, with the evidence kernels.
+TEST_F(CliTest, ShowPrintsBackendMismatchesWithTheirKernels) {
+  const std::string db = (dir_ / "m.db").string();
+  {
+    auto store = ablate::receipts::Store::open(db);
+    ablate::receipts::RunStart start;
+    start.name = "mismatch";
+    start.spec_json = "{}";
+    const auto id = store.begin_run(start);
+    store.record_backends(id, {{"residual_norm", "fused_cuda", "fused_cuda", "reference", "requested backend is available", true},
+                               {"attention", "sdpa_flash", "sdpa_flash", "sdpa_flash", "requested backend is available", false}});
+    store.record_backend_evidence(id, {{"residual_norm", "vectorized_elementwise_kernel<4, AddFunctor>", "", 24, 9000},
+                                       {"attention", "flash_fwd_kernel", "sdpa_flash", 8, 5000}});
+    store.record_env(id, {{"profiling", "ok"}});
+    store.finish_run(id, ablate::receipts::RunStatus::ok, "", {});
+  }
+  const auto r = run_cli("show 1 --db " + db);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("profiling: ok"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("backend mismatch: seam residual_norm chose fused_cuda but observed reference; kernels: "
+                       "vectorized_elementwise_kernel<4, AddFunctor> (no backend's pattern)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("backend mismatch: seam attention"), std::string::npos) << r.out;
+}

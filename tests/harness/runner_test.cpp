@@ -35,8 +35,9 @@ class RunnerTest : public ::testing::Test {
     all.insert(all.end(), sets.begin(), sets.end());
     return harness::parse_spec_file(std::string(ABLATE_SOURCE_DIR) + "/experiments/tiny.toml", all);
   }
-  harness::RunResult run(const harness::ExperimentSpec& s) {
+  harness::RunResult run(const harness::ExperimentSpec& s, bool no_profile = false) {
     harness::RunOptions o;
+    o.no_profile = no_profile;
     o.db_path = db_;
     o.quiet = true;
     return harness::run_experiment(s, o);
@@ -130,4 +131,48 @@ TEST_F(RunnerTest, Bf16AutocastTrainsWithEveryLossBackend) {
                              std::string("backends.loss=\"") + backend + "\""}));
     EXPECT_EQ(r.status, "ok") << backend << ": " << r.error;
   }
+}
+
+// [profile] on a CPU run: CUPTI cannot trace, the run is not harmed, and the receipt says why, what
+// was measured anyway (step times inside vs outside the window) and what was not (no kernels, no
+// trace, no allocator rows: RSS per step stays in steps.rss_bytes).
+TEST_F(RunnerTest, ProfilingOnTheCpuIsRecordedAsUnavailableNotFatal) {
+  const auto r = run(spec({"train.steps=8", "train.warmup_steps=1", "profile.enabled=true", "profile.start_step=3",
+                           "profile.steps=2", "compile.cuda_graphs=true"}));
+  ASSERT_EQ(r.status, "ok") << r.error;
+  auto store = receipts::Store::open(db_);
+  const auto doc = store.run_json(r.run_id);
+  EXPECT_EQ(doc["env"]["profiling"],
+            "unavailable (no CUDA device: the run is on the CPU and CUPTI traces GPU work only)");
+  ASSERT_EQ(doc["profile"]["windows"].size(), 1u);
+  const auto& window = doc["profile"]["windows"][0];
+  EXPECT_EQ(window["status"], "unavailable");
+  EXPECT_EQ(window["start_step"], 3);
+  EXPECT_EQ(window["steps"], 2);
+  EXPECT_TRUE(window["records"].is_null());
+  EXPECT_TRUE(doc["kernels"].empty());
+  EXPECT_TRUE(doc["artifacts"].empty());
+  EXPECT_TRUE(doc["memory"].empty());
+  for (const auto& b : doc["backends"]) EXPECT_TRUE(b["observed"].is_null()) << b.dump();
+
+  const auto& profile = doc["run"]["summary"]["extra"]["profile"];
+  EXPECT_EQ(profile["status"], "unavailable");
+  EXPECT_NE(profile["memory_by_phase"].get<std::string>().find("unavailable"), std::string::npos);
+  EXPECT_TRUE(profile["median_step_ms_inside_window"].is_number()) << profile.dump();
+  EXPECT_TRUE(profile["median_step_ms_outside_window"].is_number()) << profile.dump();
+  EXPECT_TRUE(profile["overhead_pct"].is_number());
+
+  EXPECT_EQ(doc["env"]["compile.warmup_steps"], "1");
+  EXPECT_GT(std::stod(doc["env"]["compile.first_step_ms"].get<std::string>()), 0.0);
+  EXPECT_EQ(doc["env"]["compile.cuda_graphs_requested"], "true");
+  EXPECT_EQ(doc["env"]["compile.cuda_graphs_achieved"], "false");
+  EXPECT_NE(doc["env"]["compile.cuda_graphs_reason"].get<std::string>().find("need a CUDA device"), std::string::npos);
+}
+
+TEST_F(RunnerTest, ProfilingDisabledWritesNoWindow) {
+  const auto r = run(spec({"train.steps=3", "train.warmup_steps=1"}));
+  ASSERT_EQ(r.status, "ok") << r.error;
+  const auto doc = receipts::Store::open(db_).run_json(r.run_id);
+  EXPECT_TRUE(doc["profile"]["windows"].empty());
+  EXPECT_EQ(doc["env"]["profiling"], "disabled ([profile] enabled = false)");
 }

@@ -18,9 +18,10 @@ using testing::FileSnapshot;
 using testing::RawDb;
 using testing::TempDir;
 
-const std::set<std::string> kTables = {"annotations", "artifacts", "catalog",      "decisions", "goodput",
-                                       "kernels",     "matrices",  "matrix_cells", "memory",    "run_backends",
-                                       "run_env",     "run_spec",  "runs",         "steps"};
+const std::set<std::string> kTables = {
+    "annotations",  "artifacts",  "backend_evidence", "catalog",      "decisions",       "goodput",
+    "kernel_attribution", "kernels", "matrices",     "matrix_cells", "memory",          "profile_time",
+    "profile_windows", "run_backends", "run_env",     "run_spec",     "runs",            "steps"};
 
 std::set<std::string> tables(Store& store) {
   std::set<std::string> names;
@@ -138,18 +139,61 @@ TEST(Schema, OpeningASecondStoreKeepsTheFirstOnesLocks) {
   EXPECT_EQ(Store::open(path).run_json(id)["steps"].size(), 3u);
 }
 
-// The fixture must really be what migration 1 produced, or "migrate from v1" would test nothing.
+// A fresh database taken through the first `version` migrations only.
+std::string fresh_at_version(const TempDir& dir, int version) {
+  const std::string path = dir.file(fmt::format("fresh_v{}.db", version));
+  RawDb db(path);
+  for (int i = 0; i < version; ++i) db.exec_ok(schema::migrations()[i]);
+  db.exec_ok(fmt::format("PRAGMA user_version = {}", version));
+  return path;
+}
+
+// Each fixture must really be what its migrations produced, or "migrate from vN" would test nothing.
 TEST(Schema, V1FixtureMatchesMigration1) {
   TempDir dir;
   const std::string fixture_db = load_fixture(dir, "schema_v1");
-  const std::string fresh_v1 = dir.file("fresh_v1.db");
-  {
-    RawDb db(fresh_v1);
-    db.exec_ok(schema::migrations()[0]);
-    db.exec_ok("PRAGMA user_version = 1");
-  }
-  EXPECT_EQ(schema_dump(fixture_db), schema_dump(fresh_v1));
+  EXPECT_EQ(schema_dump(fixture_db), schema_dump(fresh_at_version(dir, 1)));
   EXPECT_EQ(RawDb(fixture_db).scalar("PRAGMA user_version"), "1");
+}
+
+TEST(Schema, V2FixtureMatchesMigrations1And2) {
+  TempDir dir;
+  const std::string fixture_db = load_fixture(dir, "schema_v2");
+  EXPECT_EQ(schema_dump(fixture_db), schema_dump(fresh_at_version(dir, 2)));
+  EXPECT_EQ(RawDb(fixture_db).scalar("PRAGMA user_version"), "2");
+}
+
+// v3 added the profiling tables: a v2 file keeps its run and annotation, gains the tables, and their
+// append-only guards hold for the finished run while a new run can write profiling evidence.
+TEST(Schema, MigratesV2FixtureToV3KeepingItsData) {
+  TempDir dir;
+  const std::string path = load_fixture(dir, "schema_v2");
+  ASSERT_EQ(RawDb(path).scalar("SELECT count(*) FROM annotations"), "1");
+
+  auto store = Store::open(path);
+  EXPECT_EQ(store.schema_version(), schema::latest_version());
+  EXPECT_EQ(tables(store), kTables);
+  const auto doc = store.run_json(1);
+  EXPECT_EQ(doc["steps"].size(), 4u);
+  EXPECT_EQ(doc["annotations"][0]["text"], "reviewed before the profiling schema");
+  EXPECT_TRUE(doc["profile"]["windows"].empty());
+  EXPECT_TRUE(doc["profile"]["attribution"].empty());
+
+  ProfileWindowRow window;
+  window.status = "unavailable";
+  window.reason = "no CUDA device";
+  EXPECT_THROW(store.record_profile_window(1, window), StoreError);  // the fixture's run is finished
+  RawDb raw(path);
+  EXPECT_NE(raw.exec("INSERT INTO profile_windows (run_id, status, reason) VALUES (1, 'off', 'x')").find("append-only"),
+            std::string::npos);
+
+  const auto id = store.begin_run(testing::sample_start("after-migration"));
+  store.record_profile_window(id, window);
+  EXPECT_EQ(store.run_json(id)["profile"]["windows"][0]["reason"], "no CUDA device");
+
+  const std::string fresh = dir.file("fresh.db");
+  Store::open(fresh);
+  EXPECT_EQ(schema_dump(path), schema_dump(fresh));
 }
 
 TEST(Schema, MigratesV1FixtureKeepingItsData) {

@@ -163,6 +163,49 @@ TEST_F(StoreTest, SqlTriggersKeepFinishedRunsAppendOnly) {
   EXPECT_EQ(store_.get_run(done).status, RunStatus::ok);
 }
 
+// Schema v3: profiling evidence is written while the run is running, read back under run_json's
+// "profile", validated on the way in, and frozen like every other child table once the run ends.
+TEST_F(StoreTest, ProfilingEvidenceRoundTripAndIsAppendOnly) {
+  const auto id = store_.begin_run(sample_start("profiled"));
+  ProfileWindowRow window;
+  window.status = "ok";
+  window.start_step = 20;
+  window.steps = 5;
+  window.dropped_records = 0;
+  window.window_ns = 1000;
+  window.compute_ns = 700;
+  window.non_compute_ns = 100;
+  window.idle_ns = 200;
+  store_.record_profile_window(id, window);
+  store_.record_profile_time(id, {{0, 20, "family", "gemm", 4, 600}, {0, 20, "seam", "attention", 2, 300}});
+  store_.record_kernel_attribution(
+      id, {{0, "flash_fwd_kernel", "forward", 3, "A", "attention", "sdpa_flash", "attention", 2, 300}});
+  store_.record_backend_evidence(id, {{"attention", "flash_fwd_kernel", "sdpa_flash", 2, 300}});
+
+  expect_error([&] { store_.record_profile_window(id, window); }, {"already has a profile window"});
+  ProfileWindowRow silent;
+  silent.status = "unavailable";
+  expect_error([&] { store_.record_profile_window(id, silent); }, {"needs a reason"});
+  silent.status = "maybe";
+  expect_error([&] { store_.record_profile_window(id, silent); }, {"unknown profile window status 'maybe'"});
+  expect_error([&] { store_.record_profile_time(id, {{0, 20, "layer", "3", 1, 1}}); }, {"profile time dimension"});
+
+  store_.finish_run(id, RunStatus::ok, "", sample_summary(3));
+  const auto profile = store_.run_json(id)["profile"];
+  EXPECT_EQ(profile["windows"][0]["compute_ns"], 700);
+  ASSERT_EQ(profile["time"].size(), 2u);
+  EXPECT_EQ(profile["time"][0]["key"], "gemm");  // ordered by dimension: family before seam
+  EXPECT_EQ(profile["time"][1]["dimension"], "seam");
+  EXPECT_EQ(profile["attribution"][0]["block"], "A");
+  EXPECT_EQ(profile["backend_evidence"][0]["matches"], "sdpa_flash");
+
+  expect_error([&] { store_.record_backend_evidence(id, {{"rope", "k", "", 1, 1}}); }, {"append-only"});
+  expect_error([&] { store_.record_profile_time(id, {{0, 21, "family", "gemm", 1, 1}}); }, {"append-only"});
+  RawDb raw(path_);
+  EXPECT_NE(raw.exec(fmt::format("DELETE FROM kernel_attribution WHERE run_id = {}", id)).find("append-only"),
+            std::string::npos);
+}
+
 TEST_F(StoreTest, StepBatchIsOneTransaction) {
   const auto id = store_.begin_run(sample_start("steps"));
   store_.append_steps(id, make_steps(10));

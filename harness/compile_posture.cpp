@@ -1,0 +1,37 @@
+// harness/compile_posture.cpp: see compile_posture.h. The order of the checks is the order a reader
+// would fix them in: device first, then host syncs inside the step, then what this build cannot do.
+// Tests: tests/harness/compile_posture_test.cpp.
+#include "harness/compile_posture.h"
+
+namespace ablate::harness {
+
+GraphCapturePosture decide_graph_capture(bool requested, bool cuda_device,
+                                         const std::map<std::string, std::string>& chosen,
+                                         const model::ModelConfig& model) {
+  GraphCapturePosture p;
+  p.requested = requested;
+  if (!requested) {
+    p.reason = "not requested";
+    return p;
+  }
+  if (!cuda_device) {
+    p.reason = "refused: CUDA graphs need a CUDA device (the run is on the CPU); the step ran eager";
+    return p;
+  }
+  const bool has_moe = model.pattern.find('E') != std::string::npos;
+  const auto moe = chosen.find("moe_dispatch");
+  if (has_moe && moe != chosen.end() && moe->second == "reference" && model.moe.capacity_factor == 0) {
+    p.reason =
+        "refused: seam moe_dispatch = reference (standard path, dropless: model.moe.capacity_factor = 0) reads the "
+        "largest expert load on the host in every E layer, and a host sync cannot be captured; the step ran eager "
+        "(choose a sync-free moe_dispatch backend or a capacity factor to capture)";
+    return p;
+  }
+  p.reason =
+      "not built yet: whole-step capture needs a capturable optimizer (torch::optim::AdamW keeps its step count and "
+      "bias corrections on the host, so a replayed step would reuse the captured values) and static input buffers; "
+      "the step ran eager";
+  return p;
+}
+
+}  // namespace ablate::harness

@@ -1,0 +1,271 @@
+// profiling/attribution.cpp: see attribution.h. Classification rules are ordered lists so the first
+// matching rule wins and a reader can see the precedence; the summaries are plain maps over the log.
+// Tests: tests/profiling/attribution_test.cpp (profiling_tests).
+#include "profiling/attribution.h"
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+#include <tuple>
+#include <utility>
+
+namespace ablate::profiling {
+
+bool LaunchScope::operator<(const LaunchScope& o) const {
+  return std::tie(phase, layer, block, seam, backend) < std::tie(o.phase, o.layer, o.block, o.seam, o.backend);
+}
+
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+bool contains_any(const std::string& haystack, std::initializer_list<const char*> needles) {
+  for (const char* n : needles)
+    if (haystack.find(n) != std::string::npos) return true;
+  return false;
+}
+
+// The launch call of a correlation id, found by binary search in the API calls sorted by correlation.
+const ApiCall* launch_of(const std::vector<const ApiCall*>& by_correlation, uint32_t correlation) {
+  const auto it = std::lower_bound(by_correlation.begin(), by_correlation.end(), correlation,
+                                   [](const ApiCall* a, uint32_t c) { return a->correlation < c; });
+  return it != by_correlation.end() && (*it)->correlation == correlation ? *it : nullptr;
+}
+
+int64_t step_of(const std::vector<StepSpan>& spans, const ApiCall* launch, const GpuActivity& a) {
+  if (launch != nullptr) {
+    for (const auto& s : spans)
+      if (launch->start_ns >= s.begin_ns && launch->start_ns <= s.end_ns) return s.step;
+  }
+  // No launch record (dropped, or launched from a thread between spans): the GPU runs after the host
+  // launched, so the step is the last one that began before the work started.
+  int64_t step = -1;
+  for (const auto& s : spans)
+    if (s.begin_ns <= a.start_ns) step = s.step;
+  return step;
+}
+
+// Union length of [start, end) intervals.
+uint64_t union_ns(std::vector<std::pair<uint64_t, uint64_t>> iv) {
+  std::sort(iv.begin(), iv.end());
+  uint64_t total = 0, cur_begin = 0, cur_end = 0;
+  bool open = false;
+  for (const auto& [b, e] : iv) {
+    if (e <= b) continue;
+    if (!open || b > cur_end) {
+      if (open) total += cur_end - cur_begin;
+      cur_begin = b;
+      cur_end = e;
+      open = true;
+    } else {
+      cur_end = std::max(cur_end, e);
+    }
+  }
+  if (open) total += cur_end - cur_begin;
+  return total;
+}
+
+std::string join(const std::set<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : ",") + s;
+  return out;
+}
+
+}  // namespace
+
+const std::vector<std::string>& families() {
+  static const std::vector<std::string> kFamilies = {
+      "gemm",     "attention", "ssm_scan",    "recurrent_scan", "moe_dispatch",  "norm",   "rope",
+      "loss",     "optimizer", "elementwise", "communication",  "memcpy",        "memset"};
+  return kFamilies;
+}
+
+std::string family_of_seam(const std::string& seam) {
+  static const std::map<std::string, std::string> kBySeam = {
+      {"attention", "attention"},       {"rope", "rope"},         {"residual_norm", "norm"},
+      {"swiglu", "elementwise"},        {"moe_dispatch", "moe_dispatch"}, {"ssm_scan", "ssm_scan"},
+      {"recurrent_scan", "recurrent_scan"}, {"loss", "loss"}};
+  const auto it = kBySeam.find(seam);
+  return it == kBySeam.end() ? "" : it->second;
+}
+
+std::string family_of_kernel_name(const std::string& name) {
+  const std::string n = lower(name);
+  // Most specific first: attention kernels are often CUTLASS (fmha_cutlass*), so they precede gemm.
+  if (contains_any(n, {"nccl"})) return "communication";
+  if (contains_any(n, {"flash_fwd", "flash_bwd", "flash::", "fmha", "native_sdpa", "attention", "sdpa"}))
+    return "attention";
+  if (contains_any(n, {"gemm", "cutlass", "cublas", "xmma", "nvjet", "matmul", "grouped_mm", "gemv", "sm90_", "sm80_",
+                       "ampere_", "hopper_"}))
+    return "gemm";
+  if (contains_any(n, {"cross_entropy", "nll_loss", "log_softmax"})) return "loss";
+  if (contains_any(n, {"adam", "multi_tensor_apply", "sgd"})) return "optimizer";
+  if (contains_any(n, {"rms_norm", "rmsnorm", "layer_norm", "layernorm", "residual_norm", "batch_norm"})) return "norm";
+  if (contains_any(n, {"rope", "rotary"})) return "rope";
+  if (contains_any(n, {"ssm_scan", "selective_scan", "mamba"})) return "ssm_scan";
+  if (contains_any(n, {"recurrent_scan", "rglru", "linear_recurrence"})) return "recurrent_scan";
+  if (contains_any(n, {"moe_", "grouped_topk", "expert"})) return "moe_dispatch";
+  return "elementwise";
+}
+
+std::string classify(const GpuActivity& a, const LaunchScope* scope) {
+  if (a.kind == GpuActivity::Kind::memcpy) return "memcpy";
+  if (a.kind == GpuActivity::Kind::memset) return "memset";
+  const std::string by_name = family_of_kernel_name(a.name);
+  if (by_name == "communication") return by_name;
+  if (scope != nullptr) {
+    if (auto f = family_of_seam(scope->seam); !f.empty()) return f;
+    if (scope->phase == "optimizer") return "optimizer";
+  }
+  return by_name;
+}
+
+std::vector<AttributedActivity> attribute(const ActivityLog& log) {
+  std::vector<const ApiCall*> by_correlation;
+  by_correlation.reserve(log.api.size());
+  for (const auto& c : log.api) by_correlation.push_back(&c);
+  // A launch has one runtime and (below it) one driver record with the same correlation only when
+  // both are enabled and the runtime calls the driver; either gives the host time of the launch.
+  std::stable_sort(by_correlation.begin(), by_correlation.end(),
+                   [](const ApiCall* a, const ApiCall* b) { return a->correlation < b->correlation; });
+  std::vector<AttributedActivity> out;
+  out.reserve(log.gpu.size());
+  for (const auto& a : log.gpu) {
+    AttributedActivity r;
+    r.activity = &a;
+    if (const auto ext = log.external_id.find(a.correlation); ext != log.external_id.end()) {
+      if (const auto sc = log.scopes.find(ext->second); sc != log.scopes.end()) r.scope = &sc->second;
+    }
+    r.step = step_of(log.steps, launch_of(by_correlation, a.correlation), a);
+    r.family = classify(a, r.scope);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+TemporalBreakdown temporal_breakdown(const std::vector<GpuActivity>& gpu) {
+  TemporalBreakdown b;
+  if (gpu.empty()) return b;
+  std::vector<std::pair<uint64_t, uint64_t>> kernels_iv, all_iv;
+  uint64_t first = UINT64_MAX, last = 0;
+  for (const auto& a : gpu) {
+    all_iv.emplace_back(a.start_ns, a.end_ns);
+    if (a.kind == GpuActivity::Kind::kernel) kernels_iv.emplace_back(a.start_ns, a.end_ns);
+    first = std::min(first, a.start_ns);
+    last = std::max(last, a.end_ns);
+    b.busy_sum_ns += a.duration_ns();
+  }
+  b.window_ns = last > first ? last - first : 0;
+  b.compute_ns = union_ns(kernels_iv);
+  const uint64_t busy = union_ns(all_iv);
+  b.non_compute_ns = busy - b.compute_ns;
+  b.idle_ns = b.window_ns - busy;
+  return b;
+}
+
+ProfileSummary summarize(const ActivityLog& log) {
+  ProfileSummary s;
+  const auto attributed = attribute(log);
+  s.records = static_cast<int64_t>(attributed.size());
+  s.breakdown = temporal_breakdown(log.gpu);
+
+  struct Sum {
+    int64_t calls = 0, total_ns = 0;
+    void add(uint64_t ns) {
+      ++calls;
+      total_ns += static_cast<int64_t>(ns);
+    }
+  };
+  static const LaunchScope kUnscoped{"unscoped", -1, "", "", ""};
+  std::map<std::pair<std::string, LaunchScope>, std::pair<std::string, Sum>> by_site;  // (name, scope) -> family, sum
+  std::map<std::tuple<int64_t, std::string, std::string>, Sum> by_step;              // (step, dimension, key)
+  for (const auto& r : attributed) {
+    const auto ns = r.activity->duration_ns();
+    const LaunchScope& scope = r.scope ? *r.scope : kUnscoped;
+    auto& site = by_site[{r.activity->name, scope}];
+    site.first = r.family;
+    site.second.add(ns);
+    by_step[{r.step, "family", r.family}].add(ns);
+    by_step[{r.step, "seam", scope.seam}].add(ns);
+  }
+
+  std::map<std::string, std::pair<Sum, std::pair<int64_t, const std::pair<std::string, LaunchScope>*>>> by_name;
+  for (const auto& [key, value] : by_site) {
+    s.attribution.push_back({key.first, key.second, value.first, value.second.calls, value.second.total_ns});
+    auto& n = by_name[key.first];
+    n.first.calls += value.second.calls;
+    n.first.total_ns += value.second.total_ns;
+    if (n.second.second == nullptr || value.second.total_ns > n.second.first) n.second = {value.second.total_ns, &key};
+  }
+  for (const auto& [name, value] : by_name) {
+    const auto& dominant = *value.second.second;
+    s.kernels.push_back({name, by_site.at(dominant).first, dominant.second.seam, value.first.calls, value.first.total_ns});
+  }
+  for (const auto& [key, sum] : by_step)
+    s.time.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), sum.calls, sum.total_ns});
+  return s;
+}
+
+std::vector<ObservedBackend> observe_backends(const ProfileSummary& summary,
+                                              const std::map<std::string, std::string>& chosen,
+                                              const std::vector<kernels::BackendInfo>& catalog) {
+  std::vector<ObservedBackend> out;
+  for (const auto& [seam, chosen_name] : chosen) {
+    ObservedBackend ob;
+    ob.seam = seam;
+    ob.chosen = chosen_name;
+    // The seam's kernels, summed over layers and phases.
+    std::map<std::string, std::pair<int64_t, int64_t>> kernels_in_seam;
+    for (const auto& a : summary.attribution) {
+      if (a.scope.seam != seam || a.family == "communication") continue;  // NCCL work is no backend's
+      auto& k = kernels_in_seam[a.name];
+      k.first += a.calls;
+      k.second += a.total_ns;
+    }
+    const std::vector<std::string>* chosen_patterns = nullptr;
+    for (const auto& row : catalog)
+      if (row.seam == seam && row.name == chosen_name) chosen_patterns = &row.kernel_patterns;
+    std::set<std::string> matched;
+    for (const auto& [name, sums] : kernels_in_seam) {
+      std::set<std::string> hits;
+      for (const auto& row : catalog) {
+        if (row.seam != seam) continue;
+        for (const auto& p : row.kernel_patterns)
+          if (name.find(p) != std::string::npos) hits.insert(row.name);
+      }
+      matched.insert(hits.begin(), hits.end());
+      ob.evidence.push_back({name, join(hits), sums.first, sums.second});
+    }
+    std::sort(ob.evidence.begin(), ob.evidence.end(),
+              [](const BackendEvidence& a, const BackendEvidence& b) { return a.total_ns > b.total_ns; });
+    const bool chosen_has_patterns = chosen_patterns != nullptr && !chosen_patterns->empty();
+    std::set<std::string> others = matched;
+    others.erase(chosen_name);
+    if (kernels_in_seam.empty()) {
+      ob.note = "no kernel ran inside this seam in the window";
+    } else if (!others.empty()) {
+      ob.observed = join(matched);
+      ob.mismatch = true;
+      ob.note = "kernels of another backend ran: " + join(others);
+    } else if (chosen_has_patterns && matched.empty()) {
+      ob.observed = "reference";
+      ob.mismatch = true;
+      ob.note = "none of the chosen backend's kernel patterns ran; no fast backend's either";
+    } else if (chosen_has_patterns || chosen_name == "reference") {
+      ob.observed = chosen_name;
+      ob.mismatch = false;
+      ob.note = chosen_has_patterns ? "the chosen backend's kernels ran, no other backend's"
+                                    : "no fast backend's kernel patterns ran";
+    } else {
+      ob.observed = chosen_name;
+      ob.note = "the chosen backend has no kernel-name patterns: kernel names cannot tell it from the reference";
+    }
+    out.push_back(std::move(ob));
+  }
+  return out;
+}
+
+}  // namespace ablate::profiling

@@ -1,0 +1,93 @@
+// profiling/attribution.h: from a rank's ActivityLog to what the receipt stores: each GPU activity's
+// family, launch scope (phase, layer, block, seam, backend) and step; per-kernel totals; GPU time per
+// step by family and by seam; the window's temporal breakdown (compute / non-compute / idle); and the
+// observed backend of every seam checked against the kernel catalog's name patterns.
+// Plain C++ (no CUPTI, no LibTorch): tests build synthetic logs.
+// Tests: tests/profiling/attribution_test.cpp (profiling_tests).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/catalog.h"
+#include "profiling/activity.h"
+
+namespace ablate::profiling {
+
+// The kernel families of the receipts, in report order.
+const std::vector<std::string>& families();
+
+// The family a seam's kernels belong to ("" for an unknown seam or "" itself).
+std::string family_of_seam(const std::string& seam);
+// Kernel-name rules for work launched outside a seam (cutlass/cublas/gemm/nvjet -> gemm,
+// flash/fmha -> attention, nccl -> communication, ...); "elementwise" when no rule matches.
+std::string family_of_kernel_name(const std::string& name);
+// The family of one activity: memcpy/memset by kind, NCCL kernels are communication wherever they
+// ran, then the seam's family, then the optimizer phase, then the name rules.
+std::string classify(const GpuActivity& activity, const LaunchScope* scope);
+
+struct AttributedActivity {
+  const GpuActivity* activity = nullptr;
+  const LaunchScope* scope = nullptr;  // null: launched outside every scope
+  int64_t step = -1;                   // -1: outside every step span
+  std::string family;
+};
+// Every GPU activity of `log` with its scope (through correlation -> external id), step (the step
+// span holding its launch call, else the last span that began before it started) and family.
+std::vector<AttributedActivity> attribute(const ActivityLog& log);
+
+// GPU time of the window [first activity start, last activity end]: compute = union of kernel
+// intervals, non_compute = union of memcpy/memset intervals not covered by a kernel, idle = the rest.
+// busy_sum_ns is the plain sum of all durations (equal to compute + non_compute when nothing overlaps).
+struct TemporalBreakdown {
+  uint64_t window_ns = 0, compute_ns = 0, non_compute_ns = 0, idle_ns = 0, busy_sum_ns = 0;
+};
+TemporalBreakdown temporal_breakdown(const std::vector<GpuActivity>& gpu);
+
+struct KernelTotal {  // one row of the `kernels` table
+  std::string name, family, seam;  // family/seam: of the launch site with the most time
+  int64_t calls = 0, total_ns = 0;
+};
+struct AttributionTotal {  // one row of `kernel_attribution`
+  std::string name;
+  LaunchScope scope;  // phase "unscoped" for launches outside every scope
+  std::string family;
+  int64_t calls = 0, total_ns = 0;
+};
+struct StepTime {  // one row of `profile_time`
+  int64_t step = 0;
+  std::string dimension;  // family | seam
+  std::string key;
+  int64_t calls = 0, total_ns = 0;
+};
+struct ProfileSummary {
+  std::vector<KernelTotal> kernels;
+  std::vector<AttributionTotal> attribution;
+  std::vector<StepTime> time;
+  TemporalBreakdown breakdown;
+  int64_t records = 0;
+};
+ProfileSummary summarize(const ActivityLog& log);
+
+// What the kernels inside one seam say about its backend.
+struct BackendEvidence {
+  std::string kernel;
+  std::string matches;  // comma-separated catalog backends of the seam whose patterns match; "" none
+  int64_t calls = 0, total_ns = 0;
+};
+struct ObservedBackend {
+  std::string seam, chosen;
+  std::optional<std::string> observed;  // null: the seam ran no kernel in the window
+  std::optional<bool> mismatch;         // null: cannot be decided from kernel names
+  std::string note;                     // why, in words
+  std::vector<BackendEvidence> evidence;
+};
+// A seam's kernels must match the chosen backend's catalog patterns and no other backend's. A chosen
+// backend without patterns (the reference) is confirmed when no other backend's patterns match.
+std::vector<ObservedBackend> observe_backends(const ProfileSummary& summary,
+                                              const std::map<std::string, std::string>& chosen,
+                                              const std::vector<kernels::BackendInfo>& catalog);
+
+}  // namespace ablate::profiling

@@ -1,0 +1,219 @@
+// profiling/cupti_tracer.cpp: see cupti_tracer.h. Record layouts are those of the CUDA 13.0 headers:
+// CUpti_ActivityKernel10 (CONCURRENT_KERNEL), CUpti_ActivityMemcpy6, CUpti_ActivityMemset4,
+// CUpti_ActivityAPI (RUNTIME, DRIVER), CUpti_ActivityExternalCorrelation. Newer CUPTI versions only
+// append fields to the latest record struct, so reading these prefixes stays valid.
+// Tests: tests/harness/profiling_gpu_test.cpp (GPU, self-skipping).
+#include "profiling/cupti_tracer.h"
+
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#if defined(ABLATE_HAVE_CUPTI)
+#include <cupti.h>
+#endif
+
+namespace ablate::profiling {
+
+CuptiTracer& CuptiTracer::instance() {
+  static CuptiTracer tracer;
+  return tracer;
+}
+
+bool CuptiTracer::compiled_in() {
+#if defined(ABLATE_HAVE_CUPTI)
+  return true;
+#else
+  return false;
+#endif
+}
+
+ActivityLog CuptiTracer::take() {
+  std::lock_guard lock(mutex_);
+  ActivityLog out = std::move(log_);
+  log_ = ActivityLog{};
+  return out;
+}
+
+#if !defined(ABLATE_HAVE_CUPTI)
+
+std::string CuptiTracer::start(const TracerOptions&) { return "built without CUPTI (no CUPTI headers at configure time)"; }
+void CuptiTracer::stop() {}
+uint64_t CuptiTracer::timestamp_ns() const { return 0; }
+void CuptiTracer::push_external(uint64_t) {}
+void CuptiTracer::pop_external() {}
+void CuptiTracer::on_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = nullptr;
+  *size = 0;
+  *max_records = 0;
+}
+void CuptiTracer::on_buffer_completed(void*, uint32_t, uint8_t*, size_t, size_t) {}
+
+#else
+
+namespace {
+
+constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                         CUPTI_ACTIVITY_KIND_MEMSET,            CUPTI_ACTIVITY_KIND_RUNTIME,
+                                         CUPTI_ACTIVITY_KIND_DRIVER,            CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
+constexpr size_t kAlignment = 8;  // CUPTI requires 8-byte aligned activity buffers
+
+std::string cupti_error(const char* call, CUptiResult r) {
+  const char* text = nullptr;
+  cuptiGetResultString(r, &text);
+  return std::string(call) + " failed: " + (text ? text : "unknown CUPTI error") + " (" + std::to_string(r) + ")";
+}
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  CuptiTracer::instance().on_buffer_requested(buffer, size, max_records);
+}
+
+void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t size, size_t valid) {
+  CuptiTracer::instance().on_buffer_completed(ctx, stream, buffer, size, valid);
+}
+
+const char* memcpy_name(uint8_t copy_kind) {
+  switch (copy_kind) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
+      return "Memcpy HtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH:
+      return "Memcpy DtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD:
+      return "Memcpy DtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP:
+      return "Memcpy PtoP";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH:
+      return "Memcpy HtoH";
+    default:
+      return "Memcpy";
+  }
+}
+
+// API names by (domain, callback id), cached: cuptiGetCallbackName is not free and a window has
+// hundreds of thousands of API records.
+const std::string& api_name(bool driver, uint32_t cbid) {
+  static std::map<std::pair<bool, uint32_t>, std::string> cache;  // guarded by the tracer's mutex
+  auto [it, inserted] = cache.try_emplace({driver, cbid});
+  if (inserted) {
+    const char* name = nullptr;
+    cuptiGetCallbackName(driver ? CUPTI_CB_DOMAIN_DRIVER_API : CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &name);
+    it->second = name ? name : (driver ? "driver api " : "runtime api ") + std::to_string(cbid);
+  }
+  return it->second;
+}
+
+}  // namespace
+
+std::string CuptiTracer::start(const TracerOptions& options) {
+  std::lock_guard lock(mutex_);
+  if (active_.load()) return "a profiling window is already open";
+  options_ = options;
+  buffers_in_window_ = 0;
+  log_ = ActivityLog{};
+  if (!callbacks_registered_) {
+    if (const auto r = cuptiActivityRegisterCallbacks(&buffer_requested, &buffer_completed); r != CUPTI_SUCCESS)
+      return cupti_error("cuptiActivityRegisterCallbacks", r);
+    callbacks_registered_ = true;
+  }
+  std::vector<CUpti_ActivityKind> enabled;
+  for (const auto kind : kKinds) {
+    if (const auto r = cuptiActivityEnable(kind); r != CUPTI_SUCCESS) {
+      for (const auto k : enabled) cuptiActivityDisable(k);
+      return cupti_error(("cuptiActivityEnable(kind " + std::to_string(kind) + ")").c_str(), r);
+    }
+    enabled.push_back(kind);
+  }
+  active_.store(true, std::memory_order_release);
+  return "";
+}
+
+void CuptiTracer::stop() {
+  if (!active_.exchange(false)) return;
+  for (const auto kind : kKinds) cuptiActivityDisable(kind);
+  // Forced: also completes buffers that are not full, so every record of the window is delivered now.
+  cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+}
+
+uint64_t CuptiTracer::timestamp_ns() const {
+  uint64_t ts = 0;
+  cuptiGetTimestamp(&ts);
+  return ts;
+}
+
+void CuptiTracer::push_external(uint64_t id) {
+  cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id);
+}
+
+void CuptiTracer::pop_external() {
+  uint64_t last = 0;
+  cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last);
+}
+
+void CuptiTracer::on_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *max_records = 0;  // as many as fit
+  std::lock_guard lock(mutex_);
+  if (buffers_in_window_ >= options_.max_buffers) {
+    // The cap: CUPTI drops what it cannot store and counts it (read back in on_buffer_completed).
+    ++log_.buffers_refused;
+    *buffer = nullptr;
+    *size = 0;
+    return;
+  }
+  ++buffers_in_window_;
+  ++log_.buffers;
+  *size = options_.buffer_bytes;
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(kAlignment, options_.buffer_bytes));
+  if (*buffer == nullptr) *size = 0;
+}
+
+void CuptiTracer::on_buffer_completed(void* context, uint32_t stream, uint8_t* buffer, size_t, size_t valid) {
+  std::lock_guard lock(mutex_);
+  CUpti_Activity* record = nullptr;
+  while (buffer != nullptr && cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+    switch (record->kind) {
+      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+      case CUPTI_ACTIVITY_KIND_KERNEL: {
+        const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+        log_.gpu.push_back({GpuActivity::Kind::kernel, k->name ? k->name : "<unnamed kernel>", k->start, k->end,
+                            k->deviceId, k->streamId, k->correlationId, 0});
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMCPY: {
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+        log_.gpu.push_back({GpuActivity::Kind::memcpy, memcpy_name(m->copyKind), m->start, m->end, m->deviceId,
+                            m->streamId, m->correlationId, m->bytes});
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMSET: {
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
+        log_.gpu.push_back({GpuActivity::Kind::memset, "Memset", m->start, m->end, m->deviceId, m->streamId,
+                            m->correlationId, m->bytes});
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_RUNTIME:
+      case CUPTI_ACTIVITY_KIND_DRIVER: {
+        const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(record);
+        const bool driver = record->kind == CUPTI_ACTIVITY_KIND_DRIVER;
+        log_.api.push_back({api_name(driver, a->cbid), driver, a->start, a->end, a->processId, a->threadId,
+                            a->correlationId});
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
+        const auto* e = reinterpret_cast<const CUpti_ActivityExternalCorrelation*>(record);
+        if (e->externalKind == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) log_.external_id[e->correlationId] = e->externalId;
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  size_t dropped = 0;
+  if (cuptiActivityGetNumDroppedRecords(static_cast<CUcontext>(context), stream, &dropped) == CUPTI_SUCCESS)
+    log_.dropped_records += dropped;
+  std::free(buffer);
+}
+
+#endif  // ABLATE_HAVE_CUPTI
+
+}  // namespace ablate::profiling

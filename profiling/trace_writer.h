@@ -1,0 +1,39 @@
+// profiling/trace_writer.h: one rank's ActivityLog as a Chrome/Perfetto trace in the layout of the
+// PyTorch profiler (Kineto), so Perfetto, chrome://tracing and Holistic Trace Analysis load it as is:
+// top-level `schemaVersion`, `deviceProperties`, `distributedInfo` {backend, rank, world_size},
+// `baseTimeNanoseconds`, `traceEvents`. GPU work is `ph: "X"` with `pid` = device, `tid` = stream,
+// `cat` kernel / gpu_memcpy / gpu_memset; host launches are `ph: "X"` cuda_runtime / cuda_driver on
+// (process, thread); each launch is linked to its GPU work by a flow (`ph: "s"` at the launch,
+// `ph: "f"`, `bp: "e"` at the kernel, id = correlation). `ts`/`dur` are microseconds since
+// baseTimeNanoseconds. Args carry correlation, stream, device, External id, and the launch scope
+// (phase, layer, block, seam, backend) and family from attribution.h.
+// Tests: tests/profiling/trace_writer_test.cpp (profiling_tests).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "profiling/activity.h"
+
+namespace ablate::profiling {
+
+struct TraceMeta {
+  int64_t rank = 0, world_size = 1;
+  std::string backend = "nccl";
+  nlohmann::json device_properties = nlohmann::json::array();  // [{id, name, totalGlobalMem, ...}]
+  std::string trace_name;                                      // e.g. "ablate run 12 rank 0"
+};
+
+nlohmann::json chrome_trace(const ActivityLog& log, const TraceMeta& meta);
+
+// Writes `trace` to `path_stem` + ".json.gz" (gzip, when zlib was found at build time) or
+// + ".json" (plain, otherwise) and returns the path written. Throws std::runtime_error on I/O errors.
+std::string write_trace_file(const nlohmann::json& trace, const std::string& path_stem);
+// Reads a file written by write_trace_file back (gunzips .gz): for tests and `ablate` tooling.
+nlohmann::json read_trace_file(const std::string& path);
+// Whether write_trace_file compresses (zlib at build time).
+bool trace_compression_available();
+
+}  // namespace ablate::profiling

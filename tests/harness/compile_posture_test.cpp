@@ -1,0 +1,47 @@
+// tests/harness/compile_posture_test.cpp: whole-step CUDA graph capture is decided up front, with the
+// reason recorded: not requested, no CUDA device, the standard MoE dispatch's host sync, and (for now)
+// the host-side optimizer state.
+// Run: build/tests/harness_tests --gtest_filter='CompilePosture*'
+#include "harness/compile_posture.h"
+
+#include <gtest/gtest.h>
+
+namespace ablate::harness {
+namespace {
+
+model::ModelConfig with_pattern(const std::string& pattern, double capacity_factor = 0) {
+  auto config = *model::named_config("tiny");
+  config.pattern = pattern;
+  config.moe.capacity_factor = capacity_factor;
+  return config;
+}
+
+TEST(CompilePosture, NotRequestedAndNoDevice) {
+  const std::map<std::string, std::string> chosen = {{"moe_dispatch", "reference"}};
+  const auto off = decide_graph_capture(false, true, chosen, with_pattern("AE"));
+  EXPECT_FALSE(off.requested);
+  EXPECT_FALSE(off.achieved);
+  EXPECT_EQ(off.reason, "not requested");
+  const auto cpu = decide_graph_capture(true, false, chosen, with_pattern("AE"));
+  EXPECT_TRUE(cpu.requested);
+  EXPECT_FALSE(cpu.achieved);
+  EXPECT_NE(cpu.reason.find("need a CUDA device"), std::string::npos) << cpu.reason;
+}
+
+TEST(CompilePosture, StandardDroplessMoeIsRefusedForItsHostSync) {
+  const std::map<std::string, std::string> chosen = {{"moe_dispatch", "reference"}};
+  const auto p = decide_graph_capture(true, true, chosen, with_pattern("AEMEAEMR"));
+  EXPECT_FALSE(p.achieved);
+  EXPECT_NE(p.reason.find("moe_dispatch = reference"), std::string::npos) << p.reason;
+  EXPECT_NE(p.reason.find("host sync"), std::string::npos) << p.reason;
+  // No E layer, or a capacity factor: the MoE sync is not the reason any more.
+  for (const auto& config : {with_pattern("AMR"), with_pattern("AE", 1.25)}) {
+    const auto q = decide_graph_capture(true, true, chosen, config);
+    EXPECT_FALSE(q.achieved);
+    EXPECT_EQ(q.reason.find("moe_dispatch"), std::string::npos) << q.reason;
+    EXPECT_NE(q.reason.find("capturable optimizer"), std::string::npos) << q.reason;
+  }
+}
+
+}  // namespace
+}  // namespace ablate::harness

@@ -1,0 +1,202 @@
+// tests/profiling/attribution_test.cpp: the record -> receipt pipeline on synthetic CUPTI-like logs:
+// family rules, scope/step attribution through correlation and external ids, per-step sums, the
+// temporal breakdown, and the observed-backend check against the real kernel catalog.
+// Run: build/tests/profiling_tests --gtest_filter='Attribution*:Families*:Breakdown*:ObservedBackends*'
+#include "profiling/attribution.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace ablate::profiling {
+namespace {
+
+using Kind = GpuActivity::Kind;
+
+// A log builder: launches on thread 1 at host time `at`, running on the GPU from `start` to `end`.
+struct LogBuilder {
+  ActivityLog log;
+  uint32_t next_correlation = 100;
+
+  uint64_t scope(LaunchScope s) {
+    const uint64_t id = log.scopes.size() + 1;
+    log.scopes[id] = std::move(s);
+    return id;
+  }
+  uint32_t launch(Kind kind, std::string name, uint64_t at, uint64_t start, uint64_t end, uint64_t external = 0,
+                  uint32_t stream = 7) {
+    const uint32_t c = next_correlation++;
+    log.api.push_back({kind == Kind::kernel ? "cudaLaunchKernel" : "cudaMemcpyAsync", false, at, at + 2, 42, 1, c});
+    log.gpu.push_back({kind, std::move(name), start, end, 0, stream, c, kind == Kind::kernel ? 0u : 4096u});
+    if (external != 0) log.external_id[c] = external;
+    return c;
+  }
+};
+
+TEST(Families, NameRulesAndPrecedence) {
+  EXPECT_EQ(family_of_kernel_name("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"), "gemm");
+  EXPECT_EQ(family_of_kernel_name("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTT"), "gemm");
+  EXPECT_EQ(family_of_kernel_name("void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm>"), "gemm");
+  EXPECT_EQ(family_of_kernel_name("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64>>"), "attention");
+  EXPECT_EQ(family_of_kernel_name("fmha_cutlassF_bf16_aligned_64x64_rf_sm80"), "attention");  // CUTLASS, but attention
+  EXPECT_EQ(family_of_kernel_name("ncclDevKernel_AllReduce_Sum_f32_RING_LL"), "communication");
+  EXPECT_EQ(family_of_kernel_name("void at::native::(anonymous)::cunn_SoftMaxForward<4, float>"), "elementwise");
+  EXPECT_EQ(family_of_kernel_name("void at::native::nll_loss_forward_reduce_cuda_kernel_2d<float>"), "loss");
+  EXPECT_EQ(family_of_kernel_name("void at::native::multi_tensor_apply_kernel<FusedAdamMathFunctor>"), "optimizer");
+  EXPECT_EQ(family_of_kernel_name("ablate_residual_norm_fwd<__nv_bfloat16>"), "norm");
+  EXPECT_EQ(family_of_kernel_name("void at::native::vectorized_elementwise_kernel<4, AddFunctor>"), "elementwise");
+
+  const GpuActivity gemm{Kind::kernel, "nvjet_tst_128x256", 0, 1, 0, 7, 1, 0};
+  const LaunchScope moe{"forward", 2, "E", "moe_dispatch", "reference"};
+  const LaunchScope optimizer{"optimizer", -1, "", "", ""};
+  EXPECT_EQ(classify(gemm, nullptr), "gemm");
+  EXPECT_EQ(classify(gemm, &moe), "moe_dispatch");  // the seam decides inside a seam
+  EXPECT_EQ(classify(gemm, &optimizer), "optimizer");
+  const GpuActivity nccl{Kind::kernel, "ncclDevKernel_AllReduce", 0, 1, 0, 7, 1, 0};
+  EXPECT_EQ(classify(nccl, &moe), "communication");  // communication wherever it runs
+  EXPECT_EQ(classify({Kind::memcpy, "Memcpy HtoD", 0, 1, 0, 7, 1, 64}, &moe), "memcpy");
+  EXPECT_EQ(classify({Kind::memset, "Memset", 0, 1, 0, 7, 1, 64}, nullptr), "memset");
+  for (const auto& f : {"gemm", "attention", "ssm_scan", "recurrent_scan", "moe_dispatch", "norm", "rope", "loss",
+                        "optimizer", "elementwise", "communication", "memcpy", "memset"})
+    EXPECT_NE(std::find(families().begin(), families().end(), f), families().end()) << f;
+}
+
+TEST(Attribution, ScopesStepsAndSums) {
+  LogBuilder b;
+  const auto attn = b.scope({"forward", 0, "A", "attention", "sdpa_flash"});
+  const auto attn_bwd = b.scope({"backward", 0, "A", "attention", "sdpa_flash"});
+  const auto layer = b.scope({"forward", 0, "A", "", ""});
+  b.log.steps = {{20, 1000, 2000}, {21, 2000, 3000}};
+  // step 20
+  b.launch(Kind::memcpy, "Memcpy HtoD", 1010, 1100, 1150);
+  b.launch(Kind::kernel, "nvjet_tst_gemm", 1020, 1150, 1250, layer);
+  b.launch(Kind::kernel, "flash_fwd_kernel", 1030, 1250, 1400, attn);
+  b.launch(Kind::kernel, "flash_bwd_dq_dk_dv_loop_kernel", 1040, 1400, 1700, attn_bwd);
+  // step 21: the same kernels, one launched without a host record (dropped API record)
+  b.launch(Kind::kernel, "flash_fwd_kernel", 2030, 2250, 2400, attn);
+  b.log.gpu.push_back({Kind::kernel, "vectorized_elementwise_kernel", 2500, 2600, 0, 7, 999, 0});
+
+  const auto attributed = attribute(b.log);
+  ASSERT_EQ(attributed.size(), 6u);
+  EXPECT_EQ(attributed[0].scope, nullptr);
+  EXPECT_EQ(attributed[0].family, "memcpy");
+  EXPECT_EQ(attributed[1].scope->layer, 0);
+  EXPECT_EQ(attributed[1].family, "gemm");       // outside a seam: by name
+  EXPECT_EQ(attributed[2].family, "attention");  // by seam
+  EXPECT_EQ(attributed[3].scope->phase, "backward");
+  EXPECT_EQ(attributed[2].step, 20);
+  EXPECT_EQ(attributed[4].step, 21);
+  EXPECT_EQ(attributed[5].step, 21);  // no launch record: the last step begun before it started
+
+  const auto s = summarize(b.log);
+  EXPECT_EQ(s.records, 6);
+  int64_t family_ns = 0, seam_ns = 0;
+  for (const auto& t : s.time) (t.dimension == "family" ? family_ns : seam_ns) += t.total_ns;
+  const int64_t all_ns = 50 + 100 + 150 + 300 + 150 + 100;
+  EXPECT_EQ(family_ns, all_ns);  // each activity counted once per dimension
+  EXPECT_EQ(seam_ns, all_ns);
+  auto time_of = [&](int64_t step, const std::string& dim, const std::string& key) {
+    for (const auto& t : s.time)
+      if (t.step == step && t.dimension == dim && t.key == key) return t.total_ns;
+    return int64_t{-1};
+  };
+  EXPECT_EQ(time_of(20, "family", "attention"), 450);
+  EXPECT_EQ(time_of(21, "family", "attention"), 150);
+  EXPECT_EQ(time_of(20, "seam", ""), 150);  // memcpy + gemm outside the seams
+  EXPECT_EQ(time_of(21, "family", "elementwise"), 100);
+
+  const auto flash = std::find_if(s.kernels.begin(), s.kernels.end(), [](const KernelTotal& k) { return k.name == "flash_fwd_kernel"; });
+  ASSERT_NE(flash, s.kernels.end());
+  EXPECT_EQ(flash->calls, 2);
+  EXPECT_EQ(flash->total_ns, 300);
+  EXPECT_EQ(flash->seam, "attention");
+  const auto unscoped = std::find_if(s.attribution.begin(), s.attribution.end(),
+                                     [](const AttributionTotal& a) { return a.name == "Memcpy HtoD"; });
+  ASSERT_NE(unscoped, s.attribution.end());
+  EXPECT_EQ(unscoped->scope.phase, "unscoped");
+  EXPECT_EQ(unscoped->scope.layer, -1);
+}
+
+TEST(Breakdown, UnionOfIntervalsNotSums) {
+  std::vector<GpuActivity> gpu = {
+      {Kind::kernel, "a", 100, 200, 0, 7, 1, 0},
+      {Kind::kernel, "b", 150, 250, 0, 8, 2, 0},   // overlaps a on another stream
+      {Kind::memcpy, "Memcpy HtoD", 240, 300, 0, 9, 3, 64},  // 10 ns under b
+      {Kind::memset, "Memset", 400, 450, 0, 7, 4, 64},
+  };
+  const auto b = temporal_breakdown(gpu);
+  EXPECT_EQ(b.window_ns, 350u);
+  EXPECT_EQ(b.compute_ns, 150u);     // [100, 250)
+  EXPECT_EQ(b.non_compute_ns, 100u); // [250, 300) + [400, 450)
+  EXPECT_EQ(b.idle_ns, 100u);        // [300, 400)
+  EXPECT_EQ(b.busy_sum_ns, 100u + 100u + 60u + 50u);
+  EXPECT_EQ(temporal_breakdown({}).window_ns, 0u);
+}
+
+// The seams' kernels against the real catalog's patterns.
+class ObservedBackendsTest : public ::testing::Test {
+ protected:
+  ProfileSummary with_seam_kernels(const std::string& seam, const std::string& backend,
+                                   const std::vector<std::string>& names) {
+    LogBuilder b;
+    const auto id = b.scope({"forward", 0, "A", seam, backend});
+    uint64_t t = 1000;
+    for (const auto& n : names) b.launch(Kind::kernel, n, t, t + 10, t + 20, id), t += 100;
+    return summarize(b.log);
+  }
+  const ObservedBackend& only(const std::vector<ObservedBackend>& all) {
+    EXPECT_EQ(all.size(), 1u);
+    return all.front();
+  }
+};
+
+TEST_F(ObservedBackendsTest, ChosenBackendsKernelsConfirmIt) {
+  const auto obs = observe_backends(with_seam_kernels("attention", "sdpa_flash", {"flash_fwd_kernel", "flash_bwd_kernel"}),
+                                    {{"attention", "sdpa_flash"}}, kernels::catalog());
+  const auto& o = only(obs);
+  EXPECT_EQ(o.observed, "sdpa_flash");
+  EXPECT_EQ(o.mismatch, false);
+  ASSERT_EQ(o.evidence.size(), 2u);
+  EXPECT_EQ(o.evidence[0].matches, "sdpa_flash");
+}
+
+TEST_F(ObservedBackendsTest, FusedChosenButReferenceKernelsRanIsAMismatch) {
+  const auto obs = observe_backends(
+      with_seam_kernels("residual_norm", "fused_cuda", {"vectorized_elementwise_kernel<4, AddFunctor>", "reduce_kernel"}),
+      {{"residual_norm", "fused_cuda"}}, kernels::catalog());
+  const auto& o = only(obs);
+  EXPECT_EQ(o.observed, "reference");
+  EXPECT_EQ(o.mismatch, true);
+  EXPECT_EQ(o.evidence.size(), 2u);
+  EXPECT_EQ(o.evidence[0].matches, "");
+}
+
+TEST_F(ObservedBackendsTest, AnotherBackendsKernelsAreAMismatchEvenBesideTheChosenOnes) {
+  const auto obs = observe_backends(with_seam_kernels("attention", "sdpa_flash", {"flash_fwd_kernel", "fmha_cutlassB_bf16"}),
+                                    {{"attention", "sdpa_flash"}}, kernels::catalog());
+  const auto& o = only(obs);
+  EXPECT_EQ(o.mismatch, true);
+  EXPECT_EQ(o.observed, "sdpa_efficient,sdpa_flash");
+}
+
+TEST_F(ObservedBackendsTest, ReferenceConfirmedWhenNoFastPatternRuns) {
+  const auto obs = observe_backends(with_seam_kernels("attention", "reference", {"nvjet_gemm", "softmax_warp_forward"}),
+                                    {{"attention", "reference"}}, kernels::catalog());
+  EXPECT_EQ(only(obs).observed, "reference");
+  EXPECT_EQ(only(obs).mismatch, false);
+}
+
+TEST_F(ObservedBackendsTest, UnexercisedAndPatternlessSeamsAreUndecided) {
+  const auto idle = observe_backends(with_seam_kernels("attention", "reference", {"flash_fwd_kernel"}),
+                                     {{"ssm_scan", "reference"}}, kernels::catalog());
+  EXPECT_FALSE(only(idle).observed.has_value());
+  EXPECT_FALSE(only(idle).mismatch.has_value());
+  const auto chunked = observe_backends(with_seam_kernels("loss", "chunked", {"nvjet_gemm"}), {{"loss", "chunked"}},
+                                        kernels::catalog());
+  EXPECT_EQ(only(chunked).observed, "chunked");
+  EXPECT_FALSE(only(chunked).mismatch.has_value());
+  EXPECT_NE(only(chunked).note.find("no kernel-name patterns"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ablate::profiling
