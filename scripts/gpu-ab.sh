@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# scripts/gpu-ab.sh OUT STEPS REPEATS [--set key=value ...]: the whole-model A/B of the GPU lane:
+# nam56r-small with the reference backends (A) against the same spec plus the given overrides (B),
+# interleaved A B A B ... so machine drift cancels, same seed, tagged ab-a / ab-b in receipts-gpu.db
+# (repository root, kept between calls while the machine is warm). Then `ablate compare` of the two
+# groups and both loss curves (every 10th step) into OUT. Expects build-gpu (scripts/gpu-check.sh).
+#   device run: bash scripts/gpu-ab.sh $OUT 200 3 --set backends.rope=fused_cuda ...
+set -uo pipefail
+OUT=${1:?usage: gpu-ab.sh OUT STEPS REPEATS [--set key=value ...]}
+STEPS=${2:?steps}
+REPEATS=${3:?repeats}
+shift 3
+BUILD=build-gpu
+export ABLATE_DB="$PWD/receipts-gpu.db"
+for r in $(seq "$REPEATS"); do
+  for side in a b; do
+    extra=(); [ $side = b ] && extra=("$@")
+    $BUILD/ablate run experiments/nam56r-small.toml -q --set train.steps="$STEPS" --set backends.strict=true \
+      --set "experiment.tags=[\"ab\",\"ab-$side\"]" "${extra[@]}" >> "$OUT/ab.log" 2>&1
+    echo "== ab $side repeat $r: rc $?"
+  done
+done
+$BUILD/ablate compare tag:ab-a tag:ab-b 2>&1 | tee "$OUT/ab-compare.txt"
+$BUILD/ablate export --format csv --what steps tag:ab --out "$OUT/ab-steps.csv" 2>&1 | tail -2

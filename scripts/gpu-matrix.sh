@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# scripts/gpu-matrix.sh OUT MATRIX [--gpus 0,1]: runs (or resumes) an ablation matrix on the GPU
+# machine into receipts-gpu.db at the repository root (ignored, so it stays between calls while the
+# machine is warm: a matrix longer than one call's limit resumes in the next), then writes its report
+# (OUT/report.tgz: Markdown, HTML, JSON, SVGs), its gate verdicts (OUT/gate.txt) and a copy of the
+# store (OUT/receipts.db). Expects the build of scripts/gpu-check.sh (build-gpu) in place.
+# MATRIX_TIMEOUT (seconds) stops the matrix run early (its current cell is recorded as killed and
+# re-run on resume) so the report still comes back within the call.
+#   device run: STEPS=0 BENCH=0 TESTS=NONE bash scripts/gpu-check.sh $OUT; bash scripts/gpu-matrix.sh $OUT ablations/fast_paths.toml
+set -uo pipefail
+OUT=${1:?usage: gpu-matrix.sh OUT MATRIX [--gpus LIST]}
+MATRIX=${2:?usage: gpu-matrix.sh OUT MATRIX [--gpus LIST]}
+shift 2
+BUILD=build-gpu
+[ -x $BUILD/ablate ] || { echo "gpu-matrix: $BUILD/ablate missing: run scripts/gpu-check.sh first"; exit 2; }
+export ABLATE_DB="$PWD/receipts-gpu.db" NCCL_NVLS_ENABLE=0
+name=$(sed -n 's/^name *= *"\(.*\)"/\1/p' "$MATRIX" | head -1)
+timeout -s TERM "${MATRIX_TIMEOUT:-100000}" $BUILD/ablate matrix run "$MATRIX" --logs "$OUT/matrix-logs" "$@" 2>&1 \
+  | tee "$OUT/matrix.log"
+echo "== matrix run: rc ${PIPESTATUS[0]}"
+$BUILD/ablate report --matrix "$name" --out "$OUT/report" 2>&1 | tail -5
+$BUILD/ablate gate --matrix "$name" > "$OUT/gate.txt" 2>&1
+echo "== gate: rc $?"
+grep -E "^gate " "$OUT/gate.txt"
+sqlite3 "$ABLATE_DB" ".backup '$OUT/receipts.db'" 2>/dev/null || cp "$ABLATE_DB" "$OUT/receipts.db"
+(cd "$OUT" && tar czf report.tgz report matrix-logs && rm -rf matrix-logs)
+sed -n '/^## Summary/,/^## /p' "$OUT/report/report.md" | head -30
