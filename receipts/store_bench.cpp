@@ -15,6 +15,7 @@
 #include <stdexcept>
 
 #include "receipts/store.h"
+#include "receipts/remove_tree.h"
 
 namespace ablate::receipts {
 namespace {
@@ -30,8 +31,11 @@ class ScratchDir {
     path_ = pattern;
   }
   ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
+    // Best effort in a destructor (which must not throw): a leftover temp folder is not an error.
+    try {
+      ablate::receipts::remove_tree(path_);
+    } catch (const std::exception&) {
+    }
   }
   std::string file(const std::string& name) const { return (path_ / name).string(); }
 

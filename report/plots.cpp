@@ -1,6 +1,7 @@
 // report/plots.cpp: gnuplot scripts and data for the report plots, and running gnuplot (see plots.h).
 // Tests: tests/report/report_test.cpp (report_tests).
 #include "report/plots.h"
+#include "receipts/remove_tree.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -38,8 +39,11 @@ class ScratchDir {
     path_ = pattern;
   }
   ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
+    // Best effort in a destructor (which must not throw): a leftover temp folder is not an error.
+    try {
+      ablate::receipts::remove_tree(path_);
+    } catch (const std::exception&) {
+    }
   }
   fs::path operator/(const std::string& name) const { return path_ / name; }
 

@@ -25,6 +25,7 @@
 #include "report/selection.h"
 #include "report/stats.h"
 #include "report/trend.h"
+#include "receipts/remove_tree.h"
 
 namespace ablate::report {
 namespace {
@@ -44,8 +45,11 @@ class BenchStore {
   }
   ~BenchStore() {
     store_.reset();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
+    // Best effort in a destructor (which must not throw): a leftover temp folder is not an error.
+    try {
+      ablate::receipts::remove_tree(dir_);
+    } catch (const std::exception&) {
+    }
   }
   receipts::Store& store() { return *store_; }
 

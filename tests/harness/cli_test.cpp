@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "harness/remove_tree.h"
+#include "receipts/remove_tree.h"
 #include "receipts/store.h"
 #include "tests/cli_runner.h"
 
@@ -28,7 +28,7 @@ class CliTest : public ::testing::Test {
            ("ablate-cli-" + std::to_string(::getpid()) + ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
-  void TearDown() override { ablate::harness::remove_tree(dir_); }
+  void TearDown() override { ablate::receipts::remove_tree(dir_); }
   fs::path dir_;
 };
 

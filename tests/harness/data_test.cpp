@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "harness/remove_tree.h"
+#include "receipts/remove_tree.h"
 #include "harness/data/corpus.h"
 #include "harness/data/errors.h"
 #include "harness/data/hash.h"
@@ -44,7 +44,7 @@ class TempDir {
   }
   ~TempDir() {
     try {
-      ablate::harness::remove_tree(path_);
+      ablate::receipts::remove_tree(path_);
     } catch (const std::exception&) {
     }
   }

@@ -18,7 +18,7 @@
 #include <map>
 #include <set>
 
-#include "harness/remove_tree.h"
+#include "receipts/remove_tree.h"
 #include "harness/spec.h"
 #include "harness/train/runner.h"
 #include "kernels/dispatch.h"
@@ -39,13 +39,13 @@ class ProfilingGpuTest : public ::testing::Test {
     if (!profiling::CuptiTracer::compiled_in()) GTEST_SKIP() << "built without CUPTI (no CUPTI headers at configure time)";
     dir_ = fs::temp_directory_path() / ("ablate-profgpu-" + std::to_string(::getpid()) + "-" +
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    harness::remove_tree(dir_);
+    receipts::remove_tree(dir_);
     fs::create_directories(dir_);
     db_ = (dir_ / "receipts.db").string();
   }
   void TearDown() override {
     kernels::force_implementation_for_testing("residual_norm", "");
-    if (!dir_.empty()) harness::remove_tree(dir_);
+    if (!dir_.empty()) receipts::remove_tree(dir_);
   }
 
   harness::ExperimentSpec spec(std::vector<std::string> sets) {

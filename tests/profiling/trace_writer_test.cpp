@@ -4,6 +4,7 @@
 // tid = stream, ts/dur in microseconds, args.correlation, launch -> kernel flows (s/f, bp "e").
 // Run: build/tests/profiling_tests --gtest_filter='TraceWriter*'
 #include "profiling/trace_writer.h"
+#include "receipts/remove_tree.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -90,7 +91,7 @@ TEST(TraceWriter, FileRoundTrip) {
     EXPECT_EQ(magic[1], 0x8b);
   }
   EXPECT_EQ(read_trace_file(path), trace);
-  std::filesystem::remove_all(dir);
+  ablate::receipts::remove_tree(dir);
 }
 
 }  // namespace

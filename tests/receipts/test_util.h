@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "receipts/store.h"
+#include "receipts/remove_tree.h"
 
 namespace ablate::receipts::testing {
 
@@ -36,8 +37,11 @@ class TempDir {
     path_ = pattern;
   }
   ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
+    // Best effort in a destructor (which must not throw): a leftover temp folder is not an error.
+    try {
+      ablate::receipts::remove_tree(path_);
+    } catch (const std::exception&) {
+    }
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
