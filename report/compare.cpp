@@ -3,6 +3,7 @@
 // Tests: tests/report/compare_test.cpp (report_tests).
 #include "report/compare.h"
 #include "report/json_fields.h"
+#include "report/selection.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -11,7 +12,9 @@
 #include <charconv>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <set>
+#include <tuple>
 
 namespace ablate::report {
 namespace {
@@ -173,6 +176,45 @@ json differences_json(const std::vector<FieldDifference>& diffs) {
   return out;
 }
 
+// family -> kernel ms per step of one run's profiled window(s) on rank 0; empty when not profiled.
+std::map<std::string, double> family_ms_per_step(receipts::Store& store, std::int64_t run_id) {
+  const auto rows = store.query(
+      "SELECT key, SUM(total_ns) AS ns, COUNT(DISTINCT step) AS steps FROM profile_time "
+      "WHERE run_id = ? AND rank = 0 AND dimension = 'family' GROUP BY key",
+      {run_id});
+  const auto steps = store.query(
+      "SELECT COUNT(DISTINCT step) AS n FROM profile_time WHERE run_id = ? AND rank = 0 AND dimension = 'family'",
+      {run_id});
+  std::map<std::string, double> out;
+  const double n = steps.empty() || steps[0]["n"].is_null() ? 0.0 : steps[0]["n"].get<double>();
+  if (n <= 0) return out;
+  for (const auto& r : rows) out[r["key"].get<std::string>()] = r["ns"].get<double>() / 1e6 / n;
+  return out;
+}
+
+// Per-family medians of both sides (see FamilyTime); empty when neither side was profiled.
+std::vector<FamilyTime> family_times(receipts::Store& store, const Side& a, const Side& b) {
+  std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> by_family;
+  std::size_t a_runs = 0, b_runs = 0;
+  for (const auto& [side, runs, count] : {std::tuple{&a, 0, &a_runs}, std::tuple{&b, 1, &b_runs}}) {
+    for (const auto& run : side->evidence) {
+      const auto per_family = family_ms_per_step(store, run.row.id);
+      if (per_family.empty()) continue;
+      ++*count;
+      for (const auto& [family, ms] : per_family)
+        (runs == 0 ? by_family[family].first : by_family[family].second).push_back(ms);
+    }
+  }
+  std::vector<FamilyTime> out;
+  for (auto& [family, values] : by_family) {
+    FamilyTime f{family, std::nullopt, std::nullopt, a_runs, b_runs};
+    if (!values.first.empty()) f.a_ms_per_step = median(values.first);
+    if (!values.second.empty()) f.b_ms_per_step = median(values.second);
+    out.push_back(f);
+  }
+  return out;
+}
+
 std::string fixed(const std::optional<double>& value, int decimals) {
   return value ? fmt::format("{:.{}f}", *value, decimals) : "-";
 }
@@ -235,35 +277,68 @@ Comparison compare_runs(receipts::Store& store, const std::vector<std::int64_t>&
     if (c.a.median_peak_memory_bytes && c.b.median_peak_memory_bytes)
       c.peak_memory_delta_bytes = *c.b.median_peak_memory_bytes - *c.a.median_peak_memory_bytes;
   }
+  c.family_times = family_times(store, c.a, c.b);
   return c;
 }
 
 std::vector<std::int64_t> select_runs(receipts::Store& store, std::string_view selector, bool include_unsuccessful) {
   std::vector<std::int64_t> ids;
-  receipts::RunFilter filter;
-  if (selector.starts_with("tag:")) {
-    filter.tag = selector.substr(4);
-  } else if (selector.starts_with("name:")) {
-    filter.name = selector.substr(5);
-  } else {
+  if (selector.starts_with("cell:")) {  // cell:MATRIX/CELL, the newest matrix of that name
+    const std::string_view rest = selector.substr(5);
+    const auto slash = rest.find('/');
+    if (slash == std::string_view::npos || slash == 0 || slash + 1 == rest.size())
+      throw std::invalid_argument(fmt::format("bad run selector '{}': expected cell:MATRIX/CELL, e.g. "
+                                              "cell:fast_paths/backends.loss=fused_cuda",
+                                              selector));
+    const auto selection = select_matrix(store, rest.substr(0, slash));
+    const std::string_view cell = rest.substr(slash + 1);
+    std::vector<std::string> names;
+    for (const auto& group : selection.groups) {
+      if (group.name == cell) return group.run_ids;  // failed runs too: compare lists them as excluded
+      names.push_back(group.name);
+    }
+    throw std::invalid_argument(
+        fmt::format("run selector '{}': {} has no cell '{}'; cells: {}", selector, selection.title, cell, fmt::join(names, ", ")));
+  }
+  if (selector.starts_with("tag:") || selector.starts_with("name:") || selector.starts_with("lane:") ||
+      selector.starts_with("since:")) {
+    // Filters, combined with '&': tag:nightly&lane:nam56r-small/1gpu&since:30d.
+    receipts::RunFilter filter;
     std::string_view rest = selector;
     while (true) {
-      const auto comma = rest.find(',');
-      ids.push_back(parse_run_id(rest.substr(0, comma), selector));
-      if (comma == std::string_view::npos) break;
-      rest.remove_prefix(comma + 1);
+      const auto amp = rest.find('&');
+      const std::string_view part = rest.substr(0, amp);
+      const auto colon = part.find(':');
+      const std::string_view key = part.substr(0, colon);
+      const std::string value(colon == std::string_view::npos ? std::string_view{} : part.substr(colon + 1));
+      std::string* slot = key == "tag" ? &filter.tag : key == "name" ? &filter.name : key == "lane" ? &filter.lane
+                          : key == "since"                                   ? &filter.since
+                                                                             : nullptr;
+      if (slot == nullptr || value.empty() || !slot->empty())
+        throw std::invalid_argument(fmt::format(
+            "bad run selector '{}': '{}' is not tag:NAME, name:GLOB, lane:LANE or since:DATE (each at most once, "
+            "joined by '&')",
+            selector, part));
+      *slot = value;
+      if (amp == std::string_view::npos) break;
+      rest.remove_prefix(amp + 1);
     }
+    if (!include_unsuccessful) filter.status = "ok";
+    const auto rows = store.list_runs(filter);
+    for (auto it = rows.rbegin(); it != rows.rend(); ++it)  // list_runs is newest first
+      if (it->status != RunStatus::running) ids.push_back(it->id);
+    if (ids.empty())
+      throw std::invalid_argument(fmt::format("run selector '{}' matches no {}runs in {}", selector,
+                                              include_unsuccessful ? "finished " : "ok ", store.path()));
     return ids;
   }
-  if (filter.tag.empty() && filter.name.empty())
-    throw std::invalid_argument(fmt::format("bad run selector '{}': empty tag or name", selector));
-  if (!include_unsuccessful) filter.status = "ok";
-  const auto rows = store.list_runs(filter);
-  for (auto it = rows.rbegin(); it != rows.rend(); ++it)  // list_runs is newest first
-    if (it->status != RunStatus::running) ids.push_back(it->id);
-  if (ids.empty())
-    throw std::invalid_argument(fmt::format("run selector '{}' matches no {}runs in {}", selector,
-                                            include_unsuccessful ? "finished " : "ok ", store.path()));
+  std::string_view rest = selector;
+  while (true) {
+    const auto comma = rest.find(',');
+    ids.push_back(parse_run_id(rest.substr(0, comma), selector));
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
   return ids;
 }
 
@@ -288,6 +363,14 @@ json to_json(const Comparison& c) {
                                   {"p_value", c.u_test->p_value},
                                   {"exact", c.u_test->exact}}
                            : json(nullptr);
+  json families = json::array();
+  for (const auto& f : c.family_times)
+    families.push_back({{"family", f.family},
+                        {"a_ms_per_step", value_or_null(f.a_ms_per_step)},
+                        {"b_ms_per_step", value_or_null(f.b_ms_per_step)},
+                        {"a_profiled_runs", f.a_runs},
+                        {"b_profiled_runs", f.b_runs}});
+  out["family_times"] = families;
   return out;
 }
 
@@ -315,6 +398,17 @@ std::string render_text(const Comparison& c) {
                      c.goodput_delta_points ? fmt::format("{:+.2f}", *c.goodput_delta_points) : "-");
   out += fmt::format("peak memory: A {}  B {}  ({})\n", gib(c.a.median_peak_memory_bytes), gib(c.b.median_peak_memory_bytes),
                      c.peak_memory_delta_bytes ? fmt::format("{:+.3f} GiB", *c.peak_memory_delta_bytes / (1024.0 * 1024 * 1024)) : "-");
+  if (!c.family_times.empty()) {
+    out += fmt::format("kernel time per step by family (profiled window; {} run(s) A, {} run(s) B):\n",
+                       c.family_times.front().a_runs, c.family_times.front().b_runs);
+    for (const auto& f : c.family_times) {
+      const std::string delta = f.a_ms_per_step && f.b_ms_per_step
+                                    ? fmt::format("{:+.3f} ms", *f.b_ms_per_step - *f.a_ms_per_step)
+                                    : "-";
+      out += fmt::format("  {:<15} A {:>9} ms  B {:>9} ms  ({})\n", f.family, fixed(f.a_ms_per_step, 3),
+                         fixed(f.b_ms_per_step, 3), delta);
+    }
+  }
   out += fmt::format("verdict: B vs A step time: {}{}\n", to_string(c.verdict),
                      c.verdict == Difference::unreliable
                          ? fmt::format(" (needs >= {} evidence runs a side)", kMinRepeats)

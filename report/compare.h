@@ -73,6 +73,14 @@ struct FieldDifference {
   bool within_side = false;
 };
 
+// Kernel time per step of one family over the profiled window (profile_time, rank 0): per run the
+// window's total divided by its steps, per side the median over evidence runs that were profiled.
+struct FamilyTime {
+  std::string family;
+  std::optional<double> a_ms_per_step, b_ms_per_step;  // absent: that side has no trace of the family
+  std::size_t a_runs = 0, b_runs = 0;                   // profiled evidence runs behind each median
+};
+
 struct Comparison {
   Side a, b;
   std::optional<RatioInterval> step_ratio;  // median step time B/A; absent when a side has no evidence
@@ -81,6 +89,7 @@ struct Comparison {
   std::optional<double> tokens_per_s_delta_pct;       // (B/A - 1) * 100
   std::optional<double> goodput_delta_points;         // B - A, percentage points
   std::optional<double> peak_memory_delta_bytes;      // B - A
+  std::vector<FamilyTime> family_times;     // by family, when either side has profiled runs
   std::vector<FieldDifference> factor;      // spec fields that differ between the sides
   std::vector<FieldDifference> mismatches;  // every other difference
   bool mismatch_allowed = false;            // mismatches non-empty and --allow-mismatch given
@@ -96,9 +105,12 @@ struct CompareOptions {
 Comparison compare_runs(receipts::Store& store, const std::vector<std::int64_t>& a_ids,
                         const std::vector<std::int64_t>& b_ids, const CompareOptions& options = {});
 
-// Run selectors of the CLI: "12", "12,13,14", "tag:NAME", "name:GLOB". Tag and name selectors pick runs
-// with status ok, or, with include_unsuccessful, every finished or abandoned run too (the gate needs to
-// see failures). Ids are returned oldest first. Throws std::invalid_argument for a malformed selector or
+// Run selectors of the CLI: "12", "12,13,14"; filters "tag:NAME", "name:GLOB", "lane:LANE", "since:DATE"
+// (as `ablate runs --since`: ISO date, unix seconds or an age such as 30d), combinable with '&'
+// ("lane:nam56r-small/1gpu&since:30d"); "cell:MATRIX/CELL" (that cell of the newest matrix of the
+// name, every finished run: compare lists the failed ones as excluded). Filters pick runs with status
+// ok, or, with include_unsuccessful, every finished or abandoned run too (the gate needs to see
+// failures). Ids are returned oldest first. Throws std::invalid_argument for a malformed selector or
 // one that matches nothing.
 std::vector<std::int64_t> select_runs(receipts::Store& store, std::string_view selector,
                                       bool include_unsuccessful = false);

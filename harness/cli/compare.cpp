@@ -1,7 +1,8 @@
 // harness/cli/compare.cpp: `ablate compare A B [--allow-mismatch] [--json]`: two groups of runs compared
 // by report::compare_runs (ratio of median step times with a bootstrap interval, Mann-Whitney U, what
-// differs between the sides). Selectors: 12 | 12,13,14 | tag:NAME | name:GLOB (tags and names pick ok
-// runs). Read-only. Exit 2 for bad input, including sides that differ in more than the factor under test.
+// differs between the sides, kernel time per family when profiled). Selectors (report::select_runs):
+// 12 | 12,13,14 | tag:NAME | name:GLOB | lane:LANE | since:DATE (filters joined by &, picking ok runs) |
+// cell:MATRIX/CELL. Read-only. Exit 2 for bad input, including sides that differ in more than the factor under test.
 // Tests: report/compare.cpp is tested in tests/report/compare_test.cpp (report_tests).
 #include <fmt/core.h>
 
@@ -14,7 +15,7 @@ void register_compare(CLI::App& app, Globals& g) {
   static std::string selector_a, selector_b;
   static bool allow_mismatch = false, as_json = false;
   auto* cmd = app.add_subcommand("compare", "Compare two groups of runs: step-time ratio B/A, U test, what differs");
-  cmd->add_option("A", selector_a, "baseline runs: 12 | 12,13,14 | tag:NAME | name:GLOB")->required();
+  cmd->add_option("A", selector_a, "baseline runs: 12 | 12,13,14 | tag:NAME | name:GLOB | lane:LANE | since:DATE (joined by &) | cell:MATRIX/CELL")->required();
   cmd->add_option("B", selector_b, "candidate runs, same forms")->required();
   cmd->add_flag("--allow-mismatch", allow_mismatch,
                 "compare even when environment or harness revision differ (marked in the output)");

@@ -17,7 +17,7 @@ void register_export(CLI::App& app, Globals& g) {
   auto* cmd = app.add_subcommand("export", "Runs, steps or cell summaries as CSV or JSON (for pandas)");
   cmd->add_option("--format", format, "csv | json")->required()->check(CLI::IsMember({"csv", "json"}));
   cmd->add_option("--what", what, "runs | steps | summaries (default runs)")->check(CLI::IsMember({"runs", "steps", "summaries"}));
-  cmd->add_option("runs", selector, "12 | 12,13,14 | tag:NAME | name:GLOB (default: every finished run)");
+  cmd->add_option("runs", selector, "12 | 12,13,14 | tag:NAME | name:GLOB | lane:LANE | since:DATE (joined by &) | cell:MATRIX/CELL (default: every finished run)");
   cmd->add_option("--matrix", matrix, "the newest matrix of this name");
   cmd->add_option("--out", out, "write to this file (default: stdout)");
   command_table().push_back({cmd, [&g] {

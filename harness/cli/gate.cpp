@@ -33,7 +33,7 @@ void register_gate(CLI::App& app, Globals& g) {
   static bool as_json = false;
   auto* cmd = app.add_subcommand("gate", "Keep/drop gate of backends: KEEP / DROP / INCONCLUSIVE, stored as decisions");
   cmd->add_option("--matrix", matrix, "gate every backend cell of the newest matrix of this name against its baseline");
-  cmd->add_option("--baseline", baseline, "baseline runs: 12 | 12,13,14 | tag:NAME | name:GLOB");
+  cmd->add_option("--baseline", baseline, "baseline runs: 12 | 12,13,14 | tag:NAME | name:GLOB | lane:LANE | since:DATE (joined by &) | cell:MATRIX/CELL");
   cmd->add_option("--candidate", candidate, "runs with the backend under test, same forms");
   cmd->add_option("--seam", options.seam, "dispatch seam, e.g. attention");
   cmd->add_option("--backend", options.backend, "the candidate backend at that seam");

@@ -28,7 +28,7 @@ std::string default_out_dir(const std::string& what) {
 void register_report(CLI::App& app, Globals& g) {
   static std::string selector, matrix, baseline, out_dir;
   auto* cmd = app.add_subcommand("report", "Markdown + HTML + JSON report of a matrix or a group of runs, with SVG plots");
-  cmd->add_option("runs", selector, "runs to report, grouped by matrix cell or name: 12 | 12,13,14 | tag:NAME | name:GLOB");
+  cmd->add_option("runs", selector, "runs to report, grouped by matrix cell or name: 12 | 12,13,14 | tag:NAME | name:GLOB | lane:LANE | since:DATE (joined by &) | cell:MATRIX/CELL");
   cmd->add_option("--matrix", matrix, "report the newest matrix of this name (its cells, baseline first)");
   cmd->add_option("--baseline", baseline, "the cell the others are compared with (default: 'baseline', else the first)");
   cmd->add_option("--out", out_dir, "output folder (default: report-<matrix or selector>)");

@@ -55,6 +55,46 @@ TEST(Compare, ClearWinNamesTheFactorAndTheDeltas) {
   EXPECT_EQ(j["factor"][0]["field"], "spec.backends.attention");
 }
 
+// Kernel time per step by family comes from the profiled windows: per run the window total over its
+// steps, per side the median over profiled evidence runs; a family one side lacks shows as absent.
+TEST(Compare, FamilyTimesFromProfiledWindows) {
+  FixtureStore f;
+  auto window = [](double gemm_ms, std::optional<double> loss_ms) {
+    FixtureRun run;
+    for (std::int64_t step : {20, 21}) {  // two steps: per-step = total / 2
+      run.profile_time.push_back({0, step, "family", "gemm", 10, static_cast<std::int64_t>(gemm_ms * 1e6)});
+      if (loss_ms) run.profile_time.push_back({0, step, "family", "loss", 2, static_cast<std::int64_t>(*loss_ms * 1e6)});
+      run.profile_time.push_back({0, step, "seam", "attention", 1, 1000});  // other dimension: ignored
+    }
+    return run;
+  };
+  std::vector<std::int64_t> a, b;
+  for (double gemm : {10.0, 12.0, 11.0}) a.push_back(f.add("ref", window(gemm, 5.0)));
+  for (double gemm : {10.0, 10.5, 9.5}) {
+    auto run = window(gemm, std::nullopt);
+    run.backend = "sdpa_flash";
+    b.push_back(f.add("fused", run));
+  }
+  const auto c = compare_runs(f.store(), a, b);
+  ASSERT_EQ(c.family_times.size(), 2u);
+  EXPECT_EQ(c.family_times[0].family, "gemm");
+  EXPECT_DOUBLE_EQ(*c.family_times[0].a_ms_per_step, 11.0);
+  EXPECT_DOUBLE_EQ(*c.family_times[0].b_ms_per_step, 10.0);
+  EXPECT_EQ(c.family_times[0].a_runs, 3u);
+  EXPECT_EQ(c.family_times[1].family, "loss");
+  EXPECT_DOUBLE_EQ(*c.family_times[1].a_ms_per_step, 5.0);
+  EXPECT_FALSE(c.family_times[1].b_ms_per_step);
+  const auto text = render_text(c);
+  EXPECT_NE(text.find("gemm"), std::string::npos) << text;
+  EXPECT_NE(text.find("(-1.000 ms)"), std::string::npos) << text;
+  EXPECT_EQ(to_json(c)["family_times"][1]["b_ms_per_step"], nullptr);
+  // Without profiled runs there is no family section at all.
+  FixtureStore plain;
+  const auto p = compare_runs(plain.store(), plain.add_group("r", {100, 101, 99}), plain.add_group("s", {90, 91, 89}));
+  EXPECT_TRUE(p.family_times.empty());
+  EXPECT_EQ(render_text(p).find("by family"), std::string::npos);
+}
+
 TEST(Compare, OverlappingGroupsAreNoDifference) {
   FixtureStore f;
   const auto a = f.add_group("ref", {100, 102, 98, 101, 99});
@@ -164,6 +204,32 @@ TEST(CompareSelect, IdsListsTagsAndNames) {
   EXPECT_EQ(select_runs(s, "tag:ref", true), (std::vector<std::int64_t>{ref[0], ref[1], ref_failed}));
   EXPECT_EQ(select_runs(s, "name:fixture-fl*"), flash);
   for (const char* bad : {"", "abc", "1,,2", "1,x", "-3", "tag:", "tag:nothing", "name:zzz*"})
+    EXPECT_THROW(select_runs(s, bad), std::invalid_argument) << bad;
+}
+
+TEST(CompareSelect, LaneSinceCombinedFiltersAndMatrixCells) {
+  FixtureStore f;
+  const auto ref = f.add_group("ref", {100, 101});  // lane tiny/1gpu/reference
+  const auto flash = f.add_group("flash", {80, 81}, with_backend("sdpa_flash"));
+  auto& s = f.store();
+  EXPECT_EQ(select_runs(s, "lane:tiny/1gpu/sdpa_flash"), flash);
+  EXPECT_EQ(select_runs(s, "tag:ref&lane:tiny/1gpu/reference"), ref);
+  EXPECT_EQ(select_runs(s, "lane:tiny/1gpu/reference&since:1d"), ref);  // all started just now
+  EXPECT_THROW(select_runs(s, "tag:ref&lane:tiny/1gpu/sdpa_flash"), std::invalid_argument);  // matches nothing
+  EXPECT_THROW(select_runs(s, "since:2999-01-01"), std::invalid_argument);
+  for (const char* bad : {"tag:ref&tag:flash", "tag:ref&", "color:red&tag:ref", "lane:", "tag:ref&since:"})
+    EXPECT_THROW(select_runs(s, bad), std::invalid_argument) << bad;
+
+  const std::int64_t matrix = s.create_matrix("m", R"({"cells":[{"name":"baseline"},{"name":"backends.attention=sdpa_flash"}]})");
+  std::vector<std::int64_t> cell_runs;
+  for (int i = 0; i < 2; ++i) {
+    FixtureRun run = with_backend("sdpa_flash");
+    run.matrix_id = matrix;
+    run.cell = "backends.attention=sdpa_flash";
+    cell_runs.push_back(f.add("m", run));
+  }
+  EXPECT_EQ(select_runs(s, "cell:m/backends.attention=sdpa_flash"), cell_runs);
+  for (const char* bad : {"cell:m", "cell:/x", "cell:m/", "cell:m/nosuchcell", "cell:nosuchmatrix/baseline"})
     EXPECT_THROW(select_runs(s, bad), std::invalid_argument) << bad;
 }
 

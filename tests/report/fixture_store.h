@@ -29,9 +29,12 @@ struct FixtureRun {
   // goodput seconds per category, and the run name (default fixture-<tag>).
   std::vector<double> losses;
   std::vector<receipts::KernelRow> kernels;
+  std::vector<receipts::ProfileTimeRow> profile_time;  // a profiled window's per-step time rows
   std::vector<receipts::BackendRow> backends;
   std::map<std::string, double> goodput;
   std::string name;
+  std::optional<std::int64_t> matrix_id;  // with cell: the run belongs to that matrix cell (repeat 0)
+  std::string cell;
 };
 
 class FixtureStore {
@@ -53,6 +56,11 @@ class FixtureStore {
     start.env = {{"gpu_model", run.gpu_model}, {"nvidia_driver", "550.54"}, {"cuda_runtime", "12.4"},
                  {"libtorch", "2.4.0"},        {"nccl", "2.20.5"},          {"git_revision", run.git_revision},
                  {"host", "fixture-host"}};
+    if (run.matrix_id) {
+      start.matrix_id = run.matrix_id;
+      start.cell = run.cell;
+      start.repeat = 0;
+    }
     const std::int64_t id = store_.begin_run(start);
     if (run.catalog_role) store_.record_catalog(id, {{"attention", run.backend, *run.catalog_role, "reference", {}}});
     std::vector<receipts::StepRow> steps;
@@ -66,6 +74,7 @@ class FixtureStore {
     }
     if (!steps.empty()) store_.append_steps(id, steps);
     if (!run.kernels.empty()) store_.record_kernels(id, run.kernels);
+    if (!run.profile_time.empty()) store_.record_profile_time(id, run.profile_time);
     if (!run.backends.empty()) store_.record_backends(id, run.backends);
     if (!run.goodput.empty()) store_.record_goodput(id, run.goodput);
     receipts::RunSummary summary;
