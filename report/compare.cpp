@@ -178,17 +178,13 @@ json differences_json(const std::vector<FieldDifference>& diffs) {
 
 // family -> kernel ms per step of one run's profiled window(s) on rank 0; empty when not profiled.
 std::map<std::string, double> family_ms_per_step(receipts::Store& store, std::int64_t run_id) {
+  // One read: each family's total next to the window's step count (all families share the steps).
   const auto rows = store.query(
-      "SELECT key, SUM(total_ns) AS ns, COUNT(DISTINCT step) AS steps FROM profile_time "
-      "WHERE run_id = ? AND rank = 0 AND dimension = 'family' GROUP BY key",
-      {run_id});
-  const auto steps = store.query(
-      "SELECT COUNT(DISTINCT step) AS n FROM profile_time WHERE run_id = ? AND rank = 0 AND dimension = 'family'",
+      "WITH window AS (SELECT * FROM profile_time WHERE run_id = ? AND rank = 0 AND dimension = 'family') "
+      "SELECT key, SUM(total_ns) AS ns, (SELECT COUNT(DISTINCT step) FROM window) AS steps FROM window GROUP BY key",
       {run_id});
   std::map<std::string, double> out;
-  const double n = steps.empty() || steps[0]["n"].is_null() ? 0.0 : steps[0]["n"].get<double>();
-  if (n <= 0) return out;
-  for (const auto& r : rows) out[r["key"].get<std::string>()] = r["ns"].get<double>() / 1e6 / n;
+  for (const auto& r : rows) out[r["key"].get<std::string>()] = r["ns"].get<double>() / 1e6 / r["steps"].get<double>();
   return out;
 }
 

@@ -196,14 +196,15 @@ at::ScalarType gemm_dtype(const Tensor& hidden, const Tensor& weight) {
   return at::promote_types(hidden.scalar_type(), weight.scalar_type());
 }
 
-// d hidden rows [start, start + n) = grad @ W (written), dW += grad^T @ h (fp32 accumulation).
+// d hidden rows [start, start + n) = grad @ W (written), dW += grad^T @ h (fp32 accumulation); each
+// only when that tensor is defined (its input needs a gradient).
 void accumulate_grads(const Tensor& grad, const Tensor& h, const Tensor& w_mm, Tensor& dh, Tensor& dw, int64_t start,
-                      int64_t n, bool want_dh, bool want_dw) {
-  if (want_dh) {
+                      int64_t n) {
+  if (dh.defined()) {
     Tensor dh_rows = dh.narrow(0, start, n);
     at::mm_out(dh_rows, grad, w_mm);
   }
-  if (want_dw) {
+  if (dw.defined()) {
     if (grad.scalar_type() == at::kFloat)
       dw.addmm_(grad.t(), h);
     else
@@ -235,13 +236,20 @@ LceInputs prepare(const Tensor& hidden, const Tensor& weight, const Tensor& targ
   return in;
 }
 
-// Forward over all chunks. With write_grad (mean mode only) also the gradients, scaled by 1 / count.
-// Returns the per-row losses; fills lse, dh (GEMM dtype) and dw (fp32) as asked.
-Tensor forward_chunks(const LceInputs& in, Tensor& lse, bool write_grad, const Tensor& inv_count, Tensor& dh, Tensor& dw,
-                      bool want_dh, bool want_dw) {
+// One pass over the row chunks: per chunk the logits GEMM into one reused buffer, then the row kernel.
+// Forward (lse_in undefined) writes lse_out and loss; with write_grad the logits gradient, scaled by
+// *uniform_scale (mean mode) or row_grad (none mode), goes into dh / dw (each when defined).
+struct ChunkPass {
+  Tensor lse_in, lse_out, loss;  // [N] fp32
+  bool write_grad = false;
+  Tensor uniform_scale, row_grad;  // [1] / [N] fp32
+  Tensor dh, dw;                   // GEMM dtype / fp32
+};
+
+void run_chunks(const LceInputs& in, ChunkPass& pass) {
   const int64_t rows = in.hidden.size(0), V = in.w_mm.size(0);
-  Tensor loss = torch::empty({rows}, in.mask.options());
-  lse = torch::empty({rows}, in.mask.options());
+  if (rows == 0) return;
+  auto at_row = [](const Tensor& t, int64_t start) { return t.defined() ? t.data_ptr<float>() + start : nullptr; };
   Tensor buffer = torch::empty({std::min(in.chunk, rows), V}, in.hidden.options());
   const Tensor w_t = in.w_mm.t();
   for (int64_t start = 0; start < rows; start += in.chunk) {
@@ -249,12 +257,11 @@ Tensor forward_chunks(const LceInputs& in, Tensor& lse, bool write_grad, const T
     Tensor logits = buffer.narrow(0, 0, n);
     const Tensor h = in.hidden.narrow(0, start, n);
     at::mm_out(logits, h, w_t);
-    launch_rows(logits, n, in.targets.data_ptr<int64_t>() + start, in.mask.data_ptr<float>() + start, nullptr,
-                lse.data_ptr<float>() + start, loss.data_ptr<float>() + start, write_grad,
-                write_grad ? inv_count.data_ptr<float>() : nullptr, nullptr);
-    if (write_grad) accumulate_grads(logits, h, in.w_mm, dh, dw, start, n, want_dh, want_dw);
+    launch_rows(logits, n, in.targets.data_ptr<int64_t>() + start, in.mask.data_ptr<float>() + start,
+                at_row(pass.lse_in, start), at_row(pass.lse_out, start), at_row(pass.loss, start), pass.write_grad,
+                at_row(pass.uniform_scale, 0), at_row(pass.row_grad, start));
+    if (pass.write_grad) accumulate_grads(logits, h, in.w_mm, pass.dh, pass.dw, start, n);
   }
-  return loss;
 }
 
 // Mean mode: inputs (hidden, weight, targets, mask, chunk_rows). The gradients are computed in forward
@@ -265,20 +272,21 @@ class LinearCrossEntropyMean : public torch::autograd::Function<LinearCrossEntro
   static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& hidden, const Tensor& weight,
                         const Tensor& targets, const Tensor& mask, int64_t chunk_rows) {
     const LceInputs in = prepare(hidden, weight, targets, mask, chunk_rows);
-    const bool want_dh = hidden.requires_grad(), want_dw = weight.requires_grad();
-    const bool write_grad = want_dh || want_dw;
     const Tensor count = in.mask.sum().clamp_min(1.0);
-    const Tensor inv_count = count.reciprocal().reshape({1});
-    Tensor lse, dh, dw;
-    if (want_dh) dh = torch::empty_like(in.hidden);
-    if (want_dw) dw = torch::zeros(weight.sizes(), in.mask.options());
-    const Tensor loss = forward_chunks(in, lse, write_grad, inv_count, dh, dw, want_dh, want_dw);
-    ctx->saved_data["dh"] = dh;
-    ctx->saved_data["dw"] = dw;
+    ChunkPass pass;
+    pass.lse_out = torch::empty({in.hidden.size(0)}, in.mask.options());
+    pass.loss = torch::empty_like(pass.lse_out);
+    if (hidden.requires_grad()) pass.dh = torch::empty_like(in.hidden);
+    if (weight.requires_grad()) pass.dw = torch::zeros(weight.sizes(), in.mask.options());
+    pass.write_grad = pass.dh.defined() || pass.dw.defined();
+    if (pass.write_grad) pass.uniform_scale = count.reciprocal().reshape({1});
+    run_chunks(in, pass);
+    ctx->saved_data["dh"] = pass.dh;
+    ctx->saved_data["dw"] = pass.dw;
     ctx->saved_data["hidden_dtype"] = static_cast<int64_t>(hidden.scalar_type());
     ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
     ctx->saved_data["consumed"] = false;
-    return loss.sum() / count;
+    return pass.loss.sum() / count;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -310,39 +318,31 @@ class LinearCrossEntropyRows : public torch::autograd::Function<LinearCrossEntro
   static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& hidden, const Tensor& weight,
                         const Tensor& targets, const Tensor& mask, int64_t chunk_rows) {
     const LceInputs in = prepare(hidden, weight, targets, mask, chunk_rows);
-    Tensor lse, unused_dh, unused_dw;
-    const Tensor loss = forward_chunks(in, lse, false, Tensor(), unused_dh, unused_dw, false, false);
-    ctx->save_for_backward({in.hidden, in.w_mm, in.targets, in.mask, lse});
+    ChunkPass pass;
+    pass.lse_out = torch::empty({in.hidden.size(0)}, in.mask.options());
+    pass.loss = torch::empty_like(pass.lse_out);
+    run_chunks(in, pass);
+    ctx->save_for_backward({in.hidden, in.w_mm, in.targets, in.mask, pass.lse_out});
     ctx->saved_data["chunk"] = in.chunk;
     ctx->saved_data["hidden_dtype"] = static_cast<int64_t>(hidden.scalar_type());
     ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
-    return loss;
+    return pass.loss;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const Tensor &hidden = saved[0], &w_mm = saved[1], &targets = saved[2], &mask = saved[3], &lse = saved[4];
-    const int64_t chunk = ctx->saved_data["chunk"].toInt();
-    const int64_t rows = hidden.size(0), V = w_mm.size(0);
-    const bool want_dh = ctx->needs_input_grad(0), want_dw = ctx->needs_input_grad(1);
-    const Tensor row_grad = on_device(grads[0].to(torch::kFloat), hidden, "grad_output");
-    TORCH_CHECK(row_grad.numel() == rows, "loss fused_cuda: per-row gradient must have ", rows, " elements");
-    Tensor dh = want_dh ? torch::empty_like(hidden) : Tensor();
-    Tensor dw = want_dw ? torch::zeros(w_mm.sizes(), mask.options()) : Tensor();
-    if (rows > 0 && (want_dh || want_dw)) {
-      Tensor buffer = torch::empty({std::min(chunk, rows), V}, hidden.options());
-      const Tensor w_t = w_mm.t();
-      for (int64_t start = 0; start < rows; start += chunk) {
-        const int64_t n = std::min(chunk, rows - start);
-        Tensor logits = buffer.narrow(0, 0, n);
-        const Tensor h = hidden.narrow(0, start, n);
-        at::mm_out(logits, h, w_t);
-        launch_rows(logits, n, targets.data_ptr<int64_t>() + start, mask.data_ptr<float>() + start,
-                    lse.data_ptr<float>() + start, nullptr, nullptr, true, nullptr, row_grad.data_ptr<float>() + start);
-        accumulate_grads(logits, h, w_mm, dh, dw, start, n, want_dh, want_dw);
-      }
-    }
+    const LceInputs in{saved[0], saved[1], saved[2], saved[3], ctx->saved_data["chunk"].toInt()};
+    const int64_t rows = in.hidden.size(0);
+    ChunkPass pass;
+    pass.lse_in = saved[4];
+    pass.write_grad = true;
+    pass.row_grad = on_device(grads[0].to(torch::kFloat), in.hidden, "grad_output");
+    TORCH_CHECK(pass.row_grad.numel() == rows, "loss fused_cuda: per-row gradient must have ", rows, " elements");
+    if (ctx->needs_input_grad(0)) pass.dh = torch::empty_like(in.hidden);
+    if (ctx->needs_input_grad(1)) pass.dw = torch::zeros(in.w_mm.sizes(), in.mask.options());
+    if (pass.dh.defined() || pass.dw.defined()) run_chunks(in, pass);
+    Tensor dh = pass.dh, dw = pass.dw;
     if (dh.defined()) dh = dh.to(static_cast<at::ScalarType>(ctx->saved_data["hidden_dtype"].toInt()));
     if (dw.defined()) dw = dw.to(static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt()));
     return {dh, dw, Tensor(), Tensor(), Tensor()};

@@ -78,9 +78,7 @@ struct RopeFwdArgs {
 // struct by reference, which would force the parameters into local memory. VEC == 1 reads the pair
 // partner of its column.
 template <typename T, int VEC>
-__global__ void ablate_rope_fwd(const T* __restrict__ q_nope, const T* __restrict__ q_rope,
-                                const T* __restrict__ k_nope, const T* __restrict__ k_rope,
-                                RowsView<const T> q_nope_v, RowsView<const T> q_rope_v, RowsView<const T> k_nope_v,
+__global__ void ablate_rope_fwd(RowsView<const T> q_nope_v, RowsView<const T> q_rope_v, RowsView<const T> k_nope_v,
                                 RowsView<const T> k_rope_v, const float* __restrict__ cos,
                                 const float* __restrict__ sin, T* __restrict__ q_out, T* __restrict__ k_out,
                                 RopeFwdArgs args) {
@@ -96,14 +94,14 @@ __global__ void ablate_rope_fwd(const T* __restrict__ q_nope, const T* __restric
     const uint32_t b = args.by_seq.div(bt), t = bt - b * uint32_t(shape.seq);
     float v[VEC];
     if (col < shape.nope) {
-      const T* base = is_k ? k_nope : q_nope;
+      const T* base = is_k ? k_nope_v.data : q_nope_v.data;
       const int64_t sb = is_k ? k_nope_v.stride_b : q_nope_v.stride_b, st = is_k ? k_nope_v.stride_t : q_nope_v.stride_t,
                     sh = is_k ? k_nope_v.stride_h : q_nope_v.stride_h;
       load_vec<VEC>(base + b * sb + t * st + h * sh + col, v);
     } else {
       const int rc = col - shape.nope;
       // k_rope's head stride is 0: one head shared by all H.
-      const T* base = is_k ? k_rope : q_rope;
+      const T* base = is_k ? k_rope_v.data : q_rope_v.data;
       const int64_t sb = is_k ? k_rope_v.stride_b : q_rope_v.stride_b, st = is_k ? k_rope_v.stride_t : q_rope_v.stride_t,
                     sh = is_k ? 0 : q_rope_v.stride_h;
       const T* src = base + b * sb + t * st + h * sh;
@@ -228,8 +226,6 @@ class RopeFunction : public torch::autograd::Function<RopeFunction> {
                                  FastDivider(static_cast<uint32_t>(shape.heads)),
                                  FastDivider(static_cast<uint32_t>(shape.seq))};
           ablate_rope_fwd<T, VEC><<<grid_for(items), kThreads, 0, stream>>>(
-              static_cast<const T*>(q_nope.data_ptr()), static_cast<const T*>(q_rope.data_ptr()),
-              static_cast<const T*>(k_nope.data_ptr()), static_cast<const T*>(k_rope.data_ptr()),
               rows_view<const T>(q_nope), rows_view<const T>(q_rope), rows_view<const T>(k_nope),
               rows_view<const T>(k_rope), cos.data_ptr<float>(), sin.data_ptr<float>(),
               static_cast<T*>(q_out.data_ptr()), static_cast<T*>(k_out.data_ptr()), args);
