@@ -1,9 +1,12 @@
 // harness/compile_posture.h: whether a run may capture its whole training step in a CUDA graph, decided
 // up front from what the run will execute (device, chosen backends, model config) rather than by
 // crashing mid-capture: a seam that synchronises with the host (the standard MoE dispatch in dropless
-// mode reads the largest expert load) makes capture impossible, and that is a recorded fact.
+// mode reads the largest expert load) makes capture impossible, and that is a recorded fact. An
+// eligible run then tries (harness/train/step_graph.h); a capture that still fails falls back to eager
+// with the failure as the reason.
 // Plain C++ (no LibTorch). Tests: tests/harness/compile_posture_test.cpp.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -11,10 +14,15 @@
 
 namespace ablate::harness {
 
+// Eager steps on the capture stream before the capture: lazy initialisation (cuBLAS handles and
+// workspaces, cuDNN autotuning, first-launch module loading) must not happen inside the graph.
+inline constexpr int64_t kGraphWarmupEagerSteps = 3;
+
 struct GraphCapturePosture {
   bool requested = false;
-  bool achieved = false;
-  std::string reason;  // why not achieved (or "not requested")
+  bool eligible = false;  // nothing known up front prevents capture: the runner tries
+  bool achieved = false;  // set by the runner once the step was captured and replayed
+  std::string reason;     // why not eligible or not achieved; how it was captured when achieved
 };
 
 // `chosen`: seam -> chosen backend of the run's Dispatcher.

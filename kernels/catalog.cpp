@@ -166,6 +166,17 @@ std::vector<BackendInfo> build_catalog() {
                                             "chunks of ~64 MiB of logits, online log-sum-exp and the logits "
                                             "gradient in one kernel, gradients computed in forward",
                              .unavailable_reason = &fused_cuda_unavailable});
+  rows.push_back(reference_row("optimizer",
+                               "AdamW in LibTorch ops, one parameter at a time; bias corrections from the step "
+                               "tensor on the device (no host read, capturable)"));
+  rows.push_back(BackendInfo{.seam = "optimizer",
+                             .name = "fused_adamw",
+                             .role = Role::vendor,
+                             .fallback = "reference",
+                             .kernel_patterns = {"FusedAdamMathFunctor"},
+                             .description = "LibTorch's fused multi-tensor AdamW (at::_fused_adamw_, learning rate "
+                                            "as a tensor): every parameter of a group in a few launches",
+                             .unavailable_reason = &always_available});
   return rows;
 }
 
@@ -178,8 +189,8 @@ std::string join(const std::vector<std::string>& items, const std::string& separ
 }  // namespace
 
 const std::vector<std::string>& seams() {
-  static const std::vector<std::string> kSeams = {"attention",    "rope",     "residual_norm",  "swiglu",
-                                                  "moe_dispatch", "ssm_scan", "recurrent_scan", "loss"};
+  static const std::vector<std::string> kSeams = {"attention", "rope",           "residual_norm", "swiglu",   "moe_dispatch",
+                                                  "ssm_scan",  "recurrent_scan", "loss",          "optimizer"};
   return kSeams;
 }
 

@@ -30,7 +30,7 @@ struct BackendInfo {
 };
 
 // All seams, in model order: attention, rope, residual_norm, swiglu, moe_dispatch, ssm_scan,
-// recurrent_scan, loss.
+// recurrent_scan, loss, then the training step's optimizer.
 const std::vector<std::string>& seams();
 // Every backend row of every seam (the table `ablate catalog` prints).
 const std::vector<BackendInfo>& catalog();

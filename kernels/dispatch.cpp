@@ -56,6 +56,8 @@ Implementations build_registry() {
   r.loss["reference"] = &ref::loss_full_logits;
   r.loss["chunked"] = [](const torch::Tensor& h, const torch::Tensor& w, const torch::Tensor& t,
                          const torch::Tensor& m) { return ref::loss_chunked(h, w, t, m); };
+  r.optimizer["reference"] = &ref::adamw;
+  r.optimizer["fused_adamw"] = &ref::adamw_fused;
   return r;
 }
 
@@ -112,6 +114,7 @@ bool has_implementation(const std::string& seam, const std::string& name) {
   if (seam == "ssm_scan") return registered(r.ssm_scan, name);
   if (seam == "recurrent_scan") return registered(r.recurrent_scan, name);
   if (seam == "loss") return registered(r.loss, name);
+  if (seam == "optimizer") return registered(r.optimizer, name);
   return false;
 }
 
@@ -229,6 +232,15 @@ torch::Tensor Dispatcher::loss(const torch::Tensor& hidden, const torch::Tensor&
   Scope scope("forward", "loss", chosen("loss"));
   const auto in = scope.enter({hidden, head_weight});
   return scope.exit(lookup(implementations().loss, "loss", implementation_of("loss"))(in[0], in[1], targets, mask));
+}
+
+// No autograd markers: the update is not differentiated; the scope attributes its kernels to the seam.
+void Dispatcher::optimizer(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
+                           at::TensorList exp_avg_sqs, at::TensorList steps, const torch::Tensor& lr,
+                           const AdamWHyper& hyper) const {
+  Scope scope("optimizer", "optimizer", chosen("optimizer"));
+  lookup(implementations().optimizer, "optimizer", implementation_of("optimizer"))(params, grads, exp_avgs, exp_avg_sqs,
+                                                                                  steps, lr, hyper);
 }
 
 }  // namespace ablate::kernels

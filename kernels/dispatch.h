@@ -50,6 +50,17 @@ using RecurrentScanFn = std::function<torch::Tensor(const torch::Tensor& a, cons
 // masked positions).
 using LossFn = std::function<torch::Tensor(const torch::Tensor& hidden, const torch::Tensor& head_weight,
                                            const torch::Tensor& targets, const torch::Tensor& mask)>;
+// optimizer: one AdamW update (decoupled weight decay) of one parameter group. params, grads, exp_avgs,
+// exp_avg_sqs: equal-length lists of same-shape tensors of the params' dtype (fp32 master weights; fp64
+// in tests); steps: one 0-dim fp32 tensor per parameter, incremented by 1 before the update; lr: 0-dim
+// fp32 tensor. Updates params, moments and steps in place on their device and reads nothing on the host,
+// so a CUDA graph can capture it (step counts and learning rate are tensors for that reason).
+struct AdamWHyper {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+};
+using OptimizerFn = std::function<void(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
+                                       at::TensorList exp_avg_sqs, at::TensorList steps, const torch::Tensor& lr,
+                                       const AdamWHyper& hyper)>;
 
 // The registry: one implementation per (seam, backend name) that the catalog lists.
 struct Implementations {
@@ -61,6 +72,7 @@ struct Implementations {
   std::map<std::string, SsmScanFn> ssm_scan;
   std::map<std::string, RecurrentScanFn> recurrent_scan;
   std::map<std::string, LossFn> loss;
+  std::map<std::string, OptimizerFn> optimizer;
 };
 const Implementations& implementations();
 // Whether the registry has an implementation for (seam, backend name): the catalog and the registry
@@ -104,6 +116,8 @@ class Dispatcher {
   torch::Tensor recurrent_scan(const torch::Tensor& a, const torch::Tensor& b) const;
   torch::Tensor loss(const torch::Tensor& hidden, const torch::Tensor& head_weight, const torch::Tensor& targets,
                      const torch::Tensor& mask) const;
+  void optimizer(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
+                 at::TensorList steps, const torch::Tensor& lr, const AdamWHyper& hyper) const;
 
  private:
   // The implementation a seam call runs: the chosen backend unless a test forced another.

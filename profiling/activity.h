@@ -18,8 +18,9 @@ struct GpuActivity {
   std::string name;  // kernel name (demangled by CUPTI), or "Memcpy HtoD" / "Memset"
   uint64_t start_ns = 0, end_ns = 0;
   uint32_t device = 0, stream = 0;
-  uint32_t correlation = 0;  // links to the ApiCall that launched it
+  uint32_t correlation = 0;  // links to the ApiCall that launched it (for graph nodes: the graph launch)
   uint64_t bytes = 0;        // memcpy/memset only
+  uint64_t graph_node = 0;   // the executable graph's node id when a graph launch ran it, else 0
   uint64_t duration_ns() const { return end_ns > start_ns ? end_ns - start_ns : 0; }
 };
 
@@ -57,10 +58,20 @@ struct ActivityLog {
   std::vector<ApiCall> api;
   std::map<uint32_t, uint64_t> external_id;  // correlation id -> external correlation id (innermost scope)
   std::map<uint64_t, LaunchScope> scopes;    // external correlation id -> scope
+  std::map<uint64_t, uint64_t> graph_node_scope;  // graph node id -> external id of its capture-time scope
   std::vector<StepSpan> steps;
   uint64_t dropped_records = 0;   // cuptiActivityGetNumDroppedRecords, summed over buffers
   uint64_t buffers = 0;           // activity buffers handed to CUPTI
   uint64_t buffers_refused = 0;   // requests refused because the buffer cap was reached
 };
+
+// The external id of the scope `a` was launched from: by its graph node when a replayed graph ran it
+// (its correlation is the whole graph launch's), else by its launch's correlation; 0 when none.
+inline uint64_t external_id_of(const ActivityLog& log, const GpuActivity& a) {
+  if (a.graph_node != 0)
+    if (const auto it = log.graph_node_scope.find(a.graph_node); it != log.graph_node_scope.end()) return it->second;
+  const auto it = log.external_id.find(a.correlation);
+  return it == log.external_id.end() ? 0 : it->second;
+}
 
 }  // namespace ablate::profiling

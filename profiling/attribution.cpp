@@ -87,7 +87,7 @@ std::string family_of_seam(const std::string& seam) {
   static const std::map<std::string, std::string> kBySeam = {
       {"attention", "attention"},       {"rope", "rope"},         {"residual_norm", "norm"},
       {"swiglu", "elementwise"},        {"moe_dispatch", "moe_dispatch"}, {"ssm_scan", "ssm_scan"},
-      {"recurrent_scan", "recurrent_scan"}, {"loss", "loss"}};
+      {"recurrent_scan", "recurrent_scan"}, {"loss", "loss"}, {"optimizer", "optimizer"}};
   const auto it = kBySeam.find(seam);
   return it == kBySeam.end() ? "" : it->second;
 }
@@ -136,9 +136,7 @@ std::vector<AttributedActivity> attribute(const ActivityLog& log) {
   for (const auto& a : log.gpu) {
     AttributedActivity r;
     r.activity = &a;
-    if (const auto ext = log.external_id.find(a.correlation); ext != log.external_id.end()) {
-      if (const auto sc = log.scopes.find(ext->second); sc != log.scopes.end()) r.scope = &sc->second;
-    }
+    if (const auto sc = log.scopes.find(external_id_of(log, a)); sc != log.scopes.end()) r.scope = &sc->second;
     r.step = step_of(log.steps, launch_of(by_correlation, a.correlation), a);
     r.family = classify(a, r.scope);
     out.push_back(std::move(r));

@@ -33,12 +33,30 @@ ActivityLog CuptiTracer::take() {
   std::lock_guard lock(mutex_);
   ActivityLog out = std::move(log_);
   log_ = ActivityLog{};
+  std::lock_guard graph_lock(graph_mutex_);
+  out.graph_node_scope = graph_node_scope_;
   return out;
+}
+
+void CuptiTracer::on_graph_node_created(uint64_t node_id) {
+  std::lock_guard lock(graph_mutex_);
+  if (!current_scope_) return;
+  if (const uint64_t scope = current_scope_(); scope != 0) graph_node_scope_[node_id] = scope;
+}
+
+void CuptiTracer::on_graph_node_cloned(uint64_t original_id, uint64_t clone_id) {
+  std::lock_guard lock(graph_mutex_);
+  if (const auto it = graph_node_scope_.find(original_id); it != graph_node_scope_.end())
+    graph_node_scope_[clone_id] = it->second;
 }
 
 #if !defined(ABLATE_HAVE_CUPTI)
 
 std::string CuptiTracer::start(const TracerOptions&) { return "built without CUPTI (no CUPTI headers at configure time)"; }
+std::string CuptiTracer::track_graph_nodes(std::function<uint64_t()>) {
+  return "built without CUPTI (no CUPTI headers at configure time)";
+}
+void CuptiTracer::stop_tracking_graph_nodes() {}
 void CuptiTracer::stop() {}
 uint64_t CuptiTracer::timestamp_ns() const { return 0; }
 void CuptiTracer::push_external(uint64_t) {}
@@ -71,6 +89,23 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
 
 void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t size, size_t valid) {
   CuptiTracer::instance().on_buffer_completed(ctx, stream, buffer, size, valid);
+}
+
+// Resource callbacks while a graph is captured: node creation (stream capture adds one node per
+// launch, on the launching thread) and node cloning (instantiation copies the graph's nodes).
+void CUPTIAPI graph_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
+  if (domain != CUPTI_CB_DOMAIN_RESOURCE || data == nullptr) return;
+  const auto* resource = static_cast<const CUpti_ResourceData*>(data);
+  const auto* graph = static_cast<const CUpti_GraphData*>(resource->resourceDescriptor);
+  if (graph == nullptr) return;
+  uint64_t node = 0, original = 0;
+  if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED) {
+    if (cuptiGetGraphNodeId(graph->node, &node) == CUPTI_SUCCESS) CuptiTracer::instance().on_graph_node_created(node);
+  } else if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED) {
+    if (cuptiGetGraphNodeId(graph->node, &node) == CUPTI_SUCCESS &&
+        cuptiGetGraphNodeId(graph->originalNode, &original) == CUPTI_SUCCESS)
+      CuptiTracer::instance().on_graph_node_cloned(original, node);
+  }
 }
 
 const char* memcpy_name(uint8_t copy_kind) {
@@ -128,6 +163,32 @@ std::string CuptiTracer::start(const TracerOptions& options) {
   return "";
 }
 
+std::string CuptiTracer::track_graph_nodes(std::function<uint64_t()> current_scope) {
+  std::lock_guard lock(graph_mutex_);
+  if (subscriber_ != nullptr) return "graph nodes are already being tracked";
+  CUpti_SubscriberHandle handle = nullptr;
+  if (const auto r = cuptiSubscribe(&handle, &graph_callback, nullptr);
+      r != CUPTI_SUCCESS)
+    return cupti_error("cuptiSubscribe", r);
+  for (const auto cbid : {CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED}) {
+    if (const auto r = cuptiEnableCallback(1, handle, CUPTI_CB_DOMAIN_RESOURCE, cbid); r != CUPTI_SUCCESS) {
+      cuptiUnsubscribe(handle);
+      return cupti_error(("cuptiEnableCallback(resource " + std::to_string(cbid) + ")").c_str(), r);
+    }
+  }
+  subscriber_ = handle;
+  current_scope_ = std::move(current_scope);
+  return "";
+}
+
+void CuptiTracer::stop_tracking_graph_nodes() {
+  std::lock_guard lock(graph_mutex_);
+  if (subscriber_ == nullptr) return;
+  cuptiUnsubscribe(static_cast<CUpti_SubscriberHandle>(subscriber_));
+  subscriber_ = nullptr;
+  current_scope_ = nullptr;
+}
+
 void CuptiTracer::stop() {
   if (!active_.exchange(false)) return;
   for (const auto kind : kKinds) cuptiActivityDisable(kind);
@@ -176,19 +237,19 @@ void CuptiTracer::on_buffer_completed(void* context, uint32_t stream, uint8_t* b
       case CUPTI_ACTIVITY_KIND_KERNEL: {
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
         log_.gpu.push_back({GpuActivity::Kind::kernel, k->name ? k->name : "<unnamed kernel>", k->start, k->end,
-                            k->deviceId, k->streamId, k->correlationId, 0});
+                            k->deviceId, k->streamId, k->correlationId, 0, k->graphNodeId});
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
         log_.gpu.push_back({GpuActivity::Kind::memcpy, memcpy_name(m->copyKind), m->start, m->end, m->deviceId,
-                            m->streamId, m->correlationId, m->bytes});
+                            m->streamId, m->correlationId, m->bytes, m->graphNodeId});
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
         log_.gpu.push_back({GpuActivity::Kind::memset, "Memset", m->start, m->end, m->deviceId, m->streamId,
-                            m->correlationId, m->bytes});
+                            m->correlationId, m->bytes, m->graphNodeId});
         break;
       }
       case CUPTI_ACTIVITY_KIND_RUNTIME:

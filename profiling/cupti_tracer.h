@@ -13,11 +13,20 @@
 // The header needs no CUPTI: without CUPTI at build time (ABLATE_HAVE_CUPTI unset) start() returns
 // "built without CUPTI". CUPTI allows one subscriber per process: under nsys/ncu start() returns
 // CUPTI's error (e.g. CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED); use `ablate run --no-profile`.
+//
+// CUDA graphs: a replayed graph's kernels all carry the correlation id of the one graph launch, so the
+// seam scopes pushed at capture time cannot reach them through external correlation. Instead, while a
+// graph is captured, track_graph_nodes() subscribes to CUPTI's resource callbacks: each node created
+// during capture is tagged with the scope open on the creating thread, and each node cloned when the
+// graph is instantiated inherits its original's tag. Kernel records of replays carry the executable
+// graph's node id, which ActivityLog::graph_node_scope maps back to the scope.
 // Tests: tests/harness/profiling_gpu_test.cpp (GPU, self-skipping); the CPU path through runner tests.
 #pragma once
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 
@@ -51,9 +60,18 @@ class CuptiTracer {
   void push_external(uint64_t id);
   void pop_external();
 
+  // Graph-node tagging around a capture (see above). `current_scope` returns the external id of the
+  // calling thread's innermost scope (0: none). "" on success, else why nodes cannot be tagged (the
+  // replay's kernels are then attributed by name only). The tags accumulate until the process ends
+  // and every take() copies them into the log.
+  std::string track_graph_nodes(std::function<uint64_t()> current_scope);
+  void stop_tracking_graph_nodes();
+
   // Called from the CUPTI callbacks (public for the C trampolines in cupti_tracer.cpp).
   void on_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records);
   void on_buffer_completed(void* context, uint32_t stream, uint8_t* buffer, size_t size, size_t valid);
+  void on_graph_node_created(uint64_t node_id);
+  void on_graph_node_cloned(uint64_t original_id, uint64_t clone_id);
 
  private:
   CuptiTracer() = default;
@@ -63,6 +81,10 @@ class CuptiTracer {
   size_t buffers_in_window_ = 0;
   bool callbacks_registered_ = false;
   std::atomic<bool> active_{false};
+  std::mutex graph_mutex_;  // the resource callbacks run on capturing threads, not under mutex_
+  std::function<uint64_t()> current_scope_;
+  std::map<uint64_t, uint64_t> graph_node_scope_;
+  void* subscriber_ = nullptr;  // CUpti_SubscriberHandle while tracking
 };
 
 }  // namespace ablate::profiling

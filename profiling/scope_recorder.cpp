@@ -83,6 +83,11 @@ void ScopeRecorder::pop(uint64_t id) {
   }
 }
 
+uint64_t ScopeRecorder::current() const {
+  const auto& open = stack_of(generation_);
+  return open.empty() ? 0 : open.back().id;
+}
+
 std::map<uint64_t, LaunchScope> ScopeRecorder::scopes() const {
   std::lock_guard lock(mutex_);
   return scopes_;

@@ -32,6 +32,9 @@ class ScopeRecorder : public kernels::ScopeObserver {
   bool backward_markers() const override { return backward_markers_.load(std::memory_order_relaxed); }
   void set_backward_markers(bool on) { backward_markers_.store(on); }
 
+  // The innermost scope open on the calling thread (0: none): what a CUDA graph node created now by
+  // this thread was launched from (CuptiTracer::track_graph_nodes).
+  uint64_t current() const;
   // Every scope id handed out, for ActivityLog::scopes.
   std::map<uint64_t, LaunchScope> scopes() const;
   // NVTX name of a scope ("step"-less: the step is an NVTX range of its own).

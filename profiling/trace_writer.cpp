@@ -57,11 +57,10 @@ nlohmann::json chrome_trace(const ActivityLog& log, const TraceMeta& meta) {
     const GpuActivity& a = *r.activity;
     devices.insert(a.device);
     streams.insert({a.device, a.stream});
-    launched.insert(a.correlation);
     nlohmann::json args = {{"device", a.device}, {"stream", a.stream}, {"correlation", a.correlation},
                            {"family", r.family}, {"step", r.step}};
-    if (const auto ext = log.external_id.find(a.correlation); ext != log.external_id.end())
-      args["External id"] = ext->second;
+    if (const auto ext = external_id_of(log, a); ext != 0) args["External id"] = ext;
+    if (a.graph_node != 0) args["graph node"] = a.graph_node;
     if (r.scope != nullptr) {
       args["phase"] = r.scope->phase;
       args["layer"] = r.scope->layer;
@@ -78,6 +77,8 @@ nlohmann::json chrome_trace(const ActivityLog& log, const TraceMeta& meta) {
                       {"ts", us(a.start_ns)},
                       {"dur", dur_us(a.start_ns, a.end_ns)},
                       {"args", args}});
+    // One flow end per launch: a graph launch's kernels share its correlation, and a flow id ends once.
+    if (!launched.insert(a.correlation).second) continue;
     events.push_back({{"ph", "f"},
                       {"id", a.correlation},
                       {"pid", a.device},

@@ -1,24 +1,31 @@
 #!/usr/bin/env bash
 # scripts/gpu-ab.sh OUT STEPS REPEATS [--set key=value ...]: the whole-model A/B of the GPU lane:
-# nam56r-small with the reference backends (A) against the same spec plus the given overrides (B),
-# interleaved A B A B ... so machine drift cancels, same seed, tagged ab-a / ab-b in receipts-gpu.db
-# (repository root, kept between calls while the machine is warm). Then `ablate compare` of the two
-# groups and both loss curves (every 10th step) into OUT. Expects build-gpu (scripts/gpu-check.sh).
+# nam56r-small (A) against the same spec plus the given overrides (B), interleaved A B A B ... so
+# machine drift cancels, same seed, tagged <tag>-a / <tag>-b in receipts-gpu.db (repository root, kept
+# between calls while the machine is warm). Then `ablate compare` of the two groups and both loss
+# curves (every 10th step) into OUT. Expects build-gpu (scripts/gpu-check.sh).
+# Environment: COMMON="key=value ..." overrides applied to both sides (values without spaces);
+# AB_TAG (default "ab") names the groups, so several A/Bs can share the store.
 #   device run: bash scripts/gpu-ab.sh $OUT 200 3 --set backends.rope=fused_cuda ...
+#   device run: COMMON="model.moe.capacity_factor=1.25" AB_TAG=graphs bash scripts/gpu-ab.sh $OUT 100 3 \
+#                 --set compile.cuda_graphs=true
 set -uo pipefail
 OUT=${1:?usage: gpu-ab.sh OUT STEPS REPEATS [--set key=value ...]}
 STEPS=${2:?steps}
 REPEATS=${3:?repeats}
 shift 3
+TAG=${AB_TAG:-ab}
 BUILD=build-gpu
 export ABLATE_DB="$PWD/receipts-gpu.db"
+common=()
+for kv in ${COMMON:-}; do common+=(--set "$kv"); done
 for r in $(seq "$REPEATS"); do
   for side in a b; do
     extra=(); [ $side = b ] && extra=("$@")
     $BUILD/ablate run experiments/nam56r-small.toml -q --set train.steps="$STEPS" --set backends.strict=true \
-      --set "experiment.tags=[\"ab\",\"ab-$side\"]" "${extra[@]}" >> "$OUT/ab.log" 2>&1
-    echo "== ab $side repeat $r: rc $?"
+      --set "experiment.tags=[\"$TAG\",\"$TAG-$side\"]" "${common[@]}" "${extra[@]}" >> "$OUT/$TAG.log" 2>&1
+    echo "== $TAG $side repeat $r: rc $?"
   done
 done
-$BUILD/ablate compare tag:ab-a tag:ab-b 2>&1 | tee "$OUT/ab-compare.txt"
-$BUILD/ablate export --format csv --what steps tag:ab --out "$OUT/ab-steps.csv" 2>&1 | tail -2
+$BUILD/ablate compare "tag:$TAG-a" "tag:$TAG-b" 2>&1 | tee "$OUT/$TAG-compare.txt"
+$BUILD/ablate export --format csv --what steps "tag:$TAG" --out "$OUT/$TAG-steps.csv" 2>&1 | tail -2

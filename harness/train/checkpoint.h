@@ -11,6 +11,7 @@
 #include <string>
 
 #include "harness/data/source.h"
+#include "harness/train/optimizer.h"
 
 namespace ablate::harness {
 
@@ -22,13 +23,13 @@ struct CheckpointState {
 };
 
 // Returns the folder written.
-std::string save_checkpoint(const std::string& dir, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+std::string save_checkpoint(const std::string& dir, torch::nn::Module& model, AdamW& optimizer,
                             const CheckpointState& state);
 // The newest complete checkpoint folder under `dir`, if any.
 std::optional<std::string> latest_checkpoint(const std::string& dir);
 // Loads into model and optimizer (same structure), returns the state. Throws std::invalid_argument
 // when the checkpoint belongs to another model or other data.
-CheckpointState load_checkpoint(const std::string& folder, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+CheckpointState load_checkpoint(const std::string& folder, torch::nn::Module& model, AdamW& optimizer,
                                 const std::string& expected_model_hash, const std::string& expected_data_fingerprint);
 
 }  // namespace ablate::harness

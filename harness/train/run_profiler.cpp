@@ -134,6 +134,22 @@ void RunProfiler::after_phase(int64_t step, const std::string& phase) {
   c10::cuda::CUDACachingAllocator::resetPeakStats(device_index_);
 }
 
+void RunProfiler::begin_capture() {
+  if (!recorder_) return;
+  markers_before_capture_ = recorder_->backward_markers();
+  recorder_->set_backward_markers(true);
+  if (status_ != "ok") return;
+  const auto* recorder = recorder_.get();
+  const auto why = profiling::CuptiTracer::instance().track_graph_nodes([recorder] { return recorder->current(); });
+  graph_node_tags_ = why.empty() ? "ok" : why;
+}
+
+void RunProfiler::end_capture() {
+  if (!recorder_) return;
+  profiling::CuptiTracer::instance().stop_tracking_graph_nodes();
+  recorder_->set_backward_markers(markers_before_capture_);
+}
+
 void RunProfiler::end_step(int64_t step, double wall_ms, bool steady) {
   if (window_open_ && !spans_.empty() && spans_.back().step == step)
     spans_.back().end_ns = profiling::CuptiTracer::instance().timestamp_ns();
@@ -244,11 +260,19 @@ nlohmann::json RunProfiler::record(receipts::Store& store, int64_t run_id, const
     out["flush_s"] = flush_s_;
     out["unmatched_scope_pops"] = recorder_ ? recorder_->unmatched_pops() : 0;
     out["backend_mismatches"] = mismatches;
+    if (!graph_node_tags_.empty()) {
+      out["graph_node_tags"] = graph_node_tags_;
+      out["graph_nodes_tagged"] = log_.graph_node_scope.size();
+    }
   }
   store.record_profile_window(run_id, window);
   if (!memory_.empty()) store.record_memory(run_id, memory_);
-  out["memory_by_phase"] = cuda_ ? "recorded (memory table: allocator peaks after forward, backward, optimizer)"
-                                 : "unavailable: not a CUDA device (process RSS per step is in steps.rss_bytes)";
+  out["memory_by_phase"] =
+      !cuda_ ? "unavailable: not a CUDA device (process RSS per step is in steps.rss_bytes)"
+      : graph_node_tags_.empty()
+          ? "recorded (memory table: allocator peaks after forward, backward, optimizer)"
+          : "recorded (memory table: allocator peaks after forward, backward, optimizer for eager steps; one row "
+            "per replayed step, phase \"graph replay\": the graph's private pool is allocated once at capture)";
   const auto inside = median_or_null(inside_ms_), outside = median_or_null(outside_ms_);
   out["window"] = {spec_.profile.start_step, spec_.profile.start_step + spec_.profile.steps};
   out["median_step_ms_inside_window"] = inside ? nlohmann::json(*inside) : nlohmann::json(nullptr);

@@ -53,6 +53,11 @@ class RunProfiler {
   // Closes the step; after the window's last step: synchronises, stops CUPTI and summarises.
   // `steady`: a steady-state step (after train.warmup_steps), whose time counts for the overhead.
   void end_step(int64_t step, double wall_ms, bool steady);
+  // Around a whole-step CUDA graph capture (harness/train/step_graph.h): backward scopes are marked
+  // and every graph node is tagged with the scope it was captured in, so the replays' kernels are
+  // attributed to their layers and seams like eager kernels (profiling/cupti_tracer.h).
+  void begin_capture();
+  void end_capture();
   // The largest allocator peaks of this step's phase probes (0 outside the window): the probes reset
   // the peaks, so the step's own peak is the larger of these and the allocator's peak at step end.
   int64_t step_allocated_peak() const { return step_allocated_peak_; }
@@ -82,6 +87,8 @@ class RunProfiler {
   int64_t step_allocated_peak_ = 0, step_reserved_peak_ = 0;
   std::vector<double> inside_ms_, outside_ms_;
   double flush_s_ = 0;
+  bool markers_before_capture_ = false;
+  std::string graph_node_tags_;  // "" (no capture), "ok", or why nodes could not be tagged
 };
 
 }  // namespace ablate::harness

@@ -23,6 +23,9 @@ struct RunOptions {
   int64_t repeat = 0;
   // `ablate run --no-profile`: leave CUPTI to nsys/ncu (the receipt says profiling off); NVTX stays on.
   bool no_profile = false;
+  // Test-only: try a requested CUDA graph capture even where the up-front check refuses it, so the
+  // fallback after a failed capture can be exercised (tests/harness/profiling_gpu_test.cpp).
+  bool attempt_graph_capture_for_testing = false;
 };
 
 struct RunResult {

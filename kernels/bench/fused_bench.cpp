@@ -10,6 +10,9 @@
 //     counters TFLOP/s (the three GEMMs, 6 N d V) and peak_extra_MiB (allocator peak during forward +
 //     backward above what was allocated before: logits, softmax, gradients included). Targets for
 //     fused_cuda: peak_extra_MiB <= 1/16 of reference's, median_us <= reference's.
+//   optimizer/<backend>/step: one AdamW update of a parameter set shaped like nam56r-small's (12 layers
+//     of four 1024 x 4096 matrices and six small vectors, a 32768 x 1024 embedding: 235 M fp32
+//     parameters in 121 tensors); bytes = 7 x 4 per parameter (read p, g, m, v; write p, m, v).
 // Timed with CUDA events on the current stream after warm-up (manual time); counters from the median
 // iteration: GB/s = the bytes the op must move (counted beside each case) / time, and
 // pct_of_copy_ceiling = GB/s against the H100's measured device-to-device copy, 3.0 TB/s counting read
@@ -181,8 +184,39 @@ void loss_bench(benchmark::State& st, std::string backend) {
   st.counters["TFLOP/s"] = 6.0 * N * d * V / (st.counters["median_us"] * 1e-6) / 1e12;
 }
 
+// The optimizer seam: the state lives on the GPU, lr and step counts are device tensors (the seam's
+// contract); each timed iteration is one update of every tensor of the set.
+void optimizer_bench(benchmark::State& st, const std::string& backend) {
+  const auto opts = torch::TensorOptions(torch::kCUDA).dtype(torch::kFloat);
+  std::vector<std::vector<int64_t>> shapes = {{32768, 1024}};
+  for (int layer = 0; layer < 12; ++layer) {
+    for (int m = 0; m < 4; ++m) shapes.push_back({m % 2 ? 1024 : 4096, m % 2 ? 4096 : 1024});
+    for (const int64_t n : {1024, 1024, 16, 16, 64, 1024}) shapes.push_back({n});
+  }
+  std::vector<Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+  double elements = 0;
+  for (const auto& shape : shapes) {
+    params.push_back(torch::randn(shape, opts));
+    grads.push_back(torch::randn(shape, opts) * 1e-2);
+    exp_avgs.push_back(torch::zeros(shape, opts));
+    exp_avg_sqs.push_back(torch::zeros(shape, opts));
+    steps.push_back(torch::zeros({}, opts));
+    elements += static_cast<double>(params.back().numel());
+  }
+  const auto lr = torch::full({}, 3e-4, opts);
+  const ablate::kernels::AdamWHyper hyper{0.9, 0.95, 1e-8, 0.1};
+  const auto& update = implementations().optimizer.at(backend);
+  timed(st, 7.0 * 4.0 * elements, [&] { update(params, grads, exp_avgs, exp_avg_sqs, steps, lr, hyper); });
+  st.counters["parameters_M"] = elements / 1e6;
+}
+
 void register_all() {
   if (!torch::cuda::is_available()) return;
+  for (const std::string backend : {"reference", "fused_adamw"})
+    benchmark::RegisterBenchmark(("optimizer/" + backend + "/step").c_str(), optimizer_bench, backend)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond)
+        ->Iterations(20);
   for (const std::string backend : {"reference", "chunked", "fused_cuda"}) {
     if (!ablate::kernels::has_implementation("loss", backend)) continue;
     benchmark::RegisterBenchmark(("loss/" + backend + "/fwd_bwd/autocast").c_str(), loss_bench, backend)

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "kernels/dispatch.h"  // AdamWHyper
+
 namespace ablate::kernels::reference {
 
 // The dtype arithmetic happens in: fp32 for fp32/bf16/fp16 inputs, fp64 for fp64 inputs (tests).
@@ -72,5 +74,15 @@ torch::Tensor loss_full_logits(const torch::Tensor& hidden, const torch::Tensor&
 // the saved log-sum-exp, so no [N, V] tensor exists in forward or backward. Differentiable once.
 torch::Tensor loss_chunked(const torch::Tensor& hidden, const torch::Tensor& head_weight, const torch::Tensor& targets,
                            const torch::Tensor& mask, int64_t chunk_rows = 0);
+
+// --- seam `optimizer` (see OptimizerFn in kernels/dispatch.h) ---------------------------------------
+// reference: AdamW one parameter at a time in LibTorch ops, the arithmetic of torch::optim::AdamW
+// (p *= 1 - lr wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; p -= lr / (1 - b1^t) * m /
+// (sqrt(v) / sqrt(1 - b2^t) + eps)) with t and lr read from device tensors.
+void adamw(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
+           at::TensorList steps, const torch::Tensor& lr, const AdamWHyper& hyper);
+// fused_adamw: LibTorch's multi-tensor fused AdamW kernel (at::_fused_adamw_, tensor learning rate).
+void adamw_fused(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
+                 at::TensorList steps, const torch::Tensor& lr, const AdamWHyper& hyper);
 
 }  // namespace ablate::kernels::reference

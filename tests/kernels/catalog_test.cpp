@@ -23,7 +23,7 @@ DeviceInfo gpu(int major, int minor, const std::string& dtype) {
 
 TEST(Catalog, SeamsAreInModelOrder) {
   EXPECT_EQ(seams(), (std::vector<std::string>{"attention", "rope", "residual_norm", "swiglu", "moe_dispatch",
-                                               "ssm_scan", "recurrent_scan", "loss"}));
+                                               "ssm_scan", "recurrent_scan", "loss", "optimizer"}));
 }
 
 TEST(Catalog, EverySeamHasAnAlwaysAvailableReference) {
@@ -95,6 +95,7 @@ TEST(Catalog, CatalogAndRegistryListTheSameRows) {
   add("ssm_scan", r.ssm_scan);
   add("recurrent_scan", r.recurrent_scan);
   add("loss", r.loss);
+  add("optimizer", r.optimizer);
   EXPECT_EQ(registry_rows, catalog_rows);
   EXPECT_FALSE(has_implementation("attention", "no_such_backend"));
   EXPECT_FALSE(has_implementation("no_such_seam", "reference"));
@@ -221,7 +222,7 @@ TEST(CatalogResolve, UnknownNamesAreErrorsThatListTheKnownOnes) {
             "sdpa_efficient");
   EXPECT_FALSE(resolve("atention", "reference", cpu(), false, r, error));
   EXPECT_THAT(error, HasSubstr("unknown seam 'atention'"));
-  EXPECT_THAT(error, HasSubstr("attention, rope, residual_norm, swiglu, moe_dispatch, ssm_scan, recurrent_scan, loss"));
+  EXPECT_THAT(error, HasSubstr("attention, rope, residual_norm, swiglu, moe_dispatch, ssm_scan, recurrent_scan, loss, optimizer"));
 }
 
 TEST(Dispatcher, DefaultIsReferenceEverywhereInSeamOrder) {

@@ -195,6 +195,48 @@ ParityCase loss_case(int64_t N, int64_t d, int64_t V, const std::string& mask_mo
           }};
 }
 
+// The optimizer seam mutates its state: a case is three AdamW updates (a learning-rate schedule, fresh
+// gradients each time) of two parameters of odd shapes starting from a mid-run state (step 4, non-zero
+// moments); the outputs are the final parameters, moments and step counts. Nothing is differentiated.
+ParityCase optimizer_case(std::vector<int64_t> shape_a, std::vector<int64_t> shape_b) {
+  constexpr int kUpdates = 3;
+  const std::vector<std::vector<int64_t>> shapes = {shape_a, shape_b};
+  return {"optimizer", shape_label({{"a", shape_a[0]}, {"b", shape_b[0]}}), kFp32Dtypes,
+          [=](at::Generator& g) {
+            std::vector<Input> in;
+            for (const auto& shape : shapes) {
+              in.push_back({random_normal(shape, g), Kind::floating, false});             // parameter
+              in.push_back({random_normal(shape, g, 0.1), Kind::floating, false});        // exp_avg
+              in.push_back({random_normal(shape, g, 0.1).abs(), Kind::floating, false});  // exp_avg_sq >= 0
+              for (int u = 0; u < kUpdates; ++u) in.push_back({random_normal(shape, g, 0.3), Kind::floating, false});
+            }
+            return in;
+          },
+          [=](const std::string& name, const std::vector<Tensor>& in) {
+            const size_t per_param = 3 + kUpdates;
+            std::vector<Tensor> params, exp_avgs, exp_avg_sqs, steps;
+            for (size_t j = 0; j < shapes.size(); ++j) {
+              // Cloned: the fp64 reference run receives the case's own tensors (to() does not copy).
+              params.push_back(in[j * per_param].clone());
+              exp_avgs.push_back(in[j * per_param + 1].clone());
+              exp_avg_sqs.push_back(in[j * per_param + 2].clone());
+              steps.push_back(torch::full({}, 4.0, in[0].options().dtype(torch::kFloat)));
+            }
+            const AdamWHyper hyper{0.9, 0.95, 1e-8, 0.1};
+            const double schedule[kUpdates] = {1e-2, 3e-2, 2e-2};  // large rates: the update is visible in fp32
+            for (int u = 0; u < kUpdates; ++u) {
+              std::vector<Tensor> grads;
+              for (size_t j = 0; j < shapes.size(); ++j) grads.push_back(in[j * per_param + 3 + u]);
+              const auto lr = torch::full({}, schedule[u], in[0].options().dtype(torch::kFloat));
+              implementations().optimizer.at(name)(params, grads, exp_avgs, exp_avg_sqs, steps, lr, hyper);
+            }
+            std::vector<Tensor> out;
+            for (size_t j = 0; j < shapes.size(); ++j)
+              out.insert(out.end(), {params[j], exp_avgs[j], exp_avg_sqs[j], steps[j].to(params[j].scalar_type())});
+            return out;
+          }};
+}
+
 // Odd shapes: widths that are not powers of two, single rows and single steps, masked rows.
 const std::vector<ParityCase>& parity_cases() {
   static const std::vector<ParityCase> cases = {
@@ -224,6 +266,8 @@ const std::vector<ParityCase>& parity_cases() {
       loss_case(1, 5, 23, "all"),
       loss_case(4, 6, 29, "none"),
       loss_case(37, 24, 1000, "mixed"),  // V a multiple of 8: the fused kernel's vectorised rows
+      optimizer_case({7, 5}, {13}),
+      optimizer_case({1}, {64, 33}),      // a single element; a matrix the multi-tensor kernel splits
   };
   return cases;
 }
@@ -317,6 +361,7 @@ Evaluation evaluate(const ParityCase& c, const std::string& backend, const std::
 
 // Backward of sum_i <output_i, projection_i> over the floating outputs; gradients as fp64 on the CPU.
 std::vector<Tensor> gradients(const Evaluation& e, const std::vector<Tensor>& projections) {
+  if (e.leaves.empty()) return {};  // a seam without differentiable inputs (the optimizer)
   Tensor scalar = torch::zeros({}, torch::kDouble);
   for (size_t i = 0; i < e.outputs.size(); ++i)
     if (e.outputs[i].is_floating_point())

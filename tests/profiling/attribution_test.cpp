@@ -117,6 +117,37 @@ TEST(Attribution, ScopesStepsAndSums) {
   EXPECT_EQ(unscoped->scope.layer, -1);
 }
 
+// A replayed CUDA graph: one cudaGraphLaunch, every node's kernel carries its correlation; the scope
+// comes from the node's capture-time tag, and an untagged node falls back to the launch's scope.
+TEST(Attribution, GraphReplayKernelsTakeTheirNodesScope) {
+  LogBuilder b;
+  const auto attn = b.scope({"forward", 0, "A", "attention", "sdpa_flash"});
+  const auto adam = b.scope({"optimizer", -1, "", "optimizer", "fused_adamw"});
+  const auto step = b.scope({"step", -1, "", "", ""});
+  b.log.steps = {{30, 1000, 5000}};
+  const uint32_t c = 500;
+  b.log.api.push_back({"cudaGraphLaunch", false, 1010, 1020, 42, 1, c});
+  b.log.external_id[c] = step;
+  b.log.gpu.push_back({Kind::kernel, "flash_fwd_kernel", 1100, 1300, 0, 7, c, 0, /*graph_node=*/71});
+  b.log.gpu.push_back({Kind::kernel, "multi_tensor_apply_kernel<FusedAdamMathFunctor>", 1300, 1400, 0, 7, c, 0, 72});
+  b.log.gpu.push_back({Kind::kernel, "vectorized_elementwise_kernel", 1400, 1450, 0, 7, c, 0, 73});  // untagged
+  b.log.graph_node_scope = {{71, attn}, {72, adam}};
+
+  const auto attributed = attribute(b.log);
+  ASSERT_EQ(attributed.size(), 3u);
+  ASSERT_NE(attributed[0].scope, nullptr);
+  EXPECT_EQ(attributed[0].scope->seam, "attention");
+  EXPECT_EQ(attributed[0].family, "attention");
+  ASSERT_NE(attributed[1].scope, nullptr);
+  EXPECT_EQ(attributed[1].scope->seam, "optimizer");
+  EXPECT_EQ(attributed[1].family, "optimizer");
+  ASSERT_NE(attributed[2].scope, nullptr);
+  EXPECT_EQ(attributed[2].scope->phase, "step");  // the graph launch's own scope
+  for (const auto& a : attributed) EXPECT_EQ(a.step, 30);
+  EXPECT_EQ(external_id_of(b.log, b.log.gpu[0]), attn);
+  EXPECT_EQ(external_id_of(b.log, b.log.gpu[2]), step);
+}
+
 TEST(Breakdown, UnionOfIntervalsNotSums) {
   std::vector<GpuActivity> gpu = {
       {Kind::kernel, "a", 100, 200, 0, 7, 1, 0},

@@ -41,6 +41,16 @@ TEST(ScopeRecorder, PopsAreMatchedPerThread) {
   std::thread other([&] { r.pop(outer); });  // another thread's stack is its own
   other.join();
   EXPECT_EQ(r.unmatched_pops(), 2);
+  // current(): the calling thread's innermost open scope, what a graph node created now is tagged with.
+  EXPECT_EQ(r.current(), 0u);
+  r.push(outer);
+  r.push(inner);
+  EXPECT_EQ(r.current(), inner);
+  std::thread([&] { EXPECT_EQ(r.current(), 0u); }).join();  // another thread has opened nothing
+  r.pop(inner);
+  EXPECT_EQ(r.current(), outer);
+  r.pop(outer);
+  EXPECT_EQ(r.current(), 0u);
   // A new recorder does not see the old one's leftovers on this thread.
   r.push(outer);
   ScopeRecorder fresh(nullptr);

@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 namespace ablate::profiling {
 namespace {
@@ -74,6 +75,36 @@ TEST(TraceWriter, HasTheLayoutPerfettoAndHtaRead) {
   EXPECT_EQ((*launch)["tid"], 17);
   EXPECT_EQ(flow_starts, 2);  // the kernel and the memcpy
   EXPECT_EQ(flow_ends, 2);
+}
+
+// A graph replay: one cudaGraphLaunch runs two kernels with its correlation. Each kernel names its
+// graph node and its node's capture-time scope; the launch gets one flow, ending at the first kernel.
+TEST(TraceWriter, GraphReplayKernelsNameTheirNodeAndShareOneFlow) {
+  ActivityLog log;
+  log.scopes[1] = {"forward", 3, "A", "attention", "sdpa_flash"};
+  log.scopes[2] = {"optimizer", -1, "", "optimizer", "fused_adamw"};
+  log.steps = {{40, 1'000'000, 2'000'000}};
+  log.api.push_back({"cudaGraphLaunch", false, 1'000'100, 1'000'600, 4242, 17, 90});
+  log.gpu.push_back({GpuActivity::Kind::kernel, "flash_fwd_kernel", 1'002'000, 1'004'500, 0, 7, 90, 0, 501});
+  log.gpu.push_back({GpuActivity::Kind::kernel, "FusedAdamMathFunctor", 1'004'500, 1'005'000, 0, 7, 90, 0, 502});
+  log.graph_node_scope = {{501, 1}, {502, 2}};
+  const auto trace = chrome_trace(log, TraceMeta{});
+  int flow_starts = 0, flow_ends = 0;
+  std::map<std::string, nlohmann::json> kernels;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "s") ++flow_starts;
+    if (e["ph"] == "f") ++flow_ends;
+    if (e["ph"] == "X" && e["cat"] == "kernel") kernels[e["name"]] = e["args"];
+  }
+  EXPECT_EQ(flow_starts, 1);
+  EXPECT_EQ(flow_ends, 1);
+  ASSERT_EQ(kernels.size(), 2u);
+  EXPECT_EQ(kernels["flash_fwd_kernel"]["graph node"], 501);
+  EXPECT_EQ(kernels["flash_fwd_kernel"]["External id"], 1);
+  EXPECT_EQ(kernels["flash_fwd_kernel"]["seam"], "attention");
+  EXPECT_EQ(kernels["FusedAdamMathFunctor"]["External id"], 2);
+  EXPECT_EQ(kernels["FusedAdamMathFunctor"]["seam"], "optimizer");
+  EXPECT_EQ(kernels["FusedAdamMathFunctor"]["correlation"], 90);
 }
 
 TEST(TraceWriter, FileRoundTrip) {

@@ -1,0 +1,83 @@
+// harness/train/optimizer.cpp: see optimizer.h.
+#include "harness/train/optimizer.h"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace ablate::harness {
+
+AdamW::AdamW(const std::vector<torch::Tensor>& params, const TrainSection& t, const kernels::Dispatcher& dispatcher)
+    : dispatcher_(dispatcher) {
+  Group decay, no_decay;
+  decay.hyper = {t.beta1, t.beta2, t.eps, t.weight_decay};
+  no_decay.hyper = {t.beta1, t.beta2, t.eps, 0.0};
+  torch::NoGradGuard no_grad;
+  for (const auto& p : params) {
+    auto& g = p.dim() >= 2 ? decay : no_decay;
+    g.params.push_back(p);
+    g.exp_avgs.push_back(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
+    g.exp_avg_sqs.push_back(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
+    g.steps.push_back(torch::zeros({}, p.options().dtype(torch::kFloat)));
+  }
+  groups_ = {std::move(decay), std::move(no_decay)};
+  lr_ = torch::full({}, t.lr, params.empty() ? torch::TensorOptions(torch::kFloat) : params[0].options().dtype(torch::kFloat));
+}
+
+void AdamW::set_lr(double lr) { lr_.fill_(lr); }
+
+void AdamW::zero_grad() {
+  for (auto& g : groups_)
+    for (auto& p : g.params) p.mutable_grad() = torch::Tensor();
+}
+
+void AdamW::step() {
+  for (auto& g : groups_) {
+    if (g.params.empty()) continue;
+    std::vector<torch::Tensor> grads;
+    grads.reserve(g.params.size());
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      if (!g.params[i].grad().defined())
+        throw std::logic_error(fmt::format("optimizer: parameter {} of shape {} has no gradient after backward", i,
+                                           c10::str(g.params[i].sizes())));
+      grads.push_back(g.params[i].grad());
+    }
+    dispatcher_.optimizer(g.params, grads, g.exp_avgs, g.exp_avg_sqs, g.steps, lr_, g.hyper);
+  }
+}
+
+void AdamW::save(torch::serialize::OutputArchive& archive) const {
+  for (size_t gi = 0; gi < groups_.size(); ++gi)
+    for (size_t i = 0; i < groups_[gi].params.size(); ++i) {
+      const auto key = fmt::format("group{}.param{}.", gi, i);
+      archive.write(key + "exp_avg", groups_[gi].exp_avgs[i], /*is_buffer=*/true);
+      archive.write(key + "exp_avg_sq", groups_[gi].exp_avg_sqs[i], /*is_buffer=*/true);
+      archive.write(key + "step", groups_[gi].steps[i], /*is_buffer=*/true);
+    }
+}
+
+void AdamW::load(torch::serialize::InputArchive& archive) {
+  torch::NoGradGuard no_grad;
+  for (size_t gi = 0; gi < groups_.size(); ++gi)
+    for (size_t i = 0; i < groups_[gi].params.size(); ++i) {
+      const auto key = fmt::format("group{}.param{}.", gi, i);
+      const std::vector<std::pair<std::string, torch::Tensor*>> entries = {
+          {"exp_avg", &groups_[gi].exp_avgs[i]}, {"exp_avg_sq", &groups_[gi].exp_avg_sqs[i]}, {"step", &groups_[gi].steps[i]}};
+      for (const auto& [name, target] : entries) {
+        torch::Tensor saved;
+        if (!archive.try_read(key + name, saved, /*is_buffer=*/true))
+          throw std::invalid_argument(fmt::format(
+              "the checkpoint's optimizer.pt has no '{}{}': it was written by another optimizer layout (ablate before "
+              "the optimizer seam, or another model); resume from a newer checkpoint or set train.resume = false",
+              key, name));
+        if (saved.sizes() != target->sizes())
+          throw std::invalid_argument(fmt::format("the checkpoint's optimizer state '{}{}' has shape {} where this model "
+                                                  "needs {}: the checkpoint belongs to another model",
+                                                  key, name, c10::str(saved.sizes()),
+                                                  c10::str(target->sizes())));
+        target->copy_(saved);
+      }
+    }
+}
+
+}  // namespace ablate::harness

@@ -1,0 +1,44 @@
+// harness/train/optimizer.h: the run's AdamW (decoupled weight decay on matrices only; norms, biases and
+// per-head scalars are not decayed), whose update goes through the `optimizer` seam (kernels/dispatch.h)
+// so its backend is chosen, recorded, observed and gated like every other seam. All of its state lives
+// beside the parameters: moments, one fp32 step count per parameter and the learning rate are tensors,
+// so step() reads nothing on the host and a CUDA graph can capture it. set_lr() writes the rate before
+// each step, outside any graph. Checkpoints store the state as named tensors (save/load).
+// Tests: tests/harness/runner_test.cpp (checkpoint + resume bitwise on the CPU), tests/kernels/
+// optimizer_test.cpp and parity_test.cpp (the seam's backends).
+#pragma once
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "harness/spec.h"
+#include "kernels/dispatch.h"
+
+namespace ablate::harness {
+
+class AdamW {
+ public:
+  AdamW(const std::vector<torch::Tensor>& params, const TrainSection& train, const kernels::Dispatcher& dispatcher);
+
+  void set_lr(double lr);  // on the device, before step(); not inside a captured graph
+  void zero_grad();        // gradients to none (the next backward allocates them)
+  // One update of every parameter that has a gradient. Throws std::logic_error when a parameter has
+  // none: every parameter of the model takes part in every step, so a missing gradient is a bug.
+  void step();
+
+  void save(torch::serialize::OutputArchive& archive) const;
+  // Throws std::invalid_argument when the archive does not hold this optimizer's state.
+  void load(torch::serialize::InputArchive& archive);
+
+ private:
+  struct Group {
+    std::vector<torch::Tensor> params, exp_avgs, exp_avg_sqs, steps;
+    kernels::AdamWHyper hyper;
+  };
+  const kernels::Dispatcher& dispatcher_;
+  std::vector<Group> groups_;  // decayed matrices, then the rest
+  torch::Tensor lr_;
+};
+
+}  // namespace ablate::harness

@@ -1,0 +1,102 @@
+// harness/train/step_graph.cpp: see step_graph.h.
+#include "harness/train/step_graph.h"
+
+#include <ATen/autocast_mode.h>
+
+#include <stdexcept>
+
+#if defined(ABLATE_HAVE_CUDA)
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace ablate::harness {
+
+#if defined(ABLATE_HAVE_CUDA)
+
+namespace {
+
+// The first line of an exception text: c10 errors append a C++ backtrace after it.
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+}  // namespace
+
+struct StepGraph::Impl {
+  explicit Impl(const torch::Device& device)
+      : stream(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.has_index() ? device.index() : 0)),
+        guard(stream) {}
+  c10::cuda::CUDAStream stream;
+  c10::cuda::CUDAStreamGuard guard;
+  std::unique_ptr<at::cuda::CUDAGraph> graph;
+  torch::Tensor output;
+};
+
+StepGraph::StepGraph(const torch::Device& device) {
+  if (!device.is_cuda()) throw std::invalid_argument("CUDA graphs need a CUDA device");
+  impl_ = std::make_unique<Impl>(device);
+}
+
+StepGraph::~StepGraph() = default;
+
+bool StepGraph::captured() const { return impl_->graph != nullptr; }
+
+std::string StepGraph::capture(const std::function<torch::Tensor()>& body) {
+  if (impl_->graph) return "already captured";
+  // Autocast's cast cache would hold casts made inside the capture (graph-pool memory) past the
+  // autocast region that frees them; without it every use casts again, which the graph replays anyway.
+  const bool cache = at::autocast::is_autocast_cache_enabled();
+  at::autocast::set_autocast_cache_enabled(false);
+  auto graph = std::make_unique<at::cuda::CUDAGraph>();
+  std::string failure;
+  try {
+    graph->capture_begin();
+    impl_->output = body();
+    graph->capture_end();  // ends the capture and instantiates the executable graph
+  } catch (const std::exception& e) {
+    failure = first_line(e.what());
+  }
+  at::autocast::set_autocast_cache_enabled(cache);
+  if (failure.empty()) {
+    impl_->graph = std::move(graph);
+    return "";
+  }
+  // Abandon: take the stream out of capture mode (capture_end may not have run, or threw), drop the
+  // partial graph, clear the error CUDA reported for the invalidated capture.
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(impl_->stream.stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+    try {
+      graph->capture_end();
+    } catch (const std::exception&) {
+      // Expected for an invalidated capture: capture_end() has still ended it.
+    }
+    if (cudaStreamIsCapturing(impl_->stream.stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+      cudaGraph_t partial = nullptr;
+      if (cudaStreamEndCapture(impl_->stream.stream(), &partial) == cudaSuccess && partial != nullptr)
+        cudaGraphDestroy(partial);
+    }
+  }
+  (void)cudaGetLastError();
+  impl_->output = torch::Tensor();
+  return failure;
+}
+
+torch::Tensor StepGraph::replay() {
+  if (!impl_->graph) throw std::logic_error("StepGraph::replay before a successful capture");
+  impl_->graph->replay();
+  return impl_->output;
+}
+
+#else
+
+struct StepGraph::Impl {};
+StepGraph::StepGraph(const torch::Device&) { throw std::invalid_argument("CUDA graphs: built without CUDA"); }
+StepGraph::~StepGraph() = default;
+bool StepGraph::captured() const { return false; }
+std::string StepGraph::capture(const std::function<torch::Tensor()>&) { return "built without CUDA"; }
+torch::Tensor StepGraph::replay() { throw std::logic_error("CUDA graphs: built without CUDA"); }
+
+#endif
+
+}  // namespace ablate::harness

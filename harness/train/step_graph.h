@@ -1,0 +1,40 @@
+// harness/train/step_graph.h: whole-step CUDA graph capture and replay (`compile.cuda_graphs`). While
+// a StepGraph lives, the calling thread works on a side stream of its own (capture is impossible on the
+// legacy default stream, and the eager warm-up steps must run on the capturing stream so cuBLAS
+// workspaces and autotuning exist before the capture). capture() records one call of the step's body
+// (forward, backward, clipping, optimizer) into a graph with a private memory pool and instantiates it;
+// nothing runs while capturing. replay() runs it and returns the tensor the captured body returned. The
+// body must read its inputs from static buffers that the caller refills before each replay, and the
+// learning rate and step counts from device tensors (harness/train/optimizer.h).
+// A capture that fails (a host sync inside, an unsupported call) is abandoned: the stream leaves capture
+// mode, the partial graph is dropped, and capture() returns why, so the run goes on eager.
+// Tests: tests/harness/profiling_gpu_test.cpp (GPU, self-skipping): captured and replayed on the
+// capacity-factor MoE lane with the same losses as eager; a forced failure falls back to eager.
+#pragma once
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace ablate::harness {
+
+class StepGraph {
+ public:
+  explicit StepGraph(const torch::Device& device);  // a CUDA device; the side stream becomes current
+  ~StepGraph();                                     // the previous stream becomes current again
+  StepGraph(const StepGraph&) = delete;
+  StepGraph& operator=(const StepGraph&) = delete;
+
+  // "" once captured and instantiated, else why not (and nothing is captured).
+  std::string capture(const std::function<torch::Tensor()>& body);
+  bool captured() const;
+  // Runs the captured step; returns the captured body's output (the same tensor every time).
+  torch::Tensor replay();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ablate::harness
