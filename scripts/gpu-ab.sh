@@ -5,6 +5,9 @@
 # (repository root, kept between calls while the machine is warm). Then `ablate compare` of the two
 # groups and both loss curves (every 10th step) into OUT. Expects build-gpu (scripts/gpu-check.sh).
 #   device run: bash scripts/gpu-ab.sh $OUT 200 3 --set backends.rope=fused_cuda ...
+# Export ABLATE_GIT_REVISION (and ABLATE_GIT_DIRTY) from the dev machine, as scripts/gpu-check.sh says,
+# or both sides' receipts record this machine's stale git revision:
+#   device run: export ABLATE_GIT_REVISION=<sha> ABLATE_GIT_DIRTY=false; bash scripts/gpu-ab.sh $OUT 200 3 --set ...
 set -uo pipefail
 OUT=${1:?usage: gpu-ab.sh OUT STEPS REPEATS [--set key=value ...]}
 STEPS=${2:?steps}
@@ -12,6 +15,7 @@ REPEATS=${3:?repeats}
 shift 3
 BUILD=build-gpu
 export ABLATE_DB="$PWD/receipts-gpu.db"
+echo "== git revision for receipts: ${ABLATE_GIT_REVISION:-not set: git here, which is stale (see scripts/gpu-check.sh)}"
 for r in $(seq "$REPEATS"); do
   for side in a b; do
     extra=(); [ $side = b ] && extra=("$@")
