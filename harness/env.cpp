@@ -1,15 +1,22 @@
 // harness/env.cpp: see env.h. Reads /proc and git; never fails a run: a fact that cannot be read is
-// recorded as "unknown", so the absence is visible in the receipt.
+// recorded as "unknown", so the absence is visible in the receipt. The one error is a malformed git
+// override (ABLATE_GIT_REVISION / ABLATE_GIT_DIRTY): bad input, refused before the run is opened.
 #include "harness/env.h"
 
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include "build_info.h"
@@ -37,6 +44,9 @@ std::string proc_field(const char* file, const std::string& key) {
 
 std::string or_unknown(std::string s) { return s.empty() ? "unknown" : s; }
 
+constexpr const char* kRevisionEnv = "ABLATE_GIT_REVISION";
+constexpr const char* kDirtyEnv = "ABLATE_GIT_DIRTY";
+
 }  // namespace
 
 std::string command_output(const std::string& cmd) {
@@ -59,6 +69,34 @@ std::string nvidia_driver_version() {
   return "";
 }
 
+GitFacts git_facts() {
+  const char* revision = std::getenv(kRevisionEnv);
+  const char* dirty = std::getenv(kDirtyEnv);
+  if (revision == nullptr) {
+    if (dirty != nullptr)
+      throw std::invalid_argument(fmt::format("{} is set ('{}') but {} is not: set both (the revision the run's "
+                                              "tree is at, and whether it has changes), or neither",
+                                              kDirtyEnv, dirty, kRevisionEnv));
+    // Read now, not at build time: a rebuild after a commit shows it.
+    const std::string git = std::string("git -C '") + ABLATE_SOURCE_DIR_AT_BUILD + "' ";
+    GitFacts g{or_unknown(command_output(git + "rev-parse HEAD")), "unknown", "git"};
+    if (g.revision != "unknown")
+      g.dirty = command_output(git + "status --porcelain --untracked-files=no").empty() ? "false" : "true";
+    return g;
+  }
+  std::string rev = revision;
+  const bool hex = std::all_of(rev.begin(), rev.end(), [](unsigned char c) { return std::isxdigit(c) != 0; });
+  if (!hex || rev.size() < 7 || rev.size() > 40)
+    throw std::invalid_argument(fmt::format("{}='{}' is not a git revision: expected 7 to 40 hex digits, the "
+                                            "output of `git rev-parse HEAD` where the tree was checked out",
+                                            kRevisionEnv, rev));
+  std::transform(rev.begin(), rev.end(), rev.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::string d = dirty == nullptr ? "unknown" : dirty;
+  if (dirty != nullptr && d != "true" && d != "false")
+    throw std::invalid_argument(fmt::format("{}='{}': expected true or false (leave it unset when not known)", kDirtyEnv, d));
+  return {rev, d, kRevisionEnv};
+}
+
 Fingerprint host_fingerprint(int schema_version) {
   Fingerprint f;
   char host[256] = {0};
@@ -76,11 +114,10 @@ Fingerprint host_fingerprint(int schema_version) {
   f["cuda_arch_list"] = ABLATE_CUDA_ARCHITECTURES;
   f["harness_version"] = ABLATE_VERSION;
   f["schema_version"] = std::to_string(schema_version);
-  // Git facts of the tree this binary was built from, read now: a rebuild after a commit shows it.
-  const std::string git = std::string("git -C '") + ABLATE_SOURCE_DIR_AT_BUILD + "' ";
-  f["git_revision"] = or_unknown(command_output(git + "rev-parse HEAD"));
-  const std::string status = command_output(git + "status --porcelain --untracked-files=no");
-  f["git_dirty"] = f["git_revision"] == "unknown" ? "unknown" : (status.empty() ? "false" : "true");
+  const GitFacts git = git_facts();
+  f["git_revision"] = git.revision;
+  f["git_dirty"] = git.dirty;
+  f["git_revision_source"] = git.source;
   f["nvidia_driver"] = or_unknown(nvidia_driver_version());
   return f;
 }

@@ -2,7 +2,7 @@
 // memory, compiler and build flags, CUDA arch list, git revision and dirty flag, harness and schema
 // versions. The device half (GPU model/count, driver, CUDA runtime, LibTorch, NCCL) is added by the
 // runner, which links LibTorch; this half needs nothing but the OS.
-// Tests: tests/harness/env_test.cpp.
+// Tests: tests/harness/env_test.cpp, `ablate run` with the git override in tests/harness/cli_test.cpp.
 #pragma once
 #include <map>
 #include <string>
@@ -11,7 +11,24 @@ namespace ablate::harness {
 
 using Fingerprint = std::map<std::string, std::string>;
 
-// Host facts and build facts. `schema_version` is the receipt store's.
+// The git facts a receipt records (run_env git_revision, git_dirty, git_revision_source).
+struct GitFacts {
+  std::string revision;  // full or abbreviated hex revision, or "unknown"
+  std::string dirty;     // "true", "false" or "unknown"
+  std::string source;    // "ABLATE_GIT_REVISION" or "git"
+};
+
+// When ABLATE_GIT_REVISION is set (7 to 40 hex digits, recorded in lower case; give all 40: comparisons
+// match git_revision as text, and git's own is the full one): that revision, dirty from
+// ABLATE_GIT_DIRTY ("true" or "false"; unset: "unknown"), source "ABLATE_GIT_REVISION". For a machine
+// whose checkout's .git is stale (the GPU machine gets a copy of the working tree): the caller, where
+// git works, passes what it sees. Otherwise `git rev-parse HEAD` and `git status` in the source tree
+// this binary was built from, now, source "git" (revision "unknown" where git cannot answer).
+// Throws std::invalid_argument for an ABLATE_GIT_REVISION that is set but not 7-40 hex digits, an
+// ABLATE_GIT_DIRTY other than true/false, or ABLATE_GIT_DIRTY without ABLATE_GIT_REVISION.
+GitFacts git_facts();
+
+// Host facts and build facts. `schema_version` is the receipt store's. Throws as git_facts().
 Fingerprint host_fingerprint(int schema_version);
 
 // Runs a command and returns its stdout with trailing whitespace trimmed ("" on failure).

@@ -3,6 +3,7 @@
 // remove_all can bind to that copy and crash (seen on both machines; on the GPU machine even from the
 // torch-free report/ code, since the `ablate` executable loads LibTorch). So every folder delete in the
 // project, tests included, goes through this. It lives in receipts/, the library every other one links.
+// A scratch folder removed on scope exit: receipts::TempDir (temp_dir.h), built on this.
 // Tests: tests/receipts/remove_tree_test.cpp.
 #pragma once
 #include <filesystem>

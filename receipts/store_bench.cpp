@@ -7,41 +7,16 @@
 // Build and run: ninja -C build-receipts store_bench && build-receipts/bench/store_bench
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
-#include <cstdlib>
-#include <filesystem>
 #include <fstream>
-#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "receipts/store.h"
-#include "receipts/remove_tree.h"
+#include "receipts/temp_dir.h"
 
 namespace ablate::receipts {
 namespace {
-
-namespace fs = std::filesystem;
-
-// A scratch directory holding the benchmark's database, removed afterwards.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string pattern = (fs::temp_directory_path() / "ablate-store-bench-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~ScratchDir() {
-    // Best effort in a destructor (which must not throw): a leftover temp folder is not an error.
-    try {
-      ablate::receipts::remove_tree(path_);
-    } catch (const std::exception&) {
-    }
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 RunStart bench_start(const std::string& name) {
   RunStart start;
@@ -73,7 +48,7 @@ std::vector<StepRow> steps_from(std::int64_t first, std::int64_t count) {
 
 void BM_AppendSteps(benchmark::State& state) {
   const std::int64_t batch = state.range(0);
-  ScratchDir dir;
+  TempDir dir("ablate-store-bench");
   auto store = Store::open(dir.file("receipts.db"));
   const auto run_id = store.begin_run(bench_start("append"));
   std::int64_t next = 0;
@@ -133,7 +108,7 @@ std::int64_t write_full_run(Store& store, const std::string& dir) {
 }
 
 void BM_RunJson(benchmark::State& state) {
-  ScratchDir dir;
+  TempDir dir("ablate-store-bench");
   auto store = Store::open(dir.file("receipts.db"));
   const auto id = write_full_run(store, dir.file(""));
   std::size_t steps = 0;
@@ -150,7 +125,7 @@ void BM_RunJson(benchmark::State& state) {
 BENCHMARK(BM_RunJson)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_ListRuns(benchmark::State& state) {
-  ScratchDir dir;
+  TempDir dir("ablate-store-bench");
   auto store = Store::open(dir.file("receipts.db"));
   for (int i = 0; i < 1000; ++i) {
     RunStart start = bench_start(fmt::format("run-{}", i));

@@ -1,7 +1,7 @@
 // report/plots.cpp: gnuplot scripts and data for the report plots, and running gnuplot (see plots.h).
 // Tests: tests/report/report_test.cpp (report_tests).
 #include "report/plots.h"
-#include "receipts/remove_tree.h"
+#include "receipts/temp_dir.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -29,27 +29,6 @@ constexpr const char* kTerminal =
     "set terminal svg size 720,420 noenhanced font 'sans,11' background rgb 'white'\n"
     "set xtics rotate by -25 left nomirror\nset bmargin 7\n";
 constexpr const char* kInstallHint = "install gnuplot (Debian: apt-get install gnuplot-nox; scripts/bootstrap.sh does)";
-
-// A scratch folder for gnuplot's inputs and outputs, removed afterwards.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string pattern = (fs::temp_directory_path() / "ablate-plots-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error(fmt::format("mkdtemp failed: {}", std::strerror(errno)));
-    path_ = pattern;
-  }
-  ~ScratchDir() {
-    // Best effort in a destructor (which must not throw): a leftover temp folder is not an error.
-    try {
-      ablate::receipts::remove_tree(path_);
-    } catch (const std::exception&) {
-    }
-  }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
 
 void write_file(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
@@ -164,7 +143,7 @@ std::string embeddable_svg(std::string svg, const std::string& prefix) {
 }
 
 // Runs `binary script` in `dir`; returns "" on success, else why it failed.
-std::string run_gnuplot(const std::string& binary, const ScratchDir& dir) {
+std::string run_gnuplot(const std::string& binary, const receipts::TempDir& dir) {
   const std::string script = (dir / "plots.gp").string(), log = (dir / "gnuplot.log").string();
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
@@ -213,7 +192,8 @@ PlotSet make_plots(const Report& report) {
     if (job) jobs.push_back(std::move(*job));
   PlotSet set;
   if (jobs.empty()) return set;
-  ScratchDir dir;
+  // A scratch folder for gnuplot's inputs and outputs, removed afterwards.
+  receipts::TempDir dir("ablate-plots");
   std::string script = kTerminal;
   for (const auto& job : jobs) {
     for (const auto& [name, contents] : job.data) write_file(dir / name, contents);

@@ -11,45 +11,29 @@
 // Build and run: cmake --build build --target report_bench && build/bench/report_bench
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
-#include <cstdlib>
-#include <filesystem>
 #include <memory>
-#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "receipts/store.h"
+#include "receipts/temp_dir.h"
 #include "report/compare.h"
 #include "report/plots.h"
 #include "report/report.h"
 #include "report/selection.h"
 #include "report/stats.h"
 #include "report/trend.h"
-#include "receipts/remove_tree.h"
 
 namespace ablate::report {
 namespace {
-
-namespace fs = std::filesystem;
 
 constexpr int kRuns = 10'000, kSteps = 200, kLanes = 10, kCells = 4, kRepeats = 5;
 
 class BenchStore {
  public:
-  BenchStore() {
-    std::string pattern = (fs::temp_directory_path() / "ablate-report-bench-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    dir_ = pattern;
-    store_ = std::make_unique<receipts::Store>(receipts::Store::open((dir_ / "receipts.db").string()));
+  BenchStore() : store_(std::make_unique<receipts::Store>(receipts::Store::open(dir_.file("receipts.db")))) {
     populate();
-  }
-  ~BenchStore() {
-    store_.reset();
-    // Best effort in a destructor (which must not throw): a leftover temp folder is not an error.
-    try {
-      ablate::receipts::remove_tree(dir_);
-    } catch (const std::exception&) {
-    }
   }
   receipts::Store& store() { return *store_; }
 
@@ -100,7 +84,7 @@ class BenchStore {
   }
   static std::string cell_name(int c) { return c == 0 ? "baseline" : fmt::format("variant-{}", c); }
 
-  fs::path dir_;
+  receipts::TempDir dir_{"ablate-report-bench"};  // declared first: removed after the store is closed
   std::unique_ptr<receipts::Store> store_;
 };
 

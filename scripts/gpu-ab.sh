@@ -9,6 +9,9 @@
 #   device run: bash scripts/gpu-ab.sh $OUT 200 3 --set backends.rope=fused_cuda ...
 #   device run: COMMON="model.moe.capacity_factor=1.25" AB_TAG=graphs bash scripts/gpu-ab.sh $OUT 100 3 \
 #                 --set compile.cuda_graphs=true
+# Export ABLATE_GIT_REVISION (and ABLATE_GIT_DIRTY) from the dev machine, as scripts/gpu-check.sh says,
+# or both sides' receipts record this machine's stale git revision:
+#   device run: export ABLATE_GIT_REVISION=<sha> ABLATE_GIT_DIRTY=false; bash scripts/gpu-ab.sh $OUT 200 3 --set ...
 set -uo pipefail
 OUT=${1:?usage: gpu-ab.sh OUT STEPS REPEATS [--set key=value ...]}
 STEPS=${2:?steps}
@@ -19,6 +22,7 @@ BUILD=build-gpu
 export ABLATE_DB="$PWD/receipts-gpu.db"
 common=()
 for kv in ${COMMON:-}; do common+=(--set "$kv"); done
+echo "== git revision for receipts: ${ABLATE_GIT_REVISION:-not set: git here, which is stale (see scripts/gpu-check.sh)}"
 for r in $(seq "$REPEATS"); do
   for side in a b; do
     extra=(); [ $side = b ] && extra=("$@")

@@ -7,6 +7,14 @@
 #   device run: bash scripts/gpu-check.sh $OUT        (carry .gpu-deps)
 # STEPS=0 skips the experiment. Environment: BENCH=0 skips the benchmarks, BENCHES="fused_bench ..."
 # runs only those, BENCH_FILTER is passed as --benchmark_filter, TESTS is a ctest -R regex.
+# Git revision: this machine's copy of the tree has a stale .git, so receipts made here would record a
+# wrong git_revision. Compose the command on the dev machine, where git works, with the revision written
+# out (a $(git ...) inside the command would run here, on the stale .git); gpu-matrix.sh and gpu-ab.sh
+# want the same:
+#   device run: ABLATE_GIT_REVISION=<sha> ABLATE_GIT_DIRTY=false bash scripts/gpu-check.sh $OUT
+# <sha>: `git rev-parse HEAD` on the dev machine; ABLATE_GIT_DIRTY=true when `git status --porcelain
+# --untracked-files=no` prints anything there. Receipts then record git_revision_source =
+# ABLATE_GIT_REVISION; a malformed value makes `ablate run` exit 2; unset, git here is asked.
 set -uo pipefail
 OUT=${1:?usage: gpu-check.sh OUT [STEPS]}
 STEPS=${2:-100}
@@ -18,6 +26,7 @@ BUILD=build-gpu
 DEPS=$PWD/.gpu-deps/include
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
+note "git revision for receipts: ${ABLATE_GIT_REVISION:-not set: git here, which is stale (see the header)}"
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 PREFIX=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')

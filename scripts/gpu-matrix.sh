@@ -7,6 +7,9 @@
 # MATRIX_TIMEOUT (seconds) stops the matrix run early (its current cell is recorded as killed and
 # re-run on resume) so the report still comes back within the call.
 #   device run: STEPS=0 BENCH=0 TESTS=NONE bash scripts/gpu-check.sh $OUT; bash scripts/gpu-matrix.sh $OUT ablations/fast_paths.toml
+# Export ABLATE_GIT_REVISION (and ABLATE_GIT_DIRTY) from the dev machine, as scripts/gpu-check.sh says,
+# or the matrix's receipts record this machine's stale git revision:
+#   device run: export ABLATE_GIT_REVISION=<sha> ABLATE_GIT_DIRTY=false; bash scripts/gpu-matrix.sh $OUT ablations/fast_paths.toml
 set -uo pipefail
 OUT=${1:?usage: gpu-matrix.sh OUT MATRIX [--gpus LIST]}
 MATRIX=${2:?usage: gpu-matrix.sh OUT MATRIX [--gpus LIST]}
@@ -14,6 +17,7 @@ shift 2
 BUILD=build-gpu
 [ -x $BUILD/ablate ] || { echo "gpu-matrix: $BUILD/ablate missing: run scripts/gpu-check.sh first"; exit 2; }
 export ABLATE_DB="$PWD/receipts-gpu.db" NCCL_NVLS_ENABLE=0
+echo "== git revision for receipts: ${ABLATE_GIT_REVISION:-not set: git here, which is stale (see scripts/gpu-check.sh)}"
 name=$(sed -n 's/^name *= *"\(.*\)"/\1/p' "$MATRIX" | head -1)
 timeout -s TERM "${MATRIX_TIMEOUT:-100000}" $BUILD/ablate matrix run "$MATRIX" --logs "$OUT/matrix-logs" "$@" 2>&1 \
   | tee "$OUT/matrix.log"

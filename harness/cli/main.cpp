@@ -1,5 +1,6 @@
 // harness/cli/main.cpp: the `ablate` command line. Subcommands live in harness/cli/*.cpp and register
-// themselves here. Exit codes: 0 ok, 1 a run failed, 2 bad input (spec, CLI, database, data).
+// themselves here. Exit codes: 0 ok, 1 a run failed (or a failing gate / trend --fail-on-regression),
+// 2 bad input (spec, CLI, database, data).
 // Try: ablate --help; ablate validate experiments/tiny.toml
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -11,7 +12,8 @@
 int main(int argc, char** argv) {
   using namespace ablate::cli;
   CLI::App app{"ablate: declared experiments with receipts for hybrid LLM training stacks.\n"
-               "Exit codes: 0 ok, 1 run failed, 2 bad input."};
+               "Exit codes: 0 ok, 1 run failed (gate: a keep backend failed its gate; trend --fail-on-regression:\n"
+               "a regression), 2 bad input."};
   app.require_subcommand(1);
   app.fallthrough();  // global options (--db) may follow the subcommand
   Globals g;

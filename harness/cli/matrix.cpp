@@ -11,6 +11,7 @@
 #include "ablations/matrix.h"
 #include "ablations/matrix_run.h"
 #include "harness/cli/commands.h"
+#include "harness/env.h"
 #include "receipts/store.h"
 
 namespace ablate::cli {
@@ -75,6 +76,7 @@ void register_matrix(CLI::App& app, Globals& g) {
       }
       return kExitOk;
     }
+    harness::git_facts();  // a malformed ABLATE_GIT_REVISION would fail every child: refuse it here (exit 2)
     int64_t id = 0;
     std::vector<ablations::Slot> pending;
     {  // closed before the children start writing

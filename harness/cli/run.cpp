@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "harness/cli/commands.h"
+#include "harness/env.h"
 #include "harness/spec.h"
 #include "harness/train/device.h"
 #include "harness/train/runner.h"
@@ -28,6 +29,7 @@ void register_run(CLI::App& app, Globals& g) {
     const auto start = std::chrono::steady_clock::now();
     // Before any thread exists, so SIGINT/SIGTERM always reach the run's lifecycle thread.
     receipts::RunLifecycle::block_termination_signals();
+    harness::git_facts();  // a malformed ABLATE_GIT_REVISION / ABLATE_GIT_DIRTY: exit 2 now, not after data prep
     const auto spec = file.empty() ? harness::default_spec(harness::live_device_info().cuda, overrides)
                                    : harness::parse_spec_file(file, overrides);
     harness::RunOptions opt;

@@ -1,7 +1,7 @@
 // tests/ablations/matrix_cli_test.cpp: `ablate matrix` through the built binary. expand prints cells
-// and order, a bad matrix exits 2 with file:line:column, and (in builds with `ablate run`) the real
-// ablations/tiny_cpu.toml runs end to end into a temp store, gets a report and a gate verdict, then
-// resumes with nothing left to do.
+// and order, a bad matrix or a malformed ABLATE_GIT_REVISION exits 2, and (in builds with `ablate run`)
+// the real ablations/tiny_cpu.toml runs end to end into a temp store, gets a report and a gate verdict,
+// then resumes with nothing left to do.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -52,6 +52,15 @@ TEST_F(MatrixCli, BadMatrixExitsTwoWithLineAndColumn) {
     EXPECT_NE(r.out.find(f.string() + ":4:11: error: matrix.repeats: expected an integer >= 1, got -1"), std::string::npos) << r.out;
   }
   EXPECT_FALSE(fs::exists(dir_ / "r.db")) << "a bad matrix must fail before anything is written";
+}
+
+// A malformed ABLATE_GIT_REVISION would fail every child run: `matrix run` refuses it up front.
+TEST_F(MatrixCli, MalformedGitRevisionOverrideExitsTwoBeforeAnything) {
+  const auto r = ablate::testing::run_shell("env ABLATE_GIT_REVISION=v1.2 " + std::string(ABLATE_BINARY_DIR) + "/ablate matrix run " +
+                                            kTinyMatrix + " --repeats 1 --db " + (dir_ / "r.db").string());
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("ABLATE_GIT_REVISION='v1.2' is not a git revision"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir_ / "r.db"));
 }
 
 TEST_F(MatrixCli, TinyCpuRunsEndToEndAndResumes) {

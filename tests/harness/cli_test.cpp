@@ -1,5 +1,6 @@
 // tests/harness/cli_test.cpp: the `ablate` binary as a user meets it: exit codes (0 ok, 2 bad input),
-// messages on stderr with file:line:column, help for every subcommand, runs/show over a store.
+// messages on stderr with file:line:column, help for every subcommand, runs/show over a store, the
+// git revision override (ABLATE_GIT_REVISION) of `ablate run`.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -163,6 +164,35 @@ TEST_F(CliTest, ProfiledRunOnTheCpuEndsOkAndSaysWhyProfilingWasUnavailable) {
   ASSERT_EQ(doc["profile"]["windows"].size(), 1u);
   EXPECT_EQ(doc["profile"]["windows"][0]["status"], "off");
   EXPECT_NE(doc["env"]["profiling"].get<std::string>().find("--no-profile"), std::string::npos);
+}
+
+// ABLATE_GIT_REVISION / ABLATE_GIT_DIRTY (set by whoever starts a run on a machine whose checkout is
+// stale) go into the receipt with their source; a malformed revision is bad input: exit 2, no database.
+TEST_F(CliTest, RunRecordsTheGitRevisionOverrideAndRefusesAMalformedOne) {
+  const std::string db = (dir_ / "g.db").string();
+  const std::string spec = std::string(ABLATE_SOURCE_DIR) + "/experiments/tiny.toml";
+  const std::string args = " run " + spec + " --db " + db + " -q --set train.steps=2 --set train.warmup_steps=1" +
+                           " --set data.max_bytes=300000 --set 'data.cache_dir=\"" + (dir_ / "cache").string() + "\"'" +
+                           " --set train.device=\"cpu\" --no-profile";
+  const std::string exe = std::string(ABLATE_BINARY_DIR) + "/ablate";
+  auto r = run_shell("env -u ABLATE_GIT_DIRTY ABLATE_GIT_REVISION=not-a-sha " + exe + args);
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("ABLATE_GIT_REVISION='not-a-sha' is not a git revision: expected 7 to 40 hex digits"),
+            std::string::npos)
+      << r.out;
+  EXPECT_FALSE(fs::exists(db)) << "a refused run must not create the database";
+  r = run_shell("env ABLATE_GIT_REVISION=0123456789abcdef0123456789abcdef01234567 ABLATE_GIT_DIRTY=yes " + exe + args);
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("ABLATE_GIT_DIRTY='yes': expected true or false"), std::string::npos) << r.out;
+
+  const std::string sha = "0123456789abcdef0123456789abcdef01234567";
+  r = run_shell("env ABLATE_GIT_REVISION=" + sha + " ABLATE_GIT_DIRTY=true " + exe + args);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  auto store = ablate::receipts::Store::open(db);
+  const auto env = store.run_json(1)["env"];
+  EXPECT_EQ(env["git_revision"], sha);
+  EXPECT_EQ(env["git_dirty"], "true");
+  EXPECT_EQ(env["git_revision_source"], "ABLATE_GIT_REVISION");
 }
 
 // `ablate show` names a seam whose kernels contradict its chosen backend, with the evidence kernels.

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "receipts/remove_tree.h"
+#include "receipts/temp_dir.h"
 #include "harness/data/corpus.h"
 #include "harness/data/errors.h"
 #include "harness/data/hash.h"
@@ -34,26 +34,7 @@ using ::testing::HasSubstr;
 
 namespace {
 
-// A fresh folder under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ablate-data-test-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    try {
-      ablate::receipts::remove_tree(path_);
-    } catch (const std::exception&) {
-    }
-  }
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& rel) const { return path_ / rel; }
-
- private:
-  fs::path path_;
-};
+using ablate::receipts::TempDir;
 
 void write_file(const fs::path& p, const std::string& content) {
   fs::create_directories(p.parent_path());

@@ -1,6 +1,7 @@
 // tests/harness/report_cli_test.cpp: `ablate report`, `ablate trend` and `ablate export` through the built
 // binary on a fixture store: files written, exit 2 with a clear message for an unknown lane, a bad date, a
-// bad selector (and then no report folder at all), CSV/JSON export to stdout and to a file.
+// bad selector (and then no report folder at all), trend --fail-on-regression (exit 1 only for a
+// regression), CSV/JSON export to stdout and to a file.
 // Build and run: cmake --build build --target ablate harness_tests && build/tests/harness_tests --gtest_filter='ReportCli*'
 #include <gtest/gtest.h>
 
@@ -66,6 +67,42 @@ TEST_F(ReportCli, TrendUnknownLaneAndBadDateExitTwo) {
   const auto ok = run_cli("trend --lane tiny/1gpu/reference --json --db " + db());
   EXPECT_EQ(ok.rc, 0) << ok.out;
   EXPECT_EQ(nlohmann::json::parse(ok.out)["points"].size(), 3u);
+}
+
+// `--fail-on-regression`: exit 1 (and say so) when the lane has a regression, 0 without the flag or
+// when the lane is clean. Step times are spread deterministically, 12 runs a level.
+TEST_F(ReportCli, TrendFailOnRegressionExitsOneOnlyForARegression) {
+  auto add_level = [&](const std::string& backend, double level) {
+    ablate::report::testing::FixtureRun run;
+    run.backend = backend;
+    for (int i = 0; i < 12; ++i) {
+      run.step_ms = level * (1 + 0.002 * (i % 5));
+      fixture.add("trend", run);
+    }
+  };
+  add_level("slower", 100);
+  add_level("slower", 110);  // +10 %: a regression
+  add_level("steady", 100);
+  add_level("steady", 100);
+
+  const auto listed = run_cli("trend --lane tiny/1gpu/slower --db " + db());
+  EXPECT_EQ(listed.rc, 0) << listed.out;
+  EXPECT_NE(listed.out.find("1 regression(s) worse than 5.0 %"), std::string::npos) << listed.out;
+  const auto failing = run_cli("trend --lane tiny/1gpu/slower --fail-on-regression --db " + db());
+  EXPECT_EQ(failing.rc, 1) << failing.out;
+  EXPECT_NE(failing.out.find("REGRESSION at run"), std::string::npos) << failing.out;
+  EXPECT_NE(failing.out.find("ablate: trend: 1 regression(s) worse than 5.0 % in lane tiny/1gpu/slower: exit 1 "
+                             "(--fail-on-regression)"),
+            std::string::npos)
+      << failing.out;
+  const auto failing_json = run_cli("trend --lane tiny/1gpu/slower --fail-on-regression --json --db " + db());
+  EXPECT_EQ(failing_json.rc, 1) << failing_json.out;
+
+  const auto clean = run_cli("trend --lane tiny/1gpu/steady --fail-on-regression --db " + db());
+  EXPECT_EQ(clean.rc, 0) << clean.out;
+  EXPECT_NE(clean.out.find("no regression worse than 5.0 %"), std::string::npos) << clean.out;
+  const auto bad = run_cli("trend --lane no/such --fail-on-regression --db " + db());
+  EXPECT_EQ(bad.rc, 2) << bad.out;  // bad input stays 2
 }
 
 TEST_F(ReportCli, ExportCsvToStdoutAndJsonToAFile) {

@@ -14,7 +14,6 @@ namespace ablate::receipts {
 namespace {
 
 using testing::Pipe;
-using testing::TempDir;
 
 constexpr int kProcesses = 8;
 constexpr int kRunsEach = 50;

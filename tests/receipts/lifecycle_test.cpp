@@ -19,7 +19,6 @@ namespace {
 using namespace std::chrono_literals;
 using testing::Pipe;
 using testing::ScopedEnv;
-using testing::TempDir;
 
 LifecycleOptions fast_heartbeat(double interval_s = 0.05) {
   LifecycleOptions options;

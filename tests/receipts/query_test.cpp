@@ -16,7 +16,6 @@ namespace {
 using testing::make_steps;
 using testing::RawDb;
 using testing::sample_start;
-using testing::TempDir;
 
 constexpr double kMay2024 = 1714560000;  // 2024-05-01T10:40:00Z
 

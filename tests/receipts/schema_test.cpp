@@ -16,7 +16,6 @@ namespace {
 
 using testing::FileSnapshot;
 using testing::RawDb;
-using testing::TempDir;
 
 const std::set<std::string> kTables = {
     "annotations",  "artifacts",  "backend_evidence", "catalog",      "decisions",       "goodput",

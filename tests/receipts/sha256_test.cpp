@@ -11,7 +11,6 @@
 namespace ablate::receipts {
 namespace {
 
-using testing::TempDir;
 
 TEST(Sha256, Fips180_2Vectors) {
   EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");

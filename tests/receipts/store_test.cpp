@@ -19,7 +19,6 @@ using testing::make_steps;
 using testing::RawDb;
 using testing::sample_start;
 using testing::sample_summary;
-using testing::TempDir;
 
 class StoreTest : public ::testing::Test {
  protected:

@@ -1,4 +1,4 @@
-// tests/receipts/test_util.h: helpers shared by the receipts_tests suites: temp dirs, scoped environment
+// tests/receipts/test_util.h: helpers shared by the receipts_tests suites: scoped environment
 // variables, file snapshots, sample records, forked child processes, raw SQLite access.
 // Build and run: ninja -C build-receipts receipts_tests && build-receipts/tests/receipts_tests
 #pragma once
@@ -22,34 +22,11 @@
 #include <vector>
 
 #include "receipts/store.h"
-#include "receipts/remove_tree.h"
+#include "receipts/temp_dir.h"
 
 namespace ablate::receipts::testing {
 
 namespace fs = std::filesystem;
-
-// A fresh directory under $TMPDIR, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "ablate-receipts-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    // Best effort in a destructor (which must not throw): a leftover temp folder is not an error.
-    try {
-      ablate::receipts::remove_tree(path_);
-    } catch (const std::exception&) {
-    }
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 // Sets (or unsets, with nullopt) an environment variable for the scope of the object.
 class ScopedEnv {

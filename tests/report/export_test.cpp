@@ -127,7 +127,7 @@ TEST(Export, EmptyTablesAndBadTableNames) {
 }
 
 TEST(Export, AtomicWritesLeaveNothingHalfWritten) {
-  receipts::testing::TempDir dir;
+  receipts::TempDir dir;
   const std::string target = dir.file("out.csv");
   write_file_atomically(target, "a,b\n1,2\n");
   std::ifstream in(target);

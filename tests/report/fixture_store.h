@@ -101,7 +101,7 @@ class FixtureStore {
   }
 
  private:
-  receipts::testing::TempDir dir_;
+  receipts::TempDir dir_;
   receipts::Store store_;
 };
 

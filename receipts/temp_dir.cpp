@@ -1,0 +1,50 @@
+// receipts/temp_dir.cpp: see temp_dir.h.
+#include "receipts/temp_dir.h"
+
+#include <fmt/format.h>
+#include <stdlib.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <utility>
+
+#include "receipts/remove_tree.h"
+
+namespace ablate::receipts {
+
+TempDir::TempDir(std::string_view prefix) {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string pattern = fmt::format("{}/{}-XXXXXX", tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", prefix);
+  std::string name = pattern;  // mkdtemp fills in the Xs, even when it fails
+  if (::mkdtemp(name.data()) == nullptr) {
+    const int error = errno;
+    throw std::runtime_error(fmt::format("cannot create a temporary folder {}: {}", pattern, std::strerror(error)));
+  }
+  path_ = name;
+}
+
+TempDir::~TempDir() { remove(); }
+
+TempDir::TempDir(TempDir&& other) noexcept : path_(std::exchange(other.path_, {})) {}
+
+TempDir& TempDir::operator=(TempDir&& other) noexcept {
+  if (this != &other) {
+    remove();
+    path_ = std::exchange(other.path_, {});
+  }
+  return *this;
+}
+
+void TempDir::remove() noexcept {
+  if (path_.empty()) return;
+  // Best effort (a destructor must not throw): a leftover temp folder is not an error.
+  try {
+    remove_tree(path_);
+  } catch (const std::exception&) {
+  }
+  path_.clear();
+}
+
+}  // namespace ablate::receipts
