@@ -23,7 +23,7 @@ struct BackendInfo {
   std::string name;                 // e.g. "reference", "sdpa_flash", "fused_cuda"
   Role role = Role::reference;
   std::string fallback;             // backend used when this one is unavailable ("" for the reference)
-  std::vector<std::string> kernel_patterns;  // substrings of CUPTI kernel names that identify it
+  std::vector<std::string> kernel_patterns;  // substrings of kernel names (demangled: profiling/cupti_names.h) that identify it
   std::string description;
   // "" when available on `dev`, else why not (e.g. "needs a CUDA device").
   std::string (*unavailable_reason)(const DeviceInfo& dev) = nullptr;

@@ -15,7 +15,7 @@ namespace ablate::profiling {
 struct GpuActivity {
   enum class Kind { kernel, memcpy, memset };
   Kind kind = Kind::kernel;
-  std::string name;  // kernel name (demangled by CUPTI), or "Memcpy HtoD" / "Memset"
+  std::string name;  // kernel name (demangled: profiling/cupti_names.h), or "Memcpy HtoD" / "Memset"
   uint64_t start_ns = 0, end_ns = 0;
   uint32_t device = 0, stream = 0;
   uint32_t correlation = 0;  // links to the ApiCall that launched it (for graph nodes: the graph launch)

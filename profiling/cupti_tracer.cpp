@@ -2,13 +2,19 @@
 // CUpti_ActivityKernel10 (CONCURRENT_KERNEL), CUpti_ActivityMemcpy6, CUpti_ActivityMemset4,
 // CUpti_ActivityAPI (RUNTIME, DRIVER), CUpti_ActivityExternalCorrelation. Newer CUPTI versions only
 // append fields to the latest record struct, so reading these prefixes stays valid.
-// Tests: tests/harness/profiling_gpu_test.cpp (GPU, self-skipping).
+// Kernel names are demangled and API names lose CUPTI's version suffix here (profiling/cupti_names.h),
+// so everything downstream sees the names Kineto writes.
+// Tests: tests/harness/profiling_gpu_test.cpp (GPU, self-skipping); the name rules in
+// tests/profiling/cupti_names_test.cpp.
 #include "profiling/cupti_tracer.h"
 
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
+
+#include "profiling/cupti_names.h"
 
 #if defined(ABLATE_HAVE_CUPTI)
 #include <cupti.h>
@@ -125,16 +131,26 @@ const char* memcpy_name(uint8_t copy_kind) {
   }
 }
 
-// API names by (domain, callback id), cached: cuptiGetCallbackName is not free and a window has
-// hundreds of thousands of API records.
+// API names by (domain, callback id), without CUPTI's version suffix, cached: cuptiGetCallbackName is
+// not free and a window has hundreds of thousands of API records.
 const std::string& api_name(bool driver, uint32_t cbid) {
   static std::map<std::pair<bool, uint32_t>, std::string> cache;  // guarded by the tracer's mutex
   auto [it, inserted] = cache.try_emplace({driver, cbid});
   if (inserted) {
     const char* name = nullptr;
     cuptiGetCallbackName(driver ? CUPTI_CB_DOMAIN_DRIVER_API : CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &name);
-    it->second = name ? name : (driver ? "driver api " : "runtime api ") + std::to_string(cbid);
+    it->second = name ? api_name_without_version(name) : (driver ? "driver api " : "runtime api ") + std::to_string(cbid);
   }
+  return it->second;
+}
+
+// Demangled kernel names by raw name, cached: a window has a few hundred kernels and many thousands
+// of launches of them.
+const std::string& kernel_name(const char* raw) {
+  static std::unordered_map<std::string, std::string> cache;  // guarded by the tracer's mutex
+  if (raw == nullptr) raw = "<unnamed kernel>";
+  auto [it, inserted] = cache.try_emplace(raw);
+  if (inserted) it->second = demangle_kernel_name(raw);
   return it->second;
 }
 
@@ -236,7 +252,7 @@ void CuptiTracer::on_buffer_completed(void* context, uint32_t stream, uint8_t* b
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
       case CUPTI_ACTIVITY_KIND_KERNEL: {
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-        log_.gpu.push_back({GpuActivity::Kind::kernel, k->name ? k->name : "<unnamed kernel>", k->start, k->end,
+        log_.gpu.push_back({GpuActivity::Kind::kernel, kernel_name(k->name), k->start, k->end,
                             k->deviceId, k->streamId, k->correlationId, 0, k->graphNodeId});
         break;
       }

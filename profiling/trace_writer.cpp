@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -38,12 +40,77 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// Where a GPU activity is drawn: its stream's track (tid = stream), or, when it starts before earlier
+// work on its stream has ended (programmatic dependent launch: a split-K reduce starts while its GEMM
+// runs), an overlap lane of that stream. Perfetto's JSON importer needs the slices of one track to nest
+// and drops the others, so overlapping kernels cannot share a track. Lanes get tids above every stream
+// id of their device and a thread_name "stream N (overlap lane L)"; args.stream stays the real stream.
+struct GpuTracks {
+  struct Lane {
+    uint32_t device, tid, stream, lane;
+  };
+  std::vector<uint32_t> tid;  // per activity of the log, in log order
+  std::vector<Lane> lanes;    // lanes 1.. of every stream that needed them
+};
+
+GpuTracks gpu_tracks(const std::vector<GpuActivity>& gpu) {
+  GpuTracks out;
+  out.tid.resize(gpu.size());
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<size_t>> by_stream;
+  std::map<uint32_t, uint32_t> next_lane_tid;  // device -> the next free tid above its streams
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    by_stream[{gpu[i].device, gpu[i].stream}].push_back(i);
+    auto& next = next_lane_tid[gpu[i].device];
+    next = std::max(next, gpu[i].stream + 1);
+  }
+  for (auto& [key, indices] : by_stream) {
+    const auto [device, stream] = key;
+    std::stable_sort(indices.begin(), indices.end(), [&](size_t a, size_t b) { return gpu[a].start_ns < gpu[b].start_ns; });
+    std::vector<uint64_t> lane_end;  // when the last activity of each lane ends
+    std::vector<uint32_t> lane_tid;
+    for (size_t i : indices) {
+      const auto& a = gpu[i];
+      size_t lane = 0;
+      while (lane < lane_end.size() && lane_end[lane] > a.start_ns) ++lane;
+      if (lane == lane_end.size()) {
+        lane_end.push_back(0);
+        lane_tid.push_back(lane == 0 ? stream : next_lane_tid[device]++);
+        if (lane > 0) out.lanes.push_back({device, lane_tid.back(), stream, static_cast<uint32_t>(lane)});
+      }
+      lane_end[lane] = std::max(a.start_ns, a.end_ns);
+      out.tid[i] = lane_tid[lane];
+    }
+  }
+  return out;
+}
+
+// The host thread the step markers go on: the one making the first API call of most step spans (the
+// training loop's thread; LibTorch's autograd launches backward kernels from its own device thread).
+std::optional<std::pair<uint32_t, uint32_t>> step_thread(const std::vector<StepSpan>& steps,
+                                                         const std::vector<ApiCall>& api) {
+  std::map<std::pair<uint32_t, uint32_t>, int> first_in_steps;
+  for (const auto& s : steps) {
+    const ApiCall* first = nullptr;
+    for (const auto& c : api)
+      if (c.start_ns >= s.begin_ns && c.start_ns <= s.end_ns && (first == nullptr || c.start_ns < first->start_ns)) first = &c;
+    if (first != nullptr) ++first_in_steps[{first->process, first->thread}];
+  }
+  if (first_in_steps.empty()) return std::nullopt;
+  return std::max_element(first_in_steps.begin(), first_in_steps.end(),
+                          [](const auto& a, const auto& b) { return a.second < b.second; })
+      ->first;
+}
+
 }  // namespace
 
 nlohmann::json chrome_trace(const ActivityLog& log, const TraceMeta& meta) {
+  std::vector<StepSpan> steps;  // the spans that closed: a window cut short leaves end_ns 0
+  for (const auto& s : log.steps)
+    if (s.end_ns > s.begin_ns) steps.push_back(s);
   uint64_t base = UINT64_MAX;
   for (const auto& a : log.gpu) base = std::min(base, a.start_ns);
   for (const auto& c : log.api) base = std::min(base, c.start_ns);
+  for (const auto& s : steps) base = std::min(base, s.begin_ns);
   if (base == UINT64_MAX) base = 0;
   // Microseconds since `base` with nanosecond digits: Kineto writes the same (pytorch/pytorch#122425).
   auto us = [base](uint64_t ns) { return static_cast<double>(ns - base) / 1000.0; };
@@ -53,8 +120,10 @@ nlohmann::json chrome_trace(const ActivityLog& log, const TraceMeta& meta) {
   std::set<uint32_t> devices;
   std::set<std::pair<uint32_t, uint32_t>> streams;
   std::set<uint32_t> launched;  // correlations that reached the GPU: only those get a flow
+  const GpuTracks tracks = gpu_tracks(log.gpu);
   for (const auto& r : attribute(log)) {
     const GpuActivity& a = *r.activity;
+    const uint32_t tid = tracks.tid[static_cast<size_t>(r.activity - log.gpu.data())];
     devices.insert(a.device);
     streams.insert({a.device, a.stream});
     nlohmann::json args = {{"device", a.device}, {"stream", a.stream}, {"correlation", a.correlation},
@@ -68,12 +137,17 @@ nlohmann::json chrome_trace(const ActivityLog& log, const TraceMeta& meta) {
       args["seam"] = r.scope->seam;
       args["backend"] = r.scope->backend;
     }
-    if (a.kind != GpuActivity::Kind::kernel) args["bytes"] = a.bytes;
+    if (a.kind != GpuActivity::Kind::kernel) {
+      args["bytes"] = a.bytes;
+      // What Kineto writes and HTA's memory bandwidth analyses read: bytes per ns is GB/s.
+      if (a.duration_ns() > 0)
+        args["memory bandwidth (GB/s)"] = static_cast<double>(a.bytes) / static_cast<double>(a.duration_ns());
+    }
     events.push_back({{"ph", "X"},
                       {"cat", category(a.kind)},
                       {"name", a.name},
                       {"pid", a.device},
-                      {"tid", a.stream},
+                      {"tid", tid},
                       {"ts", us(a.start_ns)},
                       {"dur", dur_us(a.start_ns, a.end_ns)},
                       {"args", args}});
@@ -82,7 +156,7 @@ nlohmann::json chrome_trace(const ActivityLog& log, const TraceMeta& meta) {
     events.push_back({{"ph", "f"},
                       {"id", a.correlation},
                       {"pid", a.device},
-                      {"tid", a.stream},
+                      {"tid", tid},
                       {"ts", us(a.start_ns)},
                       {"cat", "ac2g"},
                       {"name", "ac2g"},
@@ -120,11 +194,30 @@ nlohmann::json chrome_trace(const ActivityLog& log, const TraceMeta& meta) {
                                 return e["ph"] == "f" && !flow_started.count(e["id"].get<uint32_t>());
                               }),
                events.end());
-  // Track names, as Kineto writes them: GPU n / stream n, and the host threads.
+  // Step markers as the PyTorch profiler writes them: HTA numbers iterations by the ProfilerStep#N
+  // slice holding a host event (hta/common/trace.py add_iteration) and leaves the last step out of its
+  // analyses, taking it for incomplete. Without a host call in any step there is no thread to put them on.
+  if (const auto thread = step_thread(steps, log.api)) {
+    for (const auto& s : steps)
+      events.push_back({{"ph", "X"},
+                        {"cat", "user_annotation"},
+                        {"name", "ProfilerStep#" + std::to_string(s.step)},
+                        {"pid", thread->first},
+                        {"tid", thread->second},
+                        {"ts", us(s.begin_ns)},
+                        {"dur", dur_us(s.begin_ns, s.end_ns)}});
+  }
+  // Track names, as Kineto writes them: GPU n / stream n, the overlap lanes, and the host threads.
   for (uint32_t d : devices)
     events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", d}, {"tid", 0}, {"args", {{"name", "GPU " + std::to_string(d)}}}});
   for (const auto& [d, s] : streams)
     events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", d}, {"tid", s}, {"args", {{"name", "stream " + std::to_string(s)}}}});
+  for (const auto& l : tracks.lanes)
+    events.push_back({{"ph", "M"},
+                      {"name", "thread_name"},
+                      {"pid", l.device},
+                      {"tid", l.tid},
+                      {"args", {{"name", "stream " + std::to_string(l.stream) + " (overlap lane " + std::to_string(l.lane) + ")"}}}});
   for (const auto& [p, t] : threads)
     events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", p}, {"tid", t}, {"args", {{"name", "thread " + std::to_string(t)}}}});
 
@@ -139,6 +232,63 @@ nlohmann::json chrome_trace(const ActivityLog& log, const TraceMeta& meta) {
   return trace;
 }
 
+namespace {
+
+// The file's text, handed to `out` in pieces of about 1 MiB: the top-level fields first, indented
+// (HTA finds a file's rank with the regex '"rank":\s+(\d+)' line by line, hta/common/trace_file.py:45,
+// so `"rank": 3` needs its space), then traceEvents last, one compact event per line (small files).
+// Invalid UTF-8 in a name is replaced rather than thrown on.
+void write_text(const nlohmann::json& trace, const std::function<void(const std::string&)>& out) {
+  constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
+  std::string buf;
+  auto flush_if_full = [&] {
+    if (buf.size() >= (1u << 20)) {
+      out(buf);
+      buf.clear();
+    }
+  };
+  if (!trace.is_object()) {
+    out(trace.dump(-1, ' ', false, kReplace));
+    return;
+  }
+  buf += "{";
+  const char* sep = "\n";
+  for (const auto& [key, value] : trace.items()) {
+    if (key == "traceEvents") continue;
+    std::string text = value.dump(2, ' ', false, kReplace);
+    for (size_t at = text.find('\n'); at != std::string::npos; at = text.find('\n', at + 3)) text.replace(at, 1, "\n  ");
+    buf += sep;
+    buf += "  " + nlohmann::json(key).dump() + ": " + text;
+    sep = ",\n";
+  }
+  if (const auto it = trace.find("traceEvents"); it != trace.end()) {
+    buf += sep;
+    buf += "  \"traceEvents\": ";
+    if (it->is_array() && !it->empty()) {
+      const char* event_sep = "[\n";
+      for (const auto& e : *it) {
+        buf += event_sep;
+        buf += e.dump(-1, ' ', false, kReplace);
+        event_sep = ",\n";
+        flush_if_full();
+      }
+      buf += "\n  ]";
+    } else {
+      buf += it->dump(-1, ' ', false, kReplace);
+    }
+  }
+  buf += "\n}\n";
+  out(buf);
+}
+
+}  // namespace
+
+std::string trace_text(const nlohmann::json& trace) {
+  std::string text;
+  write_text(trace, [&](const std::string& piece) { text += piece; });
+  return text;
+}
+
 bool trace_compression_available() {
 #if defined(ABLATE_HAVE_ZLIB)
   return true;
@@ -148,27 +298,26 @@ bool trace_compression_available() {
 }
 
 std::string write_trace_file(const nlohmann::json& trace, const std::string& path_stem) {
-  const std::string text = trace.dump();
 #if defined(ABLATE_HAVE_ZLIB)
   const std::string path = path_stem + ".json.gz";
   gzFile gz = gzopen(path.c_str(), "wb6");
   if (gz == nullptr) throw std::runtime_error("cannot write trace " + path);
-  size_t written = 0;
-  while (written < text.size()) {
-    const unsigned chunk = static_cast<unsigned>(std::min<size_t>(text.size() - written, 1u << 30));
-    const int n = gzwrite(gz, text.data() + written, chunk);
-    if (n <= 0) {
-      gzclose(gz);
-      throw std::runtime_error("cannot write trace " + path + ": gzwrite failed");
-    }
-    written += static_cast<size_t>(n);
+  try {
+    write_text(trace, [&](const std::string& piece) {
+      // Pieces are about 1 MiB (one event more at most): within gzwrite's unsigned length.
+      if (!piece.empty() && gzwrite(gz, piece.data(), static_cast<unsigned>(piece.size())) != static_cast<int>(piece.size()))
+        throw std::runtime_error("cannot write trace " + path + ": gzwrite failed");
+    });
+  } catch (...) {
+    gzclose(gz);
+    throw;
   }
   if (gzclose(gz) != Z_OK) throw std::runtime_error("cannot write trace " + path + ": gzclose failed");
   return path;
 #else
   const std::string path = path_stem + ".json";
   std::ofstream out(path, std::ios::binary);
-  out << text;
+  write_text(trace, [&](const std::string& piece) { out << piece; });
   if (!out) throw std::runtime_error("cannot write trace " + path);
   return path;
 #endif

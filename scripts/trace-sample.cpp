@@ -1,16 +1,20 @@
 // scripts/trace-sample.cpp: writes realistic per-rank traces through profiling/trace_writer.cpp without a
 // GPU, for scripts/check-trace.py (Perfetto / Holistic Trace Analysis loadability). Two ranks, each with
 // two training steps: kernels on two streams (compute 7, communication 13), an H2D memcpy, a memset,
-// a sub-microsecond kernel, two kernels that overlap on one stream (programmatic dependent launch), runtime and
-// driver launch calls with correlation ids, seam scopes (External id), one kernel whose launch record was dropped
-// (no flow), one idle gap. Names are what profiling/cupti_tracer.cpp records on a GPU: API names from
-// cuptiGetCallbackName (runtime ones carry a _vNNNN suffix), kernel names as CUPTI gives them (mangled).
-// Build and run: scripts/check-trace.sh (compiles this with the writer's sources, no CMake build needed).
+// a sub-microsecond kernel, two kernels that overlap on one stream (programmatic dependent launch), runtime
+// and driver launch calls with correlation ids, seam scopes (External id), one kernel whose launch record
+// was dropped (no flow), a CUDA graph replay (two overlapping kernels of one cudaGraphLaunch), one idle gap.
+// Names start as CUPTI gives them (API names from cuptiGetCallbackName with their _vNNNN suffix, mangled
+// kernel names, taken from an H100 run) and go through the conversion profiling/cupti_tracer.cpp applies
+// (profiling/cupti_names.h), as on a GPU.
+// Build and run: scripts/check-trace.sh (compiles this with the writer's sources, no CMake build needed); the
+// CTest check_trace_sample runs the CMake-built tests/trace_sample the same way.
 // Usage: trace-sample OUT_DIR  -> OUT_DIR/rank0.trace.json.gz, OUT_DIR/rank1.trace.json.gz
 #include <cstdio>
 #include <filesystem>
 #include <string>
 
+#include "profiling/cupti_names.h"
 #include "profiling/trace_writer.h"
 
 using namespace ablate::profiling;
@@ -32,8 +36,9 @@ ActivityLog rank_log(int rank) {
   auto launch = [&](const char* api, bool driver, GpuActivity::Kind kind, const char* name, uint32_t stream,
                     uint64_t at, uint64_t dur, uint64_t ext, uint64_t bytes = 0, bool drop_api = false) {
     const uint32_t c = corr++;
-    if (!drop_api) log.api.push_back({api, driver, t, t + 5'000, pid, tid, c});
-    log.gpu.push_back({kind, name, step_begin + at, step_begin + at + dur, dev, stream, c, bytes});
+    if (!drop_api) log.api.push_back({api_name_without_version(api), driver, t, t + 5'000, pid, tid, c});
+    log.gpu.push_back({kind, kind == GpuActivity::Kind::kernel ? demangle_kernel_name(name) : name, step_begin + at,
+                       step_begin + at + dur, dev, stream, c, bytes});
     if (ext != 0) log.external_id[c] = ext;
     t += 6'000;
   };
@@ -51,6 +56,10 @@ ActivityLog rank_log(int rank) {
   const char* k_add = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_15CUDAFunctor_addIfEESt5arrayIPcLm3EEEEviT0_T1_";
   const char* k_mean = "_ZN2at6native13reduce_kernelILi512ELi1ENS0_8ReduceOpIfNS0_7MeanOpsIffffEEjfLi4ELi4EEEEEvT1_";
   const char* k_nccl = "_Z40ncclDevKernel_AllReduce_Sum_bf16_RING_LL24ncclDevKernelArgsStorageILm4096EE";
+  const char* k_adam =
+      "_ZN2at6native52_GLOBAL__N__c815dac0_19_fused_adamw_impl_cu_8b44fa2325multi_tensor_apply_kernelINS1_32FusedOptimizer"
+      "TensorListMetadataILi4EEENS1_20FusedAdamMathFunctorIN3c108BFloat16ELi4ELNS0_9ADAM_MODEE1ELb0EEEJPKfdddddbSB_SB_EEEvT_"
+      "T0_DpT1_";
   const char* k_fill = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_";
   using K = GpuActivity::Kind;
   for (int step = 0; step < 2; ++step) {
@@ -70,7 +79,14 @@ ActivityLog rank_log(int rank) {
     launch("cudaLaunchKernel_v7000", false, K::kernel, k_nccl, 13, 300'000, 150'000, 3);
     // Optimizer kernel whose launch record was dropped: no flow for it.
     launch("cudaLaunchKernel_v7000", false, K::kernel, k_fill, 7, 480'000, 30'000, 4, 0, /*drop_api=*/true);
-    t = step_begin + 600'000;  // ~90 us idle gap before the next step
+    // A CUDA graph replay: one cudaGraphLaunch runs two captured kernels with its correlation, each
+    // attributed through its graph node's capture-time scope; the second overlaps the first (PDL).
+    const uint32_t graph = corr++;
+    log.api.push_back({api_name_without_version("cudaGraphLaunch_v10000"), false, t, t + 5'000, pid, tid, graph});
+    log.gpu.push_back({K::kernel, demangle_kernel_name(k_adam), step_begin + 515'000, step_begin + 545'000, dev, 7, graph, 0, 9001});
+    log.gpu.push_back({K::kernel, demangle_kernel_name(k_add), step_begin + 544'000, step_begin + 550'000, dev, 7, graph, 0, 9002});
+    log.graph_node_scope[9001] = log.graph_node_scope[9002] = 4;
+    t = step_begin + 600'000;  // ~50 us idle gap before the next step
     log.steps.push_back({step, step_begin, t});
   }
   return log;

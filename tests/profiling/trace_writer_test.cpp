@@ -1,7 +1,8 @@
 // tests/profiling/trace_writer_test.cpp: the Chrome/Perfetto trace of a synthetic log parses back
 // (through the gzip file when zlib is built in) and has the fields Perfetto and Holistic Trace
-// Analysis read: traceEvents, deviceProperties, distributedInfo.rank, X events with pid = device and
-// tid = stream, ts/dur in microseconds, args.correlation, launch -> kernel flows (s/f, bp "e").
+// Analysis read: traceEvents, deviceProperties, distributedInfo.rank (where HTA's line regex finds it),
+// X events with pid = device and tid = stream (or an overlap lane of it), ts/dur in microseconds,
+// args.correlation, launch -> kernel flows (s/f, bp "e"), ProfilerStep#N slices, memory bandwidth.
 // Run: build/tests/profiling_tests --gtest_filter='TraceWriter*'
 #include "profiling/trace_writer.h"
 #include "receipts/remove_tree.h"
@@ -9,9 +10,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
+#include <sstream>
+#include <vector>
 
 namespace ablate::profiling {
 namespace {
@@ -39,7 +44,7 @@ TEST(TraceWriter, HasTheLayoutPerfettoAndHtaRead) {
   EXPECT_EQ(trace["distributedInfo"]["rank"], 3);
   EXPECT_EQ(trace["distributedInfo"]["world_size"], 8);
   EXPECT_EQ(trace["deviceProperties"][0]["name"], "NVIDIA H100 80GB HBM3");
-  EXPECT_EQ(trace["baseTimeNanoseconds"], 1'000'100u);
+  EXPECT_EQ(trace["baseTimeNanoseconds"], 1'000'000u);  // the step's begin, before the first launch
   ASSERT_TRUE(trace["traceEvents"].is_array());
 
   const nlohmann::json* kernel = nullptr;
@@ -61,7 +66,7 @@ TEST(TraceWriter, HasTheLayoutPerfettoAndHtaRead) {
   EXPECT_EQ((*kernel)["cat"], "kernel");
   EXPECT_EQ((*kernel)["pid"], 0);  // device
   EXPECT_EQ((*kernel)["tid"], 7);  // stream
-  EXPECT_DOUBLE_EQ((*kernel)["ts"].get<double>(), 1.9);   // (1'002'000 - 1'000'100) ns in us
+  EXPECT_DOUBLE_EQ((*kernel)["ts"].get<double>(), 2.0);   // (1'002'000 - 1'000'000) ns in us
   EXPECT_DOUBLE_EQ((*kernel)["dur"].get<double>(), 2.5);
   EXPECT_EQ((*kernel)["args"]["correlation"], 55);
   EXPECT_EQ((*kernel)["args"]["stream"], 7);
@@ -123,6 +128,168 @@ TEST(TraceWriter, FileRoundTrip) {
   }
   EXPECT_EQ(read_trace_file(path), trace);
   ablate::receipts::remove_tree(dir);
+}
+
+
+// HTA reads a file's rank with the regex '"rank":\s+(\d+)' over its lines, first match wins
+// (hta/common/trace_file.py): `"rank":3` (no space) would make every file rank 0.
+TEST(TraceWriter, TextPutsTheRankWhereHtaFindsItAndOneEventPerLine) {
+  TraceMeta meta;
+  meta.rank = 3;
+  meta.world_size = 8;
+  meta.trace_name = "ablate run 1 rank 3";
+  const auto trace = chrome_trace(sample_log(), meta);
+  const std::string text = trace_text(trace);
+  EXPECT_EQ(nlohmann::json::parse(text), trace);
+  std::istringstream lines(text);
+  std::string line;
+  const std::regex hta_rank(R"("rank":\s+(\d+))");
+  std::smatch m;
+  int event_lines = 0, first_rank = -1;
+  while (std::getline(lines, line)) {
+    if (first_rank < 0 && std::regex_search(line, m, hta_rank)) first_rank = std::stoi(m[1].str());
+    if (line.rfind("{\"", 0) == 0) {  // an event: one compact object per line
+      ++event_lines;
+      const std::string one = line.back() == ',' ? line.substr(0, line.size() - 1) : line;
+      EXPECT_TRUE(nlohmann::json::parse(one).contains("ph")) << line;
+    }
+  }
+  EXPECT_EQ(first_rank, 3);
+  EXPECT_EQ(event_lines, static_cast<int>(trace["traceEvents"].size()));
+  // The header is indented, the events are not: the file stays about as small as a compact dump.
+  EXPECT_LT(text.size(), trace.dump().size() + 1000);
+  EXPECT_EQ(nlohmann::json::parse(trace_text({{"traceEvents", nlohmann::json::array()}, {"a", 1}})),
+            nlohmann::json({{"traceEvents", nlohmann::json::array()}, {"a", 1}}));
+}
+
+// Slices on one (pid, tid) track must nest in Perfetto's JSON importer; a kernel that overlaps earlier
+// work on its stream (programmatic dependent launch) goes on an overlap lane of that stream.
+TEST(TraceWriter, KernelsOverlappingOnAStreamGetLanes) {
+  ActivityLog log;
+  uint32_t correlation = 1;
+  auto kernel = [&](const char* name, uint64_t start, uint64_t end, uint32_t stream) {
+    log.api.push_back({"cudaLaunchKernel", false, start - 50, start - 40, 42, 1, correlation});
+    log.gpu.push_back({GpuActivity::Kind::kernel, name, start, end, 0, stream, correlation++, 0});
+  };
+  kernel("gemm", 1'000, 2'000, 7);
+  kernel("reduce", 1'900, 2'100, 7);   // starts before gemm ends: lane 1
+  kernel("inner", 1'950, 1'990, 7);    // inside both: lane 2 (a lane, not a child slice)
+  kernel("next", 2'100, 2'300, 7);     // after both: back on the stream's own track
+  kernel("late", 2'200, 2'250, 7);     // overlaps next: lane 1 is free again
+  kernel("other", 1'000, 3'000, 9);    // another stream: overlaps nothing of its own
+  const auto trace = chrome_trace(log, TraceMeta{});
+
+  std::map<std::string, const nlohmann::json*> by_name;
+  std::map<uint32_t, const nlohmann::json*> flow_end;
+  std::map<uint32_t, std::string> thread_names;
+  std::map<uint32_t, std::vector<std::pair<double, double>>> gpu_tracks;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "X" && e["pid"] == 0) {
+      by_name[e["name"]] = &e;
+      gpu_tracks[e["tid"]].push_back({e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()});
+    }
+    if (e["ph"] == "f") flow_end[e["id"]] = &e;
+    if (e["ph"] == "M" && e["name"] == "thread_name" && e["pid"] == 0) thread_names[e["tid"]] = e["args"]["name"];
+  }
+  auto tid = [&](const char* name) { return (*by_name.at(name))["tid"].get<uint32_t>(); };
+  EXPECT_EQ(tid("gemm"), 7u);
+  EXPECT_EQ(tid("next"), 7u);
+  EXPECT_EQ(tid("other"), 9u);
+  // Lanes take tids above every stream of the device (9), in the order they are first needed.
+  EXPECT_EQ(tid("reduce"), 10u);
+  EXPECT_EQ(tid("inner"), 11u);
+  EXPECT_EQ(tid("late"), 10u);
+  EXPECT_EQ(thread_names[7], "stream 7");
+  EXPECT_EQ(thread_names[9], "stream 9");
+  EXPECT_EQ(thread_names[10], "stream 7 (overlap lane 1)");
+  EXPECT_EQ(thread_names[11], "stream 7 (overlap lane 2)");
+  for (const char* name : {"reduce", "inner", "late"}) {
+    const auto& e = *by_name.at(name);
+    EXPECT_EQ(e["args"]["stream"], 7) << name;  // HTA reads the stream from args, not tid
+    const auto& f = *flow_end.at(e["args"]["correlation"].get<uint32_t>());
+    EXPECT_EQ(f["tid"], e["tid"]) << name << ": the flow ends on the kernel's own track";
+    EXPECT_EQ(f["ts"], e["ts"]) << name;
+  }
+  for (auto& [track, slices] : gpu_tracks) {  // nothing overlaps on any GPU track now
+    std::sort(slices.begin(), slices.end());
+    for (size_t i = 1; i < slices.size(); ++i) EXPECT_LE(slices[i - 1].second, slices[i].first) << "tid " << track;
+  }
+}
+
+// Both at once: a replayed graph's kernels share its launch's correlation, so only the first gets the
+// flow end; when the second overlaps the first (PDL inside the graph) it still goes on a lane.
+TEST(TraceWriter, OverlappingGraphKernelsGetALaneAndTheLaunchOneFlow) {
+  ActivityLog log;
+  log.api.push_back({"cudaGraphLaunch", false, 100, 200, 42, 1, 90});
+  log.gpu.push_back({GpuActivity::Kind::kernel, "first", 1'000, 2'000, 0, 7, 90, 0, 501});
+  log.gpu.push_back({GpuActivity::Kind::kernel, "second", 1'900, 2'500, 0, 7, 90, 0, 502});
+  const auto trace = chrome_trace(log, TraceMeta{});
+  std::map<std::string, uint32_t> tid;
+  std::vector<const nlohmann::json*> flow_ends;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "X" && e["cat"] == "kernel") tid[e["name"]] = e["tid"];
+    if (e["ph"] == "f") flow_ends.push_back(&e);
+  }
+  EXPECT_EQ(tid["first"], 7u);
+  EXPECT_EQ(tid["second"], 8u);
+  ASSERT_EQ(flow_ends.size(), 1u);
+  EXPECT_EQ((*flow_ends[0])["tid"], 7);
+  EXPECT_DOUBLE_EQ((*flow_ends[0])["ts"].get<double>(), 0.9);
+}
+
+// HTA numbers iterations by ProfilerStep#N slices (cat user_annotation) holding the host events
+// (hta/common/trace.py add_iteration); they go on the thread that starts the steps.
+TEST(TraceWriter, StepSpansBecomeProfilerStepSlicesOnTheTrainingThread) {
+  ActivityLog log;
+  log.steps = {{20, 10'000, 20'000}, {21, 20'500, 30'000}, {22, 30'500, 0}};  // 22: a window cut short
+  uint32_t correlation = 1;
+  auto call = [&](uint32_t thread, uint64_t at) {
+    log.api.push_back({"cudaLaunchKernel", false, at, at + 100, 42, thread, correlation});
+    log.gpu.push_back({GpuActivity::Kind::kernel, "k", at + 500, at + 600, 0, 7, correlation++, 0});
+  };
+  // Thread 1 starts each step; the autograd thread 2 makes more calls.
+  for (uint64_t step_begin : {10'000u, 20'500u}) {
+    call(1, step_begin + 100);
+    for (uint64_t i = 0; i < 5; ++i) call(2, step_begin + 1'000 + i * 1'000);
+  }
+  const auto trace = chrome_trace(log, TraceMeta{});
+  EXPECT_EQ(trace["baseTimeNanoseconds"], 10'000u);
+  std::vector<const nlohmann::json*> steps;
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X" && e["cat"] == "user_annotation") steps.push_back(&e);
+  ASSERT_EQ(steps.size(), 2u);  // the unclosed span is left out
+  EXPECT_EQ((*steps[0])["name"], "ProfilerStep#20");
+  EXPECT_EQ((*steps[1])["name"], "ProfilerStep#21");
+  for (const auto* s : steps) {
+    EXPECT_EQ((*s)["pid"], 42);
+    EXPECT_EQ((*s)["tid"], 1);
+  }
+  EXPECT_DOUBLE_EQ((*steps[0])["ts"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ((*steps[0])["dur"].get<double>(), 10.0);
+  EXPECT_DOUBLE_EQ((*steps[1])["ts"].get<double>(), 10.5);
+  EXPECT_DOUBLE_EQ((*steps[1])["dur"].get<double>(), 9.5);
+
+  ActivityLog no_calls;  // no host thread to put them on
+  no_calls.steps = {{0, 100, 200}};
+  no_calls.gpu.push_back({GpuActivity::Kind::kernel, "k", 150, 160, 0, 7, 1, 0});
+  const auto without_calls = chrome_trace(no_calls, TraceMeta{});
+  for (const auto& e : without_calls["traceEvents"]) EXPECT_NE(e["name"], "ProfilerStep#0");
+}
+
+// Kineto's arg, which HTA's memory bandwidth analyses read (hta/configs/default_event_args.py).
+TEST(TraceWriter, MemcpyAndMemsetCarryTheirBandwidth) {
+  ActivityLog log;
+  log.gpu.push_back({GpuActivity::Kind::memcpy, "Memcpy HtoD", 1'000, 2'000, 0, 7, 1, 1 << 20});
+  log.gpu.push_back({GpuActivity::Kind::memset, "Memset", 3'000, 3'000, 0, 7, 2, 64});  // no time: no bandwidth
+  log.gpu.push_back({GpuActivity::Kind::kernel, "k", 4'000, 5'000, 0, 7, 3, 0});
+  std::map<std::string, nlohmann::json> args;
+  const auto trace = chrome_trace(log, TraceMeta{});
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X") args[e["name"]] = e["args"];
+  EXPECT_DOUBLE_EQ(args["Memcpy HtoD"]["memory bandwidth (GB/s)"].get<double>(), 1048.576);  // bytes / ns
+  EXPECT_EQ(args["Memcpy HtoD"]["bytes"], 1 << 20);
+  EXPECT_FALSE(args["Memset"].contains("memory bandwidth (GB/s)"));
+  EXPECT_FALSE(args["k"].contains("memory bandwidth (GB/s)"));
 }
 
 }  // namespace

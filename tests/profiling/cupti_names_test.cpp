@@ -1,0 +1,178 @@
+// tests/profiling/cupti_names_test.cpp: CUPTI's raw names as the tracer converts them (demangled kernels,
+// API names without CUPTI's version suffix), and the demangled names of real kernels against what reads
+// them downstream: the family rules of profiling/attribution.h and every kernel pattern of the catalog.
+// Run: build/tests/profiling_tests --gtest_filter='CuptiNames*:DemangledKernels*'
+#include "profiling/cupti_names.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kernels/catalog.h"
+#include "profiling/attribution.h"
+
+namespace ablate::profiling {
+namespace {
+
+TEST(CuptiNames, MangledKernelNamesAreDemangled) {
+  EXPECT_EQ(demangle_kernel_name("_Z40ncclDevKernel_AllReduce_Sum_bf16_RING_LL24ncclDevKernelArgsStorageILm4096EE"),
+            "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)");
+  EXPECT_EQ(demangle_kernel_name("_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_15CUDAFunctor_addIfEESt5arrayIPcLm3EEEEviT0_T1_"),
+            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >"
+            "(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)");
+}
+
+TEST(CuptiNames, OtherKernelNamesStayAsTheyAre) {
+  // extern "C" and JIT-compiled kernels: no _Z prefix.
+  EXPECT_EQ(demangle_kernel_name("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"), "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT");
+  EXPECT_EQ(demangle_kernel_name("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_cga1x1x1_kernel0_0"),
+            "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_cga1x1x1_kernel0_0");
+  EXPECT_EQ(demangle_kernel_name("f"), "f");  // __cxa_demangle alone would read a type: "float"
+  EXPECT_EQ(demangle_kernel_name("_Znot_a_symbol("), "_Znot_a_symbol(");
+  EXPECT_EQ(demangle_kernel_name(nullptr), "");
+  const std::string huge = "_Z" + std::string(20'000, 'x');
+  EXPECT_EQ(demangle_kernel_name(huge.c_str()), huge);
+}
+
+TEST(CuptiNames, ApiNamesLoseTheCallbackVersionAsInKineto) {
+  EXPECT_EQ(api_name_without_version("cudaLaunchKernel_v7000"), "cudaLaunchKernel");
+  EXPECT_EQ(api_name_without_version("cudaLaunchKernelExC_v11060"), "cudaLaunchKernelExC");
+  EXPECT_EQ(api_name_without_version("cudaMemcpyAsync_v3020"), "cudaMemcpyAsync");
+  EXPECT_EQ(api_name_without_version("cudaMemsetAsync_v3020"), "cudaMemsetAsync");
+  EXPECT_EQ(api_name_without_version("cudaLaunchKernel_ptsz_v7000"), "cudaLaunchKernel_ptsz");  // Kineto keeps _ptsz
+  EXPECT_EQ(api_name_without_version("cudaMemcpy_ptds_v7000"), "cudaMemcpy_ptds");
+  EXPECT_EQ(api_name_without_version("cudaSignalExternalSemaphoresAsync_v2_v11020"), "cudaSignalExternalSemaphoresAsync");
+  EXPECT_EQ(api_name_without_version("cuMemcpyHtoDAsync_v2"), "cuMemcpyHtoDAsync");
+  EXPECT_EQ(api_name_without_version("cuLaunchKernelEx"), "cuLaunchKernelEx");
+  EXPECT_EQ(api_name_without_version("cuLaunchKernel"), "cuLaunchKernel");
+  EXPECT_EQ(api_name_without_version("cudaGraphLaunch_v10000"), "cudaGraphLaunch");
+  EXPECT_EQ(api_name_without_version("cuda_vX"), "cuda_vX");  // not digits
+  EXPECT_EQ(api_name_without_version("cuda_v"), "cuda_v");
+  EXPECT_EQ(api_name_without_version("_v2"), "_v2");  // nothing would be left
+  EXPECT_EQ(api_name_without_version(""), "");
+}
+
+// Kernels as CUPTI names them, from an H100 run of this harness, the lead's nvcc build of kernels/cuda/
+// (nm of the .cu objects), and the symbol tables of libtorch_cuda.so, libnccl and libcudnn. `backend` is
+// the catalog row ("seam/backend") whose patterns should match, "" for none; `family` is what the name
+// rules give when the kernel runs outside a seam.
+struct Sample {
+  const char* backend;
+  const char* family;
+  const char* raw;
+};
+const std::vector<Sample>& samples() {
+  static const std::vector<Sample> kSamples = {
+      {"attention/sdpa_flash", "attention",
+       "_ZN13pytorch_flash16flash_fwd_kernelI23Flash_fwd_kernel_traitsILi96ELi128ELi64ELi4ELb0ELb0EN7cutlass10bfloat16_"
+       "tE19Flash_kernel_traitsILi96ELi128ELi64ELi4ES3_EELb0ELb1ELb0ELb0ELb1ELb1ELb0ELb0EEEvNS_16Flash_fwd_paramsE"},
+      {"attention/sdpa_flash", "attention",
+       "_ZN13pytorch_flash44flash_bwd_dq_dk_dv_loop_seqk_parallel_kernelI23Flash_bwd_kernel_traitsILi96ELi64ELi128ELi8ELi2E"
+       "Li4ELi4ELb1ELb0EN7cutlass10bfloat16_tE19Flash_kernel_traitsILi96ELi64ELi128ELi8ES3_EELb0ELb1ELb0ELb0ELb1ELb1ELb0EEEv"
+       "NS_16Flash_bwd_paramsE"},
+      {"attention/sdpa_efficient", "attention",
+       "_Z40fmha_cutlassF_bf16_aligned_64x64_rf_sm80N22PyTorchMemEffAttention15AttentionKernelIN7cutlass10bfloat16_tENS1_"
+       "4arch4Sm80ELb1ELi64ELi64ELi64ELb1ELb1EE6ParamsE"},
+      {"attention/sdpa_efficient", "attention",
+       "_Z42fmha_cutlassB_bf16_aligned_64x64_k128_sm80N22PyTorchMemEffAttention23AttentionBackwardKernelIN7cutlass4arch4Sm80E"
+       "NS1_10bfloat16_tELb1ELb0ELb0ELi64ELi64ELi128ELb0EE6ParamsE"},
+      {"attention/sdpa_cudnn", "attention",
+       "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_cga1x1x1_kernel0_0"},
+      // "cudnn::fusion" only matches once demangled (mangled: 5cudnn6fusion).
+      {"attention/sdpa_cudnn", "elementwise",
+       "_ZN5cudnn6fusion41combineScaleBiasStats_1C11_general_kernelIfEEvi17cudnnTensorStructPKvS4_S4_S4_dS2_PvS5_"},
+      {"rope/fused_cuda", "rope",
+       "_ZN6ablate7kernels5fused39_GLOBAL__N__89da4482_7_rope_cu_1cd8b363L15ablate_rope_fwdI13__nv_bfloat16Li1EEEvNS2_8Rows"
+       "ViewIKT_EES8_S8_S8_PKfSA_PS6_SB_NS2_11RopeFwdArgsE"},
+      {"rope/fused_cuda", "rope",
+       "_ZN6ablate7kernels5fused39_GLOBAL__N__89da4482_7_rope_cu_1cd8b363L15ablate_rope_bwdI13__nv_bfloat16Li1EEEvPKT_S7_PKf"
+       "S9_PS5_SA_NS2_9RopeShapeE"},
+      {"residual_norm/fused_cuda", "norm",
+       "_ZN6ablate7kernels5fused49_GLOBAL__N__04bf2b77_16_residual_norm_cu_9f6e2667L24ablate_residual_norm_fwdI13__nv_bfloat"
+       "16S4_Li1ELi32EEEvPKT_PKT0_PKvbPS5_PS8_Pflif"},
+      {"residual_norm/fused_cuda", "norm",
+       "_ZN6ablate7kernels5fused49_GLOBAL__N__04bf2b77_16_residual_norm_cu_9f6e2667L24ablate_residual_norm_bwdI13__nv_bfloat"
+       "16S4_Li1ELi32EEEvPKT_PKT0_SA_PKvbPKfPS8_PS5_Pfli"},
+      {"residual_norm/fused_cuda", "norm",
+       "_ZN6ablate7kernels5fused49_GLOBAL__N__04bf2b77_16_residual_norm_cu_9f6e266723ablate_residual_norm_dwEPKfliPf"},
+      {"swiglu/fused_cuda", "elementwise",
+       "_ZN6ablate7kernels5fused41_GLOBAL__N__6761dd42_9_swiglu_cu_b38752c4L17ablate_swiglu_fwdI13__nv_bfloat16Li1EEEvPKT_S7_"
+       "PS5_l"},
+      {"swiglu/fused_cuda", "elementwise",
+       "_ZN6ablate7kernels5fused41_GLOBAL__N__6761dd42_9_swiglu_cu_b38752c4L17ablate_swiglu_bwdI13__nv_bfloat16Li1EEEvPKT_S7_"
+       "S7_PS5_S8_l"},
+      // Demangling drops the file name (linear_cross_entropy_cu) with the anonymous namespace: the
+      // loss rule names ablate_lce itself.
+      {"loss/fused_cuda", "loss",
+       "_ZN6ablate7kernels5fused56_GLOBAL__N__92fc6e8d_23_linear_cross_entropy_cu_5e8d1a37L15ablate_lce_rowsI13__nv_bfloat16"
+       "Li1ELb0EEEvPT_lPKlPKfSA_PfSB_SA_SA_"},
+      {"loss/fused_cuda", "loss",
+       "_ZN6ablate7kernels5fused56_GLOBAL__N__92fc6e8d_23_linear_cross_entropy_cu_5e8d1a37L16ablate_lce_scaleI13__nv_bfloat16"
+       "Li1EEEvPT_lPKf"},
+      {"optimizer/fused_adamw", "optimizer",
+       "_ZN2at6native52_GLOBAL__N__c815dac0_19_fused_adamw_impl_cu_8b44fa2325multi_tensor_apply_kernelINS1_32FusedOptimizer"
+       "TensorListMetadataILi4EEENS1_20FusedAdamMathFunctorIN3c108BFloat16ELi4ELNS0_9ADAM_MODEE1ELb0EEEJPKfdddddbSB_SB_EEEvT_"
+       "T0_DpT1_"},
+      {"", "communication", "_Z40ncclDevKernel_AllReduce_Sum_bf16_RING_LL24ncclDevKernelArgsStorageILm4096EE"},
+      {"", "gemm", "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"},
+      {"", "gemm",
+       "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize64x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"},
+      {"", "gemm", "_ZN7cutlass7Kernel2I51cutlass_80_tensorop_s1688gemm_128x64_32x3_tn_align1EEvNT_6ParamsE"},
+      {"", "gemm",
+       "_ZN8cublasLt19splitKreduce_kernelILi32ELi16EiffffLb0EfffLb1ELb0ELb0ELb0EEEvNS_18cublasSplitKParamsIT4_EEPKT2_PKT8_"
+       "PT7_PT3_PKS2_SF_PKT9_S6_PSG_PvlPS2_PiSL_SL_SF_SF_SF_SF_SF_"},
+      {"", "elementwise",
+       "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_15CUDAFunctor_addIfEESt5arrayIPcLm3EEEEviT0_T1_"},
+      {"", "elementwise",
+       "_ZN43_GLOBAL__N__b6de9c8c_10_SoftMax_cu_9f978f6320softmax_warp_forwardIfffLi4ELb0ELb0EEEvPT0_PKT_iiiPKbib"},
+  };
+  return kSamples;
+}
+
+TEST(DemangledKernels, FamilyRulesReadDemangledNames) {
+  for (const auto& s : samples()) {
+    const std::string name = demangle_kernel_name(s.raw);
+    EXPECT_NE(name.rfind("_Z", 0), 0u) << "not demangled: " << s.raw;
+    EXPECT_EQ(family_of_kernel_name(name), s.family) << name;
+    // HTA tells communication kernels by the regex '^nccl.*Kernel' (hta/utils/utils.py): demangled, NCCL's match.
+    if (std::string(s.family) == "communication") {
+      EXPECT_EQ(name.rfind("ncclDevKernel", 0), 0u) << name;
+    }
+  }
+}
+
+// Every pattern of every catalog backend matches a demangled sample of that backend, and a backend's
+// samples match no other backend of its seam, so observe_backends confirms the backend that ran.
+TEST(DemangledKernels, EveryCatalogPatternMatchesItsBackendsDemangledKernels) {
+  std::map<std::string, std::vector<std::string>> by_backend;
+  for (const auto& s : samples())
+    if (*s.backend != '\0') by_backend[s.backend].push_back(demangle_kernel_name(s.raw));
+  for (const auto& row : kernels::catalog()) {
+    if (row.kernel_patterns.empty()) continue;
+    const std::string key = row.seam + "/" + row.name;
+    const auto it = by_backend.find(key);
+    ASSERT_NE(it, by_backend.end()) << key << " has kernel patterns but no kernel name sample here: add one";
+    for (const auto& pattern : row.kernel_patterns) {
+      bool matched = false;
+      for (const auto& name : it->second) matched = matched || name.find(pattern) != std::string::npos;
+      EXPECT_TRUE(matched) << key << ": pattern '" << pattern << "' matches none of its demangled kernels";
+    }
+    ActivityLog log;
+    log.scopes[1] = {"forward", 0, "A", row.seam, row.name};
+    uint32_t correlation = 1;
+    for (const auto& name : it->second) {
+      log.gpu.push_back({GpuActivity::Kind::kernel, name, correlation * 100, correlation * 100 + 50, 0, 7, correlation, 0});
+      log.external_id[correlation++] = 1;
+    }
+    const auto observed = observe_backends(summarize(log), {{row.seam, row.name}}, kernels::catalog());
+    ASSERT_EQ(observed.size(), 1u);
+    EXPECT_EQ(observed[0].observed, row.name) << key << ": " << observed[0].note;
+    EXPECT_EQ(observed[0].mismatch, false) << key << ": " << observed[0].note;
+  }
+}
+
+}  // namespace
+}  // namespace ablate::profiling
