@@ -63,6 +63,7 @@ std::string CuptiTracer::track_graph_nodes(std::function<uint64_t()>) {
   return "built without CUPTI (no CUPTI headers at configure time)";
 }
 void CuptiTracer::stop_tracking_graph_nodes() {}
+std::string CuptiTracer::detach() { return "built without CUPTI (no CUPTI headers at configure time)"; }
 void CuptiTracer::stop() {}
 uint64_t CuptiTracer::timestamp_ns() const { return 0; }
 void CuptiTracer::push_external(uint64_t) {}
@@ -203,6 +204,16 @@ void CuptiTracer::stop_tracking_graph_nodes() {
   cuptiUnsubscribe(static_cast<CUpti_SubscriberHandle>(subscriber_));
   subscriber_ = nullptr;
   current_scope_ = nullptr;
+}
+
+std::string CuptiTracer::detach() {
+  std::lock_guard lock(mutex_);
+  std::lock_guard graph_lock(graph_mutex_);
+  if (active_.load()) return "a profiling window is open";
+  if (subscriber_ != nullptr) return "graph nodes are being tracked";
+  if (const auto r = cuptiFinalize(); r != CUPTI_SUCCESS) return cupti_error("cuptiFinalize", r);
+  callbacks_registered_ = false;  // finalize dropped them: the next window registers again
+  return "";
 }
 
 void CuptiTracer::stop() {

@@ -2,7 +2,7 @@
 """scripts/profile-overhead.py DB TAG: the profiling overhead of an A/B made by scripts/gpu-ab.sh with
 A = profiling off ([profile] enabled = false) and B = profiling on (a CUPTI window inside the run),
 read back from the receipts. Prints, per run, the median steady step time and, for B, the medians
-inside and outside the window that the run recorded (summary extra.profile); then the two overheads
+inside and outside the window that the run recorded (runs.summary_json: profile); then the two overheads
 the profiling issue sets targets for:
   outside the window = median over B runs of their outside-window median / median over A runs - 1
                        (target < 0.5 %)
@@ -30,7 +30,7 @@ def main(argv):
             off.append(median)
             print(f"run {run_id} off: median step {median:.2f} ms")
         elif f"{tag}-b" in tags:
-            profile = (json.loads(summary or "{}").get("extra") or {}).get("profile") or {}
+            profile = json.loads(summary or "{}").get("profile") or {}  # summary_json holds RunSummary::extra
             inside, outside = profile.get("median_step_ms_inside_window"), profile.get("median_step_ms_outside_window")
             if inside is None or outside is None:
                 print(f"run {run_id} on: no window medians ({profile.get('status')}: {profile.get('reason')})")

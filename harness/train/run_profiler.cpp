@@ -148,6 +148,15 @@ void RunProfiler::end_capture() {
   if (!recorder_) return;
   profiling::CuptiTracer::instance().stop_tracking_graph_nodes();
   recorder_->set_backward_markers(markers_before_capture_);
+  if (!graph_node_tags_.empty() && !window_open_) {
+    if (cuda_) torch::cuda::synchronize(device_index_);
+    detach_cupti();
+  }
+}
+
+void RunProfiler::detach_cupti() {
+  const auto why = profiling::CuptiTracer::instance().detach();
+  cupti_detached_ = why.empty() ? "yes" : "no: " + why;
 }
 
 void RunProfiler::end_step(int64_t step, double wall_ms, bool steady) {
@@ -172,6 +181,7 @@ void RunProfiler::close_window() {
   log_.steps = spans_;
   window_open_ = false;
   window_done_ = true;
+  detach_cupti();
   flush_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -259,6 +269,7 @@ nlohmann::json RunProfiler::record(receipts::Store& store, int64_t run_id, const
     out["dropped_records"] = log_.dropped_records;
     out["flush_s"] = flush_s_;
     out["unmatched_scope_pops"] = recorder_ ? recorder_->unmatched_pops() : 0;
+    out["cupti_detached_after_window"] = cupti_detached_;
     out["backend_mismatches"] = mismatches;
     if (!graph_node_tags_.empty()) {
       out["graph_node_tags"] = graph_node_tags_;

@@ -69,6 +69,7 @@ class RunProfiler {
 
  private:
   void close_window();
+  void detach_cupti();  // after the window and after a capture's node tagging (CuptiTracer::detach)
   std::string trace_stem(int64_t run_id, const std::string& db_path) const;
 
   const ExperimentSpec& spec_;
@@ -89,6 +90,7 @@ class RunProfiler {
   double flush_s_ = 0;
   bool markers_before_capture_ = false;
   std::string graph_node_tags_;  // "" (no capture), "ok", or why nodes could not be tagged
+  std::string cupti_detached_;   // "yes" or "no: <why>" (the last detach attempt)
 };
 
 }  // namespace ablate::harness

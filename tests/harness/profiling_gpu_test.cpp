@@ -86,6 +86,7 @@ TEST_F(ProfilingGpuTest, WindowIsTracedAttributedAndStored) {
   EXPECT_GT(w["records"].get<int64_t>(), 100);
   EXPECT_EQ(w["dropped_records"], 0);
   EXPECT_EQ(doc["env"]["profiling"], "ok");
+  EXPECT_EQ(doc["run"]["summary"]["extra"]["profile"]["cupti_detached_after_window"], "yes");
 
   // Per-family time over the window's steps sums to the GPU busy time (compute + non-compute).
   int64_t family_ns = 0;
@@ -230,6 +231,8 @@ TEST_F(ProfilingGpuTest, GraphCaptureIsAchievedOnTheCapacityFactorLaneAndMatches
   EXPECT_EQ(w["dropped_records"], 0);
   const auto& summary = graphed["run"]["summary"]["extra"]["profile"];
   EXPECT_EQ(summary["graph_node_tags"], "ok") << summary.dump();
+  // CUPTI was detached after the capture and attached again for the window: the tags still hold.
+  EXPECT_EQ(summary["cupti_detached_after_window"], "yes") << summary.dump();
   EXPECT_GT(summary["graph_nodes_tagged"].get<int64_t>(), 1000);
   EXPECT_TRUE(summary["backend_mismatches"].empty()) << summary["backend_mismatches"].dump();
   int64_t scoped_ns = 0, total_ns = 0;
