@@ -83,7 +83,8 @@ class CuptiTracer {
 
  private:
   CuptiTracer() = default;
-  std::mutex mutex_;
+  std::mutex mutex_;        // log_, options_, buffer accounting: held briefly (see on_buffer_completed)
+  std::mutex parse_mutex_;  // record parsing and its name caches
   ActivityLog log_;
   TracerOptions options_;
   size_t buffers_in_window_ = 0;

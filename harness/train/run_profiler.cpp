@@ -162,7 +162,15 @@ void RunProfiler::detach_cupti() {
 void RunProfiler::end_step(int64_t step, double wall_ms, bool steady) {
   if (window_open_ && !spans_.empty() && spans_.back().step == step)
     spans_.back().end_ns = profiling::CuptiTracer::instance().timestamp_ns();
-  if (steady) (in_window(step) ? inside_ms_ : outside_ms_).push_back(wall_ms);
+  if (steady) {
+    if (in_window(step)) {
+      inside_ms_.push_back(wall_ms);
+    } else {
+      outside_ms_.push_back(wall_ms);
+      const int64_t begin = spec_.profile.start_step, end = begin + spec_.profile.steps;
+      if (step >= begin - spec_.profile.steps && step < end + spec_.profile.steps) around_ms_.push_back(wall_ms);
+    }
+  }
   if (step_range_open_) {
     profiling::nvtx_pop();
     step_range_open_ = false;
@@ -284,12 +292,20 @@ nlohmann::json RunProfiler::record(receipts::Store& store, int64_t run_id, const
           ? "recorded (memory table: allocator peaks after forward, backward, optimizer)"
           : "recorded (memory table: allocator peaks after forward, backward, optimizer for eager steps; one row "
             "per replayed step, phase \"graph replay\": the graph's private pool is allocated once at capture)";
-  const auto inside = median_or_null(inside_ms_), outside = median_or_null(outside_ms_);
+  // The overhead baseline is the steps around the window (as many steady steps before and after it as
+  // it has): step times drift as training goes (the MoE load evens out), so all outside steps would
+  // mix another phase of training into the comparison.
+  const auto inside = median_or_null(inside_ms_), outside = median_or_null(outside_ms_),
+             around = median_or_null(around_ms_);
+  const auto baseline = around ? around : outside;
+  auto number_or_null = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
   out["window"] = {spec_.profile.start_step, spec_.profile.start_step + spec_.profile.steps};
-  out["median_step_ms_inside_window"] = inside ? nlohmann::json(*inside) : nlohmann::json(nullptr);
-  out["median_step_ms_outside_window"] = outside ? nlohmann::json(*outside) : nlohmann::json(nullptr);
-  out["overhead_pct"] = inside && outside && *outside > 0 ? nlohmann::json(100.0 * (*inside / *outside - 1.0))
-                                                          : nlohmann::json(nullptr);
+  out["median_step_ms_inside_window"] = number_or_null(inside);
+  out["median_step_ms_outside_window"] = number_or_null(outside);
+  out["median_step_ms_around_window"] = number_or_null(around);
+  out["overhead_pct"] = inside && baseline && *baseline > 0 ? nlohmann::json(100.0 * (*inside / *baseline - 1.0))
+                                                            : nlohmann::json(nullptr);
+  out["overhead_baseline"] = around ? "steady steps around the window" : "all steady steps outside the window";
   return out;
 }
 

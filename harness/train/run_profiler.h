@@ -86,7 +86,7 @@ class RunProfiler {
   profiling::ActivityLog log_;
   std::vector<receipts::MemoryRow> memory_;
   int64_t step_allocated_peak_ = 0, step_reserved_peak_ = 0;
-  std::vector<double> inside_ms_, outside_ms_;
+  std::vector<double> inside_ms_, outside_ms_, around_ms_;  // steady step times; around: near the window
   double flush_s_ = 0;
   bool markers_before_capture_ = false;
   std::string graph_node_tags_;  // "" (no capture), "ok", or why nodes could not be tagged
