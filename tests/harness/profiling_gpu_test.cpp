@@ -16,6 +16,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -200,6 +201,7 @@ TEST_F(ProfilingGpuTest, GraphCaptureIsAchievedOnTheCapacityFactorLaneAndMatches
   eager_sets.push_back("compile.cuda_graphs=false");
   graph_sets.push_back("compile.cuda_graphs=true");
   const auto eager = run(spec(eager_sets));
+  const auto eager_again = run(spec(eager_sets));
   const auto graphed = run(spec(graph_sets));
 
   EXPECT_EQ(graphed["env"]["compile.cuda_graphs_achieved"], "true") << graphed["env"].dump();
@@ -209,17 +211,21 @@ TEST_F(ProfilingGpuTest, GraphCaptureIsAchievedOnTheCapacityFactorLaneAndMatches
   EXPECT_EQ(posture["capture_step"], 3);
   EXPECT_EQ(eager["env"]["compile.cuda_graphs_achieved"], "false");
 
-  // Same seed, same data, same kernels: the replayed steps track eager. A replay that read a stale
-  // batch, learning rate or step count would move the loss and (more) the gradient norm off eager's.
-  // Tolerance: bf16 autocast with atomics in the embedding backward makes two eager runs differ by
-  // ~1e-6 relative in the loss over 10 steps; 2e-4 leaves room and still sees another batch's loss.
+  // Same seed, same data, same kernels: the replayed steps track eager as closely as eager tracks
+  // itself. Two eager runs are not bitwise equal (atomics in the embedding and scatter backwards, bf16
+  // autocast): on the H100 they drifted to 2e-4 relative in the loss by step 9. So the bound per step is
+  // 10x the eager-vs-eager difference, with floors of 5e-4 (loss) and 2e-2 (gradient norm) relative; a
+  // replay that read a stale batch, learning rate or step count moves the gradient norm by far more.
   ASSERT_EQ(eager["steps"].size(), 10u);
+  ASSERT_EQ(eager_again["steps"].size(), 10u);
   ASSERT_EQ(graphed["steps"].size(), 10u);
   for (size_t i = 0; i < 10; ++i) {
-    const double want = eager["steps"][i]["loss"], got = graphed["steps"][i]["loss"];
-    EXPECT_NEAR(got, want, 2e-4 * std::abs(want)) << "step " << i;
-    const double gn_want = eager["steps"][i]["grad_norm"], gn_got = graphed["steps"][i]["grad_norm"];
-    EXPECT_NEAR(gn_got, gn_want, 1e-2 * std::abs(gn_want)) << "step " << i;
+    const double want = eager["steps"][i]["loss"], again = eager_again["steps"][i]["loss"],
+                 got = graphed["steps"][i]["loss"];
+    EXPECT_NEAR(got, want, std::max(10 * std::abs(again - want), 5e-4 * std::abs(want))) << "step " << i;
+    const double gn_want = eager["steps"][i]["grad_norm"], gn_again = eager_again["steps"][i]["grad_norm"],
+                 gn_got = graphed["steps"][i]["grad_norm"];
+    EXPECT_NEAR(gn_got, gn_want, std::max(10 * std::abs(gn_again - gn_want), 2e-2 * std::abs(gn_want))) << "step " << i;
   }
 
   // The window holds only replays: every kernel's launch is the graph launch, and the node tags carry
