@@ -86,6 +86,11 @@ void register_receipt_queries(CLI::App& app, Globals& g) {
                opt(s.median_step_ms, "{:.2f}"), opt(s.tokens_per_s, "{:.0f}"), s.mfu ? fmt::format("{:.2f}%", *s.mfu * 100) : "null",
                s.goodput_pct ? fmt::format("{:.1f}%", *s.goodput_pct) : "-", human_bytes(s.peak_memory_bytes));
     if (j["env"].contains("profiling")) fmt::print("profiling: {}\n", j["env"]["profiling"].get<std::string>());
+    // Requested is not achieved: a requested CUDA graph says which it was, and why.
+    if (j["env"].value("compile.cuda_graphs_requested", "") == "true")
+      fmt::print("cuda graphs: {} ({})\n",
+                 j["env"].value("compile.cuda_graphs_achieved", "") == "true" ? "achieved" : "not achieved",
+                 j["env"].value("compile.cuda_graphs_reason", "no reason recorded"));
     // A seam whose kernels contradict its chosen backend, with the kernels that say so.
     for (const auto& b : j["backends"]) {
       if (b["mismatch"] != true) continue;  // the store reads the 0/1 column back as a JSON boolean

@@ -196,7 +196,7 @@ TEST_F(CliTest, RunRecordsTheGitRevisionOverrideAndRefusesAMalformedOne) {
 }
 
 // `ablate show` names a seam whose kernels contradict its chosen backend, with the evidence kernels.
-TEST_F(CliTest, ShowPrintsBackendMismatchesWithTheirKernels) {
+TEST_F(CliTest, ShowPrintsBackendMismatchesWithTheirKernelsAndTheGraphPosture) {
   const std::string db = (dir_ / "m.db").string();
   {
     auto store = ablate::receipts::Store::open(db);
@@ -208,12 +208,17 @@ TEST_F(CliTest, ShowPrintsBackendMismatchesWithTheirKernels) {
                                {"attention", "sdpa_flash", "sdpa_flash", "sdpa_flash", "requested backend is available", false}});
     store.record_backend_evidence(id, {{"residual_norm", "vectorized_elementwise_kernel<4, AddFunctor>", "", 24, 9000},
                                        {"attention", "flash_fwd_kernel", "sdpa_flash", 8, 5000}});
-    store.record_env(id, {{"profiling", "ok"}});
+    store.record_env(id, {{"profiling", "ok"},
+                          {"compile.cuda_graphs_requested", "true"},
+                          {"compile.cuda_graphs_achieved", "false"},
+                          {"compile.cuda_graphs_reason", "capture failed at step 3: operation not permitted"}});
     store.finish_run(id, ablate::receipts::RunStatus::ok, "", {});
   }
   const auto r = run_cli("show 1 --db " + db);
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("profiling: ok"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cuda graphs: not achieved (capture failed at step 3: operation not permitted)"), std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("backend mismatch: seam residual_norm chose fused_cuda but observed reference; kernels: "
                        "vectorized_elementwise_kernel<4, AddFunctor> (no backend's pattern)"),
             std::string::npos)
