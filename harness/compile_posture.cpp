@@ -24,7 +24,7 @@ GraphCapturePosture decide_graph_capture(bool requested, bool cuda_device,
     p.reason =
         "refused: seam moe_dispatch = reference (standard path, dropless: model.moe.capacity_factor = 0) reads the "
         "largest expert load on the host in every E layer, and a host sync cannot be captured; the step ran eager "
-        "(choose a sync-free moe_dispatch backend or a capacity factor to capture)";
+        "(choose moe_dispatch = grouped_mm, which is dropless without a sync, or a capacity factor to capture)";
     return p;
   }
   p.eligible = true;

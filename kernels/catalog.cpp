@@ -77,6 +77,15 @@ std::string fused_cuda_unavailable([[maybe_unused]] const DeviceInfo& dev) {
 #endif
 }
 
+// LibTorch's grouped GEMM (at::_grouped_mm): on CUDA the CUTLASS sm90 kernels, bf16/fp16 only; on the
+// CPU its own fp32/bf16 implementation. No fp64 kernel anywhere.
+std::string grouped_mm_unavailable(const DeviceInfo& dev) {
+  if (dev.dtype == "fp64") return "at::_grouped_mm has no fp64 kernel";
+  if (!dev.cuda) return "";
+  if (auto r = needs_compute_capability(dev, 9, 0); !r.empty()) return r;
+  return needs_half_precision(dev);
+}
+
 BackendInfo reference_row(const std::string& seam, std::string description) {
   return BackendInfo{.seam = seam,
                      .name = "reference",
@@ -146,6 +155,15 @@ std::vector<BackendInfo> build_catalog() {
   rows.push_back(reference_row("moe_dispatch",
                                "standard path: permute by expert, pad to capacity, bmm, unpad, unpermute, weighted "
                                "sum; dropless mode syncs the host once for the largest expert load"));
+  rows.push_back(BackendInfo{.seam = "moe_dispatch",
+                             .name = "grouped_mm",
+                             .role = Role::vendor,
+                             .fallback = "reference",
+                             .kernel_patterns = {},  // the CUTLASS grouped kernel's name is not pinned yet
+                             .description = "dropless without a host sync: slots sorted by expert on the device, "
+                                            "the three expert matmuls as LibTorch grouped GEMMs (at::_grouped_mm) "
+                                            "over device offsets; CUDA-graph capturable",
+                             .unavailable_reason = &grouped_mm_unavailable});
   rows.push_back(reference_row("ssm_scan", "Mamba-3 SISO chunked scan in LibTorch ops, fp32"));
   rows.push_back(reference_row("recurrent_scan", "RG-LRU linear recurrence, chunked, in LibTorch ops, fp32"));
   rows.push_back(reference_row("loss", "full logits + masked cross-entropy in LibTorch ops"));

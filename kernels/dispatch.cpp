@@ -39,6 +39,7 @@ Implementations build_registry() {
   r.residual_norm["reference"] = &ref::residual_norm;
   r.swiglu["reference"] = &ref::swiglu;
   r.moe_dispatch["reference"] = &ref::moe_dispatch_standard;
+  r.moe_dispatch["grouped_mm"] = &ref::moe_dispatch_grouped;
   r.ssm_scan["reference"] = &ref::ssm_scan_chunked;
   r.recurrent_scan["reference"] = [](const torch::Tensor& a, const torch::Tensor& b) {
     return ref::recurrent_scan_chunked(a, b);
@@ -120,7 +121,10 @@ bool has_implementation(const std::string& seam, const std::string& name) {
 
 DeviceInfo describe_device(const torch::Device& device, torch::ScalarType dtype) {
   DeviceInfo info;
-  info.dtype = dtype == torch::kBFloat16 ? "bf16" : dtype == torch::kHalf ? "fp16" : "fp32";
+  info.dtype = dtype == torch::kBFloat16 ? "bf16"
+               : dtype == torch::kHalf   ? "fp16"
+               : dtype == torch::kDouble ? "fp64"
+                                         : "fp32";
 #if defined(ABLATE_HAVE_CUDA)
   info.cuda = device.is_cuda() && torch::cuda::is_available();
 #endif

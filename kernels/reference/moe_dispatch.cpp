@@ -12,9 +12,9 @@
 
 namespace ablate::kernels::reference {
 
-torch::Tensor moe_dispatch_standard(const torch::Tensor& x, const torch::Tensor& topk_idx, const torch::Tensor& topk_w,
-                                    const torch::Tensor& w1, const torch::Tensor& w3, const torch::Tensor& w2,
-                                    double capacity_factor, torch::Tensor* dropped) {
+void check_moe_dispatch_args(const torch::Tensor& x, const torch::Tensor& topk_idx, const torch::Tensor& topk_w,
+                             const torch::Tensor& w1, const torch::Tensor& w3, const torch::Tensor& w2,
+                             double capacity_factor) {
   TORCH_CHECK(
       x.dim() == 2 && topk_idx.dim() == 2 && topk_idx.sizes() == topk_w.sizes() && topk_idx.size(0) == x.size(0),
       "moe_dispatch: x must be [T, d] and topk_idx, topk_w [T, k]");
@@ -22,6 +22,12 @@ torch::Tensor moe_dispatch_standard(const torch::Tensor& x, const torch::Tensor&
                   w2.size(2) == w1.size(1) && w1.size(2) == x.size(1),
               "moe_dispatch: w1, w3 must be [E, f, d] and w2 [E, d, f]");
   TORCH_CHECK(capacity_factor >= 0, "moe_dispatch: capacity_factor must be >= 0");
+}
+
+torch::Tensor moe_dispatch_standard(const torch::Tensor& x, const torch::Tensor& topk_idx, const torch::Tensor& topk_w,
+                                    const torch::Tensor& w1, const torch::Tensor& w3, const torch::Tensor& w2,
+                                    double capacity_factor, torch::Tensor* dropped) {
+  check_moe_dispatch_args(x, topk_idx, topk_w, w1, w3, w2, capacity_factor);
   const int64_t tokens = x.size(0), d = x.size(1), k = topk_idx.size(1), experts = w1.size(0);
   const int64_t slots = tokens * k;  // slot s = token * k + j, the j-th choice of a token
   const auto index_opts = torch::TensorOptions().dtype(torch::kLong).device(x.device());

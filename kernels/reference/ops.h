@@ -65,6 +65,16 @@ torch::Tensor moe_dispatch_standard(const torch::Tensor& x, const torch::Tensor&
                                     const torch::Tensor& w1, const torch::Tensor& w3, const torch::Tensor& w2,
                                     double capacity_factor, torch::Tensor* dropped);
 
+// The MoeDispatchFn contract's shape checks, shared by the backends (TORCH_CHECK: c10::Error).
+void check_moe_dispatch_args(const torch::Tensor& x, const torch::Tensor& topk_idx, const torch::Tensor& topk_w,
+                             const torch::Tensor& w1, const torch::Tensor& w3, const torch::Tensor& w2,
+                             double capacity_factor);
+// grouped_mm: dropless without a host sync: slots sorted by expert on the device and the three expert
+// matmuls as LibTorch grouped GEMMs (at::_grouped_mm) over per-expert offsets (kernels/reference/moe_grouped.cpp).
+torch::Tensor moe_dispatch_grouped(const torch::Tensor& x, const torch::Tensor& topk_idx, const torch::Tensor& topk_w,
+                                   const torch::Tensor& w1, const torch::Tensor& w3, const torch::Tensor& w2,
+                                   double capacity_factor, torch::Tensor* dropped);
+
 // --- seam `loss` ------------------------------------------------------------------------------------
 // reference: the full [N, V] logits, then masked mean cross-entropy.
 torch::Tensor loss_full_logits(const torch::Tensor& hidden, const torch::Tensor& head_weight,

@@ -266,7 +266,7 @@ TEST(Dispatcher, DescribesTheDevice) {
   EXPECT_FALSE(info.cuda);
   EXPECT_EQ(info.dtype, "bf16");
   EXPECT_EQ(describe_device(torch::kCPU, torch::kFloat).dtype, "fp32");
-  EXPECT_EQ(describe_device(torch::kCPU, torch::kDouble).dtype, "fp32");
+  EXPECT_EQ(describe_device(torch::kCPU, torch::kDouble).dtype, "fp64");
   if (torch::cuda::is_available()) {
     const auto cuda = describe_device(torch::Device(torch::kCUDA, 0), torch::kBFloat16);
     EXPECT_TRUE(cuda.cuda);

@@ -258,6 +258,7 @@ const std::vector<ParityCase>& parity_cases() {
       moe_case(13, 10, 5, 2, 6, 0.0),
       moe_case(13, 10, 5, 2, 6, 0.6),
       moe_case(1, 7, 3, 1, 5, 0.0),
+      moe_case(40, 16, 4, 2, 24, 0.0),  // d, f multiples of 8: grouped_mm without padding; uneven loads
       ssm_scan_case(2, 11, 3, 5, 6, 4),
       ssm_scan_case(1, 1, 1, 3, 4, 4),
       recurrent_scan_case(2, 13, 9),
