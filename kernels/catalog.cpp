@@ -159,7 +159,9 @@ std::vector<BackendInfo> build_catalog() {
                              .name = "grouped_mm",
                              .role = Role::vendor,
                              .fallback = "reference",
-                             .kernel_patterns = {},  // the CUTLASS grouped kernel's name is not pinned yet
+                             // CUTLASS's grouped GEMM (cutlass::gemm::GroupProblemShape), in the raw name
+                             // CUPTI keeps when the demangler gives up on it, and in the demangled one.
+                             .kernel_patterns = {"GroupProblemShape"},
                              .description = "dropless without a host sync: slots sorted by expert on the device, "
                                             "the three expert matmuls as LibTorch grouped GEMMs (at::_grouped_mm) "
                                             "over device offsets; CUDA-graph capturable",

@@ -63,6 +63,7 @@ struct Sample {
   const char* backend;
   const char* family;
   const char* raw;
+  bool demangles = true;  // false: GCC's demangler (and c++filt) gives up on it; CUPTI's raw name is kept
 };
 const std::vector<Sample>& samples() {
   static const std::vector<Sample> kSamples = {
@@ -116,6 +117,21 @@ const std::vector<Sample>& samples() {
        "_ZN2at6native52_GLOBAL__N__c815dac0_19_fused_adamw_impl_cu_8b44fa2325multi_tensor_apply_kernelINS1_32FusedOptimizer"
        "TensorListMetadataILi4EEENS1_20FusedAdamMathFunctorIN3c108BFloat16ELi4ELNS0_9ADAM_MODEE1ELb0EEEJPKfdddddbSB_SB_EEEvT_"
        "T0_DpT1_"},
+      // at::_grouped_mm's CUTLASS sm90 grouped GEMM (moe_dispatch grouped_mm on the H100, 2026-11-23).
+      {"moe_dispatch/grouped_mm", "gemm",
+       "_ZN7cutlass13device_kernelIN2at4cuda6detail25enable_3x_kernel_for_sm9xINS_4gemm6kernel13GemmUniversalINS5_17Gr"
+       "oupProblemShapeIN4cute5tupleIJiiiEEEEENS5_10collective13CollectiveMmaINS5_39MainloopSm90ArrayTmaGmmaWarpSpecia"
+       "lizedILi4ENSA_IJNS9_1CILi2EEENSG_ILi1EEESI_EEENS5_43KernelPtrArrayTmaWarpSpecializedCooperativeEEENSA_IJNSG_IL"
+       "i128EEENSG_ILi256EEENSG_ILi64EEEEEENS_10bfloat16_tEPNSA_IJSI_lNSG_ILi0EEEEEESQ_ST_NS9_8TiledMMAINS9_8MMA_AtomI"
+       "JNS9_4SM904GMMA28MMA_64x256x16_F32BF16BF16_SSILNSX_5MajorE1ELSZ_1ELNSX_7ScaleInE1ELS10_1EEEEEENS9_6LayoutISJ_N"
+       "SA_IJSI_SR_SR_EEEEENSA_IJNS9_10UnderscoreES16_S16_EEEEENS9_13SM90_TMA_LOADENS9_14ComposedLayoutINS9_7SwizzleIL"
+       "i3ELi4ELi3EEENS9_18smem_ptr_flag_bitsILi16EEENS13_INSA_IJSO_NSG_ILi8EEEEEENSA_IJSI_SO_EEEEEEEvNS9_8identityENS"
+       "9_23SM90_TMA_LOAD_MULTICASTES1J_vS1K_EENS_8epilogue10collective18CollectiveEpilogueINS1N_30Sm90PtrArrayTmaWarp"
+       "SpecializedILi4ELi2ELi16ELb0ELb0ELi2EEEJSP_NSA_IJSM_NSG_ILi32EEEEEEvPNSA_IJlSI_SR_EEESQ_S1V_NS1N_6fusion15Fusi"
+       "onCallbacksIS1R_NS1W_17LinearCombinationISQ_fSQ_fLNS_15FloatRoundStyleE2EEESP_S1T_JEEES19_NS1A_INS1B_ILi2ELi4E"
+       "Li3EEES1E_NS13_INSA_IJS1F_S1S_EEENSA_IJS1S_SI_EEEEEEENS9_17SM75_U32x4_LDSM_NENS9_14SM90_TMA_STOREES26_NS9_17SM"
+       "90_U32x4_STSM_NENS9_9Copy_AtomIJS29_NS_6half_tEEEEvEEEvvEEEEEEvNT_6ParamsE",
+       false},
       {"", "communication", "_Z40ncclDevKernel_AllReduce_Sum_bf16_RING_LL24ncclDevKernelArgsStorageILm4096EE"},
       {"", "gemm", "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"},
       {"", "gemm",
@@ -135,7 +151,7 @@ const std::vector<Sample>& samples() {
 TEST(DemangledKernels, FamilyRulesReadDemangledNames) {
   for (const auto& s : samples()) {
     const std::string name = demangle_kernel_name(s.raw);
-    EXPECT_NE(name.rfind("_Z", 0), 0u) << "not demangled: " << s.raw;
+    if (s.demangles) EXPECT_NE(name.rfind("_Z", 0), 0u) << "not demangled: " << s.raw;
     EXPECT_EQ(family_of_kernel_name(name), s.family) << name;
     // HTA tells communication kernels by the regex '^nccl.*Kernel' (hta/utils/utils.py): demangled, NCCL's match.
     if (std::string(s.family) == "communication") {
