@@ -10,6 +10,10 @@
 //     counters TFLOP/s (the three GEMMs, 6 N d V) and peak_extra_MiB (allocator peak during forward +
 //     backward above what was allocated before: logits, softmax, gradients included). Targets for
 //     fused_cuda: peak_extra_MiB <= 1/16 of reference's, median_us <= reference's.
+//   moe_dispatch/<backend>/fwd_bwd/autocast: nam56r-small's E layer, 16384 tokens, d 1024, 16 experts,
+//     top-2, expert FFN 768, dropless, a skewed router (expert loads 0.3x-2.5x the mean, as early in
+//     training); counters TFLOP/s (the three expert matmuls, 18 * T * k * d * f for forward + backward)
+//     and peak_extra_MiB (the reference pads every expert to the largest load).
 //   optimizer/<backend>/step: one AdamW update of a parameter set shaped like nam56r-small's (12 layers
 //     of four 1024 x 4096 matrices and six small vectors, a 32768 x 1024 embedding: 235 M fp32
 //     parameters in 121 tensors); bytes = 7 x 4 per parameter (read p, g, m, v; write p, m, v).
@@ -184,6 +188,41 @@ void loss_bench(benchmark::State& st, std::string backend) {
   st.counters["TFLOP/s"] = 6.0 * N * d * V / (st.counters["median_us"] * 1e-6) / 1e12;
 }
 
+void moe_dispatch_bench(benchmark::State& st, std::string backend) {
+  const torch::Device cuda(torch::kCUDA, 0);
+  const auto& fn = implementations().moe_dispatch.at(backend);
+  constexpr int64_t T = 16384, d = 1024, E = 16, k = 2, f = 768;
+  const auto opts = torch::TensorOptions(cuda);
+  auto x = torch::randn({T, d}, opts.dtype(torch::kBFloat16)).requires_grad_(true);
+  auto w1 = (0.02 * torch::randn({E, f, d}, opts)).requires_grad_(true);
+  auto w3 = (0.02 * torch::randn({E, f, d}, opts)).requires_grad_(true);
+  auto w2 = (0.02 * torch::randn({E, d, f}, opts)).requires_grad_(true);
+  // A per-expert bias skews the loads the way an untrained router does.
+  const auto logits = torch::randn({T, E}, opts) + torch::linspace(-1.0, 1.0, E, opts);
+  const auto [top_w, top_idx] = logits.softmax(-1).topk(k, -1);
+  const auto weights = top_w / top_w.sum(-1, true);
+  auto step = [&] {
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    auto y = fn(x, top_idx, weights, w1, w3, w2, /*capacity_factor=*/0.0, nullptr);
+    at::autocast::set_autocast_enabled(at::kCUDA, false);
+    at::autocast::clear_cache();
+    torch::autograd::grad({y.to(torch::kFloat).square().mean()}, {x, w1, w3, w2});
+  };
+  step();
+  torch::cuda::synchronize();
+  c10::cuda::CUDACachingAllocator::resetPeakStats(0);
+  const auto before = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+  step();
+  torch::cuda::synchronize();
+  const auto after = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+  const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  const double extra = double(after.allocated_bytes[agg].peak - before.allocated_bytes[agg].current);
+  timed(st, 0.0, step);
+  st.counters["peak_extra_MiB"] = extra / (1 << 20);
+  st.counters["TFLOP/s"] = 18.0 * T * k * d * f / (st.counters["median_us"] * 1e-6) / 1e12;
+}
+
 // The optimizer seam: the state lives on the GPU, lr and step counts are device tensors (the seam's
 // contract); each timed iteration is one update of every tensor of the set.
 void optimizer_bench(benchmark::State& st, const std::string& backend) {
@@ -212,6 +251,11 @@ void optimizer_bench(benchmark::State& st, const std::string& backend) {
 
 void register_all() {
   if (!torch::cuda::is_available()) return;
+  for (const std::string backend : {"reference", "grouped_mm"})
+    benchmark::RegisterBenchmark(("moe_dispatch/" + backend + "/fwd_bwd/autocast").c_str(), moe_dispatch_bench, backend)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond)
+        ->Iterations(20);
   for (const std::string backend : {"reference", "fused_adamw"})
     benchmark::RegisterBenchmark(("optimizer/" + backend + "/step").c_str(), optimizer_bench, backend)
         ->UseManualTime()
