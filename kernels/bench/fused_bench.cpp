@@ -83,6 +83,32 @@ void timed(benchmark::State& st, double bytes, Step step) {
   st.counters["pct_of_copy_ceiling"] = 100.0 * bytes / median / kCopyCeilingBytesPerSecond;
 }
 
+// Peak allocated memory of one call of `step` above what is allocated before it (inputs, allocator
+// state), in MiB; `step` runs once before to warm the allocator's pools.
+template <class Step>
+double peak_extra_mib(Step step) {
+  step();
+  torch::cuda::synchronize();
+  c10::cuda::CUDACachingAllocator::resetPeakStats(0);
+  const auto before = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+  step();
+  torch::cuda::synchronize();
+  const auto after = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+  const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  return double(after.allocated_bytes[agg].peak - before.allocated_bytes[agg].current) / (1 << 20);
+}
+
+// `forward()` under bf16 autocast on CUDA, as the model's forward runs; the cast cache is cleared after.
+template <class Forward>
+torch::Tensor under_bf16_autocast(Forward forward) {
+  at::autocast::set_autocast_enabled(at::kCUDA, true);
+  at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);  // the CUDA default is fp16
+  auto out = forward();
+  at::autocast::set_autocast_enabled(at::kCUDA, false);
+  at::autocast::clear_cache();
+  return out;
+}
+
 double size_of(torch::ScalarType t) { return static_cast<double>(c10::elementSize(t)); }
 
 void residual_norm_bench(benchmark::State& st, std::string backend, bool backward, torch::ScalarType x_dtype,
@@ -165,26 +191,13 @@ void loss_bench(benchmark::State& st, std::string backend) {
   const auto targets = torch::randint(V, {N}, torch::TensorOptions(cuda).dtype(torch::kLong));
   const auto mask = (torch::rand({N}, torch::TensorOptions(cuda)) > 0.05).to(torch::kUInt8);
   auto step = [&] {
-    at::autocast::set_autocast_enabled(at::kCUDA, true);
-    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);  // the CUDA default is fp16
-    auto loss = fn(hidden, weight, targets, mask);
-    at::autocast::set_autocast_enabled(at::kCUDA, false);
-    at::autocast::clear_cache();
+    const auto loss = under_bf16_autocast([&] { return fn(hidden, weight, targets, mask); });
     torch::autograd::grad({loss}, {hidden, weight});
   };
-  // Peak memory of one forward + backward above what is allocated before it (inputs, allocator
-  // state); the gradients of hidden and weight (the same for every backend) are inside the peak.
-  step();
-  torch::cuda::synchronize();
-  c10::cuda::CUDACachingAllocator::resetPeakStats(0);
-  const auto before = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
-  step();
-  torch::cuda::synchronize();
-  const auto after = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
-  const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-  const double extra = double(after.allocated_bytes[agg].peak - before.allocated_bytes[agg].current);
+  // The gradients of hidden and weight (the same for every backend) are inside the peak.
+  const double extra_mib = peak_extra_mib(step);
   timed(st, 0.0, step);
-  st.counters["peak_extra_MiB"] = extra / (1 << 20);
+  st.counters["peak_extra_MiB"] = extra_mib;
   st.counters["TFLOP/s"] = 6.0 * N * d * V / (st.counters["median_us"] * 1e-6) / 1e12;
 }
 
@@ -202,24 +215,13 @@ void moe_dispatch_bench(benchmark::State& st, std::string backend) {
   const auto [top_w, top_idx] = logits.softmax(-1).topk(k, -1);
   const auto weights = top_w / top_w.sum(-1, true);
   auto step = [&] {
-    at::autocast::set_autocast_enabled(at::kCUDA, true);
-    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-    auto y = fn(x, top_idx, weights, w1, w3, w2, /*capacity_factor=*/0.0, nullptr);
-    at::autocast::set_autocast_enabled(at::kCUDA, false);
-    at::autocast::clear_cache();
+    const auto y =
+        under_bf16_autocast([&] { return fn(x, top_idx, weights, w1, w3, w2, /*capacity_factor=*/0.0, nullptr); });
     torch::autograd::grad({y.to(torch::kFloat).square().mean()}, {x, w1, w3, w2});
   };
-  step();
-  torch::cuda::synchronize();
-  c10::cuda::CUDACachingAllocator::resetPeakStats(0);
-  const auto before = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
-  step();
-  torch::cuda::synchronize();
-  const auto after = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
-  const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-  const double extra = double(after.allocated_bytes[agg].peak - before.allocated_bytes[agg].current);
+  const double extra_mib = peak_extra_mib(step);
   timed(st, 0.0, step);
-  st.counters["peak_extra_MiB"] = extra / (1 << 20);
+  st.counters["peak_extra_MiB"] = extra_mib;
   st.counters["TFLOP/s"] = 18.0 * T * k * d * f / (st.counters["median_us"] * 1e-6) / 1e12;
 }
 

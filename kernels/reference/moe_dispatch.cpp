@@ -8,6 +8,7 @@
 // per-token loop, including drops).
 #include <cmath>
 
+#include "kernels/reference/moe_groups.h"
 #include "kernels/reference/ops.h"
 
 namespace ablate::kernels::reference {
@@ -24,6 +25,25 @@ void check_moe_dispatch_args(const torch::Tensor& x, const torch::Tensor& topk_i
   TORCH_CHECK(capacity_factor >= 0, "moe_dispatch: capacity_factor must be >= 0");
 }
 
+ExpertGroups group_by_expert(const torch::Tensor& topk_idx, int64_t experts) {
+  const auto slot_expert = topk_idx.reshape({-1}).to(torch::kLong);
+  ExpertGroups g;
+  g.by_expert = std::get<1>(slot_expert.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
+  g.sorted_expert = slot_expert.index_select(0, g.by_expert);
+  g.load = torch::zeros({experts}, slot_expert.options()).scatter_add_(0, slot_expert, torch::ones_like(slot_expert));
+  g.group_start = g.load.cumsum(0) - g.load;
+  return g;
+}
+
+torch::Tensor rank_in_expert(const ExpertGroups& g) {
+  return torch::arange(g.by_expert.size(0), g.by_expert.options()) - g.group_start.index_select(0, g.sorted_expert);
+}
+
+int64_t expert_capacity(double capacity_factor, int64_t slots, int64_t experts) {
+  return std::max<int64_t>(
+      1, static_cast<int64_t>(std::ceil(capacity_factor * static_cast<double>(slots) / static_cast<double>(experts))));
+}
+
 torch::Tensor moe_dispatch_standard(const torch::Tensor& x, const torch::Tensor& topk_idx, const torch::Tensor& topk_w,
                                     const torch::Tensor& w1, const torch::Tensor& w3, const torch::Tensor& w2,
                                     double capacity_factor, torch::Tensor* dropped) {
@@ -32,30 +52,25 @@ torch::Tensor moe_dispatch_standard(const torch::Tensor& x, const torch::Tensor&
   const int64_t slots = tokens * k;  // slot s = token * k + j, the j-th choice of a token
   const auto index_opts = torch::TensorOptions().dtype(torch::kLong).device(x.device());
 
-  // Slots grouped by expert; the stable sort keeps token order inside each group, so capacity drops
-  // hit the latest tokens first.
-  const auto slot_expert = topk_idx.reshape({slots}).to(torch::kLong);
-  const auto by_expert = std::get<1>(slot_expert.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
-  const auto sorted_expert = slot_expert.index_select(0, by_expert);
-  const auto load = torch::zeros({experts}, index_opts).scatter_add_(0, slot_expert, torch::ones_like(slot_expert));
-  const auto group_start = load.cumsum(0) - load;
-  const auto rank_in_expert = torch::arange(slots, index_opts) - group_start.index_select(0, sorted_expert);
+  const auto groups = group_by_expert(topk_idx, experts);
+  const auto& by_expert = groups.by_expert;
+  const auto& sorted_expert = groups.sorted_expert;
+  const auto rank = rank_in_expert(groups);
 
   int64_t capacity = 0;
   if (capacity_factor > 0) {
-    capacity =
-        static_cast<int64_t>(std::ceil(capacity_factor * static_cast<double>(slots) / static_cast<double>(experts)));
+    capacity = expert_capacity(capacity_factor, slots, experts);
   } else if (slots > 0) {
-    capacity = load.max().item<int64_t>();  // the host sync of dropless standard dispatch
+    capacity = groups.load.max().item<int64_t>();  // the host sync of dropless standard dispatch
   }
   capacity = std::max<int64_t>(capacity, 1);
 
   // Row of the padded [E * capacity] buffer that each sorted slot lands in; dropped slots go to the
   // extra row E * capacity, which is discarded on the way in and reads as zeros on the way out.
   const int64_t buffer_rows = experts * capacity;
-  const auto kept = rank_in_expert < capacity;
+  const auto kept = rank < capacity;
   const auto sorted_row =
-      torch::where(kept, sorted_expert * capacity + rank_in_expert, torch::full({}, buffer_rows, index_opts));
+      torch::where(kept, sorted_expert * capacity + rank, torch::full({}, buffer_rows, index_opts));
   // Token feeding each buffer row; padding rows read token `tokens`, an appended zero row of x.
   const auto row_token = torch::full({buffer_rows + 1}, tokens, index_opts)
                              .index_copy_(0, sorted_row, torch::div(by_expert, k, "floor"))

@@ -12,8 +12,8 @@
 // Tests: kernels_tests (parity_test.cpp moe rows, CPU fp32/bf16 and CUDA). Benchmark: fused_bench moe/*.
 #include <ATen/autocast_mode.h>
 
-#include <cmath>
 
+#include "kernels/reference/moe_groups.h"
 #include "kernels/reference/ops.h"
 
 namespace ablate::kernels::reference {
@@ -41,22 +41,14 @@ torch::Tensor moe_dispatch_grouped(const torch::Tensor& x, const torch::Tensor& 
   const auto dtype = at::autocast::is_autocast_enabled(device_type) ? at::autocast::get_autocast_dtype(device_type)
                                                                     : x.scalar_type();
 
-  // Slots by expert (stable: token order inside each group), group offsets on the device.
-  const auto slot_expert = topk_idx.reshape({slots}).to(torch::kLong);
-  const auto by_expert = std::get<1>(slot_expert.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
-  const auto sorted_expert = slot_expert.index_select(0, by_expert);
-  const auto load = torch::zeros({experts}, index_opts).scatter_add_(0, slot_expert, torch::ones_like(slot_expert));
-  const auto group_end = load.cumsum(0);
-  const auto offsets = group_end.to(torch::kInt);
-  const auto sorted_token = torch::div(by_expert, k, "floor");
-  auto sorted_weight = topk_w.reshape({slots}).index_select(0, by_expert);
+  // Slots by expert, group offsets on the device (kernels/reference/moe_groups.h).
+  const auto groups = group_by_expert(topk_idx, experts);
+  const auto offsets = (groups.group_start + groups.load).to(torch::kInt);
+  const auto sorted_token = torch::div(groups.by_expert, k, "floor");
+  auto sorted_weight = topk_w.reshape({slots}).index_select(0, groups.by_expert);
   torch::Tensor kept;
   if (capacity_factor > 0) {
-    const auto capacity = std::max<int64_t>(
-        1, static_cast<int64_t>(std::ceil(capacity_factor * static_cast<double>(slots) / static_cast<double>(experts))));
-    const auto rank_in_expert =
-        torch::arange(slots, index_opts) - (group_end - load).index_select(0, sorted_expert);
-    kept = rank_in_expert < capacity;
+    kept = rank_in_expert(groups) < expert_capacity(capacity_factor, slots, experts);
     sorted_weight = sorted_weight * kept.to(sorted_weight.scalar_type());
   }
 
