@@ -143,6 +143,18 @@ TEST_F(CliTest, SigtermDuringARunIsRecordedAsKilled) {
   EXPECT_NE(runs[0].error->find("SIGTERM"), std::string::npos) << *runs[0].error;
 }
 
+// A topology the build cannot run is bad input: refused with exit 2 before the store is created, so
+// no receipt claims two ranks for a one-process run.
+TEST_F(CliTest, DistributedNprocOtherThanOneIsRefusedBeforeAnythingIsWritten) {
+  const std::string db = (dir_ / "nproc.db").string();
+  const auto r = run_cli("run " + std::string(ABLATE_SOURCE_DIR) + "/experiments/tiny.toml --db " + db +
+                         " -q --set distributed.nproc=2");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("distributed.nproc = 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("set distributed.nproc = 1"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(db));
+}
+
 // Profiling enabled on a machine where CUPTI cannot trace (here: the CPU): the run still ends ok, and
 // the receipt and `ablate show` say why profiling was unavailable. --no-profile records it as off.
 TEST_F(CliTest, ProfiledRunOnTheCpuEndsOkAndSaysWhyProfilingWasUnavailable) {
