@@ -1,7 +1,7 @@
 // ablations/matrix_run.h: running a matrix as child processes (`ablate matrix run`). Each (cell,
 // repeat) is one `ablate run BASE --set ... --db DB` process, so a crash or OOM in one cell cannot take
 // the others down and each run gets a clean CUDA context. The child learns its matrix coordinates from
-// ABLATE_MATRIX_ID / ABLATE_MATRIX_CELL / ABLATE_MATRIX_REPEAT (read in harness/cli/run.cpp) and
+// ABLATE_MATRIX_ID / ABLATE_MATRIX_CELL / ABLATE_MATRIX_REPEAT (read in harness/cli/run_command.cpp) and
 // records them itself; this side only schedules, logs and resumes.
 // Tests: tests/ablations/matrix_run_test.cpp (a shell script stands in for `ablate run`).
 #pragma once

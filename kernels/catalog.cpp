@@ -1,14 +1,17 @@
-// kernels/catalog.cpp: the kernel catalog rows (DESIGN.md "Kernel catalog: seams and backends") and
-// the fallback resolution. Plain C++ (no LibTorch): `ablate catalog`, the spec parser and the receipts
-// use it on machines without a GPU toolchain. The implementations of these rows live in
-// kernels/dispatch.cpp (registry) and kernels/reference/*.cpp; a test checks that both list the same rows.
+// kernels/catalog.cpp: the kernel catalog (docs/architecture.md "Kernel catalog"): the seams, the rows
+// that backend files registered (kernels/registry.h), the shared availability checks and the fallback
+// resolution. Plain C++ (no LibTorch in this file): `ablate catalog`, the spec parser and the profiler
+// include only catalog.h.
 // Tests: tests/kernels/catalog_test.cpp (resolution, reasons, strict mode, unknown names) and
 // tests/kernels/parity_test.cpp (every available row against the reference).
 #include "kernels/catalog.h"
 
+#include "kernels/seam_list.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace ablate::kernels {
 
@@ -28,10 +31,15 @@ const char* role_name(Role r) {
   return "unknown";
 }
 
-namespace {
+namespace detail {
+// The rows every backend file registered (kernels/registry.cpp; kernels/catalog_without_backends.cpp
+// in a build without LibTorch), in registration order.
+std::vector<BackendInfo> registered_rows();
+}  // namespace detail
 
-// Availability checks. Each returns "" when the backend can run on `dev`, else the reason it cannot.
-std::string always_available(const DeviceInfo&) { return ""; }
+namespace availability {
+
+std::string always(const DeviceInfo&) { return ""; }
 
 std::string needs_cuda(const DeviceInfo& dev) { return dev.cuda ? "" : "needs a CUDA device"; }
 
@@ -48,157 +56,16 @@ std::string needs_half_precision(const DeviceInfo& dev) {
   return fmt::format("needs bf16 or fp16 inputs (run dtype is {})", dev.dtype);
 }
 
-// FlashAttention-2 inside LibTorch: sm80+, bf16/fp16 only (fp32 is rejected by the kernel).
-std::string sdpa_flash_unavailable(const DeviceInfo& dev) {
-  if (auto r = needs_compute_capability(dev, 8, 0); !r.empty()) return r;
-  return needs_half_precision(dev);
-}
-
-// cuDNN fused attention: enabled for Hopper (sm90) and newer. It accepts fp32 inputs without an error
-// but returns NaN (checked on an H100 with LibTorch 2.11 + cuDNN 9.19), so fp32 counts as unavailable.
-std::string sdpa_cudnn_unavailable(const DeviceInfo& dev) {
-  if (auto r = needs_compute_capability(dev, 9, 0); !r.empty()) return r;
-  return needs_half_precision(dev);
-}
-
-// Memory-efficient attention (CUTLASS, from xFormers): any CUDA device LibTorch supports; fp32 and bf16.
-std::string sdpa_efficient_unavailable(const DeviceInfo& dev) { return needs_cuda(dev); }
-
-// Our own CUDA kernels (kernels/cuda/): compiled only when CUDA is, built for sm_90a (Hopper), fp32
-// and bf16 tensors. ABLATE_HAVE_CUDA reaches this file through kernels/CMakeLists.txt.
-std::string fused_cuda_unavailable([[maybe_unused]] const DeviceInfo& dev) {
-#if defined(ABLATE_HAVE_CUDA)
+std::string hopper_fp32_or_bf16(const DeviceInfo& dev) {
   if (auto r = needs_compute_capability(dev, 9, 0); !r.empty()) return r;
   if (dev.dtype != "fp32" && dev.dtype != "bf16")
     return fmt::format("needs fp32 or bf16 inputs (run dtype is {})", dev.dtype);
   return "";
-#else
-  return "built without CUDA";
-#endif
 }
 
-// LibTorch's grouped GEMM (at::_grouped_mm): on CUDA the CUTLASS sm90 kernels, bf16/fp16 only; on the
-// CPU its own fp32/bf16 implementation. No fp64 kernel anywhere.
-std::string grouped_mm_unavailable(const DeviceInfo& dev) {
-  if (dev.dtype == "fp64") return "at::_grouped_mm has no fp64 kernel";
-  if (!dev.cuda) return "";
-  if (auto r = needs_compute_capability(dev, 9, 0); !r.empty()) return r;
-  return needs_half_precision(dev);
-}
+}  // namespace availability
 
-BackendInfo reference_row(const std::string& seam, std::string description) {
-  return BackendInfo{.seam = seam,
-                     .name = "reference",
-                     .role = Role::reference,
-                     .fallback = "",
-                     .kernel_patterns = {},
-                     .description = std::move(description),
-                     .unavailable_reason = &always_available};
-}
-
-std::vector<BackendInfo> build_catalog() {
-  std::vector<BackendInfo> rows;
-  rows.push_back(reference_row("attention", "causal softmax attention in LibTorch ops (fp32 softmax for bf16 inputs)"));
-  rows.push_back(BackendInfo{.seam = "attention",
-                             .name = "sdpa_flash",
-                             .role = Role::vendor,
-                             .fallback = "reference",
-                             .kernel_patterns = {"flash_fwd", "flash_bwd"},
-                             .description = "at::_scaled_dot_product_flash_attention (FlashAttention-2); head dims "
-                                            "padded to a multiple of 8, v padded to the q/k head dim",
-                             .unavailable_reason = &sdpa_flash_unavailable});
-  rows.push_back(BackendInfo{.seam = "attention",
-                             .name = "sdpa_cudnn",
-                             .role = Role::vendor,
-                             .fallback = "reference",
-                             .kernel_patterns = {"cudnn_generated_fort_native_sdpa", "cudnn::fusion"},
-                             .description = "at::_scaled_dot_product_cudnn_attention (cuDNN fused flash attention); "
-                                            "head dims padded to a multiple of 8, a one-position sequence to two "
-                                            "(its backward rejects s = 1)",
-                             .unavailable_reason = &sdpa_cudnn_unavailable});
-  rows.push_back(BackendInfo{.seam = "attention",
-                             .name = "sdpa_efficient",
-                             .role = Role::vendor,
-                             .fallback = "reference",
-                             .kernel_patterns = {"fmha_cutlassF", "fmha_cutlassB"},
-                             .description = "at::_scaled_dot_product_efficient_attention (CUTLASS memory-efficient "
-                                            "attention); head dims padded to a multiple of 8",
-                             .unavailable_reason = &sdpa_efficient_unavailable});
-  rows.push_back(reference_row("rope", "rotation of adjacent pairs (2i, 2i+1) in LibTorch ops, fp32 arithmetic"));
-  rows.push_back(BackendInfo{.seam = "rope",
-                             .name = "fused_cuda",
-                             .role = Role::experimental,
-                             .fallback = "reference",
-                             .kernel_patterns = {"ablate_rope_fwd", "ablate_rope_bwd"},
-                             .description = "kernels/cuda/rope.cu: rotates q_r and the shared k_r and writes the "
-                                            "concatenated q and k in one launch; backward one launch",
-                             .unavailable_reason = &fused_cuda_unavailable});
-  rows.push_back(reference_row("residual_norm", "residual add + RMSNorm in LibTorch ops, fp32 arithmetic"));
-  rows.push_back(BackendInfo{.seam = "residual_norm",
-                             .name = "fused_cuda",
-                             .role = Role::experimental,
-                             .fallback = "reference",
-                             .kernel_patterns = {"ablate_residual_norm_fwd", "ablate_residual_norm_bwd",
-                                                 "ablate_residual_norm_dw"},
-                             .description = "kernels/cuda/residual_norm.cu: add + RMSNorm in one pass forward and one "
-                                            "backward (rows in registers), deterministic two-stage dw",
-                             .unavailable_reason = &fused_cuda_unavailable});
-  rows.push_back(reference_row("swiglu", "silu(a) * b in LibTorch ops"));
-  rows.push_back(BackendInfo{.seam = "swiglu",
-                             .name = "fused_cuda",
-                             .role = Role::experimental,
-                             .fallback = "reference",
-                             .kernel_patterns = {"ablate_swiglu_fwd", "ablate_swiglu_bwd"},
-                             .description = "kernels/cuda/swiglu.cu: silu(a) * b and its backward, one vectorised "
-                                            "element-wise pass each",
-                             .unavailable_reason = &fused_cuda_unavailable});
-  rows.push_back(reference_row("moe_dispatch",
-                               "standard path: permute by expert, pad to capacity, bmm, unpad, unpermute, weighted "
-                               "sum; dropless mode syncs the host once for the largest expert load"));
-  rows.push_back(BackendInfo{.seam = "moe_dispatch",
-                             .name = "grouped_mm",
-                             .role = Role::vendor,
-                             .fallback = "reference",
-                             // CUTLASS's grouped GEMM (cutlass::gemm::GroupProblemShape), in the raw name
-                             // CUPTI keeps when the demangler gives up on it, and in the demangled one.
-                             .kernel_patterns = {"GroupProblemShape"},
-                             .description = "dropless without a host sync: slots sorted by expert on the device, "
-                                            "the three expert matmuls as LibTorch grouped GEMMs (at::_grouped_mm) "
-                                            "over device offsets; CUDA-graph capturable",
-                             .unavailable_reason = &grouped_mm_unavailable});
-  rows.push_back(reference_row("ssm_scan", "Mamba-3 SISO chunked scan in LibTorch ops, fp32"));
-  rows.push_back(reference_row("recurrent_scan", "RG-LRU linear recurrence, chunked, in LibTorch ops, fp32"));
-  rows.push_back(reference_row("loss", "full logits + masked cross-entropy in LibTorch ops"));
-  rows.push_back(BackendInfo{.seam = "loss",
-                             .name = "chunked",
-                             .role = Role::experimental,
-                             .fallback = "reference",
-                             .kernel_patterns = {},
-                             .description = "head matmul + cross-entropy over row chunks; backward recomputes each "
-                                            "chunk's logits, so the full logits never exist at once",
-                             .unavailable_reason = &always_available});
-  rows.push_back(BackendInfo{.seam = "loss",
-                             .name = "fused_cuda",
-                             .role = Role::experimental,
-                             .fallback = "chunked",
-                             .kernel_patterns = {"ablate_lce_rows", "ablate_lce_scale"},
-                             .description = "kernels/cuda/linear_cross_entropy.cu: fused linear cross-entropy, row "
-                                            "chunks of ~64 MiB of logits, online log-sum-exp and the logits "
-                                            "gradient in one kernel, gradients computed in forward",
-                             .unavailable_reason = &fused_cuda_unavailable});
-  rows.push_back(reference_row("optimizer",
-                               "AdamW in LibTorch ops, one parameter at a time; bias corrections from the step "
-                               "tensor on the device (no host read, capturable)"));
-  rows.push_back(BackendInfo{.seam = "optimizer",
-                             .name = "fused_adamw",
-                             .role = Role::vendor,
-                             .fallback = "reference",
-                             .kernel_patterns = {"FusedAdamMathFunctor"},
-                             .description = "LibTorch's fused multi-tensor AdamW (at::_fused_adamw_, learning rate "
-                                            "as a tensor): every parameter of a group in a few launches",
-                             .unavailable_reason = &always_available});
-  return rows;
-}
+namespace {
 
 std::string join(const std::vector<std::string>& items, const std::string& separator = ", ") {
   std::string out;
@@ -209,14 +76,49 @@ std::string join(const std::vector<std::string>& items, const std::string& separ
 }  // namespace
 
 const std::vector<std::string>& seams() {
-  static const std::vector<std::string> kSeams = {"attention", "rope",           "residual_norm", "swiglu",   "moe_dispatch",
-                                                  "ssm_scan",  "recurrent_scan", "loss",          "optimizer"};
+#define ABLATE_SEAM_NAME(seam, Fn) #seam,
+  static const std::vector<std::string> kSeams = {ABLATE_SEAMS(ABLATE_SEAM_NAME)};
+#undef ABLATE_SEAM_NAME
   return kSeams;
 }
 
+namespace {
+
+// The registered rows ordered as catalog() promises; a row of an unknown seam, a second row of one
+// (seam, name) or a seam without a reference is a bug in a backend file, reported at first use.
+std::vector<BackendInfo> ordered_catalog() {
+  auto rows = detail::registered_rows();
+  std::vector<BackendInfo> ordered;
+  for (const auto& seam : seams()) {
+    std::vector<const BackendInfo*> of_seam;
+    for (const auto& row : rows)
+      if (row.seam == seam && row.name == "reference") of_seam.push_back(&row);
+    for (const auto& row : rows)
+      if (row.seam == seam && row.name != "reference") of_seam.push_back(&row);
+    for (size_t i = 0; i < of_seam.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (of_seam[i]->name == of_seam[j]->name)
+          throw std::logic_error(fmt::format("kernel catalog: backend {}/{} is registered twice", seam, of_seam[i]->name));
+    if (!rows.empty() && (of_seam.empty() || of_seam.front()->name != "reference"))
+      throw std::logic_error(fmt::format("kernel catalog: seam '{}' has no registered reference backend", seam));
+    for (const auto* row : of_seam) ordered.push_back(*row);
+  }
+  for (const auto& row : rows)
+    if (std::find(seams().begin(), seams().end(), row.seam) == seams().end())
+      throw std::logic_error(fmt::format("kernel catalog: backend {}/{} names an unknown seam", row.seam, row.name));
+  return ordered;
+}
+
+}  // namespace
+
 const std::vector<BackendInfo>& catalog() {
-  static const std::vector<BackendInfo> kRows = build_catalog();
+  static const std::vector<BackendInfo> kRows = ordered_catalog();
   return kRows;
+}
+
+std::string why_unavailable(const BackendInfo& row, const DeviceInfo& dev) {
+  if (!row.not_built.empty()) return row.not_built;
+  return row.unavailable_reason ? row.unavailable_reason(dev) : "";
 }
 
 const BackendInfo* find_backend(const std::string& seam, const std::string& name) {
@@ -249,7 +151,7 @@ bool resolve(const std::string& seam, const std::string& requested, const Device
   }
   std::vector<std::string> skipped;  // "name unavailable: why", in chain order
   for (size_t hops = 0; row != nullptr; ++hops) {
-    const std::string why = row->unavailable_reason ? row->unavailable_reason(dev) : "";
+    const std::string why = why_unavailable(*row, dev);
     if (why.empty()) {
       out.chosen = row->name;
       out.reason = skipped.empty() ? "requested backend is available"

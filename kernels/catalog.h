@@ -1,7 +1,9 @@
-// kernels/catalog.h: the kernel catalog as plain data (DESIGN.md "Kernel catalog"). A seam is one
-// place in the model whose implementation can vary; each backend row names its role, its fallback
+// kernels/catalog.h: the kernel catalog as plain data (docs/architecture.md "Kernel catalog"). A seam is
+// one place in the model whose implementation can vary; each backend row names its role, its fallback
 // and the CUPTI kernel-name patterns that identify it. Availability needs a device description only,
-// so the spec parser, `ablate catalog` and the receipts use this without LibTorch.
+// so the spec parser, `ablate catalog`, the profiler and the receipts use this header without LibTorch.
+// The rows themselves are not listed here: each backend registers its row and its function once, from
+// its own file in kernels/<seam>/ (kernels/registry.h); catalog() collects them.
 #pragma once
 #include <string>
 #include <vector>
@@ -27,12 +29,30 @@ struct BackendInfo {
   std::string description;
   // "" when available on `dev`, else why not (e.g. "needs a CUDA device").
   std::string (*unavailable_reason)(const DeviceInfo& dev) = nullptr;
+  // Non-empty when this build has no implementation of the row (a CUDA backend compiled without a CUDA
+  // compiler): the row stays listed, so specs stay valid everywhere, and is unavailable for this reason.
+  std::string not_built;
 };
+
+// Why `row` cannot run on `dev` ("" when it can): not built, else its availability check.
+std::string why_unavailable(const BackendInfo& row, const DeviceInfo& dev);
+
+// Availability checks that backends share (each returns "" when the backend can run on `dev`).
+namespace availability {
+std::string always(const DeviceInfo& dev);
+std::string needs_cuda(const DeviceInfo& dev);
+std::string needs_compute_capability(const DeviceInfo& dev, int major, int minor);
+std::string needs_half_precision(const DeviceInfo& dev);
+// Our own CUDA kernels: built for sm_90a (Hopper), fp32 and bf16 tensors.
+std::string hopper_fp32_or_bf16(const DeviceInfo& dev);
+}  // namespace availability
 
 // All seams, in model order: attention, rope, residual_norm, swiglu, moe_dispatch, ssm_scan,
 // recurrent_scan, loss, then the training step's optimizer.
 const std::vector<std::string>& seams();
-// Every backend row of every seam (the table `ablate catalog` prints).
+// Every registered backend row of every seam (the table `ablate catalog` prints): seams in seams()
+// order, each seam's reference first, then its other rows in registration order (files sorted by path).
+// A build without LibTorch has no backends: the list is empty.
 const std::vector<BackendInfo>& catalog();
 const BackendInfo* find_backend(const std::string& seam, const std::string& name);
 std::vector<std::string> backend_names(const std::string& seam);

@@ -1,7 +1,7 @@
-// kernels/dispatch.cpp: the registry of seam implementations (one entry per catalog row) and the
-// Dispatcher that a model instance calls its seams through. A new backend is one catalog row
-// (kernels/catalog.cpp) plus one registry entry here; the parity test then covers it automatically.
-// Tests: kernels_tests --gtest_filter='Dispatcher*:Registry*' (tests/kernels/catalog_test.cpp).
+// kernels/dispatch.cpp: the Dispatcher that a model instance calls its seams through: it resolves every
+// seam against the catalog once, then calls the registered implementation (kernels/registry.h) of the
+// chosen backend inside a launch scope.
+// Tests: kernels_tests --gtest_filter='Dispatcher*' (tests/kernels/catalog_test.cpp).
 #include "kernels/dispatch.h"
 
 #include <algorithm>
@@ -11,61 +11,13 @@
 
 #if defined(ABLATE_HAVE_CUDA)
 #include <ATen/cuda/CUDAContext.h>
-
-#include "kernels/cuda/fused.h"
 #endif
 
-#include "kernels/reference/ops.h"
-#include "kernels/reference/scans.h"
+#include "kernels/registry.h"
 #include "kernels/scope.h"
 
 namespace ablate::kernels {
 namespace {
-
-Implementations build_registry() {
-  namespace ref = reference;
-  Implementations r;
-  r.attention["reference"] = &ref::attention;
-  r.attention["sdpa_flash"] = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double s) {
-    return ref::sdpa_attention(ref::SdpaKernel::flash, q, k, v, s);
-  };
-  r.attention["sdpa_cudnn"] = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double s) {
-    return ref::sdpa_attention(ref::SdpaKernel::cudnn, q, k, v, s);
-  };
-  r.attention["sdpa_efficient"] = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double s) {
-    return ref::sdpa_attention(ref::SdpaKernel::efficient, q, k, v, s);
-  };
-  r.rope["reference"] = &ref::rope;
-  r.residual_norm["reference"] = &ref::residual_norm;
-  r.swiglu["reference"] = &ref::swiglu;
-  r.moe_dispatch["reference"] = &ref::moe_dispatch_standard;
-  r.moe_dispatch["grouped_mm"] = &ref::moe_dispatch_grouped;
-  r.ssm_scan["reference"] = &ref::ssm_scan_chunked;
-  r.recurrent_scan["reference"] = [](const torch::Tensor& a, const torch::Tensor& b) {
-    return ref::recurrent_scan_chunked(a, b);
-  };
-#if defined(ABLATE_HAVE_CUDA)
-  // Compiled only with CUDA; without it the catalog reports these rows unavailable ("built without CUDA").
-  r.residual_norm["fused_cuda"] = &fused::residual_norm;
-  r.swiglu["fused_cuda"] = &fused::swiglu;
-  r.rope["fused_cuda"] = &fused::rope;
-  r.loss["fused_cuda"] = [](const torch::Tensor& h, const torch::Tensor& w, const torch::Tensor& t,
-                            const torch::Tensor& m) {
-    return fused::linear_cross_entropy(h, w, t, m, fused::LossReduction::mean);
-  };
-#endif
-  r.loss["reference"] = &ref::loss_full_logits;
-  r.loss["chunked"] = [](const torch::Tensor& h, const torch::Tensor& w, const torch::Tensor& t,
-                         const torch::Tensor& m) { return ref::loss_chunked(h, w, t, m); };
-  r.optimizer["reference"] = &ref::adamw;
-  r.optimizer["fused_adamw"] = &ref::adamw_fused;
-  return r;
-}
-
-template <typename Fn>
-bool registered(const std::map<std::string, Fn>& table, const std::string& name) {
-  return table.find(name) != table.end();
-}
 
 // The registry entry for (seam, name); throws when the catalog and the registry disagree.
 template <typename Fn>
@@ -98,25 +50,6 @@ void force_implementation_for_testing(const std::string& seam, const std::string
     g_forced.erase(seam);
   else
     g_forced[seam] = implementation;
-}
-
-const Implementations& implementations() {
-  static const Implementations kRegistry = build_registry();
-  return kRegistry;
-}
-
-bool has_implementation(const std::string& seam, const std::string& name) {
-  const auto& r = implementations();
-  if (seam == "attention") return registered(r.attention, name);
-  if (seam == "rope") return registered(r.rope, name);
-  if (seam == "residual_norm") return registered(r.residual_norm, name);
-  if (seam == "swiglu") return registered(r.swiglu, name);
-  if (seam == "moe_dispatch") return registered(r.moe_dispatch, name);
-  if (seam == "ssm_scan") return registered(r.ssm_scan, name);
-  if (seam == "recurrent_scan") return registered(r.recurrent_scan, name);
-  if (seam == "loss") return registered(r.loss, name);
-  if (seam == "optimizer") return registered(r.optimizer, name);
-  return false;
 }
 
 DeviceInfo describe_device(const torch::Device& device, torch::ScalarType dtype) {

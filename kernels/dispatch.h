@@ -1,83 +1,18 @@
-// kernels/dispatch.h: the typed signature of every seam and the dispatcher that the model calls
-// seams through. Blocks never call a backend directly: a later fast backend is one more registry row.
-// Every seam call opens a launch scope (kernels/scope.h) for the profiler and NVTX.
-// Shapes and dtypes below are the contract every backend of a seam honours (and the parity tests check).
+// kernels/dispatch.h: the Dispatcher that a model instance calls its seams through. Blocks never call a
+// backend directly: a fast backend is one registration in its seam's folder (kernels/registry.h).
+// Every seam call opens a launch scope (kernels/scope.h) for the profiler and NVTX. The contracts
+// (shapes, dtypes) of the seam calls below: kernels/seams.h.
 #pragma once
 #include <torch/torch.h>
 
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "kernels/catalog.h"
+#include "kernels/seams.h"
 
 namespace ablate::kernels {
-
-// attention: causal softmax attention. q, k [B, H, T, Dqk], v [B, H, T, Dv] -> o [B, H, T, Dv].
-using AttentionFn = std::function<torch::Tensor(const torch::Tensor& q, const torch::Tensor& k,
-                                                const torch::Tensor& v, double scale)>;
-// rope (MLA layout): q_nope [B,T,H,dn], q_rope [B,T,H,dr], k_nope [B,T,H,dn], k_rope [B,T,1,dr]
-// (one head shared by all H), cos/sin [T, dr/2] fp32. Rotates adjacent pairs (2i, 2i+1) and returns
-// the concatenated q = [q_nope ; RoPE(q_rope)], k = [k_nope ; RoPE(k_rope)], both [B,T,H,dn+dr].
-using RopeFn = std::function<std::pair<torch::Tensor, torch::Tensor>(
-    const torch::Tensor& q_nope, const torch::Tensor& q_rope, const torch::Tensor& k_nope,
-    const torch::Tensor& k_rope, const torch::Tensor& cos, const torch::Tensor& sin)>;
-// residual_norm: s = x + residual (s = residual when x is undefined), y = RMSNorm(s) * weight in fp32
-// arithmetic; returns (y, s), y in x's dtype, s in residual's dtype. weight [d].
-using ResidualNormFn = std::function<std::pair<torch::Tensor, torch::Tensor>(
-    const torch::Tensor& x, const torch::Tensor& residual, const torch::Tensor& weight, double eps)>;
-// swiglu: silu(a) * b, same shape.
-using SwigluFn = std::function<torch::Tensor(const torch::Tensor& a, const torch::Tensor& b)>;
-// moe_dispatch: x [T, d], topk_idx [T, k] int64, topk_w [T, k] (renormalised), expert weights
-// w1, w3 [E, f, d], w2 [E, d, f] -> y [T, d] = sum_j w_j * W2_e(silu(W1_e x) * W3_e x).
-// capacity_factor 0 = dropless; otherwise tokens over capacity ceil(cf * T * k / E) get 0 for that
-// slot and `dropped` (when given) receives the count of dropped slots as a 0-dim int64 tensor (no sync).
-using MoeDispatchFn = std::function<torch::Tensor(
-    const torch::Tensor& x, const torch::Tensor& topk_idx, const torch::Tensor& topk_w,
-    const torch::Tensor& w1, const torch::Tensor& w3, const torch::Tensor& w2, double capacity_factor,
-    torch::Tensor* dropped)>;
-// ssm_scan (Mamba-3 SISO core, MODEL.md "M"): x [B,T,H,P], q, k [B,T,H,N] (already rotated),
-// log_alpha, beta, gamma [B,T,H] fp32, D [H]. h_t = a_t h_{t-1} + beta_t x_{t-1} k_{t-1}^T
-// + gamma_t x_t k_t^T (no beta term at t = 0), y_t = h_t q_t + D x_t -> y [B,T,H,P] fp32.
-using SsmScanFn = std::function<torch::Tensor(
-    const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& log_alpha,
-    const torch::Tensor& beta, const torch::Tensor& gamma, const torch::Tensor& D, int64_t chunk)>;
-// recurrent_scan (RG-LRU core): a, b [B,T,W] fp32 -> h [B,T,W], h_t = a_t * h_{t-1} + b_t, h_{-1} = 0.
-using RecurrentScanFn = std::function<torch::Tensor(const torch::Tensor& a, const torch::Tensor& b)>;
-// loss: hidden [N, d], head_weight [V, d], targets [N] int64, mask [N] (0/1) -> 0-dim tensor, fp32
-// (fp64 when the inputs are fp64): sum over masked positions of cross-entropy / max(1, number of
-// masked positions).
-using LossFn = std::function<torch::Tensor(const torch::Tensor& hidden, const torch::Tensor& head_weight,
-                                           const torch::Tensor& targets, const torch::Tensor& mask)>;
-// optimizer: one AdamW update (decoupled weight decay) of one parameter group. params, grads, exp_avgs,
-// exp_avg_sqs: equal-length lists of same-shape tensors of the params' dtype (fp32 master weights; fp64
-// in tests); steps: one 0-dim fp32 tensor per parameter, incremented by 1 before the update; lr: 0-dim
-// fp32 tensor. Updates params, moments and steps in place on their device and reads nothing on the host,
-// so a CUDA graph can capture it (step counts and learning rate are tensors for that reason).
-struct AdamWHyper {
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
-};
-using OptimizerFn = std::function<void(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
-                                       at::TensorList exp_avg_sqs, at::TensorList steps, const torch::Tensor& lr,
-                                       const AdamWHyper& hyper)>;
-
-// The registry: one implementation per (seam, backend name) that the catalog lists.
-struct Implementations {
-  std::map<std::string, AttentionFn> attention;
-  std::map<std::string, RopeFn> rope;
-  std::map<std::string, ResidualNormFn> residual_norm;
-  std::map<std::string, SwigluFn> swiglu;
-  std::map<std::string, MoeDispatchFn> moe_dispatch;
-  std::map<std::string, SsmScanFn> ssm_scan;
-  std::map<std::string, RecurrentScanFn> recurrent_scan;
-  std::map<std::string, LossFn> loss;
-  std::map<std::string, OptimizerFn> optimizer;
-};
-const Implementations& implementations();
-// Whether the registry has an implementation for (seam, backend name): the catalog and the registry
-// must list the same rows (checked by the Dispatcher and by tests/kernels/catalog_test.cpp).
-bool has_implementation(const std::string& seam, const std::string& name);
 
 // Test-only: every Dispatcher calls `implementation` for `seam` while still reporting (and scoping
 // as) its chosen backend, so the profiler's observed-backend check must flag the seam. "" clears.

@@ -5,7 +5,7 @@
 // per-head softmax loop in fp64, and gradients by central differences).
 #include <cmath>
 
-#include "kernels/reference/ops.h"
+#include "kernels/numerics.h"
 #include "model/blocks.h"
 
 namespace ablate::model {
@@ -53,7 +53,7 @@ BlockOutput AttentionBlock::forward(const torch::Tensor& x) {
   const auto kv = torch::linear(rms_norm(c_kv, kv_norm, eps), w_ukv).view({batch, T, a.heads, a.nope_dim + a.v_dim});
   const auto k_nope = kv.narrow(-1, 0, a.nope_dim), v = kv.narrow(-1, a.nope_dim, a.v_dim);
 
-  const auto [cos, sin] = rope_tables(T, a.rope_dim, a.rope_base, kernels::reference::compute_dtype(w_dkv), x.device());
+  const auto [cos, sin] = rope_tables(T, a.rope_dim, a.rope_base, kernels::compute_dtype(w_dkv), x.device());
   const auto [q_full, k_full] = dispatcher_->rope(q_nope, q_rope, k_nope, k_rope, cos, sin);
   const auto o = dispatcher_->attention(q_full.transpose(1, 2), k_full.transpose(1, 2), v.transpose(1, 2),
                                         1.0 / std::sqrt(static_cast<double>(qk)));  // [B, H, T, dv]

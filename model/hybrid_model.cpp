@@ -7,7 +7,7 @@
 #include <string>
 #include <tuple>
 
-#include "kernels/reference/ops.h"
+#include "kernels/numerics.h"
 #include "kernels/scope.h"
 
 namespace ablate::model {
@@ -37,7 +37,7 @@ ModelOutput HybridModelImpl::forward(const torch::Tensor& tokens, const torch::T
               "HybridModel: tokens, targets and loss_mask must all be [B, T]");
   const int64_t batch = tokens.size(0), T = tokens.size(1), d = config_.d_model;
   const double eps = config_.norm_eps;
-  const auto accumulate_dtype = kernels::reference::compute_dtype(embedding);
+  const auto accumulate_dtype = kernels::compute_dtype(embedding);
 
   // The residual stream keeps the parameters' dtype; `branch` is the previous block's output, added
   // to the stream by the next residual_norm (undefined before the first layer).

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "kernels/reference/ops.h"
+#include "kernels/numerics.h"
 #include "model/blocks.h"
 
 namespace ablate::model {
@@ -21,7 +21,7 @@ constexpr double kMaxDecay = -1e-4;  // A_t = min(-softplus(dd_A), -1e-4)
 // remaining N - 2S dims pass through.
 torch::Tensor rotate_leading_pairs(const torch::Tensor& v, const torch::Tensor& cos, const torch::Tensor& sin) {
   const int64_t rotated = 2 * cos.size(-1), n = v.size(-1);
-  const auto turned = kernels::reference::rotate_adjacent_pairs(v.narrow(-1, 0, rotated), cos, sin);
+  const auto turned = kernels::rotate_adjacent_pairs(v.narrow(-1, 0, rotated), cos, sin);
   return rotated == n ? turned : torch::cat({turned, v.narrow(-1, rotated, n - rotated)}, -1);
 }
 
@@ -58,8 +58,8 @@ BlockOutput MambaBlock::forward(const torch::Tensor& u) {
 
   torch::Tensor gated;  // y * silu(z), [B, T, d_inner]
   {
-    kernels::reference::NoAutocastScope fp32_arithmetic;
-    const auto dt = kernels::reference::compute_dtype(dt_bias);
+    kernels::NoAutocastScope fp32_arithmetic;
+    const auto dt = kernels::compute_dtype(dt_bias);
     const auto delta = torch::softplus(dd_dt.to(dt) + dt_bias);               // [B,T,H]
     const auto decay = (-torch::softplus(dd_a.to(dt))).clamp_max(kMaxDecay);  // A_t, [B,T,H]
     const auto lambda = torch::sigmoid(trap.to(dt));                          // [B,T,H]

@@ -6,7 +6,7 @@
 // dropless and with capacity drops; gradients by central differences).
 #include <algorithm>
 
-#include "kernels/reference/ops.h"
+#include "kernels/numerics.h"
 #include "model/blocks.h"
 
 namespace ablate::model {
@@ -28,8 +28,8 @@ BlockOutput MoeBlock::forward(const torch::Tensor& x) {
 
   torch::Tensor probs;  // [tokens, E]
   {
-    kernels::reference::NoAutocastScope fp32_router;
-    const auto dt = kernels::reference::compute_dtype(router);
+    kernels::NoAutocastScope fp32_router;
+    const auto dt = kernels::compute_dtype(router);
     probs = torch::softmax(torch::linear(flat.to(dt), router.to(dt)), -1);
   }
   const auto [top_p, top_idx] = probs.topk(e.top_k, -1);

@@ -6,7 +6,7 @@
 // in fp64, gradients by central differences, the Lambda initialisation range).
 #include <cmath>
 
-#include "kernels/reference/ops.h"
+#include "kernels/numerics.h"
 #include "model/blocks.h"
 
 namespace ablate::model {
@@ -53,8 +53,8 @@ BlockOutput RecurrentBlock::forward(const torch::Tensor& x) {
 
   torch::Tensor gated;  // gelu(g) * h
   {
-    kernels::reference::NoAutocastScope fp32_arithmetic;
-    const auto dt = kernels::reference::compute_dtype(lambda);
+    kernels::NoAutocastScope fp32_arithmetic;
+    const auto dt = kernels::compute_dtype(lambda);
     const auto log_a = -kDecayScale * torch::sigmoid(gate_a.to(dt)) * torch::softplus(-lambda);
     // sqrt(1 - a^2) as sqrt(-expm1(2 log a)): exact near a = 1, where 1 - a*a cancels.
     const auto b = torch::sqrt(-torch::expm1(2 * log_a)) * (torch::sigmoid(gate_x.to(dt)) * u.to(dt));

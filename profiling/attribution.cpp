@@ -101,7 +101,7 @@ std::string family_of_kernel_name(const std::string& name) {
   if (contains_any(n, {"gemm", "cutlass", "cublas", "xmma", "nvjet", "matmul", "grouped_mm", "gemv", "sm90_", "sm80_",
                        "ampere_", "hopper_"}))
     return "gemm";
-  // ablate_lce_*: kernels/cuda/linear_cross_entropy.cu, whose file name (in the mangled anonymous
+  // ablate_lce_*: kernels/loss/fused_cuda.cu, whose file name (in the mangled anonymous
   // namespace) demangling drops.
   if (contains_any(n, {"cross_entropy", "nll_loss", "log_softmax", "ablate_lce"})) return "loss";
   if (contains_any(n, {"adam", "multi_tensor_apply", "sgd"})) return "optimizer";

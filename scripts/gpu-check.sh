@@ -5,7 +5,7 @@
 # benchmarks, and the default GPU experiment; writes logs, benchmark JSON and receipts.db to OUT and
 # prints a short summary last.
 #   device run: bash scripts/gpu-check.sh $OUT        (carry .gpu-deps)
-# STEPS=0 skips the experiment. Environment: BENCH=0 skips the benchmarks, BENCHES="fused_bench ..."
+# STEPS=0 skips the experiment. Environment: BENCH=0 skips the benchmarks, BENCHES="kernels_bench ..."
 # runs only those, BENCH_FILTER is passed as --benchmark_filter, TESTS is a ctest -R regex.
 # Git revision: this machine's copy of the tree has a stale .git, so receipts made here would record a
 # wrong git_revision. Compose the command on the dev machine, where git works, with the revision written

@@ -5,7 +5,7 @@
 
 #include <stdexcept>
 
-#include "harness/data/errors.h"
+#include "data/errors.h"
 #include "harness/spec.h"
 #include "receipts/store.h"
 

@@ -1,4 +1,4 @@
-// harness/cli/main.cpp: the `ablate` command line. Subcommands live in harness/cli/*.cpp and register
+// harness/cli/main.cpp: the `ablate` command line. Subcommands live in harness/cli/*_command.cpp and register
 // themselves here. Exit codes: 0 ok, 1 a run failed (or a failing gate / trend --fail-on-regression),
 // 2 bad input (spec, CLI, database, data).
 // Try: ablate --help; ablate validate experiments/tiny.toml

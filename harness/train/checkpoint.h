@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "harness/data/source.h"
+#include "data/source.h"
 #include "harness/train/optimizer.h"
 
 namespace ablate::harness {

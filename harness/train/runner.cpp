@@ -15,7 +15,7 @@
 #include <fmt/format.h>
 
 #include "harness/compile_posture.h"
-#include "harness/data/loader.h"
+#include "data/loader.h"
 #include "harness/goodput.h"
 #include "harness/step_stats.h"
 #include "harness/train/checkpoint.h"

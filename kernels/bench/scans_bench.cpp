@@ -1,4 +1,4 @@
-// kernels/bench/scans_bench.cpp: timings of the reference scans (kernels/reference/scans.h), forward
+// kernels/bench/scans_bench.cpp: timings of the reference scans (kernels/ssm_scan/reference.h, kernels/recurrent_scan/reference.h), forward
 // and forward+backward, at the `tiny` config's shapes on the CPU and at `nam56r-small`'s on the GPU
 // (MODEL.md "Named configurations"): M layers B=8, T=2048, H=32, P=64, N=128, chunk 64; the R layer
 // B=8, T=2048, W=1024 at several chunk lengths (its chunked form holds B*T*W*L elements transiently,
@@ -15,7 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/reference/scans.h"
+#include "kernels/recurrent_scan/reference.h"
+#include "kernels/ssm_scan/reference.h"
 
 namespace ref = ablate::kernels::reference;
 using torch::Tensor;

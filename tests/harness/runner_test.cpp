@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "harness/data/errors.h"
+#include "data/errors.h"
 #include "receipts/remove_tree.h"
 #include "harness/spec.h"
 #include "harness/train/runner.h"

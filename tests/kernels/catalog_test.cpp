@@ -1,6 +1,7 @@
-// tests/kernels/catalog_test.cpp: the kernel catalog (kernels/catalog.cpp) and the Dispatcher
-// (kernels/dispatch.cpp): seam order, rows and registry in agreement, fallback resolution with its
-// reason, strict mode, unknown seams and backends, CUPTI kernel-name patterns.
+// tests/kernels/catalog_test.cpp: the kernel catalog (kernels/catalog.cpp), the backend registrations
+// (kernels/registry.h) and the Dispatcher (kernels/dispatch.cpp): seam order, rows and registered
+// functions in agreement, malformed registrations refused, fallback resolution with its reason, strict
+// mode, unknown seams and backends, CUPTI kernel-name patterns.
 // Run: build/tests/kernels_tests --gtest_filter='Catalog*:Dispatcher*'
 #include "kernels/catalog.h"
 
@@ -10,6 +11,7 @@
 #include <set>
 
 #include "kernels/dispatch.h"
+#include "kernels/registry.h"
 
 namespace ablate::kernels {
 namespace {
@@ -33,8 +35,9 @@ TEST(Catalog, EverySeamHasAnAlwaysAvailableReference) {
     EXPECT_EQ(ref->role, Role::reference) << seam;
     EXPECT_EQ(ref->fallback, "") << seam;
     ASSERT_NE(ref->unavailable_reason, nullptr) << seam;
-    EXPECT_EQ(ref->unavailable_reason(cpu()), "") << seam;
-    EXPECT_EQ(ref->unavailable_reason(gpu(9, 0, "bf16")), "") << seam;
+    EXPECT_EQ(why_unavailable(*ref, cpu()), "") << seam;
+    EXPECT_EQ(why_unavailable(*ref, gpu(9, 0, "bf16")), "") << seam;
+    EXPECT_TRUE(has_implementation(seam, "reference")) << seam;
   }
 }
 
@@ -69,34 +72,44 @@ TEST(Catalog, EveryRowHasADescriptionAndAFallbackChainEndingInTheReference) {
   }
 }
 
-// A row whose kernels this build did not compile (no CUDA) is listed, unavailable, with no registry entry.
-bool compiled_in(const BackendInfo& row) { return row.unavailable_reason(gpu(9, 0, "bf16")) != "built without CUDA"; }
+// A row whose kernels this build did not compile (no CUDA) is listed, unavailable, with no function.
+bool compiled_in(const BackendInfo& row) { return row.not_built.empty(); }
 
-TEST(Catalog, CatalogAndRegistryListTheSameRows) {
+// Every (seam, backend) with a registered function, read from the per-seam tables.
+std::set<std::pair<std::string, std::string>> registered_functions() {
+  std::set<std::pair<std::string, std::string>> rows;
+  const auto& r = implementations();
+#define ABLATE_COLLECT(seam, Fn)                                                      \
+  for (const auto& [name, fn] : r.seam) {                                             \
+    rows.insert({#seam, name});                                                       \
+    EXPECT_TRUE(static_cast<bool>(fn)) << #seam << "/" << name << " is an empty function"; \
+  }
+  ABLATE_SEAMS(ABLATE_COLLECT)
+#undef ABLATE_COLLECT
+  return rows;
+}
+
+// Every registered backend appears in the catalog, has its function in this build unless it is a
+// CUDA backend of a build without CUDA, and is what the Dispatcher resolves and calls when requested.
+TEST(Catalog, EveryRegisteredBackendIsInTheCatalogAndTheDispatcher) {
   std::set<std::pair<std::string, std::string>> catalog_rows;
   for (const auto& row : catalog()) {
-    if (!compiled_in(row)) continue;
+    if (!compiled_in(row)) {
+      EXPECT_EQ(row.not_built, "built without CUDA") << row.seam << "/" << row.name;
+      EXPECT_FALSE(has_implementation(row.seam, row.name)) << row.seam << "/" << row.name;
+      continue;
+    }
     catalog_rows.insert({row.seam, row.name});
     EXPECT_TRUE(has_implementation(row.seam, row.name)) << row.seam << "/" << row.name << " has no implementation";
-  }
-  const auto& r = implementations();
-  std::set<std::pair<std::string, std::string>> registry_rows;
-  auto add = [&](const std::string& seam, const auto& table) {
-    for (const auto& [name, fn] : table) {
-      registry_rows.insert({seam, name});
-      EXPECT_TRUE(static_cast<bool>(fn)) << seam << "/" << name << " is an empty function";
+    // A device on which the row is available, if one of these is: the Dispatcher must choose it.
+    for (const auto& dev : {cpu(), gpu(9, 0, "bf16"), gpu(9, 0, "fp32")}) {
+      if (!why_unavailable(row, dev).empty()) continue;
+      const Dispatcher dispatcher({{row.seam, row.name}}, dev, /*strict=*/true);
+      EXPECT_EQ(dispatcher.chosen(row.seam), row.name);
+      break;
     }
-  };
-  add("attention", r.attention);
-  add("rope", r.rope);
-  add("residual_norm", r.residual_norm);
-  add("swiglu", r.swiglu);
-  add("moe_dispatch", r.moe_dispatch);
-  add("ssm_scan", r.ssm_scan);
-  add("recurrent_scan", r.recurrent_scan);
-  add("loss", r.loss);
-  add("optimizer", r.optimizer);
-  EXPECT_EQ(registry_rows, catalog_rows);
+  }
+  EXPECT_EQ(registered_functions(), catalog_rows);
   EXPECT_FALSE(has_implementation("attention", "no_such_backend"));
   EXPECT_FALSE(has_implementation("no_such_seam", "reference"));
 }
@@ -110,16 +123,51 @@ TEST(Catalog, FusedCudaRowsAreExperimentalHopperKernelsWithAReason) {
     EXPECT_FALSE(row->kernel_patterns.empty()) << seam;
 #if defined(ABLATE_HAVE_CUDA)
     EXPECT_TRUE(compiled_in(*row)) << seam;
-    EXPECT_EQ(row->unavailable_reason(gpu(9, 0, "bf16")), "") << seam;
-    EXPECT_EQ(row->unavailable_reason(gpu(9, 0, "fp32")), "") << seam;
-    EXPECT_EQ(row->unavailable_reason(cpu()), "needs a CUDA device") << seam;
-    EXPECT_THAT(row->unavailable_reason(gpu(8, 0, "bf16")), HasSubstr("needs compute capability 9.0")) << seam;
-    EXPECT_THAT(row->unavailable_reason(gpu(9, 0, "fp16")), HasSubstr("needs fp32 or bf16")) << seam;
+    EXPECT_EQ(why_unavailable(*row, gpu(9, 0, "bf16")), "") << seam;
+    EXPECT_EQ(why_unavailable(*row, gpu(9, 0, "fp32")), "") << seam;
+    EXPECT_EQ(why_unavailable(*row, cpu()), "needs a CUDA device") << seam;
+    EXPECT_THAT(why_unavailable(*row, gpu(8, 0, "bf16")), HasSubstr("needs compute capability 9.0")) << seam;
+    EXPECT_THAT(why_unavailable(*row, gpu(9, 0, "fp16")), HasSubstr("needs fp32 or bf16")) << seam;
 #else
-    EXPECT_EQ(row->unavailable_reason(gpu(9, 0, "bf16")), "built without CUDA") << seam;
+    EXPECT_EQ(why_unavailable(*row, gpu(9, 0, "bf16")), "built without CUDA") << seam;
     EXPECT_FALSE(has_implementation(seam, "fused_cuda")) << seam;
 #endif
   }
+}
+
+// A registration that would make the catalog lie is refused when the registrations run.
+TEST(Registry, RefusesMalformedRows) {
+  std::vector<BackendInfo> rows;
+  Implementations tables;
+  BackendRegistry registry(rows, tables);
+  const SwigluFn fn = [](const torch::Tensor& a, const torch::Tensor& b) { return a * b; };
+  const BackendInfo good{.name = "mine",
+                         .role = Role::experimental,
+                         .fallback = "reference",
+                         .description = "a test row",
+                         .unavailable_reason = &availability::always};
+  registry.swiglu(good, fn);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].seam, "swiglu");  // set by the method
+  EXPECT_EQ(tables.swiglu.count("mine"), 1u);
+
+  auto without = [&](auto change) {
+    BackendInfo row = good;
+    change(row);
+    return row;
+  };
+  EXPECT_THROW(registry.swiglu(without([](BackendInfo& r) { r.name = ""; }), fn), std::logic_error);
+  EXPECT_THROW(registry.swiglu(without([](BackendInfo& r) { r.description = ""; }), fn), std::logic_error);
+  EXPECT_THROW(registry.swiglu(without([](BackendInfo& r) { r.unavailable_reason = nullptr; }), fn), std::logic_error);
+  EXPECT_THROW(registry.swiglu(without([](BackendInfo& r) { r.seam = "rope"; }), fn), std::logic_error);
+  EXPECT_THROW(registry.swiglu(without([](BackendInfo& r) { r.fallback = ""; }), fn), std::logic_error);
+  EXPECT_THROW(registry.swiglu(without([](BackendInfo& r) { r.name = "reference"; }), fn), std::logic_error);
+
+  // A row without a function (a .cu backend compiled without CUDA) stays listed, not built.
+  registry.swiglu(without([](BackendInfo& r) { r.name = "unbuilt"; }), SwigluFn());
+  EXPECT_EQ(rows.back().not_built, "built without CUDA");
+  EXPECT_EQ(tables.swiglu.count("unbuilt"), 0u);
+  EXPECT_EQ(why_unavailable(rows.back(), gpu(9, 0, "bf16")), "built without CUDA");
 }
 
 TEST(Catalog, RoleNames) {

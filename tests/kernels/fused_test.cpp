@@ -1,4 +1,4 @@
-// tests/kernels/fused_test.cpp: properties of the fused CUDA kernels (kernels/cuda/) that the table-driven
+// tests/kernels/fused_test.cpp: properties of the fused CUDA kernels (kernels/<seam>/fused_cuda.cu) that the table-driven
 // parity test does not see: dw of residual_norm is bitwise reproducible (two-stage reduction, no
 // atomics) over enough rows that every block strides over many of them, and it matches the fp64
 // reference there; rows that are not 16-byte aligned take the element-wise path and agree with the
@@ -9,13 +9,13 @@
 #include <gtest/gtest.h>
 
 #include "kernels/dispatch.h"
-#include "kernels/reference/ops.h"
+#include "kernels/registry.h"
 #include "tests/kernels/tensor_checks.h"
 
 #if defined(ABLATE_HAVE_CUDA)
 #include <ATen/autocast_mode.h>
 
-#include "kernels/cuda/fused.h"
+#include "kernels/loss/fused_cuda.h"
 #endif
 
 namespace ablate::kernels {
@@ -33,7 +33,7 @@ using torch::Tensor;
       GTEST_SKIP() << "fused_cuda unavailable: built without CUDA";                 \
     if (!torch::cuda::is_available()) GTEST_SKIP() << "fused_cuda needs a CUDA device"; \
     const auto dev = describe_device(torch::Device(torch::kCUDA, 0), torch::kFloat); \
-    if (const auto why = find_backend("residual_norm", "fused_cuda")->unavailable_reason(dev); !why.empty()) \
+    if (const auto why = why_unavailable(*find_backend("residual_norm", "fused_cuda"), dev); !why.empty()) \
       GTEST_SKIP() << "fused_cuda unavailable: " << why;                            \
   } while (0)
 
@@ -62,7 +62,7 @@ TEST(FusedCuda, ResidualNormWeightGradientIsBitwiseReproducibleAndMatchesTheRefe
   const auto first = residual_norm_grads(fused, x, r, w, gy, gs);
   const auto second = residual_norm_grads(fused, x, r, w, gy, gs);
   for (size_t i = 0; i < first.size(); ++i) EXPECT_TRUE(torch::equal(first[i], second[i])) << "gradient " << i;
-  const auto want = residual_norm_grads(&reference::residual_norm, x.to(torch::kDouble), r.to(torch::kDouble),
+  const auto want = residual_norm_grads(implementations().residual_norm.at("reference"), x.to(torch::kDouble), r.to(torch::kDouble),
                                         w.to(torch::kDouble), gy.to(torch::kDouble), gs.to(torch::kDouble));
   // dw sums 65536 products per column in fp32 (per-thread runs of 16 rows, then 16 slices):
   // relative error ~ 1e-6 expected; 2e-5 leaves room without hiding a wrong sum (which is O(1)).
@@ -126,7 +126,7 @@ TEST(FusedCuda, RopeReadsStridedProjectionViewsAndMatchesTheReference) {
     return grads;  // q, k, dq, d(kv_down), d(kv)
   };
   const auto got = run(implementations().rope.at("fused_cuda"), torch::kBFloat16);
-  const auto want = run(&reference::rope, torch::kDouble);
+  const auto want = run(implementations().rope.at("reference"), torch::kDouble);
   // bf16 inputs are exact in fp64; the fused kernel rounds each output once after fp32 arithmetic, and
   // d(k_rope) sums 16 heads first: 1 bf16 rounding (4e-3) relative, 1e-2 with the fp32 sum.
   const char* names[] = {"q", "k", "dq", "d kv_down", "d kv"};
@@ -198,7 +198,7 @@ TEST(FusedCudaLoss, MeanOverManyChunksUnderAutocastMatchesTheFullLogits) {
   EXPECT_EQ(got[1].scalar_type(), torch::kFloat);
   const auto h64 = h.detach().to(torch::kDouble).requires_grad_(true);
   const auto w64 = w.detach().to(torch::kDouble).requires_grad_(true);
-  const auto want_loss = reference::loss_full_logits(h64, w64, targets, mask);
+  const auto want_loss = implementations().loss.at("reference")(h64, w64, targets, mask);
   const auto want = torch::autograd::grad({want_loss * upstream}, {h64, w64});
   // bf16 GEMM operands (8-bit mantissa, 4e-3) and bf16 logits: 2e-2 as the parity test's bf16 bound.
   EXPECT_LE(relative_error(loss, want_loss), 2e-2);

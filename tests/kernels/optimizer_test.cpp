@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/dispatch.h"
+#include "kernels/registry.h"
 #include "tests/kernels/tensor_checks.h"
 
 namespace ablate::kernels {

@@ -14,7 +14,8 @@
 
 #include "kernels/catalog.h"
 #include "kernels/dispatch.h"
-#include "kernels/reference/ops.h"
+#include "kernels/loss/chunked.h"
+#include "kernels/registry.h"
 #include "tests/kernels/tensor_checks.h"
 
 namespace ablate::kernels {
@@ -390,7 +391,7 @@ TEST_P(Parity, ForwardAndBackwardMatchTheReference) {
   ASSERT_NE(row, nullptr);
   const torch::Device device =
       torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
-  if (const auto why = row->unavailable_reason(describe_device(device, p.dtype)); !why.empty())
+  if (const auto why = why_unavailable(*row, describe_device(device, p.dtype)); !why.empty())
     GTEST_SKIP() << p.seam << "/" << p.backend << " unavailable on this machine: " << why;
 
   auto gen = seeded_generator(std::hash<std::string>{}(c.seam + c.label));
@@ -461,13 +462,13 @@ TEST(ParityChunkedLoss, ManySmallChunksMatchTheFullLogits) {
   const auto weight = random_normal({31, 6}, gen, 0.5).requires_grad_(true);
   const auto targets = torch::randint(31, {10}, gen, torch::kLong);
   const auto mask = (testing::random_uniform({10}, gen, 0, 1) > 0.3).to(torch::kFloat);
-  const auto expected = reference::loss_full_logits(hidden, weight, targets, mask);
+  const auto expected = implementations().loss.at("reference")(hidden, weight, targets, mask);
   const auto [gh_want, gw_want] = [&] {
     auto g = torch::autograd::grad({expected}, {hidden, weight});
     return std::pair{g[0], g[1]};
   }();
   for (const int64_t chunk : {1, 3, 4, 10, 64}) {
-    const auto got = reference::loss_chunked(hidden, weight, targets, mask, chunk);
+    const auto got = loss_chunked(hidden, weight, targets, mask, chunk);
     const auto g = torch::autograd::grad({got}, {hidden, weight});
     EXPECT_LE(relative_error(got, expected), 1e-12) << "chunk " << chunk;  // fp64, same math
     EXPECT_LE(relative_error(g[0], gh_want), 1e-12) << "chunk " << chunk;

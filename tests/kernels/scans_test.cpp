@@ -1,4 +1,4 @@
-// tests/kernels/scans_test.cpp: parity tests of the reference scans (kernels/reference/scans.h):
+// tests/kernels/scans_test.cpp: parity tests of the reference scans (kernels/ssm_scan/reference.h, kernels/recurrent_scan/reference.h):
 // the chunked Mamba-3 SISO scan and the chunked RG-LRU recurrence against their per-timestep
 // definitions, forward and backward, fp64 and fp32 (CPU, and CUDA when present), plus hand-computed
 // values, a finite-difference check, extreme decays and argument checks.
@@ -8,7 +8,8 @@
 // Errors are norm-wise: max |got - want| / max |want| over the whole tensor.
 // Inputs are drawn fresh from seeded generators in fp64 with the distributions the model produces
 // (MODEL.md "M" and "R"), spread wide enough that alpha and a reach both ~1 and ~0.
-#include "kernels/reference/scans.h"
+#include "kernels/recurrent_scan/reference.h"
+#include "kernels/ssm_scan/reference.h"
 
 // CUDA graph capture needs the CUDA runtime headers, present wherever LibTorch was built with CUDA.
 #if __has_include(<cuda_runtime_api.h>)

@@ -336,7 +336,7 @@ TEST(HybridModelCuda, Bf16AutocastRunsOnEveryAttentionBackend) {
   const auto device_info = kernels::describe_device(dev, torch::kBFloat16);
   for (const std::string backend : {"reference", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient"}) {
     const auto* row = kernels::find_backend("attention", backend);
-    if (const auto why = row->unavailable_reason(device_info); !why.empty()) {
+    if (const auto why = kernels::why_unavailable(*row, device_info); !why.empty()) {
       ADD_FAILURE() << backend << " unavailable on this GPU: " << why;
       continue;
     }

@@ -55,7 +55,7 @@ TEST(CuptiNames, ApiNamesLoseTheCallbackVersionAsInKineto) {
   EXPECT_EQ(api_name_without_version(""), "");
 }
 
-// Kernels as CUPTI names them, from an H100 run of this harness, the lead's nvcc build of kernels/cuda/
+// Kernels as CUPTI names them, from an H100 run of this harness, the lead's nvcc build of kernels/<seam>/fused_cuda.cu
 // (nm of the .cu objects), and the symbol tables of libtorch_cuda.so, libnccl and libcudnn. `backend` is
 // the catalog row ("seam/backend") whose patterns should match, "" for none; `family` is what the name
 // rules give when the kernel runs outside a seam.

@@ -1,0 +1,15 @@
+// data/errors.h: the one error type of the data pipeline. A DataError is bad input (a
+// missing corpus, a seq_len the corpus cannot fill, a vocab too small): the CLI maps it to exit
+// code 2. Messages say what is wrong, where, and how to fix it. Tested in tests/data/.
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace ablate::data {
+
+class DataError : public std::runtime_error {
+ public:
+  explicit DataError(const std::string& what) : std::runtime_error(what) {}
+};
+
+}  // namespace ablate::data

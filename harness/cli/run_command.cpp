@@ -1,0 +1,51 @@
+// harness/cli/run_command.cpp: `ablate run [FILE] [--set k=v]...`: one declared experiment into the receipt
+// store. Without FILE it runs the embedded defaults (tiny on CPU, nam56r-small when a GPU is present).
+// Only in builds with LibTorch (the runner needs it); a torch-free build has no `run` command.
+#ifdef ABLATE_WITH_TORCH
+#include <chrono>
+#include <cstdlib>
+
+#include "harness/cli/commands.h"
+#include "harness/env.h"
+#include "harness/spec.h"
+#include "harness/train/device.h"
+#include "harness/train/runner.h"
+#include "receipts/lifecycle.h"
+
+namespace ablate::cli {
+
+void register_run(CLI::App& app, Globals& g) {
+  auto* cmd = app.add_subcommand("run", "Run one experiment and store its receipt (exit 1 when the run fails)");
+  static std::string file;
+  static std::vector<std::string> overrides;
+  static bool quiet = false;
+  static bool no_profile = false;
+  cmd->add_option("file", file, "experiment TOML (default: the embedded defaults)")->check(CLI::ExistingFile);
+  cmd->add_option("--set", overrides, "override section.key=value (repeatable)");
+  cmd->add_flag("-q,--quiet", quiet, "no progress lines");
+  cmd->add_flag("--no-profile", no_profile,
+                "leave CUPTI to nsys/ncu: no CUPTI window (the receipt says profiling off), NVTX ranges stay");
+  command_table().push_back({cmd, [&g] {
+    const auto start = std::chrono::steady_clock::now();
+    // Before any thread exists, so SIGINT/SIGTERM always reach the run's lifecycle thread.
+    receipts::RunLifecycle::block_termination_signals();
+    harness::git_facts();  // a malformed ABLATE_GIT_REVISION / ABLATE_GIT_DIRTY: exit 2 now, not after data prep
+    const auto spec = file.empty() ? harness::default_spec(harness::live_device_info().cuda, overrides)
+                                   : harness::parse_spec_file(file, overrides);
+    harness::RunOptions opt;
+    opt.db_path = g.db;
+    opt.process_start = start;
+    opt.quiet = quiet;
+    opt.no_profile = no_profile;
+    // Set by `ablate matrix run` (ablations/matrix_run.cpp) so this run records its matrix cell.
+    if (const char* id = std::getenv("ABLATE_MATRIX_ID"); id && *id) {
+      opt.matrix_id = std::stoll(id);
+      opt.cell = std::getenv("ABLATE_MATRIX_CELL") ? std::getenv("ABLATE_MATRIX_CELL") : "";
+      opt.repeat = std::getenv("ABLATE_MATRIX_REPEAT") ? std::stoll(std::getenv("ABLATE_MATRIX_REPEAT")) : 0;
+    }
+    return harness::run_experiment(spec, opt).exit_code;
+  }});
+}
+
+}  // namespace ablate::cli
+#endif  // ABLATE_WITH_TORCH

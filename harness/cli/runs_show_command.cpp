@@ -1,0 +1,116 @@
+// harness/cli/runs_show_command.cpp: `ablate runs` (a table of runs, filtered) and `ablate show RUN`
+// (everything the store holds about one run, as text or --json). Read-only: a database that does
+// not exist yet is not created by these commands.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <ctime>
+#include <filesystem>
+
+#include "harness/cli/commands.h"
+#include "receipts/clock.h"
+#include "receipts/store.h"
+
+namespace ablate::cli {
+namespace {
+
+template <typename T>
+std::string opt(const std::optional<T>& v, const char* format = "{}") {
+  return v ? fmt::format(fmt::runtime(format), *v) : "-";
+}
+
+std::string human_bytes(const std::optional<int64_t>& b) {
+  if (!b) return "-";
+  return fmt::format("{:.2f} GiB", static_cast<double>(*b) / (1024.0 * 1024 * 1024));
+}
+
+}  // namespace
+
+void register_receipt_queries(CLI::App& app, Globals& g) {
+  static receipts::RunFilter filter;
+  static int64_t limit = 50;
+  static bool runs_json = false;
+  auto* runs = app.add_subcommand("runs", "List runs in the receipt store, newest first");
+  runs->add_option("--status", filter.status, "running | ok | failed | killed | abandoned");
+  runs->add_option("--name", filter.name, "name substring, or a glob with * ? [");
+  runs->add_option("--tag", filter.tag, "runs carrying this tag");
+  runs->add_option("--since", filter.since, "unix seconds, ISO date/time (UTC), or an age: 90m, 12h, 7d");
+  runs->add_option("--limit", limit, "at most this many rows (0: all)")->check(CLI::NonNegativeNumber);
+  runs->add_flag("--json", runs_json, "print JSON");
+  command_table().push_back({runs, [&g] {
+    auto store = receipts::Store::open_existing(g.db);
+    if (limit > 0) filter.limit = limit;
+    const auto rows = store.list_runs(filter);
+    if (runs_json) {
+      nlohmann::json out = nlohmann::json::array();
+      for (const auto& r : rows) out.push_back(store.run_json(r.id)["run"]);
+      fmt::print("{}\n", out.dump(2));
+      return kExitOk;
+    }
+    fmt::print("{:>5}  {:<9}  {:<24}  {:<19}  {:>5}  {:>9}  {:>10}  {:>6}  {:>8}  {:>10}  {}\n", "id", "status", "name",
+               "started (UTC)", "steps", "step ms", "tokens/s", "MFU", "goodput", "peak mem", "tags");
+    for (const auto& r : rows) {
+      const auto& s = r.summary;
+      fmt::print("{:>5}  {:<9}  {:<24}  {:<19}  {:>5}  {:>9}  {:>10}  {:>6}  {:>8}  {:>10}  {}\n", r.id,
+                 receipts::to_string(r.status), r.name.substr(0, 24), receipts::format_utc(r.started_at), opt(s.steps),
+                 opt(s.median_step_ms, "{:.2f}"), opt(s.tokens_per_s, "{:.0f}"),
+                 s.mfu ? fmt::format("{:.1f}%", *s.mfu * 100) : "-",
+                 s.goodput_pct ? fmt::format("{:.1f}%", *s.goodput_pct) : "-", human_bytes(s.peak_memory_bytes),
+                 fmt::join(r.tags, ","));
+      if (r.error) fmt::print("       error: {}\n", *r.error);
+    }
+    fmt::print("{} run(s) in {}\n", rows.size(), g.db);
+    return kExitOk;
+  }});
+
+  static int64_t run_id = 0;
+  static bool show_json = false;
+  auto* show = app.add_subcommand("show", "Everything the receipt store holds about one run");
+  show->add_option("run", run_id, "run id")->required();
+  show->add_flag("--json", show_json, "print JSON");
+  command_table().push_back({show, [&g] {
+    auto store = receipts::Store::open_existing(g.db);
+    const auto j = store.run_json(run_id);
+    if (show_json) {
+      fmt::print("{}\n", j.dump(2));
+      return kExitOk;
+    }
+    const auto r = store.get_run(run_id);
+    fmt::print("run {}  {}  [{}]\n", r.id, r.name, receipts::to_string(r.status));
+    if (r.error) fmt::print("error: {}\n", *r.error);
+    fmt::print("started {} UTC, ended {}, host {}, spec {}\n", receipts::format_utc(r.started_at), r.ended_at ? receipts::format_utc(*r.ended_at) + " UTC" : "-",
+               r.host, r.spec_hash.substr(0, 16));
+    fmt::print("evidence: {}\n", receipts::is_evidence(r) ? "yes" : "no (only complete ok runs count)");
+    const auto& s = r.summary;
+    fmt::print("summary: steps {}  median step {} ms  tokens/s {}  MFU {}  goodput {}  peak memory {}\n", opt(s.steps),
+               opt(s.median_step_ms, "{:.2f}"), opt(s.tokens_per_s, "{:.0f}"), s.mfu ? fmt::format("{:.2f}%", *s.mfu * 100) : "null",
+               s.goodput_pct ? fmt::format("{:.1f}%", *s.goodput_pct) : "-", human_bytes(s.peak_memory_bytes));
+    if (j["env"].contains("profiling")) fmt::print("profiling: {}\n", j["env"]["profiling"].get<std::string>());
+    // Requested is not achieved: a requested CUDA graph says which it was, and why.
+    if (j["env"].value("compile.cuda_graphs_requested", "") == "true")
+      fmt::print("cuda graphs: {} ({})\n",
+                 j["env"].value("compile.cuda_graphs_achieved", "") == "true" ? "achieved" : "not achieved",
+                 j["env"].value("compile.cuda_graphs_reason", "no reason recorded"));
+    // A seam whose kernels contradict its chosen backend, with the kernels that say so.
+    for (const auto& b : j["backends"]) {
+      if (b["mismatch"] != true) continue;  // the store reads the 0/1 column back as a JSON boolean
+      std::vector<std::string> kernels;
+      for (const auto& e : j["profile"]["backend_evidence"])
+        if (e["seam"] == b["seam"] && kernels.size() < 5)
+          kernels.push_back(fmt::format("{} ({})", e["kernel"].get<std::string>(),
+                                        e["matches"].get<std::string>().empty() ? "no backend's pattern"
+                                                                                : e["matches"].get<std::string>()));
+      fmt::print("backend mismatch: seam {} chose {} but observed {}; kernels: {}\n", b["seam"].get<std::string>(),
+                 b["chosen"].get<std::string>(), b["observed"].is_string() ? b["observed"].get<std::string>() : "-",
+                 fmt::join(kernels, ", "));
+    }
+    // The remaining sections print as compact JSON blocks: complete, and stable for diffing.
+    for (const char* section : {"backends", "goodput", "env", "artifacts", "annotations"}) {
+      if (j.contains(section) && !j[section].empty()) fmt::print("{}: {}\n", section, j[section].dump());
+    }
+    if (j.contains("steps")) fmt::print("steps: {} rows (ablate show {} --json for all)\n", j["steps"].size(), run_id);
+    return kExitOk;
+  }});
+}
+
+}  // namespace ablate::cli

@@ -1,0 +1,103 @@
+// kernels/bench_util.h: what every seam's benchmark (kernels/<seam>/bench.cpp, one program:
+// build/bench/kernels_bench) shares: the CUDA-event timed loop with an L2 flush, the allocator-peak
+// probe, the bf16 autocast bracket, nam56r-small's shapes and the H100 ceilings (docs/gpu.md), and the
+// registration of a seam's cases (ABLATE_BENCHMARKS), run by kernels/bench_main.cpp before the
+// command line is parsed. CUDA cases register only when a GPU is visible.
+// Run: build/bench/kernels_bench [--benchmark_filter=<seam>/...]
+#pragma once
+#include <benchmark/benchmark.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#if defined(ABLATE_HAVE_CUDA)
+#include <ATen/autocast_mode.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include "kernels/registry.h"
+
+namespace ablate::kernels::bench {
+
+// Measured on the H100 (docs/gpu.md): device-to-device copy counting read + write, dense bf16 GEMM.
+constexpr double kCopyCeilingBytesPerSecond = 3.0e12;
+constexpr double kBf16PeakFlopsPerSecond = 790e12;
+// nam56r-small: 8 x 2048 tokens, d 1024, dense FFN 2816.
+constexpr int64_t kRows = 8 * 2048, kWidth = 1024, kFfn = 2816;
+
+inline double size_of(torch::ScalarType t) { return static_cast<double>(c10::elementSize(t)); }
+
+// Adds a seam's benchmark cases; called by ABLATE_BENCHMARKS during static initialisation.
+bool add_registrar(void (*register_cases)());
+
+#if defined(ABLATE_HAVE_CUDA)
+// Runs `step` in the timed loop: CUDA events around each iteration on the current stream, reported
+// as manual time; counters from the median iteration (robust to the odd slow one).
+// Before each iteration a 256 MiB buffer is zeroed: it evicts the inputs from L2 (50 MiB on H100), so
+// every iteration reads HBM, and it keeps the GPU busy while the host enqueues the start event, the
+// op's launches and the stop event, so the events time GPU work only, not the host's launch latency
+// (a few microseconds a launch: 5-15 % of a kernel of 60-90 us).
+template <class Step>
+inline void timed(benchmark::State& st, double bytes, Step step) {
+  for (int i = 0; i < 3; ++i) step();  // warm-up: allocator pools, first-launch module loading
+  auto flush = torch::empty({int64_t{256} << 20}, torch::TensorOptions(torch::kCUDA).dtype(torch::kUInt8));
+  torch::cuda::synchronize();
+  at::cuda::CUDAEvent start(cudaEventDefault), stop(cudaEventDefault);  // default flags disable timing
+  std::vector<double> seconds;
+  for (auto _ : st) {
+    const auto stream = c10::cuda::getCurrentCUDAStream();
+    flush.zero_();
+    start.record(stream);
+    step();
+    stop.record(stream);
+    stop.synchronize();
+    seconds.push_back(start.elapsed_time(stop) / 1e3);
+    st.SetIterationTime(seconds.back());
+  }
+  std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
+  const double median = seconds[seconds.size() / 2];
+  st.counters["median_us"] = median * 1e6;
+  if (bytes <= 0) return;  // a compute-bound case reports its own rate
+  st.counters["GB/s"] = bytes / median / 1e9;
+  st.counters["pct_of_copy_ceiling"] = 100.0 * bytes / median / kCopyCeilingBytesPerSecond;
+}
+
+// Peak allocated memory of one call of `step` above what is allocated before it (inputs, allocator
+// state), in MiB; `step` runs once before to warm the allocator's pools.
+template <class Step>
+inline double peak_extra_mib(Step step) {
+  step();
+  torch::cuda::synchronize();
+  c10::cuda::CUDACachingAllocator::resetPeakStats(0);
+  const auto before = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+  step();
+  torch::cuda::synchronize();
+  const auto after = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+  const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  return double(after.allocated_bytes[agg].peak - before.allocated_bytes[agg].current) / (1 << 20);
+}
+
+// `forward()` under bf16 autocast on CUDA, as the model's forward runs; the cast cache is cleared after.
+template <class Forward>
+inline torch::Tensor under_bf16_autocast(Forward forward) {
+  at::autocast::set_autocast_enabled(at::kCUDA, true);
+  at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);  // the CUDA default is fp16
+  auto out = forward();
+  at::autocast::set_autocast_enabled(at::kCUDA, false);
+  at::autocast::clear_cache();
+  return out;
+}
+#endif  // ABLATE_HAVE_CUDA
+
+}  // namespace ablate::kernels::bench
+
+// Defines the function that registers a seam's benchmark cases (benchmark::RegisterBenchmark calls).
+#define ABLATE_BENCHMARKS(id)                                                                         \
+  static void ablate_benchmarks_##id();                                                             \
+  [[maybe_unused]] static const bool ablate_benchmarks_registered_##id =                            \
+      ::ablate::kernels::bench::add_registrar(&ablate_benchmarks_##id);                             \
+  static void ablate_benchmarks_##id()

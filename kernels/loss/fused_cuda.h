@@ -1,0 +1,21 @@
+// kernels/loss/fused_cuda.h: the entry point of backend loss/fused_cuda (kernels/loss/fused_cuda.cu)
+// with its options beyond the seam (per-row reduction, chunk size), for tests and the benchmark.
+// Defined only when nvcc compiled the .cu (ABLATE_HAVE_CUDA); CUDA tensors, fp32 or bf16.
+#pragma once
+#include <torch/torch.h>
+
+#include <cstdint>
+
+namespace ablate::kernels::fused {
+
+// Fused linear cross-entropy: cross-entropy of softmax(hidden @ head_weight^T) at targets, masked,
+// without the full [N, V] logits (row chunks of ~64 MiB of logits; chunk_rows > 0 overrides).
+// mean: the LossFn contract, sum(ce * mask) / max(sum(mask), 1), gradients computed in forward and
+// scaled by the upstream scalar in backward (differentiable once). none: ce * mask per row [N], any
+// per-row upstream gradient (backward recomputes the logits).
+enum class LossReduction { mean, none };
+torch::Tensor linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& head_weight,
+                                   const torch::Tensor& targets, const torch::Tensor& mask, LossReduction reduction,
+                                   int64_t chunk_rows = 0);
+
+}  // namespace ablate::kernels::fused

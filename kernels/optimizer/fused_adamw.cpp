@@ -1,0 +1,34 @@
+// kernels/optimizer/fused_adamw.cpp: backend `fused_adamw` of seam `optimizer`: LibTorch's fused
+// multi-tensor AdamW kernel (at::_fused_adamw_ with the learning rate as a tensor), every parameter of
+// a group in a few launches; step counts stay on the device, so a CUDA graph can capture it.
+// Tests: kernels_tests --gtest_filter='Parity*optimizer*'. Benchmark: kernels_bench --benchmark_filter=optimizer.
+#include "kernels/optimizer/optimizer_lists.h"
+#include "kernels/registry.h"
+
+namespace ablate::kernels {
+namespace {
+
+void adamw_fused(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
+                 at::TensorList steps, const torch::Tensor& lr, const AdamWHyper& h) {
+  check_optimizer_lists(params, grads, exp_avgs, exp_avg_sqs, steps);
+  if (params.empty()) return;
+  torch::NoGradGuard no_grad;
+  at::_foreach_add_(steps, 1);
+  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, h.beta1, h.beta2,
+                    h.weight_decay, h.eps, /*amsgrad=*/false, /*maximize=*/false);
+}
+
+}  // namespace
+
+ABLATE_REGISTER_BACKENDS(optimizer_fused_adamw) {
+  registry.optimizer({.name = "fused_adamw",
+                      .role = Role::vendor,
+                      .fallback = "reference",
+                      .kernel_patterns = {"FusedAdamMathFunctor"},
+                      .description = "LibTorch's fused multi-tensor AdamW (at::_fused_adamw_, learning rate "
+                                     "as a tensor): every parameter of a group in a few launches",
+                      .unavailable_reason = &availability::always},
+                     &adamw_fused);
+}
+
+}  // namespace ablate::kernels

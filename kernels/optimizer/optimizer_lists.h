@@ -1,0 +1,15 @@
+// kernels/optimizer/optimizer_lists.h: the OptimizerFn contract's list check that both optimizer
+// backends share (reference.cpp, fused_adamw.cpp).
+#pragma once
+#include <torch/torch.h>
+
+namespace ablate::kernels {
+
+inline void check_optimizer_lists(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
+                 at::TensorList steps) {
+  TORCH_CHECK(grads.size() == params.size() && exp_avgs.size() == params.size() &&
+                  exp_avg_sqs.size() == params.size() && steps.size() == params.size(),
+              "optimizer seam: params, grads, exp_avgs, exp_avg_sqs and steps must have the same length");
+}
+
+}  // namespace ablate::kernels

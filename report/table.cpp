@@ -1,0 +1,64 @@
+// report/table.cpp: CSV and JSON rendering of Table (see records.h).
+// Tests: tests/report/export_test.cpp (report_tests).
+#include "report/table.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+namespace ablate::report {
+namespace {
+
+std::string scalar_text(const nlohmann::json& value) {
+  switch (value.type()) {
+    case nlohmann::json::value_t::null:
+      return "";
+    case nlohmann::json::value_t::string:
+      return value.get_ref<const std::string&>();
+    case nlohmann::json::value_t::boolean:
+      return value.get<bool>() ? "true" : "false";
+    case nlohmann::json::value_t::number_float:
+      return fmt::format("{}", value.get<double>());  // shortest round-trip form
+    case nlohmann::json::value_t::number_integer:
+    case nlohmann::json::value_t::number_unsigned:
+      return value.dump();
+    default:
+      throw std::invalid_argument(fmt::format("a CSV field must be a scalar, got {}", value.dump()));
+  }
+}
+
+}  // namespace
+
+std::string csv_field(std::string_view text) {
+  if (text.find_first_of(",\"\r\n") == std::string_view::npos) return std::string(text);
+  std::string out = "\"";
+  for (const char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string to_csv(const Table& records) {
+  std::string out;
+  auto line = [&out](const auto& fields, auto text_of) {
+    for (std::size_t i = 0; i < fields.size(); ++i) out += (i ? "," : "") + csv_field(text_of(fields[i]));
+    out += "\n";
+  };
+  line(records.columns, [](const std::string& name) { return name; });
+  for (const auto& row : records.rows) line(row, scalar_text);
+  return out;
+}
+
+std::string to_json_text(const Table& records) {
+  // Written by hand rather than through an ordered_json tree: keys stay in column order and an export
+  // of millions of step rows needs no second copy of the data.
+  std::vector<std::string> keys;
+  for (const auto& column : records.columns) keys.push_back(nlohmann::json(column).dump() + ": ");
+  std::string out = "[";
+  for (std::size_t r = 0; r < records.rows.size(); ++r) {
+    out += r ? ",\n {" : "\n {";
+    for (std::size_t i = 0; i < keys.size(); ++i) out += (i ? ", " : "") + keys[i] + records.rows[r].at(i).dump();
+    out += "}";
+  }
+  return out + (records.rows.empty() ? "]\n" : "\n]\n");
+}
+
+}  // namespace ablate::report
