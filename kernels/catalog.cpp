@@ -167,6 +167,16 @@ std::vector<BackendInfo> build_catalog() {
                                             "over device offsets; CUDA-graph capturable",
                              .unavailable_reason = &grouped_mm_unavailable});
   rows.push_back(reference_row("ssm_scan", "Mamba-3 SISO chunked scan in LibTorch ops, fp32"));
+  rows.push_back(BackendInfo{.seam = "ssm_scan",
+                             .name = "fused_cuda",
+                             .role = Role::experimental,
+                             .fallback = "reference",
+                             .kernel_patterns = {"ablate_ssm_scan_"},
+                             .description = "kernels/cuda/ssm_scan.cu: chunked SSD-style scan, fp32 state; forward "
+                                            "3 launches (chunk states, state passing, outputs with D skip and "
+                                            "silu(z) gate), backward 5 (recomputes within a chunk); P, N "
+                                            "multiples of 16 up to 128, chunk 16-64",
+                             .unavailable_reason = &fused_cuda_unavailable});
   rows.push_back(reference_row("recurrent_scan", "RG-LRU linear recurrence, chunked, in LibTorch ops, fp32"));
   rows.push_back(reference_row("loss", "full logits + masked cross-entropy in LibTorch ops"));
   rows.push_back(BackendInfo{.seam = "loss",

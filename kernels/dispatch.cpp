@@ -49,6 +49,7 @@ Implementations build_registry() {
   r.residual_norm["fused_cuda"] = &fused::residual_norm;
   r.swiglu["fused_cuda"] = &fused::swiglu;
   r.rope["fused_cuda"] = &fused::rope;
+  r.ssm_scan["fused_cuda"] = &fused::ssm_scan;
   r.loss["fused_cuda"] = [](const torch::Tensor& h, const torch::Tensor& w, const torch::Tensor& t,
                             const torch::Tensor& m) {
     return fused::linear_cross_entropy(h, w, t, m, fused::LossReduction::mean);

@@ -3,13 +3,16 @@
 // autograd function (forward and backward are one fused kernel each), so the model trains through it.
 // Declared for plain C++ (dispatch.cpp, benchmarks); defined in the .cu files of this folder, which
 // are compiled only when CUDA is (ABLATE_HAVE_CUDA). CUDA tensors only; fp32 or bf16 (the catalog's
-// availability check keeps other devices and dtypes on the reference).
+// availability check keeps other devices and dtypes on the reference). The recurrent seams too:
+// ssm_scan (ssm_scan.cu).
 // Tests: kernels_tests --gtest_filter='*Parity*fused_cuda*:FusedCuda*' (skip without a GPU).
 // Benchmark: bench/fused_bench.
 #pragma once
 #include <torch/torch.h>
 
 #include <utility>
+
+#include "kernels/dispatch.h"
 
 namespace ablate::kernels::fused {
 
@@ -44,5 +47,11 @@ enum class LossReduction { mean, none };
 torch::Tensor linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& head_weight,
                                    const torch::Tensor& targets, const torch::Tensor& mask, LossReduction reduction,
                                    int64_t chunk_rows = 0);
+
+// SsmScanFn (Mamba-3 SISO scan, kernels/cuda/ssm_scan.cu): chunked forward and backward in fused
+// kernels, fp32 state and arithmetic; x and z fp32 or bf16, q and k fp32 or bf16 (z and k converted to
+// x's and q's dtype when they differ). P and N multiples of 16 up to 128, chunk 16/32/48/64 (a clear
+// error otherwise, and for P = N = 128 at chunk 64, whose backward tiles exceed shared memory).
+SsmScanOutputs ssm_scan(const SsmScanInputs& inputs);
 
 }  // namespace ablate::kernels::fused
