@@ -8,6 +8,7 @@
 // Errors are norm-wise: max |got - want| / max |want| over the whole tensor.
 // Inputs are drawn fresh from seeded generators in fp64 with the distributions the model produces
 // (MODEL.md "M" and "R"), spread wide enough that alpha and a reach both ~1 and ~0.
+#include "kernels/dispatch.h"
 #include "kernels/reference/scans.h"
 
 // CUDA graph capture needs the CUDA runtime headers, present wherever LibTorch was built with CUDA.
@@ -426,6 +427,29 @@ TEST(SsmScan, RejectsBadArguments) {
   EXPECT_THROW(ssm_stepwise(bad(9, in[9].narrow(2, 0, 1))), c10::Error);               // x_prev not [B,H,P]
 }
 
+// A backend of the registry (what the parity driver runs), as an Fn over the same inputs.
+Fn ssm_backend(const std::string& name, int64_t L) {
+  return [name, L](const std::vector<Tensor>& v) {
+    return flat(kernels::implementations().ssm_scan.at(name)(as_scan_inputs(v, L)));
+  };
+}
+
+// The fused backend refuses what it does not support with an error that says so, never a wrong answer.
+TEST(FusedSsmScan, RejectsUnsupportedShapes) {
+  if (!kernels::has_implementation("ssm_scan", "fused_cuda")) GTEST_SKIP() << "built without CUDA";
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible to LibTorch";
+  const auto fused = ssm_backend("fused_cuda", 16);
+  auto on_gpu = [](std::vector<Tensor> v) {
+    for (auto& t : v)
+      if (t.defined()) t = t.to(torch::kCUDA, torch::kFloat);
+    return v;
+  };
+  EXPECT_THROW(fused(on_gpu(ssm_inputs(1, 20, 2, 5, 16, 900))), c10::Error);    // P not a multiple of 16
+  EXPECT_THROW(fused(on_gpu(ssm_inputs(1, 20, 2, 16, 144, 901))), c10::Error);  // N over 128
+  EXPECT_THROW(ssm_backend("fused_cuda", 24)(on_gpu(ssm_inputs(1, 20, 2, 16, 16, 902))), c10::Error);  // chunk 24
+  EXPECT_NO_THROW(fused(on_gpu(ssm_inputs(1, 20, 2, 16, 16, 903))));
+}
+
 // ---------------------------------------------------------------------------------------------------
 // RG-LRU recurrence.
 
@@ -658,6 +682,8 @@ TEST(Scans, CudaGraphCaptureAndReplay) {
 #ifdef ABLATE_SCANS_TEST_CUDA_GRAPHS
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible to LibTorch";
   graph_check(ssm_chunked(16), ssm_inputs(2, 100, 3, 8, 16, 1700, kAllOptions), "ssm_scan_chunked");
+  if (kernels::has_implementation("ssm_scan", "fused_cuda"))
+    graph_check(ssm_backend("fused_cuda", 16), ssm_inputs(2, 100, 3, 16, 32, 1702, kAllOptions), "ssm_scan fused_cuda");
   graph_check(rec_chunked(16), rec_inputs(2, 100, 32, 1701), "recurrent_scan_chunked");
 #else
   GTEST_SKIP() << "LibTorch built without CUDA headers";
