@@ -714,7 +714,7 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
         ablate_ssm_scan_bwd_boundary<TX, TQK><<<dim3(nC, H, B), 128, 0, stream>>>(p);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
-      dD = dD_part.sum({0, 2});
+      dD = dD_part.sum(at::IntArrayRef{0, 2});
     }
     return {dx, dq, dk, dla, dbeta, dgamma, dD, dz, dh0, dx_prev, dk_prev, Tensor()};
   }
