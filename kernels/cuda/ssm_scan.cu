@@ -24,7 +24,8 @@
 //                                    partial sums, and r_t = dy_t.yscan_t - beta_t dbeta_t - gamma_t
 //                                    dgamma_t, with d log alpha_r = sum_{t >= r} r_t (the exact identity
 //                                    for d/d cum_t, summed back to log alpha);
-//   ablate_ssm_scan_bwd_dlog_alpha   that reverse cumulative sum over the whole sequence (in fp64);
+//   ablate_ssm_scan_bwd_dlog_alpha   that reverse cumulative sum over the whole sequence (in fp64),
+//                                    starting from <dh_last, h_last> (h_last is an output at T-1);
 //   ablate_ssm_scan_bwd_boundary     the last row of each chunk (its own part plus the next chunk's
 //                                    column 0, rounded once) and dx_prev / dk_prev.
 // All arithmetic and state in fp32; x, z (one dtype) and q, k (one dtype) fp32 or bf16, converted on
@@ -69,6 +70,8 @@ struct Params {
   // backward
   const float* dout;     // [B,T,H,P] fp32
   const float* dh_last;  // [B,H,P,N] or null
+  const float* h_last_saved;  // [B,H,P,N]: the forward's h_last
+  float* last_dot;            // [B,H]: <dh_last, h_last>, zeroed before the backward state pass
   float* dstates;        // [B,H,nC,P,N]: dZ_c, then the adjoint at the end of chunk c
   float* dh0;            // [B,H,P,N] or null
   void *dx, *dz, *dq, *dk;                 // input dtypes; dz null without z
@@ -363,6 +366,12 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_state_pass(Param
     s = fmaf(expf(lam[c]), s, z);
   }
   if (p.dh0) p.dh0[bh * PN + e] = s;
+  // h_last = h_{T-1} is an output at position T-1: d/d cum_{T-1} gains <dh_last, h_last> (the r_t of
+  // ablate_ssm_scan_bwd_chunk counts the outputs y only).
+  if (p.dh_last) {
+    const float dot = warp_sum(p.dh_last[bh * PN + e] * p.h_last_saved[bh * PN + e]);
+    if ((threadIdx.x & 31) == 0) atomicAdd(&p.last_dot[bh], dot);
+  }
 }
 
 __host__ __device__ inline size_t bwd_chunk_smem_floats(int L, int P, int N) {
@@ -532,7 +541,7 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_dlog_alpha(Param
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x & 31;
   if (warp >= p.B * p.H) return;
   const int b = warp / p.H, h = warp - b * p.H;
-  double carry = 0.0;
+  double carry = p.last_dot[warp];  // the h_last output sits at position T-1
   for (int base = ((p.T + 31) / 32 - 1) * 32; base >= 0; base -= 32) {
     const int t = base + lane;
     const int64_t i = t < p.T ? row_index(p, b, t, h) : 0;
@@ -631,8 +640,11 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const Tensor& x,
                                                 const Tensor& q, const Tensor& k, const Tensor& log_alpha,
                                                 const Tensor& beta, const Tensor& gamma, const Tensor& D,
-                                                const Tensor& z, const Tensor& h0, const Tensor& x_prev,
-                                                const Tensor& k_prev, int64_t chunk) {
+                                                const Tensor& z_in, const Tensor& h0_in, const Tensor& x_prev_in,
+                                                const Tensor& k_prev_in, int64_t chunk, bool has_z, bool has_h0,
+                                                bool has_prev) {
+    const Tensor z = has_z ? z_in : Tensor(), h0 = has_h0 ? h0_in : Tensor();
+    const Tensor x_prev = has_prev ? x_prev_in : Tensor(), k_prev = has_prev ? k_prev_in : Tensor();
     const int64_t B = x.size(0), T = x.size(1), H = x.size(2), P = x.size(3), N = q.size(3);
     const int64_t L = chunk, nC = (T + L - 1) / L;
     const auto f32 = x.options().dtype(torch::kFloat);
@@ -656,8 +668,11 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
                       stream);
       });
     }
-    ctx->save_for_backward({x, q, k, log_alpha, beta, gamma, D, z, h0, x_prev, k_prev, states, lam});
+    ctx->save_for_backward({x, q, k, log_alpha, beta, gamma, D, z_in, h0_in, x_prev_in, k_prev_in, states, lam, h_last});
     ctx->saved_data["chunk"] = chunk;
+    ctx->saved_data["has_z"] = has_z;
+    ctx->saved_data["has_h0"] = has_h0;
+    ctx->saved_data["has_prev"] = has_prev;
     return {y, h_last};
   }
 
@@ -665,7 +680,11 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
                                                  torch::autograd::variable_list grads) {
     const auto s = ctx->get_saved_variables();
     const Tensor &x = s[0], &q = s[1], &k = s[2], &log_alpha = s[3], &beta = s[4], &gamma = s[5], &D = s[6];
-    const Tensor &z = s[7], &h0 = s[8], &x_prev = s[9], &k_prev = s[10], &states = s[11], &lam = s[12];
+    const bool has_prev = ctx->saved_data["has_prev"].toBool();
+    const Tensor z = ctx->saved_data["has_z"].toBool() ? s[7] : Tensor();
+    const Tensor h0 = ctx->saved_data["has_h0"].toBool() ? s[8] : Tensor();
+    const Tensor x_prev = has_prev ? s[9] : Tensor(), k_prev = has_prev ? s[10] : Tensor();
+    const Tensor &states = s[11], &lam = s[12], &h_last = s[13];
     const int64_t L = ctx->saved_data["chunk"].toInt();
     const int64_t B = x.size(0), T = x.size(1), H = x.size(2), P = x.size(3), N = q.size(3);
     const int64_t nC = (T + L - 1) / L;
@@ -688,10 +707,11 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
       Tensor dstates = torch::empty({B, H, nC, P, N}, f32), r = torch::empty({B, T, H}, f32);
       Tensor gprev_x = torch::empty({B, H, nC, P}, f32), gprev_k = torch::empty({B, H, nC, N}, f32);
       Tensor last_x = torch::empty({B, H, nC, P}, f32), last_k = torch::empty({B, H, nC, N}, f32);
-      Tensor dD_part = torch::empty({B, H, nC}, f32);
+      Tensor dD_part = torch::empty({B, H, nC}, f32), last_dot = torch::zeros({B, H}, f32);
       Params p = input_params({x, q, k, log_alpha, beta, gamma, D, z, h0, x_prev, k_prev}, L);
       p.states = const_cast<float*>(states.data_ptr<float>()), p.lam = const_cast<float*>(lam.data_ptr<float>());
       p.dout = dout.data_ptr<float>(), p.dh_last = dh_last.defined() ? dh_last.data_ptr<float>() : nullptr;
+      p.h_last_saved = h_last.data_ptr<float>(), p.last_dot = last_dot.data_ptr<float>();
       p.dstates = dstates.data_ptr<float>(), p.dh0 = dh0.defined() ? dh0.data_ptr<float>() : nullptr;
       p.dx = dx.data_ptr(), p.dz = dz.defined() ? dz.data_ptr() : nullptr, p.dq = dq.data_ptr(), p.dk = dk.data_ptr();
       p.dbeta = dbeta.data_ptr<float>(), p.dgamma = dgamma.data_ptr<float>(), p.r = r.data_ptr<float>();
@@ -716,7 +736,7 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
       });
       dD = dD_part.sum(at::IntArrayRef{0, 2});
     }
-    return {dx, dq, dk, dla, dbeta, dgamma, dD, dz, dh0, dx_prev, dk_prev, Tensor()};
+    return {dx, dq, dk, dla, dbeta, dgamma, dD, dz, dh0, dx_prev, dk_prev, Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
 
@@ -752,9 +772,15 @@ SsmScanOutputs ssm_scan(const SsmScanInputs& in) {
   const Tensor xc = on_device(x, x, "x");
   const Tensor zc = in.z.defined() ? on_device(in.z.to(x.scalar_type()), x, "z") : Tensor();
   const Tensor qc = on_device(in.q, x, "q"), kc = on_device(in.k.to(in.q.scalar_type()), x, "k");
+  // Autograd functions take no undefined tensors: an absent optional input travels as an empty
+  // placeholder, with a flag saying it is absent.
+  const auto placeholder = torch::empty({0}, x.options().dtype(torch::kFloat));
+  auto or_placeholder = [&](const Tensor& t) { return t.defined() ? t : placeholder; };
   auto out = SsmScanFunction::apply(xc, qc, kc, fp32(in.log_alpha, "log_alpha"), fp32(in.beta, "beta"),
-                                    fp32(in.gamma, "gamma"), fp32(in.D, "D"), zc, fp32(in.h0, "h0"),
-                                    fp32(in.x_prev, "x_prev"), fp32(in.k_prev, "k_prev"), in.chunk);
+                                    fp32(in.gamma, "gamma"), fp32(in.D, "D"), or_placeholder(zc),
+                                    or_placeholder(fp32(in.h0, "h0")), or_placeholder(fp32(in.x_prev, "x_prev")),
+                                    or_placeholder(fp32(in.k_prev, "k_prev")), in.chunk, in.z.defined(),
+                                    in.h0.defined(), in.x_prev.defined());
   return {out[0], out[1]};
 }
 

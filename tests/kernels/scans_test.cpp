@@ -52,7 +52,7 @@ void note(const std::string& what, double err) { std::printf("[ measured ] %s: %
 
 std::vector<Tensor> cast(const std::vector<Tensor>& v, torch::ScalarType dt, torch::Device dev = torch::kCPU) {
   std::vector<Tensor> out;
-  for (const auto& t : v) out.push_back(t.to(dev, dt));
+  for (const auto& t : v) out.push_back(t.defined() ? t.to(dev, dt) : Tensor());
   return out;
 }
 
