@@ -149,13 +149,18 @@ torch::Tensor Dispatcher::moe_dispatch(const torch::Tensor& x, const torch::Tens
       in[0], topk_idx, in[1], in[2], in[3], in[4], capacity_factor, dropped));
 }
 
-torch::Tensor Dispatcher::ssm_scan(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& k,
-                                   const torch::Tensor& log_alpha, const torch::Tensor& beta,
-                                   const torch::Tensor& gamma, const torch::Tensor& D, int64_t chunk) const {
+SsmScanOutputs Dispatcher::ssm_scan(const SsmScanInputs& inputs) const {
   Scope scope("forward", "ssm_scan", chosen("ssm_scan"));
-  const auto in = scope.enter({x, q, k, log_alpha, beta, gamma, D});
-  return scope.exit(lookup(implementations().ssm_scan, "ssm_scan", implementation_of("ssm_scan"))(
-      in[0], in[1], in[2], in[3], in[4], in[5], in[6], chunk));
+  const auto in = scope.enter({inputs.x, inputs.q, inputs.k, inputs.log_alpha, inputs.beta, inputs.gamma, inputs.D,
+                               inputs.z, inputs.h0, inputs.x_prev, inputs.k_prev});
+  SsmScanInputs marked = inputs;
+  for (auto [slot, i] : {std::pair{&marked.x, 0}, {&marked.q, 1}, {&marked.k, 2}, {&marked.log_alpha, 3},
+                         {&marked.beta, 4}, {&marked.gamma, 5}, {&marked.D, 6}, {&marked.z, 7}, {&marked.h0, 8},
+                         {&marked.x_prev, 9}, {&marked.k_prev, 10}})
+    *slot = in[static_cast<size_t>(i)];
+  auto out = lookup(implementations().ssm_scan, "ssm_scan", implementation_of("ssm_scan"))(marked);
+  auto [y, h_last] = scope.exit(std::pair{std::move(out.y), std::move(out.h_last)});
+  return {std::move(y), std::move(h_last)};
 }
 
 torch::Tensor Dispatcher::recurrent_scan(const torch::Tensor& a, const torch::Tensor& b) const {

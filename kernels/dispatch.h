@@ -45,9 +45,7 @@ class Dispatcher {
   torch::Tensor moe_dispatch(const torch::Tensor& x, const torch::Tensor& topk_idx, const torch::Tensor& topk_w,
                              const torch::Tensor& w1, const torch::Tensor& w3, const torch::Tensor& w2,
                              double capacity_factor, torch::Tensor* dropped) const;
-  torch::Tensor ssm_scan(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& k,
-                         const torch::Tensor& log_alpha, const torch::Tensor& beta, const torch::Tensor& gamma,
-                         const torch::Tensor& D, int64_t chunk) const;
+  SsmScanOutputs ssm_scan(const SsmScanInputs& inputs) const;
   torch::Tensor recurrent_scan(const torch::Tensor& a, const torch::Tensor& b) const;
   torch::Tensor loss(const torch::Tensor& hidden, const torch::Tensor& head_weight, const torch::Tensor& targets,
                      const torch::Tensor& mask) const;

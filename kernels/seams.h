@@ -32,12 +32,27 @@ using MoeDispatchFn = std::function<torch::Tensor(
     const torch::Tensor& x, const torch::Tensor& topk_idx, const torch::Tensor& topk_w,
     const torch::Tensor& w1, const torch::Tensor& w3, const torch::Tensor& w2, double capacity_factor,
     torch::Tensor* dropped)>;
-// ssm_scan (Mamba-3 SISO core, MODEL.md "M"): x [B,T,H,P], q, k [B,T,H,N] (already rotated),
-// log_alpha, beta, gamma [B,T,H] fp32, D [H]. h_t = a_t h_{t-1} + beta_t x_{t-1} k_{t-1}^T
-// + gamma_t x_t k_t^T (no beta term at t = 0), y_t = h_t q_t + D x_t -> y [B,T,H,P] fp32.
-using SsmScanFn = std::function<torch::Tensor(
-    const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& log_alpha,
-    const torch::Tensor& beta, const torch::Tensor& gamma, const torch::Tensor& D, int64_t chunk)>;
+// ssm_scan (Mamba-3 SISO core, MODEL.md "M"): h_t = alpha_t h_{t-1} + beta_t x_{t-1} k_{t-1}^T
+// + gamma_t x_t k_t^T (alpha_t = exp(log_alpha_t)), y_t = h_t q_t + D x_t, out = y * silu(z) when z
+// is given. Arithmetic and state in fp32 (fp64 when the inputs are fp64: tests). Every tensor of floats
+// is differentiable (h0, x_prev, k_prev and z included).
+struct SsmScanInputs {
+  torch::Tensor x;                       // [B,T,H,P], fp32 or bf16
+  torch::Tensor q, k;                    // [B,T,H,N] (already rotated), fp32 or bf16
+  torch::Tensor log_alpha, beta, gamma;  // [B,T,H] fp32
+  torch::Tensor D;                       // [H]
+  torch::Tensor z;                       // optional [B,T,H,P] gate: output y * silu(z)
+  torch::Tensor h0;                      // optional [B,H,P,N] fp32: the state before position 0
+  torch::Tensor x_prev, k_prev;          // optional [B,H,P], [B,H,N]: position -1's input and key, so
+                                         // that a sequence continued from h0 gets its beta_0 term;
+                                         // without them there is no beta term at t = 0 (as before)
+  int64_t chunk = 64;
+};
+struct SsmScanOutputs {
+  torch::Tensor y;       // [B,T,H,P] fp32
+  torch::Tensor h_last;  // [B,H,P,N] fp32: h_{T-1} (h0, or zeros, when T == 0)
+};
+using SsmScanFn = std::function<SsmScanOutputs(const SsmScanInputs&)>;
 // recurrent_scan (RG-LRU core): a, b [B,T,W] fp32 -> h [B,T,W], h_t = a_t * h_{t-1} + b_t, h_{-1} = 0.
 using RecurrentScanFn = std::function<torch::Tensor(const torch::Tensor& a, const torch::Tensor& b)>;
 // loss: hidden [N, d], head_weight [V, d], targets [N] int64, mask [N] (0/1) -> 0-dim tensor, fp32

@@ -2,7 +2,8 @@
 // [z, x, B, C, dd_dt, dd_A, trap, theta]; in fp32 the per-head step Delta, decay A, trapezoid weight
 // lambda, normalised and biased B^/C^, data-dependent angles Phi and their rotations q = Rot(Phi) C^,
 // k = Rot(Phi) B^, and the scan coefficients log alpha = Delta A, beta = (1-lambda) Delta alpha,
-// gamma = lambda Delta; the recurrence runs in the `ssm_scan` seam; out = W_out (y * silu(z)).
+// gamma = lambda Delta; the recurrence and the gate y * silu(z) run in the `ssm_scan` seam;
+// out = W_out (y * silu(z)).
 // Tests: model_tests --gtest_filter='*Mamba*' (tests/model/blocks_test.cpp: vs a per-timestep loop in
 // fp64, gradients by central differences, and the dt_bias initialisation range).
 #include <cmath>
@@ -76,9 +77,19 @@ BlockOutput MambaBlock::forward(const torch::Tensor& u) {
     const auto log_alpha = delta * decay;
     const auto beta = (1 - lambda) * delta * torch::exp(log_alpha);
     const auto gamma = lambda * delta;
-    const auto y = dispatcher_->ssm_scan(x.to(dt).view({batch, T, heads, head_dim}), q, k, log_alpha, beta, gamma,
-                                         skip.to(dt), config_.mamba.chunk);
-    gated = y.reshape({batch, T, d_inner}) * torch::silu(z.to(dt));
+    // x and z go in their own dtype (bf16 under autocast): the seam reads them once and computes in
+    // fp32, and applies the gate y * silu(z) itself.
+    kernels::SsmScanInputs scan;
+    scan.x = x.view({batch, T, heads, head_dim});
+    scan.z = z.view({batch, T, heads, head_dim});
+    scan.q = q;
+    scan.k = k;
+    scan.log_alpha = log_alpha;
+    scan.beta = beta;
+    scan.gamma = gamma;
+    scan.D = skip.to(dt);
+    scan.chunk = config_.mamba.chunk;
+    gated = dispatcher_->ssm_scan(scan).y.reshape({batch, T, d_inner});
   }
   return {torch::linear(gated, w_out), {}, {}};
 }

@@ -4,6 +4,9 @@
 // B=8, T=2048, W=1024 at several chunk lengths (its chunked form holds B*T*W*L elements transiently,
 // so the chunk is a memory/time trade worth seeing). Counters: tokens/s (B*T per iteration) and, on
 // CUDA, peak_GiB (the caching allocator's peak allocated bytes during the timed loop).
+// ssm_scan fused_cuda vs reference (through the registry) at nam56r-small with bf16 and fp32 inputs:
+// TFLOP/s, GB/s and floor_ms = max(bytes / 3.0e12 B/s, FLOPs / 790e12 FLOP/s) (ssm_work says how they
+// are counted). Targets on the H100 (issue 11): forward <= 0.6 ms, forward+backward <= 2.0 ms.
 // Run: bench/scans_bench [--benchmark_filter=...]; CUDA cases register only when a GPU is visible.
 // Inputs are random with the model's ranges; the reference has no data-dependent work, so values do
 // not affect timing.
@@ -12,9 +15,12 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
+#include "kernels/dispatch.h"
 #include "kernels/recurrent_scan/reference.h"
 #include "kernels/ssm_scan/reference.h"
 
@@ -30,21 +36,32 @@ struct RecShape {
   int64_t B, T, W, L;
 };
 
-std::vector<Tensor> ssm_inputs(const SsmShape& s, torch::Device dev) {
+// {x, q, k, log_alpha, beta, gamma, D, z}; x, q, k, z in `io` (bf16: what the model's projections
+// give), the coefficients fp32, every tensor differentiable.
+std::vector<Tensor> ssm_inputs(const SsmShape& s, torch::Device dev, torch::ScalarType io = torch::kFloat) {
   auto gen = at::detail::createCPUGenerator(7);
   auto rn = [&](at::IntArrayRef sz) { return torch::randn(sz, gen, torch::kFloat); };
   const auto delta = torch::softplus(rn({s.B, s.T, s.H}) - 4);
   const auto log_alpha = delta * (-torch::softplus(rn({s.B, s.T, s.H}))).clamp_max(-1e-4);
   const auto lambda = torch::sigmoid(rn({s.B, s.T, s.H}));
-  std::vector<Tensor> in = {rn({s.B, s.T, s.H, s.P}),
-                            rn({s.B, s.T, s.H, s.N}),
-                            rn({s.B, s.T, s.H, s.N}),
+  const double qk = 1.0 / std::sqrt(std::sqrt(static_cast<double>(s.N)));
+  std::vector<Tensor> in = {rn({s.B, s.T, s.H, s.P}).to(io),
+                            (rn({s.B, s.T, s.H, s.N}) * qk).to(io),
+                            (rn({s.B, s.T, s.H, s.N}) * qk).to(io),
                             log_alpha,
                             (1 - lambda) * delta * log_alpha.exp(),
                             lambda * delta,
-                            torch::ones({s.H})};
+                            torch::ones({s.H}),
+                            rn({s.B, s.T, s.H, s.P}).to(io)};
   for (auto& t : in) t = t.to(dev).requires_grad_(true);
   return in;
+}
+
+ablate::kernels::SsmScanInputs ssm_args(const std::vector<Tensor>& in, int64_t chunk) {
+  ablate::kernels::SsmScanInputs a;
+  a.x = in[0], a.q = in[1], a.k = in[2], a.log_alpha = in[3], a.beta = in[4], a.gamma = in[5], a.D = in[6];
+  a.z = in[7], a.chunk = chunk;
+  return a;
 }
 
 std::vector<Tensor> rec_inputs(const RecShape& s, torch::Device dev) {
@@ -83,12 +100,53 @@ void ssm_bench(benchmark::State& st, SsmShape s, torch::Device dev, bool backwar
   const auto in = ssm_inputs(s, dev);
   const auto g = torch::randn({s.B, s.T, s.H, s.P}, torch::TensorOptions(dev));
   timed(st, dev, s.B * s.T, [&] {
-    const auto y = stepwise ? ref::ssm_scan_stepwise(in[0], in[1], in[2], in[3], in[4], in[5], in[6])
-                            : ref::ssm_scan_chunked(in[0], in[1], in[2], in[3], in[4], in[5], in[6], s.L);
+    const auto args = ssm_args(in, s.L);
+    const auto y = stepwise ? ref::ssm_scan_stepwise(args).y : ref::ssm_scan_chunked(args).y;
     if (backward) {
       torch::autograd::grad({(y * g).sum()}, in);
     }
   });
+}
+
+// Work and traffic of one ssm_scan call, from the shapes (per token and head, L = chunk):
+// FLOPs (a multiply-add counts 2) of the chunked algorithm's four products, dense over the chunk:
+// q k^T (2 L N), scores times x (2 L P), the chunk-end state (2 P N), the inter-chunk term exp(cum) S q
+// (2 P N); forward+backward counts 3x forward (the backward's products are the transposes of these,
+// twice: the usual convention). Bytes: every input read once and every output written once in its
+// dtype (x, q, k, z in `io`, log alpha/beta/gamma fp32, y fp32; forward+backward adds the upstream
+// gradient of y (fp32), reading the inputs again and writing every input gradient once).
+struct SsmWork {
+  double flops, bytes;
+};
+SsmWork ssm_work(const SsmShape& s, size_t io_bytes, bool backward) {
+  const double rows = static_cast<double>(s.B * s.T * s.H);
+  const double L = s.L, P = s.P, N = s.N, e = static_cast<double>(io_bytes);
+  const double fwd_flops = rows * 2 * (L * N + L * P + 2 * P * N);
+  const double inputs = e * (P + 2 * N + P) + 3 * 4;  // x, q, k, z; log alpha, beta, gamma
+  const double fwd_bytes = rows * (inputs + 4 * P);
+  if (!backward) return {fwd_flops, fwd_bytes};
+  return {3 * fwd_flops, fwd_bytes + rows * (4 * P + inputs + inputs)};
+}
+
+// H100 ceilings measured on the GPU machine (../shared/GPU.md): device-to-device copy (read + write)
+// and dense bf16 matrix products.
+constexpr double kCopyBytesPerSecond = 3.0e12;
+constexpr double kBf16FlopsPerSecond = 790e12;
+
+// One ssm_scan backend through the registry, at `io` inputs; reports TFLOP/s, GB/s and the floor.
+void ssm_backend_bench(benchmark::State& st, SsmShape s, torch::Device dev, std::string backend, bool backward,
+                       torch::ScalarType io) {
+  const auto in = ssm_inputs(s, dev, io);
+  const auto g = torch::randn({s.B, s.T, s.H, s.P}, torch::TensorOptions(dev));
+  const auto& fn = ablate::kernels::implementations().ssm_scan.at(backend);
+  timed(st, dev, s.B * s.T, [&] {
+    const auto y = fn(ssm_args(in, s.L)).y;
+    if (backward) torch::autograd::grad({(y * g).sum()}, in);
+  });
+  const auto work = ssm_work(s, io == torch::kBFloat16 ? 2 : 4, backward);
+  st.counters["TFLOP/s"] = benchmark::Counter(work.flops / 1e12, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["GB/s"] = benchmark::Counter(work.bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["floor_ms"] = std::max(work.bytes / kCopyBytesPerSecond, work.flops / kBf16FlopsPerSecond) * 1e3;
 }
 
 void rec_bench(benchmark::State& st, RecShape s, torch::Device dev, bool backward, bool stepwise) {
@@ -152,8 +210,24 @@ void register_all() {
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
   }
-  // The per-timestep forms at full size, for scale (one timestep = a handful of small kernels).
+  // Fused vs reference through the registry at nam56r-small's shape with bf16 x, q, k, z (what the
+  // model hands over), plus fp32 inputs; forward and forward+backward.
   const SsmShape s{8, 2048, 32, 64, 128, 64};
+  for (const char* backend : {"fused_cuda", "reference"}) {
+    if (!ablate::kernels::has_implementation("ssm_scan", backend)) continue;
+    for (const auto io : {torch::kBFloat16, torch::kFloat})
+      for (bool bwd : {false, true})
+        benchmark::RegisterBenchmark(
+            ssm_name((std::string("ssm_") + backend + (bwd ? "_fwd_bwd" : "_fwd") +
+                      (io == torch::kBFloat16 ? "_bf16" : "_fp32"))
+                         .c_str(),
+                     s, gpu)
+                .c_str(),
+            ssm_backend_bench, s, gpu, std::string(backend), bwd, io)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+  }
+  // The per-timestep forms at full size, for scale (one timestep = a handful of small kernels).
   benchmark::RegisterBenchmark(ssm_name("ssm_stepwise_fwd", s, gpu).c_str(), ssm_bench, s, gpu, false, true)
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();

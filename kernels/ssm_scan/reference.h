@@ -4,15 +4,14 @@
 #pragma once
 #include <torch/torch.h>
 
+#include "kernels/seams.h"
+
 namespace ablate::kernels::reference {
 
-// Mamba-3 SISO scan, chunked (MODEL.md "Chunked identity"), differentiable through autograd.
-torch::Tensor ssm_scan_chunked(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& log_alpha, const torch::Tensor& beta,
-                               const torch::Tensor& gamma, const torch::Tensor& D, int64_t chunk);
-// The per-timestep recurrence of MODEL.md, literally (slow; tests only; any dtype incl. fp64).
-torch::Tensor ssm_scan_stepwise(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& k,
-                                const torch::Tensor& log_alpha, const torch::Tensor& beta,
-                                const torch::Tensor& gamma, const torch::Tensor& D);
+// Mamba-3 SISO scan, chunked (MODEL.md "Chunked identity"), differentiable through autograd; all of
+// SsmScanInputs (z, h0, x_prev/k_prev optional), chunk = inputs.chunk.
+SsmScanOutputs ssm_scan_chunked(const SsmScanInputs& inputs);
+// The per-timestep recurrence of MODEL.md, literally (slow; tests only; any dtype incl. fp64); ignores chunk.
+SsmScanOutputs ssm_scan_stepwise(const SsmScanInputs& inputs);
 
 }  // namespace ablate::kernels::reference

@@ -8,6 +8,7 @@
 // Errors are norm-wise: max |got - want| / max |want| over the whole tensor.
 // Inputs are drawn fresh from seeded generators in fp64 with the distributions the model produces
 // (MODEL.md "M" and "R"), spread wide enough that alpha and a reach both ~1 and ~0.
+#include "kernels/dispatch.h"
 #include "kernels/recurrent_scan/reference.h"
 #include "kernels/ssm_scan/reference.h"
 
@@ -31,6 +32,7 @@
 #include <vector>
 
 namespace ref = ablate::kernels::reference;
+namespace kernels = ablate::kernels;
 using torch::Tensor;
 
 namespace {
@@ -51,28 +53,44 @@ void note(const std::string& what, double err) { std::printf("[ measured ] %s: %
 
 std::vector<Tensor> cast(const std::vector<Tensor>& v, torch::ScalarType dt, torch::Device dev = torch::kCPU) {
   std::vector<Tensor> out;
-  for (const auto& t : v) out.push_back(t.to(dev, dt));
+  for (const auto& t : v) out.push_back(t.defined() ? t.to(dev, dt) : Tensor());
   return out;
 }
 
-// Gradients of sum(f(inputs) * g) with respect to every input.
+// Gradients of sum(f(inputs) * g) with respect to every input; undefined inputs (absent optional
+// arguments) get an undefined gradient.
 std::vector<Tensor> grads(const Fn& f, const std::vector<Tensor>& inputs, const Tensor& g) {
-  std::vector<Tensor> leaves;
-  for (const auto& t : inputs) leaves.push_back(t.detach().clone().requires_grad_(true));
+  std::vector<Tensor> leaves, wrt;
+  for (const auto& t : inputs) {
+    leaves.push_back(t.defined() ? t.detach().clone().requires_grad_(true) : Tensor());
+    if (t.defined()) wrt.push_back(leaves.back());
+  }
   const auto y = f(leaves);
-  return torch::autograd::grad({(y * g.to(y.device(), y.scalar_type())).sum()}, leaves);
+  const auto d = torch::autograd::grad({(y * g.to(y.device(), y.scalar_type())).sum()}, wrt);
+  std::vector<Tensor> out;
+  size_t at = 0;
+  for (const auto& t : leaves) out.push_back(t.defined() ? d[at++] : Tensor());
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Mamba-3 SISO scan.
 
-// {x, q, k, log_alpha, beta, gamma, D}, fp64 on the CPU. Delta = softplus(3 z - 3) spans ~1e-4..~6 and
-// A = min(-softplus(2 z), -1e-4) spans -1e-4..~-6, so alpha = exp(Delta A) runs from 1 - 1e-8 down to
-// ~1e-15; lambda = sigmoid(z) in (0, 1); beta and gamma as MODEL.md builds them.
-std::vector<Tensor> ssm_inputs(int64_t B, int64_t T, int64_t H, int64_t P, int64_t N, uint64_t seed) {
+// Which optional arguments of SsmScanInputs a case passes.
+struct SsmOptions {
+  bool z = false, h0 = false, prev = false;
+};
+const SsmOptions kAllOptions{true, true, true};
+
+// {x, q, k, log_alpha, beta, gamma, D, z, h0, x_prev, k_prev}, fp64 on the CPU (the last four undefined
+// unless `opt` asks for them). Delta = softplus(3 z - 3) spans ~1e-4..~6 and A = min(-softplus(2 z),
+// -1e-4) spans -1e-4..~-6, so alpha = exp(Delta A) runs from 1 - 1e-8 down to ~1e-15; lambda =
+// sigmoid(z) in (0, 1); beta and gamma as MODEL.md builds them. h0 of the size a state reaches (~1).
+std::vector<Tensor> ssm_inputs(int64_t B, int64_t T, int64_t H, int64_t P, int64_t N, uint64_t seed,
+                               SsmOptions opt = {}) {
   auto gen = at::detail::createCPUGenerator(seed);
-  const auto opt = torch::TensorOptions().dtype(torch::kDouble);
-  auto rn = [&](at::IntArrayRef s) { return torch::randn(s, gen, opt); };
+  const auto opts = torch::TensorOptions().dtype(torch::kDouble);
+  auto rn = [&](at::IntArrayRef s) { return torch::randn(s, gen, opts); };
   auto x = rn({B, T, H, P}), q = rn({B, T, H, N}), k = rn({B, T, H, N});
   const auto delta = torch::softplus(3 * rn({B, T, H}) - 3);
   const auto A = (-torch::softplus(2 * rn({B, T, H}))).clamp_max(-1e-4);
@@ -80,29 +98,59 @@ std::vector<Tensor> ssm_inputs(int64_t B, int64_t T, int64_t H, int64_t P, int64
   const auto log_alpha = delta * A;
   const auto beta = (1 - lambda) * delta * log_alpha.exp();
   const auto gamma = lambda * delta;
-  return {x, q, k, log_alpha, beta, gamma, rn({H})};
+  const auto D = rn({H});
+  // Drawn even when unused, so that a case's other inputs do not depend on its options.
+  const auto z = rn({B, T, H, P}), h0 = rn({B, H, P, N}), x_prev = rn({B, H, P}), k_prev = rn({B, H, N});
+  return {x, q, k, log_alpha, beta, gamma, D, opt.z ? z : Tensor(), opt.h0 ? h0 : Tensor(),
+          opt.prev ? x_prev : Tensor(), opt.prev ? k_prev : Tensor()};
 }
 
-Fn ssm_chunked(int64_t L) {
-  return
-      [L](const std::vector<Tensor>& v) { return ref::ssm_scan_chunked(v[0], v[1], v[2], v[3], v[4], v[5], v[6], L); };
+kernels::SsmScanInputs as_scan_inputs(const std::vector<Tensor>& v, int64_t chunk) {
+  kernels::SsmScanInputs in;
+  in.x = v[0], in.q = v[1], in.k = v[2], in.log_alpha = v[3], in.beta = v[4], in.gamma = v[5], in.D = v[6];
+  in.z = v[7], in.h0 = v[8], in.x_prev = v[9], in.k_prev = v[10];
+  in.chunk = chunk;
+  return in;
 }
-Tensor ssm_stepwise(const std::vector<Tensor>& v) {
-  return ref::ssm_scan_stepwise(v[0], v[1], v[2], v[3], v[4], v[5], v[6]);
+
+// Both outputs as one flat vector [y ; h_last], so that every check (and every gradient) covers both.
+Tensor flat(const kernels::SsmScanOutputs& o) { return torch::cat({o.y.flatten(), o.h_last.flatten()}); }
+
+Fn ssm_chunked(int64_t L) {
+  return [L](const std::vector<Tensor>& v) { return flat(ref::ssm_scan_chunked(as_scan_inputs(v, L))); };
+}
+Tensor ssm_stepwise(const std::vector<Tensor>& v) { return flat(ref::ssm_scan_stepwise(as_scan_inputs(v, 1))); }
+
+// A random cotangent for flat() of a case's outputs.
+Tensor ssm_cotangent(int64_t B, int64_t T, int64_t H, int64_t P, int64_t N, uint64_t seed) {
+  return torch::randn({B * T * H * P + B * H * P * N}, at::detail::createCPUGenerator(seed), torch::kDouble);
 }
 
 struct SsmShape {
   int64_t B, T, H, P, N, L;
+  SsmOptions opt = {};
   std::string name() const {
     return "B" + std::to_string(B) + " T" + std::to_string(T) + " H" + std::to_string(H) + " P" + std::to_string(P) +
-           " N" + std::to_string(N) + " L" + std::to_string(L);
+           " N" + std::to_string(N) + " L" + std::to_string(L) + (opt.z ? " z" : "") + (opt.h0 ? " h0" : "") +
+           (opt.prev ? " prev" : "");
   }
 };
 
-// T not a multiple of L, T < L, T = 1, L = 1, T = L, several full chunks plus a tail at the default L.
+// T not a multiple of L, T < L, T = 1, L = 1, T = L, several full chunks plus a tail at the default L;
+// each optional argument alone and all together.
 const std::vector<SsmShape> kSsmShapes = {
-    {2, 37, 3, 5, 8, 8},  {2, 5, 3, 5, 8, 16},   {2, 1, 3, 5, 8, 4},   {2, 13, 3, 5, 8, 1},
-    {1, 16, 2, 4, 6, 16}, {2, 200, 3, 5, 8, 64}, {1, 130, 2, 3, 4, 7},
+    {2, 37, 3, 5, 8, 8},
+    {2, 5, 3, 5, 8, 16},
+    {2, 1, 3, 5, 8, 4},
+    {2, 13, 3, 5, 8, 1},
+    {1, 16, 2, 4, 6, 16},
+    {2, 200, 3, 5, 8, 64},
+    {1, 130, 2, 3, 4, 7},
+    {2, 37, 3, 5, 8, 8, {true, false, false}},
+    {2, 37, 3, 5, 8, 8, {false, true, false}},
+    {2, 37, 3, 5, 8, 8, {false, false, true}},
+    {2, 70, 3, 5, 8, 16, kAllOptions},
+    {2, 1, 3, 5, 8, 4, kAllOptions},
 };
 
 // fp64 rounding is ~1e-16 per operation; 1e-10 leaves room for ~T*L-term sums and still catches any
@@ -121,43 +169,99 @@ constexpr double kFp32Tol = 3e-5;
 TEST(SsmScan, ChunkedMatchesStepwiseFp64) {
   uint64_t seed = 100;
   for (const auto& s : kSsmShapes) {
-    const auto in = ssm_inputs(s.B, s.T, s.H, s.P, s.N, seed++);
-    const auto want = ssm_stepwise(in);
-    const auto got = ssm_chunked(s.L)(in);
-    ASSERT_EQ(got.sizes(), (std::vector<int64_t>{s.B, s.T, s.H, s.P})) << s.name();
-    EXPECT_EQ(got.scalar_type(), torch::kDouble);
-    const double err = rel_err(got, want);
-    note("ssm fp64 chunked vs stepwise " + s.name(), err);
-    EXPECT_LT(err, kFp64Tol) << s.name();
+    const auto in = ssm_inputs(s.B, s.T, s.H, s.P, s.N, seed++, s.opt);
+    const auto want = ref::ssm_scan_stepwise(as_scan_inputs(in, 1));
+    const auto got = ref::ssm_scan_chunked(as_scan_inputs(in, s.L));
+    ASSERT_EQ(got.y.sizes(), (std::vector<int64_t>{s.B, s.T, s.H, s.P})) << s.name();
+    ASSERT_EQ(got.h_last.sizes(), (std::vector<int64_t>{s.B, s.H, s.P, s.N})) << s.name();
+    EXPECT_EQ(got.y.scalar_type(), torch::kDouble);
+    const double err_y = rel_err(got.y, want.y), err_h = rel_err(got.h_last, want.h_last);
+    note("ssm fp64 chunked vs stepwise y " + s.name(), err_y);
+    note("ssm fp64 chunked vs stepwise h_last " + s.name(), err_h);
+    EXPECT_LT(err_y, kFp64Tol) << s.name();
+    EXPECT_LT(err_h, kFp64Tol) << s.name();
   }
 }
 
 // Independent of both implementations: T = 2, P = N = 1, the recurrence evaluated by hand.
-// beta_0 is set non-zero and must not contribute (no beta term at the first position).
+// beta_0 is set non-zero and must not contribute without x_prev / k_prev; with them (and h0, z) it does.
 TEST(SsmScan, HandComputedT2) {
   const double x0 = 0.7, x1 = -1.3, k0 = 0.9, k1 = 0.4, q0 = -0.6, q1 = 1.1;
   const double la0 = -0.2, la1 = -0.5, b0 = 0.35, b1 = 0.25, g0 = 0.8, g1 = 0.6, D = 0.3;
-  const double h0 = g0 * x0 * k0;  // alpha_0 * h_{-1} = 0, no beta term
-  const double y0 = h0 * q0 + D * x0;
-  const double h1 = std::exp(la1) * h0 + b1 * x0 * k0 + g1 * x1 * k1;
-  const double y1 = h1 * q1 + D * x1;
+  const double hinit = -0.45, xp = 1.7, kp = -0.8, z0 = 0.9, z1 = -2.1;
   auto t4 = [](double a, double b) { return torch::tensor({a, b}, torch::kDouble).view({1, 2, 1, 1}); };
   auto t3 = [](double a, double b) { return torch::tensor({a, b}, torch::kDouble).view({1, 2, 1}); };
-  const std::vector<Tensor> in = {
-      t4(x0, x1), t4(q0, q1), t4(k0, k1), t3(la0, la1), t3(b0, b1), t3(g0, g1), torch::tensor({D}, torch::kDouble)};
-  const auto want = t4(y0, y1);
-  EXPECT_LT((ssm_stepwise(in) - want).abs().max().item<double>(), 1e-15);
-  for (int64_t L : {1, 2, 64}) {
-    const double err = (ssm_chunked(L)(in) - want).abs().max().item<double>();
-    note("ssm hand check T=2 L=" + std::to_string(L) + " (abs)", err);
-    EXPECT_LT(err, 1e-15) << "L=" << L;
+  auto one = [](double v, at::IntArrayRef shape) { return torch::full(shape, v, torch::kDouble); };
+  auto silu = [](double v) { return v / (1 + std::exp(-v)); };
+  for (const bool continued : {false, true}) {
+    // continued: h_{-1} = hinit, beta_0 x_prev k_prev enters h_0, and the output is gated by silu(z).
+    const double h0 = (continued ? std::exp(la0) * hinit + b0 * xp * kp : 0.0) + g0 * x0 * k0;
+    const double y0 = (h0 * q0 + D * x0) * (continued ? silu(z0) : 1.0);
+    const double h1 = std::exp(la1) * h0 + b1 * x0 * k0 + g1 * x1 * k1;
+    const double y1 = (h1 * q1 + D * x1) * (continued ? silu(z1) : 1.0);
+    std::vector<Tensor> in = {t4(x0, x1), t4(q0, q1), t4(k0, k1), t3(la0, la1), t3(b0, b1), t3(g0, g1),
+                              torch::tensor({D}, torch::kDouble), Tensor(), Tensor(), Tensor(), Tensor()};
+    if (continued) {
+      in[7] = t4(z0, z1);
+      in[8] = one(hinit, {1, 1, 1, 1});
+      in[9] = one(xp, {1, 1, 1});
+      in[10] = one(kp, {1, 1, 1});
+    }
+    const auto want = torch::tensor({y0, y1, h1}, torch::kDouble);
+    const std::string what = continued ? " continued, gated" : "";
+    EXPECT_LT((ssm_stepwise(in) - want).abs().max().item<double>(), 1e-15) << what;
+    for (int64_t L : {1, 2, 64}) {
+      const double err = (ssm_chunked(L)(in) - want).abs().max().item<double>();
+      note("ssm hand check T=2 L=" + std::to_string(L) + what + " (abs)", err);
+      EXPECT_LT(err, 1e-15) << "L=" << L << what;
+    }
   }
+}
+
+// A sequence cut in two and continued from (h_last, x_prev = x_{m-1}, k_prev = k_{m-1}) gives the
+// outputs and final state of one scan over the whole sequence: the contract decode and long-sequence
+// chunking rely on. Cuts inside a chunk, at a chunk boundary, and after one token.
+TEST(SsmScan, ContinuationFromHLastMatchesOneScan) {
+  const int64_t B = 2, T = 45, H = 3, P = 5, N = 8, L = 8;
+  const auto all = ssm_inputs(B, T, H, P, N, 150, {true, false, false});
+  const auto whole = ref::ssm_scan_chunked(as_scan_inputs(all, L));
+  for (const int64_t m : {int64_t{1}, int64_t{16}, int64_t{21}}) {
+    auto first = all, second = all;
+    for (int i : {0, 1, 2, 3, 4, 5, 7}) {
+      const int64_t dim = 1;
+      first[i] = all[i].narrow(dim, 0, m);
+      second[i] = all[i].narrow(dim, m, T - m);
+    }
+    const auto a = ref::ssm_scan_chunked(as_scan_inputs(first, L));
+    second[8] = a.h_last;
+    second[9] = all[0].select(1, m - 1);
+    second[10] = all[2].select(1, m - 1);
+    for (const bool stepwise : {false, true}) {
+      const auto b = stepwise ? ref::ssm_scan_stepwise(as_scan_inputs(second, 1))
+                              : ref::ssm_scan_chunked(as_scan_inputs(second, L));
+      const double err = std::max({rel_err(torch::cat({a.y, b.y}, 1), whole.y), rel_err(b.h_last, whole.h_last)});
+      note("ssm continuation at m=" + std::to_string(m) + (stepwise ? " (stepwise)" : " (chunked)"), err);
+      EXPECT_LT(err, kFp64Tol) << "m=" << m << (stepwise ? " stepwise" : " chunked");
+    }
+  }
+}
+
+// T = 0: no output rows, and the final state is h0 (zeros without it).
+TEST(SsmScan, EmptySequenceReturnsH0) {
+  auto in = ssm_inputs(2, 0, 3, 4, 6, 160, kAllOptions);
+  for (const auto& o : {ref::ssm_scan_chunked(as_scan_inputs(in, 4)), ref::ssm_scan_stepwise(as_scan_inputs(in, 4))}) {
+    EXPECT_EQ(o.y.sizes(), (std::vector<int64_t>{2, 0, 3, 4}));
+    EXPECT_TRUE(torch::equal(o.h_last, in[8]));
+  }
+  in[8] = Tensor();
+  EXPECT_TRUE(torch::equal(ref::ssm_scan_chunked(as_scan_inputs(in, 4)).h_last, torch::zeros({2, 3, 4, 6}, torch::kDouble)));
 }
 
 void ssm_fp32_check(torch::Device dev) {
   uint64_t seed = 200;
-  for (const auto& s : {SsmShape{2, 37, 3, 5, 8, 8}, SsmShape{2, 200, 3, 5, 8, 64}, SsmShape{2, 300, 3, 16, 16, 16}}) {
-    const auto in32 = cast(ssm_inputs(s.B, s.T, s.H, s.P, s.N, seed++), torch::kFloat, dev);
+  for (const auto& s : {SsmShape{2, 37, 3, 5, 8, 8}, SsmShape{2, 200, 3, 5, 8, 64}, SsmShape{2, 300, 3, 16, 16, 16},
+                        SsmShape{2, 100, 3, 16, 16, 16, kAllOptions}}) {
+    const auto in32 = cast(ssm_inputs(s.B, s.T, s.H, s.P, s.N, seed++, s.opt), torch::kFloat, dev);
     const auto in64 = cast(in32, torch::kDouble);  // the same rounded values, on the CPU
     const auto got = ssm_chunked(s.L)(in32);
     EXPECT_EQ(got.scalar_type(), torch::kFloat);
@@ -168,10 +272,11 @@ void ssm_fp32_check(torch::Device dev) {
     EXPECT_LT(err, kFp32Tol) << s.name();
 
     // Backward in fp32 against fp64 stepwise (see kFp32Tol for the 10x).
-    const auto g = torch::randn({s.B, s.T, s.H, s.P}, at::detail::createCPUGenerator(seed++), torch::kDouble);
+    const auto g = ssm_cotangent(s.B, s.T, s.H, s.P, s.N, seed++);
     const auto d32 = grads(ssm_chunked(s.L), in32, g.to(dev, torch::kFloat));
     const auto d64 = grads(ssm_stepwise, in64, g);
     for (size_t i = 0; i < d32.size(); ++i) {
+      if (!d64[i].defined()) continue;
       const double e = rel_err(d32[i], d64[i]);
       note("ssm fp32 grad[" + std::to_string(i) + "] (" + dev.str() + ") " + s.name(), e);
       EXPECT_LT(e, 10 * kFp32Tol) << "input " << i << " " << s.name();
@@ -189,14 +294,16 @@ TEST(SsmScan, Fp32ChunkedMatchesFp64StepwiseCuda) {
 TEST(SsmScan, GradientsChunkedMatchStepwiseFp64) {
   uint64_t seed = 300;
   for (const auto& s : {SsmShape{2, 37, 3, 5, 8, 8}, SsmShape{2, 13, 3, 5, 8, 1}, SsmShape{2, 5, 3, 5, 8, 16},
-                        SsmShape{1, 100, 2, 3, 4, 64}}) {
-    const auto in = ssm_inputs(s.B, s.T, s.H, s.P, s.N, seed++);
-    const auto g = torch::randn({s.B, s.T, s.H, s.P}, at::detail::createCPUGenerator(seed++), torch::kDouble);
+                        SsmShape{1, 100, 2, 3, 4, 64}, SsmShape{2, 37, 3, 5, 8, 8, kAllOptions},
+                        SsmShape{2, 1, 2, 3, 4, 8, kAllOptions}}) {
+    const auto in = ssm_inputs(s.B, s.T, s.H, s.P, s.N, seed++, s.opt);
+    const auto g = ssm_cotangent(s.B, s.T, s.H, s.P, s.N, seed++);
     const auto got = grads(ssm_chunked(s.L), in, g);
     const auto want = grads(ssm_stepwise, in, g);
-    const char* names[] = {"x", "q", "k", "log_alpha", "beta", "gamma", "D"};
+    const char* names[] = {"x", "q", "k", "log_alpha", "beta", "gamma", "D", "z", "h0", "x_prev", "k_prev"};
     for (size_t i = 0; i < got.size(); ++i) {
-      ASSERT_TRUE(got[i].defined()) << names[i];
+      ASSERT_EQ(got[i].defined(), in[i].defined()) << names[i];
+      if (!got[i].defined()) continue;
       const double err = rel_err(got[i], want[i]);
       note(std::string("ssm fp64 grad ") + names[i] + " " + s.name(), err);
       EXPECT_LT(err, kFp64Tol) << names[i] << " " << s.name();
@@ -210,15 +317,16 @@ void finite_difference_check(const Fn& f, const std::vector<Tensor>& in, const T
   const auto analytic = grads(f, in, g);
   const double h = 1e-6;
   for (size_t i = 0; i < in.size(); ++i) {
+    if (!in[i].defined()) continue;
     auto numeric = torch::zeros_like(in[i]);
-    auto flat = numeric.view(-1);
+    auto flat_numeric = numeric.view(-1);
     for (int64_t j = 0; j < in[i].numel(); ++j) {
       auto plus = in, minus = in;
       plus[i] = in[i].clone();
       minus[i] = in[i].clone();
       plus[i].view(-1)[j] += h;
       minus[i].view(-1)[j] -= h;
-      flat[j] = ((f(plus) * g).sum() - (f(minus) * g).sum()) / (2 * h);
+      flat_numeric[j] = ((f(plus) * g).sum() - (f(minus) * g).sum()) / (2 * h);
     }
     const double err = rel_err(analytic[i], numeric);
     note(what + " finite differences, input " + std::to_string(i), err);
@@ -227,15 +335,14 @@ void finite_difference_check(const Fn& f, const std::vector<Tensor>& in, const T
 }
 
 TEST(SsmScan, FiniteDifferencesChunkedFp64) {
-  const auto in = ssm_inputs(1, 7, 2, 2, 3, 400);
-  const auto g = torch::randn({1, 7, 2, 2}, at::detail::createCPUGenerator(401), torch::kDouble);
-  finite_difference_check(ssm_chunked(3), in, g, "ssm L=3 T=7");
+  const auto in = ssm_inputs(1, 7, 2, 2, 3, 400, kAllOptions);
+  finite_difference_check(ssm_chunked(3), in, ssm_cotangent(1, 7, 2, 2, 3, 401), "ssm L=3 T=7 z h0 prev");
 }
 
 // alpha that underflows in fp32 (Delta*A = -150: exp gives 0, so beta = (1-lambda) Delta alpha = 0 too).
 // A form that divides beta by alpha would produce 0/0 here; ours must stay finite and accurate.
 TEST(SsmScan, Fp32SurvivesVanishingAlpha) {
-  auto in = ssm_inputs(2, 50, 3, 5, 8, 500);
+  auto in = ssm_inputs(2, 50, 3, 5, 8, 500, kAllOptions);
   auto la = in[3].clone();
   la.select(1, 10).fill_(-150.0);  // a hard reset inside the first chunk
   la.select(1, 31).fill_(-150.0);  // and one at the boundary-adjacent position of a later chunk
@@ -249,14 +356,15 @@ TEST(SsmScan, Fp32SurvivesVanishingAlpha) {
   const double err = rel_err(got, ssm_stepwise(cast(in32, torch::kDouble)));
   note("ssm fp32 with alpha = exp(-150)", err);
   EXPECT_LT(err, kFp32Tol);
-  const auto g = torch::randn({2, 50, 3, 5}, at::detail::createCPUGenerator(501), torch::kFloat);
-  for (const auto& d : grads(ssm_chunked(16), in32, g)) EXPECT_TRUE(all_finite(d));
+  const auto g = ssm_cotangent(2, 50, 3, 5, 8, 501).to(torch::kFloat);
+  for (const auto& d : grads(ssm_chunked(16), in32, g))
+    if (d.defined()) EXPECT_TRUE(all_finite(d));
 }
 
 // Under bf16 autocast (as the model runs) the scan must still compute in fp32: compare with the same
 // call outside autocast. A bf16 matmul inside would be off by ~1e-2.
 void autocast_check(torch::Device dev) {
-  const auto in = cast(ssm_inputs(2, 70, 3, 8, 16, 600), torch::kFloat, dev);
+  const auto in = cast(ssm_inputs(2, 70, 3, 8, 16, 600, kAllOptions), torch::kFloat, dev);
   const auto plain = ssm_chunked(16)(in);
   const auto dev_type = dev.type();
   const bool was = at::autocast::is_autocast_enabled(dev_type);
@@ -283,15 +391,15 @@ TEST(SsmScan, AutocastKeepsFp32Cuda) {
   autocast_check(torch::Device(torch::kCUDA, 0));
 }
 
-// bf16 x/q/k (what a bf16 projection hands over) are promoted, the output is fp32, and
+// bf16 x/q/k/z (what a bf16 projection hands over) are promoted, the output is fp32, and
 // non-contiguous views give the same result as contiguous tensors.
 TEST(SsmScan, DtypesAndLayouts) {
-  auto in = cast(ssm_inputs(2, 21, 3, 4, 6, 700), torch::kFloat);
-  for (int i = 0; i < 3; ++i) in[i] = in[i].to(torch::kBFloat16);
+  auto in = cast(ssm_inputs(2, 21, 3, 4, 6, 700, kAllOptions), torch::kFloat);
+  for (int i : {0, 1, 2, 7}) in[i] = in[i].to(torch::kBFloat16);
   const auto y = ssm_chunked(8)(in);
   EXPECT_EQ(y.scalar_type(), torch::kFloat);
   auto up = in;
-  for (int i = 0; i < 3; ++i) up[i] = in[i].to(torch::kFloat);
+  for (int i : {0, 1, 2, 7}) up[i] = in[i].to(torch::kFloat);
   EXPECT_EQ(rel_err(y, ssm_chunked(8)(up)), 0.0);
   // x as a [B,H,T,P] buffer seen through a transpose, q through a slice of a wider buffer.
   auto strided = up;
@@ -303,7 +411,7 @@ TEST(SsmScan, DtypesAndLayouts) {
 }
 
 TEST(SsmScan, RejectsBadArguments) {
-  const auto in = ssm_inputs(1, 4, 2, 3, 4, 800);
+  const auto in = ssm_inputs(1, 4, 2, 3, 4, 800, kAllOptions);
   auto bad = [&](int i, const Tensor& t) {
     auto v = in;
     v[i] = t;
@@ -314,6 +422,33 @@ TEST(SsmScan, RejectsBadArguments) {
   EXPECT_THROW(ssm_chunked(4)(bad(3, in[3].narrow(1, 0, 3))), c10::Error);             // log_alpha shorter in T
   EXPECT_THROW(ssm_chunked(4)(bad(6, torch::ones({3}, torch::kDouble))), c10::Error);  // D not [H]
   EXPECT_THROW(ssm_stepwise(bad(0, in[0].select(0, 0))), c10::Error);                  // x not 4-D
+  EXPECT_THROW(ssm_chunked(4)(bad(7, in[7].narrow(3, 0, 2))), c10::Error);             // z not like x
+  EXPECT_THROW(ssm_chunked(4)(bad(8, in[8].narrow(3, 0, 2))), c10::Error);             // h0 not [B,H,P,N]
+  EXPECT_THROW(ssm_chunked(4)(bad(10, Tensor())), c10::Error);                         // x_prev without k_prev
+  EXPECT_THROW(ssm_stepwise(bad(9, in[9].narrow(2, 0, 1))), c10::Error);               // x_prev not [B,H,P]
+}
+
+// A backend of the registry (what the parity driver runs), as an Fn over the same inputs.
+Fn ssm_backend(const std::string& name, int64_t L) {
+  return [name, L](const std::vector<Tensor>& v) {
+    return flat(kernels::implementations().ssm_scan.at(name)(as_scan_inputs(v, L)));
+  };
+}
+
+// The fused backend refuses what it does not support with an error that says so, never a wrong answer.
+TEST(FusedSsmScan, RejectsUnsupportedShapes) {
+  if (!kernels::has_implementation("ssm_scan", "fused_cuda")) GTEST_SKIP() << "built without CUDA";
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible to LibTorch";
+  const auto fused = ssm_backend("fused_cuda", 16);
+  auto on_gpu = [](std::vector<Tensor> v) {
+    for (auto& t : v)
+      if (t.defined()) t = t.to(torch::kCUDA, torch::kFloat);
+    return v;
+  };
+  EXPECT_THROW(fused(on_gpu(ssm_inputs(1, 20, 2, 5, 16, 900))), c10::Error);    // P not a multiple of 16
+  EXPECT_THROW(fused(on_gpu(ssm_inputs(1, 20, 2, 16, 144, 901))), c10::Error);  // N over 128
+  EXPECT_THROW(ssm_backend("fused_cuda", 24)(on_gpu(ssm_inputs(1, 20, 2, 16, 16, 902))), c10::Error);  // chunk 24
+  EXPECT_NO_THROW(fused(on_gpu(ssm_inputs(1, 20, 2, 16, 16, 903))));
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -509,10 +644,13 @@ TEST(RecurrentScan, RejectsBadArguments) {
 void graph_check(const Fn& f, const std::vector<Tensor>& inputs_cpu, const std::string& what) {
   const torch::Device dev(torch::kCUDA, 0);
   std::vector<Tensor> in;
-  for (const auto& t : inputs_cpu) in.push_back(t.to(dev, torch::kFloat).requires_grad_(true));
+  for (const auto& t : inputs_cpu) in.push_back(t.defined() ? t.to(dev, torch::kFloat).requires_grad_(true) : Tensor());
+  std::vector<Tensor> wrt;
+  for (const auto& t : in)
+    if (t.defined()) wrt.push_back(t);
   auto run = [&] {
     const auto y = f(in);
-    auto out = torch::autograd::grad({(y * y).sum()}, in);
+    auto out = torch::autograd::grad({(y * y).sum()}, wrt);
     out.insert(out.begin(), y);
     return out;
   };
@@ -528,7 +666,7 @@ void graph_check(const Fn& f, const std::vector<Tensor>& inputs_cpu, const std::
   for (int round = 0; round < 2; ++round) {
     if (round == 1) {
       torch::NoGradGuard no_grad;
-      for (auto& t : in) t.mul_(0.5);  // new values in the same storage
+      for (auto& t : wrt) t.mul_(0.5);  // new values in the same storage
     }
     graph.replay();
     const auto eager = run();
@@ -544,7 +682,9 @@ void graph_check(const Fn& f, const std::vector<Tensor>& inputs_cpu, const std::
 TEST(Scans, CudaGraphCaptureAndReplay) {
 #ifdef ABLATE_SCANS_TEST_CUDA_GRAPHS
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible to LibTorch";
-  graph_check(ssm_chunked(16), ssm_inputs(2, 100, 3, 8, 16, 1700), "ssm_scan_chunked");
+  graph_check(ssm_chunked(16), ssm_inputs(2, 100, 3, 8, 16, 1700, kAllOptions), "ssm_scan_chunked");
+  if (kernels::has_implementation("ssm_scan", "fused_cuda"))
+    graph_check(ssm_backend("fused_cuda", 16), ssm_inputs(2, 100, 3, 16, 32, 1702, kAllOptions), "ssm_scan fused_cuda");
   graph_check(rec_chunked(16), rec_inputs(2, 100, 32, 1701), "recurrent_scan_chunked");
 #else
   GTEST_SKIP() << "LibTorch built without CUDA headers";

@@ -1,0 +1,809 @@
+// kernels/ssm_scan/fused_cuda.cu: backend `fused_cuda` of the `ssm_scan` seam (Mamba-3 SISO, MODEL.md "M";
+// contract SsmScanFn in kernels/seams.h): forward and backward as fused CUDA kernels over chunks of
+// L positions, SSD-style, with the algebra of the chunked reference (kernels/ssm_scan/reference.cpp,
+// whose header derives it): per (batch, head, chunk) the chunk-local cumulative log alpha cum_t, the
+// (L x L+1) weights W_tj = exp(cum_t - cum_{j-1}) gamma_{j-1} + exp(cum_t - cum_j) beta_j (column j holds
+// position j-1; column 0 is the previous chunk's last position, or x_prev / k_prev before chunk 0),
+// every exponent a difference cum_t - cum_s with s <= t (a sum of log alphas <= 0: never a positive
+// number exponentiated, never a division by alpha); log alpha floored at log(FLT_MIN) as the reference.
+//
+// Forward (3 launches):
+//   ablate_ssm_scan_fwd_chunk_state  Z_c = sum_j W_{L-1,j} x_j k_j^T (P x N) and Lam_c = cum_{L-1};
+//   ablate_ssm_scan_fwd_state_pass   S_0 = h0 (or 0), S_{c+1} = exp(Lam_c) S_c + Z_c, sequential over
+//                                    chunks, one thread per (b, h, p, n); S_c kept for the backward,
+//                                    h_last = S_nC (the zero-padded tail has alpha = 1, no inputs);
+//   ablate_ssm_scan_fwd_output       y_t = sum_j W_tj (q_t.k_j) x_j + exp(cum_t) S_c q_t + D x_t, times
+//                                    silu(z_t) when z is given.
+// Backward (5 launches; recomputes the chunk-local products instead of storing them):
+//   ablate_ssm_scan_bwd_chunk_dstate dZ_c = sum_t exp(cum_t) dy_t q_t^T with dy = dout * silu(z);
+//   ablate_ssm_scan_bwd_state_pass   the adjoint states at chunk ends, in reverse (dh_last enters at the
+//                                    end), dh0 = what leaves chunk 0;
+//   ablate_ssm_scan_bwd_chunk        per chunk: dx, dk (with the state term W_{L-1,j} dS_end), dq (with
+//                                    the inter-chunk term), dz, dbeta, dgamma, the column-0 gradients
+//                                    (of the previous chunk's last position, or x_prev / k_prev), dD
+//                                    partial sums, and r_t = dy_t.yscan_t - beta_t dbeta_t - gamma_t
+//                                    dgamma_t, with d log alpha_r = sum_{t >= r} r_t (the exact identity
+//                                    for d/d cum_t, summed back to log alpha);
+//   ablate_ssm_scan_bwd_dlog_alpha   that reverse cumulative sum over the whole sequence (in fp64),
+//                                    starting from <dh_last, h_last> (h_last is an output at T-1);
+//   ablate_ssm_scan_bwd_boundary     the last row of each chunk (its own part plus the next chunk's
+//                                    column 0, rounded once) and dx_prev / dk_prev.
+// All arithmetic and state in fp32; x, z (one dtype) and q, k (one dtype) fp32 or bf16, converted on
+// load; the products are SIMT fp32 over shared-memory tiles (4 x 4 register tiles per thread).
+// Supported: P and N multiples of 16 up to 128, chunk L in {16, 32, 48, 64}, as long as the backward's
+// shared tiles fit the device (every combination except P = N = 128 at L = 64 on an H100); anything else
+// is a TORCH_CHECK error that says so. No host synchronisation: capturable in a CUDA graph.
+// Tests: kernels_tests --gtest_filter='*Parity*ssm_scan*:FusedSsmScan*'. Benchmark: bench/scans_bench.
+// Without a CUDA compiler this file is compiled as C++ with everything but the registration left out
+// (kernels/registry.h): the row stays listed, unavailable as "built without CUDA".
+#include "kernels/registry.h"
+
+#if defined(__CUDACC__)
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/cuda_common.cuh"
+
+namespace ablate::kernels::fused {
+namespace {
+
+using torch::Tensor;
+
+constexpr int kThreads = 256;
+constexpr int kMaxChunk = 64;
+constexpr int kMaxDim = 128;
+// log(FLT_MIN): the chunked reference's floor for log alpha in fp32 (see its log_alpha_floor).
+constexpr float kLogAlphaFloor = -87.33654475f;
+
+// Everything a launch reads or writes. Pointers to optional inputs are null when absent.
+struct Params {
+  const void* x;  // [B,T,H,P], TX
+  const void* z;  // [B,T,H,P], TX, or null
+  const void* q;  // [B,T,H,N], TQK
+  const void* k;  // [B,T,H,N], TQK
+  const float *log_alpha, *beta, *gamma;  // [B,T,H]
+  const float* D;                         // [H]
+  const float* h0;                        // [B,H,P,N] or null
+  const float *x_prev, *k_prev;           // [B,H,P], [B,H,N] or null
+  int B, T, H, P, N, L, nC;
+  float* states;  // [B,H,nC,P,N]: Z_c after chunk_state, S_c (the state entering chunk c) after state_pass
+  float* lam;     // [B,H,nC]: sum of (floored) log alpha over each chunk
+  // forward outputs
+  float *y, *h_last;
+  // backward
+  const float* dout;     // [B,T,H,P] fp32
+  const float* dh_last;  // [B,H,P,N] or null
+  const float* h_last_saved;  // [B,H,P,N]: the forward's h_last
+  float* last_dot;            // [B,H]: <dh_last, h_last>, zeroed before the backward state pass
+  float* dstates;        // [B,H,nC,P,N]: dZ_c, then the adjoint at the end of chunk c
+  float* dh0;            // [B,H,P,N] or null
+  void *dx, *dz, *dq, *dk;                 // input dtypes; dz null without z
+  float *dbeta, *dgamma, *r;               // [B,T,H]
+  float* dlog_alpha;                       // [B,T,H]
+  float *gprev_x, *gprev_k;                // [B,H,nC,P], [B,H,nC,N]: column-0 gradients of each chunk
+  float *last_x, *last_k;                  // [B,H,nC,P], [B,H,nC,N]: own gradient of each chunk's last row
+  float* dD_part;                          // [B,H,nC]
+  float *dx_prev, *dk_prev;                // [B,H,P], [B,H,N] or null
+};
+
+__device__ __forceinline__ float sigmoid(float v) { return 1.f / (1.f + expf(-v)); }
+
+__device__ __forceinline__ int64_t row_index(const Params& p, int b, int t, int h) {
+  return (static_cast<int64_t>(b) * p.T + t) * p.H + h;
+}
+
+// Rows t_first .. t_first + nrows - 1 of one (b, h) slice of a [B,T,H,width] tensor into dst (row
+// stride ld), as fp32; rows outside [0, T) are zero, except row -1, which is `before` when given.
+template <typename T>
+__device__ void load_rows(float* dst, int ld, int width, const T* src, const Params& p, int b, int h, int t_first,
+                          int nrows, const float* before) {
+  for (int i = threadIdx.x; i < nrows * width; i += blockDim.x) {
+    const int r = i / width, col = i - r * width, t = t_first + r;
+    float v = 0.f;
+    if (t >= 0 && t < p.T)
+      v = to_float(src[row_index(p, b, t, h) * width + col]);
+    else if (t == -1 && before != nullptr)
+      v = before[col];
+    dst[r * ld + col] = v;
+  }
+}
+
+// log alpha (floored; 0 past the end), beta, gamma (0 past the end) of chunk rows 0..L-1, and the
+// inclusive cumulative sum of log alpha in `cum` (warp 0: lane holds rows lane and lane + 32).
+__device__ void load_coefficients(const Params& p, int b, int h, int t0, float* cum, float* bet, float* gam) {
+  for (int t = threadIdx.x; t < p.L; t += blockDim.x) {
+    const bool real = t0 + t < p.T;
+    const int64_t i = real ? row_index(p, b, t0 + t, h) : 0;
+    cum[t] = real ? fmaxf(p.log_alpha[i], kLogAlphaFloor) : 0.f;
+    bet[t] = real ? p.beta[i] : 0.f;
+    gam[t] = real ? p.gamma[i] : 0.f;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    float lo = lane < p.L ? cum[lane] : 0.f, hi = lane + 32 < p.L ? cum[lane + 32] : 0.f;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const float nlo = __shfl_up_sync(0xffffffffu, lo, off), nhi = __shfl_up_sync(0xffffffffu, hi, off);
+      if (lane >= off) {
+        lo += nlo;
+        hi += nhi;
+      }
+    }
+    hi += __shfl_sync(0xffffffffu, lo, 31);
+    if (lane < p.L) cum[lane] = lo;
+    if (lane + 32 < p.L) cum[lane + 32] = hi;
+  }
+  __syncthreads();
+}
+
+// exp(cum_t - cum_s) for s <= t: the decay from just after position s to position t.
+__device__ __forceinline__ float decay(const float* cum, int t, int s) { return expf(cum[t] - cum[s]); }
+
+// W_tj (column j = position j-1; 0 above the diagonal), see the header.
+__device__ __forceinline__ float weight(const float* cum, const float* bet, const float* gam, int L, int t, int j) {
+  float w = 0.f;
+  if (j >= 1 && j - 1 <= t) w += decay(cum, t, j - 1) * gam[j - 1];
+  if (j <= L - 1 && j <= t) w += decay(cum, t, j) * bet[j];
+  return w;
+}
+
+// acc += the 4 x 4 tile (rows ti + r rm, columns tj + s rn) of A B over shared-memory operands with
+// arbitrary strides, A(i, k) = A[i * ars + k * acs], B(k, j) = B[k * brs + j * bcs], k < K.
+__device__ __forceinline__ void tile_product(float (&acc)[4][4], int ti, int tj, int rm, int rn, int K,
+                                             const float* A, int ars, int acs, const float* Bm, int brs, int bcs) {
+#pragma unroll 2
+  for (int kk = 0; kk < K; ++kk) {
+    float a[4], bv[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[r] = A[(ti + r * rm) * ars + kk * acs];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) bv[s] = Bm[kk * brs + (tj + s * rn) * bcs];
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int s = 0; s < 4; ++s) acc[r][s] = fmaf(a[r], bv[s], acc[r][s]);
+  }
+}
+
+// C = A B (M x Nc, multiples of 4; any K). Thread tiles of 4 x 4 interleaved (rows ti + r M/4, columns
+// tj + s Nc/4), so a warp's B reads are consecutive (or odd-strided with padded leading dimensions) and
+// its A reads broadcast. Calls epi(i, j, value) once per element.
+template <class Epi>
+__device__ __forceinline__ void block_gemm(int M, int Nc, int K, const float* A, int ars, int acs, const float* Bm,
+                                           int brs, int bcs, Epi&& epi) {
+  const int rm = M / 4, rn = Nc / 4;
+  for (int task = threadIdx.x; task < rm * rn; task += blockDim.x) {
+    const int ti = task / rn, tj = task - ti * rn;
+    float acc[4][4] = {};
+    tile_product(acc, ti, tj, rm, rn, K, A, ars, acs, Bm, brs, bcs);
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int s = 0; s < 4; ++s) epi(ti + r * rm, tj + s * rn, acc[r][s]);
+  }
+}
+
+// Two products with one output shape: epi(i, j, (A1 B1)_ij, (A2 B2)_ij).
+template <class Epi>
+__device__ __forceinline__ void block_gemm2(int M, int Nc, int K1, const float* A1, int ars1, int acs1,
+                                            const float* B1, int brs1, int bcs1, int K2, const float* A2, int ars2,
+                                            int acs2, const float* B2, int brs2, int bcs2, Epi&& epi) {
+  const int rm = M / 4, rn = Nc / 4;
+  for (int task = threadIdx.x; task < rm * rn; task += blockDim.x) {
+    const int ti = task / rn, tj = task - ti * rn;
+    float acc1[4][4] = {}, acc2[4][4] = {};
+    tile_product(acc1, ti, tj, rm, rn, K1, A1, ars1, acs1, B1, brs1, bcs1);
+    tile_product(acc2, ti, tj, rm, rn, K2, A2, ars2, acs2, B2, brs2, bcs2);
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int s = 0; s < 4; ++s) epi(ti + r * rm, tj + s * rn, acc1[r][s], acc2[r][s]);
+  }
+}
+
+// Padded leading dimensions (odd: column-strided reads hit distinct banks).
+__host__ __device__ __forceinline__ int ld_of(int width) { return width + 1; }
+
+// ---- forward -----------------------------------------------------------------------------------
+
+__host__ __device__ inline size_t chunk_state_smem_floats(int L, int P, int N) {
+  return 3 * L + (L + 1) + (L + 1) * ld_of(P) + (L + 1) * ld_of(N);
+}
+
+template <typename TX, typename TQK>
+__global__ void __launch_bounds__(kThreads) ablate_ssm_scan_fwd_chunk_state(Params p) {
+  extern __shared__ float smem[];
+  const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
+  const int t0 = c * L, ldP = ld_of(P), ldN = ld_of(N);
+  float *cum = smem, *bet = cum + L, *gam = bet + L, *wend = gam + L, *xa = wend + (L + 1), *ka = xa + (L + 1) * ldP;
+  const int64_t bh = static_cast<int64_t>(b) * p.H + h;
+  const bool first = c == 0;
+  load_rows(xa, ldP, P, static_cast<const TX*>(p.x), p, b, h, t0 - 1, L + 1,
+            first && p.x_prev ? p.x_prev + bh * P : nullptr);
+  load_rows(ka, ldN, N, static_cast<const TQK*>(p.k), p, b, h, t0 - 1, L + 1,
+            first && p.k_prev ? p.k_prev + bh * N : nullptr);
+  load_coefficients(p, b, h, t0, cum, bet, gam);
+  for (int j = threadIdx.x; j <= L; j += blockDim.x) wend[j] = weight(cum, bet, gam, L, L - 1, j);
+  __syncthreads();
+  for (int i = threadIdx.x; i < (L + 1) * P; i += blockDim.x) {
+    const int j = i / P, col = i - j * P;
+    xa[j * ldP + col] *= wend[j];
+  }
+  __syncthreads();
+  float* Z = p.states + (bh * p.nC + c) * P * N;
+  block_gemm(P, N, L + 1, xa, 1, ldP, ka, ldN, 1, [&](int i, int j, float v) { Z[i * N + j] = v; });
+  if (threadIdx.x == 0) p.lam[bh * p.nC + c] = cum[L - 1];
+}
+
+// One thread per state element: S_0 = h0, S_{c+1} = exp(Lam_c) S_c + Z_c (Z_c replaced by S_c in place).
+__global__ void __launch_bounds__(kThreads) ablate_ssm_scan_fwd_state_pass(Params p) {
+  const int64_t PN = static_cast<int64_t>(p.P) * p.N;
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t bh = blockIdx.y;
+  if (e >= PN) return;
+  float s = p.h0 ? p.h0[bh * PN + e] : 0.f;
+  float* slot = p.states + bh * p.nC * PN + e;
+  const float* lam = p.lam + bh * p.nC;
+  float z_next = slot[0];
+  for (int c = 0; c < p.nC; ++c) {
+    const float z = z_next;
+    if (c + 1 < p.nC) z_next = slot[(c + 1) * PN];
+    slot[c * PN] = s;
+    s = fmaf(expf(lam[c]), s, z);
+  }
+  p.h_last[bh * PN + e] = s;
+}
+
+__host__ __device__ inline size_t output_smem_floats(int L, int P, int N) {
+  const int rows_big = (L + 1) > P ? (L + 1) : P;
+  return 3 * L + static_cast<size_t>(L) * ld_of(N) + static_cast<size_t>(rows_big) * ld_of(N) +
+         static_cast<size_t>(L + 1) * ld_of(P) + static_cast<size_t>(L) * ld_of(L);
+}
+
+template <typename TX, typename TQK>
+__global__ void __launch_bounds__(kThreads) ablate_ssm_scan_fwd_output(Params p) {
+  extern __shared__ float smem[];
+  const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
+  const int t0 = c * L, ldP = ld_of(P), ldN = ld_of(N), ldS = ld_of(L);
+  const int rows_big = (L + 1) > P ? (L + 1) : P;
+  float *cum = smem, *bet = cum + L, *gam = bet + L, *qs = gam + L, *big = qs + L * ldN, *xa = big + rows_big * ldN,
+        *sc = xa + (L + 1) * ldP;
+  float* ka = big;  // keys first, then the state entering the chunk
+  const int64_t bh = static_cast<int64_t>(b) * p.H + h;
+  const bool first = c == 0;
+  load_rows(qs, ldN, N, static_cast<const TQK*>(p.q), p, b, h, t0, L, nullptr);
+  load_rows(ka, ldN, N, static_cast<const TQK*>(p.k), p, b, h, t0 - 1, L + 1,
+            first && p.k_prev ? p.k_prev + bh * N : nullptr);
+  load_rows(xa, ldP, P, static_cast<const TX*>(p.x), p, b, h, t0 - 1, L + 1,
+            first && p.x_prev ? p.x_prev + bh * P : nullptr);
+  load_coefficients(p, b, h, t0, cum, bet, gam);  // ends with a barrier
+  // Scores times weights: sc[t][j] = W_tj (q_t . k_j); columns 1..L as a product, column 0 per row.
+  block_gemm(L, L, N, qs, ldN, 1, ka + ldN, 1, ldN,
+             [&](int t, int j, float v) { sc[t * ldS + j + 1] = v * weight(cum, bet, gam, L, t, j + 1); });
+  for (int t = threadIdx.x; t < L; t += blockDim.x) {
+    float v = 0.f;
+    for (int n = 0; n < N; ++n) v = fmaf(qs[t * ldN + n], ka[n], v);
+    sc[t * ldS] = v * weight(cum, bet, gam, L, t, 0);
+  }
+  __syncthreads();
+  const float* S = p.states + (bh * p.nC + c) * P * N;
+  for (int i = threadIdx.x; i < P * N; i += blockDim.x) {
+    const int row = i / N, col = i - row * N;
+    big[row * ldN + col] = S[i];
+  }
+  __syncthreads();
+  const float Dh = p.D[h];
+  const TX* z = static_cast<const TX*>(p.z);
+  block_gemm2(L, P, L + 1, sc, ldS, 1, xa, ldP, 1,  // intra: sum_j sc[t][j] x_j
+              N, qs, ldN, 1, big, 1, ldN,           // inter: q_t . S_c[p, :]
+              [&](int t, int col, float intra, float inter) {
+                if (t0 + t >= p.T) return;
+                const int64_t o = row_index(p, b, t0 + t, h) * P + col;
+                float v = intra + expf(cum[t]) * inter + Dh * xa[(t + 1) * ldP + col];
+                if (z) {
+                  const float zv = to_float(z[o]);
+                  v *= zv * sigmoid(zv);
+                }
+                p.y[o] = v;
+              });
+}
+
+// ---- backward ----------------------------------------------------------------------------------
+
+// dy_t = dout_t * silu(z_t) (dout_t without z), rows t0 .. t0 + L - 1 (0 past the end), scaled by
+// exp(cum_t) when `cum` is given.
+template <typename TX>
+__device__ void load_dy(float* dst, int ld, const Params& p, int b, int h, int t0, const float* cum) {
+  const TX* z = static_cast<const TX*>(p.z);
+  for (int i = threadIdx.x; i < p.L * p.P; i += blockDim.x) {
+    const int t = i / p.P, col = i - t * p.P;
+    float v = 0.f;
+    if (t0 + t < p.T) {
+      const int64_t o = row_index(p, b, t0 + t, h) * p.P + col;
+      v = p.dout[o];
+      if (z) {
+        const float zv = to_float(z[o]);
+        v *= zv * sigmoid(zv);
+      }
+      if (cum) v *= expf(cum[t]);
+    }
+    dst[t * ld + col] = v;
+  }
+}
+
+__host__ __device__ inline size_t chunk_dstate_smem_floats(int L, int P, int N) {
+  return 3 * L + static_cast<size_t>(L) * ld_of(P) + static_cast<size_t>(L) * ld_of(N);
+}
+
+template <typename TX, typename TQK>
+__global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_chunk_dstate(Params p) {
+  extern __shared__ float smem[];
+  const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
+  const int t0 = c * L, ldP = ld_of(P), ldN = ld_of(N);
+  float *cum = smem, *bet = cum + L, *gam = bet + L, *dys = gam + L, *qs = dys + L * ldP;
+  const int64_t bh = static_cast<int64_t>(b) * p.H + h;
+  load_rows(qs, ldN, N, static_cast<const TQK*>(p.q), p, b, h, t0, L, nullptr);
+  load_coefficients(p, b, h, t0, cum, bet, gam);
+  load_dy<TX>(dys, ldP, p, b, h, t0, cum);
+  __syncthreads();
+  float* dZ = p.dstates + (bh * p.nC + c) * P * N;
+  block_gemm(P, N, L, dys, 1, ldP, qs, ldN, 1, [&](int i, int j, float v) { dZ[i * N + j] = v; });
+}
+
+// Reverse: dS_end(nC-1) = dh_last (or 0), dS_end(c-1) = exp(Lam_c) dS_end(c) + dZ_c; dh0 = what leaves
+// chunk 0. dZ_c is replaced by dS_end(c) in place.
+__global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_state_pass(Params p) {
+  const int64_t PN = static_cast<int64_t>(p.P) * p.N;
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t bh = blockIdx.y;
+  if (e >= PN) return;
+  float s = p.dh_last ? p.dh_last[bh * PN + e] : 0.f;
+  float* slot = p.dstates + bh * p.nC * PN + e;
+  const float* lam = p.lam + bh * p.nC;
+  float z_next = slot[(p.nC - 1) * PN];
+  for (int c = p.nC - 1; c >= 0; --c) {
+    const float z = z_next;
+    if (c > 0) z_next = slot[(c - 1) * PN];
+    slot[c * PN] = s;
+    s = fmaf(expf(lam[c]), s, z);
+  }
+  if (p.dh0) p.dh0[bh * PN + e] = s;
+  // h_last = h_{T-1} is an output at position T-1: d/d cum_{T-1} gains <dh_last, h_last> (the r_t of
+  // ablate_ssm_scan_bwd_chunk counts the outputs y only).
+  if (p.dh_last) {
+    const float dot = warp_sum(p.dh_last[bh * PN + e] * p.h_last_saved[bh * PN + e]);
+    if ((threadIdx.x & 31) == 0) atomicAdd(&p.last_dot[bh], dot);
+  }
+}
+
+__host__ __device__ inline size_t bwd_chunk_smem_floats(int L, int P, int N) {
+  const int rows_big = (L + 1) > P ? (L + 1) : P;
+  return 3 * L + (L + 1) + 3 * L + (L + 1) + 1 + static_cast<size_t>(L) * ld_of(N) +
+         static_cast<size_t>(L + 1) * ld_of(N) + static_cast<size_t>(L + 1) * ld_of(P) +
+         static_cast<size_t>(L) * ld_of(P) + 2 * static_cast<size_t>(L) * ld_of(L) +
+         static_cast<size_t>(rows_big) * ld_of(N);
+}
+
+template <typename TX, typename TQK>
+__global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_chunk(Params p) {
+  extern __shared__ float smem[];
+  const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
+  const int t0 = c * L, ldP = ld_of(P), ldN = ld_of(N), ldS = ld_of(L);
+  float *cum = smem, *bet = cum + L, *gam = bet + L, *wend = gam + L;
+  float *r1 = wend + (L + 1), *dg = r1 + L, *db = dg + L, *ecol = db + L, *dsum = ecol + (L + 1);
+  float *qs = dsum + 1, *ka = qs + L * ldN, *xa = ka + (L + 1) * ldN, *dys = xa + (L + 1) * ldP;
+  float *sc = dys + L * ldP, *dxm = sc + L * ldS, *big = dxm + L * ldS;
+  const int64_t bh = static_cast<int64_t>(b) * p.H + h;
+  const bool first = c == 0, last = c == p.nC - 1;
+  const int rows = min(L, p.T - t0);  // real rows of this chunk
+
+  load_rows(qs, ldN, N, static_cast<const TQK*>(p.q), p, b, h, t0, L, nullptr);
+  load_rows(ka, ldN, N, static_cast<const TQK*>(p.k), p, b, h, t0 - 1, L + 1,
+            first && p.k_prev ? p.k_prev + bh * N : nullptr);
+  load_rows(xa, ldP, P, static_cast<const TX*>(p.x), p, b, h, t0 - 1, L + 1,
+            first && p.x_prev ? p.x_prev + bh * P : nullptr);
+  load_dy<TX>(dys, ldP, p, b, h, t0, nullptr);
+  for (int t = threadIdx.x; t < L; t += blockDim.x) r1[t] = 0.f;
+  if (threadIdx.x == 0) *dsum = 0.f;
+  load_coefficients(p, b, h, t0, cum, bet, gam);  // ends with a barrier
+  for (int j = threadIdx.x; j <= L; j += blockDim.x) {
+    wend[j] = weight(cum, bet, gam, L, L - 1, j);
+    ecol[j] = 0.f;
+  }
+
+  // Phase A: scores sc = q.k_j and dxm = dy.x_j over columns j = 0..L (column 0 per row).
+  block_gemm(L, L, N, qs, ldN, 1, ka + ldN, 1, ldN, [&](int t, int j, float v) { sc[t * ldS + j + 1] = v; });
+  block_gemm(L, L, P, dys, ldP, 1, xa + ldP, 1, ldP, [&](int t, int j, float v) { dxm[t * ldS + j + 1] = v; });
+  for (int t = threadIdx.x; t < L; t += blockDim.x) {
+    float v = 0.f, w = 0.f;
+    for (int n = 0; n < N; ++n) v = fmaf(qs[t * ldN + n], ka[n], v);
+    for (int col = 0; col < P; ++col) w = fmaf(dys[t * ldP + col], xa[col], w);
+    sc[t * ldS] = v;
+    dxm[t * ldS] = w;
+  }
+  __syncthreads();
+  // Intra-chunk parts of dgamma_s and dbeta_s: sum_t exp(cum_t - cum_s) sc dxm at columns s+1 and s.
+  for (int s = threadIdx.x; s < L; s += blockDim.x) {
+    float g = 0.f, be = 0.f;
+    for (int t = s; t < L; ++t) {
+      const float d = decay(cum, t, s);
+      g = fmaf(d, sc[t * ldS + s + 1] * dxm[t * ldS + s + 1], g);
+      be = fmaf(d, sc[t * ldS + s] * dxm[t * ldS + s], be);
+    }
+    dg[s] = g;
+    db[s] = be;
+  }
+  __syncthreads();
+  // Weighted: sc <- W o sc, dxm <- W o dxm (0 above the diagonal).
+  for (int i = threadIdx.x; i < L * (L + 1); i += blockDim.x) {
+    const int t = i / (L + 1), j = i - t * (L + 1);
+    const float w = weight(cum, bet, gam, L, t, j);
+    sc[t * ldS + j] *= w;
+    dxm[t * ldS + j] *= w;
+  }
+  const float* S = p.states + (bh * p.nC + c) * P * N;
+  for (int i = threadIdx.x; i < P * N; i += blockDim.x) {
+    const int row = i / N, col = i - row * N;
+    big[row * ldN + col] = S[i];
+  }
+  __syncthreads();
+
+  // Phase B: yscan_t = sum_j sc_tj x_j + exp(cum_t) S_c q_t (recomputed) -> dz, r1_t = dy_t . yscan_t;
+  // dq_t = sum_j dxm_tj k_j + exp(cum_t) S_c^T dy_t.
+  const float Dh = p.D[h];
+  const TX* z = static_cast<const TX*>(p.z);
+  block_gemm2(L, P, L + 1, sc, ldS, 1, xa, ldP, 1, N, qs, ldN, 1, big, 1, ldN,
+              [&](int t, int col, float intra, float inter) {
+                if (t >= rows) return;
+                const float yscan = intra + expf(cum[t]) * inter;
+                atomicAdd(&r1[t], yscan * dys[t * ldP + col]);
+                if (z) {
+                  const int64_t o = row_index(p, b, t0 + t, h) * P + col;
+                  const float zv = to_float(z[o]), sg = sigmoid(zv);
+                  const float y = yscan + Dh * xa[(t + 1) * ldP + col];
+                  static_cast<TX*>(p.dz)[o] = from_float<TX>(p.dout[o] * y * sg * (1.f + zv * (1.f - sg)));
+                }
+              });
+  block_gemm2(L, N, L + 1, dxm, ldS, 1, ka, ldN, 1, P, dys, ldP, 1, big, ldN, 1,
+              [&](int t, int n, float intra, float inter) {
+                if (t >= rows) return;
+                static_cast<TQK*>(p.dq)[row_index(p, b, t0 + t, h) * N + n] =
+                    from_float<TQK>(intra + expf(cum[t]) * inter);
+              });
+  {  // dD partial: sum over real rows of dy . x
+    float v = 0.f;
+    for (int i = threadIdx.x; i < rows * P; i += blockDim.x) {
+      const int t = i / P, col = i - t * P;
+      v = fmaf(dys[t * ldP + col], xa[(t + 1) * ldP + col], v);
+    }
+    v = warp_sum(v);
+    if ((threadIdx.x & 31) == 0) atomicAdd(dsum, v);
+  }
+  __syncthreads();
+  const float* dS = p.dstates + (bh * p.nC + c) * P * N;  // adjoint at the end of this chunk
+  for (int i = threadIdx.x; i < P * N; i += blockDim.x) {
+    const int row = i / N, col = i - row * N;
+    big[row * ldN + col] = dS[i];
+  }
+  __syncthreads();
+
+  // Phase C: dk_j = sum_t dxm_tj q_t + wend_j dS^T x_j, e_j = x_j^T dS k_j;
+  //          dx_j = sum_t sc_tj dy_t + wend_j dS k_j (+ D dy for the chunk's own rows).
+  // Rows j = 1..L are positions t0 + j - 1; row 0 (column 0) goes to gprev_*.
+  block_gemm2(L, N, L, dxm + 1, 1, ldS, qs, ldN, 1, P, xa + ldP, ldP, 1, big, ldN, 1,
+              [&](int i, int n, float intra, float state) {
+                const int j = i + 1;
+                atomicAdd(&ecol[j], state * ka[j * ldN + n]);
+                if (i >= rows) return;
+                const float v = intra + wend[j] * state;
+                if (i == L - 1 && !last)
+                  p.last_k[(bh * p.nC + c) * N + n] = v;
+                else
+                  static_cast<TQK*>(p.dk)[row_index(p, b, t0 + i, h) * N + n] = from_float<TQK>(v);
+              });
+  block_gemm2(L, P, L, sc + 1, 1, ldS, dys, ldP, 1, N, ka + ldN, ldN, 1, big, 1, ldN,
+              [&](int i, int col, float intra, float state) {
+                if (i >= rows) return;
+                const float v = intra + wend[i + 1] * state + Dh * dys[i * ldP + col];
+                if (i == L - 1 && !last)
+                  p.last_x[(bh * p.nC + c) * P + col] = v;
+                else
+                  static_cast<TX*>(p.dx)[row_index(p, b, t0 + i, h) * P + col] = from_float<TX>(v);
+              });
+  // Column 0: the previous position's key and input.
+  for (int n = threadIdx.x; n < N; n += blockDim.x) {
+    float intra = 0.f, state = 0.f;
+    for (int t = 0; t < L; ++t) intra = fmaf(dxm[t * ldS], qs[t * ldN + n], intra);
+    for (int col = 0; col < P; ++col) state = fmaf(xa[col], big[col * ldN + n], state);
+    p.gprev_k[(bh * p.nC + c) * N + n] = intra + wend[0] * state;
+    atomicAdd(&ecol[0], state * ka[n]);
+  }
+  for (int col = threadIdx.x; col < P; col += blockDim.x) {
+    float intra = 0.f, state = 0.f;
+    for (int t = 0; t < L; ++t) intra = fmaf(sc[t * ldS], dys[t * ldP + col], intra);
+    for (int n = 0; n < N; ++n) state = fmaf(ka[n], big[col * ldN + n], state);
+    p.gprev_x[(bh * p.nC + c) * P + col] = intra + wend[0] * state;
+  }
+  __syncthreads();
+  // State parts of dgamma / dbeta, and r_t for d log alpha.
+  for (int s = threadIdx.x; s < rows; s += blockDim.x) {
+    const float d = decay(cum, L - 1, s);
+    const float g = fmaf(d, ecol[s + 1], dg[s]), be = fmaf(d, ecol[s], db[s]);
+    const int64_t i = row_index(p, b, t0 + s, h);
+    p.dgamma[i] = g;
+    p.dbeta[i] = be;
+    p.r[i] = r1[s] - bet[s] * be - gam[s] * g;
+  }
+  if (threadIdx.x == 0) p.dD_part[bh * p.nC + c] = *dsum;
+}
+
+// d log alpha_r = sum_{t >= r} r_t per (b, h), a reverse scan over T in fp64 (one warp per (b, h));
+// 0 where log alpha was floored (the reference's clamp passes no gradient there).
+__global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_dlog_alpha(Params p) {
+  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x & 31;
+  if (warp >= p.B * p.H) return;
+  const int b = warp / p.H, h = warp - b * p.H;
+  double carry = p.last_dot[warp];  // the h_last output sits at position T-1
+  for (int base = ((p.T + 31) / 32 - 1) * 32; base >= 0; base -= 32) {
+    const int t = base + lane;
+    const int64_t i = t < p.T ? row_index(p, b, t, h) : 0;
+    double v = t < p.T ? static_cast<double>(p.r[i]) : 0.0;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {  // suffix sum within the warp
+      const double o = __shfl_down_sync(0xffffffffu, v, off);
+      if (lane + off < 32) v += o;
+    }
+    const double total = __shfl_sync(0xffffffffu, v, 0);
+    if (t < p.T) p.dlog_alpha[i] = p.log_alpha[i] < kLogAlphaFloor ? 0.f : static_cast<float>(v + carry);
+    carry += total;
+  }
+}
+
+// The last row of chunk c < nC-1: its own gradient plus chunk c+1's column 0, rounded once; chunk 0's
+// column 0 is dx_prev / dk_prev.
+template <typename TX, typename TQK>
+__global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_boundary(Params p) {
+  const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int64_t bh = static_cast<int64_t>(b) * p.H + h;
+  if (c + 1 < p.nC) {
+    const int t = (c + 1) * p.L - 1;
+    for (int col = threadIdx.x; col < p.P; col += blockDim.x)
+      static_cast<TX*>(p.dx)[row_index(p, b, t, h) * p.P + col] =
+          from_float<TX>(p.last_x[(bh * p.nC + c) * p.P + col] + p.gprev_x[(bh * p.nC + c + 1) * p.P + col]);
+    for (int n = threadIdx.x; n < p.N; n += blockDim.x)
+      static_cast<TQK*>(p.dk)[row_index(p, b, t, h) * p.N + n] =
+          from_float<TQK>(p.last_k[(bh * p.nC + c) * p.N + n] + p.gprev_k[(bh * p.nC + c + 1) * p.N + n]);
+  }
+  if (c == 0 && p.dx_prev) {
+    for (int col = threadIdx.x; col < p.P; col += blockDim.x) p.dx_prev[bh * p.P + col] = p.gprev_x[bh * p.nC * p.P + col];
+    for (int n = threadIdx.x; n < p.N; n += blockDim.x) p.dk_prev[bh * p.N + n] = p.gprev_k[bh * p.nC * p.N + n];
+  }
+}
+
+// ---- host side ---------------------------------------------------------------------------------
+
+// Raises a kernel's dynamic shared-memory limit to `bytes` and checks that the device allows it.
+template <class Kernel>
+void allow_smem(Kernel kernel, size_t bytes, const char* what, const Params& p) {
+  const size_t limit = at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin;
+  TORCH_CHECK(bytes <= limit, "ssm_scan fused_cuda: ", what, " needs ", bytes, " bytes of shared memory at chunk ",
+              p.L, ", P ", p.P, ", N ", p.N, "; this device allows ", limit,
+              ". Use a smaller chunk (16, 32 or 48) or the reference backend.");
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+// One launch of a per-chunk kernel (grid = chunks x heads x batch) with `floats` of shared memory.
+template <class Kernel>
+void launch_chunks(Kernel kernel, size_t floats, const char* what, const Params& p, cudaStream_t stream) {
+  const size_t bytes = floats * sizeof(float);
+  allow_smem(kernel, bytes, what, p);
+  kernel<<<dim3(p.nC, p.H, p.B), kThreads, bytes, stream>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// One launch of a state-passing kernel: a thread per state element (b, h, p, n).
+void launch_state_pass(void (*kernel)(Params), const Params& p, cudaStream_t stream) {
+  kernel<<<dim3(ceil_div(int64_t(p.P) * p.N, kThreads), p.B * p.H), kThreads, 0, stream>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+void check_supported(int64_t P, int64_t N, int64_t L) {
+  TORCH_CHECK(P % 16 == 0 && P >= 16 && P <= kMaxDim && N % 16 == 0 && N >= 16 && N <= kMaxDim,
+              "ssm_scan fused_cuda: head dim P and state N must be multiples of 16 in [16, 128], got P ", P, ", N ", N,
+              "; use the reference backend for other shapes");
+  TORCH_CHECK(L % 16 == 0 && L >= 16 && L <= kMaxChunk, "ssm_scan fused_cuda: chunk must be 16, 32, 48 or 64, got ", L,
+              "; use the reference backend for other chunks");
+}
+
+template <class Fn>
+void with_io_types(at::ScalarType tx, at::ScalarType tqk, Fn&& fn) {
+  with_float_or_bf16(tx, "x", [&](auto xtag) {
+    with_float_or_bf16(tqk, "q", [&](auto qtag) { fn(xtag, qtag); });
+  });
+}
+
+const float* ptr_or_null(const Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
+
+// Params with the inputs and sizes filled in: in = {x, q, k, log_alpha, beta, gamma, D, z, h0, x_prev, k_prev}.
+Params input_params(const std::vector<Tensor>& in, int64_t L) {
+  const Tensor &x = in[0], &q = in[1], &z = in[7];
+  Params p{};
+  p.x = x.data_ptr(), p.z = z.defined() ? z.data_ptr() : nullptr, p.q = q.data_ptr(), p.k = in[2].data_ptr();
+  p.log_alpha = in[3].data_ptr<float>(), p.beta = in[4].data_ptr<float>(), p.gamma = in[5].data_ptr<float>();
+  p.D = in[6].data_ptr<float>(), p.h0 = ptr_or_null(in[8]), p.x_prev = ptr_or_null(in[9]), p.k_prev = ptr_or_null(in[10]);
+  p.B = x.size(0), p.T = x.size(1), p.H = x.size(2), p.P = x.size(3), p.N = q.size(3), p.L = L;
+  p.nC = (p.T + L - 1) / L;
+  return p;
+}
+
+class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
+ public:
+  // Inputs already converted (by ssm_scan below): x, z one dtype; q, k one dtype; the rest fp32.
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const Tensor& x,
+                                                const Tensor& q, const Tensor& k, const Tensor& log_alpha,
+                                                const Tensor& beta, const Tensor& gamma, const Tensor& D,
+                                                const Tensor& z_in, const Tensor& h0_in, const Tensor& x_prev_in,
+                                                const Tensor& k_prev_in, int64_t chunk, bool has_z, bool has_h0,
+                                                bool has_prev) {
+    const Tensor z = has_z ? z_in : Tensor(), h0 = has_h0 ? h0_in : Tensor();
+    const Tensor x_prev = has_prev ? x_prev_in : Tensor(), k_prev = has_prev ? k_prev_in : Tensor();
+    const int64_t B = x.size(0), T = x.size(1), H = x.size(2), P = x.size(3), N = q.size(3);
+    const int64_t L = chunk, nC = (T + L - 1) / L;
+    const auto f32 = x.options().dtype(torch::kFloat);
+    Tensor y = torch::empty({B, T, H, P}, f32);
+    Tensor h_last = torch::empty({B, H, P, N}, f32);
+    Tensor states = torch::empty({B, H, nC, P, N}, f32), lam = torch::empty({B, H, nC}, f32);
+    if (T == 0) {
+      h_last = h0.defined() ? h0.clone() : torch::zeros({B, H, P, N}, f32);
+    } else {
+      Params p = input_params({x, q, k, log_alpha, beta, gamma, D, z, h0, x_prev, k_prev}, L);
+      p.states = states.data_ptr<float>(), p.lam = lam.data_ptr<float>();
+      p.y = y.data_ptr<float>(), p.h_last = h_last.data_ptr<float>();
+      const auto stream = at::cuda::getCurrentCUDAStream();
+      with_io_types(x.scalar_type(), q.scalar_type(), [&](auto xtag, auto qtag) {
+        using TX = typename decltype(xtag)::type;
+        using TQK = typename decltype(qtag)::type;
+        launch_chunks(ablate_ssm_scan_fwd_chunk_state<TX, TQK>, chunk_state_smem_floats(L, P, N),
+                      "the forward chunk-state kernel", p, stream);
+        launch_state_pass(ablate_ssm_scan_fwd_state_pass, p, stream);
+        launch_chunks(ablate_ssm_scan_fwd_output<TX, TQK>, output_smem_floats(L, P, N), "the forward output kernel", p,
+                      stream);
+      });
+    }
+    ctx->save_for_backward({x, q, k, log_alpha, beta, gamma, D, z_in, h0_in, x_prev_in, k_prev_in, states, lam, h_last});
+    ctx->saved_data["chunk"] = chunk;
+    ctx->saved_data["has_z"] = has_z;
+    ctx->saved_data["has_h0"] = has_h0;
+    ctx->saved_data["has_prev"] = has_prev;
+    return {y, h_last};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto s = ctx->get_saved_variables();
+    const Tensor &x = s[0], &q = s[1], &k = s[2], &log_alpha = s[3], &beta = s[4], &gamma = s[5], &D = s[6];
+    const bool has_prev = ctx->saved_data["has_prev"].toBool();
+    const Tensor z = ctx->saved_data["has_z"].toBool() ? s[7] : Tensor();
+    const Tensor h0 = ctx->saved_data["has_h0"].toBool() ? s[8] : Tensor();
+    const Tensor x_prev = has_prev ? s[9] : Tensor(), k_prev = has_prev ? s[10] : Tensor();
+    const Tensor &states = s[11], &lam = s[12], &h_last = s[13];
+    const int64_t L = ctx->saved_data["chunk"].toInt();
+    const int64_t B = x.size(0), T = x.size(1), H = x.size(2), P = x.size(3), N = q.size(3);
+    const int64_t nC = (T + L - 1) / L;
+    const auto f32 = x.options().dtype(torch::kFloat);
+    Tensor dout = grads[0].defined() ? on_device(grads[0].to(torch::kFloat), x, "grad of y")
+                                     : torch::zeros({B, T, H, P}, f32);
+    Tensor dh_last = grads[1].defined() ? on_device(grads[1].to(torch::kFloat), x, "grad of h_last") : Tensor();
+    Tensor dx = torch::empty_like(x), dq = torch::empty_like(q), dk = torch::empty_like(k);
+    Tensor dz = z.defined() ? torch::empty_like(z) : Tensor();
+    Tensor dla = torch::empty_like(log_alpha), dbeta = torch::empty_like(beta), dgamma = torch::empty_like(gamma);
+    Tensor dh0 = h0.defined() ? torch::empty_like(h0) : Tensor();
+    Tensor dx_prev = x_prev.defined() ? torch::empty_like(x_prev) : Tensor();
+    Tensor dk_prev = k_prev.defined() ? torch::empty_like(k_prev) : Tensor();
+    Tensor dD;
+    if (T == 0) {
+      if (h0.defined()) dh0 = dh_last.defined() ? dh_last.clone() : torch::zeros_like(h0);
+      if (x_prev.defined()) dx_prev.zero_(), dk_prev.zero_();
+      dD = torch::zeros_like(D);
+    } else {
+      Tensor dstates = torch::empty({B, H, nC, P, N}, f32), r = torch::empty({B, T, H}, f32);
+      Tensor gprev_x = torch::empty({B, H, nC, P}, f32), gprev_k = torch::empty({B, H, nC, N}, f32);
+      Tensor last_x = torch::empty({B, H, nC, P}, f32), last_k = torch::empty({B, H, nC, N}, f32);
+      Tensor dD_part = torch::empty({B, H, nC}, f32), last_dot = torch::zeros({B, H}, f32);
+      Params p = input_params({x, q, k, log_alpha, beta, gamma, D, z, h0, x_prev, k_prev}, L);
+      p.states = const_cast<float*>(states.data_ptr<float>()), p.lam = const_cast<float*>(lam.data_ptr<float>());
+      p.dout = dout.data_ptr<float>(), p.dh_last = dh_last.defined() ? dh_last.data_ptr<float>() : nullptr;
+      p.h_last_saved = h_last.data_ptr<float>(), p.last_dot = last_dot.data_ptr<float>();
+      p.dstates = dstates.data_ptr<float>(), p.dh0 = dh0.defined() ? dh0.data_ptr<float>() : nullptr;
+      p.dx = dx.data_ptr(), p.dz = dz.defined() ? dz.data_ptr() : nullptr, p.dq = dq.data_ptr(), p.dk = dk.data_ptr();
+      p.dbeta = dbeta.data_ptr<float>(), p.dgamma = dgamma.data_ptr<float>(), p.r = r.data_ptr<float>();
+      p.dlog_alpha = dla.data_ptr<float>();
+      p.gprev_x = gprev_x.data_ptr<float>(), p.gprev_k = gprev_k.data_ptr<float>();
+      p.last_x = last_x.data_ptr<float>(), p.last_k = last_k.data_ptr<float>(), p.dD_part = dD_part.data_ptr<float>();
+      p.dx_prev = dx_prev.defined() ? dx_prev.data_ptr<float>() : nullptr;
+      p.dk_prev = dk_prev.defined() ? dk_prev.data_ptr<float>() : nullptr;
+      const auto stream = at::cuda::getCurrentCUDAStream();
+      with_io_types(x.scalar_type(), q.scalar_type(), [&](auto xtag, auto qtag) {
+        using TX = typename decltype(xtag)::type;
+        using TQK = typename decltype(qtag)::type;
+        launch_chunks(ablate_ssm_scan_bwd_chunk_dstate<TX, TQK>, chunk_dstate_smem_floats(L, P, N),
+                      "the backward chunk-state kernel", p, stream);
+        launch_state_pass(ablate_ssm_scan_bwd_state_pass, p, stream);
+        launch_chunks(ablate_ssm_scan_bwd_chunk<TX, TQK>, bwd_chunk_smem_floats(L, P, N), "the backward chunk kernel", p,
+                      stream);
+        ablate_ssm_scan_bwd_dlog_alpha<<<ceil_div(B * H * 32, kThreads), kThreads, 0, stream>>>(p);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        ablate_ssm_scan_bwd_boundary<TX, TQK><<<dim3(nC, H, B), 128, 0, stream>>>(p);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+      dD = dD_part.sum(at::IntArrayRef{0, 2});
+    }
+    return {dx, dq, dk, dla, dbeta, dgamma, dD, dz, dh0, dx_prev, dk_prev, Tensor(), Tensor(), Tensor(), Tensor()};
+  }
+};
+
+}  // namespace
+
+SsmScanOutputs ssm_scan(const SsmScanInputs& in) {
+  const auto& x = in.x;
+  TORCH_CHECK(x.defined() && x.dim() == 4, "ssm_scan fused_cuda: x must be [B,T,H,P]");
+  TORCH_CHECK(in.q.defined() && in.q.dim() == 4 && in.k.defined() && in.k.sizes() == in.q.sizes() &&
+                  in.q.size(0) == x.size(0) && in.q.size(1) == x.size(1) && in.q.size(2) == x.size(2),
+              "ssm_scan fused_cuda: q and k must be [B,T,H,N] matching x ", x.sizes());
+  const int64_t B = x.size(0), T = x.size(1), H = x.size(2), P = x.size(3), N = in.q.size(3);
+  check_supported(P, N, in.chunk);
+  for (const auto* t : {&in.log_alpha, &in.beta, &in.gamma})
+    TORCH_CHECK(t->defined() && t->sizes() == at::IntArrayRef({B, T, H}),
+                "ssm_scan fused_cuda: log_alpha, beta, gamma must be [B,T,H]");
+  TORCH_CHECK(in.D.defined() && in.D.sizes() == at::IntArrayRef({H}), "ssm_scan fused_cuda: D must be [H]");
+  TORCH_CHECK(!in.z.defined() || in.z.sizes() == x.sizes(), "ssm_scan fused_cuda: z must be [B,T,H,P] like x");
+  TORCH_CHECK(!in.h0.defined() || in.h0.sizes() == at::IntArrayRef({B, H, P, N}),
+              "ssm_scan fused_cuda: h0 must be [B,H,P,N]");
+  TORCH_CHECK(in.x_prev.defined() == in.k_prev.defined(), "ssm_scan fused_cuda: x_prev and k_prev come together");
+  if (in.x_prev.defined())
+    TORCH_CHECK(in.x_prev.sizes() == at::IntArrayRef({B, H, P}) && in.k_prev.sizes() == at::IntArrayRef({B, H, N}),
+                "ssm_scan fused_cuda: x_prev must be [B,H,P] and k_prev [B,H,N]");
+  TORCH_CHECK(x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kBFloat16,
+              "ssm_scan fused_cuda: x must be fp32 or bf16, got ", x.scalar_type());
+  TORCH_CHECK(in.q.scalar_type() == torch::kFloat || in.q.scalar_type() == torch::kBFloat16,
+              "ssm_scan fused_cuda: q must be fp32 or bf16, got ", in.q.scalar_type());
+  // Conversions happen here, under autograd, so their backward returns each gradient in its input's dtype.
+  auto fp32 = [&](const Tensor& t, const char* what) {
+    return t.defined() ? on_device(t.to(torch::kFloat), x, what) : Tensor();
+  };
+  const Tensor xc = on_device(x, x, "x");
+  const Tensor zc = in.z.defined() ? on_device(in.z.to(x.scalar_type()), x, "z") : Tensor();
+  const Tensor qc = on_device(in.q, x, "q"), kc = on_device(in.k.to(in.q.scalar_type()), x, "k");
+  // Autograd functions take no undefined tensors: an absent optional input travels as an empty
+  // placeholder, with a flag saying it is absent.
+  const auto placeholder = torch::empty({0}, x.options().dtype(torch::kFloat));
+  auto or_placeholder = [&](const Tensor& t) { return t.defined() ? t : placeholder; };
+  auto out = SsmScanFunction::apply(xc, qc, kc, fp32(in.log_alpha, "log_alpha"), fp32(in.beta, "beta"),
+                                    fp32(in.gamma, "gamma"), fp32(in.D, "D"), or_placeholder(zc),
+                                    or_placeholder(fp32(in.h0, "h0")), or_placeholder(fp32(in.x_prev, "x_prev")),
+                                    or_placeholder(fp32(in.k_prev, "k_prev")), in.chunk, in.z.defined(),
+                                    in.h0.defined(), in.x_prev.defined());
+  return {out[0], out[1]};
+}
+
+}  // namespace ablate::kernels::fused
+#endif  // __CUDACC__
+
+namespace ablate::kernels {
+
+ABLATE_REGISTER_BACKENDS(ssm_scan_fused_cuda) {
+  registry.ssm_scan({.name = "fused_cuda",
+                     .role = Role::experimental,
+                     .fallback = "reference",
+                     .kernel_patterns = {"ablate_ssm_scan_"},
+                     .description = "kernels/ssm_scan/fused_cuda.cu: chunked SSD-style scan, fp32 state; forward "
+                                    "3 launches (chunk states, state passing, outputs with D skip and silu(z) "
+                                    "gate), backward 5 (recomputes within a chunk); P, N multiples of 16 up to "
+                                    "128, chunk 16-64",
+                     .unavailable_reason = &availability::hopper_fp32_or_bf16},
+                    ABLATE_CUDA_ONLY(&fused::ssm_scan));
+}
+
+}  // namespace ablate::kernels
