@@ -8,6 +8,7 @@
 #include "harness/toml_types.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <fstream>
 #include <functional>

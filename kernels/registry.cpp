@@ -13,9 +13,14 @@ namespace ablate::kernels {
 namespace {
 
 struct Registration {
-  std::string file;
+  std::string file;  // from "kernels/" on: compilers and ccache give __FILE__ absolute or relative
   detail::RegisterBackends fn;
 };
+
+std::string from_kernels_folder(const std::string& path) {
+  const auto at = path.rfind("kernels/");
+  return at == std::string::npos ? path : path.substr(at);
+}
 
 // Filled during static initialisation (function-local, so it exists before the first registration).
 std::vector<Registration>& registrations() {
@@ -46,7 +51,7 @@ const Registered& registered() {
 namespace detail {
 
 bool add_registration(const char* file, RegisterBackends fn) {
-  registrations().push_back({file, fn});
+  registrations().push_back({from_kernels_folder(file), fn});
   return true;
 }
 

@@ -32,7 +32,7 @@ using MoeDispatchFn = std::function<torch::Tensor(
     const torch::Tensor& x, const torch::Tensor& topk_idx, const torch::Tensor& topk_w,
     const torch::Tensor& w1, const torch::Tensor& w3, const torch::Tensor& w2, double capacity_factor,
     torch::Tensor* dropped)>;
-// ssm_scan (Mamba-3 SISO core, MODEL.md "M"): h_t = alpha_t h_{t-1} + beta_t x_{t-1} k_{t-1}^T
+// ssm_scan (Mamba-3 SISO core, docs/model.md "M"): h_t = alpha_t h_{t-1} + beta_t x_{t-1} k_{t-1}^T
 // + gamma_t x_t k_t^T (alpha_t = exp(log_alpha_t)), y_t = h_t q_t + D x_t, out = y * silu(z) when z
 // is given. Arithmetic and state in fp32 (fp64 when the inputs are fp64: tests). Every tensor of floats
 // is differentiable (h0, x_prev, k_prev and z included).

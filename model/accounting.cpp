@@ -1,4 +1,4 @@
-// model/accounting.cpp: parameter count and forward FLOPs per token (MODEL.md "FLOPs for MFU",
+// model/accounting.cpp: parameter count and forward FLOPs per token (docs/model.md "FLOPs and MFU",
 // version `flops-v1`) from a ModelConfig, in plain arithmetic (no LibTorch). The parameter count
 // mirrors exactly the parameters that model/blocks.cpp creates; model_tests checks both the hand-computed
 // numbers for `tiny` and `nam56r-small` and that sum(numel) of a built model equals parameter_count().
@@ -12,7 +12,7 @@ struct BlockParams {
   int64_t total = 0, active = 0;
 };
 
-// Sizes the Mamba-3 block derives from its config (MODEL.md "M").
+// Sizes the Mamba-3 block derives from its config (docs/model.md "M").
 struct MambaDims {
   int64_t d_inner, heads, state, angles, in_proj_out;
 };
@@ -29,7 +29,7 @@ MambaDims mamba_dims(const ModelConfig& c) {
   return dims;
 }
 
-// Weights of the projections of MLA, in the order of MODEL.md: W_dq + W_uq (or W_q), W_dkv, W_ukv, W_o.
+// Weights of the projections of MLA, in the order of docs/model.md: W_dq + W_uq (or W_q), W_dkv, W_ukv, W_o.
 int64_t attention_projection_weights(const ModelConfig& c) {
   const auto& a = c.attention;
   const int64_t d = c.d_model, qk = a.nope_dim + a.rope_dim;

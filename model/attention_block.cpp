@@ -1,4 +1,4 @@
-// model/attention_block.cpp: block A, Multi-head Latent Attention (MODEL.md "A"): low-rank q and kv
+// model/attention_block.cpp: block A, Multi-head Latent Attention (docs/model.md "A"): low-rank q and kv
 // projections with RMSNorms, decoupled RoPE (per-head q_r, one shared k_r) through the `rope` seam,
 // causal attention with scale 1/sqrt(dn + dr) through the `attention` seam, output projection.
 // Tests: model_tests --gtest_filter='*Attention*' (tests/model/blocks_test.cpp: vs an explicit

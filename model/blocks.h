@@ -1,4 +1,4 @@
-// model/blocks.h: the residual-layer blocks of the hybrid model (../shared/MODEL.md): A (MLA),
+// model/blocks.h: the residual-layer blocks of the hybrid model (docs/model.md): A (MLA),
 // M (Mamba-3 SISO), E (MoE), R (RG-LRU), D (dense SwiGLU), and the seeded initialiser they draw
 // their weights from. Each block owns its layer's pre-norm weight and computes Block(x) for an
 // already-normalised x; HybridModel (model/hybrid_model.h) adds the residual. Every replaceable
@@ -58,7 +58,7 @@ class Block : public torch::nn::Module {
   char letter_;
 };
 
-// A: Multi-head Latent Attention (MODEL.md "A").
+// A: Multi-head Latent Attention (docs/model.md "A").
 class AttentionBlock : public Block {
  public:
   AttentionBlock(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher, SeededInit& init);
@@ -73,7 +73,7 @@ class AttentionBlock : public Block {
 std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t seq_len, int64_t dim, double base, torch::Dtype dtype,
                                                     const torch::Device& device);
 
-// M: Mamba-3 SISO mixer (MODEL.md "M"); the recurrence runs in the ssm_scan seam.
+// M: Mamba-3 SISO mixer (docs/model.md "M"); the recurrence runs in the ssm_scan seam.
 class MambaBlock : public Block {
  public:
   MambaBlock(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher, SeededInit& init);
@@ -88,7 +88,7 @@ class MambaBlock : public Block {
   torch::Tensor w_out;           // [d, d_inner]
 };
 
-// E: mixture of SwiGLU experts with a top-k fp32 router (MODEL.md "E"); experts run in moe_dispatch.
+// E: mixture of SwiGLU experts with a top-k fp32 router (docs/model.md "E"); experts run in moe_dispatch.
 class MoeBlock : public Block {
  public:
   MoeBlock(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher, SeededInit& init);
@@ -98,7 +98,7 @@ class MoeBlock : public Block {
   torch::Tensor w1, w3, w2;  // [E, f, d], [E, f, d], [E, d, f]
 };
 
-// R: RG-LRU recurrent block (MODEL.md "R"); the recurrence runs in the recurrent_scan seam.
+// R: RG-LRU recurrent block (docs/model.md "R"); the recurrence runs in the recurrent_scan seam.
 class RecurrentBlock : public Block {
  public:
   RecurrentBlock(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher, SeededInit& init);
@@ -115,7 +115,7 @@ class RecurrentBlock : public Block {
 // out_t = bias + sum_j weight[:, j] * x_{t-(K-1)+j} with zeros before t = 0.
 torch::Tensor causal_depthwise_conv(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 
-// D: dense SwiGLU MLP (MODEL.md "D").
+// D: dense SwiGLU MLP (docs/model.md "D").
 class DenseBlock : public Block {
  public:
   DenseBlock(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher, SeededInit& init);

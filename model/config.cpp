@@ -1,4 +1,4 @@
-// model/config.cpp: named configurations of MODEL.md and structural validation of a ModelConfig.
+// model/config.cpp: named configurations of docs/model.md and structural validation of a ModelConfig.
 #include "model/config.h"
 
 #include <fmt/format.h>

@@ -1,4 +1,4 @@
-// model/config.h: the typed configuration of the hybrid model (../shared/MODEL.md), the named
+// model/config.h: the typed configuration of the hybrid model (docs/model.md), the named
 // configurations `tiny` and `nam56r-small`, and the plain-arithmetic accounting (parameter count,
 // FLOPs per token, version `flops-v1`). No LibTorch here: the spec parser and reports use it too.
 #pragma once
@@ -60,7 +60,7 @@ struct ModelConfig {
   DenseConfig dense;
 };
 
-// The named configurations of MODEL.md; std::nullopt for an unknown name.
+// The named configurations of docs/model.md; std::nullopt for an unknown name.
 std::optional<ModelConfig> named_config(const std::string& name);
 std::vector<std::string> named_config_names();
 
@@ -78,7 +78,7 @@ struct ParameterCount {
 ParameterCount parameter_count(const ModelConfig& c);
 
 inline constexpr const char* kFlopsVersion = "flops-v1";
-// Forward FLOPs per token by MODEL.md's `flops-v1` (training = 3x forward).
+// Forward FLOPs per token by docs/model.md's `flops-v1` (training = 3x forward).
 double forward_flops_per_token(const ModelConfig& c);
 inline double training_flops_per_token(const ModelConfig& c) { return 3.0 * forward_flops_per_token(c); }
 

@@ -1,4 +1,4 @@
-// model/hybrid_model.h: the hybrid LLM of ../shared/MODEL.md as a torch::nn module: token embedding,
+// model/hybrid_model.h: the hybrid LLM of docs/model.md as a torch::nn module: token embedding,
 // one pre-norm residual layer per pattern letter (x <- x + Block(RMSNorm(x)), the add and the norm
 // fused in the `residual_norm` seam), final RMSNorm, untied LM head, loss through the `loss` seam plus
 // aux_coef * sum of the E layers' load-balancing losses.

@@ -1,4 +1,4 @@
-// model/mamba_block.cpp: block M, the Mamba-3 SISO mixer (MODEL.md "M"): one input projection to
+// model/mamba_block.cpp: block M, the Mamba-3 SISO mixer (docs/model.md "M"): one input projection to
 // [z, x, B, C, dd_dt, dd_A, trap, theta]; in fp32 the per-head step Delta, decay A, trapezoid weight
 // lambda, normalised and biased B^/C^, data-dependent angles Phi and their rotations q = Rot(Phi) C^,
 // k = Rot(Phi) B^, and the scan coefficients log alpha = Delta A, beta = (1-lambda) Delta alpha,
@@ -15,7 +15,7 @@
 namespace ablate::model {
 namespace {
 
-constexpr double kBcNormEps = 1e-5;  // RMSNorm_B / RMSNorm_C (MODEL.md)
+constexpr double kBcNormEps = 1e-5;  // RMSNorm_B / RMSNorm_C (docs/model.md)
 constexpr double kMaxDecay = -1e-4;  // A_t = min(-softplus(dd_A), -1e-4)
 
 // Rotates the first 2S dims of v [B,T,H,N] in adjacent pairs by angles (cos/sin [B,T,H,S]); the

@@ -1,4 +1,4 @@
-// model/moe_block.cpp: block E, the mixture of SwiGLU experts (MODEL.md "E"): router softmax in
+// model/moe_block.cpp: block E, the mixture of SwiGLU experts (docs/model.md "E"): router softmax in
 // fp32, top-k experts, weights renormalised over the k picks, the experts through the
 // `moe_dispatch` seam (dropless unless model.moe.capacity_factor > 0), and the load-balancing loss
 // L_aux = E * sum_e f_e P_e. The dropped-slot count stays a device tensor: no host sync here.

@@ -1,4 +1,4 @@
-// model/recurrent_block.cpp: block R, the Griffin RG-LRU recurrent block (MODEL.md "R"):
+// model/recurrent_block.cpp: block R, the Griffin RG-LRU recurrent block (docs/model.md "R"):
 // [g ; u] = W_in x, u through a causal depthwise conv of width 4, gates r and i, decay
 // log a = -8 r softplus(-Lambda), input scale sqrt(1 - a^2) in fp32, the linear recurrence through the
 // `recurrent_scan` seam, out = W_out (gelu(g) * h).

@@ -1,5 +1,5 @@
 // receipts/lifecycle.h: RunLifecycle, the RAII guard the runner holds around one run so that the run
-// always ends in `ok`, `failed` or `killed` (DESIGN.md "Data flow of one run", step 3):
+// always ends in `ok`, `failed` or `killed` (docs/architecture.md "One run", step 3):
 //   - a heartbeat thread refreshes runs.heartbeat_at every interval (own connection), so a run whose
 //     process vanished (SIGKILL, power loss) reads as `abandoned` once the heartbeat is stale;
 //   - SIGINT and SIGTERM are blocked and taken by a sigwait thread, which marks the run `killed`

@@ -20,12 +20,12 @@ std::string_view to_string(RunStatus status);
 // Throws StoreError naming the valid statuses.
 RunStatus parse_run_status(std::string_view text);
 
-// Goodput ledger categories (DESIGN.md "Goodput ledger"); the schema accepts exactly these.
+// Goodput ledger categories (docs/architecture.md "Goodput ledger"); the schema accepts exactly these.
 const std::vector<std::string>& goodput_categories();
-// Catalog roles (DESIGN.md "Kernel catalog"); the schema accepts exactly these.
+// Catalog roles (docs/adding-a-backend.md); the schema accepts exactly these.
 const std::vector<std::string>& backend_roles();
 
-// Everything known when a run opens (DESIGN.md "Data flow of one run", steps 1-3).
+// Everything known when a run opens (docs/architecture.md "One run", steps 1-3).
 struct RunStart {
   std::string name;
   std::vector<std::string> tags;
@@ -149,7 +149,7 @@ struct ArtifactRow {
   std::int64_t bytes = 0;
 };
 
-// The run-level result written by finish_run (DESIGN.md "Data flow", step 7).
+// The run-level result written by finish_run (docs/architecture.md "One run", step 7).
 struct RunSummary {
   std::optional<std::int64_t> steps;
   std::optional<double> median_step_ms;
@@ -181,7 +181,7 @@ struct RunRow {
   RunSummary summary;
 };
 
-// DESIGN.md: "Only ok runs with every required field are evidence": ok, a spec hash, steps > 0, and the
+// docs/architecture.md: "Only ok runs with every required field are evidence": ok, a spec hash, steps > 0, and the
 // median step time, tokens/s, goodput and peak memory present (MFU may be NULL).
 bool is_evidence(const RunRow& run);
 
@@ -199,7 +199,7 @@ enum class Verdict { keep, drop, inconclusive };
 std::string_view to_string(Verdict verdict);  // KEEP / DROP / INCONCLUSIVE
 Verdict parse_verdict(std::string_view text);
 
-// A keep/drop gate decision (DESIGN.md "Keep/drop gate").
+// A keep/drop gate decision (docs/architecture.md "Keep/drop gate").
 struct Decision {
   std::int64_t id = 0;  // assigned by the store
   std::string seam;

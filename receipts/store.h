@@ -1,4 +1,4 @@
-// receipts/store.h: the SQLite receipt store (DESIGN.md "Receipt store"): one file, WAL, many writer
+// receipts/store.h: the SQLite receipt store (docs/receipts.md): one file, WAL, many writer
 // processes at once, forward-only migrations, append-only receipts.
 //
 //   auto store = Store::open("receipts.db");

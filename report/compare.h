@@ -1,4 +1,4 @@
-// report/compare.h: comparison of two groups of runs from the receipt store (DESIGN.md "Comparability and
+// report/compare.h: comparison of two groups of runs from the receipt store (docs/architecture.md "Comparability and
 // statistics"), behind `ablate compare A B` and `ablate gate`. Only evidence runs (receipts::is_evidence)
 // count; the others are listed with the reason. Per run the statistic is its median steady-state step
 // time; between groups: ratio of medians B/A with a bootstrap 95 % interval, Mann-Whitney U, a verdict.

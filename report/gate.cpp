@@ -89,7 +89,7 @@ std::optional<std::int64_t> common_matrix(const Comparison& c) {
   return matrix;
 }
 
-// The DESIGN.md rules, in order: any DROP condition wins; KEEP needs every KEEP condition.
+// The docs/architecture.md rules, in order: any DROP condition wins; KEEP needs every KEEP condition.
 void decide(GateResult& r) {
   const Comparison& c = r.comparison;
   bool drop = false;

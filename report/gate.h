@@ -1,4 +1,4 @@
-// report/gate.h: the keep/drop gate (DESIGN.md "Keep/drop gate") for one backend of one seam, decided
+// report/gate.h: the keep/drop gate (docs/architecture.md "Keep/drop gate") for one backend of one seam, decided
 // from receipts: baseline runs against candidate runs that differ only in backends.<seam>.
 //   KEEP          the candidate is faster on median step time with the 95 % interval of the ratio
 //                 excluding 1 (>= 3 evidence runs a side), its final loss is within the tolerance of the

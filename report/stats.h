@@ -1,4 +1,4 @@
-// report/stats.h: the statistics behind `ablate compare` and `ablate gate` (DESIGN.md "Comparability and
+// report/stats.h: the statistics behind `ablate compare` and `ablate gate` (docs/architecture.md "Comparability and
 // statistics"): medians, the ratio of two medians with a seeded percentile-bootstrap 95 % interval, the
 // two-sided Mann-Whitney U test, and the verdict rule that turns them into faster / slower / no difference /
 // unreliable. Pure functions of their inputs: the bootstrap draws from SplitMix64, so a seed gives the same

@@ -1,4 +1,4 @@
-// report/trend.h: `ablate trend`: one lane's ok runs over time (DESIGN.md "Trends across months") and the
+// report/trend.h: `ablate trend`: one lane's ok runs over time (docs/architecture.md "Trends") and the
 // level shifts in their median step time.
 //
 // Step detection is binary segmentation with a significance check:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/gpu-check.sh OUT [STEPS]: the GPU machine's lane in one call (see ../shared/GPU.md).
+# scripts/gpu-check.sh OUT [STEPS]: the GPU machine's lane in one call (see docs/gpu.md).
 # Configures and builds with the machine's own LibTorch (python3's torch) plus the carried headers in
 # .gpu-deps/include (SQLite, toml++), runs every test suite (GPU tests run for real there), the
 # benchmarks, and the default GPU experiment; writes logs, benchmark JSON and receipts.db to OUT and

@@ -1,6 +1,6 @@
 // kernels/bench/scans_bench.cpp: timings of the reference scans (kernels/ssm_scan/reference.h, kernels/recurrent_scan/reference.h), forward
 // and forward+backward, at the `tiny` config's shapes on the CPU and at `nam56r-small`'s on the GPU
-// (MODEL.md "Named configurations"): M layers B=8, T=2048, H=32, P=64, N=128, chunk 64; the R layer
+// (docs/model.md "Named configurations"): M layers B=8, T=2048, H=32, P=64, N=128, chunk 64; the R layer
 // B=8, T=2048, W=1024 at several chunk lengths (its chunked form holds B*T*W*L elements transiently,
 // so the chunk is a memory/time trade worth seeing). Counters: tokens/s (B*T per iteration) and, on
 // CUDA, peak_GiB (the caching allocator's peak allocated bytes during the timed loop).
@@ -128,7 +128,7 @@ SsmWork ssm_work(const SsmShape& s, size_t io_bytes, bool backward) {
   return {3 * fwd_flops, fwd_bytes + rows * (4 * P + inputs + inputs)};
 }
 
-// H100 ceilings measured on the GPU machine (../shared/GPU.md): device-to-device copy (read + write)
+// H100 ceilings measured on the GPU machine (docs/gpu.md): device-to-device copy (read + write)
 // and dense bf16 matrix products.
 constexpr double kCopyBytesPerSecond = 3.0e12;
 constexpr double kBf16FlopsPerSecond = 790e12;

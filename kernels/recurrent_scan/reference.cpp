@@ -1,5 +1,5 @@
 // kernels/recurrent_scan/reference.cpp: the reference backend of seam `recurrent_scan`, the RG-LRU
-// linear recurrence h_t = a_t h_{t-1} + b_t (h_{-1} = 0, elementwise over W channels; MODEL.md "R"),
+// linear recurrence h_t = a_t h_{t-1} + b_t (h_{-1} = 0, elementwise over W channels; docs/model.md "R"),
 // in LibTorch ops. Owns recurrent_scan_chunked (what the model runs, CPU and GPU, through autograd)
 // and recurrent_scan_stepwise (the recurrence one timestep at a time, the definition the chunked form
 // is checked against). Contract: RecurrentScanFn in kernels/seams.h.

@@ -1,4 +1,4 @@
-// kernels/rope/fused_cuda.cu: backend `fused_cuda` of the `rope` seam, MLA layout (MODEL.md "A": per-head
+// kernels/rope/fused_cuda.cu: backend `fused_cuda` of the `rope` seam, MLA layout (docs/model.md "A": per-head
 // q_r, one k_r shared by all heads). The reference (kernels/rope/reference.cpp) rotates in
 // LibTorch ops (casts, unflatten, two products per component, stack), expands k_r over the heads and
 // concatenates [nope ; rope] for q and for k: a chain of intermediates through memory. Here:

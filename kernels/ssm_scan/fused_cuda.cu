@@ -1,4 +1,4 @@
-// kernels/ssm_scan/fused_cuda.cu: backend `fused_cuda` of the `ssm_scan` seam (Mamba-3 SISO, MODEL.md "M";
+// kernels/ssm_scan/fused_cuda.cu: backend `fused_cuda` of the `ssm_scan` seam (Mamba-3 SISO, docs/model.md "M";
 // contract SsmScanFn in kernels/seams.h): forward and backward as fused CUDA kernels over chunks of
 // L positions, SSD-style, with the algebra of the chunked reference (kernels/ssm_scan/reference.cpp,
 // whose header derives it): per (batch, head, chunk) the chunk-local cumulative log alpha cum_t, the

@@ -1,5 +1,5 @@
 // kernels/ssm_scan/reference.cpp: the reference backend of seam `ssm_scan`, the Mamba-3 SISO scan of
-// MODEL.md "M", in LibTorch ops. Owns ssm_scan_chunked (what the model runs, CPU and GPU, through
+// docs/model.md "M", in LibTorch ops. Owns ssm_scan_chunked (what the model runs, CPU and GPU, through
 // autograd) and ssm_scan_stepwise (the recurrence written out one timestep at a time, the definition
 // the chunked form is checked against). Contract: SsmScanFn in kernels/seams.h.
 // Test: kernels_tests --gtest_filter='SsmScan*' (tests/kernels/scans_test.cpp);
@@ -8,7 +8,7 @@
 // The math the chunked form uses. Write u_s = x_s k_s^T (P x N) and L_ts = prod_{r=s+1..t} alpha_r.
 // Unrolling h_t = alpha_t h_{t-1} + beta_t u_{t-1} + gamma_t u_t gives
 //   h_t = sum_{s<=t} L_ts gamma_s u_s + sum_{s<t} L_{t,s+1} beta_{s+1} u_s.
-// MODEL.md writes the second coefficient as L_ts delta_{s+1}, delta_{s+1} = beta_{s+1} / alpha_{s+1},
+// docs/model.md writes the second coefficient as L_ts delta_{s+1}, delta_{s+1} = beta_{s+1} / alpha_{s+1},
 // and then subtracts the s = t term again (its "- (q_t.k_t) delta_{t+1} x_t"). We use
 // L_{t,s+1} beta_{s+1}, the same number without dividing by alpha: in fp32 alpha_{s+1} underflows to
 // 0 once Delta*A < -104 (and exp(-log alpha) overflows already at -89), so beta / alpha would be 0/0 or

@@ -8,10 +8,10 @@
 
 namespace ablate::kernels::reference {
 
-// Mamba-3 SISO scan, chunked (MODEL.md "Chunked identity"), differentiable through autograd; all of
+// Mamba-3 SISO scan, chunked (docs/model.md "The chunked form"), differentiable through autograd; all of
 // SsmScanInputs (z, h0, x_prev/k_prev optional), chunk = inputs.chunk.
 SsmScanOutputs ssm_scan_chunked(const SsmScanInputs& inputs);
-// The per-timestep recurrence of MODEL.md, literally (slow; tests only; any dtype incl. fp64); ignores chunk.
+// The per-timestep recurrence of docs/model.md, literally (slow; tests only; any dtype incl. fp64); ignores chunk.
 SsmScanOutputs ssm_scan_stepwise(const SsmScanInputs& inputs);
 
 }  // namespace ablate::kernels::reference

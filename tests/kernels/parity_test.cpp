@@ -168,7 +168,7 @@ ParityCase ssm_scan_case(int64_t B, int64_t T, int64_t H, int64_t P, int64_t N, 
   const Input absent{Tensor(), Kind::absent, false};
   ParityCase c{"ssm_scan", label, kAllDtypes,
                [=](at::Generator& g) {
-                 // Delta in (0, ~5), A <= -1e-4 as MODEL.md builds them; beta carries alpha.
+                 // Delta in (0, ~5), A <= -1e-4 as docs/model.md builds them; beta carries alpha.
                  const auto delta = torch::softplus(random_normal({B, T, H}, g, 2.0) - 2.0);
                  auto log_alpha = -delta * torch::softplus(random_normal({B, T, H}, g)).clamp_min(1e-4);
                  if (o.extreme) {

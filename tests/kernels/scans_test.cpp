@@ -7,7 +7,7 @@
 //
 // Errors are norm-wise: max |got - want| / max |want| over the whole tensor.
 // Inputs are drawn fresh from seeded generators in fp64 with the distributions the model produces
-// (MODEL.md "M" and "R"), spread wide enough that alpha and a reach both ~1 and ~0.
+// (docs/model.md "M" and "R"), spread wide enough that alpha and a reach both ~1 and ~0.
 #include "kernels/dispatch.h"
 #include "kernels/recurrent_scan/reference.h"
 #include "kernels/ssm_scan/reference.h"
@@ -85,7 +85,7 @@ const SsmOptions kAllOptions{true, true, true};
 // {x, q, k, log_alpha, beta, gamma, D, z, h0, x_prev, k_prev}, fp64 on the CPU (the last four undefined
 // unless `opt` asks for them). Delta = softplus(3 z - 3) spans ~1e-4..~6 and A = min(-softplus(2 z),
 // -1e-4) spans -1e-4..~-6, so alpha = exp(Delta A) runs from 1 - 1e-8 down to ~1e-15; lambda =
-// sigmoid(z) in (0, 1); beta and gamma as MODEL.md builds them. h0 of the size a state reaches (~1).
+// sigmoid(z) in (0, 1); beta and gamma as docs/model.md builds them. h0 of the size a state reaches (~1).
 std::vector<Tensor> ssm_inputs(int64_t B, int64_t T, int64_t H, int64_t P, int64_t N, uint64_t seed,
                                SsmOptions opt = {}) {
   auto gen = at::detail::createCPUGenerator(seed);

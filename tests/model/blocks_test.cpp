@@ -1,7 +1,7 @@
 // tests/model/blocks_test.cpp: every block of the hybrid model (model/blocks.h) on its reference
-// seams against a slow, obviously-correct form written here from MODEL.md (explicit loops over
+// seams against a slow, obviously-correct form written here from docs/model.md (explicit loops over
 // tokens, heads and time steps, in fp64), gradients of every block by central differences in fp64,
-// and the initialisation ranges MODEL.md fixes.
+// and the initialisation ranges docs/model.md fixes.
 // Run: build/tests/model_tests --gtest_filter='Block*'
 #include "model/blocks.h"
 
@@ -28,7 +28,7 @@ constexpr double kFp64Tolerance = 1e-10;
 // Central differences at h = 1e-6 in fp64 are good to about 1e-8 on these smooth functions.
 constexpr double kGradientTolerance = 1e-6;
 
-// Small odd sizes: nothing is a power of two where MODEL.md allows it.
+// Small odd sizes: nothing is a power of two where docs/model.md allows it.
 ModelConfig small_config() {
   ModelConfig c;
   c.d_model = 12;
@@ -221,7 +221,7 @@ TEST(BlockDense, MatchesThePerTokenFormula) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// M: Mamba-3 SISO against the per-timestep recurrence of MODEL.md.
+// M: Mamba-3 SISO against the per-timestep recurrence of docs/model.md.
 Tensor slow_mamba(const MambaBlock& blk, const ModelConfig& c, const Tensor& u) {
   const int64_t di = blk.d_inner, H = blk.heads, P = blk.head_dim, N = blk.state, S = blk.angles;
   auto out = torch::zeros({u.size(0), u.size(1), c.d_model}, torch::kDouble);
