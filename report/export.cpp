@@ -1,4 +1,4 @@
-// report/export.cpp: runs and steps as ExportTable for `ablate export` (see export.h).
+// report/export.cpp: runs and steps as RowTable for `ablate export` (see export.h).
 // Tests: tests/report/export_test.cpp (report_tests).
 #include "report/export.h"
 
@@ -20,8 +20,8 @@ ExportTable parse_export_table(std::string_view text) {
   throw std::invalid_argument(fmt::format("--what '{}': expected runs, steps or summaries", text));
 }
 
-ExportTable export_runs(receipts::Store& store, const std::vector<std::int64_t>& run_ids) {
-  ExportTable out;
+RowTable export_runs(receipts::Store& store, const std::vector<std::int64_t>& run_ids) {
+  RowTable out;
   out.columns = {"run_id",         "name",          "status",       "error",        "started_at",  "ended_at",
                  "host",           "tags",          "lane",         "spec_hash",    "matrix_id",   "cell",
                  "repeat",         "evidence",      "steps",        "median_step_ms", "tokens_per_s", "mfu",
@@ -44,8 +44,8 @@ ExportTable export_runs(receipts::Store& store, const std::vector<std::int64_t>&
   return out;
 }
 
-ExportTable export_steps(receipts::Store& store, const std::vector<std::int64_t>& run_ids) {
-  ExportTable out;
+RowTable export_steps(receipts::Store& store, const std::vector<std::int64_t>& run_ids) {
+  RowTable out;
   out.columns = {"run_id", "rank", "step", "wall_ms", "tokens", "loss", "grad_norm", "lr", "mem_allocated_peak",
                  "mem_reserved_peak", "rss_bytes", "data_wait_ms", "outlier"};
   const std::string sql = fmt::format("SELECT {} FROM steps WHERE run_id = ? ORDER BY rank, step", fmt::join(out.columns, ", "));

@@ -1,4 +1,4 @@
-// report/export.h: `ablate export`: receipts as flat tables for pandas (CSV or JSON, report/export_table.h).
+// report/export.h: `ablate export`: receipts as flat tables for pandas (CSV or JSON, report/row_table.h).
 //   runs       one row per run: identity, status, summary, evidence flag, final loss
 //   steps      one row per logged step (rank, step, wall ms, tokens, loss, ...) with its run id
 //   summaries  one row per cell of the report over the same runs (report::summary_table)
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "receipts/store.h"
-#include "report/export_table.h"
+#include "report/row_table.h"
 
 namespace ablate::report {
 
@@ -19,8 +19,8 @@ enum class ExportTable { runs, steps, summaries };
 // Throws std::invalid_argument naming the valid tables.
 ExportTable parse_export_table(std::string_view text);
 
-ExportTable export_runs(receipts::Store& store, const std::vector<std::int64_t>& run_ids);
-ExportTable export_steps(receipts::Store& store, const std::vector<std::int64_t>& run_ids);
+RowTable export_runs(receipts::Store& store, const std::vector<std::int64_t>& run_ids);
+RowTable export_steps(receipts::Store& store, const std::vector<std::int64_t>& run_ids);
 
 // Every run in the store that has finished or been abandoned, oldest first (export without a selector).
 std::vector<std::int64_t> all_finished_runs(receipts::Store& store);

@@ -477,8 +477,8 @@ Document to_document(const Report& r, const std::vector<Plot>& plots, const std:
   return d;
 }
 
-ExportTable summary_table(const Report& r) {
-  ExportTable out;
+RowTable summary_table(const Report& r) {
+  RowTable out;
   out.columns = {"cell",           "baseline",          "ok_runs",           "not_counted_runs",  "median_step_ms",
                  "median_step_ms_low", "median_step_ms_high", "ratio_vs_baseline", "ratio_low",        "ratio_high",
                  "u_test_p_value", "verdict",           "median_tokens_per_s", "median_mfu",       "median_goodput_pct",

@@ -22,7 +22,7 @@
 #include "receipts/store.h"
 #include "report/compare.h"
 #include "report/document.h"
-#include "report/export_table.h"
+#include "report/row_table.h"
 #include "report/selection.h"
 #include "report/stats.h"
 
@@ -97,6 +97,6 @@ Document to_document(const Report& report, const std::vector<Plot>& plots, const
 
 // The per-cell summary as raw values (null when unknown), one record per cell: what
 // `ablate export --what summaries` writes.
-ExportTable summary_table(const Report& report);
+RowTable summary_table(const Report& report);
 
 }  // namespace ablate::report

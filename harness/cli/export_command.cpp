@@ -26,7 +26,7 @@ void register_export(CLI::App& app, Globals& g) {
     const bool everything = selector.empty() && matrix.empty();
     if (everything && table == report::ExportTable::summaries)
       throw std::invalid_argument("--what summaries needs the runs to group: --matrix NAME or a run selector");
-    report::ExportTable records;
+    report::RowTable records;
     if (table == report::ExportTable::summaries) {
       records = report::summary_table(report::build_report(store, report::select_cells(store, selector, matrix)));
     } else {

@@ -1,4 +1,4 @@
-// tests/report/export_test.cpp: `ablate export` tables (report/export.h, records.h): RFC 4180 quoting,
+// tests/report/export_test.cpp: `ablate export` tables (report/export.h, row_table.h): RFC 4180 quoting,
 // NULL as an empty CSV field and JSON null, a CSV/JSON round trip of awkward values, and atomic writes.
 // Build and run: cmake --build build --target report_tests && build/tests/report_tests --gtest_filter='Export*'
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 
 #include "report/atomic_write.h"
 #include "report/export.h"
-#include "report/export_table.h"
+#include "report/row_table.h"
 #include "tests/report/fixture_store.h"
 
 namespace ablate::report {
@@ -69,7 +69,7 @@ TEST(Export, RunsRoundTripThroughCsvAndJson) {
   failed.status = receipts::RunStatus::failed;
   failed.with_goodput = false;
   const auto bad = f.add("t", failed);
-  const ExportTable records = export_runs(f.store(), {ok, bad});
+  const RowTable records = export_runs(f.store(), {ok, bad});
   const auto csv = parse_csv(to_csv(records));
   const auto json = nlohmann::json::parse(to_json_text(records));
   ASSERT_EQ(csv.size(), 3u);
@@ -106,7 +106,7 @@ TEST(Export, StepsKeepNullsAndColumnOrder) {
   FixtureRun run;
   run.losses = {4.0, 3.25};
   const auto id = f.add("t", run);
-  const ExportTable records = export_steps(f.store(), {id});
+  const RowTable records = export_steps(f.store(), {id});
   ASSERT_EQ(records.rows.size(), 2u);
   const std::string csv = to_csv(records);
   EXPECT_EQ(csv.substr(0, csv.find('\n')),
@@ -120,8 +120,8 @@ TEST(Export, StepsKeepNullsAndColumnOrder) {
 }
 
 TEST(Export, EmptyTablesAndBadTableNames) {
-  EXPECT_EQ(to_json_text(ExportTable{{"a"}, {}}), "[]\n");
-  EXPECT_EQ(to_csv(ExportTable{{"a", "b"}, {}}), "a,b\n");
+  EXPECT_EQ(to_json_text(RowTable{{"a"}, {}}), "[]\n");
+  EXPECT_EQ(to_csv(RowTable{{"a", "b"}, {}}), "a,b\n");
   EXPECT_THROW(parse_export_table("rows"), std::invalid_argument);
   EXPECT_EQ(parse_export_table("steps"), ExportTable::steps);
 }

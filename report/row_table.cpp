@@ -1,6 +1,6 @@
-// report/export_table.cpp: CSV and JSON rendering of ExportTable (see records.h).
+// report/row_table.cpp: CSV and JSON rendering of RowTable (see row_table.h).
 // Tests: tests/report/export_test.cpp (report_tests).
-#include "report/export_table.h"
+#include "report/row_table.h"
 
 #include <fmt/format.h>
 
@@ -36,7 +36,7 @@ std::string csv_field(std::string_view text) {
   return out + "\"";
 }
 
-std::string to_csv(const ExportTable& records) {
+std::string to_csv(const RowTable& records) {
   std::string out;
   auto line = [&out](const auto& fields, auto text_of) {
     for (std::size_t i = 0; i < fields.size(); ++i) out += (i ? "," : "") + csv_field(text_of(fields[i]));
@@ -47,7 +47,7 @@ std::string to_csv(const ExportTable& records) {
   return out;
 }
 
-std::string to_json_text(const ExportTable& records) {
+std::string to_json_text(const RowTable& records) {
   // Written by hand rather than through an ordered_json tree: keys stay in column order and an export
   // of millions of step rows needs no second copy of the data.
   std::vector<std::string> keys;
