@@ -29,7 +29,10 @@
 //   ablate_ssm_scan_bwd_boundary     the last row of each chunk (its own part plus the next chunk's
 //                                    column 0, rounded once) and dx_prev / dk_prev.
 // All arithmetic and state in fp32; x, z (one dtype) and q, k (one dtype) fp32 or bf16, converted on
-// load; the products are SIMT fp32 over shared-memory tiles (4 x 4 register tiles per thread).
+// load. The products run over fp32 shared-memory tiles: with fp32 inputs as SIMT fp32 (4 x 4 register
+// tiles per thread, exact); with bf16 x and q/k on tensor cores (mma.sync m16n8k8, tf32 operands, fp32
+// accumulation: ~5e-4 relative per operand, under the bf16 inputs' own 4e-3), 16 warps for the output
+// and backward chunk kernels.
 // Supported: P and N multiples of 16 up to 128, chunk L in {16, 32, 48, 64}, as long as the backward's
 // shared tiles fit the device (every combination except P = N = 128 at L = 64 on an H100); anything else
 // is a TORCH_CHECK error that says so. No host synchronisation: capturable in a CUDA graph.
@@ -163,56 +166,143 @@ __device__ __forceinline__ void tile_product(float (&acc)[4][4], int ti, int tj,
   }
 }
 
-// C = A B (M x Nc, multiples of 4; any K). Thread tiles of 4 x 4 interleaved (rows ti + r M/4, columns
-// tj + s Nc/4), so a warp's B reads are consecutive (or odd-strided with padded leading dimensions) and
-// its A reads broadcast. Calls epi(i, j, value) once per element.
-template <class Epi>
+// ---- tensor-core tiles (bf16 inputs only) ------------------------------------------------------
+// mma.sync m16n8k8 with tf32 operands (10-bit mantissa, ~5e-4 relative per operand, rounded to
+// nearest) and fp32 accumulation, over the same fp32 shared-memory operands as the SIMT path. Used
+// only when x and q/k arrive in bf16, whose own rounding (4e-3) dominates; fp32 inputs stay on the
+// exact SIMT path. A warp owns a 16 x 16 output tile (two 16 x 8 mma tiles); K runs in steps of 8,
+// its tail (K = L + 1) read as zeros.
+__device__ __forceinline__ uint32_t to_tf32(float v) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+  return r;
+}
+
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// acc[nt] += rows i0..i0+15, columns j0 + 8 nt .. +7 of A B (strides as tile_product). Fragment layout
+// of m16n8k8 (PTX ISA): lane = 4 g + t; A holds (g, t), (g+8, t), (g, t+4), (g+8, t+4); B holds
+// (k t, n g), (k t+4, n g); C holds (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
+__device__ __forceinline__ void mma_tile(float (&acc)[2][4], int i0, int j0, int K, const float* A, int ars, int acs,
+                                         const float* Bm, int brs, int bcs) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const float* a_lo = A + (i0 + g) * ars;
+  const float* a_hi = a_lo + 8 * ars;
+  const float* b_0 = Bm + (j0 + g) * bcs;
+  const float* b_1 = b_0 + 8 * bcs;
+#pragma unroll 2
+  for (int k0 = 0; k0 < K; k0 += 8) {
+    const int ka = k0 + t, kb = ka + 4;
+    const bool va = ka < K, vb = kb < K;
+    const uint32_t a[4] = {to_tf32(va ? a_lo[ka * acs] : 0.f), to_tf32(va ? a_hi[ka * acs] : 0.f),
+                           to_tf32(vb ? a_lo[kb * acs] : 0.f), to_tf32(vb ? a_hi[kb * acs] : 0.f)};
+    mma_tf32(acc[0], a, to_tf32(va ? b_0[ka * brs] : 0.f), to_tf32(vb ? b_0[kb * brs] : 0.f));
+    mma_tf32(acc[1], a, to_tf32(va ? b_1[ka * brs] : 0.f), to_tf32(vb ? b_1[kb * brs] : 0.f));
+  }
+}
+
+// Calls fn(i, j, index) for the 8 accumulator elements a lane holds of the 16 x 16 tile at (i0, j0).
+template <class Fn>
+__device__ __forceinline__ void for_tile_elements(int i0, int j0, Fn&& fn) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) fn(i0 + g + (e >> 1) * 8, j0 + nt * 8 + 2 * t + (e & 1), nt, e);
+}
+
+// C = A B (M x Nc, multiples of 4, or of 16 on tensor cores; any K). SIMT: thread tiles of 4 x 4
+// interleaved (rows ti + r M/4, columns tj + s Nc/4), so a warp's B reads are consecutive (or
+// odd-strided with padded leading dimensions) and its A reads broadcast. Tensor cores (kTC): one
+// 16 x 16 tile per warp at a time. Calls epi(i, j, value) once per element.
+template <bool kTC, class Epi>
 __device__ __forceinline__ void block_gemm(int M, int Nc, int K, const float* A, int ars, int acs, const float* Bm,
                                            int brs, int bcs, Epi&& epi) {
-  const int rm = M / 4, rn = Nc / 4;
-  for (int task = threadIdx.x; task < rm * rn; task += blockDim.x) {
-    const int ti = task / rn, tj = task - ti * rn;
-    float acc[4][4] = {};
-    tile_product(acc, ti, tj, rm, rn, K, A, ars, acs, Bm, brs, bcs);
+  if constexpr (kTC) {
+    const int tn = Nc / 16;
+    for (int task = threadIdx.x / 32; task < (M / 16) * tn; task += blockDim.x / 32) {
+      const int i0 = (task / tn) * 16, j0 = (task % tn) * 16;
+      float acc[2][4] = {};
+      mma_tile(acc, i0, j0, K, A, ars, acs, Bm, brs, bcs);
+      for_tile_elements(i0, j0, [&](int i, int j, int nt, int e) { epi(i, j, acc[nt][e]); });
+    }
+  } else {
+    const int rm = M / 4, rn = Nc / 4;
+    for (int task = threadIdx.x; task < rm * rn; task += blockDim.x) {
+      const int ti = task / rn, tj = task - ti * rn;
+      float acc[4][4] = {};
+      tile_product(acc, ti, tj, rm, rn, K, A, ars, acs, Bm, brs, bcs);
 #pragma unroll
-    for (int r = 0; r < 4; ++r)
+      for (int r = 0; r < 4; ++r)
 #pragma unroll
-      for (int s = 0; s < 4; ++s) epi(ti + r * rm, tj + s * rn, acc[r][s]);
+        for (int s = 0; s < 4; ++s) epi(ti + r * rm, tj + s * rn, acc[r][s]);
+    }
   }
 }
 
 // Two products with one output shape: epi(i, j, (A1 B1)_ij, (A2 B2)_ij).
-template <class Epi>
+template <bool kTC, class Epi>
 __device__ __forceinline__ void block_gemm2(int M, int Nc, int K1, const float* A1, int ars1, int acs1,
                                             const float* B1, int brs1, int bcs1, int K2, const float* A2, int ars2,
                                             int acs2, const float* B2, int brs2, int bcs2, Epi&& epi) {
-  const int rm = M / 4, rn = Nc / 4;
-  for (int task = threadIdx.x; task < rm * rn; task += blockDim.x) {
-    const int ti = task / rn, tj = task - ti * rn;
-    float acc1[4][4] = {}, acc2[4][4] = {};
-    tile_product(acc1, ti, tj, rm, rn, K1, A1, ars1, acs1, B1, brs1, bcs1);
-    tile_product(acc2, ti, tj, rm, rn, K2, A2, ars2, acs2, B2, brs2, bcs2);
+  if constexpr (kTC) {
+    const int tn = Nc / 16;
+    for (int task = threadIdx.x / 32; task < (M / 16) * tn; task += blockDim.x / 32) {
+      const int i0 = (task / tn) * 16, j0 = (task % tn) * 16;
+      float acc1[2][4] = {}, acc2[2][4] = {};
+      mma_tile(acc1, i0, j0, K1, A1, ars1, acs1, B1, brs1, bcs1);
+      mma_tile(acc2, i0, j0, K2, A2, ars2, acs2, B2, brs2, bcs2);
+      for_tile_elements(i0, j0, [&](int i, int j, int nt, int e) { epi(i, j, acc1[nt][e], acc2[nt][e]); });
+    }
+  } else {
+    const int rm = M / 4, rn = Nc / 4;
+    for (int task = threadIdx.x; task < rm * rn; task += blockDim.x) {
+      const int ti = task / rn, tj = task - ti * rn;
+      float acc1[4][4] = {}, acc2[4][4] = {};
+      tile_product(acc1, ti, tj, rm, rn, K1, A1, ars1, acs1, B1, brs1, bcs1);
+      tile_product(acc2, ti, tj, rm, rn, K2, A2, ars2, acs2, B2, brs2, bcs2);
 #pragma unroll
-    for (int r = 0; r < 4; ++r)
+      for (int r = 0; r < 4; ++r)
 #pragma unroll
-      for (int s = 0; s < 4; ++s) epi(ti + r * rm, tj + s * rn, acc1[r][s], acc2[r][s]);
+        for (int s = 0; s < 4; ++s) epi(ti + r * rm, tj + s * rn, acc1[r][s], acc2[r][s]);
+    }
   }
 }
 
-// Padded leading dimensions (odd: column-strided reads hit distinct banks).
-__host__ __device__ __forceinline__ int ld_of(int width) { return width + 1; }
+// Whether a launch runs its products on tensor cores: only when x and q/k are both bf16.
+template <typename TX, typename TQK>
+constexpr bool kTensorCores = std::is_same_v<TX, __nv_bfloat16> && std::is_same_v<TQK, __nv_bfloat16>;
+
+// Padded leading dimensions of the shared tiles. SIMT: odd (a warp's column-strided reads hit distinct
+// banks). Tensor cores: width + 4 (= 4 mod 32 for widths that are multiples of 32, 20 for the others),
+// so an mma fragment's row-wise reads (8 rows x 4 consecutive) hit 32 distinct banks.
+__host__ __device__ __forceinline__ int ld_of(int width, int pad) { return width + pad; }
+template <typename TX, typename TQK>
+constexpr int kPad = kTensorCores<TX, TQK> ? 4 : 1;
+// Threads of the output and backward chunk kernels: their shared tiles allow 1-2 blocks per SM, so on
+// tensor cores (whose warps wait on shared-memory loads and mma latency) 16 warps a block, not 8.
+template <typename TX, typename TQK>
+constexpr int kChunkThreads = kTensorCores<TX, TQK> ? 512 : kThreads;
 
 // ---- forward -----------------------------------------------------------------------------------
 
-__host__ __device__ inline size_t chunk_state_smem_floats(int L, int P, int N) {
-  return 3 * L + (L + 1) + (L + 1) * ld_of(P) + (L + 1) * ld_of(N);
+__host__ __device__ inline size_t chunk_state_smem_floats(int L, int P, int N, int pad) {
+  return 3 * L + (L + 1) + (L + 1) * ld_of(P, pad) + (L + 1) * ld_of(N, pad);
 }
 
 template <typename TX, typename TQK>
 __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_fwd_chunk_state(Params p) {
+  constexpr bool kTC = kTensorCores<TX, TQK>;
+  constexpr int pad = kPad<TX, TQK>;
   extern __shared__ float smem[];
   const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
-  const int t0 = c * L, ldP = ld_of(P), ldN = ld_of(N);
+  const int t0 = c * L, ldP = ld_of(P, pad), ldN = ld_of(N, pad);
   float *cum = smem, *bet = cum + L, *gam = bet + L, *wend = gam + L, *xa = wend + (L + 1), *ka = xa + (L + 1) * ldP;
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   const bool first = c == 0;
@@ -229,7 +319,7 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_fwd_chunk_state(Para
   }
   __syncthreads();
   float* Z = p.states + (bh * p.nC + c) * P * N;
-  block_gemm(P, N, L + 1, xa, 1, ldP, ka, ldN, 1, [&](int i, int j, float v) { Z[i * N + j] = v; });
+  block_gemm<kTC>(P, N, L + 1, xa, 1, ldP, ka, ldN, 1, [&](int i, int j, float v) { Z[i * N + j] = v; });
   if (threadIdx.x == 0) p.lam[bh * p.nC + c] = cum[L - 1];
 }
 
@@ -252,17 +342,19 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_fwd_state_pass(Param
   p.h_last[bh * PN + e] = s;
 }
 
-__host__ __device__ inline size_t output_smem_floats(int L, int P, int N) {
+__host__ __device__ inline size_t output_smem_floats(int L, int P, int N, int pad) {
   const int rows_big = (L + 1) > P ? (L + 1) : P;
-  return 3 * L + static_cast<size_t>(L) * ld_of(N) + static_cast<size_t>(rows_big) * ld_of(N) +
-         static_cast<size_t>(L + 1) * ld_of(P) + static_cast<size_t>(L) * ld_of(L);
+  return 3 * L + static_cast<size_t>(L) * ld_of(N, pad) + static_cast<size_t>(rows_big) * ld_of(N, pad) +
+         static_cast<size_t>(L + 1) * ld_of(P, pad) + static_cast<size_t>(L) * ld_of(L, pad);
 }
 
 template <typename TX, typename TQK>
-__global__ void __launch_bounds__(kThreads) ablate_ssm_scan_fwd_output(Params p) {
+__global__ void __launch_bounds__(kChunkThreads<TX, TQK>) ablate_ssm_scan_fwd_output(Params p) {
+  constexpr bool kTC = kTensorCores<TX, TQK>;
+  constexpr int pad = kPad<TX, TQK>;
   extern __shared__ float smem[];
   const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
-  const int t0 = c * L, ldP = ld_of(P), ldN = ld_of(N), ldS = ld_of(L);
+  const int t0 = c * L, ldP = ld_of(P, pad), ldN = ld_of(N, pad), ldS = ld_of(L, pad);
   const int rows_big = (L + 1) > P ? (L + 1) : P;
   float *cum = smem, *bet = cum + L, *gam = bet + L, *qs = gam + L, *big = qs + L * ldN, *xa = big + rows_big * ldN,
         *sc = xa + (L + 1) * ldP;
@@ -276,7 +368,7 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_fwd_output(Params p)
             first && p.x_prev ? p.x_prev + bh * P : nullptr);
   load_coefficients(p, b, h, t0, cum, bet, gam);  // ends with a barrier
   // Scores times weights: sc[t][j] = W_tj (q_t . k_j); columns 1..L as a product, column 0 per row.
-  block_gemm(L, L, N, qs, ldN, 1, ka + ldN, 1, ldN,
+  block_gemm<kTC>(L, L, N, qs, ldN, 1, ka + ldN, 1, ldN,
              [&](int t, int j, float v) { sc[t * ldS + j + 1] = v * weight(cum, bet, gam, L, t, j + 1); });
   for (int t = threadIdx.x; t < L; t += blockDim.x) {
     float v = 0.f;
@@ -292,7 +384,7 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_fwd_output(Params p)
   __syncthreads();
   const float Dh = p.D[h];
   const TX* z = static_cast<const TX*>(p.z);
-  block_gemm2(L, P, L + 1, sc, ldS, 1, xa, ldP, 1,  // intra: sum_j sc[t][j] x_j
+  block_gemm2<kTC>(L, P, L + 1, sc, ldS, 1, xa, ldP, 1,  // intra: sum_j sc[t][j] x_j
               N, qs, ldN, 1, big, 1, ldN,           // inter: q_t . S_c[p, :]
               [&](int t, int col, float intra, float inter) {
                 if (t0 + t >= p.T) return;
@@ -329,15 +421,17 @@ __device__ void load_dy(float* dst, int ld, const Params& p, int b, int h, int t
   }
 }
 
-__host__ __device__ inline size_t chunk_dstate_smem_floats(int L, int P, int N) {
-  return 3 * L + static_cast<size_t>(L) * ld_of(P) + static_cast<size_t>(L) * ld_of(N);
+__host__ __device__ inline size_t chunk_dstate_smem_floats(int L, int P, int N, int pad) {
+  return 3 * L + static_cast<size_t>(L) * ld_of(P, pad) + static_cast<size_t>(L) * ld_of(N, pad);
 }
 
 template <typename TX, typename TQK>
 __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_chunk_dstate(Params p) {
+  constexpr bool kTC = kTensorCores<TX, TQK>;
+  constexpr int pad = kPad<TX, TQK>;
   extern __shared__ float smem[];
   const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
-  const int t0 = c * L, ldP = ld_of(P), ldN = ld_of(N);
+  const int t0 = c * L, ldP = ld_of(P, pad), ldN = ld_of(N, pad);
   float *cum = smem, *bet = cum + L, *gam = bet + L, *dys = gam + L, *qs = dys + L * ldP;
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   load_rows(qs, ldN, N, static_cast<const TQK*>(p.q), p, b, h, t0, L, nullptr);
@@ -345,7 +439,7 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_chunk_dstate(Par
   load_dy<TX>(dys, ldP, p, b, h, t0, cum);
   __syncthreads();
   float* dZ = p.dstates + (bh * p.nC + c) * P * N;
-  block_gemm(P, N, L, dys, 1, ldP, qs, ldN, 1, [&](int i, int j, float v) { dZ[i * N + j] = v; });
+  block_gemm<kTC>(P, N, L, dys, 1, ldP, qs, ldN, 1, [&](int i, int j, float v) { dZ[i * N + j] = v; });
 }
 
 // Reverse: dS_end(nC-1) = dh_last (or 0), dS_end(c-1) = exp(Lam_c) dS_end(c) + dZ_c; dh0 = what leaves
@@ -374,19 +468,21 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_state_pass(Param
   }
 }
 
-__host__ __device__ inline size_t bwd_chunk_smem_floats(int L, int P, int N) {
+__host__ __device__ inline size_t bwd_chunk_smem_floats(int L, int P, int N, int pad) {
   const int rows_big = (L + 1) > P ? (L + 1) : P;
-  return 3 * L + (L + 1) + 3 * L + (L + 1) + 1 + static_cast<size_t>(L) * ld_of(N) +
-         static_cast<size_t>(L + 1) * ld_of(N) + static_cast<size_t>(L + 1) * ld_of(P) +
-         static_cast<size_t>(L) * ld_of(P) + 2 * static_cast<size_t>(L) * ld_of(L) +
-         static_cast<size_t>(rows_big) * ld_of(N);
+  return 3 * L + (L + 1) + 3 * L + (L + 1) + 1 + static_cast<size_t>(L) * ld_of(N, pad) +
+         static_cast<size_t>(L + 1) * ld_of(N, pad) + static_cast<size_t>(L + 1) * ld_of(P, pad) +
+         static_cast<size_t>(L) * ld_of(P, pad) + 2 * static_cast<size_t>(L) * ld_of(L, pad) +
+         static_cast<size_t>(rows_big) * ld_of(N, pad);
 }
 
 template <typename TX, typename TQK>
-__global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_chunk(Params p) {
+__global__ void __launch_bounds__(kChunkThreads<TX, TQK>) ablate_ssm_scan_bwd_chunk(Params p) {
+  constexpr bool kTC = kTensorCores<TX, TQK>;
+  constexpr int pad = kPad<TX, TQK>;
   extern __shared__ float smem[];
   const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
-  const int t0 = c * L, ldP = ld_of(P), ldN = ld_of(N), ldS = ld_of(L);
+  const int t0 = c * L, ldP = ld_of(P, pad), ldN = ld_of(N, pad), ldS = ld_of(L, pad);
   float *cum = smem, *bet = cum + L, *gam = bet + L, *wend = gam + L;
   float *r1 = wend + (L + 1), *dg = r1 + L, *db = dg + L, *ecol = db + L, *dsum = ecol + (L + 1);
   float *qs = dsum + 1, *ka = qs + L * ldN, *xa = ka + (L + 1) * ldN, *dys = xa + (L + 1) * ldP;
@@ -410,8 +506,8 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_chunk(Params p) 
   }
 
   // Phase A: scores sc = q.k_j and dxm = dy.x_j over columns j = 0..L (column 0 per row).
-  block_gemm(L, L, N, qs, ldN, 1, ka + ldN, 1, ldN, [&](int t, int j, float v) { sc[t * ldS + j + 1] = v; });
-  block_gemm(L, L, P, dys, ldP, 1, xa + ldP, 1, ldP, [&](int t, int j, float v) { dxm[t * ldS + j + 1] = v; });
+  block_gemm<kTC>(L, L, N, qs, ldN, 1, ka + ldN, 1, ldN, [&](int t, int j, float v) { sc[t * ldS + j + 1] = v; });
+  block_gemm<kTC>(L, L, P, dys, ldP, 1, xa + ldP, 1, ldP, [&](int t, int j, float v) { dxm[t * ldS + j + 1] = v; });
   for (int t = threadIdx.x; t < L; t += blockDim.x) {
     float v = 0.f, w = 0.f;
     for (int n = 0; n < N; ++n) v = fmaf(qs[t * ldN + n], ka[n], v);
@@ -450,7 +546,7 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_chunk(Params p) 
   // dq_t = sum_j dxm_tj k_j + exp(cum_t) S_c^T dy_t.
   const float Dh = p.D[h];
   const TX* z = static_cast<const TX*>(p.z);
-  block_gemm2(L, P, L + 1, sc, ldS, 1, xa, ldP, 1, N, qs, ldN, 1, big, 1, ldN,
+  block_gemm2<kTC>(L, P, L + 1, sc, ldS, 1, xa, ldP, 1, N, qs, ldN, 1, big, 1, ldN,
               [&](int t, int col, float intra, float inter) {
                 if (t >= rows) return;
                 const float yscan = intra + expf(cum[t]) * inter;
@@ -462,7 +558,7 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_chunk(Params p) 
                   static_cast<TX*>(p.dz)[o] = from_float<TX>(p.dout[o] * y * sg * (1.f + zv * (1.f - sg)));
                 }
               });
-  block_gemm2(L, N, L + 1, dxm, ldS, 1, ka, ldN, 1, P, dys, ldP, 1, big, ldN, 1,
+  block_gemm2<kTC>(L, N, L + 1, dxm, ldS, 1, ka, ldN, 1, P, dys, ldP, 1, big, ldN, 1,
               [&](int t, int n, float intra, float inter) {
                 if (t >= rows) return;
                 static_cast<TQK*>(p.dq)[row_index(p, b, t0 + t, h) * N + n] =
@@ -488,7 +584,7 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_chunk(Params p) 
   // Phase C: dk_j = sum_t dxm_tj q_t + wend_j dS^T x_j, e_j = x_j^T dS k_j;
   //          dx_j = sum_t sc_tj dy_t + wend_j dS k_j (+ D dy for the chunk's own rows).
   // Rows j = 1..L are positions t0 + j - 1; row 0 (column 0) goes to gprev_*.
-  block_gemm2(L, N, L, dxm + 1, 1, ldS, qs, ldN, 1, P, xa + ldP, ldP, 1, big, ldN, 1,
+  block_gemm2<kTC>(L, N, L, dxm + 1, 1, ldS, qs, ldN, 1, P, xa + ldP, ldP, 1, big, ldN, 1,
               [&](int i, int n, float intra, float state) {
                 const int j = i + 1;
                 atomicAdd(&ecol[j], state * ka[j * ldN + n]);
@@ -499,7 +595,7 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_chunk(Params p) 
                 else
                   static_cast<TQK*>(p.dk)[row_index(p, b, t0 + i, h) * N + n] = from_float<TQK>(v);
               });
-  block_gemm2(L, P, L, sc + 1, 1, ldS, dys, ldP, 1, N, ka + ldN, ldN, 1, big, 1, ldN,
+  block_gemm2<kTC>(L, P, L, sc + 1, 1, ldS, dys, ldP, 1, N, ka + ldN, ldN, 1, big, 1, ldN,
               [&](int i, int col, float intra, float state) {
                 if (i >= rows) return;
                 const float v = intra + wend[i + 1] * state + Dh * dys[i * ldP + col];
@@ -592,10 +688,11 @@ void allow_smem(Kernel kernel, size_t bytes, const char* what, const Params& p) 
 
 // One launch of a per-chunk kernel (grid = chunks x heads x batch) with `floats` of shared memory.
 template <class Kernel>
-void launch_chunks(Kernel kernel, size_t floats, const char* what, const Params& p, cudaStream_t stream) {
+void launch_chunks(Kernel kernel, size_t floats, const char* what, const Params& p, cudaStream_t stream,
+                   int threads = kThreads) {
   const size_t bytes = floats * sizeof(float);
   allow_smem(kernel, bytes, what, p);
-  kernel<<<dim3(p.nC, p.H, p.B), kThreads, bytes, stream>>>(p);
+  kernel<<<dim3(p.nC, p.H, p.B), threads, bytes, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -661,11 +758,11 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
       with_io_types(x.scalar_type(), q.scalar_type(), [&](auto xtag, auto qtag) {
         using TX = typename decltype(xtag)::type;
         using TQK = typename decltype(qtag)::type;
-        launch_chunks(ablate_ssm_scan_fwd_chunk_state<TX, TQK>, chunk_state_smem_floats(L, P, N),
+        launch_chunks(ablate_ssm_scan_fwd_chunk_state<TX, TQK>, chunk_state_smem_floats(L, P, N, kPad<TX, TQK>),
                       "the forward chunk-state kernel", p, stream);
         launch_state_pass(ablate_ssm_scan_fwd_state_pass, p, stream);
-        launch_chunks(ablate_ssm_scan_fwd_output<TX, TQK>, output_smem_floats(L, P, N), "the forward output kernel", p,
-                      stream);
+        launch_chunks(ablate_ssm_scan_fwd_output<TX, TQK>, output_smem_floats(L, P, N, kPad<TX, TQK>), "the forward output kernel", p,
+                      stream, kChunkThreads<TX, TQK>);
       });
     }
     ctx->save_for_backward({x, q, k, log_alpha, beta, gamma, D, z_in, h0_in, x_prev_in, k_prev_in, states, lam, h_last});
@@ -724,11 +821,11 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
       with_io_types(x.scalar_type(), q.scalar_type(), [&](auto xtag, auto qtag) {
         using TX = typename decltype(xtag)::type;
         using TQK = typename decltype(qtag)::type;
-        launch_chunks(ablate_ssm_scan_bwd_chunk_dstate<TX, TQK>, chunk_dstate_smem_floats(L, P, N),
+        launch_chunks(ablate_ssm_scan_bwd_chunk_dstate<TX, TQK>, chunk_dstate_smem_floats(L, P, N, kPad<TX, TQK>),
                       "the backward chunk-state kernel", p, stream);
         launch_state_pass(ablate_ssm_scan_bwd_state_pass, p, stream);
-        launch_chunks(ablate_ssm_scan_bwd_chunk<TX, TQK>, bwd_chunk_smem_floats(L, P, N), "the backward chunk kernel", p,
-                      stream);
+        launch_chunks(ablate_ssm_scan_bwd_chunk<TX, TQK>, bwd_chunk_smem_floats(L, P, N, kPad<TX, TQK>), "the backward chunk kernel", p,
+                      stream, kChunkThreads<TX, TQK>);
         ablate_ssm_scan_bwd_dlog_alpha<<<ceil_div(B * H * 32, kThreads), kThreads, 0, stream>>>(p);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
         ablate_ssm_scan_bwd_boundary<TX, TQK><<<dim3(nC, H, B), 128, 0, stream>>>(p);
