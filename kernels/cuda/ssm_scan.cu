@@ -92,19 +92,78 @@ __device__ __forceinline__ int64_t row_index(const Params& p, int b, int t, int 
   return (static_cast<int64_t>(b) * p.T + t) * p.H + h;
 }
 
+// Global-to-shared tile loads: each thread issues kLoadsInFlight 16-byte loads before it stores any
+// (a loop of one dependent element load per iteration waits a full memory latency per element).
+constexpr int kLoadsInFlight = 4;
+
+__device__ __forceinline__ bool is_aligned16(const void* ptr) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
+}
+
+// V consecutive elements at src into fp32: one 16-byte load when `vector` (src 16-byte aligned), else
+// element-wise.
+template <int V, typename T>
+__device__ __forceinline__ void load_run(const T* src, bool vector, float (&out)[V]) {
+  if (vector) {
+    load_vec<V>(src, out);
+  } else {
+#pragma unroll
+    for (int e = 0; e < V; ++e) out[e] = to_float(src[e]);
+  }
+}
+
 // Rows t_first .. t_first + nrows - 1 of one (b, h) slice of a [B,T,H,width] tensor into dst (row
 // stride ld), as fp32; rows outside [0, T) are zero, except row -1, which is `before` when given.
+// width is a multiple of 16, so rows split into whole 16-byte runs.
 template <typename T>
 __device__ void load_rows(float* dst, int ld, int width, const T* src, const Params& p, int b, int h, int t_first,
                           int nrows, const float* before) {
-  for (int i = threadIdx.x; i < nrows * width; i += blockDim.x) {
-    const int r = i / width, col = i - r * width, t = t_first + r;
-    float v = 0.f;
-    if (t >= 0 && t < p.T)
-      v = to_float(src[row_index(p, b, t, h) * width + col]);
-    else if (t == -1 && before != nullptr)
-      v = before[col];
-    dst[r * ld + col] = v;
+  constexpr int V = 16 / sizeof(T);
+  const int runs_per_row = width / V, total = nrows * runs_per_row;
+  const int64_t row_stride = static_cast<int64_t>(p.H) * width;
+  const T* base = src + row_index(p, b, 0, h) * width;  // row t at base + t * row_stride
+  const bool vector = is_aligned16(src);                // every row start is a multiple of 32 bytes past src
+  for (int i0 = threadIdx.x; i0 < total; i0 += kLoadsInFlight * blockDim.x) {
+    float v[kLoadsInFlight][V];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int i = i0 + u * blockDim.x, r = i / runs_per_row, col = (i - r * runs_per_row) * V, t = t_first + r;
+      if (i < total && t >= 0 && t < p.T) {
+        load_run<V>(base + t * row_stride + col, vector, v[u]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < V; ++e) v[u][e] = i < total && t == -1 && before != nullptr ? before[col + e] : 0.f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int i = i0 + u * blockDim.x, r = i / runs_per_row, col = (i - r * runs_per_row) * V;
+      if (i < total)
+#pragma unroll
+        for (int e = 0; e < V; ++e) dst[r * ld + col + e] = v[u][e];
+    }
+  }
+}
+
+// A contiguous fp32 rows x width matrix (width a multiple of 16; a chunk state) into dst (row stride ld).
+__device__ void load_matrix(float* dst, int ld, int rows, int width, const float* src) {
+  constexpr int V = 4;
+  const int runs_per_row = width / V, total = rows * runs_per_row;
+  const bool vector = is_aligned16(src);
+  for (int i0 = threadIdx.x; i0 < total; i0 += kLoadsInFlight * blockDim.x) {
+    float v[kLoadsInFlight][V];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int i = i0 + u * blockDim.x;
+      if (i < total) load_run<V>(src + i * V, vector, v[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int i = i0 + u * blockDim.x, r = i / runs_per_row, col = (i - r * runs_per_row) * V;
+      if (i < total)
+#pragma unroll
+        for (int e = 0; e < V; ++e) dst[r * ld + col + e] = v[u][e];
+    }
   }
 }
 
@@ -370,17 +429,15 @@ __global__ void __launch_bounds__(kChunkThreads<TX, TQK>) ablate_ssm_scan_fwd_ou
   // Scores times weights: sc[t][j] = W_tj (q_t . k_j); columns 1..L as a product, column 0 per row.
   block_gemm<kTC>(L, L, N, qs, ldN, 1, ka + ldN, 1, ldN,
              [&](int t, int j, float v) { sc[t * ldS + j + 1] = v * weight(cum, bet, gam, L, t, j + 1); });
-  for (int t = threadIdx.x; t < L; t += blockDim.x) {
+  for (int t = threadIdx.x / 32; t < L; t += blockDim.x / 32) {  // a warp per row
     float v = 0.f;
-    for (int n = 0; n < N; ++n) v = fmaf(qs[t * ldN + n], ka[n], v);
-    sc[t * ldS] = v * weight(cum, bet, gam, L, t, 0);
+    for (int n = threadIdx.x & 31; n < N; n += 32) v = fmaf(qs[t * ldN + n], ka[n], v);
+    v = warp_sum(v);
+    if ((threadIdx.x & 31) == 0) sc[t * ldS] = v * weight(cum, bet, gam, L, t, 0);
   }
   __syncthreads();
   const float* S = p.states + (bh * p.nC + c) * P * N;
-  for (int i = threadIdx.x; i < P * N; i += blockDim.x) {
-    const int row = i / N, col = i - row * N;
-    big[row * ldN + col] = S[i];
-  }
+  load_matrix(big, ldN, P, N, S);
   __syncthreads();
   const float Dh = p.D[h];
   const TX* z = static_cast<const TX*>(p.z);
@@ -404,20 +461,37 @@ __global__ void __launch_bounds__(kChunkThreads<TX, TQK>) ablate_ssm_scan_fwd_ou
 // exp(cum_t) when `cum` is given.
 template <typename TX>
 __device__ void load_dy(float* dst, int ld, const Params& p, int b, int h, int t0, const float* cum) {
+  constexpr int V = 4;  // runs of 4: one 16-byte load of dout (fp32), 4 elements of z
   const TX* z = static_cast<const TX*>(p.z);
-  for (int i = threadIdx.x; i < p.L * p.P; i += blockDim.x) {
-    const int t = i / p.P, col = i - t * p.P;
-    float v = 0.f;
-    if (t0 + t < p.T) {
-      const int64_t o = row_index(p, b, t0 + t, h) * p.P + col;
-      v = p.dout[o];
-      if (z) {
-        const float zv = to_float(z[o]);
-        v *= zv * sigmoid(zv);
+  const int runs_per_row = p.P / V, total = p.L * runs_per_row;
+  const bool vector = is_aligned16(p.dout) && (z == nullptr || sizeof(TX) * V % 16 != 0 || is_aligned16(z));
+  for (int i0 = threadIdx.x; i0 < total; i0 += kLoadsInFlight * blockDim.x) {
+    float v[kLoadsInFlight][V], zv[kLoadsInFlight][V];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int i = i0 + u * blockDim.x, t = i / runs_per_row, col = (i - t * runs_per_row) * V;
+      const bool real = i < total && t0 + t < p.T;
+      const int64_t o = real ? row_index(p, b, t0 + t, h) * p.P + col : 0;
+      if (real) load_run<V>(p.dout + o, vector, v[u]);
+      if (real && z) load_run<V>(z + o, vector, zv[u]);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        if (!real) v[u][e] = 0.f;
+        if (!real || !z) zv[u][e] = 0.f;
       }
-      if (cum) v *= expf(cum[t]);
     }
-    dst[t * ld + col] = v;
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int i = i0 + u * blockDim.x, t = i / runs_per_row, col = (i - t * runs_per_row) * V;
+      if (i >= total) continue;
+      const float scale = cum != nullptr && t0 + t < p.T ? expf(cum[t]) : 1.f;
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        float w = v[u][e];
+        if (z) w *= zv[u][e] * sigmoid(zv[u][e]);
+        dst[t * ld + col + e] = w * scale;
+      }
+    }
   }
 }
 
@@ -508,24 +582,29 @@ __global__ void __launch_bounds__(kChunkThreads<TX, TQK>) ablate_ssm_scan_bwd_ch
   // Phase A: scores sc = q.k_j and dxm = dy.x_j over columns j = 0..L (column 0 per row).
   block_gemm<kTC>(L, L, N, qs, ldN, 1, ka + ldN, 1, ldN, [&](int t, int j, float v) { sc[t * ldS + j + 1] = v; });
   block_gemm<kTC>(L, L, P, dys, ldP, 1, xa + ldP, 1, ldP, [&](int t, int j, float v) { dxm[t * ldS + j + 1] = v; });
-  for (int t = threadIdx.x; t < L; t += blockDim.x) {
+  // Column 0 and the sums below: a warp per row, lanes across the row (a thread per row would leave
+  // most of the block idle on a serial chain).
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, warps = blockDim.x / 32;
+  for (int t = warp; t < L; t += warps) {
     float v = 0.f, w = 0.f;
-    for (int n = 0; n < N; ++n) v = fmaf(qs[t * ldN + n], ka[n], v);
-    for (int col = 0; col < P; ++col) w = fmaf(dys[t * ldP + col], xa[col], w);
-    sc[t * ldS] = v;
-    dxm[t * ldS] = w;
+    for (int n = lane; n < N; n += 32) v = fmaf(qs[t * ldN + n], ka[n], v);
+    for (int col = lane; col < P; col += 32) w = fmaf(dys[t * ldP + col], xa[col], w);
+    v = warp_sum(v);
+    w = warp_sum(w);
+    if (lane == 0) sc[t * ldS] = v, dxm[t * ldS] = w;
   }
   __syncthreads();
   // Intra-chunk parts of dgamma_s and dbeta_s: sum_t exp(cum_t - cum_s) sc dxm at columns s+1 and s.
-  for (int s = threadIdx.x; s < L; s += blockDim.x) {
+  for (int s = warp; s < L; s += warps) {
     float g = 0.f, be = 0.f;
-    for (int t = s; t < L; ++t) {
+    for (int t = s + lane; t < L; t += 32) {
       const float d = decay(cum, t, s);
       g = fmaf(d, sc[t * ldS + s + 1] * dxm[t * ldS + s + 1], g);
       be = fmaf(d, sc[t * ldS + s] * dxm[t * ldS + s], be);
     }
-    dg[s] = g;
-    db[s] = be;
+    g = warp_sum(g);
+    be = warp_sum(be);
+    if (lane == 0) dg[s] = g, db[s] = be;
   }
   __syncthreads();
   // Weighted: sc <- W o sc, dxm <- W o dxm (0 above the diagonal).
@@ -536,10 +615,7 @@ __global__ void __launch_bounds__(kChunkThreads<TX, TQK>) ablate_ssm_scan_bwd_ch
     dxm[t * ldS + j] *= w;
   }
   const float* S = p.states + (bh * p.nC + c) * P * N;
-  for (int i = threadIdx.x; i < P * N; i += blockDim.x) {
-    const int row = i / N, col = i - row * N;
-    big[row * ldN + col] = S[i];
-  }
+  load_matrix(big, ldN, P, N, S);
   __syncthreads();
 
   // Phase B: yscan_t = sum_j sc_tj x_j + exp(cum_t) S_c q_t (recomputed) -> dz, r1_t = dy_t . yscan_t;
@@ -575,10 +651,7 @@ __global__ void __launch_bounds__(kChunkThreads<TX, TQK>) ablate_ssm_scan_bwd_ch
   }
   __syncthreads();
   const float* dS = p.dstates + (bh * p.nC + c) * P * N;  // adjoint at the end of this chunk
-  for (int i = threadIdx.x; i < P * N; i += blockDim.x) {
-    const int row = i / N, col = i - row * N;
-    big[row * ldN + col] = dS[i];
-  }
+  load_matrix(big, ldN, P, N, dS);
   __syncthreads();
 
   // Phase C: dk_j = sum_t dxm_tj q_t + wend_j dS^T x_j, e_j = x_j^T dS k_j;
@@ -605,18 +678,21 @@ __global__ void __launch_bounds__(kChunkThreads<TX, TQK>) ablate_ssm_scan_bwd_ch
                   static_cast<TX*>(p.dx)[row_index(p, b, t0 + i, h) * P + col] = from_float<TX>(v);
               });
   // Column 0: the previous position's key and input.
-  for (int n = threadIdx.x; n < N; n += blockDim.x) {
+  // (k entries on threads 0..N-1, x entries on the next P threads: both chains at once.)
+  for (int i = threadIdx.x; i < N + P; i += blockDim.x) {
     float intra = 0.f, state = 0.f;
-    for (int t = 0; t < L; ++t) intra = fmaf(dxm[t * ldS], qs[t * ldN + n], intra);
-    for (int col = 0; col < P; ++col) state = fmaf(xa[col], big[col * ldN + n], state);
-    p.gprev_k[(bh * p.nC + c) * N + n] = intra + wend[0] * state;
-    atomicAdd(&ecol[0], state * ka[n]);
-  }
-  for (int col = threadIdx.x; col < P; col += blockDim.x) {
-    float intra = 0.f, state = 0.f;
-    for (int t = 0; t < L; ++t) intra = fmaf(sc[t * ldS], dys[t * ldP + col], intra);
-    for (int n = 0; n < N; ++n) state = fmaf(ka[n], big[col * ldN + n], state);
-    p.gprev_x[(bh * p.nC + c) * P + col] = intra + wend[0] * state;
+    if (i < N) {
+      const int n = i;
+      for (int t = 0; t < L; ++t) intra = fmaf(dxm[t * ldS], qs[t * ldN + n], intra);
+      for (int col = 0; col < P; ++col) state = fmaf(xa[col], big[col * ldN + n], state);
+      p.gprev_k[(bh * p.nC + c) * N + n] = intra + wend[0] * state;
+      atomicAdd(&ecol[0], state * ka[n]);
+    } else {
+      const int col = i - N;
+      for (int t = 0; t < L; ++t) intra = fmaf(sc[t * ldS], dys[t * ldP + col], intra);
+      for (int n = 0; n < N; ++n) state = fmaf(ka[n], big[col * ldN + n], state);
+      p.gprev_x[(bh * p.nC + c) * P + col] = intra + wend[0] * state;
+    }
   }
   __syncthreads();
   // State parts of dgamma / dbeta, and r_t for d log alpha.
