@@ -112,6 +112,20 @@ __device__ __forceinline__ void load_run(const T* src, bool vector, float (&out)
   }
 }
 
+// The kLoadsInFlight runs a thread loaded (runs i0 + u blockDim.x of a tile with runs_per_row runs a row)
+// into dst (row stride ld).
+template <int V>
+__device__ __forceinline__ void store_runs(float* dst, int ld, int runs_per_row, int total, int i0,
+                                           const float (&v)[kLoadsInFlight][V]) {
+#pragma unroll
+  for (int u = 0; u < kLoadsInFlight; ++u) {
+    const int i = i0 + u * blockDim.x, r = i / runs_per_row, col = (i - r * runs_per_row) * V;
+    if (i < total)
+#pragma unroll
+      for (int e = 0; e < V; ++e) dst[r * ld + col + e] = v[u][e];
+  }
+}
+
 // Rows t_first .. t_first + nrows - 1 of one (b, h) slice of a [B,T,H,width] tensor into dst (row
 // stride ld), as fp32; rows outside [0, T) are zero, except row -1, which is `before` when given.
 // width is a multiple of 16, so rows split into whole 16-byte runs.
@@ -135,13 +149,7 @@ __device__ void load_rows(float* dst, int ld, int width, const T* src, const Par
         for (int e = 0; e < V; ++e) v[u][e] = i < total && t == -1 && before != nullptr ? before[col + e] : 0.f;
       }
     }
-#pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u) {
-      const int i = i0 + u * blockDim.x, r = i / runs_per_row, col = (i - r * runs_per_row) * V;
-      if (i < total)
-#pragma unroll
-        for (int e = 0; e < V; ++e) dst[r * ld + col + e] = v[u][e];
-    }
+    store_runs(dst, ld, runs_per_row, total, i0, v);
   }
 }
 
@@ -157,13 +165,7 @@ __device__ void load_matrix(float* dst, int ld, int rows, int width, const float
       const int i = i0 + u * blockDim.x;
       if (i < total) load_run<V>(src + i * V, vector, v[u]);
     }
-#pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u) {
-      const int i = i0 + u * blockDim.x, r = i / runs_per_row, col = (i - r * runs_per_row) * V;
-      if (i < total)
-#pragma unroll
-        for (int e = 0; e < V; ++e) dst[r * ld + col + e] = v[u][e];
-    }
+    store_runs(dst, ld, runs_per_row, total, i0, v);
   }
 }
 
@@ -305,11 +307,16 @@ __device__ __forceinline__ void block_gemm(int M, int Nc, int K, const float* A,
   }
 }
 
-// Two products with one output shape: epi(i, j, (A1 B1)_ij, (A2 B2)_ij).
+// Two products with one output shape: epi(i, j, (A1 B1)_ij, (A2 B2)_ij). When epi returns a float,
+// row_sums[i] += the sum over j of what it returned, added per thread (SIMT) or per quad of lanes that
+// share a row (tensor cores) first: a shared-memory float atomic is a compare-and-swap loop, so one per
+// element, 4-32 lanes on one address, would serialise.
 template <bool kTC, class Epi>
 __device__ __forceinline__ void block_gemm2(int M, int Nc, int K1, const float* A1, int ars1, int acs1,
                                             const float* B1, int brs1, int bcs1, int K2, const float* A2, int ars2,
-                                            int acs2, const float* B2, int brs2, int bcs2, Epi&& epi) {
+                                            int acs2, const float* B2, int brs2, int bcs2, Epi&& epi,
+                                            float* row_sums = nullptr) {
+  constexpr bool kRowSums = !std::is_void_v<std::invoke_result_t<Epi, int, int, float, float>>;
   if constexpr (kTC) {
     const int tn = Nc / 16;
     for (int task = threadIdx.x / 32; task < (M / 16) * tn; task += blockDim.x / 32) {
@@ -317,7 +324,18 @@ __device__ __forceinline__ void block_gemm2(int M, int Nc, int K1, const float* 
       float acc1[2][4] = {}, acc2[2][4] = {};
       mma_tile(acc1, i0, j0, K1, A1, ars1, acs1, B1, brs1, bcs1);
       mma_tile(acc2, i0, j0, K2, A2, ars2, acs2, B2, brs2, bcs2);
-      for_tile_elements(i0, j0, [&](int i, int j, int nt, int e) { epi(i, j, acc1[nt][e], acc2[nt][e]); });
+      if constexpr (kRowSums) {
+        float sum[2] = {0.f, 0.f};  // rows i0 + g and i0 + g + 8
+        for_tile_elements(i0, j0, [&](int i, int j, int nt, int e) { sum[e >> 1] += epi(i, j, acc1[nt][e], acc2[nt][e]); });
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          sum[half] += __shfl_xor_sync(0xffffffffu, sum[half], 1);
+          sum[half] += __shfl_xor_sync(0xffffffffu, sum[half], 2);
+          if ((threadIdx.x & 3) == 0) atomicAdd(&row_sums[i0 + ((threadIdx.x & 31) >> 2) + 8 * half], sum[half]);
+        }
+      } else {
+        for_tile_elements(i0, j0, [&](int i, int j, int nt, int e) { epi(i, j, acc1[nt][e], acc2[nt][e]); });
+      }
     }
   } else {
     const int rm = M / 4, rn = Nc / 4;
@@ -327,9 +345,17 @@ __device__ __forceinline__ void block_gemm2(int M, int Nc, int K1, const float* 
       tile_product(acc1, ti, tj, rm, rn, K1, A1, ars1, acs1, B1, brs1, bcs1);
       tile_product(acc2, ti, tj, rm, rn, K2, A2, ars2, acs2, B2, brs2, bcs2);
 #pragma unroll
-      for (int r = 0; r < 4; ++r)
+      for (int r = 0; r < 4; ++r) {
+        if constexpr (kRowSums) {
+          float sum = 0.f;
 #pragma unroll
-        for (int s = 0; s < 4; ++s) epi(ti + r * rm, tj + s * rn, acc1[r][s], acc2[r][s]);
+          for (int s = 0; s < 4; ++s) sum += epi(ti + r * rm, tj + s * rn, acc1[r][s], acc2[r][s]);
+          atomicAdd(&row_sums[ti + r * rm], sum);
+        } else {
+#pragma unroll
+          for (int s = 0; s < 4; ++s) epi(ti + r * rm, tj + s * rn, acc1[r][s], acc2[r][s]);
+        }
+      }
     }
   }
 }
@@ -624,16 +650,17 @@ __global__ void __launch_bounds__(kChunkThreads<TX, TQK>) ablate_ssm_scan_bwd_ch
   const TX* z = static_cast<const TX*>(p.z);
   block_gemm2<kTC>(L, P, L + 1, sc, ldS, 1, xa, ldP, 1, N, qs, ldN, 1, big, 1, ldN,
               [&](int t, int col, float intra, float inter) {
-                if (t >= rows) return;
+                if (t >= rows) return 0.f;
                 const float yscan = intra + expf(cum[t]) * inter;
-                atomicAdd(&r1[t], yscan * dys[t * ldP + col]);
                 if (z) {
                   const int64_t o = row_index(p, b, t0 + t, h) * P + col;
                   const float zv = to_float(z[o]), sg = sigmoid(zv);
                   const float y = yscan + Dh * xa[(t + 1) * ldP + col];
                   static_cast<TX*>(p.dz)[o] = from_float<TX>(p.dout[o] * y * sg * (1.f + zv * (1.f - sg)));
                 }
-              });
+                return yscan * dys[t * ldP + col];  // r1_t = dy_t . yscan_t
+              },
+              r1);
   block_gemm2<kTC>(L, N, L + 1, dxm, ldS, 1, ka, ldN, 1, P, dys, ldP, 1, big, ldN, 1,
               [&](int t, int n, float intra, float inter) {
                 if (t >= rows) return;
@@ -660,14 +687,16 @@ __global__ void __launch_bounds__(kChunkThreads<TX, TQK>) ablate_ssm_scan_bwd_ch
   block_gemm2<kTC>(L, N, L, dxm + 1, 1, ldS, qs, ldN, 1, P, xa + ldP, ldP, 1, big, ldN, 1,
               [&](int i, int n, float intra, float state) {
                 const int j = i + 1;
-                atomicAdd(&ecol[j], state * ka[j * ldN + n]);
-                if (i >= rows) return;
+                const float e_part = state * ka[j * ldN + n];  // e_j = sum_n of these (row sums into ecol + 1)
+                if (i >= rows) return e_part;
                 const float v = intra + wend[j] * state;
                 if (i == L - 1 && !last)
                   p.last_k[(bh * p.nC + c) * N + n] = v;
                 else
                   static_cast<TQK*>(p.dk)[row_index(p, b, t0 + i, h) * N + n] = from_float<TQK>(v);
-              });
+                return e_part;
+              },
+              ecol + 1);
   block_gemm2<kTC>(L, P, L, sc + 1, 1, ldS, dys, ldP, 1, N, ka + ldN, ldN, 1, big, 1, ldN,
               [&](int i, int col, float intra, float state) {
                 if (i >= rows) return;
@@ -679,20 +708,24 @@ __global__ void __launch_bounds__(kChunkThreads<TX, TQK>) ablate_ssm_scan_bwd_ch
               });
   // Column 0: the previous position's key and input.
   // (k entries on threads 0..N-1, x entries on the next P threads: both chains at once.)
-  for (int i = threadIdx.x; i < N + P; i += blockDim.x) {
-    float intra = 0.f, state = 0.f;
+  // e_0's terms are summed per warp first (all N threads on one address would serialise).
+  for (int base = 0; base < N + P; base += blockDim.x) {  // uniform trip count: warp_sum below
+    const int i = base + threadIdx.x;
+    float intra = 0.f, state = 0.f, e_part = 0.f;
     if (i < N) {
       const int n = i;
       for (int t = 0; t < L; ++t) intra = fmaf(dxm[t * ldS], qs[t * ldN + n], intra);
       for (int col = 0; col < P; ++col) state = fmaf(xa[col], big[col * ldN + n], state);
       p.gprev_k[(bh * p.nC + c) * N + n] = intra + wend[0] * state;
-      atomicAdd(&ecol[0], state * ka[n]);
-    } else {
+      e_part = state * ka[n];
+    } else if (i < N + P) {
       const int col = i - N;
       for (int t = 0; t < L; ++t) intra = fmaf(sc[t * ldS], dys[t * ldP + col], intra);
       for (int n = 0; n < N; ++n) state = fmaf(ka[n], big[col * ldN + n], state);
       p.gprev_x[(bh * p.nC + c) * P + col] = intra + wend[0] * state;
     }
+    e_part = warp_sum(e_part);
+    if ((threadIdx.x & 31) == 0 && base + (threadIdx.x & ~31) < N) atomicAdd(&ecol[0], e_part);
   }
   __syncthreads();
   // State parts of dgamma / dbeta, and r_t for d log alpha.
