@@ -29,7 +29,10 @@
 //   ablate_ssm_scan_bwd_boundary     the last row of each chunk (its own part plus the next chunk's
 //                                    column 0, rounded once) and dx_prev / dk_prev.
 // All arithmetic and state in fp32; x, z (one dtype) and q, k (one dtype) fp32 or bf16, converted on
-// load; the products are SIMT fp32 over shared-memory tiles (4 x 4 register tiles per thread).
+// load. The products run over fp32 shared-memory tiles: with fp32 inputs as SIMT fp32 (4 x 4 register
+// tiles per thread, exact); with bf16 x and q/k on tensor cores (mma.sync m16n8k8, tf32 operands, fp32
+// accumulation: ~5e-4 relative per operand, under the bf16 inputs' own 4e-3), 16 warps for the output
+// and backward chunk kernels.
 // Supported: P and N multiples of 16 up to 128, chunk L in {16, 32, 48, 64}, as long as the backward's
 // shared tiles fit the device (every combination except P = N = 128 at L = 64 on an H100); anything else
 // is a TORCH_CHECK error that says so. No host synchronisation: capturable in a CUDA graph.
@@ -93,19 +96,80 @@ __device__ __forceinline__ int64_t row_index(const Params& p, int b, int t, int 
   return (static_cast<int64_t>(b) * p.T + t) * p.H + h;
 }
 
+// Global-to-shared tile loads: each thread issues kLoadsInFlight 16-byte loads before it stores any
+// (a loop of one dependent element load per iteration waits a full memory latency per element).
+constexpr int kLoadsInFlight = 4;
+
+__device__ __forceinline__ bool is_aligned16(const void* ptr) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
+}
+
+// V consecutive elements at src into fp32: one 16-byte load when `vector` (src 16-byte aligned), else
+// element-wise.
+template <int V, typename T>
+__device__ __forceinline__ void load_run(const T* src, bool vector, float (&out)[V]) {
+  if (vector) {
+    load_vec<V>(src, out);
+  } else {
+#pragma unroll
+    for (int e = 0; e < V; ++e) out[e] = to_float(src[e]);
+  }
+}
+
+// The kLoadsInFlight runs a thread loaded (runs i0 + u blockDim.x of a tile with runs_per_row runs a row)
+// into dst (row stride ld).
+template <int V>
+__device__ __forceinline__ void store_runs(float* dst, int ld, int runs_per_row, int total, int i0,
+                                           const float (&v)[kLoadsInFlight][V]) {
+#pragma unroll
+  for (int u = 0; u < kLoadsInFlight; ++u) {
+    const int i = i0 + u * blockDim.x, r = i / runs_per_row, col = (i - r * runs_per_row) * V;
+    if (i < total)
+#pragma unroll
+      for (int e = 0; e < V; ++e) dst[r * ld + col + e] = v[u][e];
+  }
+}
+
 // Rows t_first .. t_first + nrows - 1 of one (b, h) slice of a [B,T,H,width] tensor into dst (row
 // stride ld), as fp32; rows outside [0, T) are zero, except row -1, which is `before` when given.
+// width is a multiple of 16, so rows split into whole 16-byte runs.
 template <typename T>
 __device__ void load_rows(float* dst, int ld, int width, const T* src, const Params& p, int b, int h, int t_first,
                           int nrows, const float* before) {
-  for (int i = threadIdx.x; i < nrows * width; i += blockDim.x) {
-    const int r = i / width, col = i - r * width, t = t_first + r;
-    float v = 0.f;
-    if (t >= 0 && t < p.T)
-      v = to_float(src[row_index(p, b, t, h) * width + col]);
-    else if (t == -1 && before != nullptr)
-      v = before[col];
-    dst[r * ld + col] = v;
+  constexpr int V = 16 / sizeof(T);
+  const int runs_per_row = width / V, total = nrows * runs_per_row;
+  const int64_t row_stride = static_cast<int64_t>(p.H) * width;
+  const T* base = src + row_index(p, b, 0, h) * width;  // row t at base + t * row_stride
+  const bool vector = is_aligned16(src);                // every row start is a multiple of 32 bytes past src
+  for (int i0 = threadIdx.x; i0 < total; i0 += kLoadsInFlight * blockDim.x) {
+    float v[kLoadsInFlight][V];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int i = i0 + u * blockDim.x, r = i / runs_per_row, col = (i - r * runs_per_row) * V, t = t_first + r;
+      if (i < total && t >= 0 && t < p.T) {
+        load_run<V>(base + t * row_stride + col, vector, v[u]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < V; ++e) v[u][e] = i < total && t == -1 && before != nullptr ? before[col + e] : 0.f;
+      }
+    }
+    store_runs(dst, ld, runs_per_row, total, i0, v);
+  }
+}
+
+// A contiguous fp32 rows x width matrix (width a multiple of 16; a chunk state) into dst (row stride ld).
+__device__ void load_matrix(float* dst, int ld, int rows, int width, const float* src) {
+  constexpr int V = 4;
+  const int runs_per_row = width / V, total = rows * runs_per_row;
+  const bool vector = is_aligned16(src);
+  for (int i0 = threadIdx.x; i0 < total; i0 += kLoadsInFlight * blockDim.x) {
+    float v[kLoadsInFlight][V];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int i = i0 + u * blockDim.x;
+      if (i < total) load_run<V>(src + i * V, vector, v[u]);
+    }
+    store_runs(dst, ld, runs_per_row, total, i0, v);
   }
 }
 
@@ -167,56 +231,167 @@ __device__ __forceinline__ void tile_product(float (&acc)[4][4], int ti, int tj,
   }
 }
 
-// C = A B (M x Nc, multiples of 4; any K). Thread tiles of 4 x 4 interleaved (rows ti + r M/4, columns
-// tj + s Nc/4), so a warp's B reads are consecutive (or odd-strided with padded leading dimensions) and
-// its A reads broadcast. Calls epi(i, j, value) once per element.
-template <class Epi>
+// ---- tensor-core tiles (bf16 inputs only) ------------------------------------------------------
+// mma.sync m16n8k8 with tf32 operands (10-bit mantissa, ~5e-4 relative per operand, rounded to
+// nearest) and fp32 accumulation, over the same fp32 shared-memory operands as the SIMT path. Used
+// only when x and q/k arrive in bf16, whose own rounding (4e-3) dominates; fp32 inputs stay on the
+// exact SIMT path. A warp owns a 16 x 16 output tile (two 16 x 8 mma tiles); K runs in steps of 8,
+// its tail (K = L + 1) read as zeros.
+__device__ __forceinline__ uint32_t to_tf32(float v) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+  return r;
+}
+
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// acc[nt] += rows i0..i0+15, columns j0 + 8 nt .. +7 of A B (strides as tile_product). Fragment layout
+// of m16n8k8 (PTX ISA): lane = 4 g + t; A holds (g, t), (g+8, t), (g, t+4), (g+8, t+4); B holds
+// (k t, n g), (k t+4, n g); C holds (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
+__device__ __forceinline__ void mma_tile(float (&acc)[2][4], int i0, int j0, int K, const float* A, int ars, int acs,
+                                         const float* Bm, int brs, int bcs) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const float* a_lo = A + (i0 + g) * ars;
+  const float* a_hi = a_lo + 8 * ars;
+  const float* b_0 = Bm + (j0 + g) * bcs;
+  const float* b_1 = b_0 + 8 * bcs;
+#pragma unroll 2
+  for (int k0 = 0; k0 < K; k0 += 8) {
+    const int ka = k0 + t, kb = ka + 4;
+    const bool va = ka < K, vb = kb < K;
+    const uint32_t a[4] = {to_tf32(va ? a_lo[ka * acs] : 0.f), to_tf32(va ? a_hi[ka * acs] : 0.f),
+                           to_tf32(vb ? a_lo[kb * acs] : 0.f), to_tf32(vb ? a_hi[kb * acs] : 0.f)};
+    mma_tf32(acc[0], a, to_tf32(va ? b_0[ka * brs] : 0.f), to_tf32(vb ? b_0[kb * brs] : 0.f));
+    mma_tf32(acc[1], a, to_tf32(va ? b_1[ka * brs] : 0.f), to_tf32(vb ? b_1[kb * brs] : 0.f));
+  }
+}
+
+// Calls fn(i, j, index) for the 8 accumulator elements a lane holds of the 16 x 16 tile at (i0, j0).
+template <class Fn>
+__device__ __forceinline__ void for_tile_elements(int i0, int j0, Fn&& fn) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) fn(i0 + g + (e >> 1) * 8, j0 + nt * 8 + 2 * t + (e & 1), nt, e);
+}
+
+// C = A B (M x Nc, multiples of 4, or of 16 on tensor cores; any K). SIMT: thread tiles of 4 x 4
+// interleaved (rows ti + r M/4, columns tj + s Nc/4), so a warp's B reads are consecutive (or
+// odd-strided with padded leading dimensions) and its A reads broadcast. Tensor cores (kTC): one
+// 16 x 16 tile per warp at a time. Calls epi(i, j, value) once per element.
+template <bool kTC, class Epi>
 __device__ __forceinline__ void block_gemm(int M, int Nc, int K, const float* A, int ars, int acs, const float* Bm,
                                            int brs, int bcs, Epi&& epi) {
-  const int rm = M / 4, rn = Nc / 4;
-  for (int task = threadIdx.x; task < rm * rn; task += blockDim.x) {
-    const int ti = task / rn, tj = task - ti * rn;
-    float acc[4][4] = {};
-    tile_product(acc, ti, tj, rm, rn, K, A, ars, acs, Bm, brs, bcs);
+  if constexpr (kTC) {
+    const int tn = Nc / 16;
+    for (int task = threadIdx.x / 32; task < (M / 16) * tn; task += blockDim.x / 32) {
+      const int i0 = (task / tn) * 16, j0 = (task % tn) * 16;
+      float acc[2][4] = {};
+      mma_tile(acc, i0, j0, K, A, ars, acs, Bm, brs, bcs);
+      for_tile_elements(i0, j0, [&](int i, int j, int nt, int e) { epi(i, j, acc[nt][e]); });
+    }
+  } else {
+    const int rm = M / 4, rn = Nc / 4;
+    for (int task = threadIdx.x; task < rm * rn; task += blockDim.x) {
+      const int ti = task / rn, tj = task - ti * rn;
+      float acc[4][4] = {};
+      tile_product(acc, ti, tj, rm, rn, K, A, ars, acs, Bm, brs, bcs);
 #pragma unroll
-    for (int r = 0; r < 4; ++r)
+      for (int r = 0; r < 4; ++r)
 #pragma unroll
-      for (int s = 0; s < 4; ++s) epi(ti + r * rm, tj + s * rn, acc[r][s]);
+        for (int s = 0; s < 4; ++s) epi(ti + r * rm, tj + s * rn, acc[r][s]);
+    }
   }
 }
 
-// Two products with one output shape: epi(i, j, (A1 B1)_ij, (A2 B2)_ij).
-template <class Epi>
+// Two products with one output shape: epi(i, j, (A1 B1)_ij, (A2 B2)_ij). When epi returns a float,
+// row_sums[i] += the sum over j of what it returned, added per thread (SIMT) or per quad of lanes that
+// share a row (tensor cores) first: a shared-memory float atomic is a compare-and-swap loop, so one per
+// element, 4-32 lanes on one address, would serialise.
+template <bool kTC, class Epi>
 __device__ __forceinline__ void block_gemm2(int M, int Nc, int K1, const float* A1, int ars1, int acs1,
                                             const float* B1, int brs1, int bcs1, int K2, const float* A2, int ars2,
-                                            int acs2, const float* B2, int brs2, int bcs2, Epi&& epi) {
-  const int rm = M / 4, rn = Nc / 4;
-  for (int task = threadIdx.x; task < rm * rn; task += blockDim.x) {
-    const int ti = task / rn, tj = task - ti * rn;
-    float acc1[4][4] = {}, acc2[4][4] = {};
-    tile_product(acc1, ti, tj, rm, rn, K1, A1, ars1, acs1, B1, brs1, bcs1);
-    tile_product(acc2, ti, tj, rm, rn, K2, A2, ars2, acs2, B2, brs2, bcs2);
+                                            int acs2, const float* B2, int brs2, int bcs2, Epi&& epi,
+                                            float* row_sums = nullptr) {
+  constexpr bool kRowSums = !std::is_void_v<std::invoke_result_t<Epi, int, int, float, float>>;
+  if constexpr (kTC) {
+    const int tn = Nc / 16;
+    for (int task = threadIdx.x / 32; task < (M / 16) * tn; task += blockDim.x / 32) {
+      const int i0 = (task / tn) * 16, j0 = (task % tn) * 16;
+      float acc1[2][4] = {}, acc2[2][4] = {};
+      mma_tile(acc1, i0, j0, K1, A1, ars1, acs1, B1, brs1, bcs1);
+      mma_tile(acc2, i0, j0, K2, A2, ars2, acs2, B2, brs2, bcs2);
+      if constexpr (kRowSums) {
+        float sum[2] = {0.f, 0.f};  // rows i0 + g and i0 + g + 8
+        for_tile_elements(i0, j0, [&](int i, int j, int nt, int e) { sum[e >> 1] += epi(i, j, acc1[nt][e], acc2[nt][e]); });
 #pragma unroll
-    for (int r = 0; r < 4; ++r)
+        for (int half = 0; half < 2; ++half) {
+          sum[half] += __shfl_xor_sync(0xffffffffu, sum[half], 1);
+          sum[half] += __shfl_xor_sync(0xffffffffu, sum[half], 2);
+          if ((threadIdx.x & 3) == 0) atomicAdd(&row_sums[i0 + ((threadIdx.x & 31) >> 2) + 8 * half], sum[half]);
+        }
+      } else {
+        for_tile_elements(i0, j0, [&](int i, int j, int nt, int e) { epi(i, j, acc1[nt][e], acc2[nt][e]); });
+      }
+    }
+  } else {
+    const int rm = M / 4, rn = Nc / 4;
+    for (int task = threadIdx.x; task < rm * rn; task += blockDim.x) {
+      const int ti = task / rn, tj = task - ti * rn;
+      float acc1[4][4] = {}, acc2[4][4] = {};
+      tile_product(acc1, ti, tj, rm, rn, K1, A1, ars1, acs1, B1, brs1, bcs1);
+      tile_product(acc2, ti, tj, rm, rn, K2, A2, ars2, acs2, B2, brs2, bcs2);
 #pragma unroll
-      for (int s = 0; s < 4; ++s) epi(ti + r * rm, tj + s * rn, acc1[r][s], acc2[r][s]);
+      for (int r = 0; r < 4; ++r) {
+        if constexpr (kRowSums) {
+          float sum = 0.f;
+#pragma unroll
+          for (int s = 0; s < 4; ++s) sum += epi(ti + r * rm, tj + s * rn, acc1[r][s], acc2[r][s]);
+          atomicAdd(&row_sums[ti + r * rm], sum);
+        } else {
+#pragma unroll
+          for (int s = 0; s < 4; ++s) epi(ti + r * rm, tj + s * rn, acc1[r][s], acc2[r][s]);
+        }
+      }
+    }
   }
 }
 
-// Padded leading dimensions (odd: column-strided reads hit distinct banks).
-__host__ __device__ __forceinline__ int ld_of(int width) { return width + 1; }
+// Whether a launch runs its products on tensor cores: only when x and q/k are both bf16.
+template <typename TX, typename TQK>
+constexpr bool kTensorCores = std::is_same_v<TX, __nv_bfloat16> && std::is_same_v<TQK, __nv_bfloat16>;
+
+// Padded leading dimensions of the shared tiles. SIMT: odd (a warp's column-strided reads hit distinct
+// banks). Tensor cores: width + 4 (= 4 mod 32 for widths that are multiples of 32, 20 for the others),
+// so an mma fragment's row-wise reads (8 rows x 4 consecutive) hit 32 distinct banks.
+__host__ __device__ __forceinline__ int ld_of(int width, int pad) { return width + pad; }
+template <typename TX, typename TQK>
+constexpr int kPad = kTensorCores<TX, TQK> ? 4 : 1;
+// Threads of the output and backward chunk kernels: their shared tiles allow 1-2 blocks per SM, so on
+// tensor cores (whose warps wait on shared-memory loads and mma latency) 16 warps a block, not 8.
+template <typename TX, typename TQK>
+constexpr int kChunkThreads = kTensorCores<TX, TQK> ? 512 : kThreads;
 
 // ---- forward -----------------------------------------------------------------------------------
 
-__host__ __device__ inline size_t chunk_state_smem_floats(int L, int P, int N) {
-  return 3 * L + (L + 1) + (L + 1) * ld_of(P) + (L + 1) * ld_of(N);
+__host__ __device__ inline size_t chunk_state_smem_floats(int L, int P, int N, int pad) {
+  return 3 * L + (L + 1) + (L + 1) * ld_of(P, pad) + (L + 1) * ld_of(N, pad);
 }
 
 template <typename TX, typename TQK>
 __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_fwd_chunk_state(Params p) {
+  constexpr bool kTC = kTensorCores<TX, TQK>;
+  constexpr int pad = kPad<TX, TQK>;
   extern __shared__ float smem[];
   const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
-  const int t0 = c * L, ldP = ld_of(P), ldN = ld_of(N);
+  const int t0 = c * L, ldP = ld_of(P, pad), ldN = ld_of(N, pad);
   float *cum = smem, *bet = cum + L, *gam = bet + L, *wend = gam + L, *xa = wend + (L + 1), *ka = xa + (L + 1) * ldP;
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   const bool first = c == 0;
@@ -233,7 +408,7 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_fwd_chunk_state(Para
   }
   __syncthreads();
   float* Z = p.states + (bh * p.nC + c) * P * N;
-  block_gemm(P, N, L + 1, xa, 1, ldP, ka, ldN, 1, [&](int i, int j, float v) { Z[i * N + j] = v; });
+  block_gemm<kTC>(P, N, L + 1, xa, 1, ldP, ka, ldN, 1, [&](int i, int j, float v) { Z[i * N + j] = v; });
   if (threadIdx.x == 0) p.lam[bh * p.nC + c] = cum[L - 1];
 }
 
@@ -256,17 +431,19 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_fwd_state_pass(Param
   p.h_last[bh * PN + e] = s;
 }
 
-__host__ __device__ inline size_t output_smem_floats(int L, int P, int N) {
+__host__ __device__ inline size_t output_smem_floats(int L, int P, int N, int pad) {
   const int rows_big = (L + 1) > P ? (L + 1) : P;
-  return 3 * L + static_cast<size_t>(L) * ld_of(N) + static_cast<size_t>(rows_big) * ld_of(N) +
-         static_cast<size_t>(L + 1) * ld_of(P) + static_cast<size_t>(L) * ld_of(L);
+  return 3 * L + static_cast<size_t>(L) * ld_of(N, pad) + static_cast<size_t>(rows_big) * ld_of(N, pad) +
+         static_cast<size_t>(L + 1) * ld_of(P, pad) + static_cast<size_t>(L) * ld_of(L, pad);
 }
 
 template <typename TX, typename TQK>
-__global__ void __launch_bounds__(kThreads) ablate_ssm_scan_fwd_output(Params p) {
+__global__ void __launch_bounds__(kChunkThreads<TX, TQK>) ablate_ssm_scan_fwd_output(Params p) {
+  constexpr bool kTC = kTensorCores<TX, TQK>;
+  constexpr int pad = kPad<TX, TQK>;
   extern __shared__ float smem[];
   const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
-  const int t0 = c * L, ldP = ld_of(P), ldN = ld_of(N), ldS = ld_of(L);
+  const int t0 = c * L, ldP = ld_of(P, pad), ldN = ld_of(N, pad), ldS = ld_of(L, pad);
   const int rows_big = (L + 1) > P ? (L + 1) : P;
   float *cum = smem, *bet = cum + L, *gam = bet + L, *qs = gam + L, *big = qs + L * ldN, *xa = big + rows_big * ldN,
         *sc = xa + (L + 1) * ldP;
@@ -280,23 +457,21 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_fwd_output(Params p)
             first && p.x_prev ? p.x_prev + bh * P : nullptr);
   load_coefficients(p, b, h, t0, cum, bet, gam);  // ends with a barrier
   // Scores times weights: sc[t][j] = W_tj (q_t . k_j); columns 1..L as a product, column 0 per row.
-  block_gemm(L, L, N, qs, ldN, 1, ka + ldN, 1, ldN,
+  block_gemm<kTC>(L, L, N, qs, ldN, 1, ka + ldN, 1, ldN,
              [&](int t, int j, float v) { sc[t * ldS + j + 1] = v * weight(cum, bet, gam, L, t, j + 1); });
-  for (int t = threadIdx.x; t < L; t += blockDim.x) {
+  for (int t = threadIdx.x / 32; t < L; t += blockDim.x / 32) {  // a warp per row
     float v = 0.f;
-    for (int n = 0; n < N; ++n) v = fmaf(qs[t * ldN + n], ka[n], v);
-    sc[t * ldS] = v * weight(cum, bet, gam, L, t, 0);
+    for (int n = threadIdx.x & 31; n < N; n += 32) v = fmaf(qs[t * ldN + n], ka[n], v);
+    v = warp_sum(v);
+    if ((threadIdx.x & 31) == 0) sc[t * ldS] = v * weight(cum, bet, gam, L, t, 0);
   }
   __syncthreads();
   const float* S = p.states + (bh * p.nC + c) * P * N;
-  for (int i = threadIdx.x; i < P * N; i += blockDim.x) {
-    const int row = i / N, col = i - row * N;
-    big[row * ldN + col] = S[i];
-  }
+  load_matrix(big, ldN, P, N, S);
   __syncthreads();
   const float Dh = p.D[h];
   const TX* z = static_cast<const TX*>(p.z);
-  block_gemm2(L, P, L + 1, sc, ldS, 1, xa, ldP, 1,  // intra: sum_j sc[t][j] x_j
+  block_gemm2<kTC>(L, P, L + 1, sc, ldS, 1, xa, ldP, 1,  // intra: sum_j sc[t][j] x_j
               N, qs, ldN, 1, big, 1, ldN,           // inter: q_t . S_c[p, :]
               [&](int t, int col, float intra, float inter) {
                 if (t0 + t >= p.T) return;
@@ -316,32 +491,51 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_fwd_output(Params p)
 // exp(cum_t) when `cum` is given.
 template <typename TX>
 __device__ void load_dy(float* dst, int ld, const Params& p, int b, int h, int t0, const float* cum) {
+  constexpr int V = 4;  // runs of 4: one 16-byte load of dout (fp32), 4 elements of z
   const TX* z = static_cast<const TX*>(p.z);
-  for (int i = threadIdx.x; i < p.L * p.P; i += blockDim.x) {
-    const int t = i / p.P, col = i - t * p.P;
-    float v = 0.f;
-    if (t0 + t < p.T) {
-      const int64_t o = row_index(p, b, t0 + t, h) * p.P + col;
-      v = p.dout[o];
-      if (z) {
-        const float zv = to_float(z[o]);
-        v *= zv * sigmoid(zv);
+  const int runs_per_row = p.P / V, total = p.L * runs_per_row;
+  const bool vector = is_aligned16(p.dout) && (z == nullptr || sizeof(TX) * V % 16 != 0 || is_aligned16(z));
+  for (int i0 = threadIdx.x; i0 < total; i0 += kLoadsInFlight * blockDim.x) {
+    float v[kLoadsInFlight][V], zv[kLoadsInFlight][V];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int i = i0 + u * blockDim.x, t = i / runs_per_row, col = (i - t * runs_per_row) * V;
+      const bool real = i < total && t0 + t < p.T;
+      const int64_t o = real ? row_index(p, b, t0 + t, h) * p.P + col : 0;
+      if (real) load_run<V>(p.dout + o, vector, v[u]);
+      if (real && z) load_run<V>(z + o, vector, zv[u]);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        if (!real) v[u][e] = 0.f;
+        if (!real || !z) zv[u][e] = 0.f;
       }
-      if (cum) v *= expf(cum[t]);
     }
-    dst[t * ld + col] = v;
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int i = i0 + u * blockDim.x, t = i / runs_per_row, col = (i - t * runs_per_row) * V;
+      if (i >= total) continue;
+      const float scale = cum != nullptr && t0 + t < p.T ? expf(cum[t]) : 1.f;
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        float w = v[u][e];
+        if (z) w *= zv[u][e] * sigmoid(zv[u][e]);
+        dst[t * ld + col + e] = w * scale;
+      }
+    }
   }
 }
 
-__host__ __device__ inline size_t chunk_dstate_smem_floats(int L, int P, int N) {
-  return 3 * L + static_cast<size_t>(L) * ld_of(P) + static_cast<size_t>(L) * ld_of(N);
+__host__ __device__ inline size_t chunk_dstate_smem_floats(int L, int P, int N, int pad) {
+  return 3 * L + static_cast<size_t>(L) * ld_of(P, pad) + static_cast<size_t>(L) * ld_of(N, pad);
 }
 
 template <typename TX, typename TQK>
 __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_chunk_dstate(Params p) {
+  constexpr bool kTC = kTensorCores<TX, TQK>;
+  constexpr int pad = kPad<TX, TQK>;
   extern __shared__ float smem[];
   const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
-  const int t0 = c * L, ldP = ld_of(P), ldN = ld_of(N);
+  const int t0 = c * L, ldP = ld_of(P, pad), ldN = ld_of(N, pad);
   float *cum = smem, *bet = cum + L, *gam = bet + L, *dys = gam + L, *qs = dys + L * ldP;
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   load_rows(qs, ldN, N, static_cast<const TQK*>(p.q), p, b, h, t0, L, nullptr);
@@ -349,7 +543,7 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_chunk_dstate(Par
   load_dy<TX>(dys, ldP, p, b, h, t0, cum);
   __syncthreads();
   float* dZ = p.dstates + (bh * p.nC + c) * P * N;
-  block_gemm(P, N, L, dys, 1, ldP, qs, ldN, 1, [&](int i, int j, float v) { dZ[i * N + j] = v; });
+  block_gemm<kTC>(P, N, L, dys, 1, ldP, qs, ldN, 1, [&](int i, int j, float v) { dZ[i * N + j] = v; });
 }
 
 // Reverse: dS_end(nC-1) = dh_last (or 0), dS_end(c-1) = exp(Lam_c) dS_end(c) + dZ_c; dh0 = what leaves
@@ -378,19 +572,21 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_state_pass(Param
   }
 }
 
-__host__ __device__ inline size_t bwd_chunk_smem_floats(int L, int P, int N) {
+__host__ __device__ inline size_t bwd_chunk_smem_floats(int L, int P, int N, int pad) {
   const int rows_big = (L + 1) > P ? (L + 1) : P;
-  return 3 * L + (L + 1) + 3 * L + (L + 1) + 1 + static_cast<size_t>(L) * ld_of(N) +
-         static_cast<size_t>(L + 1) * ld_of(N) + static_cast<size_t>(L + 1) * ld_of(P) +
-         static_cast<size_t>(L) * ld_of(P) + 2 * static_cast<size_t>(L) * ld_of(L) +
-         static_cast<size_t>(rows_big) * ld_of(N);
+  return 3 * L + (L + 1) + 3 * L + (L + 1) + 1 + static_cast<size_t>(L) * ld_of(N, pad) +
+         static_cast<size_t>(L + 1) * ld_of(N, pad) + static_cast<size_t>(L + 1) * ld_of(P, pad) +
+         static_cast<size_t>(L) * ld_of(P, pad) + 2 * static_cast<size_t>(L) * ld_of(L, pad) +
+         static_cast<size_t>(rows_big) * ld_of(N, pad);
 }
 
 template <typename TX, typename TQK>
-__global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_chunk(Params p) {
+__global__ void __launch_bounds__(kChunkThreads<TX, TQK>) ablate_ssm_scan_bwd_chunk(Params p) {
+  constexpr bool kTC = kTensorCores<TX, TQK>;
+  constexpr int pad = kPad<TX, TQK>;
   extern __shared__ float smem[];
   const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
-  const int t0 = c * L, ldP = ld_of(P), ldN = ld_of(N), ldS = ld_of(L);
+  const int t0 = c * L, ldP = ld_of(P, pad), ldN = ld_of(N, pad), ldS = ld_of(L, pad);
   float *cum = smem, *bet = cum + L, *gam = bet + L, *wend = gam + L;
   float *r1 = wend + (L + 1), *dg = r1 + L, *db = dg + L, *ecol = db + L, *dsum = ecol + (L + 1);
   float *qs = dsum + 1, *ka = qs + L * ldN, *xa = ka + (L + 1) * ldN, *dys = xa + (L + 1) * ldP;
@@ -414,26 +610,31 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_chunk(Params p) 
   }
 
   // Phase A: scores sc = q.k_j and dxm = dy.x_j over columns j = 0..L (column 0 per row).
-  block_gemm(L, L, N, qs, ldN, 1, ka + ldN, 1, ldN, [&](int t, int j, float v) { sc[t * ldS + j + 1] = v; });
-  block_gemm(L, L, P, dys, ldP, 1, xa + ldP, 1, ldP, [&](int t, int j, float v) { dxm[t * ldS + j + 1] = v; });
-  for (int t = threadIdx.x; t < L; t += blockDim.x) {
+  block_gemm<kTC>(L, L, N, qs, ldN, 1, ka + ldN, 1, ldN, [&](int t, int j, float v) { sc[t * ldS + j + 1] = v; });
+  block_gemm<kTC>(L, L, P, dys, ldP, 1, xa + ldP, 1, ldP, [&](int t, int j, float v) { dxm[t * ldS + j + 1] = v; });
+  // Column 0 and the sums below: a warp per row, lanes across the row (a thread per row would leave
+  // most of the block idle on a serial chain).
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, warps = blockDim.x / 32;
+  for (int t = warp; t < L; t += warps) {
     float v = 0.f, w = 0.f;
-    for (int n = 0; n < N; ++n) v = fmaf(qs[t * ldN + n], ka[n], v);
-    for (int col = 0; col < P; ++col) w = fmaf(dys[t * ldP + col], xa[col], w);
-    sc[t * ldS] = v;
-    dxm[t * ldS] = w;
+    for (int n = lane; n < N; n += 32) v = fmaf(qs[t * ldN + n], ka[n], v);
+    for (int col = lane; col < P; col += 32) w = fmaf(dys[t * ldP + col], xa[col], w);
+    v = warp_sum(v);
+    w = warp_sum(w);
+    if (lane == 0) sc[t * ldS] = v, dxm[t * ldS] = w;
   }
   __syncthreads();
   // Intra-chunk parts of dgamma_s and dbeta_s: sum_t exp(cum_t - cum_s) sc dxm at columns s+1 and s.
-  for (int s = threadIdx.x; s < L; s += blockDim.x) {
+  for (int s = warp; s < L; s += warps) {
     float g = 0.f, be = 0.f;
-    for (int t = s; t < L; ++t) {
+    for (int t = s + lane; t < L; t += 32) {
       const float d = decay(cum, t, s);
       g = fmaf(d, sc[t * ldS + s + 1] * dxm[t * ldS + s + 1], g);
       be = fmaf(d, sc[t * ldS + s] * dxm[t * ldS + s], be);
     }
-    dg[s] = g;
-    db[s] = be;
+    g = warp_sum(g);
+    be = warp_sum(be);
+    if (lane == 0) dg[s] = g, db[s] = be;
   }
   __syncthreads();
   // Weighted: sc <- W o sc, dxm <- W o dxm (0 above the diagonal).
@@ -444,29 +645,27 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_chunk(Params p) 
     dxm[t * ldS + j] *= w;
   }
   const float* S = p.states + (bh * p.nC + c) * P * N;
-  for (int i = threadIdx.x; i < P * N; i += blockDim.x) {
-    const int row = i / N, col = i - row * N;
-    big[row * ldN + col] = S[i];
-  }
+  load_matrix(big, ldN, P, N, S);
   __syncthreads();
 
   // Phase B: yscan_t = sum_j sc_tj x_j + exp(cum_t) S_c q_t (recomputed) -> dz, r1_t = dy_t . yscan_t;
   // dq_t = sum_j dxm_tj k_j + exp(cum_t) S_c^T dy_t.
   const float Dh = p.D[h];
   const TX* z = static_cast<const TX*>(p.z);
-  block_gemm2(L, P, L + 1, sc, ldS, 1, xa, ldP, 1, N, qs, ldN, 1, big, 1, ldN,
+  block_gemm2<kTC>(L, P, L + 1, sc, ldS, 1, xa, ldP, 1, N, qs, ldN, 1, big, 1, ldN,
               [&](int t, int col, float intra, float inter) {
-                if (t >= rows) return;
+                if (t >= rows) return 0.f;
                 const float yscan = intra + expf(cum[t]) * inter;
-                atomicAdd(&r1[t], yscan * dys[t * ldP + col]);
                 if (z) {
                   const int64_t o = row_index(p, b, t0 + t, h) * P + col;
                   const float zv = to_float(z[o]), sg = sigmoid(zv);
                   const float y = yscan + Dh * xa[(t + 1) * ldP + col];
                   static_cast<TX*>(p.dz)[o] = from_float<TX>(p.dout[o] * y * sg * (1.f + zv * (1.f - sg)));
                 }
-              });
-  block_gemm2(L, N, L + 1, dxm, ldS, 1, ka, ldN, 1, P, dys, ldP, 1, big, ldN, 1,
+                return yscan * dys[t * ldP + col];  // r1_t = dy_t . yscan_t
+              },
+              r1);
+  block_gemm2<kTC>(L, N, L + 1, dxm, ldS, 1, ka, ldN, 1, P, dys, ldP, 1, big, ldN, 1,
               [&](int t, int n, float intra, float inter) {
                 if (t >= rows) return;
                 static_cast<TQK*>(p.dq)[row_index(p, b, t0 + t, h) * N + n] =
@@ -483,27 +682,26 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_chunk(Params p) 
   }
   __syncthreads();
   const float* dS = p.dstates + (bh * p.nC + c) * P * N;  // adjoint at the end of this chunk
-  for (int i = threadIdx.x; i < P * N; i += blockDim.x) {
-    const int row = i / N, col = i - row * N;
-    big[row * ldN + col] = dS[i];
-  }
+  load_matrix(big, ldN, P, N, dS);
   __syncthreads();
 
   // Phase C: dk_j = sum_t dxm_tj q_t + wend_j dS^T x_j, e_j = x_j^T dS k_j;
   //          dx_j = sum_t sc_tj dy_t + wend_j dS k_j (+ D dy for the chunk's own rows).
   // Rows j = 1..L are positions t0 + j - 1; row 0 (column 0) goes to gprev_*.
-  block_gemm2(L, N, L, dxm + 1, 1, ldS, qs, ldN, 1, P, xa + ldP, ldP, 1, big, ldN, 1,
+  block_gemm2<kTC>(L, N, L, dxm + 1, 1, ldS, qs, ldN, 1, P, xa + ldP, ldP, 1, big, ldN, 1,
               [&](int i, int n, float intra, float state) {
                 const int j = i + 1;
-                atomicAdd(&ecol[j], state * ka[j * ldN + n]);
-                if (i >= rows) return;
+                const float e_part = state * ka[j * ldN + n];  // e_j = sum_n of these (row sums into ecol + 1)
+                if (i >= rows) return e_part;
                 const float v = intra + wend[j] * state;
                 if (i == L - 1 && !last)
                   p.last_k[(bh * p.nC + c) * N + n] = v;
                 else
                   static_cast<TQK*>(p.dk)[row_index(p, b, t0 + i, h) * N + n] = from_float<TQK>(v);
-              });
-  block_gemm2(L, P, L, sc + 1, 1, ldS, dys, ldP, 1, N, ka + ldN, ldN, 1, big, 1, ldN,
+                return e_part;
+              },
+              ecol + 1);
+  block_gemm2<kTC>(L, P, L, sc + 1, 1, ldS, dys, ldP, 1, N, ka + ldN, ldN, 1, big, 1, ldN,
               [&](int i, int col, float intra, float state) {
                 if (i >= rows) return;
                 const float v = intra + wend[i + 1] * state + Dh * dys[i * ldP + col];
@@ -513,18 +711,25 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_chunk(Params p) 
                   static_cast<TX*>(p.dx)[row_index(p, b, t0 + i, h) * P + col] = from_float<TX>(v);
               });
   // Column 0: the previous position's key and input.
-  for (int n = threadIdx.x; n < N; n += blockDim.x) {
-    float intra = 0.f, state = 0.f;
-    for (int t = 0; t < L; ++t) intra = fmaf(dxm[t * ldS], qs[t * ldN + n], intra);
-    for (int col = 0; col < P; ++col) state = fmaf(xa[col], big[col * ldN + n], state);
-    p.gprev_k[(bh * p.nC + c) * N + n] = intra + wend[0] * state;
-    atomicAdd(&ecol[0], state * ka[n]);
-  }
-  for (int col = threadIdx.x; col < P; col += blockDim.x) {
-    float intra = 0.f, state = 0.f;
-    for (int t = 0; t < L; ++t) intra = fmaf(sc[t * ldS], dys[t * ldP + col], intra);
-    for (int n = 0; n < N; ++n) state = fmaf(ka[n], big[col * ldN + n], state);
-    p.gprev_x[(bh * p.nC + c) * P + col] = intra + wend[0] * state;
+  // (k entries on threads 0..N-1, x entries on the next P threads: both chains at once.)
+  // e_0's terms are summed per warp first (all N threads on one address would serialise).
+  for (int base = 0; base < N + P; base += blockDim.x) {  // uniform trip count: warp_sum below
+    const int i = base + threadIdx.x;
+    float intra = 0.f, state = 0.f, e_part = 0.f;
+    if (i < N) {
+      const int n = i;
+      for (int t = 0; t < L; ++t) intra = fmaf(dxm[t * ldS], qs[t * ldN + n], intra);
+      for (int col = 0; col < P; ++col) state = fmaf(xa[col], big[col * ldN + n], state);
+      p.gprev_k[(bh * p.nC + c) * N + n] = intra + wend[0] * state;
+      e_part = state * ka[n];
+    } else if (i < N + P) {
+      const int col = i - N;
+      for (int t = 0; t < L; ++t) intra = fmaf(sc[t * ldS], dys[t * ldP + col], intra);
+      for (int n = 0; n < N; ++n) state = fmaf(ka[n], big[col * ldN + n], state);
+      p.gprev_x[(bh * p.nC + c) * P + col] = intra + wend[0] * state;
+    }
+    e_part = warp_sum(e_part);
+    if ((threadIdx.x & 31) == 0 && base + (threadIdx.x & ~31) < N) atomicAdd(&ecol[0], e_part);
   }
   __syncthreads();
   // State parts of dgamma / dbeta, and r_t for d log alpha.
@@ -596,10 +801,11 @@ void allow_smem(Kernel kernel, size_t bytes, const char* what, const Params& p) 
 
 // One launch of a per-chunk kernel (grid = chunks x heads x batch) with `floats` of shared memory.
 template <class Kernel>
-void launch_chunks(Kernel kernel, size_t floats, const char* what, const Params& p, cudaStream_t stream) {
+void launch_chunks(Kernel kernel, size_t floats, const char* what, const Params& p, cudaStream_t stream,
+                   int threads = kThreads) {
   const size_t bytes = floats * sizeof(float);
   allow_smem(kernel, bytes, what, p);
-  kernel<<<dim3(p.nC, p.H, p.B), kThreads, bytes, stream>>>(p);
+  kernel<<<dim3(p.nC, p.H, p.B), threads, bytes, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -665,11 +871,11 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
       with_io_types(x.scalar_type(), q.scalar_type(), [&](auto xtag, auto qtag) {
         using TX = typename decltype(xtag)::type;
         using TQK = typename decltype(qtag)::type;
-        launch_chunks(ablate_ssm_scan_fwd_chunk_state<TX, TQK>, chunk_state_smem_floats(L, P, N),
+        launch_chunks(ablate_ssm_scan_fwd_chunk_state<TX, TQK>, chunk_state_smem_floats(L, P, N, kPad<TX, TQK>),
                       "the forward chunk-state kernel", p, stream);
         launch_state_pass(ablate_ssm_scan_fwd_state_pass, p, stream);
-        launch_chunks(ablate_ssm_scan_fwd_output<TX, TQK>, output_smem_floats(L, P, N), "the forward output kernel", p,
-                      stream);
+        launch_chunks(ablate_ssm_scan_fwd_output<TX, TQK>, output_smem_floats(L, P, N, kPad<TX, TQK>), "the forward output kernel", p,
+                      stream, kChunkThreads<TX, TQK>);
       });
     }
     ctx->save_for_backward({x, q, k, log_alpha, beta, gamma, D, z_in, h0_in, x_prev_in, k_prev_in, states, lam, h_last});
@@ -728,11 +934,11 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
       with_io_types(x.scalar_type(), q.scalar_type(), [&](auto xtag, auto qtag) {
         using TX = typename decltype(xtag)::type;
         using TQK = typename decltype(qtag)::type;
-        launch_chunks(ablate_ssm_scan_bwd_chunk_dstate<TX, TQK>, chunk_dstate_smem_floats(L, P, N),
+        launch_chunks(ablate_ssm_scan_bwd_chunk_dstate<TX, TQK>, chunk_dstate_smem_floats(L, P, N, kPad<TX, TQK>),
                       "the backward chunk-state kernel", p, stream);
         launch_state_pass(ablate_ssm_scan_bwd_state_pass, p, stream);
-        launch_chunks(ablate_ssm_scan_bwd_chunk<TX, TQK>, bwd_chunk_smem_floats(L, P, N), "the backward chunk kernel", p,
-                      stream);
+        launch_chunks(ablate_ssm_scan_bwd_chunk<TX, TQK>, bwd_chunk_smem_floats(L, P, N, kPad<TX, TQK>), "the backward chunk kernel", p,
+                      stream, kChunkThreads<TX, TQK>);
         ablate_ssm_scan_bwd_dlog_alpha<<<ceil_div(B * H * 32, kThreads), kThreads, 0, stream>>>(p);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
         ablate_ssm_scan_bwd_boundary<TX, TQK><<<dim3(nC, H, B), 128, 0, stream>>>(p);
