@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/gpu-ab.sh OUT STEPS REPEATS [--set key=value ...]: the whole-model A/B of the GPU lane:
-# nam56r-small (A) against the same spec plus the given overrides (B), interleaved A B A B ... so
+# $SPEC (default experiments/nam56r-small.toml) as A against the same spec plus the given overrides (B), interleaved A B A B ... so
 # machine drift cancels, same seed, tagged <tag>-a / <tag>-b in receipts-gpu.db (repository root, kept
 # between calls while the machine is warm). Then `ablate compare` of the two groups and both loss
 # curves (every 10th step) into OUT. Expects build-gpu (scripts/gpu-check.sh).
@@ -26,7 +26,7 @@ echo "== git revision for receipts: ${ABLATE_GIT_REVISION:-not set: git here, wh
 for r in $(seq "$REPEATS"); do
   for side in a b; do
     extra=(); [ $side = b ] && extra=("$@")
-    $BUILD/ablate run experiments/nam56r-small.toml -q --set train.steps="$STEPS" --set backends.strict=true \
+    $BUILD/ablate run "${SPEC:-experiments/nam56r-small.toml}" -q --set train.steps="$STEPS" --set backends.strict=true \
       --set "experiment.tags=[\"$TAG\",\"$TAG-$side\"]" "${common[@]}" "${extra[@]}" >> "$OUT/$TAG.log" 2>&1
     echo "== $TAG $side repeat $r: rc $?"
   done

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kernels/dispatch.h"
+#include "kernels/registry.h"
 #include "kernels/recurrent_scan/reference.h"
 #include "kernels/ssm_scan/reference.h"
 

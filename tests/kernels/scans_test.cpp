@@ -9,6 +9,7 @@
 // Inputs are drawn fresh from seeded generators in fp64 with the distributions the model produces
 // (docs/model.md "M" and "R"), spread wide enough that alpha and a reach both ~1 and ~0.
 #include "kernels/dispatch.h"
+#include "kernels/registry.h"
 #include "kernels/recurrent_scan/reference.h"
 #include "kernels/ssm_scan/reference.h"
 

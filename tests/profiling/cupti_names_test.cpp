@@ -99,6 +99,16 @@ const std::vector<Sample>& samples() {
        "16S4_Li1ELi32EEEvPKT_PKT0_SA_PKvbPKfPS8_PS5_Pfli"},
       {"residual_norm/fused_cuda", "norm",
        "_ZN6ablate7kernels5fused49_GLOBAL__N__04bf2b77_16_residual_norm_cu_9f6e266723ablate_residual_norm_dwEPKfliPf"},
+      // kernels/ssm_scan/fused_cuda.cu (nm of libablate_kernels.so, H100 build of 2026-11-25).
+      {"ssm_scan/fused_cuda", "ssm_scan",
+       "_ZN6ablate7kernels5fused46_GLOBAL__N__080be74b_13_fused_cuda_cu_4067bfe2L26ablate_ssm_scan_fwd_outputI13__nv_bfloat"
+       "16S4_EEvNS2_6ParamsE"},
+      {"ssm_scan/fused_cuda", "ssm_scan",
+       "_ZN6ablate7kernels5fused46_GLOBAL__N__080be74b_13_fused_cuda_cu_4067bfe2L25ablate_ssm_scan_bwd_chunkI13__nv_bfloat16"
+       "S4_EEvNS2_6ParamsE"},
+      {"ssm_scan/fused_cuda", "ssm_scan",
+       "_ZN6ablate7kernels5fused46_GLOBAL__N__080be74b_13_fused_cuda_cu_4067bfe230ablate_ssm_scan_fwd_state_passENS2_6Params"
+       "E"},
       {"swiglu/fused_cuda", "elementwise",
        "_ZN6ablate7kernels5fused41_GLOBAL__N__6761dd42_9_swiglu_cu_b38752c4L17ablate_swiglu_fwdI13__nv_bfloat16Li1EEEvPKT_S7_"
        "PS5_l"},
