@@ -54,8 +54,9 @@ class BackendRegistry {
   template <typename Fn>
   void add(const char* seam, BackendInfo row, Fn fn, std::map<std::string, Fn>& table) {
     const bool built = static_cast<bool>(fn);
+    const std::string name = row.name;  // check_and_record moves the row into the catalog
     check_and_record(seam, row, built);
-    if (built) table.emplace(row.name, std::move(fn));
+    if (built) table.emplace(name, std::move(fn));
   }
   std::vector<BackendInfo>& rows_;
   Implementations& tables_;
