@@ -52,7 +52,7 @@ for b in $( [ "${BENCH:-1}" = 0 ] || ls $BUILD/bench/* ); do
   name=$(basename "$b")
   [ -z "${BENCHES:-}" ] || [[ " $BENCHES " == *" $name "* ]] || continue
   "$b" --benchmark_format=json --benchmark_out="$OUT/$name.json" --benchmark_out_format=json \
-       --benchmark_min_time=0.2 ${BENCH_FILTER:+--benchmark_filter="$BENCH_FILTER"} >> "$OUT/bench.log" 2>&1
+       --benchmark_min_time=0.2s ${BENCH_FILTER:+--benchmark_filter="$BENCH_FILTER"} >> "$OUT/bench.log" 2>&1
   note "bench $name: rc $?"
 done
 
