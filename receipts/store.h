@@ -55,7 +55,7 @@ class Store {
 
   // For a writer about to record a run: throws StoreFileError, before anything is written, when the
   // store is damaged (PRAGMA quick_check finds a problem: a truncated or overwritten file) or cannot be
-  // written (the file is read-only). Reads the whole file once: O(size), about a second per 100 MB
+  // written (the file is read-only). Reads the whole file once: O(size), about 0.3 s per 100 MB on a 2-core machine
   // (store_bench: BM_CheckCanRecord). Readers skip it: a damaged page they reach is a StoreFileError too.
   void check_can_record();
 
