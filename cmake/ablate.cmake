@@ -44,6 +44,9 @@ function(ablate_test_suite name dir)
   target_compile_definitions(${name} PRIVATE ABLATE_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
                                               ABLATE_BINARY_DIR="${PROJECT_BINARY_DIR}")
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
-  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST WORKING_DIRECTORY ${PROJECT_BINARY_DIR}
+  # DISCOVERY_TIMEOUT: listing the tests loads LibTorch, which on a cold 2-core machine (page cache
+  # empty, other builds running) takes far longer than CMake's default 5 s; a timed-out listing fails
+  # the first `make test` of a fresh clone. 300 s bounds a hung binary and never trips on a slow one.
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 300 WORKING_DIRECTORY ${PROJECT_BINARY_DIR}
                        PROPERTIES ENVIRONMENT "ABLATE_DB=" TIMEOUT 600)
 endfunction()

@@ -1,5 +1,6 @@
 // harness/env.cpp: see env.h. Reads /proc and git; never fails a run: a fact that cannot be read is
-// recorded as "unknown", so the absence is visible in the receipt. The one error is a malformed git
+// recorded as "unknown", so the absence is visible in the receipt. Build flags are recorded without the
+// builder's absolute paths (portable_build_flags). The one error is a malformed git
 // override (ABLATE_GIT_REVISION / ABLATE_GIT_DIRTY): bad input, refused before the run is opened.
 #include "harness/env.h"
 
@@ -20,6 +21,7 @@
 #include <thread>
 
 #include "build_info.h"
+#include "receipts/sha256.h"
 
 namespace ablate::harness {
 namespace {
@@ -44,6 +46,27 @@ std::string proc_field(const char* file, const std::string& key) {
 
 std::string or_unknown(std::string s) { return s.empty() ? "unknown" : s; }
 
+// Where the absolute path in a flag argument starts, or npos: at 0 ("/usr/include"), after '=' or ','
+// ("--sysroot=/x", "-Wl,-rpath,/x"), or after an option name ("-I/x", "-isystem/x").
+size_t path_start(const std::string& arg) {
+  const size_t slash = arg.find('/');
+  if (slash == 0 || slash == std::string::npos) return slash;
+  if (arg[slash - 1] == '=' || arg[slash - 1] == ',') return slash;
+  const size_t dashes = arg.rfind("--", 0) == 0 ? 2 : arg[0] == '-' ? 1 : 0;
+  if (dashes == 0 || dashes == slash) return std::string::npos;
+  for (size_t i = dashes; i < slash; ++i)
+    if (!std::isalpha(static_cast<unsigned char>(arg[i])) && arg[i] != '-' && arg[i] != '_') return std::string::npos;
+  return slash;
+}
+
+// "<tag>/REL" when `path` is `dir` or below it, else "".
+std::string under(const std::string& path, const std::string& dir, const char* tag) {
+  if (dir.empty() || path.rfind(dir, 0) != 0) return "";
+  if (path.size() == dir.size()) return tag;
+  if (path[dir.size()] != '/') return "";
+  return tag + path.substr(dir.size());
+}
+
 constexpr const char* kRevisionEnv = "ABLATE_GIT_REVISION";
 constexpr const char* kDirtyEnv = "ABLATE_GIT_DIRTY";
 
@@ -67,6 +90,24 @@ std::string nvidia_driver_version() {
   for (std::string w; ss >> w;)
     if (!w.empty() && std::isdigit(static_cast<unsigned char>(w[0])) && w.find('.') != std::string::npos) return w;
   return "";
+}
+
+std::string portable_build_flags(const std::string& flags, const std::string& source_dir, const std::string& build_dir) {
+  // The more specific folder first: the build folder is usually inside the source tree.
+  const bool build_first = build_dir.size() >= source_dir.size();
+  std::istringstream in(flags);
+  std::string out;
+  for (std::string arg; in >> arg;) {
+    if (const size_t at = path_start(arg); at != std::string::npos) {
+      const std::string path = arg.substr(at);
+      std::string portable = build_first ? under(path, build_dir, "<build>") : under(path, source_dir, "<source>");
+      if (portable.empty()) portable = build_first ? under(path, source_dir, "<source>") : under(path, build_dir, "<build>");
+      if (portable.empty()) portable = "<path sha256:" + receipts::sha256_hex(path).substr(0, 12) + ">";
+      arg = arg.substr(0, at) + portable;
+    }
+    out += (out.empty() ? "" : " ") + arg;
+  }
+  return out;
 }
 
 GitFacts git_facts() {
@@ -110,7 +151,7 @@ Fingerprint host_fingerprint(int schema_version) {
   f["memory_bytes"] = mem.empty() ? "unknown" : std::to_string(std::stoull(mem) * 1024);
   f["compiler"] = ABLATE_CXX_COMPILER;
   f["build_type"] = ABLATE_BUILD_TYPE;
-  f["build_flags"] = trim(ABLATE_BUILD_FLAGS);
+  f["build_flags"] = portable_build_flags(ABLATE_BUILD_FLAGS, ABLATE_SOURCE_DIR_AT_BUILD, ABLATE_BINARY_DIR_AT_BUILD);
   f["cuda_arch_list"] = ABLATE_CUDA_ARCHITECTURES;
   f["harness_version"] = ABLATE_VERSION;
   f["schema_version"] = std::to_string(schema_version);

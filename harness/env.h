@@ -1,4 +1,4 @@
-// harness/env.h: the environment fingerprint of a run (DESIGN.md "Data flow" step 2): host, CPU,
+// harness/env.h: the environment fingerprint of a run (docs/architecture.md "One run" step 2): host, CPU,
 // memory, compiler and build flags, CUDA arch list, git revision and dirty flag, harness and schema
 // versions. The device half (GPU model/count, driver, CUDA runtime, LibTorch, NCCL) is added by the
 // runner, which links LibTorch; this half needs nothing but the OS.
@@ -27,6 +27,16 @@ struct GitFacts {
 // Throws std::invalid_argument for an ABLATE_GIT_REVISION that is set but not 7-40 hex digits, an
 // ABLATE_GIT_DIRTY other than true/false, or ABLATE_GIT_DIRTY without ABLATE_GIT_REVISION.
 GitFacts git_facts();
+
+// The compiler flags as a receipt records them (run_env build_flags): every absolute path made
+// portable, so a receipt does not carry the builder's directory layout and two clones at different
+// paths record the same flags. A path inside `build_dir` becomes "<build>/REL", inside `source_dir`
+// "<source>/REL" (relative, since the tree's own layout is the same in every clone); any other
+// absolute path becomes "<path sha256:HHHHHHHHHHHH>" (the first 12 hex digits of the sha256 of the
+// path: the same dependency folder still compares equal across runs, its location is not recorded).
+// A path is an argument that starts with '/', or the part of one after '=' or ',' or after an
+// option name ("-I/x", "-isystem /x", "-Wl,-rpath,/x", "--sysroot=/x").
+std::string portable_build_flags(const std::string& flags, const std::string& source_dir, const std::string& build_dir);
 
 // Host facts and build facts. `schema_version` is the receipt store's. Throws as git_facts().
 Fingerprint host_fingerprint(int schema_version);

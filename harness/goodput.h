@@ -1,4 +1,4 @@
-// harness/goodput.h: the goodput ledger (DESIGN.md "Goodput ledger"). Every second of a run's wall
+// harness/goodput.h: the goodput ledger (docs/architecture.md "Goodput ledger"). Every second of a run's wall
 // time is charged to exactly one category. Charges nest: an inner charge (a checkpoint inside the
 // training loop) takes its interval away from the outer one, so the categories always sum to wall
 // time; whatever no charge covers lands in `other`, shown, never hidden.

@@ -221,7 +221,8 @@ class Parser {
       throw SpecError(issues_);
     }
     toml::table root = std::move(result).table();
-    for (const auto& o : overrides) apply_override(root, o);
+    override_count_ = overrides.size();
+    for (size_t i = 0; i < overrides.size(); ++i) apply_override(root, overrides[i], i + 1);
     if (!issues_.empty()) throw SpecError(issues_);
 
     read_model_config(root, spec);
@@ -233,7 +234,8 @@ class Parser {
       const std::string k(key.str());
       if (!known_top.count(k)) {
         const std::vector<std::string> known(known_top.begin(), known_top.end());
-        issue(key.source(), fmt::format("unknown section [{}]{}: known sections are {}", k, suggestion(k, known), join_keys(known)));
+        issue(key.source(), fmt::format("unknown section [{}]{}: known sections are {}{}", k, suggestion(k, known),
+                                        join_keys(known), set_blame(key.source(), k)), k);
         continue;
       }
       if (!node.is_table()) issue(node.source(), fmt::format("[{}] must be a table, got {}", k, type_name(node)));
@@ -248,19 +250,44 @@ class Parser {
  private:
   std::string source_;
   std::vector<SpecIssue> issues_;
-  std::map<std::string, std::string> override_labels_;  // dotted key -> "--set a.b=c"
+  // Which --set argument put a key in the tree: its label ("--set a.b=c") and its 1-based position.
+  struct OverrideOrigin {
+    std::string label;
+    size_t position = 0;
+  };
+  std::map<std::string, OverrideOrigin> override_origins_;  // dotted key -> the last --set of it
+  size_t override_count_ = 0;
 
+  // The --set that set `dotted`, or for a node that is not in the file (a table a --set created, such
+  // as [nosuch] for --set nosuch.key=1) the first --set below it.
+  const OverrideOrigin* origin_of(const toml::source_region& r, const std::string& dotted) const {
+    if (dotted.empty()) return nullptr;
+    if (auto it = override_origins_.find(dotted); it != override_origins_.end()) return &it->second;
+    if (r.begin.line != 0) return nullptr;
+    const OverrideOrigin* first = nullptr;
+    for (const auto& [key, origin] : override_origins_)
+      if (key.rfind(dotted + ".", 0) == 0 && (!first || origin.position < first->position)) first = &origin;
+    return first;
+  }
   std::string where(const toml::source_region& r, const std::string& dotted = "") const {
-    if (auto it = override_labels_.find(dotted); !dotted.empty() && it != override_labels_.end()) return it->second;
+    if (const auto* o = origin_of(r, dotted)) return o->label;
     if (r.begin.line == 0) return source_;
     return fmt::format("{}:{}:{}", source_, r.begin.line, r.begin.column);
+  }
+  // For a section or key that only a --set brought in: which argument, so the file is not blamed.
+  std::string set_blame(const toml::source_region& r, const std::string& dotted) const {
+    if (r.begin.line != 0) return "";
+    const auto* o = origin_of(r, dotted);
+    if (!o) return "";
+    return fmt::format(" (it comes from --set argument {} of {}, '{}', not from {}: fix or drop that --set)",
+                       o->position, override_count_, o->label.substr(6), source_);
   }
   void issue(const toml::source_region& r, std::string msg, const std::string& dotted = "") {
     issues_.push_back({where(r, dotted), std::move(msg)});
   }
 
   // "--set model.attention.heads=8": the value is parsed as TOML, else taken as a string.
-  void apply_override(toml::table& root, const std::string& o) {
+  void apply_override(toml::table& root, const std::string& o, size_t position) {
     const std::string label = "--set " + o;
     const auto eq = o.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -291,7 +318,7 @@ class Parser {
     } else {
       t->insert_or_assign(parts.back(), value);
     }
-    override_labels_[dotted] = label;
+    override_origins_[dotted] = {label, position};
   }
 
   void read_model_config(const toml::table& root, ExperimentSpec& spec) {
@@ -330,7 +357,8 @@ class Parser {
       auto f = std::find_if(sec.fields.begin(), sec.fields.end(), [&](const Binding& b) { return b.key == k; });
       if (f == sec.fields.end()) {
         if (std::find(known.begin(), known.end(), k) == known.end())
-          issue(key.source(), fmt::format("unknown key '{}' in [{}]{}: known keys are {}", k, sec.path, suggestion(k, known), join_keys(known)), dotted);
+          issue(key.source(), fmt::format("unknown key '{}' in [{}]{}: known keys are {}{}", k, sec.path, suggestion(k, known),
+                                          join_keys(known), set_blame(key.source(), dotted)), dotted);
         continue;
       }
       if (auto err = f->read(value); !err.empty()) issue(value.source(), fmt::format("{}: {}", dotted, err), dotted);
@@ -400,6 +428,20 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+// A file that declares nothing (0 bytes, or only comments and whitespace) is refused: running the
+// built-in defaults in its place would record a run of an experiment nobody declared (a truncated
+// copy, a wrong path that exists) under the file's name. Malformed TOML is left to the parser.
+void refuse_empty_file(const std::string& path, const std::string& text) {
+  auto parsed = toml::parse(std::string_view(text), std::string_view(path));
+  if (!parsed || !parsed.table().empty()) return;
+  const std::string what = text.empty() ? "the experiment file is empty (0 bytes)"
+                                        : "the experiment file declares nothing (only comments and whitespace)";
+  throw SpecError({{path, what + ": an experiment file must declare the experiment, and ablate does not run its "
+                                 "built-in defaults in place of an empty file; write at least [experiment] name = "
+                                 "\"...\" and [model] config = \"tiny\" (experiments/tiny.toml spells out every key), "
+                                 "or give no file to `ablate run` to run the embedded defaults"}});
+}
+
 std::string format_issues(const std::vector<SpecIssue>& issues) {
   std::string s;
   for (const auto& i : issues) s += (s.empty() ? "" : "\n") + i.str();
@@ -416,7 +458,9 @@ ExperimentSpec parse_spec_string(const std::string& text, const std::string& sou
 }
 
 ExperimentSpec parse_spec_file(const std::string& path, const std::vector<std::string>& overrides) {
-  return parse_spec_string(read_file(path), path, overrides);
+  const std::string text = read_file(path);
+  refuse_empty_file(path, text);
+  return parse_spec_string(text, path, overrides);
 }
 
 ExperimentSpec default_spec(bool gpu, const std::vector<std::string>& overrides) {

@@ -44,7 +44,7 @@ double learning_rate(int64_t step, int64_t total, int64_t warmup, double peak, d
 
 std::optional<double> dense_bf16_peak_flops(const std::string& name) {
   auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
-  // MODEL.md: H100 SXM and H200 989.4e12, A100 312e12. The H100 PCIe and NVL have other peaks:
+  // docs/model.md: H100 SXM and H200 989.4e12, A100 312e12. The H100 PCIe and NVL have other peaks:
   // they are not guessed.
   if (has("H200")) return 989.4e12;
   if (has("H100") && (has("SXM") || has("HBM3"))) return 989.4e12;

@@ -1,6 +1,6 @@
-// harness/step_stats.h: run-level statistics of a run's steps (DESIGN.md "Goodput ledger",
+// harness/step_stats.h: run-level statistics of a run's steps (docs/architecture.md "Goodput ledger",
 // "Comparability and statistics"): the median of steady-state step times, outliers by median + 3*MAD,
-// the learning-rate schedule of MODEL.md, and MFU against the dense bf16 peak of known GPU models
+// the learning-rate schedule of docs/model.md, and MFU against the dense bf16 peak of known GPU models
 // (null for unknown ones: never guess a peak). Plain C++ so it is tested without LibTorch.
 // Tests: tests/harness/step_stats_test.cpp.
 #pragma once

@@ -1,8 +1,11 @@
 // receipts/errors.h: the two exception types of the receipt store.
 //   StoreError  - the caller's input is wrong (bad path, unknown run, finished run, bad filter);
 //                 the CLI maps it to exit code 2.
-//   SqliteError - SQLite itself failed (I/O, corruption, lock timeout, a schema trigger fired);
-//                 carries the SQLite result code, sqlite3_errmsg and the statement text.
+//   SqliteError - SQLite itself failed (I/O, lock timeout, a schema trigger fired); carries the SQLite
+//                 result code, sqlite3_errmsg and the statement text.
+//   StoreFileError - a SqliteError that says the store FILE is unusable as given: damaged (corrupt,
+//                 truncated, not a database) or not writable (read-only file or folder, full disk).
+//                 Its text says what is wrong and how to fix it, without SQL; the CLI maps it to exit 2.
 // Tested through tests/receipts/*_test.cpp (receipts_tests).
 #pragma once
 
@@ -24,6 +27,11 @@ class SqliteError : public std::runtime_error {
 
  private:
   int code_;
+};
+
+class StoreFileError : public SqliteError {
+ public:
+  using SqliteError::SqliteError;
 };
 
 }  // namespace ablate::receipts

@@ -1,4 +1,6 @@
-// receipts/sql.cpp: checked SQLite wrappers (see sql.h). Tests: tests/receipts/*_test.cpp.
+// receipts/sql.cpp: checked SQLite wrappers (see sql.h). A failure that is about the store file (damaged,
+// read-only, full disk) becomes a StoreFileError in the user's terms; any other a SqliteError with the
+// statement. Tests: tests/receipts/*_test.cpp (store_file_test.cpp for the file problems).
 #include "receipts/sql.h"
 
 #include <fmt/format.h>
@@ -16,12 +18,44 @@ std::string describe(sqlite3* db, int rc, std::string_view sql, std::string_view
                      sql);
 }
 
+[[noreturn]] void throw_failure(sqlite3* db, int rc, std::string_view sql, std::string_view path) {
+  if (std::string problem = file_problem(rc, path, std::string("SQLite: ") + sqlite3_errstr(rc)); !problem.empty()) throw StoreFileError(rc, problem);
+  throw SqliteError(rc, describe(db, rc, sql, path));
+}
+
 std::string db_file(sqlite3* db) {
   const char* name = sqlite3_db_filename(db, "main");
   return name != nullptr && *name != '\0' ? name : ":memory:";
 }
 
 }  // namespace
+
+std::string file_problem(int rc, std::string_view path, std::string_view detail) {
+  switch (rc & 0xff) {
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+      return fmt::format(
+          "the receipt store '{}' is damaged ({}): it was truncated or overwritten, and ablate leaves it as it "
+          "is. Restore it from a backup, or copy out what is still readable with `sqlite3 '{}' .recover | sqlite3 "
+          "recovered.db` and pass --db recovered.db; or pass another --db (or set ABLATE_DB)",
+          path, detail, path);
+    case SQLITE_READONLY:
+    case SQLITE_CANTOPEN:
+    case SQLITE_PERM:
+      return fmt::format(
+          "cannot write the receipt store '{}': the file or its folder is read-only ({}). ablate writes the file "
+          "and, in WAL mode, creates '{}-wal' and '{}-shm' beside it: make the file and its folder writable, or "
+          "pass --db with a writable path (or set ABLATE_DB)",
+          path, detail, path, path);
+    case SQLITE_FULL:
+      return fmt::format(
+          "cannot write the receipt store '{}': the disk holding it is full ({}). Free space on that disk, or pass "
+          "--db on another disk (or set ABLATE_DB)",
+          path, detail);
+    default:
+      return "";
+  }
+}
 
 // ---- Statement ---------------------------------------------------------------------------------
 
@@ -41,7 +75,7 @@ Statement::Statement(sqlite3* db, std::string_view sql, bool persistent) : db_(d
 
 Statement::~Statement() { sqlite3_finalize(stmt_); }
 
-void Statement::fail(int rc) const { throw SqliteError(rc, describe(db_, rc, sql_, db_file(db_))); }
+void Statement::fail(int rc) const { throw_failure(db_, rc, sql_, db_file(db_)); }
 
 void Statement::check_bind(int rc, int index) {
   if (rc == SQLITE_RANGE) {
@@ -137,7 +171,7 @@ void Connection::set_busy_timeout(int milliseconds) {
   if (rc != SQLITE_OK) fail(rc, fmt::format("sqlite3_busy_timeout({})", milliseconds));
 }
 
-void Connection::fail(int rc, std::string_view sql) const { throw SqliteError(rc, describe(db_, rc, sql, path_)); }
+void Connection::fail(int rc, std::string_view sql) const { throw_failure(db_, rc, sql, path_); }
 
 void Connection::exec(std::string_view sql) {
   const std::string text(sql);  // sqlite3_exec needs NUL termination

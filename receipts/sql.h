@@ -1,5 +1,6 @@
 // receipts/sql.h: a thin checked layer over the SQLite C API, private to receipts/.
-// Every call is checked; a failure throws SqliteError carrying sqlite3_errmsg, the statement and the file.
+// Every call is checked; a failure throws SqliteError carrying sqlite3_errmsg, the statement and the file,
+// or, when the file itself is the problem (damaged, read-only, full disk), StoreFileError saying so.
 // Prepared statements are cached per connection and handed out as leases that reset on scope exit,
 // so no statement is left mid-iteration holding a read snapshot open.
 // Not thread-safe: one Connection per thread (connections are opened SQLITE_OPEN_NOMUTEX).
@@ -24,6 +25,12 @@ namespace ablate::receipts::sql {
 
 // A value bound to a statement parameter (used by the generic read-only query API).
 using Param = std::variant<std::nullptr_t, std::int64_t, double, std::string>;
+
+// For a failure that is about the store file rather than the statement (damaged: SQLITE_CORRUPT,
+// SQLITE_NOTADB; not writable: SQLITE_READONLY, SQLITE_CANTOPEN, SQLITE_PERM; SQLITE_FULL): what is
+// wrong and how to fix it, with `detail` (what SQLite or a check found) in parentheses; "" for any
+// other code. No SQL: the statement that met the problem does not help the user, the file does.
+std::string file_problem(int rc, std::string_view path, std::string_view detail);
 
 class Statement {
  public:

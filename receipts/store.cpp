@@ -209,6 +209,16 @@ Store Store::open(const std::string& path, StoreOptions options) {
   return Store(path, stale_s, std::move(db));
 }
 
+void Store::check_can_record() {
+  // quick_check: every page read and its b-tree structure checked (not the index contents, which
+  // integrity_check would add at several times the cost). Its first line is "ok" or the first problem.
+  const std::string verdict = db_->scalar_text("PRAGMA quick_check(1)");
+  if (verdict != "ok")
+    throw StoreFileError(SQLITE_CORRUPT, sql::file_problem(SQLITE_CORRUPT, path_, "quick_check: " + verdict.substr(0, 200)));
+  if (sqlite3_db_readonly(db_->handle(), "main") == 1)
+    throw StoreFileError(SQLITE_READONLY, sql::file_problem(SQLITE_READONLY, path_, "SQLite opened it read-only"));
+}
+
 int Store::schema_version() { return static_cast<int>(db_->scalar_int("PRAGMA user_version")); }
 
 // ---- guards ------------------------------------------------------------------------------------

@@ -4,14 +4,24 @@
 //   BM_RunJson        - a full run (2,000 steps, backends, catalog, goodput, memory, kernels,
 //                       artifacts, annotations) read back with run_json.
 //   BM_ListRuns       - list_runs with a tag filter over 1,000 runs.
+//   BM_StepBuffer/S   - the runner's per-step cost of StepBuffer::add (64 rows or 2 s, whichever first)
+//                       for steps of S ms on a simulated clock: S = 1 writes by count (one transaction per
+//                       64 steps), S = 500 by time (one per 4 steps), S = 3000 one per step. The time per
+//                       iteration is the cost per step; divided by S ms it is the overhead of keeping rows.
+//   BM_CheckCanRecord/R - Store::check_can_record (quick_check + read-only test) on a store of R runs x
+//                       2,000 steps: what `ablate run` pays once before its run row; MB/s counter.
 // Build and run: ninja -C build-receipts store_bench && build-receipts/bench/store_bench
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "receipts/step_buffer.h"
 #include "receipts/store.h"
 #include "receipts/temp_dir.h"
 
@@ -144,6 +154,45 @@ void BM_ListRuns(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_ListRuns)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_StepBuffer(benchmark::State& state) {
+  const auto step = std::chrono::milliseconds(state.range(0));
+  TempDir dir("ablate-store-bench");
+  auto store = Store::open(dir.file("receipts.db"));
+  const auto run_id = store.begin_run(bench_start("buffer"));
+  auto clock = StepBuffer::Clock::now();  // simulated: each step ends `step` after the previous one
+  StepBuffer buffer(store, run_id, StepBuffer::kMaxRows, StepBuffer::kMaxSeconds, clock);
+  std::int64_t next = 0, writes = 0;
+  std::vector<StepRow> row(1);
+  for (auto _ : state) {
+    state.PauseTiming();
+    row = steps_from(next++, 1);
+    clock += step;
+    state.ResumeTiming();
+    writes += buffer.add(row[0], clock);
+  }
+  state.counters["steps/write"] = static_cast<double>(next) / static_cast<double>(std::max<std::int64_t>(writes, 1));
+}
+BENCHMARK(BM_StepBuffer)->Arg(1)->Arg(500)->Arg(3000)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_CheckCanRecord(benchmark::State& state) {
+  TempDir dir("ablate-store-bench");
+  const std::string path = dir.file("receipts.db");
+  {
+    auto store = Store::open(path);
+    for (std::int64_t r = 0; r < state.range(0); ++r) {
+      const auto id = store.begin_run(bench_start("check"));
+      store.append_steps(id, steps_from(0, 2000));
+      store.finish_run(id, RunStatus::ok, "", {});
+    }
+  }
+  auto store = Store::open(path);
+  for (auto _ : state) store.check_can_record();
+  const auto bytes = static_cast<double>(std::filesystem::file_size(path));
+  state.counters["MB"] = bytes / 1e6;
+  state.counters["MB/s"] = benchmark::Counter(bytes / 1e6, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_CheckCanRecord)->Arg(10)->Arg(100)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace ablate::receipts

@@ -47,8 +47,10 @@ int run_selected(CLI::App& app, Globals& g) {
     } catch (const std::exception& e) {
       // Bad input (store, data, configuration against this machine) is exit 2; anything else
       // means the work itself failed.
-      const bool bad_input = dynamic_cast<const receipts::StoreError*>(&e) || dynamic_cast<const data::DataError*>(&e) ||
-                             dynamic_cast<const std::invalid_argument*>(&e);
+      // A store file that is damaged or cannot be written is the --db the user gave: bad input too.
+      const bool bad_input = dynamic_cast<const receipts::StoreError*>(&e) ||
+                             dynamic_cast<const receipts::StoreFileError*>(&e) ||
+                             dynamic_cast<const data::DataError*>(&e) || dynamic_cast<const std::invalid_argument*>(&e);
       fmt::print(stderr, "ablate: error: {}\n", e.what());
       return bad_input ? kExitBadInput : kExitRunFailed;
     }

@@ -24,7 +24,7 @@ struct Command {
 std::vector<Command>& command_table();
 
 void register_commands(CLI::App& app, Globals& g);
-// Runs the selected subcommand; SpecError / StoreError / DataError / invalid_argument -> 2, any other
+// Runs the selected subcommand; SpecError / StoreError / StoreFileError / DataError / invalid_argument -> 2, any other
 // exception -> 1, each printed as "ablate: error: ..." on stderr.
 int run_selected(CLI::App& app, Globals& g);
 

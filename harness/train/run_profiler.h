@@ -1,4 +1,4 @@
-// harness/train/run_profiler.h: the profiling half of one run (DESIGN.md "Data flow", step 6), driven
+// harness/train/run_profiler.h: the profiling half of one run (docs/architecture.md "One run", step 6), driven
 // by the training loop: the CUPTI window over `[profile] start_step .. + steps`, NVTX ranges for the
 // step and its phases, the seam-scope recorder (installed on CUDA runs), allocator statistics after
 // forward / backward / optimizer for the profiled steps, step times inside vs outside the window, and

@@ -1,8 +1,9 @@
-// harness/train/runner.h: one declared experiment, end to end (DESIGN.md "Data flow of one run"):
+// harness/train/runner.h: one declared experiment, end to end (docs/architecture.md "One run"):
 // validate against the machine, open the receipt, build the model and its seams, train, close the
-// receipt with a summary. Everything that can be rejected as bad input (strict backends, a device
-// that is not there, data errors) is rejected BEFORE the run row is written.
-// Tests: tests/harness/runner_test.cpp (tiny on the CPU, through the real store).
+// receipt with a summary, as the named stages of harness/train/stages.h called in order. Everything
+// that can be rejected as bad input (strict backends, a device that is not there, data errors, a
+// damaged or read-only store) is rejected BEFORE the run row is written.
+// Tests: tests/harness/runner_test.cpp (tiny on the CPU, through the real store), stages_test.cpp.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -35,7 +36,7 @@ struct RunResult {
   int exit_code = 0;   // 0 ok, 1 failed
 };
 
-// Throws SpecError / DataError / StoreError / std::invalid_argument for bad input (nothing written);
+// Throws SpecError / DataError / StoreError / StoreFileError / std::invalid_argument for bad input (nothing written);
 // a run that started and failed returns status failed and exit code 1.
 RunResult run_experiment(const ExperimentSpec& spec, const RunOptions& options);
 

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "harness/spec.h"
+#include "receipts/temp_dir.h"
 
 namespace fs = std::filesystem;
 using namespace ablate::harness;
@@ -207,4 +208,47 @@ TEST(Spec, EmbeddedDefaultsAreValid) {
   EXPECT_EQ(default_spec(false).model.name, "tiny");
   EXPECT_EQ(default_spec(true).model.name, "nam56r-small");
   EXPECT_EQ(default_spec(false, {"train.steps=7"}).train.steps, 7);
+}
+
+// An experiment file that declares nothing is refused (issue 15 item 6): it never becomes a run of the
+// built-in defaults recorded under the file's name. The same text given as a string (with --set
+// overrides, as the tests above do) is not a file and still parses.
+TEST(Spec, AnEmptyFileIsRefusedWithTheFileAndHowToFixIt) {
+  const ablate::receipts::TempDir tmp("ablate-spec-empty");
+  const fs::path dir = tmp.path();
+  const fs::path empty = dir / "empty.toml", blank = dir / "blank.toml";
+  std::ofstream(empty).flush();
+  std::ofstream(blank) << "\n# only a comment\n  \t\n";
+  for (const auto& [file, what] : {std::pair{empty, "the experiment file is empty (0 bytes)"},
+                                   std::pair{blank, "the experiment file declares nothing (only comments and whitespace)"}}) {
+    try {
+      parse_spec_file(file.string(), {"train.steps=3"});
+      ADD_FAILURE() << file << " parsed";
+    } catch (const SpecError& e) {
+      ASSERT_EQ(e.issues().size(), 1u);
+      EXPECT_EQ(e.issues()[0].where, file.string());
+      EXPECT_EQ(e.issues()[0].message.rfind(what, 0), 0u) << e.issues()[0].message;
+      EXPECT_NE(e.issues()[0].message.find("experiments/tiny.toml"), std::string::npos);
+    }
+  }
+  std::ofstream(dir / "one.toml") << "# a comment, then a section\n[train]\nsteps = 3\nwarmup_steps = 1\n";
+  EXPECT_EQ(parse_spec_file((dir / "one.toml").string()).train.steps, 3);
+  EXPECT_EQ(parse_spec_string("", "o.toml", {"train.steps=40"}).train.steps, 40);
+}
+
+// An unknown section that only a --set brought in is blamed on that --set and its position (issue 15
+// item 8), not on the file; one that the file has is still blamed on the file's line.
+TEST(Spec, AnUnknownSetSectionIsBlamedOnTheSetArgument) {
+  EXPECT_EQ(first_error("[train]\nsteps = 10\n", "o.toml", {"train.lr=0.01", "nosuch.key=1"}),
+            "--set nosuch.key=1: error: unknown section [nosuch]: known sections are backends, compile, data, "
+            "distributed, experiment, model, profile, train (it comes from --set argument 2 of 2, 'nosuch.key=1', "
+            "not from o.toml: fix or drop that --set)");
+  EXPECT_EQ(first_error("", "o.toml", {"trian.steps=1"}).rfind("--set trian.steps=1: error: unknown section [trian] (did "
+                                                               "you mean 'train'?)", 0),
+            0u);
+  EXPECT_EQ(first_error("", "o.toml", {"model.attn.heads=2"}).rfind("--set model.attn.heads=2: error: unknown key 'attn' in "
+                                                                    "[model]", 0),
+            0u);
+  EXPECT_EQ(first_error("[nosuch]\nkey = 1\n", "o.toml", {"nosuch.other=2"}).rfind("o.toml:1:2: error: unknown section", 0),
+            0u);
 }

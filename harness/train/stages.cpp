@@ -1,0 +1,504 @@
+// harness/train/stages.cpp: see stages.h. The goodput ledger is charged as the run goes (startup until
+// the first step, data_prep for the corpus, warmup/productive per step with loader waits moved to
+// data_wait, checkpoint saves and restores, profiling around the CUPTI window and the evidence export).
+// Tests: tests/harness/stages_test.cpp, tests/harness/runner_test.cpp.
+#include "harness/train/stages.h"
+
+#include <ATen/autocast_mode.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "data/loader.h"
+#include "harness/step_stats.h"
+#include "harness/train/checkpoint.h"
+#include "harness/train/device.h"
+#include "harness/train/run_profiler.h"
+#include "harness/train/step_graph.h"
+#include "kernels/scope.h"
+#include "receipts/sha256.h"
+#include "receipts/step_buffer.h"
+
+namespace ablate::harness {
+namespace {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// A run-ending condition of training itself (as opposed to a bug): recorded as the failure reason.
+struct TrainingFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+int64_t rss_bytes() {
+  std::ifstream in("/proc/self/statm");
+  int64_t pages_total = 0, pages_resident = 0;
+  in >> pages_total >> pages_resident;
+  return pages_resident * sysconf(_SC_PAGESIZE);
+}
+
+// bf16 autocast for the forward pass on the run's device type; fp32 master weights stay untouched.
+class AutocastScope {
+ public:
+  AutocastScope(bool enabled, c10::DeviceType type) : enabled_(enabled), type_(type) {
+    if (!enabled_) return;
+    at::autocast::set_autocast_enabled(type_, true);
+    at::autocast::set_autocast_dtype(type_, at::kBFloat16);
+  }
+  ~AutocastScope() {
+    if (!enabled_) return;
+    at::autocast::set_autocast_enabled(type_, false);
+    at::autocast::clear_cache();
+  }
+
+ private:
+  bool enabled_;
+  c10::DeviceType type_;
+};
+
+data::DataOptions data_options(const ExperimentSpec& spec) {
+  data::DataOptions d;
+  d.source = spec.data.source;
+  d.corpus_dir = spec.data.corpus_dir;
+  d.extensions = spec.data.extensions;
+  d.max_bytes = static_cast<uint64_t>(spec.data.max_bytes);
+  d.cache_dir = spec.data.cache_dir;
+  d.seq_len = spec.model.seq_len;
+  d.batch_size = spec.model.batch_size;
+  d.seed = static_cast<uint64_t>(spec.experiment.seed);
+  d.vocab = spec.model.vocab;
+  d.synthetic_distribution = spec.data.synthetic_distribution;
+  d.zipf_exponent = spec.data.zipf_exponent;
+  d.prefetch = spec.data.prefetch;
+  return d;
+}
+
+// Global-norm clipping without a host sync: the norm stays a device tensor until the step's one read.
+torch::Tensor clip_gradients(const std::vector<torch::Tensor>& params, double max_norm) {
+  std::vector<torch::Tensor> sq;
+  for (const auto& p : params)
+    if (p.grad().defined()) sq.push_back(p.grad().detach().to(torch::kFloat).pow(2).sum());
+  if (sq.empty()) return torch::zeros({}, torch::kFloat);
+  auto norm = torch::stack(sq).sum().sqrt();
+  if (max_norm > 0) {
+    auto coef = (max_norm / (norm + 1e-6)).clamp_max(1.0);
+    for (const auto& p : params)
+      if (p.grad().defined()) p.grad().mul_(coef.to(p.grad().dtype()));
+  }
+  return norm;
+}
+
+// Seams added after the lane key was fixed join it only off their reference backend, so the runs
+// recorded before a seam existed stay in the same lane as today's runs that leave it on the reference.
+bool in_lane_key(const kernels::Resolution& r) { return r.seam != "optimizer" || r.chosen != "reference"; }
+
+std::string lane_of(const ExperimentSpec& spec, const kernels::Dispatcher& d, const std::string& device_kind) {
+  std::string backends;
+  for (const auto& r : d.resolutions())
+    if (in_lane_key(r)) backends += r.seam + "=" + r.chosen + ";";
+  return fmt::format("{}:{}:{}x{}:{}", spec.model.name, model_hash(spec).substr(0, 8), spec.distributed.nproc, device_kind,
+                     receipts::sha256_hex(backends).substr(0, 8));
+}
+
+std::string allocator_stats(int device_index) {
+  const auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(device_index);
+  constexpr double GiB = 1024.0 * 1024 * 1024;
+  return fmt::format("allocated {:.2f} GiB (peak {:.2f}), reserved {:.2f} GiB (peak {:.2f}), alloc retries {}, OOMs {}",
+                     s.allocated_bytes[0].current / GiB, s.allocated_bytes[0].peak / GiB, s.reserved_bytes[0].current / GiB,
+                     s.reserved_bytes[0].peak / GiB, s.num_alloc_retries, s.num_ooms);
+}
+
+int cuda_index_of(const torch::Device& device) {
+  return device.is_cuda() ? device.index() < 0 ? 0 : device.index() : -1;
+}
+
+}  // namespace
+
+void Progress::operator()(const std::string& line) const {
+  if (!quiet) fmt::print("{}\n", line);
+}
+
+// ---- 1 -----------------------------------------------------------------------------------------
+
+RunPosture choose_posture(const ExperimentSpec& spec, const RunOptions& opt) {
+  RunPosture p;
+  const bool cuda_ok = torch::cuda::is_available();
+  p.device_kind = spec.train.device == "auto" ? (cuda_ok ? "cuda" : "cpu") : spec.train.device;
+  if (p.device_kind == "cuda" && !cuda_ok)
+    throw std::invalid_argument("train.device = \"cuda\" but no CUDA device is visible: set train.device = \"auto\" or \"cpu\"");
+  p.device = torch::Device(p.device_kind == "cuda" ? torch::kCUDA : torch::kCPU);
+  if (spec.distributed.nproc != 1)
+    throw std::invalid_argument(fmt::format(
+        "distributed.nproc = {}: this build trains in one process on one device (multi-GPU data parallel is not "
+        "built yet), and a run must not claim a topology it did not use; set distributed.nproc = 1",
+        spec.distributed.nproc));
+  p.bf16 = spec.train.dtype == "bf16" || (spec.train.dtype == "auto" && p.device.is_cuda());
+  kernels::DeviceInfo info = live_device_info();
+  info.cuda = info.cuda && p.device.is_cuda();
+  info.dtype = p.bf16 ? "bf16" : "fp32";
+  p.dispatcher = std::make_shared<const kernels::Dispatcher>(spec.backends.requested, info, spec.backends.strict);
+
+  auto& ctx = at::globalContext();
+  ctx.setBenchmarkCuDNN(spec.compile.cudnn_benchmark);
+  ctx.setAllowTF32CuBLAS(spec.compile.tf32);
+  ctx.setAllowTF32CuDNN(spec.compile.tf32);
+  ctx.setDeterministicAlgorithms(spec.compile.deterministic, /*warn_only=*/false);
+  // Whole-step CUDA graph capture: decided up front from what the step will run (a host sync in a seam
+  // makes it impossible, and is recorded as the reason); an eligible run captures after its eager
+  // warm-up steps and falls back to eager, with the failure as the reason, if the capture fails.
+  std::map<std::string, std::string> chosen_backends;
+  for (const auto& r : p.dispatcher->resolutions()) chosen_backends[r.seam] = r.chosen;
+  p.graphs = decide_graph_capture(spec.compile.cuda_graphs, p.device.is_cuda(), chosen_backends, spec.model);
+  if (opt.attempt_graph_capture_for_testing && spec.compile.cuda_graphs && p.device.is_cuda()) p.graphs.eligible = true;
+  return p;
+}
+
+// ---- 2 -----------------------------------------------------------------------------------------
+
+std::unique_ptr<data::DataSource> open_run_data(const ExperimentSpec& spec, GoodputLedger& ledger) {
+  GoodputLedger::Scope prep(ledger, Goodput::data_prep);
+  return data::open_data(data_options(spec));
+}
+
+// ---- 3 -----------------------------------------------------------------------------------------
+
+ModelState build_model(const ExperimentSpec& spec, const RunOptions& opt, const RunPosture& posture,
+                       const data::DataSource& source, GoodputLedger& ledger) {
+  ModelState s;
+  const uint64_t seed = static_cast<uint64_t>(spec.experiment.seed);
+  torch::manual_seed(seed);
+  s.model = model::HybridModel(spec.model, posture.dispatcher, seed);
+  s.model->to(posture.device);
+  s.params = s.model->parameters();
+  s.optimizer = std::make_unique<AdamW>(s.params, spec.train, *posture.dispatcher);
+  s.model_hash = model_hash(spec);
+  s.checkpoint_dir = !spec.train.checkpoint_dir.empty()
+                         ? spec.train.checkpoint_dir
+                         : (fs::absolute(opt.db_path).parent_path() / "checkpoints" / spec.experiment.name).string();
+  if (spec.train.resume) {
+    if (auto latest = latest_checkpoint(s.checkpoint_dir)) {
+      GoodputLedger::Scope restore(ledger, Goodput::checkpoint);
+      const auto st = load_checkpoint(*latest, *s.model, *s.optimizer, s.model_hash, source.description().fingerprint);
+      s.start_step = st.next_step;
+      s.data_state = st.data;
+      s.resumed_from = *latest;
+    }
+  }
+  if (s.start_step >= spec.train.steps)
+    throw std::invalid_argument(fmt::format("the checkpoint in {} is already at step {} of train.steps = {}: raise "
+                                            "train.steps or set train.resume = false",
+                                            s.checkpoint_dir, s.start_step, spec.train.steps));
+  return s;
+}
+
+// ---- 4 -----------------------------------------------------------------------------------------
+
+OpenReceipt open_receipt(const ExperimentSpec& spec, const RunOptions& opt, const RunPosture& posture,
+                         const ModelState& state) {
+  auto store = receipts::Store::open(opt.db_path);
+  store.check_can_record();  // a damaged or read-only store: exit 2 with the file as it was
+  Fingerprint env = host_fingerprint(store.schema_version());
+  for (const auto& [k, v] : device_fingerprint()) env[k] = v;
+  env["device"] = posture.device_kind;
+  env["dtype"] = posture.bf16 ? "bf16-autocast" : "fp32";
+  env["compile.cuda_graphs_requested"] = spec.compile.cuda_graphs ? "true" : "false";
+  env["compile.cuda_graphs_achieved"] = posture.graphs.achieved ? "true" : "false";
+  env["compile.cuda_graphs_reason"] = posture.graphs.reason;
+  env["compile.cudnn_benchmark"] = spec.compile.cudnn_benchmark ? "true" : "false";
+  env["compile.tf32"] = spec.compile.tf32 ? "true" : "false";
+  env["compile.deterministic"] = spec.compile.deterministic ? "true" : "false";
+  env["flops_version"] = model::kFlopsVersion;
+
+  receipts::RunStart rs;
+  rs.name = spec.experiment.name;
+  rs.tags = spec.experiment.tags;
+  rs.lane = lane_of(spec, *posture.dispatcher, posture.device_kind);
+  rs.spec_json = canonical_json(spec).dump();
+  rs.spec_hash = spec_hash(spec);
+  rs.source_path = spec.source_path;
+  rs.source_text = spec.source_text;
+  rs.env = env;
+  if (opt.matrix_id) {
+    rs.matrix_id = opt.matrix_id;
+    rs.cell = opt.cell;
+    rs.repeat = opt.repeat;
+  }
+  const int64_t run_id = store.begin_run(rs);
+  auto life = std::make_unique<receipts::RunLifecycle>(opt.db_path, run_id);
+
+  std::vector<receipts::BackendRow> backend_rows;
+  for (const auto& r : posture.dispatcher->resolutions())
+    backend_rows.push_back({r.seam, r.requested, r.chosen, std::nullopt, r.reason, std::nullopt});
+  store.record_backends(run_id, backend_rows);
+  std::vector<receipts::CatalogRow> catalog_rows;
+  for (const auto& b : kernels::catalog())
+    catalog_rows.push_back({b.seam, b.name, kernels::role_name(b.role),
+                            b.fallback.empty() ? std::nullopt : std::optional<std::string>(b.fallback), b.kernel_patterns});
+  store.record_catalog(run_id, catalog_rows);
+
+  const Progress say{opt.quiet};
+  const auto counts = model::parameter_count(spec.model);
+  say(fmt::format("run {}: {} ({} layers {}, {:.1f} M parameters, {:.1f} M active) on {} {}, {} steps{}", run_id,
+                  spec.experiment.name, spec.model.pattern.size(), spec.model.pattern, counts.total / 1e6,
+                  counts.active_per_token / 1e6, posture.device_kind, posture.bf16 ? "bf16" : "fp32", spec.train.steps,
+                  state.resumed_from.empty() ? "" : fmt::format(", resumed at step {}", state.start_step)));
+  for (const auto& r : posture.dispatcher->resolutions())
+    if (r.requested != r.chosen) say(fmt::format("  {}: {}", r.seam, r.reason));
+  return {std::move(store), run_id, std::move(env), std::move(life)};
+}
+
+// ---- 5 -----------------------------------------------------------------------------------------
+
+TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPosture& posture, ModelState& state,
+                        const data::DataSource& source, OpenReceipt& receipt, RunProfiler& profiler,
+                        GoodputLedger& ledger) {
+  const Progress say{opt.quiet};
+  const torch::Device device = posture.device;
+  auto& graphs = posture.graphs;
+  auto& model = state.model;
+  auto& optimizer = *state.optimizer;
+  const int64_t B = spec.model.batch_size, T = spec.model.seq_len, tokens_per_step = B * T;
+  const int64_t start_step = state.start_step;
+  const int cuda_index = cuda_index_of(device);
+  TrainOutcome out;
+  // Step rows reach the store every 64 steps or 2 s, whichever comes first (receipts/step_buffer.h).
+  receipts::StepBuffer rows(receipt.store, receipt.run_id);
+
+  // Static device buffers for the batch: a captured graph reads these addresses on every replay, and
+  // eager steps use them too (one code path, no per-step allocation).
+  const auto ids = torch::empty({B, T + 1}, torch::TensorOptions(device).dtype(torch::kLong));
+  const auto mask = torch::empty({B, T}, torch::TensorOptions(device).dtype(torch::kFloat));
+  const auto inputs = ids.slice(1, 0, T), targets = ids.slice(1, 1, T + 1);
+  // forward, backward, clipping, optimizer; returns [loss, grad norm] on the device. The allocator
+  // probes run in eager steps only (not inside a graph capture).
+  auto step_body = [&](int64_t at_step, bool probes) {
+    model::ModelOutput fwd;
+    {
+      kernels::Scope phase("forward");  // launch scope: NVTX range, CUPTI external id (kernels/scope.h)
+      AutocastScope autocast(posture.bf16, device.type());
+      fwd = model->forward(inputs, targets, mask);
+    }
+    if (probes) profiler.after_phase(at_step, "forward");
+    {
+      kernels::Scope phase("backward");
+      fwd.loss.backward();
+    }
+    if (probes) profiler.after_phase(at_step, "backward");
+    torch::Tensor grad_norm;
+    {
+      kernels::Scope phase("optimizer");
+      grad_norm = clip_gradients(state.params, spec.train.grad_clip);
+      optimizer.step();
+    }
+    if (probes) profiler.after_phase(at_step, "optimizer");
+    return torch::stack({fwd.loss.detach().to(torch::kFloat), grad_norm.to(torch::kFloat)});
+  };
+  std::shared_ptr<StepGraph> graph;
+  out.warmup_steps = spec.train.warmup_steps;
+  if (graphs.eligible) {
+    graph = std::make_shared<StepGraph>(device);  // the loop runs on its side stream from here on
+    out.capture_step = start_step + kGraphWarmupEagerSteps;
+    out.warmup_steps = std::max(out.warmup_steps, kGraphWarmupEagerSteps + 1);  // the capture step is not steady
+  }
+  out.graph = graph;
+  int64_t step = start_step;
+  try {
+    data::Loader loader(source, state.data_state, spec.data.prefetch);
+    ledger.end();  // startup ends where the first step begins
+    for (; step < spec.train.steps; ++step) {
+      const bool warm = step - start_step < out.warmup_steps;
+      {
+        // Before t0: opening the CUPTI window (its first use initialises CUPTI) is profiling time, not
+        // step time, so the inside/outside-window step times measure the tracing overhead only.
+        GoodputLedger::Scope open(ledger, Goodput::profiling);
+        profiler.begin_step(step);
+      }
+      const auto t0 = Clock::now();
+      ledger.begin(warm ? Goodput::warmup : Goodput::productive, t0);
+      auto loaded = loader.next();
+      ledger.move_to(Goodput::data_wait, loaded.wait_ns / 1e9);
+
+      auto& batch = loaded.batch;
+      ids.copy_(torch::from_blob(batch.tokens.data(), {B, T + 1}, torch::kInt32));
+      mask.copy_(torch::from_blob(batch.loss_mask.data(), {B, T}, torch::kUInt8));
+      const double lr = learning_rate(step, spec.train.steps, spec.train.lr_warmup_steps, spec.train.lr, spec.train.min_lr_ratio);
+      optimizer.set_lr(lr);
+      torch::Tensor stats;
+      if (graph && graph->captured()) {
+        stats = graph->replay();
+        profiler.after_phase(step, "graph replay");
+      } else if (graph && step == out.capture_step) {
+        optimizer.zero_grad();  // the captured backward allocates the gradients in the graph's pool
+        const auto t_capture = Clock::now();
+        profiler.begin_capture();
+        const auto failure = graph->capture([&] { return step_body(step, false); });
+        profiler.end_capture();
+        const double capture_ms = ms_between(t_capture, Clock::now());
+        if (failure.empty()) {
+          graphs.achieved = true;
+          graphs.reason = fmt::format("captured at step {} after {} eager warm-up steps on a side stream ({:.0f} ms to "
+                                      "capture and instantiate); every later step replays the graph",
+                                      step, kGraphWarmupEagerSteps, capture_ms);
+          stats = graph->replay();
+        } else {
+          graphs.reason = fmt::format("capture failed at step {}: {}; the run went on eager", step, failure);
+          graph.reset();
+          out.graph.reset();
+          optimizer.zero_grad();
+          stats = step_body(step, true);
+        }
+        receipt.store.record_env(receipt.run_id, {{"compile.cuda_graphs_achieved", graphs.achieved ? "true" : "false"},
+                                                  {"compile.cuda_graphs_reason", graphs.reason},
+                                                  {"compile.cuda_graphs_capture_step", std::to_string(step)},
+                                                  {"compile.cuda_graphs_capture_ms", fmt::format("{:.3f}", capture_ms)}});
+        say("  " + graphs.reason);
+      } else {
+        optimizer.zero_grad();
+        stats = step_body(step, true);
+      }
+      // The step's one host read: loss and gradient norm together.
+      const auto host = stats.cpu();
+      const double loss = host[0].item<double>(), gnorm = host[1].item<double>();
+      const auto t1 = Clock::now();
+      ledger.end(t1);
+      const double wall_ms = ms_between(t0, t1);
+      if (step == start_step) out.first_step_ms = wall_ms;
+      {
+        GoodputLedger::Scope flush(ledger, Goodput::profiling);  // closing the window syncs and flushes CUPTI
+        profiler.end_step(step, wall_ms, !warm);
+      }
+      if (!std::isfinite(loss)) throw TrainingFailure(fmt::format("non-finite loss at step {} (loss {})", step, loss));
+      out.last_loss = loss;
+
+      receipts::StepRow row;
+      row.step = step;
+      row.wall_ms = wall_ms;
+      row.tokens = tokens_per_step;
+      row.loss = loss;
+      row.grad_norm = gnorm;
+      row.lr = lr;
+      row.data_wait_ms = loaded.wait_ns / 1e6;
+      row.rss_bytes = rss_bytes();
+      if (device.is_cuda()) {
+        const auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(cuda_index);
+        // Profiled steps reset the peaks after each phase probe: their step peak is the largest probe.
+        row.mem_allocated_peak = std::max(s.allocated_bytes[0].peak, profiler.step_allocated_peak());
+        row.mem_reserved_peak = std::max(s.reserved_bytes[0].peak, profiler.step_reserved_peak());
+        out.peak_memory = std::max(out.peak_memory, *row.mem_allocated_peak);
+        c10::cuda::CUDACachingAllocator::resetPeakStats(cuda_index);
+      } else {
+        out.peak_memory = std::max(out.peak_memory, *row.rss_bytes);
+      }
+      rows.add(row);
+      if (!warm) {
+        out.steady_ms.push_back(wall_ms);
+        out.steady_steps.push_back(step);
+      }
+      if (spec.train.log_every > 0 && (step % spec.train.log_every == 0 || step + 1 == spec.train.steps))
+        say(fmt::format("  step {:>5}/{}  loss {:.4f}  grad norm {:.3f}  lr {:.2e}  {:.1f} ms{}", step, spec.train.steps, loss,
+                        gnorm, lr, wall_ms, warm ? "  (warm-up)" : ""));
+      if (spec.train.checkpoint_every > 0 && (step + 1) % spec.train.checkpoint_every == 0 && step + 1 < spec.train.steps) {
+        GoodputLedger::Scope save(ledger, Goodput::checkpoint);
+        save_checkpoint(state.checkpoint_dir, *model, optimizer,
+                        {step + 1, batch.state_after, state.model_hash, source.description().fingerprint});
+      }
+    }
+  } catch (const TrainingFailure& e) {
+    out.failure = e.what();
+  } catch (const c10::OutOfMemoryError& e) {
+    out.failure = fmt::format("CUDA out of memory at step {}: {}", step,
+                              cuda_index >= 0 ? allocator_stats(cuda_index) : std::string("no allocator stats"));
+  } catch (const std::exception& e) {
+    out.failure = fmt::format("at step {}: {}", step, e.what());
+  }
+  rows.flush();  // ok or failed, every completed step is in the receipt
+  return out;
+}
+
+// ---- 6 -----------------------------------------------------------------------------------------
+
+RunResult fail_receipt(const RunOptions& opt, OpenReceipt& receipt, GoodputLedger& ledger, const std::string& error) {
+  receipt.store.record_goodput(receipt.run_id, ledger.totals());
+  receipt.life->finish(receipts::RunStatus::failed, error, {});
+  Progress{opt.quiet}(fmt::format("run {} failed: {}", receipt.run_id, error));
+  return RunResult{receipt.run_id, "failed", error, 1};
+}
+
+RunResult finalise_receipt(const ExperimentSpec& spec, const RunOptions& opt, RunPosture& posture,
+                           const ModelState& state, const data::DataSource& source, OpenReceipt& receipt,
+                           RunProfiler& profiler, GoodputLedger& ledger, const TrainOutcome& outcome) {
+  auto& store = receipt.store;
+  const int64_t run_id = receipt.run_id;
+  auto& graphs = posture.graphs;
+  std::vector<int64_t> outlier_steps;
+  for (size_t i : slow_outliers(outcome.steady_ms)) outlier_steps.push_back(outcome.steady_steps[i]);
+  if (!outlier_steps.empty()) store.flag_outliers(run_id, 0, outlier_steps);
+  // Compile posture known only after the run: the first step (autotune, allocator growth, lazy init).
+  store.record_env(run_id, {{"compile.first_step_ms", fmt::format("{:.3f}", outcome.first_step_ms)},
+                            {"compile.warmup_steps", std::to_string(outcome.warmup_steps)}});
+  if (graphs.eligible && outcome.capture_step >= 0 && !graphs.achieved && graphs.reason.rfind("capture failed", 0) != 0) {
+    graphs.reason = fmt::format("eligible, but the run ended before its capture step {} ({} eager warm-up steps "
+                                "come first); the step ran eager: raise train.steps",
+                                outcome.capture_step, kGraphWarmupEagerSteps);
+    store.record_env(run_id, {{"compile.cuda_graphs_reason", graphs.reason}});
+  }
+  nlohmann::json profile_summary;
+  {
+    GoodputLedger::Scope export_scope(ledger, Goodput::profiling);  // attribution, trace export, receipt rows
+    profile_summary = profiler.record(store, run_id, opt.db_path);
+  }
+  const auto totals = ledger.totals();
+  store.record_goodput(run_id, totals);
+
+  const auto counts = model::parameter_count(spec.model);
+  const double train_flops = model::training_flops_per_token(spec.model);
+  const int64_t tokens_per_step = spec.model.batch_size * spec.model.seq_len;
+  const bool cuda = posture.device.is_cuda();
+  receipts::RunSummary summary;
+  summary.steps = spec.train.steps - state.start_step;
+  summary.flops_version = model::kFlopsVersion;
+  if (!outcome.steady_ms.empty()) {
+    summary.median_step_ms = median(outcome.steady_ms);
+    summary.tokens_per_s = tokens_per_step / (*summary.median_step_ms / 1000.0);
+    summary.mfu = cuda ? model_flops_utilization(train_flops, *summary.tokens_per_s, receipt.env["gpu_model"]) : std::nullopt;
+  }
+  summary.goodput_pct = 100.0 * ledger.goodput();
+  summary.peak_memory_bytes = outcome.peak_memory;
+  summary.extra = {{"final_loss", outcome.last_loss},
+                   {"first_step_ms", outcome.first_step_ms},
+                   {"warmup_steps", outcome.warmup_steps},
+                   {"steady_steps", outcome.steady_ms.size()},
+                   {"outlier_steps", outlier_steps},
+                   {"parameters", counts.total},
+                   {"active_parameters", counts.active_per_token},
+                   {"training_flops_per_token", train_flops},
+                   {"tokens_per_step", tokens_per_step},
+                   {"resumed_from", state.resumed_from},
+                   {"start_step", state.start_step},
+                   {"data", data::to_json(source.description())},
+                   {"peak_memory_kind", cuda ? "cuda allocator allocated peak" : "process RSS"},
+                   {"profile", profile_summary},
+                   {"cuda_graphs",
+                    {{"requested", graphs.requested},
+                     {"eligible", graphs.eligible},
+                     {"achieved", graphs.achieved},
+                     {"capture_step", graphs.achieved ? nlohmann::json(outcome.capture_step) : nlohmann::json(nullptr)},
+                     {"reason", graphs.reason}}}};
+  receipt.life->finish(receipts::RunStatus::ok, "", summary);
+  Progress{opt.quiet}(fmt::format(
+      "run {} ok: median step {:.2f} ms, {:.0f} tokens/s, MFU {}, goodput {:.1f} %, peak memory {:.1f} MiB, final loss {:.4f}",
+      run_id, summary.median_step_ms.value_or(NAN), summary.tokens_per_s.value_or(NAN),
+      summary.mfu ? fmt::format("{:.1f} %", *summary.mfu * 100) : "null", *summary.goodput_pct,
+      outcome.peak_memory / 1048576.0, outcome.last_loss));
+  return {run_id, "ok", "", 0};
+}
+
+}  // namespace ablate::harness

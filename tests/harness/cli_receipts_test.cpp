@@ -1,0 +1,217 @@
+// tests/harness/cli_receipts_test.cpp: receipts that keep what happened, through the `ablate` binary as
+// a user meets it: a run SIGKILLed during slow steps keeps its step rows (written by time, not only by
+// count) and never counts as evidence; an empty spec file, an unknown --set section, a damaged store and
+// a store that cannot be written are bad input (exit 2) with a message that says what and how to fix it,
+// and the store file stays byte for byte as it was.
+// Run: build/tests/harness_tests --gtest_filter='CliReceipts*'
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "receipts/sha256.h"
+#include "receipts/store.h"
+#include "receipts/temp_dir.h"
+#include "tests/cli_runner.h"
+
+namespace fs = std::filesystem;
+using ablate::testing::run_cli;
+using ablate::testing::run_shell;
+using ::testing::ContainsRegex;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+namespace {
+
+const std::string kTiny = std::string(ABLATE_SOURCE_DIR) + "/experiments/tiny.toml";
+const std::string kExe = std::string(ABLATE_BINARY_DIR) + "/ablate";
+
+class CliReceiptsTest : public ::testing::Test {
+ protected:
+  ablate::receipts::TempDir dir_{"ablate-cli-receipts"};
+  // A short CPU run of tiny on 300 kB of the corpus, its cache in the test folder.
+  std::string short_run(const std::string& db) const {
+    return "run " + kTiny + " --db " + db + " -q --no-profile --set train.steps=2 --set train.warmup_steps=1" +
+           " --set data.max_bytes=300000 --set 'data.cache_dir=\"" + dir_.file("cache") + "\"'" +
+           " --set train.device=\"cpu\" --set train.log_every=0";
+  }
+  // A store holding one finished run with 2,000 steps: many pages, so damage past page 1 is reachable.
+  std::string make_store(const std::string& name) const {
+    const std::string db = dir_.file(name);
+    auto store = ablate::receipts::Store::open(db);
+    ablate::receipts::RunStart start;
+    start.name = "kept";
+    start.spec_json = "{}";
+    const auto id = store.begin_run(start);
+    std::vector<ablate::receipts::StepRow> rows(2000);
+    for (int i = 0; i < 2000; ++i) rows[i].step = i, rows[i].wall_ms = 10.0 + i % 7, rows[i].loss = 3.0;
+    store.append_steps(id, rows);
+    store.finish_run(id, ablate::receipts::RunStatus::ok, "", {});
+    return db;
+  }
+};
+
+// A store problem is bad input (exit 2) with a message for a user: what, which file, how to fix, never
+// SQL; and the file is byte for byte what it was (`before`: its sha256).
+void expect_refused_untouched(const ablate::testing::CliResult& r, const std::string& db, const std::string& before,
+                              const std::string& what, const std::string& fix) {
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr(what)) << r.out;
+  EXPECT_THAT(r.out, HasSubstr(fix)) << r.out;
+  for (const char* sql : {"SELECT", "INSERT", "PRAGMA", "while running"}) EXPECT_THAT(r.out, Not(HasSubstr(sql))) << r.out;
+  EXPECT_EQ(ablate::receipts::sha256_file(db), before) << db << ": the store was modified";
+}
+
+}  // namespace
+
+// ---- issue 15 item 5: a killed run keeps its rows up to the last write ---------------------------
+
+// Slow steps (a larger batch: well over 2 s / 64 steps each here) and SIGKILL, which no handler sees:
+// rows reach the store by time before 64 steps have run, the kill keeps them, the run reads as
+// abandoned once its heartbeat is stale, and it is not evidence.
+TEST_F(CliReceiptsTest, ASigkilledRunKeepsItsStepRowsAndIsNotEvidence) {
+  const std::string db = dir_.file("kill.db");
+  const std::string cache = "data.cache_dir=\"" + dir_.file("cache") + "\"";
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    execl(kExe.c_str(), kExe.c_str(), "run", kTiny.c_str(), "--db", db.c_str(), "-q", "--no-profile", "--set",
+          "train.steps=100000", "--set", "data.max_bytes=300000", "--set", cache.c_str(), "--set", "train.device=\"cpu\"",
+          "--set", "model.batch_size=32", "--set", "train.log_every=0", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait for the first rows in the store (at most 64 steps or 2 s after the first step).
+  int64_t seen = 0;
+  for (int i = 0; i < 1800 && seen == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!fs::exists(db)) continue;
+    try {
+      auto store = ablate::receipts::Store::open(db);
+      seen = store.query("SELECT count(*) AS n FROM steps")[0]["n"].get<int64_t>();
+    } catch (const std::exception&) {
+    }
+  }
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_GT(seen, 0) << "no step row reached the store in 180 s";
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
+  EXPECT_LT(seen, 64) << "the first rows came by count, not by time: the steps were too fast to tell";
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the heartbeat goes stale
+  ablate::receipts::StoreOptions opts;
+  opts.heartbeat_stale_s = 1.0;
+  auto store = ablate::receipts::Store::open(db, opts);
+  const auto runs = store.list_runs({});
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].status, ablate::receipts::RunStatus::abandoned);
+  EXPECT_FALSE(ablate::receipts::is_evidence(runs[0]));
+  const auto steps = store.run_json(runs[0].id)["steps"];
+  ASSERT_GE(static_cast<int64_t>(steps.size()), seen);  // nothing written is lost
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i]["step"], static_cast<int64_t>(i));
+    EXPECT_TRUE(std::isfinite(steps[i]["loss"].get<double>()));
+  }
+}
+
+// ---- item 6: an empty spec file is an error, never a run of the defaults -------------------------
+
+TEST_F(CliReceiptsTest, AnEmptySpecFileIsRefusedWithExitTwoAndNothingIsWritten) {
+  const std::string empty = dir_.file("empty.toml"), comments = dir_.file("comments.toml"), db = dir_.file("e.db");
+  std::ofstream(empty).flush();
+  std::ofstream(comments) << "# an experiment to come\n\n   \n# [train]\n";
+  auto r = run_cli("run " + empty + " --db " + db + " -q");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr(empty + ": error: the experiment file is empty (0 bytes)")) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("experiments/tiny.toml")) << r.out;  // how to fix: what a file declares
+  EXPECT_FALSE(fs::exists(db)) << "no run, no store";
+
+  r = run_cli("run " + comments + " --db " + db + " -q");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr(comments + ": error: the experiment file declares nothing (only comments and whitespace)"))
+      << r.out;
+  EXPECT_FALSE(fs::exists(db));
+
+  r = run_cli("validate " + empty);
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("the experiment file is empty (0 bytes)")) << r.out;
+}
+
+// ---- item 8: an unknown --set section is blamed on the --set ----------------------------------------
+
+TEST_F(CliReceiptsTest, AnUnknownSetSectionIsBlamedOnTheSetArgumentAndItsPosition) {
+  auto r = run_cli("validate " + kTiny + " --set train.steps=5 --set nosuch.key=1");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--set nosuch.key=1: error: unknown section [nosuch]")) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("it comes from --set argument 2 of 2, 'nosuch.key=1', not from " + kTiny)) << r.out;
+  EXPECT_THAT(r.out, Not(ContainsRegex(kTiny + ":[0-9]+:[0-9]+: error"))) << r.out;  // no line of the file blamed
+  // A sub-section the model does not have: the same, one level down.
+  r = run_cli("validate " + kTiny + " --set model.nosuch.key=1");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--set model.nosuch.key=1: error: unknown key 'nosuch' in [model]")) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--set argument 1 of 1")) << r.out;
+  EXPECT_THAT(r.out, Not(ContainsRegex(kTiny + ":[0-9]+:[0-9]+: error"))) << r.out;
+}
+
+// ---- item 7: a damaged store, a store that cannot be written --------------------------------------
+
+// Truncated (cut after its first page) and overwritten (garbage past the first page): `ablate run` and
+// the reader `ablate runs` exit 2 saying the store is damaged and how to recover it; the file is as it was.
+TEST_F(CliReceiptsTest, ADamagedStoreIsBadInputAndStaysUntouched) {
+  const std::string truncated = make_store("truncated.db"), overwritten = make_store("overwritten.db");
+  fs::resize_file(truncated, 4096 + 100);
+  {
+    std::fstream f(overwritten, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(8192);
+    const auto size = fs::file_size(overwritten);
+    f << std::string(size - 8192, 'Z');
+  }
+  for (const auto& db : {truncated, overwritten}) {
+    const std::string before = ablate::receipts::sha256_file(db);
+    for (const std::string& command : {short_run(db), "runs --db " + db}) {
+      SCOPED_TRACE(command);
+      expect_refused_untouched(run_cli(command), db, before, "the receipt store '" + db + "' is damaged",
+                               ".recover | sqlite3 recovered.db` and pass --db recovered.db; or pass another --db");
+    }
+  }
+}
+
+// A read-only store file, and a store in a read-only folder: `ablate run` exits 2 before writing and
+// says how to fix it; the file is as it was. Readers still read a read-only store. As root (which
+// ignores permission bits) the commands run without CAP_DAC_OVERRIDE through setpriv.
+TEST_F(CliReceiptsTest, AStoreThatCannotBeWrittenIsBadInputAndStaysUntouched) {
+  std::string as_user;
+  if (geteuid() == 0) {
+    as_user = "setpriv --bounding-set=-dac_override,-dac_read_search ";
+    const std::string probe = dir_.file("probe");
+    std::ofstream(probe) << "x";
+    fs::permissions(probe, fs::perms::owner_read);
+    if (run_shell(as_user + "sh -c 'echo y >> " + probe + "'").rc == 0)
+      GTEST_SKIP() << "running as root and setpriv cannot drop CAP_DAC_OVERRIDE here: read-only files are writable";
+  }
+  const std::string ro_file = make_store("ro-file.db");
+  fs::create_directories(dir_.path() / "ro-folder");
+  const std::string in_ro_folder = make_store("ro-folder/store.db");
+  fs::permissions(ro_file, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  const auto folder_perms = fs::perms::owner_read | fs::perms::owner_exec;
+  fs::permissions(dir_.path() / "ro-folder", folder_perms);
+
+  for (const auto& db : {ro_file, in_ro_folder}) {
+    const std::string before = ablate::receipts::sha256_file(db);
+    SCOPED_TRACE(db);
+    expect_refused_untouched(run_shell(as_user + kExe + " " + short_run(db)), db, before,
+                             "cannot write the receipt store '" + db + "': the file or its folder is read-only",
+                             "make the file and its folder writable, or pass --db with a writable path");
+  }
+  const auto r = run_shell(as_user + kExe + " runs --db " + ro_file);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("kept")) << r.out;
+  fs::permissions(dir_.path() / "ro-folder", fs::perms::owner_all);  // so the TempDir can remove it
+}

@@ -1,0 +1,164 @@
+// tests/harness/stages_test.cpp: the stages of a run (harness/train/stages.h) called on their own, on
+// the CPU with the `tiny` model on synthetic data: the posture refuses what the machine cannot do and
+// writes nothing; data prep is charged to its goodput category; resume starts at the checkpoint and
+// refuses one with nothing left to train; the train loop leaves every step row in the store before
+// the receipt is closed and returns a training failure instead of throwing it.
+// Run: build/tests/harness_tests --gtest_filter='Stages*'
+#include "harness/train/stages.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "harness/train/checkpoint.h"
+#include "harness/train/run_profiler.h"
+#include "kernels/catalog.h"
+#include "receipts/temp_dir.h"
+
+namespace fs = std::filesystem;
+using namespace ablate;
+using namespace ablate::harness;
+
+namespace {
+
+class StagesTest : public ::testing::Test {
+ protected:
+  ExperimentSpec spec(std::vector<std::string> sets) const {
+    std::vector<std::string> all = {"data.source=\"synthetic\"", "train.device=\"cpu\"", "train.log_every=0",
+                                    "train.steps=6", "train.warmup_steps=2",
+                                    "train.checkpoint_dir=\"" + dir_.file("ckpt") + "\""};
+    all.insert(all.end(), sets.begin(), sets.end());
+    return parse_spec_file(std::string(ABLATE_SOURCE_DIR) + "/experiments/tiny.toml", all);
+  }
+  RunOptions options() const {
+    RunOptions o;
+    o.db_path = dir_.file("receipts.db");
+    o.quiet = true;
+    o.no_profile = true;
+    return o;
+  }
+  receipts::TempDir dir_{"ablate-stages"};
+};
+
+// A ledger as run_experiment opens it: startup charged from now until the first step.
+GoodputLedger started_ledger() {
+  GoodputLedger ledger;
+  ledger.begin(Goodput::startup);
+  return ledger;
+}
+
+// Stages 1-4 and the profiler, set up as run_experiment sets them up before its train loop.
+struct UpToTraining {
+  UpToTraining(ExperimentSpec s, RunOptions o)
+      : spec(std::move(s)),
+        opt(std::move(o)),
+        posture(choose_posture(spec, opt)),
+        source(open_run_data(spec, ledger)),
+        state(build_model(spec, opt, posture, *source, ledger)),
+        receipt(open_receipt(spec, opt, posture, state)),
+        profiler(spec, opt.no_profile, posture.device, *posture.dispatcher) {}
+  TrainOutcome train() { return train_loop(spec, opt, posture, state, *source, receipt, profiler, ledger); }
+  int64_t stored_steps() {
+    return receipt.store.query("SELECT count(*) AS n FROM steps WHERE run_id = ?", {receipt.run_id})[0]["n"].get<int64_t>();
+  }
+  receipts::RunRow row() { return receipt.store.get_run(receipt.run_id); }
+
+  ExperimentSpec spec;
+  RunOptions opt;
+  GoodputLedger ledger = started_ledger();
+  RunPosture posture;
+  std::unique_ptr<data::DataSource> source;
+  ModelState state;
+  OpenReceipt receipt;
+  RunProfiler profiler;
+};
+
+}  // namespace
+
+TEST_F(StagesTest, PostureResolvesEverySeamForTheCpuAndRefusesWhatTheMachineCannotDo) {
+  const auto p = choose_posture(spec({}), options());
+  EXPECT_EQ(p.device_kind, "cpu");
+  EXPECT_TRUE(p.device.is_cpu());
+  EXPECT_FALSE(p.bf16);  // dtype auto: fp32 on the CPU
+  EXPECT_EQ(p.dispatcher->resolutions().size(), kernels::seams().size());
+  EXPECT_FALSE(p.graphs.eligible);
+  EXPECT_TRUE(choose_posture(spec({"train.dtype=\"bf16\""}), options()).bf16);
+  EXPECT_THROW(choose_posture(spec({"distributed.nproc=2"}), options()), std::invalid_argument);
+  if (!torch::cuda::is_available())
+    EXPECT_THROW(choose_posture(spec({"train.device=\"cuda\""}), options()), std::invalid_argument);
+  EXPECT_FALSE(fs::exists(options().db_path)) << "the posture stage writes nothing";
+}
+
+TEST_F(StagesTest, DataPrepIsChargedToItsGoodputCategory) {
+  GoodputLedger ledger;
+  const auto source = open_run_data(spec({}), ledger);
+  EXPECT_EQ(source->description().source, "synthetic");
+  EXPECT_GT(ledger.totals().at("data_prep"), 0.0);
+}
+
+TEST_F(StagesTest, BuildModelResumesFromTheLatestCheckpointAndRefusesOneWithNothingLeft) {
+  const auto s = spec({"train.resume=true"});
+  const auto opt = options();
+  const auto posture = choose_posture(s, opt);
+  GoodputLedger ledger;
+  const auto source = open_run_data(s, ledger);
+  auto fresh = build_model(s, opt, posture, *source, ledger);
+  EXPECT_EQ(fresh.start_step, 0);  // nothing to resume from yet
+  EXPECT_TRUE(fresh.resumed_from.empty());
+  EXPECT_FALSE(fresh.params.empty());
+  EXPECT_EQ(fresh.checkpoint_dir, dir_.file("ckpt"));
+  const data::DataState at{0, 16};
+  const std::string folder = save_checkpoint(fresh.checkpoint_dir, *fresh.model, *fresh.optimizer,
+                                             {4, at, fresh.model_hash, source->description().fingerprint});
+
+  const auto resumed = build_model(s, opt, posture, *source, ledger);
+  EXPECT_EQ(resumed.start_step, 4);
+  EXPECT_EQ(resumed.data_state, at);
+  EXPECT_EQ(resumed.resumed_from, folder);
+  for (size_t i = 0; i < fresh.params.size(); ++i) EXPECT_TRUE(torch::equal(resumed.params[i], fresh.params[i])) << i;
+
+  try {
+    build_model(spec({"train.resume=true", "train.steps=4", "train.warmup_steps=1"}), opt, posture, *source, ledger);
+    ADD_FAILURE() << "resumed with nothing left to train";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("already at step 4 of train.steps = 4"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(opt.db_path)) << "stages before open_receipt write nothing";
+}
+
+// The train loop on its own: every step row is in the store when it returns, while the run is still
+// `running`; closing the receipt is the next stage's work.
+TEST_F(StagesTest, TrainLoopStoresEveryStepBeforeTheReceiptIsClosed) {
+  UpToTraining run(spec({}), options());
+  const auto outcome = run.train();
+  ASSERT_FALSE(outcome.failure.has_value()) << *outcome.failure;
+  EXPECT_EQ(outcome.steady_ms.size(), 4u);  // 6 steps, 2 warm-up
+  EXPECT_EQ(outcome.steady_steps, (std::vector<int64_t>{2, 3, 4, 5}));
+  EXPECT_TRUE(std::isfinite(outcome.last_loss));
+  EXPECT_GT(outcome.peak_memory, 0);  // process RSS on the CPU
+  EXPECT_EQ(run.stored_steps(), 6);
+  EXPECT_EQ(run.row().status, receipts::RunStatus::running);
+
+  const auto result = finalise_receipt(run.spec, run.opt, run.posture, run.state, *run.source, run.receipt, run.profiler,
+                                       run.ledger, outcome);
+  EXPECT_EQ(result.status, "ok");
+  EXPECT_EQ(run.row().status, receipts::RunStatus::ok);
+  EXPECT_EQ(run.row().summary.steps, 6);
+}
+
+TEST_F(StagesTest, ATrainingFailureIsReturnedWithItsStepsStoredAndClosesTheReceiptAsFailed) {
+  UpToTraining run(spec({"train.steps=30", "train.warmup_steps=1", "train.lr=1e30", "train.lr_warmup_steps=0",
+                         "train.grad_clip=0"}),
+                   options());
+  const auto outcome = run.train();
+  ASSERT_TRUE(outcome.failure.has_value());
+  const std::string prefix = "non-finite loss at step ";
+  ASSERT_EQ(outcome.failure->rfind(prefix, 0), 0u) << *outcome.failure;
+  // The steps before the failing one are in the store (the failing step has no finite loss to record).
+  EXPECT_EQ(run.stored_steps(), std::stoll(outcome.failure->substr(prefix.size())));
+
+  const auto result = fail_receipt(run.opt, run.receipt, run.ledger, *outcome.failure);
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(run.row().status, receipts::RunStatus::failed);
+  EXPECT_EQ(run.row().error, outcome.failure);
+}
