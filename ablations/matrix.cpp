@@ -3,7 +3,7 @@
 // authority on what a valid experiment is; this file only maps its errors back to matrix lines.
 // Tests: tests/ablations/matrix_test.cpp.
 #define TOML_HEADER_ONLY 1
-#define TOML_EXCEPTIONS 0  // as in harness/spec.cpp: toml++ must be configured alike in every TU
+#define TOML_EXCEPTIONS 0  // as in spec/spec.cpp: toml++ must be configured alike in every TU
 #include <toml++/toml.h>
 
 #include "ablations/matrix.h"
@@ -18,16 +18,16 @@
 #include <set>
 #include <sstream>
 
-#include "harness/spec.h"
-#include "harness/toml_types.h"
+#include "spec/spec.h"
+#include "spec/toml_types.h"
 
 namespace ablate::ablations {
 namespace {
 
-using harness::SpecError;
-using harness::SpecIssue;
+using spec::SpecError;
+using spec::SpecIssue;
 
-std::string type_name(const toml::node& n) { return harness::toml_type_name(n); }
+std::string type_name(const toml::node& n) { return spec::toml_type_name(n); }
 
 // TOML basic-string quoting; control characters as \uXXXX so the literal survives argv unchanged.
 std::string quote(const std::string& s) {
@@ -331,9 +331,9 @@ Matrix load_matrix(const std::string& path, std::optional<int64_t> repeats) {
   m.cells = expand(m.spec);
   std::vector<SpecIssue> issues;
   std::set<std::pair<std::string, std::string>> seen;  // one report per problem, not one per cell
-  auto check = [&](const Cell& cell, const std::vector<Override>& overrides) -> std::optional<harness::ExperimentSpec> {
+  auto check = [&](const Cell& cell, const std::vector<Override>& overrides) -> std::optional<spec::ExperimentSpec> {
     try {
-      return harness::parse_spec_file(m.spec.base_path, set_args(overrides));
+      return spec::parse_spec_file(m.spec.base_path, set_args(overrides));
     } catch (const SpecError& e) {
       for (SpecIssue i : e.issues()) {
         // Point an error that a --set caused at the matrix line that declared that value.
@@ -348,7 +348,7 @@ Matrix load_matrix(const std::string& path, std::optional<int64_t> repeats) {
   for (auto& cell : m.cells) {
     std::vector<Override> unseeded = m.spec.fixed;
     unseeded.insert(unseeded.end(), cell.overrides.begin(), cell.overrides.end());
-    if (auto spec = check(cell, unseeded)) cell.spec_hash = harness::spec_hash(*spec);
+    if (auto spec = check(cell, unseeded)) cell.spec_hash = spec::spec_hash(*spec);
     for (int64_t r = 0; r < m.spec.repeats && !m.spec.seeds.empty(); ++r) check(cell, run_overrides(m.spec, cell, r));
   }
   if (!issues.empty()) throw SpecError(std::move(issues));

@@ -74,7 +74,7 @@ struct Matrix {
 };
 
 // Parses and checks a matrix file (keys, types, conflicts) without touching the base spec.
-// `repeats` overrides [matrix].repeats. Throws harness::SpecError.
+// `repeats` overrides [matrix].repeats. Throws spec::SpecError.
 MatrixSpec parse_matrix_file(const std::string& path, std::optional<int64_t> repeats = std::nullopt);
 MatrixSpec parse_matrix_string(const std::string& text, const std::string& source_path,
                                std::optional<int64_t> repeats = std::nullopt);
@@ -84,7 +84,7 @@ MatrixSpec parse_matrix_string(const std::string& text, const std::string& sourc
 std::vector<Cell> expand(const MatrixSpec& spec);
 
 // parse_matrix_file + expand + every (cell, seed) validated against the base spec and hashed.
-// Throws harness::SpecError listing every problem of every cell.
+// Throws spec::SpecError listing every problem of every cell.
 Matrix load_matrix(const std::string& path, std::optional<int64_t> repeats = std::nullopt);
 
 // The overrides one run passes to `ablate run`: [set], then the cell's axis values, then the seed.

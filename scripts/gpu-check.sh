@@ -6,7 +6,8 @@
 # prints a short summary last.
 #   device run: bash scripts/gpu-check.sh $OUT        (carry .gpu-deps)
 # STEPS=0 skips the experiment. Environment: BENCH=0 skips the benchmarks, BENCHES="kernels_bench ..."
-# runs only those, BENCH_FILTER is passed as --benchmark_filter, TESTS is a ctest -R regex.
+# runs only those, BENCH_FILTER is passed as --benchmark_filter, TESTS is a ctest -R regex, CTEST_JOBS
+# (default 4) the tests run at once.
 # Git revision: this machine's copy of the tree has a stale .git, so receipts made here would record a
 # wrong git_revision. Compose the command on the dev machine, where git works, with the revision written
 # out (a $(git ...) inside the command would run here, on the stale .git); gpu-matrix.sh and gpu-ab.sh
@@ -41,7 +42,7 @@ if ! ninja -C $BUILD -j 16 -k 0 > "$OUT/build.log" 2>&1; then
 fi
 note "build: $(( $(date +%s) - t0 )) s"
 
-(cd $BUILD && ctest --output-on-failure -j 4 --timeout 600 ${TESTS:+-R "$TESTS"}) > "$OUT/ctest.log" 2>&1
+(cd $BUILD && ctest --output-on-failure -j "${CTEST_JOBS:-4}" --timeout 600 ${TESTS:+-R "$TESTS"}) > "$OUT/ctest.log" 2>&1
 note "tests: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
 grep -E "^\s+[0-9]+ - .*(Failed|Timeout|Exception)" "$OUT/ctest.log" | head -20
 # Which GPU tests ran rather than skipped.

@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "data/errors.h"
-#include "harness/spec.h"
+#include "spec/spec.h"
 #include "receipts/store.h"
 
 namespace ablate::cli {

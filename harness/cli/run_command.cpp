@@ -7,7 +7,7 @@
 
 #include "harness/cli/commands.h"
 #include "harness/env.h"
-#include "harness/spec.h"
+#include "spec/spec.h"
 #include "harness/train/device.h"
 #include "harness/train/runner.h"
 #include "receipts/lifecycle.h"

@@ -3,7 +3,7 @@
 #include <fmt/core.h>
 
 #include "harness/cli/commands.h"
-#include "harness/spec.h"
+#include "spec/spec.h"
 
 namespace ablate::cli {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/spec.h"
+#include "spec/spec.h"
 #include "kernels/dispatch.h"
 
 namespace ablate::harness {

@@ -23,7 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "harness/spec.h"
+#include "spec/spec.h"
 #include "kernels/dispatch.h"
 #include "profiling/activity.h"
 #include "receipts/records.h"

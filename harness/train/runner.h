@@ -11,7 +11,7 @@
 #include <string>
 
 #include "harness/env.h"
-#include "harness/spec.h"
+#include "spec/spec.h"
 
 namespace ablate::harness {
 

@@ -28,7 +28,7 @@
 #include "data/source.h"
 #include "harness/env.h"
 #include "harness/goodput.h"
-#include "harness/spec.h"
+#include "spec/spec.h"
 #include "harness/train/optimizer.h"
 #include "harness/train/runner.h"
 #include "kernels/dispatch.h"

@@ -8,12 +8,12 @@
 #include <fstream>
 
 #include "ablations/matrix.h"
-#include "harness/spec.h"
+#include "spec/spec.h"
 #include "receipts/remove_tree.h"
 
 namespace fs = std::filesystem;
 using namespace ablate::ablations;
-using ablate::harness::SpecError;
+using ablate::spec::SpecError;
 
 namespace {
 

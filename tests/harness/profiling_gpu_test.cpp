@@ -24,7 +24,7 @@
 #include <set>
 
 #include "receipts/remove_tree.h"
-#include "harness/spec.h"
+#include "spec/spec.h"
 #include "harness/train/runner.h"
 #include "kernels/dispatch.h"
 #include "profiling/cupti_tracer.h"

@@ -8,7 +8,7 @@
 
 #include "data/errors.h"
 #include "receipts/remove_tree.h"
-#include "harness/spec.h"
+#include "spec/spec.h"
 #include "harness/train/runner.h"
 #include "kernels/catalog.h"
 #include "receipts/store.h"

@@ -1,4 +1,4 @@
-// tests/harness/spec_test.cpp: experiment specs. Every section parses into the typed spec; every bad
+// tests/spec/spec_test.cpp: experiment specs. Every section parses into the typed spec; every bad
 // file in tests/fixtures/specs/bad/ fails with exactly the message in bad/expected.txt (file:line:col);
 // overrides, canonical JSON and identity hashes behave.
 #include <gtest/gtest.h>
@@ -8,11 +8,11 @@
 #include <map>
 #include <sstream>
 
-#include "harness/spec.h"
+#include "spec/spec.h"
 #include "receipts/temp_dir.h"
 
 namespace fs = std::filesystem;
-using namespace ablate::harness;
+using namespace ablate::spec;
 
 namespace {
 const fs::path kSpecs = fs::path(ABLATE_SOURCE_DIR) / "tests/fixtures/specs";

@@ -1,5 +1,5 @@
-// harness/toml_types.h: how a TOML value's type is named in error messages ("expected an integer,
-// got a string"), shared by the experiment spec (harness/spec.cpp) and matrix files (ablations/).
+// spec/toml_types.h: how a TOML value's type is named in error messages ("expected an integer,
+// got a string"), shared by the experiment spec (spec/spec.cpp) and matrix files (ablations/).
 #pragma once
 #ifndef TOML_HEADER_ONLY
 #define TOML_HEADER_ONLY 1
@@ -8,7 +8,7 @@
 
 #include <string>
 
-namespace ablate::harness {
+namespace ablate::spec {
 
 inline std::string toml_type_name(const toml::node& n) {
   switch (n.type()) {
@@ -22,4 +22,4 @@ inline std::string toml_type_name(const toml::node& n) {
   }
 }
 
-}  // namespace ablate::harness
+}  // namespace ablate::spec

@@ -1,11 +1,11 @@
-// harness/spec.cpp: TOML -> ExperimentSpec. One binding table per section drives reading, range
+// spec/spec.cpp: TOML -> ExperimentSpec. One binding table per section drives reading, range
 // checks and the canonical JSON, so a field cannot be parsed without also being part of the identity.
 #define TOML_HEADER_ONLY 1
 #define TOML_EXCEPTIONS 0
 #include <toml++/toml.h>
 
-#include "harness/spec.h"
-#include "harness/toml_types.h"
+#include "spec/spec.h"
+#include "spec/toml_types.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -19,7 +19,7 @@
 #include "kernels/catalog.h"
 #include "receipts/sha256.h"
 
-namespace ablate::harness {
+namespace ablate::spec {
 namespace {
 
 using nlohmann::json;
@@ -492,4 +492,4 @@ std::string spec_hash(const ExperimentSpec& spec) { return receipts::sha256_hex(
 
 std::string model_hash(const ExperimentSpec& spec) { return receipts::sha256_hex(canonical_json(spec)["model"].dump()); }
 
-}  // namespace ablate::harness
+}  // namespace ablate::spec

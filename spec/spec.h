@@ -1,7 +1,7 @@
-// harness/spec.h: the typed experiment specification (one section per component, torchtitan style),
+// spec/spec.h: the typed experiment specification (one section per component, torchtitan style),
 // parsed from a TOML file plus `--set section.key=value` overrides, validated fail-closed, and
 // rendered as canonical JSON whose sha256 is the experiment's identity.
-// Tests: tests/harness/spec_test.cpp (and the bad files in tests/fixtures/specs/).
+// Tests: tests/spec/spec_test.cpp (and the bad files in tests/fixtures/specs/).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -13,7 +13,7 @@
 
 #include "model/config.h"
 
-namespace ablate::harness {
+namespace ablate::spec {
 
 struct ExperimentSection {
   std::string name = "default";
@@ -120,4 +120,9 @@ std::string spec_hash(const ExperimentSpec& spec);
 // sha256 of the model section alone: two runs of the same model compare even if other sections differ.
 std::string model_hash(const ExperimentSpec& spec);
 
+}  // namespace ablate::spec
+
+namespace ablate::harness {
+// The harness (runner, CLI) reads the spec everywhere; its names stay visible there unqualified.
+using namespace ::ablate::spec;
 }  // namespace ablate::harness
