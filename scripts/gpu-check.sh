@@ -7,7 +7,7 @@
 #   device run: bash scripts/gpu-check.sh $OUT        (carry .gpu-deps)
 # STEPS=0 skips the experiment. Environment: BENCH=0 skips the benchmarks, BENCHES="kernels_bench ..."
 # runs only those, BENCH_FILTER is passed as --benchmark_filter, TESTS is a ctest -R regex, CTEST_JOBS
-# (default 4) the tests run at once.
+# (default 4) the tests run at once (TESTS=none: no tests), TARGETS limits what ninja builds.
 # Git revision: this machine's copy of the tree has a stale .git, so receipts made here would record a
 # wrong git_revision. Compose the command on the dev machine, where git works, with the revision written
 # out (a $(git ...) inside the command would run here, on the stale .git); gpu-matrix.sh and gpu-ab.sh
@@ -36,13 +36,13 @@ cmake -G Ninja -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$P
   -DSQLite3_INCLUDE_DIR="$DEPS" -DSQLite3_LIBRARY=/usr/lib/x86_64-linux-gnu/libsqlite3.so.0 \
   -DCMAKE_CXX_FLAGS="-isystem $DEPS" -DCMAKE_CUDA_FLAGS="-isystem $DEPS" > "$OUT/configure.log" 2>&1 \
   || { tail -40 "$OUT/configure.log"; exit 1; }
-if ! ninja -C $BUILD -j 16 -k 0 > "$OUT/build.log" 2>&1; then
+if ! ninja -C $BUILD -j 16 -k 0 ${TARGETS:-} > "$OUT/build.log" 2>&1; then
   grep -E "error|FAILED" "$OUT/build.log" | head -40
   exit 1
 fi
 note "build: $(( $(date +%s) - t0 )) s"
 
-(cd $BUILD && ctest --output-on-failure -j "${CTEST_JOBS:-4}" --timeout 600 ${TESTS:+-R "$TESTS"}) > "$OUT/ctest.log" 2>&1
+[ "${TESTS:-}" = none ] || (cd $BUILD && ctest --output-on-failure -j "${CTEST_JOBS:-4}" --timeout 600 ${TESTS:+-R "$TESTS"}) > "$OUT/ctest.log" 2>&1
 note "tests: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
 grep -E "^\s+[0-9]+ - .*(Failed|Timeout|Exception)" "$OUT/ctest.log" | head -20
 # Which GPU tests ran rather than skipped.
