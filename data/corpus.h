@@ -1,4 +1,4 @@
-// data/corpus.h: the default corpus (MODEL.md "Data"): every C/C++ source under a folder,
+// data/corpus.h: the default corpus (docs/model.md "Data"): every C/C++ source under a folder,
 // in byte-wise sorted order of the relative path, each file one document, tokenised byte-level and
 // joined with kEod after each document. The token stream is cached on disk under a fingerprint of
 // the file list, written atomically (temp file, fsync, rename) and verified on read (magic, version,

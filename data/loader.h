@@ -1,4 +1,4 @@
-// data/loader.h: the data loader thread (DESIGN.md "Data flow of one run", step 5). One
+// data/loader.h: the data loader thread (docs/architecture.md "One run", step 5). One
 // producer thread fills a bounded queue with batches in order from a DataState; next() hands them
 // out with the nanoseconds the caller waited (the runner charges them to `data_wait`). An exception
 // in the producer is rethrown by next() after the batches made before it; the destructor stops and

@@ -1,4 +1,4 @@
-// data/packing.h: packed rows over a token stream (MODEL.md "Data"). Row r is the T+1 ids
+// data/packing.h: packed rows over a token stream (docs/model.md "Data"). Row r is the T+1 ids
 // starting at r*T, so consecutive rows overlap by one id (inputs are ids 0..T-1, targets 1..T); the
 // final partial row is padded with kPad and loss_mask[t] = 0 exactly where target t is padding.
 // Rows are views: nothing is copied until a row is filled into a batch.

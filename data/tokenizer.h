@@ -1,4 +1,4 @@
-// data/tokenizer.h: the byte-level tokenizer of MODEL.md "Data": ids 0-255 are the bytes,
+// data/tokenizer.h: the byte-level tokenizer of docs/model.md "Data": ids 0-255 are the bytes,
 // 256 ends a document, 257 pads; a model's vocab must be at least 258. Token ids are held as
 // uint16 in memory and in the corpus cache (half the size of int32 for a ~100 MB corpus).
 // Tested in tests/data/ (DataTokenizerTest.*).

@@ -45,7 +45,7 @@ struct TrainSection {
   std::string dtype = "auto";     // "auto" (bf16 autocast on CUDA, fp32 on CPU) | "fp32" | "bf16"
   int64_t warmup_steps = 10;      // steps before steady state: excluded from step-time statistics
   int64_t checkpoint_every = 0;   // 0: no periodic checkpoints
-  std::string checkpoint_dir;     // "": runs/<name>/checkpoints
+  std::string checkpoint_dir;     // "": <folder of the receipt store>/checkpoints/<experiment name>
   bool resume = false;            // continue from the latest complete checkpoint in checkpoint_dir
   int64_t log_every = 10;
 };

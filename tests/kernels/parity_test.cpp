@@ -5,7 +5,7 @@
 // where its seam contract allows; a row unavailable on this machine (no CUDA, too old a GPU, a dtype
 // the kernel refuses) is skipped with the catalog's reason. Adding a backend to the catalog and the
 // registry adds its rows here; adding a seam needs its cases in parity_cases().
-// Run: build/tests/kernels_tests --gtest_filter='Parity*'   (on a GPU machine the CUDA rows run too)
+// Run: build/tests/kernels_tests --gtest_filter='*Parity*'   (on a GPU machine the CUDA rows run too)
 #include <gtest/gtest.h>
 
 #include <functional>

@@ -120,7 +120,7 @@ bucket_mb = 50
 }
 
 TEST(Spec, DeclaredExperimentsAreValid) {
-  for (const char* f : {"experiments/tiny.toml", "experiments/nam56r-small.toml"}) {
+  for (const char* f : {"experiments/tiny.toml", "experiments/nam56r-small.toml", "experiments/nam56r-small-fast.toml"}) {
     const auto spec = parse_spec_file((fs::path(ABLATE_SOURCE_DIR) / f).string());
     EXPECT_FALSE(spec.experiment.name.empty()) << f;
   }
@@ -132,6 +132,12 @@ TEST(Spec, DeclaredExperimentsAreValid) {
   EXPECT_EQ(big.model.vocab, 32768);
   EXPECT_EQ(big.model.seq_len, 2048);
   EXPECT_EQ(big.model.batch_size, 8);
+  // The fast posture is the same model (same lane model hash), strict, every fast backend, graph-captured.
+  const auto fast = parse_spec_file((fs::path(ABLATE_SOURCE_DIR) / "experiments/nam56r-small-fast.toml").string());
+  EXPECT_EQ(model_hash(fast), model_hash(big));
+  EXPECT_TRUE(fast.backends.strict);
+  EXPECT_TRUE(fast.compile.cuda_graphs);
+  EXPECT_EQ(fast.backends.requested.at("moe_dispatch"), "grouped_mm");
 }
 
 TEST(Spec, EveryBadFileFailsWithItsExactMessage) {

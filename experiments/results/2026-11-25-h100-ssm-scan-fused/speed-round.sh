@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # experiments/results/2026-11-25-h100-ssm-scan-fused/speed-round.sh OUT [BENCH_FILTER]: one GPU round of
-# the ssm_scan fused_cuda speed work, on the GPU machine (../shared/GPU.md), from the repository root with
+# the ssm_scan fused_cuda speed work, on the GPU machine (docs/gpu.md), from the repository root with
 # .gpu-deps carried. Builds only kernels_tests and scans_bench, prints the kernels' registers / shared
 # memory / spills (cuobjdump), runs the ssm parity tests (xml with each row's relative errors), the
 # ssm benchmarks, and times each fused launch with ncu (first forward+backward step of the bf16 and the
