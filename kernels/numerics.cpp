@@ -3,6 +3,14 @@
 
 namespace ablate::kernels {
 
+at::ScalarType compute_dtype(const char* seam, std::initializer_list<const torch::Tensor*> inputs) {
+  at::ScalarType dt = at::kFloat;
+  for (const auto* t : inputs)
+    if (t->defined()) dt = at::promote_types(dt, t->scalar_type());
+  TORCH_CHECK(dt == at::kFloat || dt == at::kDouble, seam, ": unsupported input dtype ", dt);
+  return dt;
+}
+
 torch::Tensor rotate_adjacent_pairs(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   TORCH_CHECK(x.size(-1) % 2 == 0, "rotate_adjacent_pairs: last dim ", x.size(-1), " is odd");
   TORCH_CHECK(cos.size(-1) * 2 == x.size(-1) && sin.sizes() == cos.sizes(),

@@ -10,6 +10,9 @@ namespace ablate::kernels {
 
 // The dtype arithmetic happens in: fp32 for fp32/bf16/fp16 inputs, fp64 for fp64 inputs (tests).
 inline at::ScalarType compute_dtype(const torch::Tensor& t) { return at::promote_types(t.scalar_type(), at::kFloat); }
+// The same over a seam's inputs (undefined ones skipped) for a reference whose contract is fp32
+// arithmetic: fp32, or fp64 when an input is fp64; any other promotion is refused, naming the seam.
+at::ScalarType compute_dtype(const char* seam, std::initializer_list<const torch::Tensor*> inputs);
 
 // While alive, autocast is off on every device: for code whose contract is fp32 arithmetic (matmuls
 // under autocast would silently run in bf16). Restores the previous state on destruction.

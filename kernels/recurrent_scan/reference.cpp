@@ -19,6 +19,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/numerics.h"
 #include "kernels/recurrent_scan/reference.h"
 #include "kernels/registry.h"
 
@@ -26,12 +27,6 @@ namespace ablate::kernels::reference {
 namespace {
 
 // fp32 arithmetic unless an input is fp64 (tests); bf16/fp16 inputs are promoted, never computed in.
-at::ScalarType compute_dtype(const torch::Tensor& a, const torch::Tensor& b) {
-  const auto dt = at::promote_types(at::promote_types(at::kFloat, a.scalar_type()), b.scalar_type());
-  TORCH_CHECK(dt == at::kFloat || dt == at::kDouble, "recurrent_scan: unsupported input dtype ", dt);
-  return dt;
-}
-
 void check_args(const torch::Tensor& a, const torch::Tensor& b) {
   TORCH_CHECK(a.dim() == 3, "recurrent_scan: a must be [B,T,W], got ", a.sizes());
   TORCH_CHECK(b.sizes() == a.sizes(), "recurrent_scan: b must match a ", a.sizes(), ", got ", b.sizes());
@@ -41,7 +36,7 @@ void check_args(const torch::Tensor& a, const torch::Tensor& b) {
 
 torch::Tensor recurrent_scan_stepwise(const torch::Tensor& a, const torch::Tensor& b) {
   check_args(a, b);
-  const auto dt = compute_dtype(a, b);
+  const auto dt = kernels::compute_dtype("recurrent_scan", {&a, &b});
   const auto as = a.to(dt), bs = b.to(dt);
   const int64_t T = a.size(1);
   if (T == 0) return torch::zeros_like(bs);
@@ -138,7 +133,7 @@ class ChunkedScan : public torch::autograd::Function<ChunkedScan> {
 torch::Tensor recurrent_scan_chunked(const torch::Tensor& a, const torch::Tensor& b, int64_t chunk) {
   check_args(a, b);
   TORCH_CHECK(chunk >= 1, "recurrent_scan: chunk must be >= 1, got ", chunk);
-  const auto dt = compute_dtype(a, b);
+  const auto dt = kernels::compute_dtype("recurrent_scan", {&a, &b});
   if (a.size(1) == 0) return torch::zeros(a.sizes(), b.options().dtype(dt));
   // The casts stay outside the Function so that autograd casts the gradients back to a's and b's dtypes.
   return ChunkedScan::apply(a.to(dt), b.to(dt), chunk);

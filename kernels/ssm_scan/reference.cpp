@@ -27,12 +27,11 @@
 // is one more source of the inter-chunk closed form, decayed into every chunk; h_last is that closed
 // form taken one chunk further (the state after the last chunk: the zero-padded tail has alpha = 1
 // and no inputs, so it is h_{T-1}). The gate z multiplies the output last: y * silu(z).
-#include <c10/core/impl/LocalDispatchKeySet.h>
-
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "kernels/numerics.h"
 #include "kernels/ssm_scan/reference.h"
 #include "kernels/registry.h"
 
@@ -114,13 +113,8 @@ Dims check_ssm_args(const SsmScanInputs& in) {
 
 // The arithmetic dtype of a call: fp32, or fp64 when any floating input is fp64.
 at::ScalarType compute_dtype(const SsmScanInputs& in) {
-  std::vector<const torch::Tensor*> ts = {&in.x, &in.q, &in.k, &in.log_alpha, &in.beta, &in.gamma, &in.D};
-  for (const auto* t : {&in.z, &in.h0, &in.x_prev, &in.k_prev})
-    if (t->defined()) ts.push_back(t);
-  at::ScalarType dt = at::kFloat;
-  for (const auto* t : ts) dt = at::promote_types(dt, t->scalar_type());
-  TORCH_CHECK(dt == at::kFloat || dt == at::kDouble, "ssm_scan: unsupported input dtype ", dt);
-  return dt;
+  return kernels::compute_dtype("ssm_scan", {&in.x, &in.q, &in.k, &in.log_alpha, &in.beta, &in.gamma, &in.D, &in.z,
+                                             &in.h0, &in.x_prev, &in.k_prev});
 }
 
 // D skip and gate, shared by both forms: (y + D x) * silu(z) (no gate without z). y [B,T,H,P] in dt.
@@ -134,7 +128,7 @@ torch::Tensor skip_and_gate(const torch::Tensor& y, const SsmScanInputs& in, at:
 SsmScanOutputs ssm_scan_stepwise(const SsmScanInputs& in) {
   const auto [B, T, H, P, N] = check_ssm_args(in);
   // Autocast would run the matmul below in bf16; the reference is defined in fp32/fp64.
-  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  NoAutocastScope no_autocast;
   const auto dt = compute_dtype(in);
   const auto xs = in.x.to(dt), qs = in.q.to(dt), ks = in.k.to(dt);
   const auto la = in.log_alpha.to(dt), bt = in.beta.to(dt), gm = in.gamma.to(dt);
@@ -163,7 +157,7 @@ SsmScanOutputs ssm_scan_chunked(const SsmScanInputs& in) {
   const int64_t chunk = in.chunk;
   TORCH_CHECK(chunk >= 1, "ssm_scan: chunk must be >= 1, got ", chunk);
   // The contract is fp32 arithmetic; under autocast the matmuls would silently drop to bf16.
-  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  NoAutocastScope no_autocast;
   const auto dt = compute_dtype(in);
   const auto opts = in.x.options().dtype(dt);
   if (T == 0)
