@@ -36,7 +36,8 @@ bool add_registrar(void (*register_cases)());
 
 #if defined(ABLATE_HAVE_CUDA)
 // Runs `step` in the timed loop: CUDA events around each iteration on the current stream, reported
-// as manual time; counters from the median iteration (robust to the odd slow one).
+// as manual time; counters from the median iteration (robust to the odd slow one): median_us and, when
+// `bytes` (what the op must move at least) is given, GB/s, pct_of_copy_ceiling, floor_us, x_floor.
 // Before each iteration a 256 MiB buffer is zeroed: it evicts the inputs from L2 (50 MiB on H100), so
 // every iteration reads HBM, and it keeps the GPU busy while the host enqueues the start event, the
 // op's launches and the stop event, so the events time GPU work only, not the host's launch latency
@@ -62,8 +63,12 @@ inline void timed(benchmark::State& st, double bytes, Step step) {
   const double median = seconds[seconds.size() / 2];
   st.counters["median_us"] = median * 1e6;
   if (bytes <= 0) return;  // a compute-bound case reports its own rate
+  // The memory floor: the bytes at the copy ceiling; x_floor = how far above it the op runs.
+  const double floor = bytes / kCopyCeilingBytesPerSecond;
   st.counters["GB/s"] = bytes / median / 1e9;
-  st.counters["pct_of_copy_ceiling"] = 100.0 * bytes / median / kCopyCeilingBytesPerSecond;
+  st.counters["pct_of_copy_ceiling"] = 100.0 * floor / median;
+  st.counters["floor_us"] = floor * 1e6;
+  st.counters["x_floor"] = median / floor;
 }
 
 // Peak allocated memory of one call of `step` above what is allocated before it (inputs, allocator

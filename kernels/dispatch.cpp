@@ -163,10 +163,13 @@ SsmScanOutputs Dispatcher::ssm_scan(const SsmScanInputs& inputs) const {
   return {std::move(y), std::move(h_last)};
 }
 
-torch::Tensor Dispatcher::recurrent_scan(const torch::Tensor& a, const torch::Tensor& b) const {
+RecurrentScanOutputs Dispatcher::recurrent_scan(const RecurrentScanInputs& inputs) const {
   Scope scope("forward", "recurrent_scan", chosen("recurrent_scan"));
-  const auto in = scope.enter({a, b});
-  return scope.exit(lookup(implementations().recurrent_scan, "recurrent_scan", implementation_of("recurrent_scan"))(in[0], in[1]));
+  const auto in = scope.enter({inputs.gate_a, inputs.gate_x, inputs.u, inputs.lambda, inputs.h0});
+  const auto out = lookup(implementations().recurrent_scan, "recurrent_scan", implementation_of("recurrent_scan"))(
+      RecurrentScanInputs{.gate_a = in[0], .gate_x = in[1], .u = in[2], .lambda = in[3], .h0 = in[4]});
+  auto [h, h_last] = scope.exit(std::pair{out.h, out.h_last});
+  return {.h = std::move(h), .h_last = std::move(h_last)};
 }
 
 torch::Tensor Dispatcher::loss(const torch::Tensor& hidden, const torch::Tensor& head_weight,

@@ -46,7 +46,7 @@ class Dispatcher {
                              const torch::Tensor& w1, const torch::Tensor& w3, const torch::Tensor& w2,
                              double capacity_factor, torch::Tensor* dropped) const;
   SsmScanOutputs ssm_scan(const SsmScanInputs& inputs) const;
-  torch::Tensor recurrent_scan(const torch::Tensor& a, const torch::Tensor& b) const;
+  RecurrentScanOutputs recurrent_scan(const RecurrentScanInputs& inputs) const;
   torch::Tensor loss(const torch::Tensor& hidden, const torch::Tensor& head_weight, const torch::Tensor& targets,
                      const torch::Tensor& mask) const;
   void optimizer(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,

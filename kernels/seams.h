@@ -53,8 +53,21 @@ struct SsmScanOutputs {
   torch::Tensor h_last;  // [B,H,P,N] fp32: h_{T-1} (h0, or zeros, when T == 0)
 };
 using SsmScanFn = std::function<SsmScanOutputs(const SsmScanInputs&)>;
-// recurrent_scan (RG-LRU core): a, b [B,T,W] fp32 -> h [B,T,W], h_t = a_t * h_{t-1} + b_t, h_{-1} = 0.
-using RecurrentScanFn = std::function<torch::Tensor(const torch::Tensor& a, const torch::Tensor& b)>;
+// recurrent_scan (RG-LRU, docs/model.md "R"), gates fused: log a_t = -8 sigmoid(gate_a_t) softplus(-lambda),
+// a_t = exp(log a_t), b_t = sqrt(1 - a_t^2) sigmoid(gate_x_t) u_t (computed as sqrt(-expm1(2 log a_t))),
+// h_t = a_t h_{t-1} + b_t, h_{-1} = h0 or 0. Arithmetic in fp32. Every floating input is differentiable.
+inline constexpr double kRecurrentDecayScale = 8.0;  // the 8 in log a_t = -8 sigmoid(gate_a_t) softplus(-lambda)
+struct RecurrentScanInputs {
+  torch::Tensor gate_a, gate_x;  // [B,T,W] gate logits (pre-sigmoid), fp32 or bf16
+  torch::Tensor u;               // [B,T,W], fp32 or bf16
+  torch::Tensor lambda;          // [W] the Lambda parameter (fp32)
+  torch::Tensor h0;              // optional [B,W] fp32
+};
+struct RecurrentScanOutputs {
+  torch::Tensor h;       // [B,T,W] fp32
+  torch::Tensor h_last;  // [B,W] fp32: h_{T-1} (h0, or zeros, when T == 0)
+};
+using RecurrentScanFn = std::function<RecurrentScanOutputs(const RecurrentScanInputs&)>;
 // loss: hidden [N, d], head_weight [V, d], targets [N] int64, mask [N] (0/1) -> 0-dim tensor, fp32
 // (fp64 when the inputs are fp64): sum over masked positions of cross-entropy / max(1, number of
 // masked positions).

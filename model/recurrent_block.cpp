@@ -1,7 +1,8 @@
 // model/recurrent_block.cpp: block R, the Griffin RG-LRU recurrent block (docs/model.md "R"):
-// [g ; u] = W_in x, u through a causal depthwise conv of width 4, gates r and i, decay
-// log a = -8 r softplus(-Lambda), input scale sqrt(1 - a^2) in fp32, the linear recurrence through the
-// `recurrent_scan` seam, out = W_out (gelu(g) * h).
+// [g ; u] = W_in x, u through a causal depthwise conv of width 4, gate logits W_a u + b_a and
+// W_x u + b_x; the `recurrent_scan` seam turns them, u and Lambda into the gates (r, i, decay
+// log a = -8 r softplus(-Lambda), input scale sqrt(1 - a^2)) and runs the recurrence in fp32;
+// out = W_out (gelu(g) * h).
 // Tests: model_tests --gtest_filter='*Recurrent*' (tests/model/blocks_test.cpp: vs a per-timestep loop
 // in fp64, gradients by central differences, the Lambda initialisation range).
 #include <cmath>
@@ -12,7 +13,6 @@
 namespace ablate::model {
 namespace {
 
-constexpr double kDecayScale = 8.0;                              // c in log a_t = -c r_t softplus(-Lambda)
 constexpr double kLambdaInitLow = 0.9, kLambdaInitHigh = 0.999;  // range of sigmoid(Lambda) at init
 
 }  // namespace
@@ -51,15 +51,13 @@ BlockOutput RecurrentBlock::forward(const torch::Tensor& x) {
   const auto u = causal_depthwise_conv(gu.narrow(-1, w, w), conv_weight, conv_bias);
   const auto gate_a = torch::linear(u, w_a, b_a), gate_x = torch::linear(u, w_x, b_x);
 
+  // The gates (r, i, a, sqrt(1 - a^2)) and the recurrence are one seam call: it takes the gate logits as
+  // the projections hand them over (bf16 under autocast) and computes in fp32.
+  const auto h = dispatcher_->recurrent_scan({.gate_a = gate_a, .gate_x = gate_x, .u = u, .lambda = lambda, .h0 = {}}).h;
   torch::Tensor gated;  // gelu(g) * h
   {
     kernels::NoAutocastScope fp32_arithmetic;
-    const auto dt = kernels::compute_dtype(lambda);
-    const auto log_a = -kDecayScale * torch::sigmoid(gate_a.to(dt)) * torch::softplus(-lambda);
-    // sqrt(1 - a^2) as sqrt(-expm1(2 log a)): exact near a = 1, where 1 - a*a cancels.
-    const auto b = torch::sqrt(-torch::expm1(2 * log_a)) * (torch::sigmoid(gate_x.to(dt)) * u.to(dt));
-    const auto h = dispatcher_->recurrent_scan(torch::exp(log_a), b);
-    gated = torch::gelu(g.to(dt)) * h;
+    gated = torch::gelu(g.to(h.scalar_type())) * h;
   }
   return {torch::linear(gated, w_out), {}, {}};
 }

@@ -7,7 +7,17 @@
 // ssm_scan fused_cuda vs reference (through the registry) at nam56r-small with bf16 and fp32 inputs:
 // TFLOP/s, GB/s and floor_ms = max(bytes / 3.0e12 B/s, FLOPs / 790e12 FLOP/s) (ssm_work says how they
 // are counted). Targets on the H100 (issue 11): forward <= 0.6 ms, forward+backward <= 2.0 ms.
-// Run: bench/scans_bench [--benchmark_filter=...]; CUDA cases register only when a GPU is visible.
+// rglru/<backend>/<fwd|fwd_bwd>/<mix>: the recurrent_scan seam (gates + recurrence) through the
+//   registry, reference vs fused_cuda, at B 8, T 2048, W 1024; mix `bf16` has gate_a, gate_x and u in
+//   bf16, `autocast` the model's (gate logits bf16 from the autocast projections, u fp32 from the
+//   conv). Timed with CUDA events after an L2 flush (kernels/bench_util.h); counters
+//   median_us, GB/s, floor_us = the memory floor (bytes / 3.0e12 B/s, the H100's copy ceiling
+//   counting read + write) and x_floor = median / floor. Bytes: forward reads gate_a, gate_x, u
+//   (S bytes an element together) and writes h (4): S + 4; backward reads dh (4), gate_a, gate_x,
+//   u (S) and writes their gradients (S): 2S + 4; per-channel terms (lambda, h_last) are counted too.
+//   bf16: 10 B forward, 26 B forward+backward an element. Target (issue 11): fused_cuda
+//   forward+backward x_floor <= 2 on the H100.
+// Run: bench/scans_bench [--benchmark_filter=ssm|rglru]; CUDA cases register only when a GPU is visible.
 // Inputs are random with the model's ranges; the reference has no data-dependent work, so values do
 // not affect timing.
 #include <ATen/CPUGeneratorImpl.h>
@@ -24,6 +34,10 @@
 #include "kernels/registry.h"
 #include "kernels/recurrent_scan/reference.h"
 #include "kernels/ssm_scan/reference.h"
+#if defined(ABLATE_HAVE_CUDA)
+#include "kernels/bench_util.h"
+#include "kernels/recurrent_scan/fused_cuda.h"
+#endif
 
 namespace ref = ablate::kernels::reference;
 using torch::Tensor;
@@ -154,8 +168,8 @@ void rec_bench(benchmark::State& st, RecShape s, torch::Device dev, bool backwar
   const auto in = rec_inputs(s, dev);
   const auto g = torch::randn({s.B, s.T, s.W}, torch::TensorOptions(dev));
   timed(st, dev, s.B * s.T, [&] {
-    const auto h =
-        stepwise ? ref::recurrent_scan_stepwise(in[0], in[1]) : ref::recurrent_scan_chunked(in[0], in[1], s.L);
+    const auto h = stepwise ? ref::linear_recurrence_stepwise(in[0], in[1], Tensor()).first
+                            : ref::linear_recurrence_chunked(in[0], in[1], Tensor(), s.L).first;
     if (backward) {
       torch::autograd::grad({(h * g).sum()}, in);
     }
@@ -171,6 +185,33 @@ std::string rec_name(const char* what, const RecShape& s, torch::Device dev) {
   return std::string(what) + "/" + (dev.is_cuda() ? "cuda" : "cpu") + "/B" + std::to_string(s.B) + "_T" +
          std::to_string(s.T) + "_W" + std::to_string(s.W) + "_L" + std::to_string(s.L);
 }
+
+#if defined(ABLATE_HAVE_CUDA)
+// The recurrent_scan seam at nam56r-small's R layer through the registry; u_dtype fp32 is the model's
+// autocast mix. Gate logits N(0, 2^2), sigmoid(lambda) in [0.9, 0.999] as the block initialises it.
+// vec > 0 forces fused_cuda's channels per thread (fused::tuning), restored to the built-in rule after.
+void rglru_bench(benchmark::State& st, std::string backend, bool backward, torch::ScalarType u_dtype, int vec) {
+  constexpr int64_t B = 8, T = 2048, W = 1024;
+  const auto& fn = ablate::kernels::implementations().recurrent_scan.at(backend);
+  const auto opts = torch::TensorOptions(torch::kCUDA);
+  auto gate_a = (2 * torch::randn({B, T, W}, opts)).to(torch::kBFloat16).requires_grad_(backward);
+  auto gate_x = (2 * torch::randn({B, T, W}, opts)).to(torch::kBFloat16).requires_grad_(backward);
+  auto u = torch::randn({B, T, W}, opts).to(u_dtype).requires_grad_(backward);
+  const auto decay = 0.9 + 0.099 * torch::rand({W}, opts);
+  auto lambda = (torch::log(decay) - torch::log1p(-decay)).requires_grad_(backward);
+  const auto dh = torch::randn({B, T, W}, opts);
+  const double n = double(B) * T * W, s = 2.0 + 2.0 + double(c10::elementSize(u_dtype));
+  double bytes = n * (s + 4.0) + W * 4.0 + B * W * 4.0;       // forward: gates, u, lambda -> h, h_last
+  if (backward) bytes += n * (4.0 + 2.0 * s) + W * 2 * 4.0;  // backward: dh, gates, u, lambda -> gradients
+  c10::AutoGradMode grad_mode(backward);
+  ablate::kernels::fused::tuning::recurrent_scan_channels_per_thread(vec);
+  ablate::kernels::bench::timed(st, bytes, [&] {
+    const auto out = fn({.gate_a = gate_a, .gate_x = gate_x, .u = u, .lambda = lambda, .h0 = Tensor()});
+    if (backward) torch::autograd::grad({out.h}, {gate_a, gate_x, u, lambda}, {dh});
+  });
+  ablate::kernels::fused::tuning::recurrent_scan_channels_per_thread(0);
+}
+#endif
 
 void register_all() {
   const torch::Device cpu(torch::kCPU);
@@ -211,6 +252,28 @@ void register_all() {
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
   }
+#if defined(ABLATE_HAVE_CUDA)
+  for (const char* backend : {"reference", "fused_cuda"}) {
+    if (!ablate::kernels::has_implementation("recurrent_scan", backend)) continue;
+    for (bool bwd : {false, true})
+      for (const auto u_dtype : {torch::kBFloat16, torch::kFloat}) {
+        const std::string name = std::string("rglru/") + backend + (bwd ? "/fwd_bwd/" : "/fwd/") +
+                                 (u_dtype == torch::kBFloat16 ? "bf16" : "autocast");
+        benchmark::RegisterBenchmark(name.c_str(), rglru_bench, std::string(backend), bwd, u_dtype, 0)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseManualTime();
+      }
+  }
+  // fused_cuda with 4 and 1 channels a thread instead of the default 2 (registers a thread against threads).
+  if (ablate::kernels::has_implementation("recurrent_scan", "fused_cuda"))
+    for (bool bwd : {false, true})
+      for (int vec : {4, 1})
+        benchmark::RegisterBenchmark(
+            (std::string("rglru/fused_cuda/") + (bwd ? "fwd_bwd" : "fwd") + "/bf16/vec" + std::to_string(vec)).c_str(),
+            rglru_bench, std::string("fused_cuda"), bwd, torch::kBFloat16, vec)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseManualTime();
+#endif
   // Fused vs reference through the registry at nam56r-small's shape with bf16 x, q, k, z (what the
   // model hands over), plus fp32 inputs; forward and forward+backward.
   const SsmShape s{8, 2048, 32, 64, 128, 64};

@@ -1,20 +1,23 @@
 // kernels/recurrent_scan/reference.cpp: the reference backend of seam `recurrent_scan`, the RG-LRU
-// linear recurrence h_t = a_t h_{t-1} + b_t (h_{-1} = 0, elementwise over W channels; docs/model.md "R"),
-// in LibTorch ops. Owns recurrent_scan_chunked (what the model runs, CPU and GPU, through autograd)
-// and recurrent_scan_stepwise (the recurrence one timestep at a time, the definition the chunked form
-// is checked against). Contract: RecurrentScanFn in kernels/seams.h.
+// (docs/model.md "R"), in LibTorch ops: the gates a_t = exp(-8 sigmoid(gate_a_t) softplus(-lambda)) and
+// b_t = sqrt(1 - a_t^2) sigmoid(gate_x_t) u_t, then the linear recurrence h_t = a_t h_{t-1} + b_t
+// (h_{-1} = h0 or 0, elementwise over W channels). Owns recurrent_scan_chunked (what the model runs,
+// CPU and GPU, through autograd), recurrent_scan_stepwise (the recurrence one timestep at a time, the
+// definition the chunked form and the fused CUDA backend are checked against), and the linear
+// recurrence alone in both forms. Contract: RecurrentScanFn in kernels/seams.h.
 // Test: kernels_tests --gtest_filter='RecurrentScan*' (tests/kernels/scans_test.cpp);
-// time: kernels_bench --benchmark_filter=recurrent_scan (kernels/recurrent_scan/bench.cpp).
+// time: scans_bench --benchmark_filter=rglru (kernels/bench/scans_bench.cpp).
 //
 // Chunked form: inside a chunk of length L, h_t = exp(c_t) h_in + sum_{s<=t} exp(c_t - c_s) b_s with
 // c_t the chunk-local cumulative sum of log a (so c is non-increasing and c_t - c_s <= 0 for s <= t).
 // The (L x L) decay matrix is exp of those differences, masked to -inf above the diagonal before exp:
 // we never exponentiate a large positive number (the tempting exp(c_t) * sum exp(-c_s) b_s would
-// overflow fp32 after 13 steps of a = 1e-3). The state h_in is carried across chunks in a sequential
-// loop over the T/L chunks. Cost: the decay matrix is per channel, so the intra-chunk part holds
-// L times the input in memory (B*T*W*L elements, transient: the backward below does not keep it);
-// the chunk length trades that against T/L carry steps. Gradients: a custom autograd Function whose
-// backward is the adjoint recurrence, run through the same chunked scan (see ChunkedScan).
+// overflow fp32 after 13 steps of a = 1e-3). The state h_in (h0 for the first chunk) is carried across
+// chunks in a sequential loop over the T/L chunks. Cost: the decay matrix is per channel, so the
+// intra-chunk part holds L times the input in memory (B*T*W*L elements, transient: the backward below
+// does not keep it); the chunk length trades that against T/L carry steps. Gradients: a custom
+// autograd Function whose backward is the adjoint recurrence, run through the same chunked scan (see
+// ChunkedScan); the gates in front of it are plain LibTorch ops that autograd differentiates.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -26,33 +29,74 @@
 namespace ablate::kernels::reference {
 namespace {
 
-// fp32 arithmetic unless an input is fp64 (tests); bf16/fp16 inputs are promoted, never computed in.
-void check_args(const torch::Tensor& a, const torch::Tensor& b) {
+void check_linear_args(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& h0) {
   TORCH_CHECK(a.dim() == 3, "recurrent_scan: a must be [B,T,W], got ", a.sizes());
   TORCH_CHECK(b.sizes() == a.sizes(), "recurrent_scan: b must match a ", a.sizes(), ", got ", b.sizes());
+  TORCH_CHECK(!h0.defined() || h0.sizes() == at::IntArrayRef({a.size(0), a.size(2)}),
+              "recurrent_scan: h0 must be [B,W] = [", a.size(0), ",", a.size(2), "], got ", h0.sizes());
+}
+
+// The gates of docs/model.md "R" in LibTorch ops (recorded by autograd), in dtype dt with autocast off:
+// returns (a, b). sqrt(1 - a^2) is sqrt(-expm1(2 log a)): exact near a = 1, where 1 - a*a cancels.
+std::pair<torch::Tensor, torch::Tensor> rglru_gates(const RecurrentScanInputs& in, at::ScalarType dt) {
+  NoAutocastScope fp32_arithmetic;
+  const auto log_a =
+      -kRecurrentDecayScale * torch::sigmoid(in.gate_a.to(dt)) * torch::softplus(-in.lambda.to(dt));
+  const auto b = torch::sqrt(-torch::expm1(2 * log_a)) * (torch::sigmoid(in.gate_x.to(dt)) * in.u.to(dt));
+  return {torch::exp(log_a), b};
 }
 
 }  // namespace
 
-torch::Tensor recurrent_scan_stepwise(const torch::Tensor& a, const torch::Tensor& b) {
-  check_args(a, b);
-  const auto dt = kernels::compute_dtype("recurrent_scan", {&a, &b});
+void check_recurrent_scan_args(const RecurrentScanInputs& in) {
+  TORCH_CHECK(in.gate_a.defined() && in.gate_x.defined() && in.u.defined() && in.lambda.defined(),
+              "recurrent_scan: gate_a, gate_x, u and lambda are required");
+  TORCH_CHECK(in.gate_a.dim() == 3, "recurrent_scan: gate_a must be [B,T,W], got ", in.gate_a.sizes());
+  TORCH_CHECK(in.gate_x.sizes() == in.gate_a.sizes(), "recurrent_scan: gate_x must match gate_a ",
+              in.gate_a.sizes(), ", got ", in.gate_x.sizes());
+  TORCH_CHECK(in.u.sizes() == in.gate_a.sizes(), "recurrent_scan: u must match gate_a ", in.gate_a.sizes(),
+              ", got ", in.u.sizes());
+  const int64_t B = in.gate_a.size(0), W = in.gate_a.size(2);
+  TORCH_CHECK(in.lambda.dim() == 1 && in.lambda.size(0) == W, "recurrent_scan: lambda must be [W] = [", W,
+              "], got ", in.lambda.sizes());
+  TORCH_CHECK(!in.h0.defined() || in.h0.sizes() == at::IntArrayRef({B, W}), "recurrent_scan: h0 must be [B,W] = [",
+              B, ",", W, "], got ", in.h0.sizes());
+  for (const auto* t : {&in.gate_a, &in.gate_x, &in.u, &in.lambda, &in.h0})
+    TORCH_CHECK(!t->defined() || t->is_floating_point(), "recurrent_scan: inputs must be floating point, got ",
+                t->scalar_type());
+}
+
+std::pair<torch::Tensor, torch::Tensor> linear_recurrence_stepwise(const torch::Tensor& a, const torch::Tensor& b,
+                                                                   const torch::Tensor& h0) {
+  check_linear_args(a, b, h0);
+  const auto dt = kernels::compute_dtype("recurrent_scan", {&a, &b, &h0});
   const auto as = a.to(dt), bs = b.to(dt);
-  const int64_t T = a.size(1);
-  if (T == 0) return torch::zeros_like(bs);
+  const int64_t B = a.size(0), T = a.size(1), W = a.size(2);
+  auto h = h0.defined() ? h0.to(dt) : torch::zeros({B, W}, bs.options());
+  if (T == 0) return {torch::zeros_like(bs), h};
   std::vector<torch::Tensor> hs;
   hs.reserve(static_cast<size_t>(T));
-  hs.push_back(bs.select(1, 0));  // h_0 = a_0 * 0 + b_0
-  for (int64_t t = 1; t < T; ++t) hs.push_back(as.select(1, t) * hs.back() + bs.select(1, t));
-  return torch::stack(hs, 1);
+  for (int64_t t = 0; t < T; ++t) {
+    h = as.select(1, t) * h + bs.select(1, t);
+    hs.push_back(h);
+  }
+  return {torch::stack(hs, 1), h};
+}
+
+RecurrentScanOutputs recurrent_scan_stepwise(const RecurrentScanInputs& in) {
+  check_recurrent_scan_args(in);
+  const auto dt = kernels::compute_dtype("recurrent_scan", {&in.gate_a, &in.gate_x, &in.u, &in.lambda, &in.h0});
+  const auto [a, b] = rglru_gates(in, dt);
+  auto [h, h_last] = linear_recurrence_stepwise(a, b, in.h0.defined() ? in.h0.to(dt) : torch::Tensor());
+  return {.h = std::move(h), .h_last = std::move(h_last)};
 }
 
 namespace {
 
-// The chunked scan itself; a, b [B,T,W] already in the compute dtype. Runs only without autograd
-// recording (inside ChunkedScan's forward and backward), which is what lets it work in place: the
-// (B, T/L, L, L, W) decay tensor exists once, not four times.
-torch::Tensor chunked_scan(const torch::Tensor& a, const torch::Tensor& b, int64_t chunk) {
+// The chunked scan itself; a, b [B,T,W] and the entry state h0 [B,W] already in the compute dtype. Runs
+// only without autograd recording (inside ChunkedScan's forward and backward), which is what lets it
+// work in place: the (B, T/L, L, L, W) decay tensor exists once, not four times.
+torch::Tensor chunked_scan(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& h0, int64_t chunk) {
   TORCH_INTERNAL_ASSERT(!torch::GradMode::is_enabled(), "recurrent_scan: chunked_scan must run without autograd");
   const int64_t B = a.size(0), T = a.size(1), W = a.size(2);
   const int64_t L = std::min(chunk, T);  // a chunk longer than T would only add padding
@@ -80,33 +124,32 @@ torch::Tensor chunked_scan(const torch::Tensor& a, const torch::Tensor& b, int64
   auto h = decay.sum(3);  // zero-entry-state scan of each chunk, [B,nC,L,W]
   decay.reset();
 
-  if (nC > 1) {
-    // Carry: state entering chunk c+1 = exp(c_{L-1} of chunk c) * (state entering c) + local end of c.
-    // Sequential over the nC chunks: elementwise [B,W] ops, exact (products of decays, no prefix sums).
-    const auto chunk_decay = cum.select(2, L - 1).exp();  // [B,nC,W]
-    const auto local_end = h.select(2, L - 1);            // [B,nC,W]
-    std::vector<torch::Tensor> carry{torch::zeros({B, W}, h.options())};
-    carry.reserve(static_cast<size_t>(nC));
-    for (int64_t c = 0; c + 1 < nC; ++c)
-      carry.push_back(carry.back() * chunk_decay.select(1, c) + local_end.select(1, c));
-    h.add_(cum.exp().mul_(torch::stack(carry, 1).unsqueeze(2)));
-  }
+  // Carry: state entering chunk c+1 = exp(c_{L-1} of chunk c) * (state entering c) + local end of c,
+  // starting from h0. Sequential over the nC chunks: elementwise [B,W] ops, exact (products of decays,
+  // no prefix sums).
+  const auto chunk_decay = cum.select(2, L - 1).exp();  // [B,nC,W]
+  const auto local_end = h.select(2, L - 1);            // [B,nC,W]
+  std::vector<torch::Tensor> carry{h0};
+  carry.reserve(static_cast<size_t>(nC));
+  for (int64_t c = 0; c + 1 < nC; ++c)
+    carry.push_back(carry.back() * chunk_decay.select(1, c) + local_end.select(1, c));
+  h.add_(cum.exp().mul_(torch::stack(carry, 1).unsqueeze(2)));
   return h.view({B, nC * L, W}).narrow(1, 0, T).contiguous();
 }
 
 // The gradients by the adjoint recurrence instead of autograd through the segment sums. With
 // lambda_t = dLoss/dh_t (total), lambda_t = g_t + a_{t+1} lambda_{t+1}: the same scan run backward in
-// time, so it reuses chunked_scan on time-reversed inputs; then dLoss/db_t = lambda_t and
-// dLoss/da_t = h_{t-1} lambda_t. Why not plain autograd: it reaches a through log a, so the gradient
-// w.r.t. a comes out as (a sum of cancelling cumulative-sum terms) / a, whose absolute error grows
-// like eps / a (fp32, a = 1e-10: off by orders of magnitude). Here nothing is divided and the
-// backward keeps only a and h (not the B*T*W*L decay matrix of the forward).
+// time, so it reuses chunked_scan on time-reversed inputs; then dLoss/db_t = lambda_t,
+// dLoss/da_t = h_{t-1} lambda_t (h_{-1} = h0) and dLoss/dh0 = a_0 lambda_0. Why not plain autograd: it
+// reaches a through log a, so the gradient w.r.t. a comes out as (a sum of cancelling cumulative-sum
+// terms) / a, whose absolute error grows like eps / a (fp32, a = 1e-10: off by orders of magnitude).
+// Here nothing is divided and the backward keeps only a, h and h0 (not the B*T*W*L decay matrix).
 class ChunkedScan : public torch::autograd::Function<ChunkedScan> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& a, const torch::Tensor& b,
-                               int64_t chunk) {
-    auto h = chunked_scan(a, b, chunk);
-    ctx->save_for_backward({a, h});
+                               const torch::Tensor& h0, int64_t chunk) {
+    auto h = chunked_scan(a, b, h0, chunk);
+    ctx->save_for_backward({a, h, h0});
     ctx->saved_data["chunk"] = chunk;
     return h;
   }
@@ -118,25 +161,40 @@ class ChunkedScan : public torch::autograd::Function<ChunkedScan> {
     const auto saved = ctx->get_saved_variables();
     const auto& a = saved[0];
     const auto& h = saved[1];
+    const auto& h0 = saved[2];
     const int64_t T = a.size(1);
-    const auto g = grad_out[0].to(h.scalar_type());
-    // a_{t+1} at t (1 after the last position: lambda_T = 0 anyway), h_{t-1} at t (h_{-1} = 0).
+    const auto g = grad_out[0].defined() ? grad_out[0].to(h.scalar_type()) : torch::zeros_like(h);
+    // a_{t+1} at t (1 after the last position: lambda_T = 0 anyway), h_{t-1} at t (h_{-1} = h0).
     const auto a_next = torch::constant_pad_nd(a.narrow(1, 1, T - 1), {0, 0, 0, 1}, 1.0);
-    const auto h_prev = torch::constant_pad_nd(h.narrow(1, 0, T - 1), {0, 0, 1, 0});
-    const auto lambda = chunked_scan(a_next.flip(1), g.flip(1), ctx->saved_data["chunk"].toInt()).flip(1);
-    return {h_prev * lambda, lambda, torch::Tensor()};
+    const auto h_prev = torch::cat({h0.unsqueeze(1), h.narrow(1, 0, T - 1)}, 1);
+    const auto lambda =
+        chunked_scan(a_next.flip(1), g.flip(1), torch::zeros_like(h0), ctx->saved_data["chunk"].toInt()).flip(1);
+    return {h_prev * lambda, lambda, a.select(1, 0) * lambda.select(1, 0), torch::Tensor()};
   }
 };
 
 }  // namespace
 
-torch::Tensor recurrent_scan_chunked(const torch::Tensor& a, const torch::Tensor& b, int64_t chunk) {
-  check_args(a, b);
+std::pair<torch::Tensor, torch::Tensor> linear_recurrence_chunked(const torch::Tensor& a, const torch::Tensor& b,
+                                                                  const torch::Tensor& h0, int64_t chunk) {
+  check_linear_args(a, b, h0);
   TORCH_CHECK(chunk >= 1, "recurrent_scan: chunk must be >= 1, got ", chunk);
-  const auto dt = kernels::compute_dtype("recurrent_scan", {&a, &b});
-  if (a.size(1) == 0) return torch::zeros(a.sizes(), b.options().dtype(dt));
-  // The casts stay outside the Function so that autograd casts the gradients back to a's and b's dtypes.
-  return ChunkedScan::apply(a.to(dt), b.to(dt), chunk);
+  const auto dt = kernels::compute_dtype("recurrent_scan", {&a, &b, &h0});
+  const int64_t B = a.size(0), T = a.size(1), W = a.size(2);
+  // The casts stay outside the Function so that autograd casts the gradients back to the inputs' dtypes.
+  const auto h_init = h0.defined() ? h0.to(dt) : torch::zeros({B, W}, b.options().dtype(dt));
+  if (T == 0) return {torch::zeros(a.sizes(), b.options().dtype(dt)), h_init.clone()};
+  auto h = ChunkedScan::apply(a.to(dt), b.to(dt), h_init, chunk);
+  auto h_last = h.select(1, T - 1);
+  return {std::move(h), std::move(h_last)};
+}
+
+RecurrentScanOutputs recurrent_scan_chunked(const RecurrentScanInputs& in, int64_t chunk) {
+  check_recurrent_scan_args(in);
+  const auto dt = kernels::compute_dtype("recurrent_scan", {&in.gate_a, &in.gate_x, &in.u, &in.lambda, &in.h0});
+  const auto [a, b] = rglru_gates(in, dt);
+  auto [h, h_last] = linear_recurrence_chunked(a, b, in.h0.defined() ? in.h0.to(dt) : torch::Tensor(), chunk);
+  return {.h = std::move(h), .h_last = std::move(h_last)};
 }
 
 }  // namespace ablate::kernels::reference
@@ -146,9 +204,9 @@ namespace ablate::kernels {
 ABLATE_REGISTER_BACKENDS(recurrent_scan_reference) {
   registry.recurrent_scan({.name = "reference",
                            .role = Role::reference,
-                           .description = "RG-LRU linear recurrence, chunked, in LibTorch ops, fp32",
+                           .description = "RG-LRU gates and linear recurrence, chunked, in LibTorch ops, fp32",
                            .unavailable_reason = &availability::always},
-                          [](const torch::Tensor& a, const torch::Tensor& b) { return reference::recurrent_scan_chunked(a, b); });
+                          [](const RecurrentScanInputs& in) { return reference::recurrent_scan_chunked(in); });
 }
 
 }  // namespace ablate::kernels

@@ -115,7 +115,7 @@ TEST(Catalog, EveryRegisteredBackendIsInTheCatalogAndTheDispatcher) {
 }
 
 TEST(Catalog, FusedCudaRowsAreExperimentalHopperKernelsWithAReason) {
-  for (const char* seam : {"residual_norm", "swiglu", "ssm_scan"}) {
+  for (const char* seam : {"residual_norm", "swiglu", "ssm_scan", "recurrent_scan"}) {
     const auto* row = find_backend(seam, "fused_cuda");
     ASSERT_NE(row, nullptr) << seam;
     EXPECT_EQ(row->role, Role::experimental) << seam;

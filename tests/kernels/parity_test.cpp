@@ -1,7 +1,7 @@
 // tests/kernels/parity_test.cpp: one table-driven parity driver for every (seam, backend) row of the
 // kernel catalog, in the manner of ggml's test-backend-ops: each row runs forward + backward on
 // fresh seeded inputs with odd shapes and is compared with the `reference` backend evaluated in fp64
-// on the CPU. A row runs in fp64 where it can (rows built from LibTorch ops) and in fp32 and bf16
+// on the CPU (or, where a case names one, the seam's per-timestep definition in fp64). A row runs in fp64 where it can (rows built from LibTorch ops) and in fp32 and bf16
 // where its seam contract allows; a row unavailable on this machine (no CUDA, too old a GPU, a dtype
 // the kernel refuses) is skipped with the catalog's reason. Adding a backend to the catalog and the
 // registry adds its rows here; adding a seam needs its cases in parity_cases().
@@ -16,6 +16,7 @@
 #include "kernels/catalog.h"
 #include "kernels/dispatch.h"
 #include "kernels/loss/chunked.h"
+#include "kernels/recurrent_scan/reference.h"
 #include "kernels/registry.h"
 #include "tests/kernels/tensor_checks.h"
 
@@ -54,6 +55,9 @@ struct ParityCase {
   std::function<std::vector<Input>(at::Generator&)> make_inputs;
   // Calls backend `name` of the seam through the registry; returns its outputs.
   std::function<std::vector<Tensor>(const std::string& name, const std::vector<Tensor>&)> run;
+  // Optional: the fp64 baseline every row is compared with (a seam's per-timestep definition); when
+  // empty the baseline is the `reference` backend in fp64.
+  std::function<std::vector<Tensor>(const std::vector<Tensor>&)> definition = {};
   // Per-dtype bounds that replace tolerance_for's for this case (each with its reason where it is set).
   std::map<torch::ScalarType, Tolerance> tolerance = {};
 };
@@ -211,14 +215,46 @@ ParityCase ssm_scan_case(int64_t B, int64_t T, int64_t H, int64_t P, int64_t N, 
   return c;
 }
 
-ParityCase recurrent_scan_case(int64_t B, int64_t T, int64_t W) {
-  return {"recurrent_scan", shape_label({{"B", B}, {"T", T}, {"W", W}}), kFp32Dtypes,
+// The RG-LRU inputs {gate_a, gate_x, u, lambda, h0}. typical: gate logits N(0, 2^2), sigmoid(lambda)
+// ~ U[0.9, 0.999] (the block's init). extreme: a quarter of the gate logits at +30 and a quarter at -30
+// (sigmoid 1 - 1e-13 and 1e-13: a = 1 to fp32 precision, or the full decay), and lambda cycling through
+// 12, -6, 0, 3 (a down to 1 - 5e-5 and to e^-48 ~ 1e-21). The baseline is the per-timestep recurrence
+// in fp64 (reference::recurrent_scan_stepwise). Tolerances are the driver's per dtype: fp32 (5e-6):
+// each h_t is a sum of decayed terms carried through T steps; with fp32 gates (a few ulp each) the
+// emulated kernel arithmetic measured <= 4e-7 on these cases, outputs and gradients (d lambda sums
+// over B*T terms). bf16 (3e-2, 5e-2 gradients): the gate logits and u are rounded to bf16 (4e-3) before
+// anything else, and the gradients for them are written in bf16; measured <= 3e-3 in emulation.
+ParityCase recurrent_scan_case(int64_t B, int64_t T, int64_t W, bool extreme, bool with_h0) {
+  std::string label = shape_label({{"B", B}, {"T", T}, {"W", W}});
+  label += std::string(extreme ? "_extreme" : "_typical") + (with_h0 ? "_h0" : "");
+  return {"recurrent_scan", label, kAllDtypes,
           [=](at::Generator& g) {
-            return std::vector<Input>{fp32_floor(torch::sigmoid(random_normal({B, T, W}, g, 2.0))),  // a in (0, 1)
-                                      fp32_floor(random_normal({B, T, W}, g))};
+            auto gate_a = random_normal({B, T, W}, g, 2.0), gate_x = random_normal({B, T, W}, g, 2.0);
+            const auto u = random_normal({B, T, W}, g);
+            const auto decay = testing::random_uniform({W}, g, 0.9, 0.999);  // sigmoid(lambda)
+            auto lambda = torch::log(decay) - torch::log1p(-decay);
+            if (extreme) {
+              const auto extremes = [&](const Tensor& logits) {
+                const auto pick = torch::randint(4, logits.sizes(), g, torch::kLong);
+                return torch::where(pick == 0, 30.0, torch::where(pick == 1, -30.0, logits));
+              };
+              gate_a = extremes(gate_a);
+              gate_x = extremes(gate_x);
+              lambda = torch::tensor({12.0, -6.0, 0.0, 3.0}, torch::kDouble).repeat({W / 4 + 1}).narrow(0, 0, W);
+            }
+            return std::vector<Input>{
+                floating(gate_a), floating(gate_x), floating(u), fp32_floor(lambda),
+                with_h0 ? fp32_floor(random_normal({B, W}, g)) : Input{Tensor(), Kind::absent, false}};
           },
           [](const std::string& name, const std::vector<Tensor>& in) {
-            return std::vector<Tensor>{implementations().recurrent_scan.at(name)(in[0], in[1])};
+            const auto out = implementations().recurrent_scan.at(name)(
+                {.gate_a = in[0], .gate_x = in[1], .u = in[2], .lambda = in[3], .h0 = in[4]});
+            return std::vector<Tensor>{out.h, out.h_last};
+          },
+          [](const std::vector<Tensor>& in) {
+            const auto out = reference::recurrent_scan_stepwise(
+                {.gate_a = in[0], .gate_x = in[1], .u = in[2], .lambda = in[3], .h0 = in[4]});
+            return std::vector<Tensor>{out.h, out.h_last};
           }};
 }
 
@@ -317,8 +353,15 @@ const std::vector<ParityCase>& parity_cases() {
       ssm_scan_case(2, 37, 2, 16, 32, 16, {.prev = true}),
       ssm_scan_case(2, 100, 2, 16, 16, 16, {.z = true, .h0 = true, .prev = true, .extreme = true}),
       ssm_scan_case(1, 130, 2, 64, 128, 64, {.extreme = true}),
-      recurrent_scan_case(2, 13, 9),
-      recurrent_scan_case(1, 1, 3),
+      // The fused kernel scans chunks of 16 steps, 4 channels a thread when W % 4 == 0, else 2 when W
+      // is even, else 1.
+      recurrent_scan_case(2, 13, 9, false, true),     // T < one chunk, W odd
+      recurrent_scan_case(1, 1, 3, false, false),     // one token
+      recurrent_scan_case(2, 1, 8, true, true),       // one token, vectorised, from h0
+      recurrent_scan_case(2, 37, 12, true, true),     // two chunks and a tail, extreme decays
+      recurrent_scan_case(3, 50, 20, true, false),    // extreme decays without h0
+      recurrent_scan_case(2, 100, 18, false, false),  // seven chunks, the last partial; 2 channels a thread
+      recurrent_scan_case(1, 300, 8, false, true),    // 19 chunks of carry
       loss_case(11, 9, 37, "mixed"),
       loss_case(1, 5, 23, "all"),
       loss_case(4, 6, 29, "none"),
@@ -383,8 +426,8 @@ struct Evaluation {
   std::vector<Tensor> outputs, leaves;
 };
 
-Evaluation evaluate(const ParityCase& c, const std::string& backend, const std::vector<Input>& inputs,
-                    torch::ScalarType dtype, const torch::Device& device) {
+Evaluation evaluate(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& run,
+                    const std::vector<Input>& inputs, torch::ScalarType dtype, const torch::Device& device) {
   Evaluation e;
   std::vector<Tensor> args;
   for (const auto& in : inputs) {
@@ -409,7 +452,7 @@ Evaluation evaluate(const ParityCase& c, const std::string& backend, const std::
     }
     args.push_back(t);
   }
-  e.outputs = c.run(backend, args);
+  e.outputs = run(args);
   return e;
 }
 
@@ -448,13 +491,17 @@ TEST_P(Parity, ForwardAndBackwardMatchTheReference) {
 
   auto gen = seeded_generator(std::hash<std::string>{}(c.seam + c.label));
   const auto inputs = c.make_inputs(gen);
-  const auto expected = evaluate(c, "reference", inputs, torch::kDouble, torch::kCPU);
+  const auto backend = [&](const std::string& name) {
+    return [&c, name](const std::vector<Tensor>& args) { return c.run(name, args); };
+  };
+  const auto expected =
+      evaluate(c.definition ? c.definition : backend("reference"), inputs, torch::kDouble, torch::kCPU);
   std::vector<Tensor> projections;
   for (const auto& out : expected.outputs)
     projections.push_back(out.is_floating_point() ? random_normal(out.sizes(), gen) : Tensor());
   const auto expected_grads = gradients(expected, projections);
 
-  const auto actual = evaluate(c, p.backend, inputs, p.dtype, device);
+  const auto actual = evaluate(backend(p.backend), inputs, p.dtype, device);
   ASSERT_EQ(actual.outputs.size(), expected.outputs.size());
   const auto override_tol = c.tolerance.find(p.dtype);
   const auto tol = override_tol != c.tolerance.end() ? override_tol->second : tolerance_for(p.dtype);

@@ -1,7 +1,9 @@
 // tests/kernels/scans_test.cpp: parity tests of the reference scans (kernels/ssm_scan/reference.h, kernels/recurrent_scan/reference.h):
-// the chunked Mamba-3 SISO scan and the chunked RG-LRU recurrence against their per-timestep
-// definitions, forward and backward, fp64 and fp32 (CPU, and CUDA when present), plus hand-computed
-// values, a finite-difference check, extreme decays and argument checks.
+// the chunked Mamba-3 SISO scan and the chunked RG-LRU recurrence (the linear recurrence alone and the
+// seam with its gates, from an initial state or not) against their per-timestep definitions, forward
+// and backward, fp64 and fp32 (CPU, and CUDA when present), plus hand-computed values, a
+// finite-difference check, extreme decays and argument checks; and the fused CUDA RG-LRU
+// (RecurrentScanFused*, GPU only) beyond its parity rows.
 // Run: kernels_tests --gtest_filter='SsmScan*:RecurrentScan*:Scans*'. Each comparison prints the error it
 // observed as "[ measured ] ..." so that tolerances can be revisited against real numbers.
 //
@@ -12,6 +14,9 @@
 #include "kernels/registry.h"
 #include "kernels/recurrent_scan/reference.h"
 #include "kernels/ssm_scan/reference.h"
+#if defined(ABLATE_HAVE_CUDA)
+#include "kernels/recurrent_scan/fused_cuda.h"
+#endif
 
 // CUDA graph capture needs the CUDA runtime headers, present wherever LibTorch was built with CUDA.
 #if __has_include(<cuda_runtime_api.h>)
@@ -30,10 +35,12 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace ref = ablate::kernels::reference;
 namespace kernels = ablate::kernels;
+using ablate::kernels::RecurrentScanInputs;
 using torch::Tensor;
 
 namespace {
@@ -453,7 +460,7 @@ TEST(FusedSsmScan, RejectsUnsupportedShapes) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// RG-LRU recurrence.
+// RG-LRU: the linear recurrence alone (linear_recurrence_*), then the seam with its gates.
 
 // {a, b}, fp64 on the CPU: log a = -8 r softplus(-Lambda) with r = sigmoid(z) and softplus(-Lambda)
 // spread over ~1e-3..~3 (wider than the block's init), so a runs from ~1 - 1e-4 down to ~1e-10;
@@ -467,10 +474,15 @@ std::vector<Tensor> rec_inputs(int64_t B, int64_t T, int64_t W, uint64_t seed) {
   return {a, (1 - a * a).sqrt() * rn({B, T, W})};
 }
 
+// {a, b} or {a, b, h0}: h of the linear recurrence (h_last is h's last step, checked separately).
 Fn rec_chunked(int64_t L) {
-  return [L](const std::vector<Tensor>& v) { return ref::recurrent_scan_chunked(v[0], v[1], L); };
+  return [L](const std::vector<Tensor>& v) {
+    return ref::linear_recurrence_chunked(v[0], v[1], v.size() > 2 ? v[2] : Tensor(), L).first;
+  };
 }
-Tensor rec_stepwise(const std::vector<Tensor>& v) { return ref::recurrent_scan_stepwise(v[0], v[1]); }
+Tensor rec_stepwise(const std::vector<Tensor>& v) {
+  return ref::linear_recurrence_stepwise(v[0], v[1], v.size() > 2 ? v[2] : Tensor()).first;
+}
 
 struct RecShape {
   int64_t B, T, W, L;
@@ -484,49 +496,53 @@ const std::vector<RecShape> kRecShapes = {{2, 37, 5, 8},  {2, 5, 5, 16},   {2, 1
 TEST(RecurrentScan, ChunkedMatchesStepwiseFp64) {
   uint64_t seed = 1100;
   for (const auto& s : kRecShapes) {
-    const auto in = rec_inputs(s.B, s.T, s.W, seed++);
+    auto in = rec_inputs(s.B, s.T, s.W, seed++);
     const auto got = rec_chunked(s.L)(in);
     ASSERT_EQ(got.sizes(), in[1].sizes()) << s.name();
     const double err = rel_err(got, rec_stepwise(in));
     note("rec fp64 chunked vs stepwise " + s.name(), err);
     EXPECT_LT(err, kFp64Tol) << s.name();
+    // From an initial state: every chunk's entry state moves.
+    in.push_back(torch::randn({s.B, s.W}, at::detail::createCPUGenerator(seed++), torch::kDouble));
+    const double err_h0 = rel_err(rec_chunked(s.L)(in), rec_stepwise(in));
+    note("rec fp64 chunked vs stepwise from h0 " + s.name(), err_h0);
+    EXPECT_LT(err_h0, kFp64Tol) << s.name() << " from h0";
   }
 }
 
-// The dispatcher registers recurrent_scan_chunked(a, b), i.e. the header's default chunk.
-TEST(RecurrentScan, DefaultChunkMatchesStepwiseFp64) {
-  const auto in = rec_inputs(2, 333, 6, 1150);
-  const double err = rel_err(ref::recurrent_scan_chunked(in[0], in[1]), rec_stepwise(in));
-  note("rec fp64 default chunk vs stepwise B2 T333 W6", err);
-  EXPECT_LT(err, kFp64Tol);
-}
-
 TEST(RecurrentScan, HandComputedT3) {
-  // h_0 = b_0 (a_0 multiplies h_{-1} = 0), h_1 = a_1 h_0 + b_1, h_2 = a_2 h_1 + b_2.
-  const double a0 = 0.5, a1 = 0.9, a2 = 0.25, b0 = 2.0, b1 = -1.0, b2 = 0.125;
-  const double h0 = b0, h1 = a1 * h0 + b1, h2 = a2 * h1 + b2;
-  const std::vector<Tensor> in = {torch::tensor({a0, a1, a2}, torch::kDouble).view({1, 3, 1}),
-                                  torch::tensor({b0, b1, b2}, torch::kDouble).view({1, 3, 1})};
-  const auto want = torch::tensor({h0, h1, h2}, torch::kDouble).view({1, 3, 1});
-  EXPECT_LT((rec_stepwise(in) - want).abs().max().item<double>(), 1e-15);
-  for (int64_t L : {1, 2, 64}) {
-    const double err = (rec_chunked(L)(in) - want).abs().max().item<double>();
-    note("rec hand check T=3 L=" + std::to_string(L) + " (abs)", err);
-    EXPECT_LT(err, 1e-15) << "L=" << L;
+  // h_0 = a_0 h0 + b_0, h_1 = a_1 h_0 + b_1, h_2 = a_2 h_1 + b_2; without h0, h_0 = b_0.
+  const double a0 = 0.5, a1 = 0.9, a2 = 0.25, b0 = 2.0, b1 = -1.0, b2 = 0.125, init = 3.0;
+  for (const bool with_h0 : {false, true}) {
+    const double h0 = (with_h0 ? a0 * init : 0.0) + b0, h1 = a1 * h0 + b1, h2 = a2 * h1 + b2;
+    std::vector<Tensor> in = {torch::tensor({a0, a1, a2}, torch::kDouble).view({1, 3, 1}),
+                              torch::tensor({b0, b1, b2}, torch::kDouble).view({1, 3, 1})};
+    if (with_h0) in.push_back(torch::full({1, 1}, init, torch::kDouble));
+    const auto want = torch::tensor({h0, h1, h2}, torch::kDouble).view({1, 3, 1});
+    EXPECT_LT((rec_stepwise(in) - want).abs().max().item<double>(), 1e-15);
+    for (int64_t L : {1, 2, 64}) {
+      const double err = (rec_chunked(L)(in) - want).abs().max().item<double>();
+      note("rec hand check T=3 L=" + std::to_string(L) + (with_h0 ? " from h0" : "") + " (abs)", err);
+      EXPECT_LT(err, 1e-15) << "L=" << L << " h0 " << with_h0;
+      const auto [h, h_last] = ref::linear_recurrence_chunked(in[0], in[1], with_h0 ? in[2] : Tensor(), L);
+      EXPECT_NEAR(h_last.item<double>(), h2, 1e-15) << "h_last, L=" << L;
+    }
   }
 }
 
 TEST(RecurrentScan, GradientsChunkedMatchStepwiseFp64) {
   uint64_t seed = 1200;
   for (const auto& s : {RecShape{2, 37, 5, 8}, RecShape{2, 13, 5, 1}, RecShape{2, 5, 5, 16}, RecShape{1, 300, 4, 64}}) {
-    const auto in = rec_inputs(s.B, s.T, s.W, seed++);
+    auto in = rec_inputs(s.B, s.T, s.W, seed++);
+    in.push_back(torch::randn({s.B, s.W}, at::detail::createCPUGenerator(seed++), torch::kDouble));  // h0
     const auto g = torch::randn({s.B, s.T, s.W}, at::detail::createCPUGenerator(seed++), torch::kDouble);
     const auto got = grads(rec_chunked(s.L), in, g);
     const auto want = grads(rec_stepwise, in, g);
-    for (size_t i = 0; i < 2; ++i) {
+    const char* names[] = {"a", "b", "h0"};
+    for (size_t i = 0; i < 3; ++i) {
       const double err = rel_err(got[i], want[i]);
-      note(std::string("rec fp64 grad ") + (i == 0 ? "a " : "b ") + s.name(), err);
-      EXPECT_LT(err, kFp64Tol) << (i == 0 ? "a " : "b ") << s.name();
+      note(std::string("rec fp64 grad ") + names[i] + " " + s.name(), err);
+      EXPECT_LT(err, kFp64Tol) << names[i] << " " << s.name();
     }
   }
 }
@@ -535,6 +551,7 @@ TEST(RecurrentScan, FiniteDifferencesChunkedFp64) {
   // a kept >= 0.01 so that a +- 1e-6 stays inside (0, 1] (below, a - h could go negative).
   auto in = rec_inputs(2, 9, 3, 1300);
   in[0] = in[0].clamp_min(0.01);
+  in.push_back(torch::randn({2, 3}, at::detail::createCPUGenerator(1302), torch::kDouble));  // h0
   const auto g = torch::randn({2, 9, 3}, at::detail::createCPUGenerator(1301), torch::kDouble);
   finite_difference_check(rec_chunked(4), in, g, "rec L=4 T=9");
 }
@@ -626,15 +643,141 @@ TEST(RecurrentScan, ExtremeDecaysLongSequence) {
 TEST(RecurrentScan, DoubleBackwardFailsClosed) {
   const auto in = rec_inputs(1, 10, 3, 1600);
   const auto a = in[0].clone().requires_grad_(true), b = in[1].clone().requires_grad_(true);
-  const auto h = ref::recurrent_scan_chunked(a, b, 4);
+  const auto h = ref::linear_recurrence_chunked(a, b, Tensor(), 4).first;
   EXPECT_THROW(torch::autograd::grad({h.sum()}, {a, b}, {}, /*retain_graph=*/true, /*create_graph=*/true), c10::Error);
 }
 
 TEST(RecurrentScan, RejectsBadArguments) {
   const auto a = torch::full({1, 4, 2}, 0.5), b = torch::ones({1, 4, 2});
-  EXPECT_THROW(ref::recurrent_scan_chunked(a, b, 0), c10::Error);
-  EXPECT_THROW(ref::recurrent_scan_chunked(a, b.narrow(1, 0, 3)), c10::Error);
-  EXPECT_THROW(ref::recurrent_scan_stepwise(a.select(0, 0), b.select(0, 0)), c10::Error);
+  EXPECT_THROW(ref::linear_recurrence_chunked(a, b, Tensor(), 0), c10::Error);
+  EXPECT_THROW(ref::linear_recurrence_chunked(a, b.narrow(1, 0, 3), Tensor()), c10::Error);
+  EXPECT_THROW(ref::linear_recurrence_chunked(a, b, torch::zeros({1, 3})), c10::Error);  // h0 not [B,W]
+  EXPECT_THROW(ref::linear_recurrence_stepwise(a.select(0, 0), b.select(0, 0), Tensor()), c10::Error);
+}
+
+// --- the seam: gates (docs/model.md "R") + recurrence -----------------------------------------------------
+
+// {gate_a, gate_x, u, lambda, h0}, fp64 on the CPU: gate logits N(0, 3^2), sigmoid(Lambda) spread over
+// [0.5, 0.9999] (a from ~1 - 1e-5 down to ~e^-5.5), h0 N(0, 1).
+std::vector<Tensor> seam_inputs(int64_t B, int64_t T, int64_t W, uint64_t seed) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  const auto opt = torch::TensorOptions().dtype(torch::kDouble);
+  const auto decay = 0.5 + 0.4999 * torch::rand({W}, gen, opt);
+  return {3 * torch::randn({B, T, W}, gen, opt), 3 * torch::randn({B, T, W}, gen, opt),
+          torch::randn({B, T, W}, gen, opt), torch::log(decay) - torch::log1p(-decay), torch::randn({B, W}, gen, opt)};
+}
+
+RecurrentScanInputs to_seam(const std::vector<Tensor>& v) {
+  return {.gate_a = v[0], .gate_x = v[1], .u = v[2], .lambda = v[3], .h0 = v.size() > 4 ? v[4] : Tensor()};
+}
+
+// h and h_last of a RecurrentScanFn as one tensor [B, T+1, W] (h_last appended), for grads().
+Fn seam(const std::function<ablate::kernels::RecurrentScanOutputs(const RecurrentScanInputs&)>& fn) {
+  return [fn](const std::vector<Tensor>& v) {
+    const auto out = fn(to_seam(v));
+    return torch::cat({out.h, out.h_last.unsqueeze(1)}, 1);
+  };
+}
+const Fn seam_chunked = seam([](const RecurrentScanInputs& in) { return ref::recurrent_scan_chunked(in, 8); });
+const Fn seam_stepwise = seam([](const RecurrentScanInputs& in) { return ref::recurrent_scan_stepwise(in); });
+
+// Independent of both implementations: one step from h0, the gates evaluated by hand.
+TEST(RecurrentScan, SeamHandComputedOneStep) {
+  const double ga = 0.3, gx = -1.2, u = 0.7, lambda = 2.5, h0 = -0.4;
+  const double r = 1 / (1 + std::exp(-ga)), i = 1 / (1 + std::exp(-gx));
+  const double a = std::exp(-8 * r * std::log1p(std::exp(-lambda)));
+  const double want = a * h0 + std::sqrt(1 - a * a) * i * u;
+  const std::vector<Tensor> in = {torch::full({1, 1, 1}, ga, torch::kDouble), torch::full({1, 1, 1}, gx, torch::kDouble),
+                                  torch::full({1, 1, 1}, u, torch::kDouble), torch::full({1}, lambda, torch::kDouble),
+                                  torch::full({1, 1}, h0, torch::kDouble)};
+  for (const auto& [what, f] : {std::pair{"stepwise", seam_stepwise}, std::pair{"chunked", seam_chunked}}) {
+    const auto h = f(in);
+    EXPECT_NEAR(h[0][0][0].item<double>(), want, 1e-15) << what;
+    EXPECT_NEAR(h[0][1][0].item<double>(), want, 1e-15) << what << " h_last";
+  }
+}
+
+TEST(RecurrentScan, SeamChunkedMatchesStepwiseFp64) {
+  uint64_t seed = 1700;
+  for (const auto& s : {RecShape{2, 37, 5, 8}, RecShape{1, 1, 3, 8}, RecShape{2, 100, 4, 8}}) {
+    for (const bool with_h0 : {false, true}) {
+      auto in = seam_inputs(s.B, s.T, s.W, seed++);
+      if (!with_h0) in.pop_back();
+      const std::string what = s.name() + (with_h0 ? " from h0" : "");
+      const double err = rel_err(seam_chunked(in), seam_stepwise(in));
+      note("rec seam fp64 chunked vs stepwise " + what, err);
+      EXPECT_LT(err, kFp64Tol) << what;
+      const auto g = torch::randn({s.B, s.T + 1, s.W}, at::detail::createCPUGenerator(seed++), torch::kDouble);
+      const auto got = grads(seam_chunked, in, g), want = grads(seam_stepwise, in, g);
+      const char* names[] = {"gate_a", "gate_x", "u", "lambda", "h0"};
+      for (size_t k = 0; k < got.size(); ++k) {
+        const double e = rel_err(got[k], want[k]);
+        note(std::string("rec seam fp64 grad ") + names[k] + " " + what, e);
+        EXPECT_LT(e, kFp64Tol) << names[k] << " " << what;
+      }
+    }
+  }
+}
+
+// The registry's reference backend uses the default chunk (16): several chunks and a tail.
+TEST(RecurrentScan, SeamDefaultChunkMatchesStepwiseFp64) {
+  const auto in = seam_inputs(2, 333, 6, 1750);
+  const auto fn = ablate::kernels::implementations().recurrent_scan.at("reference");
+  const double err = rel_err(seam(fn)(in), seam_stepwise(in));
+  note("rec seam fp64 registry reference vs stepwise B2 T333 W6", err);
+  EXPECT_LT(err, kFp64Tol);
+}
+
+TEST(RecurrentScan, SeamFiniteDifferencesFp64) {
+  const auto in = seam_inputs(2, 7, 3, 1800);
+  const auto g = torch::randn({2, 8, 3}, at::detail::createCPUGenerator(1801), torch::kDouble);
+  finite_difference_check(seam_chunked, in, g, "rec seam L=8 T=7");
+}
+
+// bf16 gate logits and u (what bf16 projections hand over) are promoted: the output is fp32 and equal
+// to the call on the same values in fp32; under bf16 autocast the arithmetic stays fp32; T = 0 gives an
+// empty h and h_last = h0.
+TEST(RecurrentScan, SeamDtypesAutocastAndEmpty) {
+  auto in = cast(seam_inputs(2, 21, 6, 1900), torch::kFloat);
+  auto low = in;
+  for (int k = 0; k < 3; ++k) low[k] = in[k].to(torch::kBFloat16);
+  const auto out = ref::recurrent_scan_chunked(to_seam(low));
+  EXPECT_EQ(out.h.scalar_type(), torch::kFloat);
+  EXPECT_EQ(out.h_last.scalar_type(), torch::kFloat);
+  auto up = low;
+  for (int k = 0; k < 3; ++k) up[k] = low[k].to(torch::kFloat);
+  EXPECT_EQ(rel_err(out.h, ref::recurrent_scan_chunked(to_seam(up)).h), 0.0);
+
+  at::autocast::set_autocast_enabled(at::kCPU, true);
+  at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+  const auto under = ref::recurrent_scan_chunked(to_seam(in));
+  at::autocast::set_autocast_enabled(at::kCPU, false);
+  at::autocast::clear_cache();
+  EXPECT_EQ(under.h.scalar_type(), torch::kFloat);
+  EXPECT_LT(rel_err(under.h, ref::recurrent_scan_chunked(to_seam(in)).h), 1e-6);
+
+  auto empty = in;
+  for (int k = 0; k < 3; ++k) empty[k] = in[k].narrow(1, 0, 0);
+  for (const auto& out0 : {ref::recurrent_scan_chunked(to_seam(empty)), ref::recurrent_scan_stepwise(to_seam(empty))}) {
+    EXPECT_EQ(out0.h.sizes(), (std::vector<int64_t>{2, 0, 6}));
+    EXPECT_EQ(rel_err(out0.h_last, in[4]), 0.0);
+  }
+}
+
+TEST(RecurrentScan, SeamRejectsBadArguments) {
+  const auto in = seam_inputs(1, 4, 3, 2000);
+  auto bad = [&](size_t k, const Tensor& t) {
+    auto v = in;
+    v[k] = t;
+    return to_seam(v);
+  };
+  EXPECT_THROW(ref::recurrent_scan_chunked(bad(1, in[1].narrow(1, 0, 3))), c10::Error);          // gate_x shorter
+  EXPECT_THROW(ref::recurrent_scan_chunked(bad(2, in[2].narrow(2, 0, 2))), c10::Error);          // u narrower
+  EXPECT_THROW(ref::recurrent_scan_chunked(bad(3, torch::zeros({4}, torch::kDouble))), c10::Error);  // lambda not [W]
+  EXPECT_THROW(ref::recurrent_scan_chunked(bad(4, torch::zeros({1, 4}, torch::kDouble))), c10::Error);  // h0 not [B,W]
+  EXPECT_THROW(ref::recurrent_scan_chunked(bad(0, in[0].select(0, 0))), c10::Error);            // gate_a not 3-D
+  EXPECT_THROW(ref::recurrent_scan_stepwise(bad(2, torch::ones({1, 4, 3}, torch::kLong))), c10::Error);  // u integer
+  EXPECT_THROW(ref::recurrent_scan_chunked(to_seam(in), 0), c10::Error);                         // chunk 0
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -687,9 +830,169 @@ TEST(Scans, CudaGraphCaptureAndReplay) {
   if (kernels::has_implementation("ssm_scan", "fused_cuda"))
     graph_check(ssm_backend("fused_cuda", 16), ssm_inputs(2, 100, 3, 16, 32, 1702, kAllOptions), "ssm_scan fused_cuda");
   graph_check(rec_chunked(16), rec_inputs(2, 100, 32, 1701), "recurrent_scan_chunked");
+  if (ablate::kernels::has_implementation("recurrent_scan", "fused_cuda"))
+    graph_check(seam(ablate::kernels::implementations().recurrent_scan.at("fused_cuda")),
+                seam_inputs(2, 100, 32, 1702), "recurrent_scan fused_cuda");
 #else
   GTEST_SKIP() << "LibTorch built without CUDA headers";
 #endif
+}
+
+// ---------------------------------------------------------------------------------------------------
+// recurrent_scan = fused_cuda (kernels/recurrent_scan/fused_cuda.cu). The parity rows (parity_test.cpp) cover
+// small shapes, extreme decays, T = 1 and both dtypes; here: long sequences against the fp64
+// definition, bitwise determinism, both vector widths, the model's mixed input dtypes, T = 0 and the
+// errors for what it cannot run. GPU only: skipped elsewhere with the reason.
+
+std::string fused_unavailable() {
+  if (!ablate::kernels::has_implementation("recurrent_scan", "fused_cuda")) return "built without CUDA";
+  if (!torch::cuda::is_available()) return "no CUDA device visible to LibTorch";
+  return "";
+}
+
+const ablate::kernels::RecurrentScanFn& fused_rglru() {
+  return ablate::kernels::implementations().recurrent_scan.at("fused_cuda");
+}
+
+// The fused scan on `leaves` (which require grad): {h with h_last appended, then each gradient} of
+// sum(y * g).
+std::vector<Tensor> fused_forward_backward(const std::vector<Tensor>& leaves, const Tensor& g) {
+  const auto y = seam(fused_rglru())(leaves);
+  auto out = torch::autograd::grad({(y * g).sum()}, leaves);
+  out.insert(out.begin(), y);
+  return out;
+}
+
+// 2053 = 128 chunks of 16 and a tail of 5, at widths that take the 4-channel (64), 2-channel (66) and
+// 1-channel (65) paths. fp32 tolerances as kFp32Tol: h_t sums decayed terms over up to T steps (a up to
+// 1 - 1e-5 here), the gates add a few ulp each, d lambda sums B*T terms.
+TEST(RecurrentScanFused, LongSequencesMatchStepwiseFp64) {
+  if (const auto why = fused_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const torch::Device cuda(torch::kCUDA, 0);
+  const Fn fused = seam(fused_rglru());
+  uint64_t seed = 2100;
+  for (const auto& [B, T, W] : {std::tuple<int64_t, int64_t, int64_t>{2, 2053, 64}, {1, 700, 66}, {1, 300, 65}}) {
+    const std::string what = "B" + std::to_string(B) + " T" + std::to_string(T) + " W" + std::to_string(W);
+    const auto in32 = cast(seam_inputs(B, T, W, seed++), torch::kFloat, cuda);
+    const auto in64 = cast(in32, torch::kDouble);
+    const auto got = fused(in32);
+    ASSERT_TRUE(all_finite(got)) << what;
+    const double err = rel_err(got, seam_stepwise(in64));
+    note("rec fused fp32 vs fp64 stepwise " + what, err);
+    EXPECT_LT(err, kFp32Tol) << what;
+    const auto g = torch::randn({B, T + 1, W}, at::detail::createCPUGenerator(seed++), torch::kDouble);
+    const auto d32 = grads(fused, in32, g.to(cuda, torch::kFloat));
+    const auto d64 = grads(seam_stepwise, in64, g);
+    const char* names[] = {"gate_a", "gate_x", "u", "lambda", "h0"};
+    for (size_t k = 0; k < d32.size(); ++k) {
+      const double e = rel_err(d32[k], d64[k]);
+      note(std::string("rec fused fp32 grad ") + names[k] + " " + what, e);
+      EXPECT_LT(e, 10 * kFp32Tol) << names[k] << " " << what;
+    }
+  }
+}
+
+// Two runs give identical bits (no atomics: d lambda is a fixed-order sum), h_last is h's last step
+// exactly, and inputs whose addresses are not 16-byte aligned (the 1-channel path) give the same values
+// as aligned ones (the 4-channel path): the same arithmetic per element.
+TEST(RecurrentScanFused, DeterministicAndIndependentOfTheVectorPath) {
+  if (const auto why = fused_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const torch::Device cuda(torch::kCUDA, 0);
+  auto in = cast(seam_inputs(3, 77, 64, 2200), torch::kFloat, cuda);
+  for (int k = 0; k < 3; ++k) in[k] = in[k].to(torch::kBFloat16);
+  const auto g = torch::randn({3, 78, 64}, at::detail::createCPUGenerator(2201), torch::kFloat).to(cuda);
+  auto leaves = [&](bool misaligned) {
+    std::vector<Tensor> out;
+    for (const auto& t : in) {
+      Tensor leaf = t.clone();
+      if (misaligned) {  // the same values one element past an aligned address, still contiguous
+        auto buffer = torch::empty({t.numel() + 1}, t.options());
+        leaf = buffer.narrow(0, 1, t.numel()).view(t.sizes());
+        leaf.copy_(t);
+      }
+      out.push_back(leaf.requires_grad_(true));
+    }
+    return out;
+  };
+  const auto first = fused_forward_backward(leaves(false), g);  // 2 channels a thread (the default)
+  const auto second = fused_forward_backward(leaves(false), g);
+  const auto shifted = fused_forward_backward(leaves(true), g);  // misaligned: 1 channel a thread
+#if defined(ABLATE_HAVE_CUDA)
+  kernels::fused::tuning::recurrent_scan_channels_per_thread(4);
+  const auto wide = fused_forward_backward(leaves(false), g);
+  kernels::fused::tuning::recurrent_scan_channels_per_thread(0);
+#else
+  const auto wide = first;  // unreachable: fused_unavailable() skipped above
+#endif
+  ASSERT_EQ(first.size(), 6u);
+  for (size_t k = 0; k < first.size(); ++k) {
+    EXPECT_TRUE(torch::equal(first[k], second[k])) << "output " << k << " differs between two runs";
+    for (const auto& [other, what] : {std::pair{&shifted, "1-channel"}, std::pair{&wide, "4-channel"}}) {
+      const double e = rel_err((*other)[k], first[k]);
+      note(std::string("rec fused ") + what + " vs 2-channel path, output " + std::to_string(k), e);
+      EXPECT_LT(e, 1e-6) << what << " output " << k;
+    }
+  }
+  const auto out = fused_rglru()(to_seam(in));
+  EXPECT_TRUE(torch::equal(out.h.select(1, 76), out.h_last));
+}
+
+// The model under bf16 autocast hands over bf16 gate logits and fp32 u; gate_x in another dtype than
+// gate_a (both are then read in fp32). Against the fp64 definition on the same (rounded) values: fp32
+// arithmetic, so kFp32Tol for h and 10x for the gradients of fp32 inputs; the gradients of bf16 inputs
+// come back in bf16 (rounded: 4e-3 relative), so 1e-2 for those.
+TEST(RecurrentScanFused, MixedInputDtypesMatchStepwiseFp64) {
+  if (const auto why = fused_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const torch::Device cuda(torch::kCUDA, 0);
+  const auto base = cast(seam_inputs(2, 45, 24, 2300), torch::kFloat, cuda);
+  for (const auto gate_x_dtype : {torch::kBFloat16, torch::kFloat}) {
+    auto in = base;
+    in[0] = base[0].to(torch::kBFloat16);
+    in[1] = base[1].to(gate_x_dtype);
+    const auto in64 = cast(in, torch::kDouble);
+    const auto g = torch::randn({2, 46, 24}, at::detail::createCPUGenerator(2301), torch::kDouble);
+    EXPECT_LT(rel_err(seam(fused_rglru())(in), seam_stepwise(in64)), kFp32Tol);
+    const auto got = grads(seam(fused_rglru()), in, g.to(cuda, torch::kFloat)), want = grads(seam_stepwise, in64, g);
+    for (size_t k = 0; k < got.size(); ++k) {
+      EXPECT_EQ(got[k].scalar_type(), in[k].scalar_type()) << "gradient " << k;
+      const double e = rel_err(got[k], want[k]);
+      note("rec fused mixed dtypes grad " + std::to_string(k), e);
+      EXPECT_LT(e, in[k].scalar_type() == torch::kBFloat16 ? 1e-2 : 10 * kFp32Tol) << "gradient " << k;
+    }
+  }
+}
+
+TEST(RecurrentScanFused, EmptySequenceAndRefusals) {
+  if (const auto why = fused_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const torch::Device cuda(torch::kCUDA, 0);
+  auto in = cast(seam_inputs(2, 5, 8, 2400), torch::kFloat, cuda);
+  // T = 0: h is empty and h_last is h0, gradient included.
+  auto empty = in;
+  for (int k = 0; k < 3; ++k) empty[k] = in[k].narrow(1, 0, 0);
+  empty[4] = in[4].clone().requires_grad_(true);
+  const auto out = fused_rglru()(to_seam(empty));
+  EXPECT_EQ(out.h.sizes(), (std::vector<int64_t>{2, 0, 8}));
+  EXPECT_TRUE(torch::equal(out.h_last, in[4]));
+  EXPECT_TRUE(torch::equal(torch::autograd::grad({out.h_last.sum()}, {empty[4]})[0], torch::ones_like(in[4])));
+
+  auto with = [&](size_t k, const Tensor& t) {
+    auto v = in;
+    v[k] = t;
+    return to_seam(v);
+  };
+  const auto expect_error = [](const RecurrentScanInputs& bad, const std::string& needle) {
+    try {
+      fused_rglru()(bad);
+      ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error(to_seam(cast(in, torch::kFloat, torch::kCPU)), "CUDA");
+  expect_error(with(3, in[3].cpu()), "CUDA");
+  expect_error(with(0, in[0].to(torch::kDouble)), "fp32 or bf16");
+  expect_error(with(2, in[2].to(torch::kHalf)), "fp32 or bf16");
+  expect_error(with(1, in[1].narrow(1, 0, 4)), "gate_x must match");
 }
 
 }  // namespace

@@ -109,6 +109,15 @@ const std::vector<Sample>& samples() {
       {"ssm_scan/fused_cuda", "ssm_scan",
        "_ZN6ablate7kernels5fused46_GLOBAL__N__080be74b_13_fused_cuda_cu_4067bfe230ablate_ssm_scan_fwd_state_passENS2_6Params"
        "E"},
+      // kernels/recurrent_scan/fused_cuda.cu (nm of libablate_kernels.so, H100 build of 2026-11-25).
+      {"recurrent_scan/fused_cuda", "recurrent_scan",
+       "_ZN6ablate7kernels5fused46_GLOBAL__N__ffd5440f_13_fused_cuda_cu_362e3128L21ablate_rglru_fwd_scanILi2E13__nv_bfloat1"
+       "6S4_EEvNS2_8ScanArgsIT0_T1_EE"},
+      {"recurrent_scan/fused_cuda", "recurrent_scan",
+       "_ZN6ablate7kernels5fused46_GLOBAL__N__ffd5440f_13_fused_cuda_cu_362e3128L21ablate_rglru_bwd_scanILi2E13__nv_bfloat1"
+       "6fEEvNS2_8ScanArgsIT0_T1_EE"},
+      {"recurrent_scan/fused_cuda", "recurrent_scan",
+       "_ZN6ablate7kernels5fused46_GLOBAL__N__ffd5440f_13_fused_cuda_cu_362e312818ablate_rglru_carryEPKfS4_S4_Pflllb"},
       {"swiglu/fused_cuda", "elementwise",
        "_ZN6ablate7kernels5fused41_GLOBAL__N__6761dd42_9_swiglu_cu_b38752c4L17ablate_swiglu_fwdI13__nv_bfloat16Li1EEEvPKT_S7_"
        "PS5_l"},
