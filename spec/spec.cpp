@@ -171,7 +171,8 @@ std::vector<Section> sections(ExperimentSpec& s) {
         int_field("steps", &s.profile.steps, 1), string_field("trace_dir", &s.profile.trace_dir)}},
       {"distributed",
        {int_field("nproc", &s.distributed.nproc, 1, 4096), string_field("backend", &s.distributed.backend, {"nccl", "gloo"}),
-        int_field("bucket_mb", &s.distributed.bucket_mb, 1, 4096)}},
+        int_field("bucket_mb", &s.distributed.bucket_mb, 1, 4096),
+        int_field("timeout_s", &s.distributed.timeout_s, 1, 86400)}},
   };
 }
 
@@ -485,6 +486,9 @@ nlohmann::json canonical_json(const ExperimentSpec& spec_in) {
   }
   for (const auto& [seam, name] : spec.backends.requested) j["backends"][seam] = name;
   j["backends"]["strict"] = spec.backends.strict;
+  // Fields added after receipts existed join the identity only off their default, so an unchanged
+  // experiment file keeps its spec hash across versions.
+  if (spec.distributed.timeout_s == DistributedSection{}.timeout_s) j["distributed"].erase("timeout_s");
   return j;
 }
 

@@ -73,6 +73,8 @@ struct DistributedSection {
   int64_t nproc = 1;
   std::string backend = "nccl";
   int64_t bucket_mb = 25;
+  // A collective or rendezvous that waits longer fails the job, naming the ranks behind (world.h).
+  int64_t timeout_s = 300;
 };
 
 struct ExperimentSpec {

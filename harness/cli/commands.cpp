@@ -28,6 +28,7 @@ void register_commands(CLI::App& app, Globals& g) {
   register_export(app, g);
 #ifdef ABLATE_WITH_TORCH
   register_run(app, g);
+  register_launch(app, g);
 #endif
 }
 

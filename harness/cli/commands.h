@@ -36,6 +36,7 @@ void register_validate(CLI::App& app, Globals& g);
 void register_catalog(CLI::App& app, Globals& g);
 void register_receipt_queries(CLI::App& app, Globals& g);  // runs, show
 void register_run(CLI::App& app, Globals& g);               // only in builds with LibTorch
+void register_launch(CLI::App& app, Globals& g);            // only in builds with LibTorch: N ranks of run
 void register_compare(CLI::App& app, Globals& g);           // report/: compare two groups of runs
 void register_gate(CLI::App& app, Globals& g);              // report/: keep/drop gate
 void register_matrix(CLI::App& app, Globals& g);            // matrix expand, matrix run

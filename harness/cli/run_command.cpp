@@ -1,6 +1,7 @@
 // harness/cli/run_command.cpp: `ablate run [FILE] [--set k=v]...`: one declared experiment into the receipt
 // store. Without FILE it runs the embedded defaults (tiny on CPU, nam56r-small when a GPU is present).
-// Only in builds with LibTorch (the runner needs it); a torch-free build has no `run` command.
+// Only in builds with LibTorch (the runner needs it); a torch-free build has no `run` command. Run once
+// per rank by torchrun (`torchrun --no-python --nproc-per-node N ablate run FILE`), srun or `ablate launch`.
 #ifdef ABLATE_WITH_TORCH
 #include <chrono>
 #include <cstdlib>
@@ -35,7 +36,10 @@ void register_run(CLI::App& app, Globals& g) {
     harness::RunOptions opt;
     opt.db_path = g.db;
     opt.process_start = start;
-    opt.quiet = quiet;
+    // Launched as one rank of several (torchrun, srun, `ablate launch`): a malformed launcher
+    // environment is exit 2 here; rank 0 alone prints progress and writes the receipt.
+    opt.world = harness::read_world_env();
+    opt.quiet = quiet || (opt.world && opt.world->rank != 0);
     opt.no_profile = no_profile;
     // Set by `ablate matrix run` (ablations/matrix_run.cpp) so this run records its matrix cell.
     if (const char* id = std::getenv("ABLATE_MATRIX_ID"); id && *id) {

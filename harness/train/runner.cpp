@@ -15,10 +15,16 @@ RunResult run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
   RunPosture posture = choose_posture(spec, opt);
   const auto source = open_run_data(spec, ledger);
   ModelState state = build_model(spec, opt, posture, *source, ledger);
+  if (!posture.writes_receipt()) {
+    // A data-parallel rank other than 0: trains its slice and hands rows and medians to rank 0.
+    RunProfiler off(spec, /*no_profile=*/true, posture.device, *posture.dispatcher);
+    const TrainOutcome outcome = train_loop(spec, opt, posture, state, *source, nullptr, off, ledger);
+    return publish_rank_outcome(posture, outcome);
+  }
   // From here the run always ends ok, failed or killed.
   OpenReceipt receipt = open_receipt(spec, opt, posture, state);
   RunProfiler profiler(spec, opt.no_profile, posture.device, *posture.dispatcher);
-  const TrainOutcome outcome = train_loop(spec, opt, posture, state, *source, receipt, profiler, ledger);
+  const TrainOutcome outcome = train_loop(spec, opt, posture, state, *source, &receipt, profiler, ledger);
   if (outcome.failure) return fail_receipt(opt, receipt, ledger, *outcome.failure);
   return finalise_receipt(spec, opt, posture, state, *source, receipt, profiler, ledger, outcome);
 }

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "harness/env.h"
+#include "harness/world.h"
 #include "spec/spec.h"
 
 namespace ablate::harness {
@@ -27,11 +28,14 @@ struct RunOptions {
   // Test-only: try a requested CUDA graph capture even where the up-front check refuses it, so the
   // fallback after a failed capture can be exercised (tests/harness/profiling_gpu_test.cpp).
   bool attempt_graph_capture_for_testing = false;
+  // This process's place in a multi-process job (`ablate run` reads it from the launcher's
+  // environment: torchrun, SLURM, `ablate launch`); nullopt: a single process.
+  std::optional<WorldEnv> world;
 };
 
 struct RunResult {
   int64_t run_id = 0;
-  std::string status;  // ok | failed
+  std::string status;  // ok | failed (ranks other than 0 write no receipt: run_id 0)
   std::string error;
   int exit_code = 0;   // 0 ok, 1 failed
 };

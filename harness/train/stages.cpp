@@ -6,11 +6,15 @@
 
 #include <ATen/autocast_mode.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -64,6 +68,9 @@ class AutocastScope {
   c10::DeviceType type_;
 };
 
+// Data parallel: every rank reads the same global batch of nproc * batch_size rows (the stream of a
+// single process at that batch) and trains on its own slice of batch_size rows (train_loop), so the
+// job trains on exactly the rows one process would.
 data::DataOptions data_options(const ExperimentSpec& spec) {
   data::DataOptions d;
   d.source = spec.data.source;
@@ -72,7 +79,7 @@ data::DataOptions data_options(const ExperimentSpec& spec) {
   d.max_bytes = static_cast<uint64_t>(spec.data.max_bytes);
   d.cache_dir = spec.data.cache_dir;
   d.seq_len = spec.model.seq_len;
-  d.batch_size = spec.model.batch_size;
+  d.batch_size = spec.model.batch_size * spec.distributed.nproc;
   d.seed = static_cast<uint64_t>(spec.experiment.seed);
   d.vocab = spec.model.vocab;
   d.synthetic_distribution = spec.data.synthetic_distribution;
@@ -108,6 +115,47 @@ std::string lane_of(const ExperimentSpec& spec, const kernels::Dispatcher& d, co
                      receipts::sha256_hex(backends).substr(0, 8));
 }
 
+nlohmann::json step_row_json(const receipts::StepRow& r) {
+  auto opt = [](const auto& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  return {{"step", r.step},     {"wall_ms", r.wall_ms},       {"tokens", opt(r.tokens)},
+          {"loss", opt(r.loss)}, {"grad_norm", opt(r.grad_norm)}, {"lr", opt(r.lr)},
+          {"mem_allocated_peak", opt(r.mem_allocated_peak)},   {"mem_reserved_peak", opt(r.mem_reserved_peak)},
+          {"rss_bytes", opt(r.rss_bytes)}, {"data_wait_ms", opt(r.data_wait_ms)}};
+}
+
+receipts::StepRow step_row_from_json(const nlohmann::json& j, int64_t rank) {
+  receipts::StepRow r;
+  r.rank = rank;
+  r.step = j.at("step").get<int64_t>();
+  r.wall_ms = j.at("wall_ms").get<double>();
+  auto get = [&](const char* k, auto& field) {
+    if (!j.at(k).is_null()) field = j.at(k).get<typename std::decay_t<decltype(field)>::value_type>();
+  };
+  get("tokens", r.tokens);
+  get("loss", r.loss);
+  get("grad_norm", r.grad_norm);
+  get("lr", r.lr);
+  get("mem_allocated_peak", r.mem_allocated_peak);
+  get("mem_reserved_peak", r.mem_reserved_peak);
+  get("rss_bytes", r.rss_bytes);
+  get("data_wait_ms", r.data_wait_ms);
+  return r;
+}
+
+// Test-only fault injection for the multi-process tests (tests/harness/distributed_test.cpp):
+// ABLATE_TEST_FAULT = "kill:<rank>:<step>" (the rank SIGKILLs itself as that step begins) or
+// "hang:<rank>:<step>" (it stops making progress there, as a deadlocked rank would).
+void inject_test_fault(int64_t rank, int64_t step) {
+  const char* spec = std::getenv("ABLATE_TEST_FAULT");
+  if (!spec || !*spec) return;
+  char kind[8] = {};
+  long long at_rank = -1, at_step = -1;
+  if (std::sscanf(spec, "%7[a-z]:%lld:%lld", kind, &at_rank, &at_step) != 3 || at_rank != rank || at_step != step) return;
+  if (std::string(kind) == "kill") ::raise(SIGKILL);
+  if (std::string(kind) == "hang")
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
 std::string allocator_stats(int device_index) {
   const auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(device_index);
   constexpr double GiB = 1024.0 * 1024 * 1024;
@@ -135,11 +183,18 @@ RunPosture choose_posture(const ExperimentSpec& spec, const RunOptions& opt) {
   if (p.device_kind == "cuda" && !cuda_ok)
     throw std::invalid_argument("train.device = \"cuda\" but no CUDA device is visible: set train.device = \"auto\" or \"cpu\"");
   p.device = torch::Device(p.device_kind == "cuda" ? torch::kCUDA : torch::kCPU);
-  if (spec.distributed.nproc != 1)
-    throw std::invalid_argument(fmt::format(
-        "distributed.nproc = {}: this build trains in one process on one device (multi-GPU data parallel is not "
-        "built yet), and a run must not claim a topology it did not use; set distributed.nproc = 1",
-        spec.distributed.nproc));
+  check_world_matches(opt.world, spec.distributed.nproc, spec.source_path.empty() ? "FILE" : spec.source_path);
+  const bool data_parallel = opt.world && opt.world->world_size > 1;
+  if (data_parallel && p.device.is_cuda()) {
+    // One GPU per rank of the node: LOCAL_RANK picks it (launchers leave CUDA_VISIBLE_DEVICES whole).
+    const int64_t visible = static_cast<int64_t>(torch::cuda::device_count());
+    if (opt.world->local_rank >= visible)
+      throw std::invalid_argument(fmt::format("rank {} has LOCAL_RANK {} but only {} CUDA devices are visible: start "
+                                              "at most {} ranks per node",
+                                              opt.world->rank, opt.world->local_rank, visible, visible));
+    p.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(opt.world->local_rank));
+    c10::cuda::set_device(p.device.index());
+  }
   p.bf16 = spec.train.dtype == "bf16" || (spec.train.dtype == "auto" && p.device.is_cuda());
   kernels::DeviceInfo info = live_device_info();
   info.cuda = info.cuda && p.device.is_cuda();
@@ -158,6 +213,14 @@ RunPosture choose_posture(const ExperimentSpec& spec, const RunOptions& opt) {
   for (const auto& r : p.dispatcher->resolutions()) chosen_backends[r.seam] = r.chosen;
   p.graphs = decide_graph_capture(spec.compile.cuda_graphs, p.device.is_cuda(), chosen_backends, spec.model);
   if (opt.attempt_graph_capture_for_testing && spec.compile.cuda_graphs && p.device.is_cuda()) p.graphs.eligible = true;
+  if (data_parallel && p.graphs.eligible) {
+    p.graphs.eligible = false;
+    p.graphs.reason = "refused: data parallel launches its gradient all-reduces from autograd hooks as buckets "
+                      "fill, which a whole-step capture would freeze; the step runs eager";
+  }
+  if (data_parallel)
+    p.group = std::make_shared<ProcessGroup>(*opt.world, spec.distributed.backend, p.device,
+                                             std::chrono::seconds(spec.distributed.timeout_s));
   return p;
 }
 
@@ -216,6 +279,19 @@ OpenReceipt open_receipt(const ExperimentSpec& spec, const RunOptions& opt, cons
   env["compile.tf32"] = spec.compile.tf32 ? "true" : "false";
   env["compile.deterministic"] = spec.compile.deterministic ? "true" : "false";
   env["flops_version"] = model::kFlopsVersion;
+  env["distributed.world_size"] = std::to_string(spec.distributed.nproc);
+  if (posture.group) {
+    const auto& w = posture.group->world();
+    env["distributed.backend"] = posture.group->backend_name();
+    env["distributed.launcher"] = w.launcher;
+    env["distributed.local_world_size"] = std::to_string(w.local_world_size);
+    env["distributed.timeout_s"] = std::to_string(spec.distributed.timeout_s);
+    env["distributed.bucket_mb"] = std::to_string(spec.distributed.bucket_mb);
+    // Topology: each rank's host and device, as the ranks published them when they joined.
+    nlohmann::json ranks = nlohmann::json::array();
+    for (int64_t r = 0; r < posture.group->world_size(); ++r) ranks.push_back(nlohmann::json::parse(posture.group->fetch(fmt::format("where/{}", r))));
+    env["distributed.ranks"] = ranks.dump();
+  }
 
   receipts::RunStart rs;
   rs.name = spec.experiment.name;
@@ -233,6 +309,10 @@ OpenReceipt open_receipt(const ExperimentSpec& spec, const RunOptions& opt, cons
   }
   const int64_t run_id = store.begin_run(rs);
   auto life = std::make_unique<receipts::RunLifecycle>(opt.db_path, run_id);
+  // `ablate launch` closes the run itself when rank 0 dies before it could (harness/cli/launch_command.cpp).
+  if (const char* f = std::getenv("ABLATE_LAUNCH_RUN_ID_FILE"); f && *f && posture.group) {
+    std::ofstream(f) << run_id << "\n";
+  }
 
   std::vector<receipts::BackendRow> backend_rows;
   for (const auto& r : posture.dispatcher->resolutions())
@@ -258,7 +338,7 @@ OpenReceipt open_receipt(const ExperimentSpec& spec, const RunOptions& opt, cons
 // ---- 5 -----------------------------------------------------------------------------------------
 
 TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPosture& posture, ModelState& state,
-                        const data::DataSource& source, OpenReceipt& receipt, RunProfiler& profiler,
+                        const data::DataSource& source, OpenReceipt* receipt, RunProfiler& profiler,
                         GoodputLedger& ledger) {
   const Progress say{opt.quiet};
   const torch::Device device = posture.device;
@@ -270,7 +350,12 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPo
   const int cuda_index = cuda_index_of(device);
   TrainOutcome out;
   // Step rows reach the store every 64 steps or 2 s, whichever comes first (receipts/step_buffer.h).
-  receipts::StepBuffer rows(receipt.store, receipt.run_id);
+  std::optional<receipts::StepBuffer> rows;
+  if (receipt) rows.emplace(receipt->store, receipt->run_id);
+  ProcessGroup* group = posture.group.get();
+  const int64_t rank = group ? group->rank() : 0;
+  std::unique_ptr<GradientSync> sync;
+  if (group) sync = std::make_unique<GradientSync>(*group, state.params, spec.distributed.bucket_mb << 20);
 
   // Static device buffers for the batch: a captured graph reads these addresses on every replay, and
   // eager steps use them too (one code path, no per-step allocation).
@@ -289,7 +374,9 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPo
     if (probes) profiler.after_phase(at_step, "forward");
     {
       kernels::Scope phase("backward");
+      if (sync) sync->begin_step();
       fwd.loss.backward();
+      if (sync) sync->finish();  // every .grad is now the mean over the ranks
     }
     if (probes) profiler.after_phase(at_step, "backward");
     torch::Tensor grad_norm;
@@ -299,7 +386,10 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPo
       optimizer.step();
     }
     if (probes) profiler.after_phase(at_step, "optimizer");
-    return torch::stack({fwd.loss.detach().to(torch::kFloat), grad_norm.to(torch::kFloat)});
+    auto stats = torch::stack({fwd.loss.detach().to(torch::kFloat), grad_norm.to(torch::kFloat)});
+    // The job's loss is the mean of the ranks' (equal row counts); the norm is already the same everywhere.
+    if (group) group->allreduce_mean_(stats);
+    return stats;
   };
   std::shared_ptr<StepGraph> graph;
   out.warmup_steps = spec.train.warmup_steps;
@@ -315,6 +405,10 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPo
     ledger.end();  // startup ends where the first step begins
     for (; step < spec.train.steps; ++step) {
       const bool warm = step - start_step < out.warmup_steps;
+      if (group) {
+        inject_test_fault(rank, step);
+        group->report_progress(step);
+      }
       {
         // Before t0: opening the CUPTI window (its first use initialises CUPTI) is profiling time, not
         // step time, so the inside/outside-window step times measure the tracing overhead only.
@@ -327,8 +421,9 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPo
       ledger.move_to(Goodput::data_wait, loaded.wait_ns / 1e9);
 
       auto& batch = loaded.batch;
-      ids.copy_(torch::from_blob(batch.tokens.data(), {B, T + 1}, torch::kInt32));
-      mask.copy_(torch::from_blob(batch.loss_mask.data(), {B, T}, torch::kUInt8));
+      // This rank's rows of the global batch (all of it in a single process).
+      ids.copy_(torch::from_blob(batch.tokens.data(), {B * spec.distributed.nproc, T + 1}, torch::kInt32).narrow(0, rank * B, B));
+      mask.copy_(torch::from_blob(batch.loss_mask.data(), {B * spec.distributed.nproc, T}, torch::kUInt8).narrow(0, rank * B, B));
       const double lr = learning_rate(step, spec.train.steps, spec.train.lr_warmup_steps, spec.train.lr, spec.train.min_lr_ratio);
       optimizer.set_lr(lr);
       torch::Tensor stats;
@@ -355,7 +450,8 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPo
           optimizer.zero_grad();
           stats = step_body(step, true);
         }
-        receipt.store.record_env(receipt.run_id, {{"compile.cuda_graphs_achieved", graphs.achieved ? "true" : "false"},
+        if (receipt)
+          receipt->store.record_env(receipt->run_id, {{"compile.cuda_graphs_achieved", graphs.achieved ? "true" : "false"},
                                                   {"compile.cuda_graphs_reason", graphs.reason},
                                                   {"compile.cuda_graphs_capture_step", std::to_string(step)},
                                                   {"compile.cuda_graphs_capture_ms", fmt::format("{:.3f}", capture_ms)}});
@@ -397,7 +493,10 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPo
       } else {
         out.peak_memory = std::max(out.peak_memory, *row.rss_bytes);
       }
-      rows.add(row);
+      row.rank = rank;
+      if (rows) rows->add(row);
+      else out.unwritten_rows.push_back(row);
+      if (sync) out.comm_wait_ms.push_back(sync->last_wait_ms());
       if (!warm) {
         out.steady_ms.push_back(wall_ms);
         out.steady_steps.push_back(step);
@@ -405,7 +504,8 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPo
       if (spec.train.log_every > 0 && (step % spec.train.log_every == 0 || step + 1 == spec.train.steps))
         say(fmt::format("  step {:>5}/{}  loss {:.4f}  grad norm {:.3f}  lr {:.2e}  {:.1f} ms{}", step, spec.train.steps, loss,
                         gnorm, lr, wall_ms, warm ? "  (warm-up)" : ""));
-      if (spec.train.checkpoint_every > 0 && (step + 1) % spec.train.checkpoint_every == 0 && step + 1 < spec.train.steps) {
+      if (posture.writes_receipt() && spec.train.checkpoint_every > 0 && (step + 1) % spec.train.checkpoint_every == 0 &&
+          step + 1 < spec.train.steps) {
         GoodputLedger::Scope save(ledger, Goodput::checkpoint);
         save_checkpoint(state.checkpoint_dir, *model, optimizer,
                         {step + 1, batch.state_after, state.model_hash, source.description().fingerprint});
@@ -419,9 +519,98 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPo
   } catch (const std::exception& e) {
     out.failure = fmt::format("at step {}: {}", step, e.what());
   }
-  rows.flush();  // ok or failed, every completed step is in the receipt
+  if (out.failure && group) {
+    // A collective that failed or timed out: name the ranks that did not get this far.
+    std::string behind;
+    try {
+      behind = group->ranks_behind(step);
+    } catch (const std::exception& e) {
+      behind = fmt::format("the store is unreachable too ({})", e.what());
+    }
+    if (!behind.empty()) *out.failure += fmt::format(" [rank {} was at step {}; {}]", rank, step, behind);
+  }
+  if (rows) rows->flush();  // ok or failed, every completed step is in the receipt
   return out;
 }
+
+// ---- 5b ----------------------------------------------------------------------------------------
+
+namespace {
+std::string outcome_key(int64_t rank) { return fmt::format("outcome/{}", rank); }
+
+// Median over the steady steps of a rank's rows (after `warmup_steps` from `start_step`).
+double steady_median(const std::vector<double>& values) { return values.empty() ? NAN : median(values); }
+}  // namespace
+
+RunResult publish_rank_outcome(const RunPosture& posture, const TrainOutcome& outcome) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& r : outcome.unwritten_rows) rows.push_back(step_row_json(r));
+  const nlohmann::json j = {{"failure", outcome.failure ? nlohmann::json(*outcome.failure) : nlohmann::json(nullptr)},
+                            {"rows", rows},
+                            {"steady_ms", outcome.steady_ms},
+                            {"comm_wait_ms", outcome.comm_wait_ms},
+                            {"peak_memory", outcome.peak_memory},
+                            {"warmup_steps", outcome.warmup_steps}};
+  posture.group->publish(outcome_key(posture.group->rank()), j.dump());
+  if (outcome.failure) return RunResult{0, "failed", *outcome.failure, 1};
+  return RunResult{0, "ok", "", 0};
+}
+
+namespace {
+
+// Rank 0, after its own loop: every other rank's rows into the receipt, and the job's distributed facts
+// (per-rank medians, straggler ratio, communication wait). A rank that failed fails the run.
+struct JobOutcome {
+  nlohmann::json facts;
+  std::optional<std::string> failure;
+};
+JobOutcome collect_rank_outcomes(ProcessGroup& group, receipts::Store& store, int64_t run_id,
+                                 const TrainOutcome& own) {
+  JobOutcome job;
+  nlohmann::json per_rank = nlohmann::json::array();
+  double slowest = 0, fastest = INFINITY;
+  std::vector<double> comm_share;
+  for (int64_t r = 0; r < group.world_size(); ++r) {
+    std::vector<double> steady = own.steady_ms, comm = own.comm_wait_ms;
+    int64_t peak = own.peak_memory, warm = own.warmup_steps;
+    if (r != 0) {
+      const auto j = nlohmann::json::parse(group.fetch(outcome_key(r)));
+      if (!j.at("failure").is_null() && !job.failure)
+        job.failure = fmt::format("rank {} failed: {}", r, j.at("failure").get<std::string>());
+      std::vector<receipts::StepRow> rows;
+      for (const auto& row : j.at("rows")) rows.push_back(step_row_from_json(row, r));
+      store.append_steps(run_id, rows);
+      steady = j.at("steady_ms").get<std::vector<double>>();
+      comm = j.at("comm_wait_ms").get<std::vector<double>>();
+      peak = j.at("peak_memory").get<int64_t>();
+      warm = j.at("warmup_steps").get<int64_t>();
+    }
+    // comm_wait_ms has one entry per step; its steady part starts after the warm-up steps.
+    const std::vector<double> steady_comm(comm.begin() + std::min<size_t>(comm.size(), static_cast<size_t>(warm)), comm.end());
+    const double step_ms = steady_median(steady), comm_ms = steady_median(steady_comm);
+    if (std::isfinite(step_ms)) {
+      slowest = std::max(slowest, step_ms);
+      fastest = std::min(fastest, step_ms);
+    }
+    if (std::isfinite(step_ms) && std::isfinite(comm_ms) && step_ms > 0) comm_share.push_back(comm_ms / step_ms);
+    per_rank.push_back({{"rank", r},
+                        {"median_step_ms", std::isfinite(step_ms) ? nlohmann::json(step_ms) : nlohmann::json(nullptr)},
+                        {"median_comm_wait_ms", std::isfinite(comm_ms) ? nlohmann::json(comm_ms) : nlohmann::json(nullptr)},
+                        {"peak_memory_bytes", peak}});
+  }
+  job.facts = {{"world_size", group.world_size()},
+               {"backend", group.backend_name()},
+               {"launcher", group.world().launcher},
+               {"per_rank", per_rank},
+               // Slowest rank's median step over the fastest's: 1.0 is a perfectly even job.
+               {"straggler_ratio", fastest < INFINITY && fastest > 0 ? nlohmann::json(slowest / fastest) : nlohmann::json(nullptr)},
+               // Host time waiting for the gradient all-reduces after backward, over the step (median of
+               // the ranks): the exposed communication on Gloo; on NCCL the wait is on the stream (~0).
+               {"comm_wait_share", comm_share.empty() ? nlohmann::json(nullptr) : nlohmann::json(median(comm_share))}};
+  return job;
+}
+
+}  // namespace
 
 // ---- 6 -----------------------------------------------------------------------------------------
 
@@ -438,6 +627,17 @@ RunResult finalise_receipt(const ExperimentSpec& spec, const RunOptions& opt, Ru
   auto& store = receipt.store;
   const int64_t run_id = receipt.run_id;
   auto& graphs = posture.graphs;
+  nlohmann::json distributed = nullptr;
+  if (posture.group) {
+    JobOutcome job;
+    try {
+      job = collect_rank_outcomes(*posture.group, store, run_id, outcome);
+    } catch (const std::exception& e) {
+      job.failure = fmt::format("collecting the other ranks' results failed: {}", e.what());
+    }
+    if (job.failure) return fail_receipt(opt, receipt, ledger, *job.failure);
+    distributed = job.facts;
+  }
   std::vector<int64_t> outlier_steps;
   for (size_t i : slow_outliers(outcome.steady_ms)) outlier_steps.push_back(outcome.steady_steps[i]);
   if (!outlier_steps.empty()) store.flag_outliers(run_id, 0, outlier_steps);
@@ -460,7 +660,8 @@ RunResult finalise_receipt(const ExperimentSpec& spec, const RunOptions& opt, Ru
 
   const auto counts = model::parameter_count(spec.model);
   const double train_flops = model::training_flops_per_token(spec.model);
-  const int64_t tokens_per_step = spec.model.batch_size * spec.model.seq_len;
+  const int64_t world = spec.distributed.nproc;
+  const int64_t tokens_per_step = spec.model.batch_size * spec.model.seq_len * world;  // the job's
   const bool cuda = posture.device.is_cuda();
   receipts::RunSummary summary;
   summary.steps = spec.train.steps - state.start_step;
@@ -468,7 +669,10 @@ RunResult finalise_receipt(const ExperimentSpec& spec, const RunOptions& opt, Ru
   if (!outcome.steady_ms.empty()) {
     summary.median_step_ms = median(outcome.steady_ms);
     summary.tokens_per_s = tokens_per_step / (*summary.median_step_ms / 1000.0);
-    summary.mfu = cuda ? model_flops_utilization(train_flops, *summary.tokens_per_s, receipt.env["gpu_model"]) : std::nullopt;
+    // Per GPU: the job's tokens over its GPUs against one GPU's peak.
+    summary.mfu = cuda ? model_flops_utilization(train_flops, *summary.tokens_per_s / static_cast<double>(world),
+                                                 receipt.env["gpu_model"])
+                       : std::nullopt;
   }
   summary.goodput_pct = 100.0 * ledger.goodput();
   summary.peak_memory_bytes = outcome.peak_memory;
@@ -481,6 +685,7 @@ RunResult finalise_receipt(const ExperimentSpec& spec, const RunOptions& opt, Ru
                    {"active_parameters", counts.active_per_token},
                    {"training_flops_per_token", train_flops},
                    {"tokens_per_step", tokens_per_step},
+                   {"distributed", distributed},
                    {"resumed_from", state.resumed_from},
                    {"start_step", state.start_step},
                    {"data", data::to_json(source.description())},

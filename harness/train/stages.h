@@ -29,6 +29,7 @@
 #include "harness/env.h"
 #include "harness/goodput.h"
 #include "spec/spec.h"
+#include "harness/train/data_parallel.h"
 #include "harness/train/optimizer.h"
 #include "harness/train/runner.h"
 #include "kernels/dispatch.h"
@@ -54,9 +55,14 @@ struct RunPosture {
   bool bf16 = false;  // bf16 autocast for the forward pass; fp32 master weights
   std::shared_ptr<const kernels::Dispatcher> dispatcher;
   GraphCapturePosture graphs;  // the train loop sets achieved / reason
+  // Data parallel (distributed.nproc > 1): this rank's membership; null for a single process. Rank 0
+  // alone writes the receipt, with every rank's step rows.
+  std::shared_ptr<ProcessGroup> group;
+  bool writes_receipt() const { return !group || group->rank() == 0; }
 };
-// Throws std::invalid_argument (a device that is not there, distributed.nproc != 1, a strict backend
-// that is unavailable). Applies [compile] to LibTorch's global context.
+// Throws std::invalid_argument (a device that is not there, distributed.nproc against the launcher's
+// world, a strict backend that is unavailable). Joins the process group when launched as ranks (the
+// rendezvous waits up to distributed.timeout_s). Applies [compile] to LibTorch's global context.
 RunPosture choose_posture(const ExperimentSpec& spec, const RunOptions& options);
 
 // ---- 2. data
@@ -102,12 +108,19 @@ struct TrainOutcome {
   int64_t capture_step = -1;   // the step a CUDA graph is captured at (-1: none planned)
   // Kept alive until the receipt is closed: while it lives the thread works on the graph's side stream.
   std::shared_ptr<StepGraph> graph;
+  // A rank that writes no receipt keeps its step rows here (rank 0 collects them: publish_rank_rows).
+  std::vector<receipts::StepRow> unwritten_rows;
+  std::vector<double> comm_wait_ms;  // data parallel: host wait for the gradient all-reduces, per step
 };
 // `ledger` comes with the startup charge open (run_experiment opens it at process start): the loop
 // closes it where the first step begins.
+// `receipt` is null on ranks other than 0.
 TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& options, RunPosture& posture, ModelState& state,
-                        const data::DataSource& source, OpenReceipt& receipt, RunProfiler& profiler,
+                        const data::DataSource& source, OpenReceipt* receipt, RunProfiler& profiler,
                         GoodputLedger& ledger);
+
+// ---- 5b. ranks other than 0: their rows and medians go to rank 0 through the store
+RunResult publish_rank_outcome(const RunPosture& posture, const TrainOutcome& outcome);
 
 // ---- 6. closing the receipt
 RunResult finalise_receipt(const ExperimentSpec& spec, const RunOptions& options, RunPosture& posture,

@@ -57,7 +57,7 @@ struct UpToTraining {
         state(build_model(spec, opt, posture, *source, ledger)),
         receipt(open_receipt(spec, opt, posture, state)),
         profiler(spec, opt.no_profile, posture.device, *posture.dispatcher) {}
-  TrainOutcome train() { return train_loop(spec, opt, posture, state, *source, receipt, profiler, ledger); }
+  TrainOutcome train() { return train_loop(spec, opt, posture, state, *source, &receipt, profiler, ledger); }
   int64_t stored_steps() {
     return receipt.store.query("SELECT count(*) AS n FROM steps WHERE run_id = ?", {receipt.run_id})[0]["n"].get<int64_t>();
   }

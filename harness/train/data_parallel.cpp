@@ -1,0 +1,221 @@
+// harness/train/data_parallel.cpp: see data_parallel.h. The c10d headers compile their backends in
+// when USE_C10D_GLOO / USE_C10D_NCCL are defined (LibTorch's CMake interface defines both). Gloo's
+// headers come from Debian's libgloo-dev (the wheel ships Gloo compiled into libtorch_cpu but not its
+// headers); NCCL's from the wheel's own nvidia/nccl, the version LibTorch was built against
+// (ProcessGroupNCCL::Options' layout depends on it): harness/CMakeLists.txt adds it in CUDA builds.
+#include "harness/train/data_parallel.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#if defined(USE_C10D_NCCL) && defined(ABLATE_HAVE_CUDA)
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace ablate::harness {
+namespace {
+using Clock = std::chrono::steady_clock;
+
+std::string progress_key(int64_t rank) { return fmt::format("progress/{}", rank); }
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(const WorldEnv& world, const std::string& backend, const torch::Device& device,
+                           std::chrono::milliseconds timeout)
+    : world_(world), backend_name_(backend), timeout_(timeout) {
+  if (backend == "gloo" && device.is_cuda())
+    throw std::invalid_argument(
+        "distributed.backend = \"gloo\" with train.device on CUDA: gradients would cross through the host and the "
+        "run would time the wrong transport; use \"nccl\" on GPUs (gloo is for CPU runs)");
+  if (backend == "nccl" && !device.is_cuda())
+    throw std::invalid_argument(
+        "distributed.backend = \"nccl\" needs CUDA devices and this run is on the CPU: set distributed.backend = "
+        "\"gloo\" (or train.device = \"cuda\")");
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<uint16_t>(world.master_port);
+  opts.isServer = world.rank == 0 && !world.store_hosted_by_launcher;
+  // Every rank counts itself in (a client without numWorkers skips the count and the host waits forever);
+  // torchrun's agent store did its own rendezvous already.
+  if (!world.store_hosted_by_launcher) opts.numWorkers = static_cast<size_t>(world.world_size);
+  opts.timeout = timeout;
+  auto tcp = c10::make_intrusive<c10d::TCPStore>(world.master_addr, opts);
+  store_ = c10::make_intrusive<c10d::PrefixStore>(world.store_prefix, tcp);
+  // The backend's own keys under a prefix of their own, apart from ours.
+  auto backend_store = c10::make_intrusive<c10d::PrefixStore>("c10d/", store_);
+  const int rank = static_cast<int>(world.rank), size = static_cast<int>(world.world_size);
+  if (backend == "gloo") {
+    auto o = c10d::ProcessGroupGloo::Options::create(timeout);
+    // The rendezvous host's address when it is local, else this machine's own: Gloo binds to it.
+    o->devices.push_back(world.master_addr == "127.0.0.1" || world.master_addr == "localhost"
+                             ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                             : c10d::ProcessGroupGloo::createDefaultDevice());
+    backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(backend_store, rank, size, o);
+  } else {
+#if defined(USE_C10D_NCCL) && defined(ABLATE_HAVE_CUDA)
+    auto o = c10d::ProcessGroupNCCL::Options::create();
+    o->timeout = timeout;
+    backend_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(backend_store, rank, size, o);
+#else
+    throw std::invalid_argument("distributed.backend = \"nccl\": this build has no NCCL (built without CUDA)");
+#endif
+  }
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  publish(fmt::format("where/{}", world.rank),
+          nlohmann::json{{"rank", world.rank}, {"local_rank", world.local_rank}, {"host", host},
+                         {"pid", static_cast<int64_t>(getpid())}, {"device", device.str()}}
+              .dump());
+  report_progress(-1);
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+void ProcessGroup::allreduce_mean_(torch::Tensor& t) {
+  std::vector<at::Tensor> ts{t};
+  backend_->allreduce(ts)->wait();
+  t.div_(static_cast<double>(world_.world_size));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_sum_async(torch::Tensor& t) {
+  std::vector<at::Tensor> ts{t};
+  return backend_->allreduce(ts);
+}
+
+void ProcessGroup::barrier() { backend_->barrier()->wait(); }
+
+void ProcessGroup::publish(const std::string& key, const std::string& value) {
+  store_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+}
+
+std::string ProcessGroup::fetch(const std::string& key) {
+  store_->wait({key}, timeout_);
+  const auto v = store_->get(key);
+  return {v.begin(), v.end()};
+}
+
+void ProcessGroup::report_progress(int64_t step) { publish(progress_key(world_.rank), std::to_string(step)); }
+
+std::string ProcessGroup::ranks_behind(int64_t step) {
+  std::string out;
+  for (int64_t r = 0; r < world_.world_size; ++r) {
+    if (r == world_.rank) continue;
+    std::string text = "nothing";
+    try {
+      if (!store_->check({progress_key(r)})) text = "never reported";
+      else {
+        const auto v = store_->get(progress_key(r));
+        const int64_t at = std::stoll(std::string(v.begin(), v.end()));
+        if (at >= step) continue;
+        text = at < 0 ? "joined but never started a step" : fmt::format("last reported step {}", at);
+      }
+    } catch (const std::exception& e) {
+      text = fmt::format("unreadable ({})", e.what());
+    }
+    out += fmt::format("{}rank {} {}", out.empty() ? "" : "; ", r, text);
+  }
+  return out;
+}
+
+// ---- GradientSync ------------------------------------------------------------------------------
+
+GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>& params, int64_t bucket_bytes)
+    : group_(group) {
+  for (const auto& p : params)
+    if (p.requires_grad()) params_.push_back(p);
+  slots_.resize(params_.size());
+  bucket_of_.resize(params_.size());
+  arrived_.assign(params_.size(), 0);
+  // Reverse order: the last parameters of the forward get their gradients first.
+  std::vector<size_t> order(params_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = params_.size() - 1 - i;
+  std::vector<size_t> current;
+  int64_t current_bytes = 0;
+  auto close_bucket = [&] {
+    if (current.empty()) return;
+    int64_t numel = 0;
+    for (size_t i : current) numel += params_[i].numel();
+    Bucket b;
+    b.flat = torch::zeros({numel}, params_[current.front()].options().dtype(torch::kFloat));
+    int64_t offset = 0;
+    for (size_t i : current) {
+      slots_[i] = b.flat.narrow(0, offset, params_[i].numel()).view(params_[i].sizes());
+      bucket_of_[i] = buckets_.size();
+      offset += params_[i].numel();
+    }
+    b.params = current;
+    buckets_.push_back(std::move(b));
+    current.clear();
+    current_bytes = 0;
+  };
+  for (size_t i : order) {
+    TORCH_CHECK(params_[i].scalar_type() == torch::kFloat,
+                "data parallel: parameters must be fp32 master weights, got ", params_[i].scalar_type());
+    if (!current.empty() && params_[i].device() != params_[current.front()].device()) close_bucket();
+    current.push_back(i);
+    current_bytes += params_[i].numel() * 4;
+    if (current_bytes >= bucket_bytes) close_bucket();
+  }
+  close_bucket();
+  for (size_t i = 0; i < params_.size(); ++i)
+    hook_ids_.push_back(params_[i].register_hook([this, i](const torch::Tensor& grad) -> torch::Tensor {
+      on_gradient(i, grad);
+      return slots_[i].view(slots_[i].sizes());  // autograd keeps this view as .grad: no second copy
+    }));
+}
+
+GradientSync::~GradientSync() {
+  for (size_t i = 0; i < params_.size() && i < hook_ids_.size(); ++i) params_[i].remove_hook(hook_ids_[i]);
+}
+
+void GradientSync::begin_step() {
+  std::fill(arrived_.begin(), arrived_.end(), 0);
+  for (auto& b : buckets_) {
+    b.pending = static_cast<int64_t>(b.params.size());
+    b.launched = false;
+    b.work.reset();
+  }
+  next_launch_ = 0;
+}
+
+void GradientSync::on_gradient(size_t i, const torch::Tensor& grad) {
+  TORCH_CHECK(!arrived_[i], "data parallel: parameter ", i, " got two gradients in one backward");
+  arrived_[i] = 1;
+  slots_[i].copy_(grad);
+  if (--buckets_[bucket_of_[i]].pending == 0) launch_ready();
+}
+
+void GradientSync::launch(Bucket& b) {
+  b.flat.div_(static_cast<double>(group_.world_size()));
+  b.work = group_.allreduce_sum_async(b.flat);
+  b.launched = true;
+}
+
+void GradientSync::launch_ready() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(buckets_[next_launch_++]);
+}
+
+void GradientSync::finish() {
+  // A parameter that got no gradient on this rank contributes zeros (it may have one elsewhere).
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!arrived_[i]) {
+      slots_[i].zero_();
+      auto& b = buckets_[bucket_of_[i]];
+      --b.pending;
+      arrived_[i] = 1;
+    }
+  launch_ready();
+  const auto t0 = Clock::now();
+  for (auto& b : buckets_) b.work->wait();
+  last_wait_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  for (size_t i = 0; i < params_.size(); ++i)
+    // Autograd normally keeps the hook's view; should it have copied instead, the reduced slot wins.
+    if (!params_[i].grad().defined() || params_[i].grad().data_ptr() != slots_[i].data_ptr())
+      params_[i].mutable_grad() = slots_[i].view(slots_[i].sizes());
+}
+
+}  // namespace ablate::harness

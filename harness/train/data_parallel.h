@@ -1,0 +1,110 @@
+// harness/train/data_parallel.h: data-parallel training over LibTorch's own c10d: the rendezvous
+// TCPStore (rank 0 hosts it, or torchrun's agent does), ProcessGroupNCCL on CUDA and ProcessGroupGloo
+// on the CPU (the same code path, so CI tests it without a GPU), and GradientSync, the bucketed
+// gradient all-reduce that overlaps backward.
+//
+// GradientSync: parameters are packed, in reverse order (the order backward reaches them), into flat
+// fp32 buckets of distributed.bucket_mb. A hook on each parameter copies its gradient into its slot and
+// hands the slot back to autograd as the parameter's .grad (so no second copy of the gradients lives
+// on); when a bucket's last gradient arrives, the bucket is scaled by 1/world and all-reduced (sum)
+// asynchronously while backward goes on. Buckets are launched strictly in index order, the same on
+// every rank (NCCL needs the same sequence of collectives everywhere). finish() launches what a
+// parameter without a gradient held back (its slot zeroed), then waits: on CUDA a stream wait (no host
+// sync), on Gloo a host wait. A parameter's .grad is then the world's mean gradient.
+//
+// The rank's heartbeat (`progress/<rank>` = the step it is on) lives in the store: when a collective
+// fails or times out, the ranks that are behind are named in the failure.
+// Tests: tests/harness/distributed_test.cpp (2 ranks with Gloo through `ablate launch`).
+#pragma once
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "harness/world.h"
+
+namespace c10d {
+class Backend;
+class Store;
+class Work;
+}  // namespace c10d
+
+namespace ablate::harness {
+
+class ProcessGroup {
+ public:
+  // Joins the job: connects to (or hosts) the store, then creates the backend ("nccl" | "gloo") with
+  // collective timeout `timeout`. Throws std::invalid_argument for a backend this build or device cannot
+  // run (gloo on CUDA tensors is refused: the run would time the wrong transport).
+  ProcessGroup(const WorldEnv& world, const std::string& backend, const torch::Device& device,
+               std::chrono::milliseconds timeout);
+  ~ProcessGroup();
+
+  int64_t rank() const { return world_.rank; }
+  int64_t world_size() const { return world_.world_size; }
+  const WorldEnv& world() const { return world_; }
+  const std::string& backend_name() const { return backend_name_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  // In-place mean over ranks (sum then divide), waited for (stream wait on CUDA).
+  void allreduce_mean_(torch::Tensor& t);
+  // Starts an in-place sum; the caller waits.
+  c10::intrusive_ptr<c10d::Work> allreduce_sum_async(torch::Tensor& t);
+  void barrier();
+
+  // Small host-side values through the store (no device sync): per-rank rows and facts to rank 0.
+  void publish(const std::string& key, const std::string& value);
+  std::string fetch(const std::string& key);  // waits up to the timeout
+  void report_progress(int64_t step);
+  // "rank 1 last reported step 3" for every rank behind `step` (or silent); "" when none is.
+  std::string ranks_behind(int64_t step);
+
+ private:
+  WorldEnv world_;
+  std::string backend_name_;
+  std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::Backend> backend_;
+};
+
+class GradientSync {
+ public:
+  GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>& params, int64_t bucket_bytes);
+  ~GradientSync();
+  GradientSync(const GradientSync&) = delete;
+  GradientSync& operator=(const GradientSync&) = delete;
+
+  void begin_step();  // before backward
+  void finish();      // after backward: every parameter's .grad is the mean over ranks
+  size_t buckets() const { return buckets_.size(); }
+  // Host milliseconds spent waiting for the all-reduces in finish() (Gloo: the exposed communication
+  // time; NCCL: ~0, the wait is on the stream).
+  double last_wait_ms() const { return last_wait_ms_; }
+
+ private:
+  struct Bucket {
+    torch::Tensor flat;
+    std::vector<size_t> params;  // indices into params_
+    int64_t pending = 0;
+    bool launched = false;
+    c10::intrusive_ptr<c10d::Work> work;
+  };
+  void on_gradient(size_t param_index, const torch::Tensor& grad);
+  void launch_ready();
+  void launch(Bucket& b);
+
+  ProcessGroup& group_;
+  std::vector<torch::Tensor> params_;
+  std::vector<torch::Tensor> slots_;       // params_[i]'s view into its bucket
+  std::vector<size_t> bucket_of_;          // params_[i] -> bucket
+  std::vector<char> arrived_;              // this step
+  std::vector<Bucket> buckets_;
+  size_t next_launch_ = 0;
+  std::vector<unsigned> hook_ids_;
+  double last_wait_ms_ = 0;
+};
+
+}  // namespace ablate::harness

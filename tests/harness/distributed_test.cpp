@@ -1,0 +1,181 @@
+// tests/harness/distributed_test.cpp: data parallel on the CPU with Gloo, through the `ablate` binary
+// as users start it (`ablate launch`, torchrun): 2 ranks train as 1 rank on the same global batch;
+// a rank killed mid-run or hung fails the job within the timeout, naming the rank, with no process
+// left; nproc against the launched world fails closed. GPU (NCCL) figures come from the GPU machine.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "receipts/remove_tree.h"
+#include "receipts/store.h"
+#include "tests/cli_runner.h"
+
+namespace fs = std::filesystem;
+using ablate::testing::run_cli;
+using ablate::testing::run_shell;
+
+namespace {
+
+class DistributedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("ablate-dist-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    ablate::receipts::remove_tree(dir_);
+    fs::create_directories(dir_);
+    db_ = (dir_ / "receipts.db").string();
+    // tiny without its MoE block (pattern AMDR): the MoE load-balancing term and expert capacity are
+    // per-rank statistics in any data-parallel MoE without expert parallelism, so only a dense pattern
+    // trains bit-for-bit the same as one process. Synthetic data: no corpus to read.
+    spec_ = dir_ / "dp.toml";
+    std::ofstream(spec_) << "[experiment]\nname = \"dp-test\"\nseed = 7\n"
+                            "[model]\nconfig = \"tiny\"\npattern = \"AMDR\"\nbatch_size = 2\n"
+                            "[data]\nsource = \"synthetic\"\n"
+                            "[train]\nsteps = 6\nwarmup_steps = 2\nlr = 3e-3\nlr_warmup_steps = 2\n"
+                            "device = \"cpu\"\ndtype = \"fp32\"\nlog_every = 0\n"
+                            "[distributed]\nnproc = 2\nbackend = \"gloo\"\ntimeout_s = 20\n";
+  }
+  void TearDown() override { ablate::receipts::remove_tree(dir_); }
+
+  std::string ablate(const std::string& args) { return "--db " + db_ + " " + args; }
+
+  // rank 0's losses and the rows of each rank, from the newest run.
+  struct Recorded {
+    int64_t id = 0;
+    std::string status, error;
+    std::vector<double> loss;
+    std::map<int64_t, int64_t> rows_per_rank;
+    nlohmann::json summary;
+  };
+  Recorded newest() {
+    auto store = ablate::receipts::Store::open(db_);
+    const auto runs = store.list_runs();
+    EXPECT_FALSE(runs.empty());
+    Recorded r;
+    if (runs.empty()) return r;
+    r.id = runs.front().id;
+    const auto j = store.run_json(r.id);
+    r.status = j["run"]["status"].get<std::string>();
+    r.error = j["run"]["error"].is_null() ? "" : j["run"]["error"].get<std::string>();
+    for (const auto& st : j["steps"]) {
+      ++r.rows_per_rank[st["rank"].get<int64_t>()];
+      if (st["rank"].get<int64_t>() == 0) r.loss.push_back(st["loss"].get<double>());
+    }
+    r.summary = j["run"]["summary"];
+    return r;
+  }
+
+  // `ablate launch` of 50 steps with ABLATE_TEST_FAULT set (harness/train/stages.cpp), timed.
+  struct Job {
+    int rc;
+    std::string out;
+    double seconds;
+  };
+  Job launch_with_fault(const std::string& fault, const std::string& extra_sets) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r = run_shell("ABLATE_TEST_FAULT=" + fault + " " + std::string(ABLATE_BINARY_DIR) + "/ablate " +
+                             ablate("launch --grace 2 " + spec_.string() + " --set train.steps=50" + extra_sets));
+    return {r.rc, r.out, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+  }
+
+  fs::path dir_, spec_;
+  std::string db_;
+};
+
+// Every pid the launcher reported is gone.
+void expect_no_rank_left(const std::string& launcher_output) {
+  const std::regex pids_line(R"(\(pids ([0-9 ]+)\))");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(launcher_output, m, pids_line)) << launcher_output;
+  std::istringstream in(m[1].str());
+  for (pid_t pid; in >> pid;) EXPECT_TRUE(::kill(pid, 0) != 0 && errno == ESRCH) << "rank pid " << pid << " still exists";
+}
+
+}  // namespace
+
+TEST_F(DistributedTest, TwoRanksTrainLikeOneRankOnTheSameGlobalBatch) {
+  const auto one = run_cli(ablate("run " + spec_.string() + " --set distributed.nproc=1 --set model.batch_size=4"));
+  ASSERT_EQ(one.rc, 0) << one.out;
+  const auto single = newest();
+  const auto two = run_cli(ablate("launch " + spec_.string()));
+  ASSERT_EQ(two.rc, 0) << two.out;
+  const auto dp = newest();
+  ASSERT_EQ(dp.status, "ok") << dp.error;
+  ASSERT_EQ(single.loss.size(), 6u);
+  ASSERT_EQ(dp.loss.size(), 6u);
+  // fp32 on the CPU: the two differ only in summation order (a mean of two 2-row means against one
+  // 4-row mean, gradients summed by Gloo), a few ulps per step that AdamW carries along: 1e-5 relative
+  // is ~100x that after 6 steps, and far below what one wrong row or a missed gradient bucket moves
+  // (the first step's loss already differs by ~1e-2 with another data slice).
+  for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(dp.loss[i], single.loss[i], 1e-5 * std::abs(single.loss[i])) << "step " << i;
+  EXPECT_EQ(dp.rows_per_rank.at(0), 6);
+  EXPECT_EQ(dp.rows_per_rank.at(1), 6);
+  const auto& d = dp.summary["extra"]["distributed"];
+  EXPECT_EQ(d["world_size"], 2);
+  EXPECT_EQ(d["backend"], "gloo");
+  EXPECT_EQ(d["launcher"], "ablate launch");
+  EXPECT_EQ(d["per_rank"].size(), 2u);
+  EXPECT_GE(d["straggler_ratio"].get<double>(), 1.0);
+  EXPECT_EQ(dp.summary["extra"]["tokens_per_step"], 2 * 2 * 128);  // the job's: 2 ranks x 2 rows x T 128
+  expect_no_rank_left(two.out);
+}
+
+TEST_F(DistributedTest, KilledRankFailsTheJobNamingItAndLeavesNoProcess) {
+  const auto job = launch_with_fault("kill:1:3", "");
+  EXPECT_EQ(job.rc, 1) << job.out;
+  EXPECT_LT(job.seconds, 20 + 30) << "the job outlived its timeout plus the launcher's grace";
+  const auto rec = newest();
+  EXPECT_EQ(rec.status, "failed");
+  EXPECT_NE(rec.error.find("rank 1"), std::string::npos) << rec.error;
+  EXPECT_LT(rec.loss.size(), 50u);
+  EXPECT_NE(job.out.find("rank 1"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("killed by signal 9"), std::string::npos) << job.out;
+  expect_no_rank_left(job.out);
+}
+
+TEST_F(DistributedTest, HungRankFailsTheJobWithinTheTimeoutNamingIt) {
+  const auto job = launch_with_fault("hang:1:3", " --set distributed.timeout_s=4");
+  EXPECT_EQ(job.rc, 1) << job.out;
+  EXPECT_LT(job.seconds, 4 + 30) << job.out;
+  const auto rec = newest();
+  EXPECT_EQ(rec.status, "failed");
+  // Rank 0 waited in step 3's all-reduce; rank 1 stopped before reporting step 3.
+  EXPECT_NE(rec.error.find("rank 1 last reported step 2"), std::string::npos) << rec.error;
+  expect_no_rank_left(job.out);
+}
+
+TEST_F(DistributedTest, NprocAgainstTheLaunchedWorldFailsClosed) {
+  const auto alone = run_cli(ablate("run " + spec_.string()));
+  EXPECT_EQ(alone.rc, 2) << alone.out;
+  EXPECT_NE(alone.out.find("distributed.nproc = 2 but this process was started alone"), std::string::npos) << alone.out;
+  EXPECT_NE(alone.out.find("ablate launch"), std::string::npos) << alone.out;
+  const auto mismatch = run_shell("RANK=0 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 " +
+                                  std::string(ABLATE_BINARY_DIR) + "/ablate " + ablate("run " + spec_.string()));
+  EXPECT_EQ(mismatch.rc, 2) << mismatch.out;
+  EXPECT_NE(mismatch.out.find("started 3 ranks"), std::string::npos) << mismatch.out;
+  EXPECT_FALSE(fs::exists(db_)) << "bad input must write nothing";
+  // gloo is for the CPU; nccl on a CPU run is refused before anything is written.
+  const auto nccl = run_cli(ablate("launch " + spec_.string() + " --set distributed.backend=\"nccl\""));
+  EXPECT_EQ(nccl.rc, 2) << nccl.out;
+  EXPECT_NE(nccl.out.find("needs CUDA devices"), std::string::npos) << nccl.out;
+}
+
+TEST_F(DistributedTest, TorchrunLaunchesTheSameJob) {
+  const std::string torchrun = ABLATE_TORCHRUN;
+  if (!fs::exists(torchrun)) GTEST_SKIP() << "no torchrun at " << torchrun << " (the LibTorch venv's)";
+  const auto r = run_shell(torchrun + " --standalone --nproc-per-node 2 --no-python " + std::string(ABLATE_BINARY_DIR) +
+                           "/ablate " + ablate("run " + spec_.string()));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto rec = newest();
+  EXPECT_EQ(rec.status, "ok") << rec.error;
+  EXPECT_EQ(rec.rows_per_rank.at(1), 6);
+  EXPECT_EQ(rec.summary["extra"]["distributed"]["launcher"], "torchrun");
+}
