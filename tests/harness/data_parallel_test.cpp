@@ -1,0 +1,86 @@
+// tests/harness/data_parallel_test.cpp: ProcessGroup and GradientSync in one process (world of 1) on
+// each transport this machine has: Gloo on the CPU (always), NCCL on a GPU (skipped without one). A
+// world of 1 reduces to the identity, so every gradient must come back exactly as plain autograd gives
+// it, as a view of its bucket, across several buckets, with a parameter that got no gradient zeroed;
+// the multi-rank behaviour is tests/harness/distributed_test.cpp's (Gloo) and the GPU machine's (NCCL).
+#include "harness/train/data_parallel.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+using namespace ablate::harness;
+
+namespace {
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+void check_identity_world(const torch::Device& device, const std::string& backend) {
+  WorldEnv w;
+  w.master_port = free_port();
+  w.launcher = "test";
+  ProcessGroup group(w, backend, device, std::chrono::seconds(30));
+  torch::manual_seed(11);
+  const auto opt = torch::TensorOptions(device).dtype(torch::kFloat);
+  std::vector<torch::Tensor> params{torch::randn({64, 32}, opt).requires_grad_(), torch::randn({32}, opt).requires_grad_(),
+                                    torch::randn({32, 16}, opt).requires_grad_(),
+                                    torch::randn({7}, opt).requires_grad_()};  // unused: no gradient
+  const auto x = torch::randn({8, 64}, opt);
+  auto loss_of = [&] { return torch::tanh(x.matmul(params[0]) + params[1]).matmul(params[2]).pow(2).sum(); };
+  loss_of().backward();
+  std::vector<torch::Tensor> expected;
+  for (size_t i = 0; i < 3; ++i) expected.push_back(params[i].grad().clone());
+  for (auto& p : params) p.mutable_grad() = torch::Tensor();
+
+  // Reverse order 28 B + 2 KiB, then 128 B + 8 KiB: two buckets of >= 1 KiB.
+  GradientSync sync(group, params, /*bucket_bytes=*/1024);
+  EXPECT_EQ(sync.buckets(), 2u);
+  for (int step = 0; step < 2; ++step) {  // the second step reuses the buckets
+    for (auto& p : params) p.mutable_grad() = torch::Tensor();
+    sync.begin_step();
+    loss_of().backward();
+    sync.finish();
+    for (size_t i = 0; i < 3; ++i) {
+      // A world of 1: the mean is the gradient itself, bit for bit (division by 1, sum of one).
+      EXPECT_TRUE(torch::equal(params[i].grad(), expected[i])) << backend << " param " << i << " step " << step;
+    }
+    // The gradients are views of the reduced buckets, not autograd's own tensors: 0 and 1 share one, 2 and 3 the other.
+    EXPECT_EQ(params[0].grad().storage().data(), params[1].grad().storage().data());
+    EXPECT_EQ(params[2].grad().storage().data(), params[3].grad().storage().data());
+    EXPECT_NE(params[0].grad().storage().data(), params[2].grad().storage().data());
+    ASSERT_TRUE(params[3].grad().defined()) << "an unused parameter gets the (zero) mean too";
+    EXPECT_EQ(params[3].grad().abs().sum().item<float>(), 0.f);
+  }
+  auto t = torch::full({3}, 2.5, opt);
+  group.allreduce_mean_(t);
+  EXPECT_TRUE(torch::equal(t.cpu(), torch::full({3}, 2.5)));
+  EXPECT_EQ(group.ranks_behind(0), "");  // nobody else to be behind
+}
+
+}  // namespace
+
+TEST(DataParallel, GlooWorldOfOneHandsBackAutogradsGradients) { check_identity_world(torch::kCPU, "gloo"); }
+
+TEST(DataParallel, NcclWorldOfOneHandsBackAutogradsGradients) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: NCCL runs on the GPU machine";
+  check_identity_world(torch::Device(torch::kCUDA, 0), "nccl");
+}
+
+TEST(DataParallel, TransportAgainstDeviceIsRefused) {
+  WorldEnv w;
+  w.master_port = free_port();
+  EXPECT_THROW(ProcessGroup(w, "nccl", torch::kCPU, std::chrono::seconds(5)), std::invalid_argument);
+  if (torch::cuda::is_available())
+    EXPECT_THROW(ProcessGroup(w, "gloo", torch::Device(torch::kCUDA, 0), std::chrono::seconds(5)), std::invalid_argument);
+}
