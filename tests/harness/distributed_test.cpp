@@ -131,7 +131,10 @@ TEST_F(DistributedTest, TwoRanksTrainLikeOneRankOnTheSameGlobalBatch) {
 TEST_F(DistributedTest, KilledRankFailsTheJobNamingItAndLeavesNoProcess) {
   const auto job = launch_with_fault("kill:1:3", "");
   EXPECT_EQ(job.rc, 1) << job.out;
-  EXPECT_LT(job.seconds, 20 + 30) << "the job outlived its timeout plus the launcher's grace";
+  // Bounded, not timed: broken fault handling hangs until ctest's 900 s timeout. 90 s covers the
+  // collective timeout (20 s), the launcher's grace (2 s) and SIGTERM -> SIGKILL (5 s) plus two
+  // LibTorch start-ups on a loaded machine (ctest -j8 on the GPU machine: up to 50 s).
+  EXPECT_LT(job.seconds, 90) << "the job outlived its timeout plus the launcher's grace";
   const auto rec = newest();
   EXPECT_EQ(rec.status, "failed");
   EXPECT_NE(rec.error.find("rank 1"), std::string::npos) << rec.error;
@@ -144,7 +147,7 @@ TEST_F(DistributedTest, KilledRankFailsTheJobNamingItAndLeavesNoProcess) {
 TEST_F(DistributedTest, HungRankFailsTheJobWithinTheTimeoutNamingIt) {
   const auto job = launch_with_fault("hang:1:3", " --set distributed.timeout_s=4");
   EXPECT_EQ(job.rc, 1) << job.out;
-  EXPECT_LT(job.seconds, 4 + 30) << job.out;
+  EXPECT_LT(job.seconds, 90) << job.out;  // the same bound as above, with a 4 s collective timeout
   const auto rec = newest();
   EXPECT_EQ(rec.status, "failed");
   // Rank 0 waited in step 3's all-reduce; rank 1 stopped before reporting step 3.
