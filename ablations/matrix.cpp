@@ -348,7 +348,10 @@ Matrix load_matrix(const std::string& path, std::optional<int64_t> repeats) {
   for (auto& cell : m.cells) {
     std::vector<Override> unseeded = m.spec.fixed;
     unseeded.insert(unseeded.end(), cell.overrides.begin(), cell.overrides.end());
-    if (auto spec = check(cell, unseeded)) cell.spec_hash = spec::spec_hash(*spec);
+    if (auto spec = check(cell, unseeded)) {
+      cell.spec_hash = spec::spec_hash(*spec);
+      cell.nproc = spec->distributed.nproc;
+    }
     for (int64_t r = 0; r < m.spec.repeats && !m.spec.seeds.empty(); ++r) check(cell, run_overrides(m.spec, cell, r));
   }
   if (!issues.empty()) throw SpecError(std::move(issues));

@@ -59,6 +59,7 @@ struct Cell {
   std::string name;                 // "baseline", "backends.loss=chunked", "a.b=1,c.d=x" (factorial)
   std::vector<Override> overrides;  // a value for every axis, in axis order
   std::string spec_hash;            // of the cell's spec with the base seed (set by load_matrix)
+  int64_t nproc = 1;                // the cell's distributed.nproc: > 1 runs as `ablate launch` on nproc GPUs
 };
 
 // One run of the matrix: a cell (index into Matrix::cells) and a repeat.

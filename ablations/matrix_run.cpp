@@ -100,7 +100,7 @@ std::vector<Slot> pending_slots(receipts::Store& store, int64_t matrix_id, const
 }
 
 std::vector<std::string> child_args(const Matrix& matrix, const Slot& slot, const std::string& db) {
-  std::vector<std::string> args = {"run", matrix.spec.base_path};
+  std::vector<std::string> args = {matrix.cells[slot.cell].nproc > 1 ? "launch" : "run", matrix.spec.base_path};
   for (const auto& o : run_overrides(matrix.spec, matrix.cells[slot.cell], slot.repeat)) {
     args.push_back("--set");
     args.push_back(o.set_arg());
@@ -128,7 +128,7 @@ Outcome run_slots(const Matrix& matrix, int64_t matrix_id, const std::vector<Slo
   std::filesystem::create_directories(opt.log_dir);
   struct Running {
     Slot slot;
-    size_t lane;  // index into opt.gpus (0 without GPUs)
+    std::vector<size_t> lanes;  // indices into opt.gpus (lane 0 without GPUs)
     Clock::time_point start;
     std::string log;
   };
@@ -152,16 +152,33 @@ Outcome run_slots(const Matrix& matrix, int64_t matrix_id, const std::vector<Slo
     std::fflush(opt.out);
   };
   while (finished < slots.size()) {
-    for (size_t lane = 0; lane < lanes && next < slots.size(); ++lane) {
-      if (busy[lane]) continue;
-      const Slot slot = slots[next++];
+    // Start slots in order while their lanes are free: a data-parallel cell takes nproc GPUs at once
+    // (one lane without --gpus); the order is kept, so a wide cell waits for its GPUs rather than being
+    // overtaken.
+    while (next < slots.size()) {
+      const Slot slot = slots[next];
       const Cell& cell = matrix.cells[slot.cell];
-      const std::string* gpu = opt.gpus.empty() ? nullptr : &opt.gpus[lane];
       const std::string log = log_path(opt.log_dir, matrix_id, cell, slot.repeat);
+      const size_t want = opt.gpus.empty() ? 1 : static_cast<size_t>(std::max<int64_t>(1, cell.nproc));
+      if (want > lanes) {
+        ++next;
+        finish(slot, 0, fmt::format("failed (distributed.nproc = {} needs {} GPUs, --gpus lists {})", cell.nproc, want,
+                                    lanes),
+               log);
+        continue;
+      }
+      std::vector<size_t> free;
+      for (size_t lane = 0; lane < lanes && free.size() < want; ++lane)
+        if (!busy[lane]) free.push_back(lane);
+      if (free.size() < want) break;
+      ++next;
+      std::string devices;
+      for (size_t lane : free) devices += (devices.empty() ? "" : ",") + (opt.gpus.empty() ? "" : opt.gpus[lane]);
       try {
-        const pid_t pid = spawn(opt.binary, child_args(matrix, slot, opt.db), child_env(matrix_id, cell, slot.repeat, gpu), log);
-        running.emplace(pid, Running{slot, lane, Clock::now(), log});
-        busy[lane] = true;
+        const pid_t pid = spawn(opt.binary, child_args(matrix, slot, opt.db),
+                                child_env(matrix_id, cell, slot.repeat, opt.gpus.empty() ? nullptr : &devices), log);
+        running.emplace(pid, Running{slot, free, Clock::now(), log});
+        for (size_t lane : free) busy[lane] = true;
       } catch (const std::runtime_error& e) {  // a failed run like any other: the children already started go on
         finish(slot, 0, fmt::format("failed ({})", e.what()), log);
       }
@@ -177,7 +194,7 @@ Outcome run_slots(const Matrix& matrix, int64_t matrix_id, const std::vector<Slo
     if (it == running.end()) continue;  // not one of ours
     const Running r = it->second;
     running.erase(it);
-    busy[r.lane] = false;
+    for (size_t lane : r.lanes) busy[lane] = false;
     const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
     finish(r.slot, std::chrono::duration<double>(Clock::now() - r.start).count(), ok ? "" : exit_text(status), r.log);
   }

@@ -25,13 +25,16 @@ int64_t find_or_create_matrix(receipts::Store& store, const Matrix& matrix);
 // failed, killed and abandoned pairs run again.
 std::vector<Slot> pending_slots(receipts::Store& store, int64_t matrix_id, const Matrix& matrix);
 
-// The arguments after the binary: run BASE --set ... --db DB.
+// The arguments after the binary: run BASE --set ... --db DB; `launch` instead of `run` for a cell whose
+// distributed.nproc is above 1 (its ranks on as many GPUs of --gpus, CUDA_VISIBLE_DEVICES listing them).
 std::vector<std::string> child_args(const Matrix& matrix, const Slot& slot, const std::string& db);
 
 struct RunnerOptions {
   std::string binary;             // the `ablate` executable the children run
   std::string db;                 // passed to every child as --db
-  std::vector<std::string> gpus;  // one child per listed GPU at a time (CUDA_VISIBLE_DEVICES); empty: one at a time
+  // One child per listed GPU at a time (CUDA_VISIBLE_DEVICES), a data-parallel cell on nproc of them;
+  // empty: one child at a time, seeing every device.
+  std::vector<std::string> gpus;
   std::string log_dir;            // stdout+stderr of each child, one file per run (created if missing)
   std::FILE* out = stdout;        // progress lines
 };

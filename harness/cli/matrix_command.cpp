@@ -52,7 +52,7 @@ void register_matrix(CLI::App& app, Globals& g) {
   auto* run = matrix->add_subcommand(
       "run", "Run every (cell, repeat) as a child `ablate run`, skipping pairs that already have an ok run (exit 1 if any fails)");
   run->add_option("file", file, "matrix TOML (ablations/*.toml)")->required()->check(CLI::ExistingFile);
-  run->add_option("--gpus", gpus, "run in parallel, one child per listed GPU (CUDA_VISIBLE_DEVICES), e.g. 0,1")->delimiter(',');
+  run->add_option("--gpus", gpus, "run in parallel, one child per listed GPU (CUDA_VISIBLE_DEVICES), e.g. 0,1; a cell with distributed.nproc = N takes N of them")->delimiter(',');
   run->add_option("--repeats", repeats, "override [matrix].repeats")->check(CLI::PositiveNumber);
   run->add_option("--logs", logs, "folder for each child's output (default: matrix-logs/ next to the database)");
   run->add_flag("--dry-run", dry_run, "print what would run; start nothing, write nothing");

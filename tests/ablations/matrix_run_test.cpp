@@ -142,3 +142,35 @@ TEST_F(MatrixRun, AChildThatCannotStartIsAFailedRun) {
   EXPECT_EQ(outcome.failed, 2u);
   EXPECT_NE(slurp(progress).find("[2/2] backends.loss=chunked r0 failed"), std::string::npos) << slurp(progress);
 }
+
+// A cell with distributed.nproc > 1 runs as `ablate launch` on that many of the listed GPUs at once; one
+// wider than --gpus fails without starting; the order is kept (the 2-GPU cell waits for both lanes).
+TEST_F(MatrixRun, DataParallelCellsLaunchOnAsManyGpus) {
+  const fs::path file = dir_ / "scaling.toml";
+  std::ofstream(file) << "[matrix]\nname = \"scaling\"\nbase = \"" ABLATE_SOURCE_DIR "/experiments/tiny.toml\"\nrepeats = 1\n"
+                         "[axes]\n\"distributed.nproc\" = [1, 2, 4]\n";
+  const auto m = load_matrix(file.string());
+  ASSERT_EQ(m.cells.size(), 3u);
+  EXPECT_EQ(m.cells[1].nproc, 2);
+  EXPECT_EQ(child_args(m, {0, 0}, "r.db").front(), "run");
+  EXPECT_EQ(child_args(m, {1, 0}, "r.db").front(), "launch");
+
+  const fs::path script = dir_ / "fake-ablate.sh", calls = dir_ / "calls.txt";
+  std::ofstream(script) << "#!/bin/sh\necho \"$ABLATE_MATRIX_CELL|$CUDA_VISIBLE_DEVICES|$1\" >> " << calls.string() << "\n";
+  fs::permissions(script, fs::perms::owner_all);
+  RunnerOptions opt;
+  opt.binary = script.string();
+  opt.db = (dir_ / "r.db").string();
+  opt.gpus = {"3", "5"};
+  opt.log_dir = (dir_ / "logs").string();
+  const fs::path progress = dir_ / "progress.txt";
+  opt.out = std::fopen(progress.c_str(), "w");
+  const auto outcome = run_slots(m, 7, run_order(m), opt);
+  std::fclose(opt.out);
+  EXPECT_EQ(outcome.ok, 2u);
+  EXPECT_EQ(outcome.failed, 1u);
+  const std::string seen = slurp(calls);
+  EXPECT_NE(seen.find("distributed.nproc=2|3,5|launch"), std::string::npos) << seen;
+  EXPECT_EQ(seen.find("distributed.nproc=4|"), std::string::npos) << seen;
+  EXPECT_NE(slurp(progress).find("distributed.nproc = 4 needs 4 GPUs, --gpus lists 2"), std::string::npos) << slurp(progress);
+}

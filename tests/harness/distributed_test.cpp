@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "receipts/remove_tree.h"
@@ -181,4 +182,24 @@ TEST_F(DistributedTest, TorchrunLaunchesTheSameJob) {
   EXPECT_EQ(rec.status, "ok") << rec.error;
   EXPECT_EQ(rec.rows_per_rank.at(1), 6);
   EXPECT_EQ(rec.summary["extra"]["distributed"]["launcher"], "torchrun");
+}
+
+// ablations/scaling.toml's shape on the CPU: a matrix over distributed.nproc runs its 2-rank cell through
+// `ablate launch`, and both cells are ok evidence of their world size.
+TEST_F(DistributedTest, MatrixCellsOfSeveralRanksRunThroughLaunch) {
+  const fs::path matrix = dir_ / "scaling.toml";
+  std::ofstream(matrix) << "[matrix]\nname = \"scaling-cpu\"\nbase = \"" << spec_.string()
+                        << "\"\nrepeats = 1\n[axes]\n\"distributed.nproc\" = [1, 2]\n";
+  const auto r = run_cli(ablate("matrix run " + matrix.string() + " --logs " + (dir_ / "logs").string()));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  auto store = ablate::receipts::Store::open(db_);
+  const auto runs = store.list_runs();
+  ASSERT_EQ(runs.size(), 2u);
+  std::set<std::string> worlds;
+  for (const auto& run : runs) {
+    EXPECT_EQ(run.status, ablate::receipts::RunStatus::ok);
+    const auto j = store.run_json(run.id);
+    worlds.insert(j["env"]["distributed.world_size"].get<std::string>());
+  }
+  EXPECT_EQ(worlds, (std::set<std::string>{"1", "2"}));
 }
