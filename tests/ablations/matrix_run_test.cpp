@@ -43,6 +43,23 @@ class MatrixRun : public ::testing::Test {
     store.finish_run(id, status, status == RunStatus::ok ? "" : "boom", {});
   }
 
+  // run_slots on GPUs 3 and 5 with `script_body` (a /bin/sh script) standing in for `ablate`;
+  // progress lines go to progress.txt in the test folder.
+  Outcome run_fake(const Matrix& m, int64_t matrix_id, const std::string& script_body) {
+    const fs::path script = dir_ / "fake-ablate.sh";
+    std::ofstream(script) << "#!/bin/sh\n" << script_body;
+    fs::permissions(script, fs::perms::owner_all);
+    RunnerOptions opt;
+    opt.binary = script.string();
+    opt.db = (dir_ / "r.db").string();
+    opt.gpus = {"3", "5"};
+    opt.log_dir = (dir_ / "logs").string();
+    opt.out = std::fopen((dir_ / "progress.txt").c_str(), "w");
+    const auto outcome = run_slots(m, matrix_id, run_order(m), opt);
+    std::fclose(opt.out);
+    return outcome;
+  }
+
   fs::path dir_;
   Matrix matrix_;
 };
@@ -82,23 +99,12 @@ TEST_F(MatrixRun, ChildArgsCarryBaseOverridesAndDb) {
 
 TEST_F(MatrixRun, ChildrenGetTheirCoordinatesAndOneGpuEach) {
   // Stands in for `ablate run`: appends "cell|repeat|matrix id|gpu|args" and fails the chunked cell.
-  const fs::path script = dir_ / "fake-ablate.sh", calls = dir_ / "calls.txt";
-  std::ofstream(script) << "#!/bin/sh\n"
-                           "echo \"$ABLATE_MATRIX_CELL|$ABLATE_MATRIX_REPEAT|$ABLATE_MATRIX_ID|$CUDA_VISIBLE_DEVICES|$*\" >> "
-                        << calls.string()
-                        << "\necho child output\n"
-                           "case \"$ABLATE_MATRIX_CELL\" in *chunked*) exit 1;; esac\n";
-  fs::permissions(script, fs::perms::owner_all);
-
-  RunnerOptions opt;
-  opt.binary = script.string();
-  opt.db = (dir_ / "r.db").string();
-  opt.gpus = {"3", "5"};
-  opt.log_dir = (dir_ / "logs").string();
-  const fs::path progress = dir_ / "progress.txt";
-  opt.out = std::fopen(progress.c_str(), "w");
-  const auto outcome = run_slots(matrix_, 42, run_order(matrix_), opt);
-  std::fclose(opt.out);
+  const fs::path calls = dir_ / "calls.txt", progress = dir_ / "progress.txt";
+  const auto outcome = run_fake(matrix_, 42,
+                                "echo \"$ABLATE_MATRIX_CELL|$ABLATE_MATRIX_REPEAT|$ABLATE_MATRIX_ID|$CUDA_VISIBLE_DEVICES|$*\" >> " +
+                                    calls.string() +
+                                    "\necho child output\n"
+                                    "case \"$ABLATE_MATRIX_CELL\" in *chunked*) exit 1;; esac\n");
 
   EXPECT_EQ(outcome.ok, 2u);
   EXPECT_EQ(outcome.failed, 2u);
@@ -117,7 +123,7 @@ TEST_F(MatrixRun, ChildrenGetTheirCoordinatesAndOneGpuEach) {
   EXPECT_NE(text.find("[4/4] "), std::string::npos) << text;
   EXPECT_NE(text.find("backends.loss=chunked r0 failed (exit 1)"), std::string::npos) << text;
   EXPECT_NE(text.find("baseline r1 ok"), std::string::npos) << text;
-  const auto log = log_path(opt.log_dir, 42, matrix_.cells[1], 0);
+  const auto log = log_path((dir_ / "logs").string(), 42, matrix_.cells[1], 0);
   EXPECT_EQ(fs::path(log).filename(), "m42-backends.loss=chunked-r0.log");
   EXPECT_EQ(slurp(log), "child output\n");
 }
@@ -155,18 +161,8 @@ TEST_F(MatrixRun, DataParallelCellsLaunchOnAsManyGpus) {
   EXPECT_EQ(child_args(m, {0, 0}, "r.db").front(), "run");
   EXPECT_EQ(child_args(m, {1, 0}, "r.db").front(), "launch");
 
-  const fs::path script = dir_ / "fake-ablate.sh", calls = dir_ / "calls.txt";
-  std::ofstream(script) << "#!/bin/sh\necho \"$ABLATE_MATRIX_CELL|$CUDA_VISIBLE_DEVICES|$1\" >> " << calls.string() << "\n";
-  fs::permissions(script, fs::perms::owner_all);
-  RunnerOptions opt;
-  opt.binary = script.string();
-  opt.db = (dir_ / "r.db").string();
-  opt.gpus = {"3", "5"};
-  opt.log_dir = (dir_ / "logs").string();
-  const fs::path progress = dir_ / "progress.txt";
-  opt.out = std::fopen(progress.c_str(), "w");
-  const auto outcome = run_slots(m, 7, run_order(m), opt);
-  std::fclose(opt.out);
+  const fs::path calls = dir_ / "calls.txt", progress = dir_ / "progress.txt";
+  const auto outcome = run_fake(m, 7, "echo \"$ABLATE_MATRIX_CELL|$CUDA_VISIBLE_DEVICES|$1\" >> " + calls.string() + "\n");
   EXPECT_EQ(outcome.ok, 2u);
   EXPECT_EQ(outcome.failed, 1u);
   const std::string seen = slurp(calls);
