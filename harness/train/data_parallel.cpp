@@ -14,6 +14,8 @@
 
 #include <unistd.h>
 
+#include <cmath>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -64,6 +66,9 @@ ProcessGroup::ProcessGroup(const WorldEnv& world, const std::string& backend, co
     throw std::invalid_argument("distributed.backend = \"nccl\": this build has no NCCL (built without CUDA)");
 #endif
   }
+  // Work::getDuration() for the communication time per step (NCCL: CUDA events around each
+  // collective on its stream; Gloo: the collective's own timing).
+  backend_->enableCollectivesTiming();
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   publish(fmt::format("where/{}", world.rank),
@@ -216,6 +221,19 @@ void GradientSync::finish() {
     // Autograd normally keeps the hook's view; should it have copied instead, the reduced slot wins.
     if (!params_[i].grad().defined() || params_[i].grad().data_ptr() != slots_[i].data_ptr())
       params_[i].mutable_grad() = slots_[i].view(slots_[i].sizes());
+}
+
+double GradientSync::comm_ms() const {
+  double total = 0;
+  for (const auto& b : buckets_) {
+    if (!b.work) return NAN;
+    try {
+      total += b.work->getDuration();
+    } catch (const std::exception&) {
+      return NAN;  // not complete yet, or a backend without timing
+    }
+  }
+  return total;
 }
 
 }  // namespace ablate::harness

@@ -83,6 +83,10 @@ class GradientSync {
   // Host milliseconds spent waiting for the all-reduces in finish() (Gloo: the exposed communication
   // time; NCCL: ~0, the wait is on the stream).
   double last_wait_ms() const { return last_wait_ms_; }
+  // The step's all-reduces from the backend's own timing (NCCL: CUDA events on its stream, so the
+  // kernel time, overlapped or not), summed over the buckets; call after the step's host sync.
+  // NaN when a collective is not complete or the backend cannot time it (Gloo cannot).
+  double comm_ms() const;
 
  private:
   struct Bucket {

@@ -496,7 +496,10 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPo
       row.rank = rank;
       if (rows) rows->add(row);
       else out.unwritten_rows.push_back(row);
-      if (sync) out.comm_wait_ms.push_back(sync->last_wait_ms());
+      if (sync) {
+        out.comm_wait_ms.push_back(sync->last_wait_ms());
+        out.comm_ms.push_back(sync->comm_ms());  // after the host read above: the all-reduces are done
+      }
       if (!warm) {
         out.steady_ms.push_back(wall_ms);
         out.steady_steps.push_back(step);
@@ -540,6 +543,23 @@ std::string outcome_key(int64_t rank) { return fmt::format("outcome/{}", rank); 
 
 // Median over the steady steps of a rank's rows (after `warmup_steps` from `start_step`).
 double steady_median(const std::vector<double>& values) { return values.empty() ? NAN : median(values); }
+
+// A per-step series (one entry per step, warm-up included): the median of its finite steady entries.
+double steady_part_median(const std::vector<double>& per_step, int64_t warmup_steps) {
+  std::vector<double> v;
+  for (size_t i = static_cast<size_t>(std::max<int64_t>(0, warmup_steps)); i < per_step.size(); ++i)
+    if (std::isfinite(per_step[i])) v.push_back(per_step[i]);
+  return steady_median(v);
+}
+
+// A JSON series whose NaN entries were written as null.
+std::vector<double> series(const nlohmann::json& j) {
+  std::vector<double> out;
+  for (const auto& v : j) out.push_back(v.is_null() ? NAN : v.get<double>());
+  return out;
+}
+
+nlohmann::json number_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 }  // namespace
 
 RunResult publish_rank_outcome(const RunPosture& posture, const TrainOutcome& outcome) {
@@ -549,6 +569,7 @@ RunResult publish_rank_outcome(const RunPosture& posture, const TrainOutcome& ou
                             {"rows", rows},
                             {"steady_ms", outcome.steady_ms},
                             {"comm_wait_ms", outcome.comm_wait_ms},
+                            {"comm_ms", outcome.comm_ms},  // NaN -> null
                             {"peak_memory", outcome.peak_memory},
                             {"warmup_steps", outcome.warmup_steps}};
   posture.group->publish(outcome_key(posture.group->rank()), j.dump());
@@ -569,9 +590,9 @@ JobOutcome collect_rank_outcomes(ProcessGroup& group, receipts::Store& store, in
   JobOutcome job;
   nlohmann::json per_rank = nlohmann::json::array();
   double slowest = 0, fastest = INFINITY;
-  std::vector<double> comm_share;
+  std::vector<double> comm_share, wait_share;
   for (int64_t r = 0; r < group.world_size(); ++r) {
-    std::vector<double> steady = own.steady_ms, comm = own.comm_wait_ms;
+    std::vector<double> steady = own.steady_ms, wait = own.comm_wait_ms, comm = own.comm_ms;
     int64_t peak = own.peak_memory, warm = own.warmup_steps;
     if (r != 0) {
       const auto j = nlohmann::json::parse(group.fetch(outcome_key(r)));
@@ -581,21 +602,23 @@ JobOutcome collect_rank_outcomes(ProcessGroup& group, receipts::Store& store, in
       for (const auto& row : j.at("rows")) rows.push_back(step_row_from_json(row, r));
       store.append_steps(run_id, rows);
       steady = j.at("steady_ms").get<std::vector<double>>();
-      comm = j.at("comm_wait_ms").get<std::vector<double>>();
+      wait = series(j.at("comm_wait_ms"));
+      comm = series(j.at("comm_ms"));
       peak = j.at("peak_memory").get<int64_t>();
       warm = j.at("warmup_steps").get<int64_t>();
     }
-    // comm_wait_ms has one entry per step; its steady part starts after the warm-up steps.
-    const std::vector<double> steady_comm(comm.begin() + std::min<size_t>(comm.size(), static_cast<size_t>(warm)), comm.end());
-    const double step_ms = steady_median(steady), comm_ms = steady_median(steady_comm);
+    const double step_ms = steady_median(steady), wait_ms = steady_part_median(wait, warm),
+                 comm_ms = steady_part_median(comm, warm);
     if (std::isfinite(step_ms)) {
       slowest = std::max(slowest, step_ms);
       fastest = std::min(fastest, step_ms);
     }
+    if (std::isfinite(step_ms) && std::isfinite(wait_ms) && step_ms > 0) wait_share.push_back(wait_ms / step_ms);
     if (std::isfinite(step_ms) && std::isfinite(comm_ms) && step_ms > 0) comm_share.push_back(comm_ms / step_ms);
     per_rank.push_back({{"rank", r},
-                        {"median_step_ms", std::isfinite(step_ms) ? nlohmann::json(step_ms) : nlohmann::json(nullptr)},
-                        {"median_comm_wait_ms", std::isfinite(comm_ms) ? nlohmann::json(comm_ms) : nlohmann::json(nullptr)},
+                        {"median_step_ms", number_or_null(step_ms)},
+                        {"median_comm_ms", number_or_null(comm_ms)},
+                        {"median_comm_wait_ms", number_or_null(wait_ms)},
                         {"peak_memory_bytes", peak}});
   }
   job.facts = {{"world_size", group.world_size()},
@@ -604,9 +627,13 @@ JobOutcome collect_rank_outcomes(ProcessGroup& group, receipts::Store& store, in
                {"per_rank", per_rank},
                // Slowest rank's median step over the fastest's: 1.0 is a perfectly even job.
                {"straggler_ratio", fastest < INFINITY && fastest > 0 ? nlohmann::json(slowest / fastest) : nlohmann::json(nullptr)},
-               // Host time waiting for the gradient all-reduces after backward, over the step (median of
-               // the ranks): the exposed communication on Gloo; on NCCL the wait is on the stream (~0).
-               {"comm_wait_share", comm_share.empty() ? nlohmann::json(nullptr) : nlohmann::json(median(comm_share))}};
+               // The gradient all-reduces' own time over the step (median of the ranks): on NCCL the
+               // collectives' kernel time from CUDA events on its stream (overlapped with backward or
+               // not); null on Gloo, which cannot time them.
+               {"comm_share", comm_share.empty() ? nlohmann::json(nullptr) : nlohmann::json(median(comm_share))},
+               // Host time waiting for them after backward, over the step: the exposed communication
+               // on Gloo; on NCCL the wait is on the stream (~0 on the host).
+               {"comm_wait_share", wait_share.empty() ? nlohmann::json(nullptr) : nlohmann::json(median(wait_share))}};
   return job;
 }
 

@@ -111,6 +111,7 @@ struct TrainOutcome {
   // A rank that writes no receipt keeps its step rows here (rank 0 collects them: publish_rank_rows).
   std::vector<receipts::StepRow> unwritten_rows;
   std::vector<double> comm_wait_ms;  // data parallel: host wait for the gradient all-reduces, per step
+  std::vector<double> comm_ms;       // data parallel: their own duration (GradientSync::comm_ms), per step
 };
 // `ledger` comes with the startup charge open (run_experiment opens it at process start): the loop
 // closes it where the first step begins.

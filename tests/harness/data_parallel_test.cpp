@@ -10,6 +10,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cmath>
+
 using namespace ablate::harness;
 
 namespace {
@@ -59,6 +61,10 @@ void check_identity_world(const torch::Device& device, const std::string& backen
     EXPECT_EQ(params[0].grad().storage().data(), params[1].grad().storage().data());
     EXPECT_EQ(params[2].grad().storage().data(), params[3].grad().storage().data());
     EXPECT_NE(params[0].grad().storage().data(), params[2].grad().storage().data());
+    if (device.is_cuda()) torch::cuda::synchronize();
+    // NCCL times its collectives with CUDA events on its stream; Gloo has no such timing (NaN).
+    const double comm = sync.comm_ms();
+    if (backend == "nccl") EXPECT_TRUE(std::isfinite(comm) && comm >= 0) << "nccl comm_ms " << comm;
     ASSERT_TRUE(params[3].grad().defined()) << "an unused parameter gets the (zero) mean too";
     EXPECT_EQ(params[3].grad().abs().sum().item<float>(), 0.f);
   }
