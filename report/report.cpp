@@ -66,7 +66,10 @@ void add_kernels(receipts::Store& store, CellReport& cell) {
   std::map<std::string, std::pair<double, double>> totals;  // family -> (calls, ns) over traced runs
   for (const auto& run : cell.side.evidence) {
     const json rows = store.query(
-        "SELECT family, SUM(calls) AS calls, SUM(total_ns) AS ns FROM kernels WHERE run_id = ? GROUP BY family",
+        // Rank 0's window, as compare reads it: a data-parallel run's other ranks are comparable
+        // through the straggler ratio, not summed into one GPU's kernel time.
+        "SELECT family, SUM(calls) AS calls, SUM(total_ns) AS ns FROM kernels WHERE run_id = ? AND rank = 0 "
+        "GROUP BY family",
         {run.row.id});
     if (rows.empty()) continue;
     ++cell.traced_runs;

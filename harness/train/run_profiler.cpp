@@ -55,8 +55,8 @@ std::optional<double> median_or_null(const std::vector<double>& v) {
 }  // namespace
 
 RunProfiler::RunProfiler(const ExperimentSpec& spec, bool no_profile, const torch::Device& device,
-                         const kernels::Dispatcher& dispatcher)
-    : spec_(spec), dispatcher_(dispatcher), cuda_(device.is_cuda()) {
+                         const kernels::Dispatcher& dispatcher, int64_t rank)
+    : spec_(spec), dispatcher_(dispatcher), rank_(rank), cuda_(device.is_cuda()) {
   device_index_ = cuda_ ? (device.has_index() ? device.index() : 0) : -1;
   if (!spec.profile.enabled) {
     status_ = "disabled";
@@ -198,7 +198,7 @@ std::string RunProfiler::trace_stem(int64_t run_id, const std::string& db_path) 
                            ? fs::path(spec_.profile.trace_dir)
                            : fs::absolute(db_path).parent_path() / "runs" / std::to_string(run_id);
   fs::create_directories(dir);
-  return (dir / fmt::format("run{}_rank0.pt.trace", run_id)).string();
+  return (dir / fmt::format("run{}_rank{}.pt.trace", run_id, rank_)).string();
 }
 
 nlohmann::json RunProfiler::record(receipts::Store& store, int64_t run_id, const std::string& db_path) {
@@ -212,10 +212,12 @@ nlohmann::json RunProfiler::record(receipts::Store& store, int64_t run_id, const
     }
   }
   nlohmann::json out = {{"status", status_}, {"reason", reason_}};
-  store.record_env(run_id, {{"profiling", status_text()}});
+  const bool run_facts = rank_ == 0;  // the run's env and observed backends are rank 0's
+  if (run_facts) store.record_env(run_id, {{"profiling", status_text()}});
   if (status_ == "disabled") return out;
 
   receipts::ProfileWindowRow window;
+  window.rank = rank_;
   window.status = status_;
   window.reason = reason_;
   window.start_step = spec_.profile.start_step;
@@ -232,14 +234,14 @@ nlohmann::json RunProfiler::record(receipts::Store& store, int64_t run_id, const
     window.idle_ns = static_cast<int64_t>(summary.breakdown.idle_ns);
 
     std::vector<receipts::KernelRow> kernels;
-    for (const auto& k : summary.kernels) kernels.push_back({k.name, k.family, k.seam, 0, k.calls, k.total_ns});
+    for (const auto& k : summary.kernels) kernels.push_back({k.name, k.family, k.seam, rank_, k.calls, k.total_ns});
     store.record_kernels(run_id, kernels);
     std::vector<receipts::ProfileTimeRow> time;
-    for (const auto& t : summary.time) time.push_back({0, t.step, t.dimension, t.key, t.calls, t.total_ns});
+    for (const auto& t : summary.time) time.push_back({rank_, t.step, t.dimension, t.key, t.calls, t.total_ns});
     store.record_profile_time(run_id, time);
     std::vector<receipts::KernelAttributionRow> attribution;
     for (const auto& a : summary.attribution)
-      attribution.push_back({0, a.name, a.scope.phase, a.scope.layer, a.scope.block, a.scope.seam, a.scope.backend,
+      attribution.push_back({rank_, a.name, a.scope.phase, a.scope.layer, a.scope.block, a.scope.seam, a.scope.backend,
                              a.family, a.calls, a.total_ns});
     store.record_kernel_attribution(run_id, attribution);
 
@@ -260,15 +262,17 @@ nlohmann::json RunProfiler::record(receipts::Store& store, int64_t run_id, const
           mismatches.push_back({{"seam", o.seam}, {"chosen", o.chosen}, {"observed", *o.observed}, {"note", o.note}});
       }
     }
-    store.record_backends(run_id, backends);
-    store.record_backend_evidence(run_id, evidence);
+    if (run_facts) {
+      store.record_backends(run_id, backends);
+      store.record_backend_evidence(run_id, evidence);
+    }
 
     profiling::TraceMeta meta;
-    meta.rank = 0;
+    meta.rank = rank_;
     meta.world_size = spec_.distributed.nproc;
     meta.backend = spec_.distributed.backend;
     meta.device_properties = device_properties(device_index_);
-    meta.trace_name = fmt::format("ablate run {} ({}) rank 0", run_id, spec_.experiment.name);
+    meta.trace_name = fmt::format("ablate run {} ({}) rank {}", run_id, spec_.experiment.name, rank_);
     const auto path = profiling::write_trace_file(profiling::chrome_trace(log_, meta), trace_stem(run_id, db_path));
     store.add_artifact(run_id, "trace", path);
 
@@ -285,7 +289,10 @@ nlohmann::json RunProfiler::record(receipts::Store& store, int64_t run_id, const
     }
   }
   store.record_profile_window(run_id, window);
-  if (!memory_.empty()) store.record_memory(run_id, memory_);
+  if (!memory_.empty()) {
+    for (auto& m : memory_) m.rank = rank_;
+    store.record_memory(run_id, memory_);
+  }
   out["memory_by_phase"] =
       !cuda_ ? "unavailable: not a CUDA device (process RSS per step is in steps.rss_bytes)"
       : graph_node_tags_.empty()

@@ -37,8 +37,11 @@ namespace ablate::harness {
 
 class RunProfiler {
  public:
+  // `rank`: this process's data-parallel rank (0 for a single process). Every rank profiles its own
+  // window; a rank other than 0 records only rows of its own (window, kernels, time, attribution,
+  // memory, its trace artifact run<id>_rank<r>), not the run's env or observed backends (rank 0's).
   RunProfiler(const ExperimentSpec& spec, bool no_profile, const torch::Device& device,
-              const kernels::Dispatcher& dispatcher);
+              const kernels::Dispatcher& dispatcher, int64_t rank = 0);
   ~RunProfiler();  // uninstalls the scope observer; closes a window left open by an exception
   RunProfiler(const RunProfiler&) = delete;
   RunProfiler& operator=(const RunProfiler&) = delete;
@@ -74,6 +77,7 @@ class RunProfiler {
 
   const ExperimentSpec& spec_;
   const kernels::Dispatcher& dispatcher_;
+  int64_t rank_ = 0;
   bool cuda_ = false;
   int device_index_ = -1;
   std::string status_;  // ok | unavailable | off | disabled

@@ -16,9 +16,11 @@ RunResult run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
   const auto source = open_run_data(spec, ledger);
   ModelState state = build_model(spec, opt, posture, *source, ledger);
   if (!posture.writes_receipt()) {
-    // A data-parallel rank other than 0: trains its slice and hands rows and medians to rank 0.
-    RunProfiler off(spec, /*no_profile=*/true, posture.device, *posture.dispatcher);
-    const TrainOutcome outcome = train_loop(spec, opt, posture, state, *source, nullptr, off, ledger);
+    // A data-parallel rank other than 0: trains its slice, records its own profiling rows into rank 0's
+    // run, and hands its step rows and medians to rank 0.
+    RunProfiler profiler(spec, opt.no_profile, posture.device, *posture.dispatcher, posture.group->rank());
+    const TrainOutcome outcome = train_loop(spec, opt, posture, state, *source, nullptr, profiler, ledger);
+    record_rank_profile(opt, posture, profiler);
     return publish_rank_outcome(posture, outcome);
   }
   // From here the run always ends ok, failed or killed.

@@ -313,6 +313,7 @@ OpenReceipt open_receipt(const ExperimentSpec& spec, const RunOptions& opt, cons
   if (const char* f = std::getenv("ABLATE_LAUNCH_RUN_ID_FILE"); f && *f && posture.group) {
     std::ofstream(f) << run_id << "\n";
   }
+  if (posture.group) posture.group->publish("run_id", std::to_string(run_id));  // for the ranks' profiles
 
   std::vector<receipts::BackendRow> backend_rows;
   for (const auto& r : posture.dispatcher->resolutions())
@@ -575,6 +576,17 @@ RunResult publish_rank_outcome(const RunPosture& posture, const TrainOutcome& ou
   posture.group->publish(outcome_key(posture.group->rank()), j.dump());
   if (outcome.failure) return RunResult{0, "failed", *outcome.failure, 1};
   return RunResult{0, "ok", "", 0};
+}
+
+void record_rank_profile(const RunOptions& opt, const RunPosture& posture, RunProfiler& profiler) {
+  if (profiler.status_text().rfind("disabled", 0) == 0) return;
+  try {
+    const int64_t run_id = std::stoll(posture.group->fetch("run_id"));
+    auto store = receipts::Store::open(opt.db_path);
+    profiler.record(store, run_id, opt.db_path);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "ablate: rank {}: its profiling rows were not recorded: {}\n", posture.group->rank(), e.what());
+  }
 }
 
 namespace {

@@ -122,6 +122,10 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& options, R
 
 // ---- 5b. ranks other than 0: their rows and medians go to rank 0 through the store
 RunResult publish_rank_outcome(const RunPosture& posture, const TrainOutcome& outcome);
+// Their profiling rows (window, kernels, trace artifact) straight into rank 0's run, which stays open
+// until every rank's outcome is in: the store must be reachable from every node (always on one node).
+// A store that cannot be written is a warning on stderr, not a failure of the rank.
+void record_rank_profile(const RunOptions& options, const RunPosture& posture, RunProfiler& profiler);
 
 // ---- 6. closing the receipt
 RunResult finalise_receipt(const ExperimentSpec& spec, const RunOptions& options, RunPosture& posture,

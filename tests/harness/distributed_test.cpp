@@ -207,3 +207,22 @@ TEST_F(DistributedTest, MatrixCellsOfSeveralRanksRunThroughLaunch) {
   }
   EXPECT_EQ(worlds, (std::set<std::string>{"1", "2"}));
 }
+
+// Every rank profiles its own window and records it in rank 0's run under its rank (on the CPU the
+// windows say unavailable, with the reason; on GPUs each rank's trace is run<id>_rank<r>).
+TEST_F(DistributedTest, EveryRankRecordsItsProfileWindow) {
+  const auto r = run_cli(ablate("launch " + spec_.string() +
+                                " --set profile.enabled=true --set profile.start_step=2 --set profile.steps=2"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto rec = newest();
+  ASSERT_EQ(rec.status, "ok") << rec.error;
+  auto store = ablate::receipts::Store::open(db_);
+  const auto windows = store.query("SELECT rank, status, reason FROM profile_windows WHERE run_id = ? ORDER BY rank",
+                                   {rec.id});
+  ASSERT_EQ(windows.size(), 2u) << windows.dump();
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(windows[rank]["rank"], rank);
+    EXPECT_EQ(windows[rank]["status"], "unavailable");
+    EXPECT_NE(windows[rank]["reason"].get<std::string>().find("no CUDA device"), std::string::npos) << windows.dump();
+  }
+}
