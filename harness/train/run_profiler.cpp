@@ -118,6 +118,7 @@ void RunProfiler::after_phase(int64_t step, const std::string& phase) {
   const auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(device_index_);
   const int64_t allocated = s.allocated_bytes[0].peak, reserved = s.reserved_bytes[0].peak;
   receipts::MemoryRow row;
+  row.rank = rank_;
   row.step = step;
   row.phase = phase;
   row.allocated = allocated;
@@ -289,10 +290,7 @@ nlohmann::json RunProfiler::record(receipts::Store& store, int64_t run_id, const
     }
   }
   store.record_profile_window(run_id, window);
-  if (!memory_.empty()) {
-    for (auto& m : memory_) m.rank = rank_;
-    store.record_memory(run_id, memory_);
-  }
+  if (!memory_.empty()) store.record_memory(run_id, memory_);
   out["memory_by_phase"] =
       !cuda_ ? "unavailable: not a CUDA device (process RSS per step is in steps.rss_bytes)"
       : graph_node_tags_.empty()

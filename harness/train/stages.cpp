@@ -115,44 +115,23 @@ std::string lane_of(const ExperimentSpec& spec, const kernels::Dispatcher& d, co
                      receipts::sha256_hex(backends).substr(0, 8));
 }
 
-nlohmann::json step_row_json(const receipts::StepRow& r) {
-  auto opt = [](const auto& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
-  return {{"step", r.step},     {"wall_ms", r.wall_ms},       {"tokens", opt(r.tokens)},
-          {"loss", opt(r.loss)}, {"grad_norm", opt(r.grad_norm)}, {"lr", opt(r.lr)},
-          {"mem_allocated_peak", opt(r.mem_allocated_peak)},   {"mem_reserved_peak", opt(r.mem_reserved_peak)},
-          {"rss_bytes", opt(r.rss_bytes)}, {"data_wait_ms", opt(r.data_wait_ms)}};
-}
-
-receipts::StepRow step_row_from_json(const nlohmann::json& j, int64_t rank) {
-  receipts::StepRow r;
-  r.rank = rank;
-  r.step = j.at("step").get<int64_t>();
-  r.wall_ms = j.at("wall_ms").get<double>();
-  auto get = [&](const char* k, auto& field) {
-    if (!j.at(k).is_null()) field = j.at(k).get<typename std::decay_t<decltype(field)>::value_type>();
-  };
-  get("tokens", r.tokens);
-  get("loss", r.loss);
-  get("grad_norm", r.grad_norm);
-  get("lr", r.lr);
-  get("mem_allocated_peak", r.mem_allocated_peak);
-  get("mem_reserved_peak", r.mem_reserved_peak);
-  get("rss_bytes", r.rss_bytes);
-  get("data_wait_ms", r.data_wait_ms);
-  return r;
-}
-
 // Test-only fault injection for the multi-process tests (tests/harness/distributed_test.cpp):
 // ABLATE_TEST_FAULT = "kill:<rank>:<step>" (the rank SIGKILLs itself as that step begins) or
 // "hang:<rank>:<step>" (it stops making progress there, as a deadlocked rank would).
 void inject_test_fault(int64_t rank, int64_t step) {
-  const char* spec = std::getenv("ABLATE_TEST_FAULT");
-  if (!spec || !*spec) return;
-  char kind[8] = {};
-  long long at_rank = -1, at_step = -1;
-  if (std::sscanf(spec, "%7[a-z]:%lld:%lld", kind, &at_rank, &at_step) != 3 || at_rank != rank || at_step != step) return;
-  if (std::string(kind) == "kill") ::raise(SIGKILL);
-  if (std::string(kind) == "hang")
+  struct Fault {
+    char kind[8] = {};
+    long long rank = -1, step = -1;
+  };
+  static const Fault fault = [] {  // read once: this runs every step
+    Fault f;
+    const char* text = std::getenv("ABLATE_TEST_FAULT");
+    if (text && std::sscanf(text, "%7[a-z]:%lld:%lld", f.kind, &f.rank, &f.step) != 3) f = Fault{};
+    return f;
+  }();
+  if (fault.rank != rank || fault.step != step) return;
+  if (std::string(fault.kind) == "kill") ::raise(SIGKILL);
+  if (std::string(fault.kind) == "hang")
     for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
@@ -350,11 +329,15 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPo
   const int64_t start_step = state.start_step;
   const int cuda_index = cuda_index_of(device);
   TrainOutcome out;
-  // Step rows reach the store every 64 steps or 2 s, whichever comes first (receipts/step_buffer.h).
-  std::optional<receipts::StepBuffer> rows;
-  if (receipt) rows.emplace(receipt->store, receipt->run_id);
   ProcessGroup* group = posture.group.get();
   const int64_t rank = group ? group->rank() : 0;
+  // Step rows reach the store every 64 steps or 2 s, whichever comes first (receipts/step_buffer.h).
+  // A data-parallel rank other than 0 writes its rows, with its rank, into rank 0's run through a
+  // connection of its own (rank 0 publishes the run id once its receipt is open).
+  std::optional<receipts::Store> rank_store;
+  if (!receipt) rank_store.emplace(receipts::Store::open(opt.db_path));
+  receipts::StepBuffer rows(receipt ? receipt->store : *rank_store,
+                            receipt ? receipt->run_id : std::stoll(group->fetch("run_id")));
   std::unique_ptr<GradientSync> sync;
   if (group) sync = std::make_unique<GradientSync>(*group, state.params, spec.distributed.bucket_mb << 20);
 
@@ -495,8 +478,7 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPo
         out.peak_memory = std::max(out.peak_memory, *row.rss_bytes);
       }
       row.rank = rank;
-      if (rows) rows->add(row);
-      else out.unwritten_rows.push_back(row);
+      rows.add(row);
       if (sync) {
         out.comm_wait_ms.push_back(sync->last_wait_ms());
         out.comm_ms.push_back(sync->comm_ms());  // after the host read above: the all-reduces are done
@@ -533,7 +515,13 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPo
     }
     if (!behind.empty()) *out.failure += fmt::format(" [rank {} was at step {}; {}]", rank, step, behind);
   }
-  if (rows) rows->flush();  // ok or failed, every completed step is in the receipt
+  try {
+    rows.flush();  // ok or failed, every completed step is in the receipt
+  } catch (const std::exception& e) {
+    if (receipt) throw;
+    // Another rank's run that rank 0 already closed (it failed first): this rank's failure stands.
+    if (!out.failure) out.failure = fmt::format("its last step rows could not be written: {}", e.what());
+  }
   return out;
 }
 
@@ -542,15 +530,12 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPo
 namespace {
 std::string outcome_key(int64_t rank) { return fmt::format("outcome/{}", rank); }
 
-// Median over the steady steps of a rank's rows (after `warmup_steps` from `start_step`).
-double steady_median(const std::vector<double>& values) { return values.empty() ? NAN : median(values); }
-
 // A per-step series (one entry per step, warm-up included): the median of its finite steady entries.
 double steady_part_median(const std::vector<double>& per_step, int64_t warmup_steps) {
   std::vector<double> v;
   for (size_t i = static_cast<size_t>(std::max<int64_t>(0, warmup_steps)); i < per_step.size(); ++i)
     if (std::isfinite(per_step[i])) v.push_back(per_step[i]);
-  return steady_median(v);
+  return median(v);
 }
 
 // A JSON series whose NaN entries were written as null.
@@ -564,10 +549,8 @@ nlohmann::json number_or_null(double v) { return std::isfinite(v) ? nlohmann::js
 }  // namespace
 
 RunResult publish_rank_outcome(const RunPosture& posture, const TrainOutcome& outcome) {
-  nlohmann::json rows = nlohmann::json::array();
-  for (const auto& r : outcome.unwritten_rows) rows.push_back(step_row_json(r));
+  // The step rows are in the store already (train_loop); this is what rank 0 summarises.
   const nlohmann::json j = {{"failure", outcome.failure ? nlohmann::json(*outcome.failure) : nlohmann::json(nullptr)},
-                            {"rows", rows},
                             {"steady_ms", outcome.steady_ms},
                             {"comm_wait_ms", outcome.comm_wait_ms},
                             {"comm_ms", outcome.comm_ms},  // NaN -> null
@@ -591,14 +574,14 @@ void record_rank_profile(const RunOptions& opt, const RunPosture& posture, RunPr
 
 namespace {
 
-// Rank 0, after its own loop: every other rank's rows into the receipt, and the job's distributed facts
-// (per-rank medians, straggler ratio, communication wait). A rank that failed fails the run.
+// Rank 0, after its own loop: waits for every other rank's outcome (their step and profiling rows are
+// in the run by then) and works out the job's distributed facts (per-rank medians, straggler ratio,
+// communication). A rank that failed fails the run.
 struct JobOutcome {
   nlohmann::json facts;
   std::optional<std::string> failure;
 };
-JobOutcome collect_rank_outcomes(ProcessGroup& group, receipts::Store& store, int64_t run_id,
-                                 const TrainOutcome& own) {
+JobOutcome collect_rank_outcomes(ProcessGroup& group, const TrainOutcome& own) {
   JobOutcome job;
   nlohmann::json per_rank = nlohmann::json::array();
   double slowest = 0, fastest = INFINITY;
@@ -610,16 +593,13 @@ JobOutcome collect_rank_outcomes(ProcessGroup& group, receipts::Store& store, in
       const auto j = nlohmann::json::parse(group.fetch(outcome_key(r)));
       if (!j.at("failure").is_null() && !job.failure)
         job.failure = fmt::format("rank {} failed: {}", r, j.at("failure").get<std::string>());
-      std::vector<receipts::StepRow> rows;
-      for (const auto& row : j.at("rows")) rows.push_back(step_row_from_json(row, r));
-      store.append_steps(run_id, rows);
       steady = j.at("steady_ms").get<std::vector<double>>();
       wait = series(j.at("comm_wait_ms"));
       comm = series(j.at("comm_ms"));
       peak = j.at("peak_memory").get<int64_t>();
       warm = j.at("warmup_steps").get<int64_t>();
     }
-    const double step_ms = steady_median(steady), wait_ms = steady_part_median(wait, warm),
+    const double step_ms = median(steady), wait_ms = steady_part_median(wait, warm),
                  comm_ms = steady_part_median(comm, warm);
     if (std::isfinite(step_ms)) {
       slowest = std::max(slowest, step_ms);
@@ -670,7 +650,7 @@ RunResult finalise_receipt(const ExperimentSpec& spec, const RunOptions& opt, Ru
   if (posture.group) {
     JobOutcome job;
     try {
-      job = collect_rank_outcomes(*posture.group, store, run_id, outcome);
+      job = collect_rank_outcomes(*posture.group, outcome);
     } catch (const std::exception& e) {
       job.failure = fmt::format("collecting the other ranks' results failed: {}", e.what());
     }

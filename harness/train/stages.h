@@ -108,8 +108,6 @@ struct TrainOutcome {
   int64_t capture_step = -1;   // the step a CUDA graph is captured at (-1: none planned)
   // Kept alive until the receipt is closed: while it lives the thread works on the graph's side stream.
   std::shared_ptr<StepGraph> graph;
-  // A rank that writes no receipt keeps its step rows here (rank 0 collects them: publish_rank_rows).
-  std::vector<receipts::StepRow> unwritten_rows;
   std::vector<double> comm_wait_ms;  // data parallel: host wait for the gradient all-reduces, per step
   std::vector<double> comm_ms;       // data parallel: their own duration (GradientSync::comm_ms), per step
 };
@@ -120,7 +118,8 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& options, R
                         const data::DataSource& source, OpenReceipt* receipt, RunProfiler& profiler,
                         GoodputLedger& ledger);
 
-// ---- 5b. ranks other than 0: their rows and medians go to rank 0 through the store
+// ---- 5b. ranks other than 0: their step rows are in rank 0's run (train_loop); their medians and
+// failure go to rank 0 through the rendezvous store
 RunResult publish_rank_outcome(const RunPosture& posture, const TrainOutcome& outcome);
 // Their profiling rows (window, kernels, trace artifact) straight into rank 0's run, which stays open
 // until every rank's outcome is in: the store must be reachable from every node (always on one node).
