@@ -44,10 +44,12 @@ double learning_rate(int64_t step, int64_t total, int64_t warmup, double peak, d
 
 std::optional<double> dense_bf16_peak_flops(const std::string& name) {
   auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
-  // docs/model.md: H100 SXM and H200 989.4e12, A100 312e12. The H100 PCIe and NVL have other peaks:
-  // they are not guessed.
+  // docs/model.md: H100 SXM and H200 989.4e12 (132 SMs x 4096 dense bf16 FLOP/clk x 1.83 GHz), H100
+  // PCIe 756e12 (the H100 whitepaper's dense figure: 114 SMs, 1.62 GHz), A100 312e12. The H100 NVL's
+  // figure is not settled across NVIDIA's sheets: it is not guessed (MFU null).
   if (has("H200")) return 989.4e12;
   if (has("H100") && (has("SXM") || has("HBM3"))) return 989.4e12;
+  if (has("H100") && has("PCIe")) return 756e12;
   if (has("A100")) return 312e12;
   return std::nullopt;
 }

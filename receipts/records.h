@@ -74,6 +74,10 @@ struct StepRow {
   std::optional<std::int64_t> rss_bytes;
   std::optional<double> data_wait_ms;
   bool outlier = false;  // median + 3*MAD rule, decided by the harness
+  // MoE router evidence (schema v4), unset for models without E blocks: the load-balancing loss alone
+  // and the expert slots the capacity factor dropped in this rank's rows (0 when dropless).
+  std::optional<double> moe_aux_loss;
+  std::optional<std::int64_t> moe_dropped_slots;
 };
 
 struct MemoryRow {

@@ -1,5 +1,6 @@
 // receipts/schema.cpp: migration SQL. v1 = core tables + append-only triggers; v2 = annotations + report indexes;
-// v3 = profiling evidence (profile windows, per-step time by family/seam, kernel attribution, backend evidence).
+// v3 = profiling evidence (profile windows, per-step time by family/seam, kernel attribution, backend evidence);
+// v4 = MoE router evidence per step (load-balancing loss, slots dropped by the capacity factor).
 // Frozen history: never edit a migration that has shipped (schema_test compares v1 with its fixture).
 // Tests: tests/receipts/schema_test.cpp.
 #include "receipts/schema.h"
@@ -308,10 +309,22 @@ CREATE TABLE backend_evidence (
   return sql;
 }
 
+// v4: what the MoE router did in each step, NULL for models without E blocks (and in rows written before
+// v4). The training loss (`loss`) includes aux_coef x the load-balancing loss; `moe_aux_loss` is that loss
+// alone, so a router that collapses shows here before it shows in the loss. `moe_dropped_slots`: expert
+// slots (token x top-k choices) the capacity factor dropped in the rank's rows of the step, summed over E
+// layers; 0 when dropless. Added columns keep the steps guards of v1 (they are row-level triggers).
+std::string migration_v4() {
+  return R"(
+ALTER TABLE steps ADD COLUMN moe_aux_loss REAL;
+ALTER TABLE steps ADD COLUMN moe_dropped_slots INTEGER CHECK (moe_dropped_slots IS NULL OR moe_dropped_slots >= 0);
+)";
+}
+
 }  // namespace
 
 const std::vector<std::string>& migrations() {
-  static const std::vector<std::string> all = {migration_v1(), migration_v2(), migration_v3()};
+  static const std::vector<std::string> all = {migration_v1(), migration_v2(), migration_v3(), migration_v4()};
   return all;
 }
 

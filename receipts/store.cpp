@@ -347,15 +347,20 @@ void Store::append_steps(std::int64_t run_id, const std::vector<StepRow>& rows) 
     if (r.step < 0 || r.rank < 0) {
       throw StoreError(fmt::format("run {}: step ({}) and rank ({}) must be >= 0", run_id, r.step, r.rank));
     }
+    if (r.moe_dropped_slots && *r.moe_dropped_slots < 0) {
+      throw StoreError(fmt::format("run {} step {}: moe_dropped_slots must be >= 0, not {}", run_id, r.step,
+                                   *r.moe_dropped_slots));
+    }
   }
   write_run(run_id, "record steps for", [&] {
     // One prepared statement for the whole batch, one transaction: the hot path of a run.
     sql::Lease st = db_->prepare(
         "INSERT INTO steps (run_id, rank, step, wall_ms, tokens, loss, grad_norm, lr, mem_allocated_peak, "
-        "mem_reserved_peak, rss_bytes, data_wait_ms, outlier) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+        "mem_reserved_peak, rss_bytes, data_wait_ms, outlier, moe_aux_loss, moe_dropped_slots) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     for (const StepRow& r : rows) {
       st->bind_all(run_id, r.rank, r.step, r.wall_ms, r.tokens, r.loss, r.grad_norm, r.lr, r.mem_allocated_peak,
-                   r.mem_reserved_peak, r.rss_bytes, r.data_wait_ms, r.outlier);
+                   r.mem_reserved_peak, r.rss_bytes, r.data_wait_ms, r.outlier, r.moe_aux_loss, r.moe_dropped_slots);
       insert_unique(*st, [&] {
         return fmt::format("run {} already has step {} of rank {}; steps are append-only", run_id, r.step, r.rank);
       });

@@ -47,14 +47,14 @@ RowTable export_runs(receipts::Store& store, const std::vector<std::int64_t>& ru
 RowTable export_steps(receipts::Store& store, const std::vector<std::int64_t>& run_ids) {
   RowTable out;
   out.columns = {"run_id", "rank", "step", "wall_ms", "tokens", "loss", "grad_norm", "lr", "mem_allocated_peak",
-                 "mem_reserved_peak", "rss_bytes", "data_wait_ms", "outlier"};
+                 "mem_reserved_peak", "rss_bytes", "data_wait_ms", "outlier", "moe_aux_loss", "moe_dropped_slots"};
   const std::string sql = fmt::format("SELECT {} FROM steps WHERE run_id = ? ORDER BY rank, step", fmt::join(out.columns, ", "));
   for (const std::int64_t id : run_ids) {
     store.get_run(id);  // an unknown run is an error, not an empty table
     for (const auto& row : store.query(sql, {id})) {
       std::vector<json> values;
-      for (const auto& column : out.columns) values.push_back(row[column]);
-      values.back() = values.back().get<std::int64_t>() != 0;  // outlier: 0/1 in SQLite
+      for (const auto& column : out.columns)
+        values.push_back(column == "outlier" ? json(row[column].get<std::int64_t>() != 0) : row[column]);  // 0/1 in SQLite
       out.rows.push_back(std::move(values));
     }
   }

@@ -102,6 +102,49 @@ void add_memory(receipts::Store& store, CellReport& cell) {
   }
 }
 
+// A number at `key` of an object, absent for a missing key, null or a non-object.
+std::optional<double> number_at(const json& object, const char* key) {
+  if (!object.is_object()) return std::nullopt;
+  const auto it = object.find(key);
+  return it != object.end() && it->is_number() ? std::optional<double>(it->get<double>()) : std::nullopt;
+}
+
+void add_scaling(CellReport& cell) {
+  std::set<std::int64_t> worlds;
+  std::vector<double> per_gpu, comm, wait, straggler;
+  for (const auto& run : cell.side.evidence) {
+    const json& distributed = run.row.summary.extra.is_object() && run.row.summary.extra.contains("distributed")
+                                  ? run.row.summary.extra["distributed"]
+                                  : json(nullptr);
+    const auto world = static_cast<std::int64_t>(number_at(distributed, "world_size").value_or(1));
+    worlds.insert(world);
+    if (run.row.summary.tokens_per_s) per_gpu.push_back(*run.row.summary.tokens_per_s / static_cast<double>(world));
+    if (auto v = number_at(distributed, "comm_share")) comm.push_back(*v);
+    if (auto v = number_at(distributed, "comm_wait_share")) wait.push_back(*v);
+    if (auto v = number_at(distributed, "straggler_ratio")) straggler.push_back(*v);
+  }
+  if (worlds.size() == 1) cell.scaling.world_size = *worlds.begin();
+  cell.scaling.mixed_world = worlds.size() > 1;
+  cell.scaling.tokens_per_s_per_gpu = median_of(std::move(per_gpu));
+  cell.scaling.comm_share = median_of(std::move(comm));
+  cell.scaling.comm_wait_share = median_of(std::move(wait));
+  cell.scaling.straggler_ratio = median_of(std::move(straggler));
+}
+
+// Efficiencies against the first cell (baseline first) that ran on one GPU.
+void add_efficiencies(Report& report) {
+  for (const auto& c : report.cells)
+    if (c.scaling.world_size.value_or(1) > 1 || c.scaling.mixed_world) report.has_multi_gpu = true;
+  const auto reference = std::find_if(report.cells.begin(), report.cells.end(), [](const CellReport& c) {
+    return c.scaling.world_size == 1 && c.scaling.tokens_per_s_per_gpu;
+  });
+  if (!report.has_multi_gpu || reference == report.cells.end()) return;
+  report.scaling_reference = reference->name;
+  const double base = *reference->scaling.tokens_per_s_per_gpu;
+  for (auto& c : report.cells)
+    if (c.scaling.tokens_per_s_per_gpu && base > 0) c.scaling.efficiency = *c.scaling.tokens_per_s_per_gpu / base;
+}
+
 void add_backends(receipts::Store& store, const CellReport& cell, Report& report) {
   for (const std::int64_t id : all_ids(cell.side)) {
     const json rows = store.query(
@@ -169,6 +212,15 @@ json interval_json(const std::optional<RatioInterval>& i) {
   return i ? json{{"value", i->ratio}, {"low", i->low}, {"high", i->high}, {"level", i->level}} : json(nullptr);
 }
 
+json scaling_json(const ScalingFacts& s) {
+  return {{"world_size", value_or_null(s.world_size)},
+          {"tokens_per_s_per_gpu", value_or_null(s.tokens_per_s_per_gpu)},
+          {"efficiency_vs_1_gpu", value_or_null(s.efficiency)},
+          {"comm_share", value_or_null(s.comm_share)},
+          {"comm_wait_share", value_or_null(s.comm_wait_share)},
+          {"straggler_ratio", value_or_null(s.straggler_ratio)}};
+}
+
 json cell_json(const CellReport& c) {
   json excluded = json::array();
   for (const auto& e : c.side.excluded)
@@ -204,6 +256,7 @@ json cell_json(const CellReport& c) {
           {"traced_runs", c.traced_runs},
           {"kernel_families", kernels},
           {"memory_probes", memory},
+          {"scaling", scaling_json(c.scaling)},
           {"mismatches_vs_baseline", mismatches}};
 }
 
@@ -233,6 +286,33 @@ Section summary_section(const Report& r, const std::vector<std::string>& plot_no
                                                c.name, c.side.evidence.size(), kMinRepeats),
                                    true});
   }
+  return s;
+}
+
+Section scaling_section(const Report& r) {
+  Section s{"Scaling", {}};
+  s.blocks.push_back(Paragraph{fmt::format(
+      "Data parallel, median over each cell's ok runs. Efficiency: tokens/s per GPU over {}. Communication share: "
+      "the gradient all-reduces' own time over the step (NCCL's timing; '-' on Gloo, which cannot time them); wait "
+      "share: host time blocked on them after backward; straggler ratio: the slowest rank's median step over the "
+      "fastest's (1.000 = an even job).",
+      r.scaling_reference ? "the 1-GPU cell " + *r.scaling_reference : std::string("a 1-GPU cell (none here: no efficiency)"))});
+  auto share = [](const std::optional<double>& v) { return v ? fmt::format("{:.1f} %", *v * 100) : "-"; };
+  Table t{{"cell", "GPUs", "tokens/s", "tokens/s per GPU", "efficiency", "comm share", "comm wait share", "straggler ratio"},
+          {}};
+  for (const auto& c : r.cells) {
+    const auto& f = c.scaling;
+    t.rows.push_back({c.name, f.world_size ? std::to_string(*f.world_size) : (f.mixed_world ? "mixed" : "-"),
+                      fixed(c.side.median_tokens_per_s, 0),
+                      fixed(f.tokens_per_s_per_gpu, 0), share(f.efficiency), share(f.comm_share),
+                      share(f.comm_wait_share), fixed(f.straggler_ratio, 3)});
+  }
+  s.blocks.push_back(std::move(t));
+  for (const auto& c : r.cells)
+    if (c.scaling.mixed_world)
+      s.blocks.push_back(Paragraph{fmt::format("Cell {} mixes runs of different world sizes: its per-GPU figures mix them too.",
+                                               c.name),
+                                   true});
   return s;
 }
 
@@ -433,8 +513,10 @@ Report build_report(receipts::Store& store, const RunSelection& selection, const
     add_memory(store, cell);
     add_backends(store, cell, report);
     add_environment(store, cell, report);
+    add_scaling(cell);
     report.cells.push_back(std::move(cell));
   }
+  add_efficiencies(report);
   std::size_t evidence = 0;
   for (const auto& c : report.cells) evidence += c.side.evidence.size();
   if (evidence == 0) report.notes.push_back("No run in this report is evidence (no complete ok run): nothing can be compared.");
@@ -462,6 +544,7 @@ json to_json(const Report& r) {
           {"cells", cells},
           {"backend_issues", backends},
           {"runs_without_observed_backends", r.runs_without_observed_backends},
+          {"scaling_reference", value_or_null(r.scaling_reference)},
           {"environment", env}};
 }
 
@@ -469,6 +552,7 @@ Document to_document(const Report& r, const std::vector<Plot>& plots, const std:
   Document d;
   d.title = "ablate report: " + r.title;
   d.sections.push_back(summary_section(r, plot_note.empty() ? std::vector<std::string>{} : std::vector{plot_note}));
+  if (r.has_multi_gpu) d.sections.push_back(scaling_section(r));
   d.sections.push_back(step_time_section(r, plots));
   d.sections.push_back(loss_section(r, plots));
   d.sections.push_back(goodput_section(r, plots));

@@ -4,7 +4,9 @@
 // why, never used), median step time with a bootstrap 95 % interval, the ratio to the baseline cell
 // with its interval, U test and verdict (compare_runs; fewer than 3 evidence runs a side reads
 // "unreliable", never a win), tokens/s, MFU, goodput (and its ledger), peak memory, the median loss
-// curve, kernel time per family (when traced), backend fallbacks/mismatches, and the environment.
+// curve, kernel time per family (when traced), backend fallbacks/mismatches, and the environment; when
+// a cell ran data parallel, a Scaling section (tokens/s per GPU, efficiency against the 1-GPU cell,
+// communication share, straggler ratio per world size).
 // Output is deterministic for a given store (stable order, fixed decimals, no clock), so Markdown can
 // be compared with a golden file.
 //   auto report = build_report(store, select_matrix(store, "tiny_cpu"));
@@ -44,6 +46,16 @@ struct MemoryProbes {  // from the `memory` table, over the cell's evidence runs
   std::int64_t alloc_retries = 0, ooms = 0;
 };
 
+// Data parallel (summary.extra.distributed of each evidence run): throughput per GPU and where a
+// multi-GPU step's time went. A single-process run counts as 1 GPU.
+struct ScalingFacts {
+  std::optional<std::int64_t> world_size;       // absent without evidence runs, or when they differ (mixed)
+  bool mixed_world = false;
+  std::optional<double> tokens_per_s_per_gpu;   // median over evidence runs of tokens/s / world size
+  std::optional<double> efficiency;             // per-GPU tokens/s over the 1-GPU cell's
+  std::optional<double> comm_share, comm_wait_share, straggler_ratio;  // medians over evidence runs
+};
+
 struct CellReport {
   std::string name;
   Side side;                                   // evidence and excluded runs, medians
@@ -58,6 +70,7 @@ struct CellReport {
   std::vector<KernelFamily> kernels;           // by time, largest first
   std::optional<MemoryProbes> memory;          // absent when no memory rows
   std::vector<FieldDifference> mismatches;     // against the baseline, other than the factor
+  ScalingFacts scaling;
 };
 
 // A backend whose chosen or observed implementation is not what was asked for.
@@ -81,6 +94,8 @@ struct Report {
   std::size_t runs_without_observed_backends = 0;  // not profiled: mismatches cannot be checked
   std::map<std::string, std::vector<EnvValue>> environment;  // key -> distinct values
   std::vector<std::string> notes;       // caveats about the data, shown at the top
+  std::optional<std::string> scaling_reference;  // the 1-GPU cell efficiencies are against
+  bool has_multi_gpu = false;           // some cell ran data parallel: the report gets a Scaling section
   const CellReport& baseline() const { return cells.front(); }
 };
 

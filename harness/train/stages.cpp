@@ -10,10 +10,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -105,7 +107,12 @@ torch::Tensor clip_gradients(const std::vector<torch::Tensor>& params, double ma
 
 // Seams added after the lane key was fixed join it only off their reference backend, so the runs
 // recorded before a seam existed stay in the same lane as today's runs that leave it on the reference.
-bool in_lane_key(const kernels::Resolution& r) { return r.seam != "optimizer" || r.chosen != "reference"; }
+// The seams added since: optimizer (session 3), ssm_rotary (the M block's rotation, split out of the block
+// with the same arithmetic on its reference).
+bool in_lane_key(const kernels::Resolution& r) {
+  static const std::set<std::string> late_seams = {"optimizer", "ssm_rotary"};
+  return !late_seams.contains(r.seam) || r.chosen != "reference";
+}
 
 std::string lane_of(const ExperimentSpec& spec, const kernels::Dispatcher& d, const std::string& device_kind) {
   std::string backends;
@@ -346,8 +353,11 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPo
   const auto ids = torch::empty({B, T + 1}, torch::TensorOptions(device).dtype(torch::kLong));
   const auto mask = torch::empty({B, T}, torch::TensorOptions(device).dtype(torch::kFloat));
   const auto inputs = ids.slice(1, 0, T), targets = ids.slice(1, 1, T + 1);
-  // forward, backward, clipping, optimizer; returns [loss, grad norm] on the device. The allocator
-  // probes run in eager steps only (not inside a graph capture).
+  // MoE router evidence rides along with the loss when the model has E blocks (schema v4).
+  const bool has_moe = spec.model.pattern.find('E') != std::string::npos;
+  // forward, backward, clipping, optimizer; returns [loss, grad norm(, aux loss, dropped slots)] on the
+  // device, fp64 (a drop count stays exact). The allocator probes run in eager steps only (not inside a
+  // graph capture).
   auto step_body = [&](int64_t at_step, bool probes) {
     model::ModelOutput fwd;
     {
@@ -370,9 +380,13 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPo
       optimizer.step();
     }
     if (probes) profiler.after_phase(at_step, "optimizer");
-    auto stats = torch::stack({fwd.loss.detach().to(torch::kFloat), grad_norm.to(torch::kFloat)});
-    // The job's loss is the mean of the ranks' (equal row counts); the norm is already the same everywhere.
+    std::vector<torch::Tensor> job_means = {fwd.loss.detach().to(torch::kDouble), grad_norm.to(torch::kDouble)};
+    if (has_moe) job_means.push_back(fwd.aux.detach().to(torch::kDouble));
+    auto stats = torch::stack(job_means);
+    // The job's losses are the mean of the ranks' (equal row counts); the norm is already the same
+    // everywhere. The drop count stays the rank's own (each rank writes its own step rows).
     if (group) group->allreduce_mean_(stats);
+    if (has_moe) stats = torch::cat({stats, fwd.dropped_slots.to(torch::kDouble).view({1})});
     return stats;
   };
   std::shared_ptr<StepGraph> graph;
@@ -444,9 +458,15 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPo
         optimizer.zero_grad();
         stats = step_body(step, true);
       }
-      // The step's one host read: loss and gradient norm together.
+      // The step's one host read: loss, gradient norm and the router's evidence together.
       const auto host = stats.cpu();
       const double loss = host[0].item<double>(), gnorm = host[1].item<double>();
+      std::optional<double> aux_loss;
+      std::optional<int64_t> dropped_slots;
+      if (has_moe) {
+        aux_loss = host[2].item<double>();
+        dropped_slots = static_cast<int64_t>(std::llround(host[3].item<double>()));
+      }
       const auto t1 = Clock::now();
       ledger.end(t1);
       const double wall_ms = ms_between(t0, t1);
@@ -466,6 +486,8 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPo
       row.grad_norm = gnorm;
       row.lr = lr;
       row.data_wait_ms = loaded.wait_ns / 1e6;
+      row.moe_aux_loss = aux_loss;
+      row.moe_dropped_slots = dropped_slots;
       row.rss_bytes = rss_bytes();
       if (device.is_cuda()) {
         const auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(cuda_index);
@@ -629,6 +651,31 @@ JobOutcome collect_rank_outcomes(ProcessGroup& group, const TrainOutcome& own) {
   return job;
 }
 
+// What the MoE router did over the run, from every rank's step rows (null without E blocks): slots the
+// capacity factor dropped against the slots routed (tokens x top_k x E layers of the recorded steps).
+nlohmann::json moe_summary(receipts::Store& store, int64_t run_id, const model::ModelConfig& m) {
+  const auto layers = static_cast<int64_t>(std::count(m.pattern.begin(), m.pattern.end(), 'E'));
+  if (layers == 0) return nullptr;
+  const auto row = store.query(
+      "SELECT count(moe_dropped_slots) AS rows, coalesce(sum(moe_dropped_slots), 0) AS dropped FROM steps "
+      "WHERE run_id = ?",
+      {run_id})[0];
+  const auto last = store.query(
+      "SELECT moe_aux_loss FROM steps WHERE run_id = ? AND rank = 0 AND moe_aux_loss IS NOT NULL ORDER BY step DESC "
+      "LIMIT 1",
+      {run_id});
+  const int64_t routed = row["rows"].get<int64_t>() * m.batch_size * m.seq_len * m.moe.top_k * layers;
+  const int64_t dropped = row["dropped"].get<int64_t>();
+  return {{"e_layers", layers},
+          {"top_k", m.moe.top_k},
+          {"capacity_factor", m.moe.capacity_factor},
+          {"dropped_slots", dropped},
+          {"routed_slots", routed},
+          {"drop_rate", routed > 0 ? nlohmann::json(static_cast<double>(dropped) / static_cast<double>(routed))
+                                   : nlohmann::json(nullptr)},
+          {"final_aux_loss", last.empty() ? nlohmann::json(nullptr) : last[0]["moe_aux_loss"]}};
+}
+
 }  // namespace
 
 // ---- 6 -----------------------------------------------------------------------------------------
@@ -680,6 +727,7 @@ RunResult finalise_receipt(const ExperimentSpec& spec, const RunOptions& opt, Ru
   const auto counts = model::parameter_count(spec.model);
   const double train_flops = model::training_flops_per_token(spec.model);
   const int64_t world = spec.distributed.nproc;
+  const nlohmann::json moe = moe_summary(store, run_id, spec.model);
   const int64_t tokens_per_step = spec.model.batch_size * spec.model.seq_len * world;  // the job's
   const bool cuda = posture.device.is_cuda();
   receipts::RunSummary summary;
@@ -705,6 +753,7 @@ RunResult finalise_receipt(const ExperimentSpec& spec, const RunOptions& opt, Ru
                    {"training_flops_per_token", train_flops},
                    {"tokens_per_step", tokens_per_step},
                    {"distributed", distributed},
+                   {"moe", moe},
                    {"resumed_from", state.resumed_from},
                    {"start_step", state.start_step},
                    {"data", data::to_json(source.description())},

@@ -83,6 +83,43 @@ TEST_F(RunnerTest, TinyTrainsOnTheCorpusAndStoresAnOkReceipt) {
   EXPECT_EQ(run_row.summary.flops_version, "flops-v1");
 }
 
+// Schema v4: every step row of a model with E blocks carries the router's load-balancing loss and its
+// dropped slots, and the summary adds them up against the routed slots; a model without E has neither.
+TEST_F(RunnerTest, MoeRouterEvidenceInEveryStepRowAndTheSummary) {
+  auto store_of = [&] { return receipts::Store::open(db_); };
+  // tiny: AEMR, 4 x 128 tokens, top-2 of its experts; capacity 0.5 must drop slots every step.
+  const auto capped = run(spec({"train.steps=3", "train.warmup_steps=1", "model.moe.capacity_factor=0.5"}));
+  ASSERT_EQ(capped.status, "ok") << capped.error;
+  auto store = store_of();
+  const auto j = store.run_json(capped.run_id);
+  int64_t dropped = 0;
+  for (const auto& st : j["steps"]) {
+    ASSERT_TRUE(st["moe_dropped_slots"].is_number_integer()) << st.dump();
+    EXPECT_GT(st["moe_dropped_slots"].get<int64_t>(), 0);
+    EXPECT_GT(st["moe_aux_loss"].get<double>(), 0.5);  // E * sum f_e P_e is 1 for a uniform router
+    dropped += st["moe_dropped_slots"].get<int64_t>();
+  }
+  const auto moe = store.get_run(capped.run_id).summary.extra["moe"];
+  EXPECT_EQ(moe["e_layers"], 1);
+  EXPECT_EQ(moe["dropped_slots"], dropped);
+  EXPECT_EQ(moe["routed_slots"], 3 * 4 * 128 * 2);
+  EXPECT_DOUBLE_EQ(moe["drop_rate"].get<double>(), dropped / double(3 * 4 * 128 * 2));
+  EXPECT_EQ(moe["final_aux_loss"], j["steps"][2]["moe_aux_loss"]);
+
+  const auto dropless = run(spec({"train.steps=2", "train.warmup_steps=1"}));
+  ASSERT_EQ(dropless.status, "ok") << dropless.error;
+  for (const auto& st : store.run_json(dropless.run_id)["steps"]) EXPECT_EQ(st["moe_dropped_slots"], 0);
+  EXPECT_EQ(store.get_run(dropless.run_id).summary.extra["moe"]["drop_rate"], 0.0);
+
+  const auto no_moe = run(spec({"train.steps=2", "train.warmup_steps=1", "model.pattern=\"AMR\""}));
+  ASSERT_EQ(no_moe.status, "ok") << no_moe.error;
+  for (const auto& st : store.run_json(no_moe.run_id)["steps"]) {
+    EXPECT_TRUE(st["moe_aux_loss"].is_null());
+    EXPECT_TRUE(st["moe_dropped_slots"].is_null());
+  }
+  EXPECT_TRUE(store.get_run(no_moe.run_id).summary.extra["moe"].is_null());
+}
+
 TEST_F(RunnerTest, SameSeedSameLosses) {
   const auto a = run(spec({"train.steps=8", "train.warmup_steps=2"}));
   const auto b = run(spec({"train.steps=8", "train.warmup_steps=2"}));

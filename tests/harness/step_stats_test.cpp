@@ -38,7 +38,8 @@ TEST(StepStats, MfuOnlyForKnownPeaks) {
   EXPECT_EQ(dense_bf16_peak_flops("NVIDIA H100 80GB HBM3"), 989.4e12);
   EXPECT_EQ(dense_bf16_peak_flops("NVIDIA H200"), 989.4e12);
   EXPECT_EQ(dense_bf16_peak_flops("NVIDIA A100-SXM4-80GB"), 312e12);
-  EXPECT_FALSE(dense_bf16_peak_flops("NVIDIA H100 PCIe").has_value());
+  EXPECT_EQ(dense_bf16_peak_flops("NVIDIA H100 PCIe"), 756e12);
+  EXPECT_FALSE(dense_bf16_peak_flops("NVIDIA H100 NVL").has_value());
   EXPECT_FALSE(dense_bf16_peak_flops("cpu").has_value());
   // 1e9 FLOPs/token at 98940 tokens/s on an H200 = 10 %
   EXPECT_NEAR(*model_flops_utilization(1e9, 98940, "NVIDIA H200"), 0.1, 1e-12);

@@ -195,6 +195,47 @@ TEST(Schema, MigratesV2FixtureToV3KeepingItsData) {
   EXPECT_EQ(schema_dump(path), schema_dump(fresh));
 }
 
+TEST(Schema, V3FixtureMatchesMigrations1To3) {
+  TempDir dir;
+  const std::string fixture_db = load_fixture(dir, "schema_v3");
+  EXPECT_EQ(schema_dump(fixture_db), schema_dump(fresh_at_version(dir, 3)));
+  EXPECT_EQ(RawDb(fixture_db).scalar("PRAGMA user_version"), "3");
+}
+
+// v4 added the MoE router columns to steps: a v3 file keeps its steps and profiling rows (the new
+// columns NULL there), its finished runs stay frozen, and a new run writes the columns.
+TEST(Schema, MigratesV3FixtureToV4KeepingItsData) {
+  TempDir dir;
+  const std::string path = load_fixture(dir, "schema_v3");
+  auto store = Store::open(path);
+  EXPECT_EQ(store.schema_version(), schema::latest_version());
+  EXPECT_EQ(tables(store), kTables);
+
+  const auto doc = store.run_json(2);
+  ASSERT_EQ(doc["steps"].size(), 2u);
+  EXPECT_EQ(doc["steps"][1]["wall_ms"], 88.25);
+  EXPECT_TRUE(doc["steps"][1]["moe_aux_loss"].is_null());
+  EXPECT_TRUE(doc["steps"][1]["moe_dropped_slots"].is_null());
+  EXPECT_EQ(doc["profile"]["windows"][0]["compute_ns"], 80000000);
+  EXPECT_EQ(store.run_json(1)["annotations"][0]["text"], "reviewed before the profiling schema");
+  RawDb raw(path);
+  EXPECT_NE(raw.exec("UPDATE steps SET moe_dropped_slots = 1 WHERE run_id = 2").find("append-only"), std::string::npos);
+
+  const auto id = store.begin_run(testing::sample_start("after-v4"));
+  auto rows = testing::make_steps(1);
+  rows[0].moe_aux_loss = 1.5;
+  rows[0].moe_dropped_slots = 3;
+  store.append_steps(id, rows);
+  EXPECT_EQ(store.run_json(id)["steps"][0]["moe_dropped_slots"], 3);
+  EXPECT_NE(raw.exec(fmt::format("INSERT INTO steps (run_id, step, wall_ms, moe_dropped_slots) VALUES ({}, 5, 1, -2)", id))
+                .find("CHECK constraint failed"),
+            std::string::npos);
+
+  const std::string fresh = dir.file("fresh.db");
+  Store::open(fresh);
+  EXPECT_EQ(schema_dump(path), schema_dump(fresh));
+}
+
 TEST(Schema, MigratesV1FixtureKeepingItsData) {
   TempDir dir;
   const std::string path = load_fixture(dir, "schema_v1");

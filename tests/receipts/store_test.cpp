@@ -281,6 +281,29 @@ TEST_F(StoreTest, UpsertsAndAccumulation) {
   EXPECT_EQ(outliers, (std::vector<bool>{true, false, false, true, false}));
 }
 
+// Schema v4: the MoE router's per-step evidence round-trips, stays NULL where the model has no E block,
+// and a negative drop count is refused before anything is written.
+TEST_F(StoreTest, MoeRouterColumnsRoundTripAndRefuseNegativeDrops) {
+  const auto id = store_.begin_run(sample_start("moe"));
+  auto rows = make_steps(3);
+  rows[1].moe_aux_loss = 1.0625;
+  rows[1].moe_dropped_slots = 0;
+  rows[2].moe_aux_loss = 1.25;
+  rows[2].moe_dropped_slots = 37;
+  store_.append_steps(id, rows);
+  auto bad = make_steps(1, 3);
+  bad[0].moe_dropped_slots = -1;
+  expect_error([&] { store_.append_steps(id, bad); }, {"moe_dropped_slots must be >= 0", "not -1"});
+
+  const auto steps = store_.run_json(id)["steps"];
+  ASSERT_EQ(steps.size(), 3u);  // the refused batch wrote nothing
+  EXPECT_TRUE(steps[0]["moe_aux_loss"].is_null());
+  EXPECT_TRUE(steps[0]["moe_dropped_slots"].is_null());
+  EXPECT_EQ(steps[1]["moe_dropped_slots"], 0);
+  EXPECT_EQ(steps[2]["moe_aux_loss"], 1.25);
+  EXPECT_EQ(steps[2]["moe_dropped_slots"], 37);
+}
+
 TEST_F(StoreTest, ArtifactsAreHashed) {
   const auto id = store_.begin_run(sample_start("artifacts"));
   const std::string file = dir_.file("trace.rank0.json");

@@ -111,8 +111,8 @@ TEST(Export, StepsKeepNullsAndColumnOrder) {
   const std::string csv = to_csv(records);
   EXPECT_EQ(csv.substr(0, csv.find('\n')),
             "run_id,rank,step,wall_ms,tokens,loss,grad_norm,lr,mem_allocated_peak,mem_reserved_peak,rss_bytes,"
-            "data_wait_ms,outlier");
-  EXPECT_NE(csv.find(fmt::format("\n{},0,1,100,1000,3.25,,,,,,,false\n", id)), std::string::npos) << csv;
+            "data_wait_ms,outlier,moe_aux_loss,moe_dropped_slots");
+  EXPECT_NE(csv.find(fmt::format("\n{},0,1,100,1000,3.25,,,,,,,false,,\n", id)), std::string::npos) << csv;
   const auto json = nlohmann::json::parse(to_json_text(records));
   EXPECT_TRUE(json[1]["grad_norm"].is_null());
   EXPECT_EQ(json[1]["loss"], 3.25);
