@@ -149,6 +149,15 @@ torch::Tensor Dispatcher::moe_dispatch(const torch::Tensor& x, const torch::Tens
       in[0], topk_idx, in[1], in[2], in[3], in[4], capacity_factor, dropped));
 }
 
+SsmRotaryOutputs Dispatcher::ssm_rotary(const SsmRotaryInputs& inputs) const {
+  Scope scope("forward", "ssm_rotary", chosen("ssm_rotary"));
+  const auto in = scope.enter({inputs.b, inputs.c, inputs.b_bias, inputs.c_bias, inputs.delta, inputs.theta, inputs.phi0});
+  const auto out = lookup(implementations().ssm_rotary, "ssm_rotary", implementation_of("ssm_rotary"))(
+      SsmRotaryInputs{.b = in[0], .c = in[1], .b_bias = in[2], .c_bias = in[3], .delta = in[4], .theta = in[5], .phi0 = in[6]});
+  auto marked = scope.exit_all({out.q, out.k, out.phi_last});
+  return {.q = std::move(marked[0]), .k = std::move(marked[1]), .phi_last = std::move(marked[2])};
+}
+
 SsmScanOutputs Dispatcher::ssm_scan(const SsmScanInputs& inputs) const {
   Scope scope("forward", "ssm_scan", chosen("ssm_scan"));
   const auto in = scope.enter({inputs.x, inputs.q, inputs.k, inputs.log_alpha, inputs.beta, inputs.gamma, inputs.D,

@@ -45,6 +45,7 @@ class Dispatcher {
   torch::Tensor moe_dispatch(const torch::Tensor& x, const torch::Tensor& topk_idx, const torch::Tensor& topk_w,
                              const torch::Tensor& w1, const torch::Tensor& w3, const torch::Tensor& w2,
                              double capacity_factor, torch::Tensor* dropped) const;
+  SsmRotaryOutputs ssm_rotary(const SsmRotaryInputs& inputs) const;
   SsmScanOutputs ssm_scan(const SsmScanInputs& inputs) const;
   RecurrentScanOutputs recurrent_scan(const RecurrentScanInputs& inputs) const;
   torch::Tensor loss(const torch::Tensor& hidden, const torch::Tensor& head_weight, const torch::Tensor& targets,

@@ -49,6 +49,7 @@ class Scope {
   std::vector<torch::Tensor> enter(std::vector<torch::Tensor> inputs);
   torch::Tensor exit(torch::Tensor output);
   std::pair<torch::Tensor, torch::Tensor> exit(std::pair<torch::Tensor, torch::Tensor> outputs);
+  std::vector<torch::Tensor> exit_all(std::vector<torch::Tensor> outputs) { return mark_outputs(std::move(outputs)); }
 
  private:
   std::vector<torch::Tensor> mark_outputs(std::vector<torch::Tensor> outputs);

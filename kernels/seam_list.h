@@ -11,6 +11,7 @@
   X(residual_norm, ResidualNormFn)   \
   X(swiglu, SwigluFn)                \
   X(moe_dispatch, MoeDispatchFn)     \
+  X(ssm_rotary, SsmRotaryFn)         \
   X(ssm_scan, SsmScanFn)             \
   X(recurrent_scan, RecurrentScanFn) \
   X(loss, LossFn)                    \

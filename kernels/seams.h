@@ -32,6 +32,26 @@ using MoeDispatchFn = std::function<torch::Tensor(
     const torch::Tensor& x, const torch::Tensor& topk_idx, const torch::Tensor& topk_w,
     const torch::Tensor& w1, const torch::Tensor& w3, const torch::Tensor& w2, double capacity_factor,
     torch::Tensor* dropped)>;
+// ssm_rotary (Mamba-3's data-dependent rotary keys and queries, docs/model.md "M"): the angles
+//   Phi_t = Phi_{t-1} + delta_t * pi * tanh(theta_t)   per head, [B,T,H,S]; Phi_{-1} = phi0 (or 0),
+// and per head h the biased B and C turned by them:
+//   k[b,t,h] = Rot(Phi[b,t,h]) (b[b,t] + b_bias[h]),   q[b,t,h] = Rot(Phi[b,t,h]) (c[b,t] + c_bias[h]),
+// Rot turning dims (2s, 2s+1), s < S, by Phi[..., s]: (u, v) -> (u cos - v sin, u sin + v cos); dims
+// 2S..N-1 pass through. Returns q, k [B,T,H,N] and phi_last = Phi_{T-1} [B,H,S] (phi0, or zeros, when
+// T == 0) in the compute dtype: fp32 (fp64 when the inputs are fp64: tests). Every floating input is
+// differentiable.
+struct SsmRotaryInputs {
+  torch::Tensor b, c;            // [B,T,N]: RMSNorm_B(B), RMSNorm_C(C) before the per-head bias
+  torch::Tensor b_bias, c_bias;  // [H,N]
+  torch::Tensor delta;           // [B,T,H]: the step Delta (softplus applied)
+  torch::Tensor theta;           // [B,T,S] angle logits, 2S <= N
+  torch::Tensor phi0;            // optional [B,H,S]: the angles before position 0 (a continued sequence)
+};
+struct SsmRotaryOutputs {
+  torch::Tensor q, k;     // [B,T,H,N]
+  torch::Tensor phi_last; // [B,H,S]
+};
+using SsmRotaryFn = std::function<SsmRotaryOutputs(const SsmRotaryInputs&)>;
 // ssm_scan (Mamba-3 SISO core, docs/model.md "M"): h_t = alpha_t h_{t-1} + beta_t x_{t-1} k_{t-1}^T
 // + gamma_t x_t k_t^T (alpha_t = exp(log_alpha_t)), y_t = h_t q_t + D x_t, out = y * silu(z) when z
 // is given. Arithmetic and state in fp32 (fp64 when the inputs are fp64: tests). Every tensor of floats

@@ -1,13 +1,12 @@
 // model/mamba_block.cpp: block M, the Mamba-3 SISO mixer (docs/model.md "M"): one input projection to
 // [z, x, B, C, dd_dt, dd_A, trap, theta]; in fp32 the per-head step Delta, decay A, trapezoid weight
-// lambda, normalised and biased B^/C^, data-dependent angles Phi and their rotations q = Rot(Phi) C^,
-// k = Rot(Phi) B^, and the scan coefficients log alpha = Delta A, beta = (1-lambda) Delta alpha,
-// gamma = lambda Delta; the recurrence and the gate y * silu(z) run in the `ssm_scan` seam;
-// out = W_out (y * silu(z)).
+// lambda, normalised B^/C^, and the scan coefficients log alpha = Delta A, beta = (1-lambda) Delta alpha,
+// gamma = lambda Delta; the data-dependent angles Phi and the rotated, biased keys and queries
+// k = Rot(Phi)(B^ + b_B), q = Rot(Phi)(C^ + c_C) come from the `ssm_rotary` seam; the recurrence and the
+// gate y * silu(z) run in the `ssm_scan` seam; out = W_out (y * silu(z)).
 // Tests: model_tests --gtest_filter='*Mamba*' (tests/model/blocks_test.cpp: vs a per-timestep loop in
 // fp64, gradients by central differences, and the dt_bias initialisation range).
 #include <cmath>
-#include <numbers>
 
 #include "kernels/numerics.h"
 #include "model/blocks.h"
@@ -17,14 +16,6 @@ namespace {
 
 constexpr double kBcNormEps = 1e-5;  // RMSNorm_B / RMSNorm_C (docs/model.md)
 constexpr double kMaxDecay = -1e-4;  // A_t = min(-softplus(dd_A), -1e-4)
-
-// Rotates the first 2S dims of v [B,T,H,N] in adjacent pairs by angles (cos/sin [B,T,H,S]); the
-// remaining N - 2S dims pass through.
-torch::Tensor rotate_leading_pairs(const torch::Tensor& v, const torch::Tensor& cos, const torch::Tensor& sin) {
-  const int64_t rotated = 2 * cos.size(-1), n = v.size(-1);
-  const auto turned = kernels::rotate_adjacent_pairs(v.narrow(-1, 0, rotated), cos, sin);
-  return rotated == n ? turned : torch::cat({turned, v.narrow(-1, rotated, n - rotated)}, -1);
-}
 
 }  // namespace
 
@@ -64,16 +55,18 @@ BlockOutput MambaBlock::forward(const torch::Tensor& u) {
     const auto delta = torch::softplus(dd_dt.to(dt) + dt_bias);               // [B,T,H]
     const auto decay = (-torch::softplus(dd_a.to(dt))).clamp_max(kMaxDecay);  // A_t, [B,T,H]
     const auto lambda = torch::sigmoid(trap.to(dt));                          // [B,T,H]
-    // B^, C^: RMSNorm over N (shared by all heads, ngroups 1) plus a per-head bias -> [B,T,H,N].
-    const auto b_hat = rms_norm(b_raw.to(dt), b_norm, kBcNormEps).unsqueeze(2) + b_bias;
-    const auto c_hat = rms_norm(c_raw.to(dt), c_norm, kBcNormEps).unsqueeze(2) + c_bias;
-    // Phi_t = Phi_{t-1} + Delta_t pi tanh(theta_t) per head, Phi_0 = 0 being the state before the first
-    // token: an inclusive cumulative sum, as in Mamba-3's angle_dt kernel. [B,T,H,S]
-    const auto step_angle = delta.unsqueeze(-1) * std::numbers::pi * torch::tanh(theta.to(dt)).unsqueeze(2);
-    const auto phi = step_angle.cumsum(1);
-    const auto cos = phi.cos(), sin = phi.sin();
-    const auto k = rotate_leading_pairs(b_hat, cos, sin);
-    const auto q = rotate_leading_pairs(c_hat, cos, sin);
+    // B^, C^: RMSNorm over N (shared by all heads, ngroups 1); the seam adds the per-head biases and
+    // turns both by Phi_t = Phi_{t-1} + Delta_t pi tanh(theta_t) (Phi_0 = 0 the state before the first
+    // token, an inclusive cumulative sum as in Mamba-3's angle_dt kernel) -> q, k [B,T,H,N].
+    kernels::SsmRotaryInputs rotary;
+    rotary.b = rms_norm(b_raw.to(dt), b_norm, kBcNormEps);
+    rotary.c = rms_norm(c_raw.to(dt), c_norm, kBcNormEps);
+    rotary.b_bias = b_bias;
+    rotary.c_bias = c_bias;
+    rotary.delta = delta;
+    rotary.theta = theta.to(dt);
+    const auto turned = dispatcher_->ssm_rotary(rotary);
+    const auto &q = turned.q, &k = turned.k;
     const auto log_alpha = delta * decay;
     const auto beta = (1 - lambda) * delta * torch::exp(log_alpha);
     const auto gamma = lambda * delta;

@@ -159,6 +159,39 @@ ParityCase moe_case(int64_t T, int64_t d, int64_t E, int64_t k, int64_t f, doubl
           }};
 }
 
+// The ssm_rotary inputs {b, c, b_bias, c_bias, delta, theta, phi0}. b and c take the run dtype (bf16
+// included); the biases, delta, theta and phi0 stay at least fp32 as the M block gives them. Delta as
+// softplus(N(0,1) - 2) (0.02 to ~2) and theta ~ N(0,1) keep |Phi| within ~30 rad over 150 steps, with
+// phi0 ~ N(0, 10^2) offsetting whole sequences. fp32 bounds (3e-5, 3e-4): Phi is a running sum, and its
+// fp32 rounding grows as sqrt(T) ulp(|Phi|) (~2e-5 rad at |Phi| 30 over 150 steps), which cos/sin turn
+// into the same absolute error on q and k (entries ~1-3); the gradients for delta and theta sum dPhi
+// over the later steps (reverse cumulative sum), 10x. The CPU reference measures <= 2e-6 on these
+// cases; the bound leaves room for the GPU's own cumsum order and FMA contraction. bf16: the driver's
+// bound (b, c rounded; measured <= 2e-3).
+ParityCase ssm_rotary_case(int64_t B, int64_t T, int64_t H, int64_t N, int64_t S, bool with_phi0) {
+  ParityCase c{"ssm_rotary",
+               shape_label({{"B", B}, {"T", T}, {"H", H}, {"N", N}, {"S", S}}).append(with_phi0 ? "_phi0" : ""),
+               kAllDtypes,
+               [=](at::Generator& g) {
+                 return std::vector<Input>{
+                     floating(random_normal({B, T, N}, g)),
+                     floating(random_normal({B, T, N}, g)),
+                     fp32_floor(1.0 + random_normal({H, N}, g, 0.5)),
+                     fp32_floor(1.0 + random_normal({H, N}, g, 0.5)),
+                     fp32_floor(torch::softplus(random_normal({B, T, H}, g) - 2.0)),
+                     fp32_floor(random_normal({B, T, S}, g)),
+                     with_phi0 ? fp32_floor(random_normal({B, H, S}, g, 10.0)) : Input{Tensor(), Kind::absent, false}};
+               },
+               [](const std::string& name, const std::vector<Tensor>& in) {
+                 const auto out = implementations().ssm_rotary.at(name)(
+                     {.b = in[0], .c = in[1], .b_bias = in[2], .c_bias = in[3], .delta = in[4], .theta = in[5],
+                      .phi0 = in[6]});
+                 return std::vector<Tensor>{out.q, out.k, out.phi_last};
+               }};
+  c.tolerance = {{torch::kFloat, {3e-5, 3e-4}}};
+  return c;
+}
+
 // Which optional inputs an ssm_scan case passes, and its decays: `extreme` mixes log alpha near 0
 // (-1e-6: alpha = 1 - 1e-6) with hard resets (-30 and -150, below the fp32 floor of the chunked
 // form) instead of the model's usual range.
@@ -343,6 +376,13 @@ const std::vector<ParityCase>& parity_cases() {
       moe_case(13, 10, 5, 2, 6, 0.6),
       moe_case(1, 7, 3, 1, 5, 0.0),
       moe_case(40, 16, 4, 2, 24, 0.0),  // d, f multiples of 8: grouped_mm without padding; uneven loads
+      // ssm_rotary: the fused kernel's block is (N/2 pairs) x (head lanes, 256 / (N/2) of them): heads
+      // spread unevenly over lanes, pass-through dims (2S < N) and none (2S == N), one token.
+      ssm_rotary_case(2, 37, 3, 16, 4, false),
+      ssm_rotary_case(1, 1, 1, 8, 2, true),
+      ssm_rotary_case(2, 150, 6, 128, 32, true),  // nam56r-small's N and S; 6 heads over 4 lanes
+      ssm_rotary_case(1, 20, 5, 12, 6, false),     // 2S == N
+      ssm_rotary_case(1, 9, 33, 6, 1, true),       // more heads than a warp, 3 pairs a row
       // ssm_scan: P and N multiples of 16 (the fused kernel's contract), T not a multiple of the chunk,
       // one token, several chunks at nam56r-small's P 64 / N 128, every optional input alone and together.
       ssm_scan_case(2, 75, 3, 16, 16, 16, {}),

@@ -271,6 +271,46 @@ TEST(BlockMamba, MatchesThePerTimestepRecurrence) {
   EXPECT_LE(relative_error(blk->forward(x).y, slow_mamba(*blk, c, x)), kFp64Tolerance);
 }
 
+// The block with `seam` = fused_cuda against the same block on the reference seam, on CUDA in fp32, for
+// each config `configure(c, variant)` gives: output and every parameter gradient. Both sides compute in
+// fp32 over 40 steps: 1e-5 on the output, 1e-4 on gradients (sums over batch and time). GPU only (the
+// caller skips elsewhere).
+template <typename Block, typename Configure>
+void expect_fused_block_matches_reference(const std::string& seam, const std::vector<int64_t>& variants,
+                                          Configure configure, uint64_t seed) {
+  const torch::Device cuda(torch::kCUDA, 0);
+  const auto fused_seams = std::make_shared<const kernels::Dispatcher>(
+      std::map<std::string, std::string>{{seam, "fused_cuda"}}, kernels::describe_device(cuda, torch::kFloat),
+      /*strict=*/true);
+  for (const int64_t variant : variants) {
+    auto c = small_config();
+    configure(c, variant);
+    SeededInit init_reference(seed, 0.3), init_fused(seed, 0.3);
+    Block reference(c, reference_seams(), init_reference), fused(c, fused_seams, init_fused);
+    reference.to(cuda);
+    fused.to(cuda);
+    auto gen = seeded_generator(seed + 1);
+    const auto x = random_normal({kBatch, 40, c.d_model}, gen, 1.0, torch::kFloat, cuda);
+    const auto projection = random_normal({kBatch, 40, c.d_model}, gen, 1.0, torch::kFloat, cuda);
+    const auto y_reference = reference.forward(x).y, y_fused = fused.forward(x).y;
+    EXPECT_LE(relative_error(y_fused, y_reference), 1e-5) << seam << " variant " << variant;
+    const auto g_reference = torch::autograd::grad({(y_reference * projection).sum()}, reference.parameters());
+    const auto g_fused = torch::autograd::grad({(y_fused * projection).sum()}, fused.parameters());
+    ASSERT_EQ(g_fused.size(), g_reference.size());
+    for (size_t i = 0; i < g_fused.size(); ++i)
+      EXPECT_LE(relative_error(g_fused[i], g_reference[i]), 1e-4) << seam << " parameter " << i << ", variant " << variant;
+  }
+}
+
+// ssm_rotary = fused_cuda (kernels/ssm_rotary/fused_cuda.cu; the scan on its reference on both sides):
+// N 8 (S 2: rotated pairs and passed-through dims) and N 64 (S 16; 32 pairs a row).
+TEST(BlockMamba, FusedRotaryMatchesTheReferenceSeamOnCuda) {
+  if (!kernels::has_implementation("ssm_rotary", "fused_cuda")) GTEST_SKIP() << "built without CUDA";
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible to LibTorch";
+  expect_fused_block_matches_reference<MambaBlock>(
+      "ssm_rotary", {8, 64}, [](ModelConfig& c, int64_t state) { c.mamba.state = state; }, 41);
+}
+
 TEST(BlockMamba, InitialisationFollowsMamba3) {
   auto c = small_config();
   c.mamba.expand = 8;  // 96 / 8 = 12 heads: enough draws to see the range
@@ -322,35 +362,13 @@ TEST(BlockRecurrent, MatchesThePerTimestepRecurrence) {
   EXPECT_LE(relative_error(blk->forward(x).y, slow_recurrent(*blk, c, x)), kFp64Tolerance);
 }
 
-// The block on recurrent_scan = fused_cuda (gates and recurrence in kernels/cuda/recurrent_scan.cu)
-// against the same block on the reference seam, on CUDA in fp32, widths on the 2-channel (10) and the
-// 4-channel (16) path: output and every parameter gradient. Both sides compute in fp32 over 40 steps:
-// 1e-5 on the output, 1e-4 on gradients (sums over batch and time). GPU only.
+// recurrent_scan = fused_cuda (gates and recurrence in kernels/recurrent_scan/fused_cuda.cu): widths on
+// the 2-channel (10) and the 4-channel (16) path.
 TEST(BlockRecurrent, FusedScanMatchesTheReferenceSeamOnCuda) {
   if (!kernels::has_implementation("recurrent_scan", "fused_cuda")) GTEST_SKIP() << "built without CUDA";
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible to LibTorch";
-  const torch::Device cuda(torch::kCUDA, 0);
-  const auto fused_seams = std::make_shared<const kernels::Dispatcher>(
-      std::map<std::string, std::string>{{"recurrent_scan", "fused_cuda"}},
-      kernels::describe_device(cuda, torch::kFloat), /*strict=*/true);
-  for (const int64_t width : {10, 16}) {
-    auto c = small_config();
-    c.recurrent.width = width;
-    SeededInit init_reference(31, 0.3), init_fused(31, 0.3);
-    RecurrentBlock reference(c, reference_seams(), init_reference), fused(c, fused_seams, init_fused);
-    reference.to(cuda);
-    fused.to(cuda);
-    auto gen = seeded_generator(32);
-    const auto x = random_normal({kBatch, 40, c.d_model}, gen, 1.0, torch::kFloat, cuda);
-    const auto projection = random_normal({kBatch, 40, c.d_model}, gen, 1.0, torch::kFloat, cuda);
-    const auto y_reference = reference.forward(x).y, y_fused = fused.forward(x).y;
-    EXPECT_LE(relative_error(y_fused, y_reference), 1e-5) << "width " << width;
-    const auto g_reference = torch::autograd::grad({(y_reference * projection).sum()}, reference.parameters());
-    const auto g_fused = torch::autograd::grad({(y_fused * projection).sum()}, fused.parameters());
-    ASSERT_EQ(g_fused.size(), g_reference.size());
-    for (size_t i = 0; i < g_fused.size(); ++i)
-      EXPECT_LE(relative_error(g_fused[i], g_reference[i]), 1e-4) << "parameter " << i << ", width " << width;
-  }
+  expect_fused_block_matches_reference<RecurrentBlock>(
+      "recurrent_scan", {10, 16}, [](ModelConfig& c, int64_t width) { c.recurrent.width = width; }, 31);
 }
 
 TEST(BlockRecurrent, LambdaStartsInTheGriffinRange) {

@@ -118,6 +118,14 @@ const std::vector<Sample>& samples() {
        "6fEEvNS2_8ScanArgsIT0_T1_EE"},
       {"recurrent_scan/fused_cuda", "recurrent_scan",
        "_ZN6ablate7kernels5fused46_GLOBAL__N__ffd5440f_13_fused_cuda_cu_362e312818ablate_rglru_carryEPKfS4_S4_Pflllb"},
+      // kernels/ssm_rotary/fused_cuda.cu (nm of the .cu object, nvcc 13.0 sm_90a build on the dev machine,
+      // 2026-11-25): the kernel names say "rotary", so outside a seam they count as rope.
+      {"ssm_rotary/fused_cuda", "rope",
+       "_ZN6ablate7kernels5fused51_GLOBAL__N__7b8dbb3e_13_fused_cuda_cu_d01f589f_651221ablate_ssm_rotary_fwdEPK6float2S5_"
+       "S5_S5_PKfPS3_S8_NS2_11RotaryShapeE"},
+      {"ssm_rotary/fused_cuda", "rope",
+       "_ZN6ablate7kernels5fused51_GLOBAL__N__7b8dbb3e_13_fused_cuda_cu_d01f589f_651221ablate_ssm_rotary_bwdEPK6float2S5_"
+       "S5_S5_S5_S5_PKfPS3_S8_PfS8_S8_NS2_11RotaryShapeE"},
       {"swiglu/fused_cuda", "elementwise",
        "_ZN6ablate7kernels5fused41_GLOBAL__N__6761dd42_9_swiglu_cu_b38752c4L17ablate_swiglu_fwdI13__nv_bfloat16Li1EEEvPKT_S7_"
        "PS5_l"},

@@ -1,0 +1,69 @@
+// kernels/ssm_rotary/bench.cpp: Mamba-3's rotary keys and queries at nam56r-small's shape (B 8, T 2048,
+// H 32, N 128, S 32; fp32 as the M block computes them), forward and forward+backward, every backend.
+// The floor is the fused kernels' own traffic: forward writes q and k (2 x B T H N fp32) and reads Phi
+// (B T H S) plus b, c; backward reads dq, dk and Phi and writes dPhi, db, dc. Phi's cumulative sum and
+// its backward (LibTorch, in both backends) are timed but not counted in the bytes.
+// Timed with CUDA events after warm-up, an L2 flush before each iteration (kernels/bench_util.h);
+// counters from the median iteration; `peak_extra_MiB`: the allocator's peak above what was allocated
+// before the step; `forward_live_MiB` (fwd_bwd): what a forward leaves allocated until its backward, the
+// outputs q, k (2 x 268 MiB here) and everything saved for backward. Run: build/bench/kernels_bench
+// --benchmark_filter=ssm_rotary
+#include "kernels/bench_util.h"
+
+#if defined(ABLATE_HAVE_CUDA)
+namespace ablate::kernels::bench {
+namespace {
+
+using torch::Tensor;
+
+void ssm_rotary_bench(benchmark::State& st, std::string backend, bool backward) {
+  const torch::Device cuda(torch::kCUDA, 0);
+  const auto& fn = implementations().ssm_rotary.at(backend);
+  const auto opts = torch::TensorOptions(cuda).dtype(torch::kFloat);
+  constexpr int64_t B = 8, T = 2048, H = 32, N = 128, S = 32;
+  auto b = torch::randn({B, T, N}, opts).requires_grad_(backward);
+  auto c = torch::randn({B, T, N}, opts).requires_grad_(backward);
+  auto b_bias = (1 + 0.5 * torch::randn({H, N}, opts)).requires_grad_(backward);
+  auto c_bias = (1 + 0.5 * torch::randn({H, N}, opts)).requires_grad_(backward);
+  auto delta = torch::softplus(torch::randn({B, T, H}, opts) - 4).requires_grad_(backward);
+  auto theta = torch::randn({B, T, S}, opts).requires_grad_(backward);
+  const auto gq = torch::randn({B, T, H, N}, opts), gk = torch::randn({B, T, H, N}, opts);
+  const double f32 = 4.0, qk = double(B) * T * H * N, angles = double(B) * T * H * S, rows = double(B) * T * N;
+  double bytes = f32 * (2 * qk + angles + 2 * rows);
+  if (backward) bytes += f32 * (2 * qk + 2 * angles + 4 * rows);
+  c10::AutoGradMode grad_mode(backward);
+  const auto step = [&] {
+    const auto out = fn({.b = b, .c = c, .b_bias = b_bias, .c_bias = c_bias, .delta = delta, .theta = theta, .phi0 = {}});
+    if (backward) torch::autograd::grad({out.q, out.k}, {b, c, b_bias, c_bias, delta, theta}, {gq, gk});
+  };
+  st.counters["peak_extra_MiB"] = peak_extra_mib(step);
+  if (backward) {
+    const auto allocated = [] {
+      const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+      return double(c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[agg].current);
+    };
+    torch::cuda::synchronize();
+    const double before = allocated();
+    const auto out = fn({.b = b, .c = c, .b_bias = b_bias, .c_bias = c_bias, .delta = delta, .theta = theta, .phi0 = {}});
+    torch::cuda::synchronize();
+    st.counters["forward_live_MiB"] = (allocated() - before) / (1 << 20);
+  }
+  timed(st, bytes, step);
+}
+
+}  // namespace
+}  // namespace ablate::kernels::bench
+
+ABLATE_BENCHMARKS(ssm_rotary) {
+  using namespace ablate::kernels::bench;
+  if (!torch::cuda::is_available()) return;
+  for (const std::string backend : {"reference", "fused_cuda"}) {
+    if (!ablate::kernels::has_implementation("ssm_rotary", backend)) continue;
+    for (const bool backward : {false, true})
+      benchmark::RegisterBenchmark(("ssm_rotary/" + backend + (backward ? "/fwd_bwd" : "/fwd") + "/fp32").c_str(),
+                                   ssm_rotary_bench, backend, backward)
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+  }
+}
+#endif  // ABLATE_HAVE_CUDA

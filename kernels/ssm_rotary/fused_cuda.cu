@@ -1,0 +1,253 @@
+// kernels/ssm_rotary/fused_cuda.cu: backend `fused_cuda` of the `ssm_rotary` seam (Mamba-3's rotary keys
+// and queries, docs/model.md "M"). The reference (kernels/ssm_rotary/reference.cpp) builds the biased
+// B^ + b_B and C^ + c_C per head, cos and sin, two products per component and their stack, each a
+// [B,T,H,N] fp32 tensor through memory and most of them kept for backward: at nam56r-small (B 8, T 2048,
+// H 32, N 128) that is ~268 MB a tensor and the largest share of the M block's glue time. Here:
+//   forward  the angles Phi = cumsum_t(delta pi tanh(theta)) in LibTorch ops (shared with the reference:
+//            reference::ssm_rotary_angles), then ablate_ssm_rotary_fwd writes q and k in one pass
+//            (bias added, pairs turned by sincosf(Phi), the tail dims passed through);
+//   backward ablate_ssm_rotary_bwd, one pass over dq, dk: d Phi = (-g0 k1 + g1 k0) summed over q and
+//            k, d b and d c = Rot^T g summed over the heads (in shared memory, a fixed order), and the
+//            bias gradients summed over the block's rows into one partial per block, added up by a
+//            LibTorch sum (no atomics: the result is the same on every run on one GPU model). Phi's
+//            gradient then flows through LibTorch's cumsum backward into delta and theta.
+// Saved for backward: b, c [B,T,N], the biases and Phi [B,T,H,S] (q, k, cos and sin are recomputed).
+// Arithmetic in fp32 (fp32 or bf16 inputs are converted; outputs fp32 as the contract says).
+// Layout: a block owns whole rows (b, t): thread x = pair index p < N/2, thread y = a lane of heads; each
+// thread reads its pair of b and c once per row and walks its heads, so every q, k access is an 8-byte
+// access and a warp covers consecutive pairs (coalesced).
+// Tests: kernels_tests --gtest_filter='*Parity*ssm_rotary*'. Benchmark: build/bench/kernels_bench
+// --benchmark_filter=ssm_rotary.
+// Without a CUDA compiler this file is compiled as C++ with everything but the registration left out
+// (kernels/registry.h): the row stays listed, unavailable as "built without CUDA".
+#include "kernels/registry.h"
+#include "kernels/ssm_rotary/reference.h"
+
+#if defined(__CUDACC__)
+#include <algorithm>
+
+#include "kernels/cuda_common.cuh"
+#include "kernels/numerics.h"
+
+namespace ablate::kernels::fused {
+namespace {
+
+using torch::Tensor;
+
+struct RotaryShape {
+  int64_t rows;  // B * T
+  int heads;     // H
+  int half;      // N / 2: pairs a row
+  int turned;    // S: the leading pairs that rotate
+};
+
+__device__ __forceinline__ float2 turn(float2 v, float c, float s) { return {v.x * c - v.y * s, v.x * s + v.y * c}; }
+__device__ __forceinline__ float2 add(float2 a, float2 b) { return {a.x + b.x, a.y + b.y}; }
+
+// q, k [rows, H, N] from b, c [rows, N], biases [H, N], phi [rows, H, S]; all fp32, contiguous, 8-byte
+// aligned (float2 = one pair).
+__global__ void ablate_ssm_rotary_fwd(const float2* __restrict__ b, const float2* __restrict__ c,
+                                      const float2* __restrict__ b_bias, const float2* __restrict__ c_bias,
+                                      const float* __restrict__ phi, float2* __restrict__ q, float2* __restrict__ k,
+                                      RotaryShape shape) {
+  const int p = threadIdx.x;  // blockDim.x == half
+  for (int64_t row = blockIdx.x; row < shape.rows; row += gridDim.x) {
+    const float2 bv = b[row * shape.half + p], cv = c[row * shape.half + p];
+    for (int h = threadIdx.y; h < shape.heads; h += blockDim.y) {
+      float2 ku = add(bv, b_bias[h * shape.half + p]), qu = add(cv, c_bias[h * shape.half + p]);
+      const int64_t head_row = row * shape.heads + h;
+      if (p < shape.turned) {
+        float sn, cs;
+        sincosf(phi[head_row * shape.turned + p], &sn, &cs);
+        ku = turn(ku, cs, sn);
+        qu = turn(qu, cs, sn);
+      }
+      k[head_row * shape.half + p] = ku;
+      q[head_row * shape.half + p] = qu;
+    }
+  }
+}
+
+// Dynamic shared memory: the block's bias-gradient sums [H][half] for b and for c (each slot owned by
+// one thread: no synchronisation), then one row's per-head-lane sums [blockDim.y][half] for b and c.
+// dq or dk may be null (an output without a gradient: zeros).
+__global__ void ablate_ssm_rotary_bwd(const float2* __restrict__ dq, const float2* __restrict__ dk,
+                                      const float2* __restrict__ b, const float2* __restrict__ c,
+                                      const float2* __restrict__ b_bias, const float2* __restrict__ c_bias,
+                                      const float* __restrict__ phi, float2* __restrict__ db, float2* __restrict__ dc,
+                                      float* __restrict__ dphi, float2* __restrict__ db_bias_part,
+                                      float2* __restrict__ dc_bias_part, RotaryShape shape) {
+  extern __shared__ float2 smem[];
+  const int p = threadIdx.x, lane = threadIdx.y, lanes = blockDim.y, half = shape.half;
+  float2* bias_b = smem;
+  float2* bias_c = bias_b + shape.heads * half;
+  float2* row_b = bias_c + shape.heads * half;
+  float2* row_c = row_b + lanes * half;
+  for (int h = lane; h < shape.heads; h += lanes) bias_b[h * half + p] = bias_c[h * half + p] = float2{0.f, 0.f};
+  const float2 zero{0.f, 0.f};
+  for (int64_t row = blockIdx.x; row < shape.rows; row += gridDim.x) {  // the same trip count in every thread
+    const float2 bv = b[row * half + p], cv = c[row * half + p];
+    float2 sum_b = zero, sum_c = zero;
+    for (int h = lane; h < shape.heads; h += lanes) {
+      const int64_t head_row = row * shape.heads + h, at = head_row * half + p;
+      const float2 gk = dk != nullptr ? dk[at] : zero, gq = dq != nullptr ? dq[at] : zero;
+      float2 du_k = gk, du_q = gq;  // d(b + bias), d(c + bias): Rot^T g on turned pairs, g on the rest
+      if (p < shape.turned) {
+        float sn, cs;
+        sincosf(phi[head_row * shape.turned + p], &sn, &cs);
+        const float2 kr = turn(add(bv, b_bias[h * half + p]), cs, sn);
+        const float2 qr = turn(add(cv, c_bias[h * half + p]), cs, sn);
+        // d/dPhi of (u c - v s, u s + v c) is (-(u s + v c), u c - v s) = (-k1, k0).
+        dphi[head_row * shape.turned + p] = (gk.y * kr.x - gk.x * kr.y) + (gq.y * qr.x - gq.x * qr.y);
+        du_k = turn(gk, cs, -sn);
+        du_q = turn(gq, cs, -sn);
+      }
+      sum_b = add(sum_b, du_k);
+      sum_c = add(sum_c, du_q);
+      bias_b[h * half + p] = add(bias_b[h * half + p], du_k);
+      bias_c[h * half + p] = add(bias_c[h * half + p], du_q);
+    }
+    row_b[lane * half + p] = sum_b;
+    row_c[lane * half + p] = sum_c;
+    __syncthreads();
+    if (lane == 0) {
+      float2 total_b = row_b[p], total_c = row_c[p];
+      for (int l = 1; l < lanes; ++l) {
+        total_b = add(total_b, row_b[l * half + p]);
+        total_c = add(total_c, row_c[l * half + p]);
+      }
+      db[row * half + p] = total_b;
+      dc[row * half + p] = total_c;
+    }
+    __syncthreads();  // row_b / row_c are rewritten by the next row
+  }
+  for (int h = lane; h < shape.heads; h += lanes) {
+    const int64_t at = (int64_t(blockIdx.x) * shape.heads + h) * half + p;
+    db_bias_part[at] = bias_b[h * half + p];
+    dc_bias_part[at] = bias_c[h * half + p];
+  }
+}
+
+// Threads a block: x = the N/2 pairs of a row, y = head lanes up to ~256 threads in all.
+dim3 block_for(const RotaryShape& shape) {
+  const int lanes = std::max(1, std::min(shape.heads, 256 / shape.half));
+  return dim3(static_cast<unsigned>(shape.half), static_cast<unsigned>(lanes));
+}
+
+size_t backward_smem_bytes(const RotaryShape& shape, const dim3& block) {
+  return sizeof(float2) * static_cast<size_t>(shape.half) * (2 * static_cast<size_t>(shape.heads) + 2 * block.y);
+}
+
+// fp32, contiguous, on the device of `like`, and 8-byte aligned for float2 access (a view starting at
+// an odd element is copied).
+Tensor pairs_ready(const Tensor& t, const Tensor& like, const char* what) {
+  Tensor out = on_device(t.to(torch::kFloat), like, what);
+  if (reinterpret_cast<std::uintptr_t>(out.data_ptr()) % 8 != 0) out = out.clone();
+  return out;
+}
+
+template <typename T>
+const T* as(const Tensor& t) {
+  return reinterpret_cast<const T*>(t.data_ptr());
+}
+template <typename T>
+T* as_mut(Tensor& t) {
+  return reinterpret_cast<T*>(t.data_ptr());
+}
+
+class SsmRotaryFunction : public torch::autograd::Function<SsmRotaryFunction> {
+ public:
+  // b, c [B,T,N]; b_bias, c_bias [H,N]; phi [B,T,H,S] -> q, k [B,T,H,N], all fp32.
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const Tensor& b_in,
+                                                const Tensor& c_in, const Tensor& b_bias_in, const Tensor& c_bias_in,
+                                                const Tensor& phi_in) {
+    const Tensor b = pairs_ready(b_in, b_in, "b"), c = pairs_ready(c_in, b_in, "c");
+    const Tensor b_bias = pairs_ready(b_bias_in, b_in, "b_bias"), c_bias = pairs_ready(c_bias_in, b_in, "c_bias");
+    const Tensor phi = on_device(phi_in, b_in, "phi");
+    const int64_t B = b.size(0), T = b.size(1), N = b.size(2), H = b_bias.size(0), S = phi.size(3);
+    TORCH_CHECK(N % 2 == 0 && N / 2 <= 1024, "ssm_rotary fused_cuda: N must be even and at most 2048, got ", N);
+    const RotaryShape shape{B * T, static_cast<int>(H), static_cast<int>(N / 2), static_cast<int>(S)};
+    Tensor q = torch::empty({B, T, H, N}, b.options()), k = torch::empty({B, T, H, N}, b.options());
+    if (shape.rows > 0 && H > 0) {
+      const dim3 block = block_for(shape);
+      const auto grid = static_cast<unsigned>(std::min<int64_t>(shape.rows, int64_t(sm_count()) * 16));
+      ablate_ssm_rotary_fwd<<<grid, block, 0, at::cuda::getCurrentCUDAStream()>>>(
+          as<float2>(b), as<float2>(c), as<float2>(b_bias), as<float2>(c_bias), phi.data_ptr<float>(),
+          as_mut<float2>(q), as_mut<float2>(k), shape);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+    ctx->save_for_backward({b, c, b_bias, c_bias, phi});
+    return {q, k};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const Tensor &b = saved[0], &c = saved[1], &b_bias = saved[2], &c_bias = saved[3], &phi = saved[4];
+    const int64_t B = b.size(0), T = b.size(1), N = b.size(2), H = b_bias.size(0), S = phi.size(3);
+    const RotaryShape shape{B * T, static_cast<int>(H), static_cast<int>(N / 2), static_cast<int>(S)};
+    // An output without a gradient is read as zeros (a null pointer), not materialised.
+    const Tensor dq = grads[0].defined() ? pairs_ready(grads[0], b, "dq") : Tensor();
+    const Tensor dk = grads[1].defined() ? pairs_ready(grads[1], b, "dk") : Tensor();
+    if (shape.rows == 0 || H == 0 || (!dq.defined() && !dk.defined()))
+      return {torch::zeros_like(b), torch::zeros_like(c), torch::zeros_like(b_bias), torch::zeros_like(c_bias),
+              torch::zeros_like(phi)};
+    // Every element of these is written by the kernel.
+    Tensor db = torch::empty_like(b), dc = torch::empty_like(c), dphi = torch::empty_like(phi);
+    const dim3 block = block_for(shape);
+    const auto grid = static_cast<unsigned>(std::min<int64_t>(shape.rows, int64_t(sm_count()) * 4));
+    const size_t smem = backward_smem_bytes(shape, block);
+    const auto* props = at::cuda::getCurrentDeviceProperties();
+    TORCH_CHECK(smem <= props->sharedMemPerBlockOptin, "ssm_rotary fused_cuda: H x N = ", H, " x ", N, " needs ", smem,
+                " bytes of shared memory for its bias gradients, more than the device's ", props->sharedMemPerBlockOptin,
+                "; use backend ssm_rotary = \"reference\" for this shape");
+    if (smem > 48 * 1024)
+      C10_CUDA_CHECK(cudaFuncSetAttribute(ablate_ssm_rotary_bwd, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+    Tensor db_bias_part = torch::empty({int64_t(grid), H, N}, b.options());
+    Tensor dc_bias_part = torch::empty({int64_t(grid), H, N}, b.options());
+    ablate_ssm_rotary_bwd<<<grid, block, smem, at::cuda::getCurrentCUDAStream()>>>(
+        dq.defined() ? as<float2>(dq) : nullptr, dk.defined() ? as<float2>(dk) : nullptr, as<float2>(b),
+        as<float2>(c), as<float2>(b_bias), as<float2>(c_bias), phi.data_ptr<float>(), as_mut<float2>(db),
+        as_mut<float2>(dc), dphi.data_ptr<float>(), as_mut<float2>(db_bias_part), as_mut<float2>(dc_bias_part), shape);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return {db, dc, db_bias_part.sum(0), dc_bias_part.sum(0), dphi};
+  }
+};
+
+reference::SsmRotaryDims check_fused_args(const SsmRotaryInputs& in) {
+  const auto d = reference::check_ssm_rotary_args(in);
+  for (const auto* t : {&in.b, &in.c, &in.b_bias, &in.c_bias, &in.delta, &in.theta, &in.phi0})
+    TORCH_CHECK(!t->defined() || t->is_cuda(), "ssm_rotary fused_cuda: every input must be a CUDA tensor");
+  return d;
+}
+
+SsmRotaryOutputs ssm_rotary(const SsmRotaryInputs& in) {
+  const auto d = check_fused_args(in);
+  NoAutocastScope no_autocast;
+  const Tensor phi = reference::ssm_rotary_angles(in, torch::kFloat);
+  // The conversions stay outside the Function, so autograd casts each gradient back to its input's dtype.
+  auto qk = SsmRotaryFunction::apply(in.b.to(torch::kFloat), in.c.to(torch::kFloat), in.b_bias.to(torch::kFloat),
+                                     in.c_bias.to(torch::kFloat), phi);
+  return {.q = qk[0], .k = qk[1], .phi_last = reference::ssm_rotary_last_angle(in, phi, d)};
+}
+
+}  // namespace
+}  // namespace ablate::kernels::fused
+#endif  // __CUDACC__
+
+namespace ablate::kernels {
+
+ABLATE_REGISTER_BACKENDS(ssm_rotary_fused_cuda) {
+  registry.ssm_rotary({.name = "fused_cuda",
+                       .role = Role::experimental,
+                       .fallback = "reference",
+                       .kernel_patterns = {"ablate_ssm_rotary_"},
+                       .description = "kernels/ssm_rotary/fused_cuda.cu: q and k written in one pass (per-head "
+                                      "bias, pairs turned by sincosf(Phi)), backward one pass (bias gradients "
+                                      "by per-block partials, no atomics); Phi's cumsum in LibTorch ops",
+                       .unavailable_reason = &availability::hopper_fp32_or_bf16},
+                      ABLATE_CUDA_ONLY(&fused::ssm_rotary));
+}
+
+}  // namespace ablate::kernels
