@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -78,6 +79,25 @@ std::optional<std::string> recorded_role(receipts::Store& store, const std::vect
   return rows[0]["role"].get<std::string>();
 }
 
+// Fills the fallback and mismatch lists from the evidence runs' run_backends rows at the seam (a run
+// without a row there, e.g. an old receipt, is not judged on this).
+void check_backends_ran(receipts::Store& store, GateResult& r, const GateOptions& o) {
+  auto rows_of = [&](const Side& side) {
+    return store.query("SELECT run_id, chosen, mismatch FROM run_backends WHERE seam = ? AND run_id IN "
+                       "(SELECT value FROM json_each(?)) ORDER BY run_id",
+                       {o.seam, json(side.evidence_ids()).dump()});
+  };
+  for (const auto& row : rows_of(r.comparison.b)) {
+    if (row["chosen"].get<std::string>() != o.backend) r.fallback_candidate_runs.push_back(row["run_id"].get<std::int64_t>());
+    if (!row["mismatch"].is_null() && row["mismatch"].get<std::int64_t>() == 1)
+      r.mismatched_runs.push_back(row["run_id"].get<std::int64_t>());
+  }
+  for (const auto& row : rows_of(r.comparison.a))
+    if (!row["mismatch"].is_null() && row["mismatch"].get<std::int64_t>() == 1)
+      r.mismatched_runs.push_back(row["run_id"].get<std::int64_t>());
+  std::sort(r.mismatched_runs.begin(), r.mismatched_runs.end());
+}
+
 std::optional<std::int64_t> common_matrix(const Comparison& c) {
   std::optional<std::int64_t> matrix;
   for (const Side* side : {&c.a, &c.b}) {
@@ -107,18 +127,37 @@ void decide(GateResult& r) {
   } else {
     r.reasons.push_back("final loss not recorded on both sides: the loss check cannot be made");
   }
+  // Runs that did not run what they asked for at the seam: no verdict on speed or memory either way.
+  const bool ran_as_asked = r.fallback_candidate_runs.empty() && r.mismatched_runs.empty();
+  if (!r.fallback_candidate_runs.empty())
+    r.reasons.push_back(fmt::format("candidate run(s) {} fell back to another backend at {} (run_backends.chosen): "
+                                    "they did not run {}, so their timings say nothing about it",
+                                    fmt::join(r.fallback_candidate_runs, ", "), r.seam, r.backend));
+  if (!r.mismatched_runs.empty())
+    r.reasons.push_back(fmt::format("run(s) {} ran kernels of another backend than the chosen one at {} "
+                                    "(run_backends.mismatch): requested is not observed, no verdict on speed",
+                                    fmt::join(r.mismatched_runs, ", "), r.seam));
   if (c.step_ratio) {
     r.reasons.push_back(fmt::format("step time candidate/baseline {:.4f} [{:.4f}, {:.4f}]: {}", c.step_ratio->ratio,
                                     c.step_ratio->low, c.step_ratio->high, to_string(c.verdict)));
   }
-  if (c.verdict == Difference::slower) drop = true;
+  if (c.verdict == Difference::slower && ran_as_asked) drop = true;
+  bool memory_ok = true;
+  if (r.memory_relative_increase) {
+    memory_ok = *r.memory_relative_increase <= r.memory_tolerance;
+    r.reasons.push_back(fmt::format("peak memory {:.3f} GiB vs baseline {:.3f} GiB: {:+.1f} %, tolerance +{:.1f} % ({})",
+                                    *r.candidate_peak_memory / 1073741824.0, *r.baseline_peak_memory / 1073741824.0,
+                                    *r.memory_relative_increase * 100, r.memory_tolerance * 100,
+                                    memory_ok ? "ok" : "grew beyond tolerance"));
+    if (!memory_ok && ran_as_asked) drop = true;
+  }
   if (c.verdict == Difference::unreliable) {
     r.reasons.push_back(fmt::format("{} baseline and {} candidate evidence run(s): at least {} a side are needed",
                                     c.a.evidence.size(), c.b.evidence.size(), kMinRepeats));
   }
   if (drop) {
     r.verdict = Verdict::drop;
-  } else if (c.verdict == Difference::faster && loss_ok) {
+  } else if (c.verdict == Difference::faster && loss_ok && memory_ok && ran_as_asked) {
     r.verdict = Verdict::keep;
   } else {
     r.verdict = Verdict::inconclusive;
@@ -131,6 +170,7 @@ GateResult evaluate_gate(receipts::Store& store, const std::vector<std::int64_t>
                          const std::vector<std::int64_t>& candidate_ids, const GateOptions& options) {
   if (options.seam.empty() || options.backend.empty()) throw std::invalid_argument("the gate needs a seam and a backend");
   if (!(options.loss_tolerance >= 0)) throw std::invalid_argument("the loss tolerance must be >= 0");
+  if (!(options.memory_tolerance >= 0)) throw std::invalid_argument("the memory tolerance must be >= 0");
   GateResult r;
   r.seam = options.seam;
   r.backend = options.backend;
@@ -149,6 +189,12 @@ GateResult evaluate_gate(receipts::Store& store, const std::vector<std::int64_t>
     const double scale = *r.baseline_final_loss == 0 ? 1.0 : std::abs(*r.baseline_final_loss);
     r.loss_relative_difference = std::abs(*r.candidate_final_loss - *r.baseline_final_loss) / scale;
   }
+  r.memory_tolerance = options.memory_tolerance;
+  r.baseline_peak_memory = r.comparison.a.median_peak_memory_bytes;
+  r.candidate_peak_memory = r.comparison.b.median_peak_memory_bytes;
+  if (r.baseline_peak_memory && r.candidate_peak_memory && *r.baseline_peak_memory > 0)
+    r.memory_relative_increase = (*r.candidate_peak_memory - *r.baseline_peak_memory) / *r.baseline_peak_memory;
+  check_backends_ran(store, r, options);
   r.catalog_role = recorded_role(store, candidate_ids, options);
   r.matrix_id = common_matrix(r.comparison);
   decide(r);
@@ -178,6 +224,12 @@ nlohmann::json to_json(const GateResult& r) {
           {"loss_relative_difference", value_or_null(r.loss_relative_difference)},
           {"loss_tolerance", r.loss_tolerance},
           {"failed_candidate_runs", r.failed_candidate_runs},
+          {"baseline_peak_memory_bytes", value_or_null(r.baseline_peak_memory)},
+          {"candidate_peak_memory_bytes", value_or_null(r.candidate_peak_memory)},
+          {"memory_relative_increase", value_or_null(r.memory_relative_increase)},
+          {"memory_tolerance", r.memory_tolerance},
+          {"fallback_candidate_runs", r.fallback_candidate_runs},
+          {"mismatched_runs", r.mismatched_runs},
           {"catalog_role", value_or_null(r.catalog_role)},
           {"matrix_id", value_or_null(r.matrix_id)},
           {"evidence_run_ids", r.decision().evidence_run_ids},

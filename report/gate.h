@@ -2,12 +2,18 @@
 // from receipts: baseline runs against candidate runs that differ only in backends.<seam>.
 //   KEEP          the candidate is faster on median step time with the 95 % interval of the ratio
 //                 excluding 1 (>= 3 evidence runs a side), its final loss is within the tolerance of the
-//                 baseline's, and none of its runs failed;
-//   DROP          a candidate run failed, or the final loss is out of tolerance, or it is slower with
-//                 the interval excluding 1;
-//   INCONCLUSIVE  otherwise (noise, too few repeats, no final loss recorded).
-// Parity tests, fallbacks and warm-up/capture failures are not in the receipts yet, so they are not
-// judged here. Tests: tests/report/gate_test.cpp (report_tests).
+//                 baseline's, its median peak memory grew by no more than the memory tolerance, none of
+//                 its runs failed, and every run really ran what it asked for at the seam;
+//   DROP          a candidate run failed, or the final loss is out of tolerance, or (the candidate
+//                 having run) it is slower with the interval excluding 1 or its peak memory grew beyond
+//                 the tolerance;
+//   INCONCLUSIVE  otherwise (noise, too few repeats, no final loss recorded), and whenever a run's
+//                 receipt says another backend ran at the seam: a candidate run that fell back (its
+//                 chosen backend is not the candidate), or a profiled run of either side whose kernels
+//                 matched another backend than the chosen one (run_backends.mismatch). Requested is
+//                 not observed: such runs are no evidence about the backend, for or against.
+// Parity tests and warm-up/capture failures are not in the receipts yet, so they are not judged here.
+// Tests: tests/report/gate_test.cpp (report_tests).
 #pragma once
 
 #include <optional>
@@ -21,7 +27,8 @@ namespace ablate::report {
 struct GateOptions {
   std::string seam;
   std::string backend;
-  double loss_tolerance = 0.02;  // relative difference of median final loss allowed
+  double loss_tolerance = 0.02;    // relative difference of median final loss allowed
+  double memory_tolerance = 0.10;  // relative growth of median peak memory allowed
   CompareOptions compare;
 };
 
@@ -34,6 +41,13 @@ struct GateResult {
   std::optional<double> loss_relative_difference;                   // |candidate - baseline| / |baseline|
   double loss_tolerance = 0;
   std::vector<std::int64_t> failed_candidate_runs;  // status failed or abandoned
+  std::optional<double> baseline_peak_memory, candidate_peak_memory;  // medians over evidence runs, bytes
+  std::optional<double> memory_relative_increase;                     // (candidate - baseline) / baseline
+  double memory_tolerance = 0;
+  // From run_backends at the seam (evidence runs): candidate runs whose chosen backend is not the
+  // candidate (a fallback), and profiled runs of either side whose observed kernels contradict the
+  // chosen backend. Either makes the speed and memory comparison say nothing about the backend.
+  std::vector<std::int64_t> fallback_candidate_runs, mismatched_runs;
   std::optional<std::string> catalog_role;          // role of seam/backend in the candidate runs' catalog
   std::optional<std::int64_t> matrix_id;            // when every evidence run comes from one matrix
 

@@ -214,6 +214,7 @@ json interval_json(const std::optional<RatioInterval>& i) {
 
 json scaling_json(const ScalingFacts& s) {
   return {{"world_size", value_or_null(s.world_size)},
+          {"mixed_world_sizes", s.mixed_world},
           {"tokens_per_s_per_gpu", value_or_null(s.tokens_per_s_per_gpu)},
           {"efficiency_vs_1_gpu", value_or_null(s.efficiency)},
           {"comm_share", value_or_null(s.comm_share)},

@@ -41,6 +41,9 @@ void register_gate(CLI::App& app, Globals& g) {
       ->check(CLI::IsMember(receipts::backend_roles()));
   cmd->add_option("--loss-tolerance", options.loss_tolerance, "relative final-loss difference allowed (default 0.02)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--memory-tolerance", options.memory_tolerance,
+                  "relative growth of median peak memory allowed before DROP (default 0.10)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--allow-mismatch", options.compare.allow_mismatch,
                 "gate even when environment, harness revision or other spec fields differ (marked)");
   cmd->add_flag("--json", as_json, "print JSON");

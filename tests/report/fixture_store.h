@@ -35,6 +35,11 @@ struct FixtureRun {
   std::string name;
   std::optional<std::int64_t> matrix_id;  // with cell: the run belongs to that matrix cell (repeat 0)
   std::string cell;
+  // Data parallel: summary.extra.distributed as the runner writes it (null: one process), and the
+  // job's tokens/s (default: 1000 tokens a step over step_ms).
+  nlohmann::json distributed;
+  std::optional<double> tokens_per_s;
+  std::int64_t peak_memory_bytes = std::int64_t{1} << 30;
 };
 
 class FixtureStore {
@@ -80,11 +85,12 @@ class FixtureStore {
     receipts::RunSummary summary;
     summary.steps = 100;
     summary.median_step_ms = run.step_ms;
-    summary.tokens_per_s = 1e6 / run.step_ms;  // a fixed 1000 tokens a step
+    summary.tokens_per_s = run.tokens_per_s.value_or(1e6 / run.step_ms);  // default: 1000 tokens a step
     if (run.with_goodput) summary.goodput_pct = 90.0;
-    summary.peak_memory_bytes = std::int64_t{1} << 30;
+    summary.peak_memory_bytes = run.peak_memory_bytes;
     summary.flops_version = "v1";
     summary.extra = {{"final_loss", run.final_loss}};
+    if (!run.distributed.is_null()) summary.extra["distributed"] = run.distributed;
     const bool ok = run.status == receipts::RunStatus::ok;
     store_.finish_run(id, run.status, ok ? "" : "CUDA out of memory", summary);
     return id;

@@ -1,5 +1,6 @@
 // tests/report/gate_test.cpp: report::evaluate_gate on fixture receipt stores: clear win (KEEP), clear
 // loss and failed candidate runs (DROP), noise and missing repeats (INCONCLUSIVE), a final-loss mismatch,
+// peak memory growth, runs that did not run the backend they asked for (fallback, observed mismatch),
 // backend and spec checks, and the stored decision.
 // Build and run: ninja -C build-report report_tests && build-report/tests/report_tests --gtest_filter='Gate*'
 #include <gtest/gtest.h>
@@ -108,6 +109,65 @@ TEST(Gate, FailedCandidateRunIsDropAndCitedAsEvidence) {
   EXPECT_EQ(r.decision().evidence_run_ids.back(), crashed_id);
   // Tag selectors with failures included find it too.
   EXPECT_EQ(select_runs(f.store(), "tag:flash", true).back(), crashed_id);
+}
+
+// A faster candidate that needs 30 % more memory is dropped at the default +10 % tolerance, kept when
+// the tolerance allows it; less memory is never held against it.
+TEST(Gate, PeakMemoryGrowthBeyondToleranceIsDrop) {
+  FixtureStore f;
+  const auto baseline = f.add_group("ref", {100, 101, 99});
+  FixtureRun hungry = with_backend("sdpa_flash");
+  hungry.peak_memory_bytes = static_cast<std::int64_t>(1.3 * (1 << 30));
+  const auto candidate = f.add_group("flash", {80, 81, 79}, hungry);
+  const auto r = evaluate_gate(f.store(), baseline, candidate, attention_flash());
+  EXPECT_EQ(r.verdict, Verdict::drop);
+  EXPECT_NEAR(*r.memory_relative_increase, 0.3, 1e-9);
+  EXPECT_TRUE(mentions(r, "+30.0 %, tolerance +10.0 % (grew beyond tolerance)")) << render_text(r);
+  auto loose = attention_flash();
+  loose.memory_tolerance = 0.5;
+  EXPECT_EQ(evaluate_gate(f.store(), baseline, candidate, loose).verdict, Verdict::keep);
+
+  FixtureRun lean = with_backend("sdpa_flash");
+  lean.peak_memory_bytes = 1 << 29;
+  const auto smaller = f.add_group("lean", {80, 81, 79}, lean);
+  const auto kept = evaluate_gate(f.store(), baseline, smaller, attention_flash());
+  EXPECT_EQ(kept.verdict, Verdict::keep);
+  EXPECT_TRUE(mentions(kept, "-50.0 %")) << render_text(kept);
+  EXPECT_THROW(evaluate_gate(f.store(), baseline, candidate, [] {
+                 auto o = attention_flash();
+                 o.memory_tolerance = -1;
+                 return o;
+               }()),
+               std::invalid_argument);
+}
+
+// Requested is not observed: candidate runs that fell back to the reference, or a profiled run whose
+// kernels matched another backend, are no evidence about the backend: neither KEEP for a "win" nor DROP
+// for a "loss"; the reason names the runs.
+TEST(Gate, RunsThatDidNotRunTheBackendAreNoEvidence) {
+  FixtureStore f;
+  const auto baseline = f.add_group("ref", {100, 101, 99});
+  FixtureRun fell_back = with_backend("sdpa_flash");
+  fell_back.backends = {{"attention", "sdpa_flash", "reference", std::nullopt, "sdpa_flash needs a CUDA device", std::nullopt}};
+  const auto slow = f.add_group("fallback", {120, 121, 119}, fell_back);
+  const auto r = evaluate_gate(f.store(), baseline, slow, attention_flash());
+  EXPECT_EQ(r.verdict, Verdict::inconclusive);
+  EXPECT_EQ(r.fallback_candidate_runs, slow);
+  EXPECT_TRUE(mentions(r, "fell back to another backend at attention")) << render_text(r);
+
+  FixtureRun mismatched = with_backend("sdpa_flash");
+  mismatched.backends = {{"attention", "sdpa_flash", "sdpa_flash", std::string("sdpa_efficient"), "", true}};
+  const auto fast = f.add_group("mismatch", {80, 81, 79}, mismatched);
+  const auto m = evaluate_gate(f.store(), baseline, fast, attention_flash());
+  EXPECT_EQ(m.verdict, Verdict::inconclusive);
+  EXPECT_EQ(m.mismatched_runs, fast);
+  EXPECT_TRUE(mentions(m, "requested is not observed")) << render_text(m);
+  EXPECT_EQ(to_json(m)["mismatched_runs"].size(), 3u);
+
+  FixtureRun observed = with_backend("sdpa_flash");
+  observed.backends = {{"attention", "sdpa_flash", "sdpa_flash", std::string("sdpa_flash"), "", false}};
+  const auto clean = f.add_group("observed", {80, 81, 79}, observed);
+  EXPECT_EQ(evaluate_gate(f.store(), baseline, clean, attention_flash()).verdict, Verdict::keep);
 }
 
 TEST(Gate, CandidateAndBaselineMustDifferInTheBackendUnderTest) {

@@ -70,6 +70,69 @@ TEST(Report, MarkdownMatchesTheGoldenFile) {
   }
 }
 
+// Data parallel cells: tokens/s per GPU against the 1-GPU cell, communication share (null on Gloo)
+// and straggler ratio as medians of the runs' summary.extra.distributed; a report without a
+// multi-GPU cell has no Scaling section.
+TEST(Report, ScalingSectionForDataParallelCells) {
+  FixtureStore f;
+  FixtureRun one;
+  one.name = "dp1";
+  f.add_group("dp", {100, 100, 100}, one);  // 1000 tokens a step: 10000 tokens/s
+  FixtureRun two;
+  two.name = "dp2";
+  two.step_ms = 105;
+  two.tokens_per_s = 2000 / 0.105;  // the job's 2000 tokens a step at 105 ms: 9523.8 per GPU
+  for (const double share : {0.08, 0.10, 0.12}) {
+    two.distributed = {{"world_size", 2}, {"backend", "nccl"}, {"comm_share", share}, {"comm_wait_share", 0.01},
+                       {"straggler_ratio", 1.0 + share / 5}};
+    f.add("dp", two);
+  }
+  FixtureRun gloo = two;
+  gloo.name = "gloo2";
+  gloo.distributed = {{"world_size", 2}, {"backend", "gloo"}, {"comm_share", nullptr}, {"comm_wait_share", 0.2},
+                      {"straggler_ratio", 1.5}};
+  f.add_group("dp", {105, 105, 105}, gloo);
+
+  const auto report = build_report(f.store(), select_grouped(f.store(), "tag:dp"));
+  ASSERT_TRUE(report.has_multi_gpu);
+  EXPECT_EQ(report.scaling_reference, "dp1");
+  ASSERT_EQ(report.cells.size(), 3u);
+  const auto& dp1 = report.cells[0].scaling;
+  EXPECT_EQ(dp1.world_size, 1);
+  EXPECT_DOUBLE_EQ(*dp1.efficiency, 1.0);
+  EXPECT_FALSE(dp1.comm_share.has_value());
+  ASSERT_EQ(report.cells[1].name, "dp2");  // groups in the order of their oldest run
+  const auto& dp2 = report.cells[1].scaling;
+  EXPECT_EQ(dp2.world_size, 2);
+  EXPECT_NEAR(*dp2.tokens_per_s_per_gpu, 9523.81, 0.01);
+  EXPECT_NEAR(*dp2.efficiency, 0.952381, 1e-6);
+  EXPECT_DOUBLE_EQ(*dp2.comm_share, 0.10);
+  EXPECT_DOUBLE_EQ(*dp2.straggler_ratio, 1.02);
+
+  const std::string markdown = render_markdown(to_document(report, {}, ""));
+  EXPECT_NE(markdown.find("## Scaling"), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find("| dp2 | 2 | 19048 | 9524 | 95.2 % | 10.0 % | 1.0 % | 1.020 |"), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find("| gloo2 | 2 | 19048 | 9524 | 95.2 % | - | 20.0 % | 1.500 |"), std::string::npos) << markdown;
+  EXPECT_EQ(to_json(report)["cells"][0]["scaling"]["efficiency_vs_1_gpu"], 1.0);
+  EXPECT_EQ(to_json(report)["scaling_reference"], "dp1");
+
+  // Runs of one cell at different world sizes are flagged, not silently averaged.
+  FixtureRun mixed = one;
+  mixed.name = "dp2";
+  f.add("dp", mixed);
+  const auto flagged = build_report(f.store(), select_grouped(f.store(), "tag:dp"));
+  EXPECT_TRUE(flagged.cells[1].scaling.mixed_world);
+  EXPECT_FALSE(flagged.cells[1].scaling.world_size.has_value());
+  EXPECT_NE(render_markdown(to_document(flagged, {}, "")).find("Cell dp2 mixes runs of different world sizes"),
+            std::string::npos);
+
+  FixtureStore single;
+  build_fixture(single);
+  const auto plain = build_report(single.store(), select_grouped(single.store(), "tag:ab"));
+  EXPECT_FALSE(plain.has_multi_gpu);
+  EXPECT_EQ(render_markdown(to_document(plain, {}, "")).find("## Scaling"), std::string::npos);
+}
+
 TEST(Report, FailedRunsAreListedButNeverCounted) {
   FixtureStore f;
   build_fixture(f);
