@@ -71,13 +71,13 @@ DeviceInfo describe_device(const torch::Device& device, torch::ScalarType dtype)
 
 Dispatcher::Dispatcher(const std::map<std::string, std::string>& requested, const DeviceInfo& dev, bool strict) {
   const auto& all_seams = seams();
+  // A request for a seam that does not exist fails closed with the catalog's own message.
   for (const auto& [seam, name] : requested) {
-    if (std::find(all_seams.begin(), all_seams.end(), seam) == all_seams.end()) {
-      std::string known;
-      for (const auto& s : all_seams) known += (known.empty() ? "" : ", ") + s;
-      throw std::invalid_argument("unknown seam '" + seam + "' (requested backend '" + name + "'): known seams are " +
-                                  known);
-    }
+    if (std::find(all_seams.begin(), all_seams.end(), seam) != all_seams.end()) continue;
+    Resolution unused;
+    std::string error;
+    resolve(seam, name, dev, strict, unused, error);
+    throw std::invalid_argument(error + " (requested backend '" + name + "')");
   }
   for (const auto& seam : all_seams) {
     const auto it = requested.find(seam);

@@ -131,6 +131,18 @@ void add_scaling(CellReport& cell) {
   cell.scaling.straggler_ratio = median_of(std::move(straggler));
 }
 
+void add_moe(CellReport& cell) {
+  std::vector<double> drop_rate, aux;
+  for (const auto& run : cell.side.evidence) {
+    const json& extra = run.row.summary.extra;
+    const json moe = extra.is_object() && extra.contains("moe") ? extra["moe"] : json(nullptr);
+    if (auto v = number_at(moe, "drop_rate")) drop_rate.push_back(*v);
+    if (auto v = number_at(moe, "final_aux_loss")) aux.push_back(*v);
+  }
+  cell.moe_drop_rate = median_of(std::move(drop_rate));
+  cell.moe_final_aux_loss = median_of(std::move(aux));
+}
+
 // Efficiencies against the first cell (baseline first) that ran on one GPU.
 void add_efficiencies(Report& report) {
   for (const auto& c : report.cells)
@@ -258,6 +270,10 @@ json cell_json(const CellReport& c) {
           {"kernel_families", kernels},
           {"memory_probes", memory},
           {"scaling", scaling_json(c.scaling)},
+          {"moe", c.moe_drop_rate || c.moe_final_aux_loss
+                      ? json{{"median_drop_rate", value_or_null(c.moe_drop_rate)},
+                             {"median_final_aux_loss", value_or_null(c.moe_final_aux_loss)}}
+                      : json(nullptr)},
           {"mismatches_vs_baseline", mismatches}};
 }
 
@@ -364,17 +380,28 @@ Section step_time_section(const Report& r, const std::vector<Plot>& plots) {
 Section loss_section(const Report& r, const std::vector<Plot>& plots) {
   Section s{"Loss", {}};
   add_plot(s, plots, "loss.svg");
-  Table t{{"cell", "steps logged", "first loss", "last loss"}, {}};
+  // Runs with E blocks also record the router's evidence: two more columns when any cell has it.
+  const bool moe = std::any_of(r.cells.begin(), r.cells.end(),
+                               [](const CellReport& c) { return c.moe_drop_rate || c.moe_final_aux_loss; });
+  std::vector<std::string> header = {"cell", "steps logged", "first loss", "last loss"};
+  if (moe) header.insert(header.end(), {"MoE drop rate", "final aux loss"});
+  Table t{header, {}};
   for (const auto& c : r.cells) {
-    if (c.loss_curve.empty()) {
-      t.rows.push_back({c.name, "0", "-", "-"});
-      continue;
+    std::vector<std::string> row = {c.name, std::to_string(c.loss_curve.size()), "-", "-"};
+    if (!c.loss_curve.empty()) {
+      row[2] = fmt::format("{:.4f} (step {})", c.loss_curve.front().loss, c.loss_curve.front().step);
+      row[3] = fmt::format("{:.4f} (step {})", c.loss_curve.back().loss, c.loss_curve.back().step);
     }
-    t.rows.push_back({c.name, std::to_string(c.loss_curve.size()),
-                      fmt::format("{:.4f} (step {})", c.loss_curve.front().loss, c.loss_curve.front().step),
-                      fmt::format("{:.4f} (step {})", c.loss_curve.back().loss, c.loss_curve.back().step)});
+    if (moe) {
+      row.push_back(c.moe_drop_rate ? fmt::format("{:.2f} %", *c.moe_drop_rate * 100) : "-");
+      row.push_back(fixed(c.moe_final_aux_loss, 4));
+    }
+    t.rows.push_back(std::move(row));
   }
-  s.blocks.push_back(Paragraph{"Median loss over each cell's ok runs per step (rank 0)."});
+  s.blocks.push_back(Paragraph{moe ? "Median loss over each cell's ok runs per step (rank 0); MoE drop rate: expert slots "
+                                     "the capacity factor dropped over those routed (0 when dropless), final aux loss: the "
+                                     "load-balancing loss at the last step (1.0 for a uniform router); medians over ok runs."
+                                   : "Median loss over each cell's ok runs per step (rank 0)."});
   s.blocks.push_back(std::move(t));
   return s;
 }
@@ -515,6 +542,7 @@ Report build_report(receipts::Store& store, const RunSelection& selection, const
     add_backends(store, cell, report);
     add_environment(store, cell, report);
     add_scaling(cell);
+    add_moe(cell);
     report.cells.push_back(std::move(cell));
   }
   add_efficiencies(report);

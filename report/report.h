@@ -71,6 +71,9 @@ struct CellReport {
   std::optional<MemoryProbes> memory;          // absent when no memory rows
   std::vector<FieldDifference> mismatches;     // against the baseline, other than the factor
   ScalingFacts scaling;
+  // The MoE router (summary.extra.moe, models with E blocks): medians over evidence runs of the share
+  // of expert slots the capacity factor dropped and of the final load-balancing loss.
+  std::optional<double> moe_drop_rate, moe_final_aux_loss;
 };
 
 // A backend whose chosen or observed implementation is not what was asked for.

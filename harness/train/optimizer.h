@@ -1,5 +1,7 @@
-// harness/train/optimizer.h: the run's AdamW (decoupled weight decay on matrices only; norms, biases and
-// per-head scalars are not decayed), whose update goes through the `optimizer` seam (kernels/dispatch.h)
+// harness/train/optimizer.h: the run's AdamW (decoupled weight decay on every parameter of 2 or more
+// dimensions: the matrices, and also Mamba's [H, N] biases b_B, b_C and the RG-LRU's [w, K] conv weight;
+// 1-D parameters (norms, biases, dt_bias, D, Lambda) are not decayed; docs/model.md "Training
+// defaults"), whose update goes through the `optimizer` seam (kernels/dispatch.h)
 // so its backend is chosen, recorded, observed and gated like every other seam. All of its state lives
 // beside the parameters: moments, one fp32 step count per parameter and the learning rate are tensors,
 // so step() reads nothing on the host and a CUDA graph can capture it. set_lr() writes the rate before

@@ -40,6 +40,7 @@ struct FixtureRun {
   nlohmann::json distributed;
   std::optional<double> tokens_per_s;
   std::int64_t peak_memory_bytes = std::int64_t{1} << 30;
+  nlohmann::json moe;  // summary.extra.moe as the runner writes it for models with E blocks (null: none)
 };
 
 class FixtureStore {
@@ -91,6 +92,7 @@ class FixtureStore {
     summary.flops_version = "v1";
     summary.extra = {{"final_loss", run.final_loss}};
     if (!run.distributed.is_null()) summary.extra["distributed"] = run.distributed;
+    if (!run.moe.is_null()) summary.extra["moe"] = run.moe;
     const bool ok = run.status == receipts::RunStatus::ok;
     store_.finish_run(id, run.status, ok ? "" : "CUDA out of memory", summary);
     return id;

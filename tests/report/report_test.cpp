@@ -133,6 +133,32 @@ TEST(Report, ScalingSectionForDataParallelCells) {
   EXPECT_EQ(render_markdown(to_document(plain, {}, "")).find("## Scaling"), std::string::npos);
 }
 
+// A capacity-factor ablation: the Loss section gains the MoE drop rate and final aux loss (medians of
+// summary.extra.moe) when a cell has them; cells without (no E blocks) show "-".
+TEST(Report, MoeRouterColumnsInTheLossSection) {
+  FixtureStore f;
+  FixtureRun dropless = detailed("dropless", "reference", 3.0);
+  dropless.moe = {{"drop_rate", 0.0}, {"final_aux_loss", 1.02}};
+  f.add_group("moe", {100, 100, 100}, dropless);
+  FixtureRun capped = detailed("capacity-1.0", "reference", 3.1);
+  for (const double rate : {0.04, 0.05, 0.06}) {
+    capped.moe = {{"drop_rate", rate}, {"final_aux_loss", 1.10}};
+    f.add("moe", capped);
+  }
+  f.add_group("moe", {100, 100, 100}, detailed("dense", "reference", 3.2));
+  const auto report = build_report(f.store(), select_grouped(f.store(), "tag:moe"));
+  ASSERT_EQ(report.cells.size(), 3u);
+  EXPECT_DOUBLE_EQ(*report.cells[1].moe_drop_rate, 0.05);
+  EXPECT_FALSE(report.cells[2].moe_drop_rate.has_value());
+  const std::string markdown = render_markdown(to_document(report, {}, ""));
+  EXPECT_NE(markdown.find("| capacity-1.0 | 3 | 4.0000 (step 0) | 3.1000 (step 2) | 5.00 % | 1.1000 |"),
+            std::string::npos)
+      << markdown;
+  EXPECT_NE(markdown.find("| dense | 3 | 4.0000 (step 0) | 3.2000 (step 2) | - | - |"), std::string::npos) << markdown;
+  EXPECT_EQ(to_json(report)["cells"][0]["moe"]["median_final_aux_loss"], 1.02);
+  EXPECT_TRUE(to_json(report)["cells"][2]["moe"].is_null());
+}
+
 TEST(Report, FailedRunsAreListedButNeverCounted) {
   FixtureStore f;
   build_fixture(f);
