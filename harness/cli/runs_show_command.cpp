@@ -86,6 +86,28 @@ void register_receipt_queries(CLI::App& app, Globals& g) {
                opt(s.median_step_ms, "{:.2f}"), opt(s.tokens_per_s, "{:.0f}"), s.mfu ? fmt::format("{:.2f}%", *s.mfu * 100) : "null",
                s.goodput_pct ? fmt::format("{:.1f}%", *s.goodput_pct) : "-", human_bytes(s.peak_memory_bytes));
     if (j["env"].contains("profiling")) fmt::print("profiling: {}\n", j["env"]["profiling"].get<std::string>());
+    const auto& extra = s.extra;
+    auto number = [](const nlohmann::json& v, const char* fmt_spec, double scale = 1.0) {
+      return v.is_number() ? fmt::format(fmt::runtime(fmt_spec), v.get<double>() * scale) : std::string("-");
+    };
+    // Data parallel: the job's shape and where its time went (summary.extra.distributed).
+    if (extra.is_object() && extra.contains("distributed") && extra["distributed"].is_object()) {
+      const auto& d = extra["distributed"];
+      fmt::print("data parallel: {} ranks over {} ({})  straggler ratio {}  comm share {}  comm wait share {}\n",
+                 d.value("world_size", 0), d.value("backend", "?"), d.value("launcher", "?"),
+                 number(d.value("straggler_ratio", nlohmann::json()), "{:.3f}"),
+                 number(d.value("comm_share", nlohmann::json()), "{:.1f}%", 100),
+                 number(d.value("comm_wait_share", nlohmann::json()), "{:.1f}%", 100));
+    }
+    // The MoE router over the run (summary.extra.moe; models with E blocks).
+    if (extra.is_object() && extra.contains("moe") && extra["moe"].is_object()) {
+      const auto& m = extra["moe"];
+      fmt::print("moe: {} E layers, top-{}, capacity factor {}  dropped {} of {} slots ({})  final aux loss {}\n",
+                 m.value("e_layers", 0), m.value("top_k", 0), number(m.value("capacity_factor", nlohmann::json()), "{:g}"),
+                 m.value("dropped_slots", int64_t{0}), m.value("routed_slots", int64_t{0}),
+                 number(m.value("drop_rate", nlohmann::json()), "{:.2f}%", 100),
+                 number(m.value("final_aux_loss", nlohmann::json()), "{:.4f}"));
+    }
     // Requested is not achieved: a requested CUDA graph says which it was, and why.
     if (j["env"].value("compile.cuda_graphs_requested", "") == "true")
       fmt::print("cuda graphs: {} ({})\n",

@@ -207,6 +207,36 @@ TEST_F(CliTest, RunRecordsTheGitRevisionOverrideAndRefusesAMalformedOne) {
   EXPECT_EQ(env["git_revision_source"], "ABLATE_GIT_REVISION");
 }
 
+// `ablate show` gives a data-parallel run's shape and a MoE run's drops from the run's summary.
+TEST_F(CliTest, ShowPrintsTheDataParallelShapeAndTheMoeRouter) {
+  const std::string db = (dir_ / "dp.db").string();
+  {
+    auto store = ablate::receipts::Store::open(db);
+    ablate::receipts::RunStart start;
+    start.name = "dp-moe";
+    start.spec_json = "{}";
+    const auto id = store.begin_run(start);
+    ablate::receipts::RunSummary summary;
+    summary.extra = {{"distributed",
+                      {{"world_size", 2}, {"backend", "nccl"}, {"launcher", "torchrun"}, {"straggler_ratio", 1.0126},
+                       {"comm_share", 0.0831}, {"comm_wait_share", nullptr}}},
+                     {"moe",
+                      {{"e_layers", 4}, {"top_k", 2}, {"capacity_factor", 1.25}, {"dropped_slots", 123},
+                       {"routed_slots", 10000}, {"drop_rate", 0.0123}, {"final_aux_loss", 1.0456}}}};
+    store.finish_run(id, ablate::receipts::RunStatus::ok, "", summary);
+  }
+  const auto r = run_cli("show 1 --db " + db);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("data parallel: 2 ranks over nccl (torchrun)  straggler ratio 1.013  comm share 8.3%  "
+                       "comm wait share -"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("moe: 4 E layers, top-2, capacity factor 1.25  dropped 123 of 10000 slots (1.23%)  final aux "
+                       "loss 1.0456"),
+            std::string::npos)
+      << r.out;
+}
+
 // `ablate show` names a seam whose kernels contradict its chosen backend, with the evidence kernels.
 TEST_F(CliTest, ShowPrintsBackendMismatchesWithTheirKernelsAndTheGraphPosture) {
   const std::string db = (dir_ / "m.db").string();
