@@ -22,10 +22,33 @@ ExpertGroups group_by_expert(const torch::Tensor& topk_idx, int64_t experts) {
   const auto slot_expert = topk_idx.reshape({-1}).to(torch::kLong);
   ExpertGroups g;
   g.by_expert = std::get<1>(slot_expert.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
+  g.position = torch::empty_like(g.by_expert).scatter_(0, g.by_expert, torch::arange(g.by_expert.size(0), g.by_expert.options()));
   g.sorted_expert = slot_expert.index_select(0, g.by_expert);
   g.load = torch::zeros({experts}, slot_expert.options()).scatter_add_(0, slot_expert, torch::ones_like(slot_expert));
   g.group_start = g.load.cumsum(0) - g.load;
   return g;
+}
+
+namespace {
+
+class PermuteRows : public torch::autograd::Function<PermuteRows> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& order,
+                               const torch::Tensor& inverse) {
+    ctx->save_for_backward({inverse});
+    return x.index_select(0, order);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto inverse = ctx->get_saved_variables()[0];
+    return {grads[0].index_select(0, inverse), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor permute_rows(const torch::Tensor& x, const torch::Tensor& order, const torch::Tensor& inverse) {
+  return PermuteRows::apply(x, order, inverse);
 }
 
 torch::Tensor rank_in_expert(const ExpertGroups& g) {

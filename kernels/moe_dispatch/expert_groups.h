@@ -16,11 +16,16 @@ void check_moe_dispatch_args(const torch::Tensor& x, const torch::Tensor& topk_i
 
 struct ExpertGroups {
   torch::Tensor by_expert;      // [S] slot indices in expert order
+  torch::Tensor position;       // [S] each slot's position in that order (the inverse of by_expert)
   torch::Tensor sorted_expert;  // [S] the expert of each slot in that order
   torch::Tensor load;           // [E] int64 slots per expert
   torch::Tensor group_start;    // [E] position of each expert's first slot in that order
 };
 ExpertGroups group_by_expert(const torch::Tensor& topk_idx, int64_t experts);
+// Rows of x reordered by a permutation: out[i] = x[order[i]], `inverse` the inverse permutation. The
+// backward gathers the gradient by `inverse` where index_select's own backward would scatter-add it
+// (atomics, ~6x a gather on the H100 for these sizes), so both directions are one gather each.
+torch::Tensor permute_rows(const torch::Tensor& x, const torch::Tensor& order, const torch::Tensor& inverse);
 // [S] each slot's position inside its expert's group, in expert order.
 torch::Tensor rank_in_expert(const ExpertGroups& groups);
 // Slots an expert keeps under a capacity factor > 0: ceil(cf * slots / experts), at least 1.

@@ -1,8 +1,10 @@
 // kernels/moe_dispatch/grouped_mm.cpp: backend `grouped_mm` of seam `moe_dispatch`: dropless MoE without a
 // host sync. The (token, slot) assignments are sorted by expert on the device, the per-expert offsets
 // come from a device cumsum, and LibTorch's grouped GEMM (at::_grouped_mm, CUTLASS on sm90) runs each
-// expert's rows against its weights in one launch per matmul, however uneven the load. Nothing is
-// padded to a capacity and nothing is read on the host, so a CUDA graph can capture the dropless path.
+// expert's rows against its weights in one launch per matmul, however uneven the load. Rows move
+// between token order and expert order by gathers in both directions (permute_rows, expert_groups.h):
+// no scatter-add, forward or backward. Nothing is padded to a capacity and nothing is read on the
+// host, so a CUDA graph can capture the dropless path.
 // A capacity factor keeps the standard path's semantics: slots past capacity (in token order) get
 // weight 0 and are counted (they are computed, not skipped: no shapes depend on the data).
 // Contract: MoeDispatchFn in kernels/seams.h. Arithmetic in the autocast dtype when autocast is on
@@ -42,7 +44,6 @@ torch::Tensor moe_dispatch_grouped(const torch::Tensor& x, const torch::Tensor& 
   // Slots by expert, group offsets on the device (expert_groups.h).
   const auto groups = group_by_expert(topk_idx, experts);
   const auto offsets = (groups.group_start + groups.load).to(torch::kInt);
-  const auto sorted_token = torch::div(groups.by_expert, k, "floor");
   auto sorted_weight = topk_w.reshape({slots}).index_select(0, groups.by_expert);
   torch::Tensor kept;
   if (capacity_factor > 0) {
@@ -54,16 +55,20 @@ torch::Tensor moe_dispatch_grouped(const torch::Tensor& x, const torch::Tensor& 
   // dtypes are set here), d and f padded to multiples of 8.
   NoAutocastScope no_autocast;
   const int64_t dp = round_up(d, 8), fp = round_up(f, 8);
-  const auto rows = pad_to(x.to(dtype), tokens, dp).index_select(0, sorted_token);
+  // Each slot's token row in expert order: x repeated k times (slot = token * k + j) and permuted, so the
+  // backward is a gather and a sum over the k copies, not a scatter-add of k rows into each token.
+  const auto slot_rows = pad_to(x.to(dtype), tokens, dp).unsqueeze(1).expand({tokens, k, dp}).reshape({slots, dp});
+  const auto rows = permute_rows(slot_rows, groups.by_expert, groups.position);
   const auto w1p = pad_to(w1.to(dtype), fp, dp), w3p = pad_to(w3.to(dtype), fp, dp), w2p = pad_to(w2.to(dtype), dp, fp);
   const auto hidden = torch::silu(at::_grouped_mm(rows, w1p.transpose(1, 2), offsets)) *
                       at::_grouped_mm(rows, w3p.transpose(1, 2), offsets);
   const auto expert_out = at::_grouped_mm(hidden, w2p.transpose(1, 2), offsets).narrow(1, 0, d);
 
-  // Weighted sum back into token order, in the wider of the weights' and outputs' dtypes.
+  // Weighted sum back into token order, in the wider of the weights' and outputs' dtypes: the slots
+  // permuted back to slot order (a gather both ways), then each token's k slots summed.
   const auto sum_dtype = at::promote_types(sorted_weight.scalar_type(), expert_out.scalar_type());
   const auto weighted = expert_out.to(sum_dtype) * sorted_weight.to(sum_dtype).unsqueeze(-1);
-  const auto y = torch::zeros({tokens, d}, x.options().dtype(sum_dtype)).index_add(0, sorted_token, weighted);
+  const auto y = permute_rows(weighted, groups.position, groups.by_expert).view({tokens, k, d}).sum(1);
 
   if (dropped != nullptr)
     *dropped = kept.defined() ? torch::logical_not(kept).sum().to(torch::kLong) : torch::zeros({}, index_opts);
