@@ -2,9 +2,15 @@
 // tokens, d 1024, 16 experts, top-2, expert FFN 768, dropless, a skewed router (expert loads 0.3x-2.5x
 // the mean, as early in training); counters TFLOP/s (the three expert matmuls, 18 * T * k * d * f for
 // forward + backward) and peak_extra_MiB (the reference pads every expert to the largest load).
+// moe_dispatch/slot_moves/{scatter_add,gather}: the data movement around the GEMMs alone, forward +
+// backward at the same shapes: token rows into expert order (bf16) and the weighted slots back into token
+// order (fp32), once as index_select + index_add (grouped_mm before 2026-11-25: its backward and its
+// combine scatter-add) and once as grouped_mm does now (permute_rows: gathers both ways, then a sum over
+// the k slots), so the change is measured in one call on one GPU.
 // Timed with CUDA events after warm-up, an L2 flush before each iteration (kernels/bench_util.h);
 // counters from the median iteration. Run: build/bench/kernels_bench --benchmark_filter=moe_dispatch
 #include "kernels/bench_util.h"
+#include "kernels/moe_dispatch/expert_groups.h"
 
 #if defined(ABLATE_HAVE_CUDA)
 namespace ablate::kernels::bench {
@@ -36,6 +42,31 @@ void moe_dispatch_bench(benchmark::State& st, std::string backend) {
   st.counters["TFLOP/s"] = 18.0 * T * k * d * f / (st.counters["median_us"] * 1e-6) / 1e12;
 }
 
+void slot_moves_bench(benchmark::State& st, bool gather) {
+  const torch::Device cuda(torch::kCUDA, 0);
+  constexpr int64_t T = 16384, d = 1024, E = 16, k = 2, S = T * k;
+  const auto opts = torch::TensorOptions(cuda);
+  auto x = torch::randn({T, d}, opts.dtype(torch::kBFloat16)).requires_grad_(true);
+  auto expert_out = torch::randn({S, d}, opts).requires_grad_(true);  // fp32, as the weighted slots
+  const auto groups = group_by_expert(torch::randint(E, {T, k}, opts.dtype(torch::kLong)), E);
+  const auto token_of_slot = torch::div(groups.by_expert, k, "floor");
+  // Bytes the gather form must move at least: rows in and out (bf16), slots in and y out (fp32), and
+  // the same again in backward.
+  const double bytes = 2.0 * (2.0 * S * d * 2 + S * d * 4 + T * d * 4);
+  auto step = [&] {
+    Tensor rows, y;
+    if (gather) {
+      rows = permute_rows(x.unsqueeze(1).expand({T, k, d}).reshape({S, d}), groups.by_expert, groups.position);
+      y = permute_rows(expert_out, groups.position, groups.by_expert).view({T, k, d}).sum(1);
+    } else {
+      rows = x.index_select(0, token_of_slot);
+      y = torch::zeros({T, d}, opts).index_add(0, token_of_slot, expert_out);
+    }
+    torch::autograd::grad({rows.to(torch::kFloat).sum() + y.sum()}, {x, expert_out});
+  };
+  timed(st, bytes, step);
+}
+
 }  // namespace
 }  // namespace ablate::kernels::bench
 
@@ -47,5 +78,10 @@ ABLATE_BENCHMARKS(moe_dispatch) {
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond)
         ->Iterations(20);
+  for (const bool gather : {false, true})
+    benchmark::RegisterBenchmark(gather ? "moe_dispatch/slot_moves/gather" : "moe_dispatch/slot_moves/scatter_add",
+                                 slot_moves_bench, gather)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
 }
 #endif  // ABLATE_HAVE_CUDA
