@@ -69,6 +69,43 @@ std::optional<double> median_final_loss(const Side& side) {
   return median(losses);
 }
 
+// summary.extra[section][key] of a run, or null.
+json extra_at(const RunFacts& run, const char* section, const char* key) {
+  const json& extra = run.row.summary.extra;
+  if (!extra.is_object() || !extra.contains(section) || !extra[section].is_object()) return nullptr;
+  return extra[section].value(key, json(nullptr));
+}
+
+std::optional<double> median_first_step_ms(const Side& side) {
+  std::vector<double> ms;
+  for (const auto& run : side.evidence) {
+    const json& extra = run.row.summary.extra;
+    if (extra.is_object() && extra.contains("first_step_ms") && extra["first_step_ms"].is_number())
+      ms.push_back(extra["first_step_ms"].get<double>());
+  }
+  if (ms.empty()) return std::nullopt;
+  return median(ms);
+}
+
+// A whole-step CUDA graph that every baseline run captured and a candidate run (which asked for one)
+// did not: the backend breaks capture.
+void check_capture(GateResult& r) {
+  const auto& a = r.comparison.a.evidence;
+  const bool baseline_captured = !a.empty() && std::all_of(a.begin(), a.end(), [](const RunFacts& run) {
+    return extra_at(run, "cuda_graphs", "achieved") == json(true);
+  });
+  if (!baseline_captured) return;
+  for (const auto& run : r.comparison.b.evidence) {
+    if (extra_at(run, "cuda_graphs", "requested") != json(true) || extra_at(run, "cuda_graphs", "achieved") == json(true))
+      continue;
+    r.capture_lost_runs.push_back(run.row.id);
+    if (r.capture_lost_reason.empty()) {
+      const json reason = extra_at(run, "cuda_graphs", "reason");
+      r.capture_lost_reason = reason.is_string() ? reason.get<std::string>() : "no reason recorded";
+    }
+  }
+}
+
 std::optional<std::string> recorded_role(receipts::Store& store, const std::vector<std::int64_t>& run_ids,
                                          const GateOptions& o) {
   const json rows = store.query(
@@ -129,6 +166,15 @@ void decide(GateResult& r) {
   }
   // Runs that did not run what they asked for at the seam: no verdict on speed or memory either way.
   const bool ran_as_asked = r.fallback_candidate_runs.empty() && r.mismatched_runs.empty();
+  if (!r.capture_lost_runs.empty()) {
+    drop = true;
+    r.reasons.push_back(fmt::format("candidate run(s) {} could not use the whole-step CUDA graph every baseline run "
+                                    "captured ({})",
+                                    fmt::join(r.capture_lost_runs, ", "), r.capture_lost_reason));
+  }
+  if (r.baseline_first_step_ms && r.candidate_first_step_ms)
+    r.reasons.push_back(fmt::format("first step (warm-up) {:.0f} ms vs baseline {:.0f} ms (reported, not judged)",
+                                    *r.candidate_first_step_ms, *r.baseline_first_step_ms));
   if (!r.fallback_candidate_runs.empty())
     r.reasons.push_back(fmt::format("candidate run(s) {} fell back to another backend at {} (run_backends.chosen): "
                                     "they did not run {}, so their timings say nothing about it",
@@ -195,6 +241,9 @@ GateResult evaluate_gate(receipts::Store& store, const std::vector<std::int64_t>
   if (r.baseline_peak_memory && r.candidate_peak_memory && *r.baseline_peak_memory > 0)
     r.memory_relative_increase = (*r.candidate_peak_memory - *r.baseline_peak_memory) / *r.baseline_peak_memory;
   check_backends_ran(store, r, options);
+  check_capture(r);
+  r.baseline_first_step_ms = median_first_step_ms(r.comparison.a);
+  r.candidate_first_step_ms = median_first_step_ms(r.comparison.b);
   r.catalog_role = recorded_role(store, candidate_ids, options);
   r.matrix_id = common_matrix(r.comparison);
   decide(r);
@@ -230,6 +279,9 @@ nlohmann::json to_json(const GateResult& r) {
           {"memory_tolerance", r.memory_tolerance},
           {"fallback_candidate_runs", r.fallback_candidate_runs},
           {"mismatched_runs", r.mismatched_runs},
+          {"capture_lost_runs", r.capture_lost_runs},
+          {"baseline_first_step_ms", value_or_null(r.baseline_first_step_ms)},
+          {"candidate_first_step_ms", value_or_null(r.candidate_first_step_ms)},
           {"catalog_role", value_or_null(r.catalog_role)},
           {"matrix_id", value_or_null(r.matrix_id)},
           {"evidence_run_ids", r.decision().evidence_run_ids},

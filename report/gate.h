@@ -4,7 +4,8 @@
 //                 excluding 1 (>= 3 evidence runs a side), its final loss is within the tolerance of the
 //                 baseline's, its median peak memory grew by no more than the memory tolerance, none of
 //                 its runs failed, and every run really ran what it asked for at the seam;
-//   DROP          a candidate run failed, or the final loss is out of tolerance, or (the candidate
+//   DROP          a candidate run failed, or the final loss is out of tolerance, or a candidate run could
+//                 not use the whole-step CUDA graph that every baseline run captured, or (the candidate
 //                 having run) it is slower with the interval excluding 1 or its peak memory grew beyond
 //                 the tolerance;
 //   INCONCLUSIVE  otherwise (noise, too few repeats, no final loss recorded), and whenever a run's
@@ -12,7 +13,8 @@
 //                 chosen backend is not the candidate), or a profiled run of either side whose kernels
 //                 matched another backend than the chosen one (run_backends.mismatch). Requested is
 //                 not observed: such runs are no evidence about the backend, for or against.
-// Parity tests and warm-up/capture failures are not in the receipts yet, so they are not judged here.
+// The first step's time (warm-up: lazy init, autotuning) is reported, not judged. Parity tests are not
+// in the receipts yet, so they are not judged here.
 // Tests: tests/report/gate_test.cpp (report_tests).
 #pragma once
 
@@ -48,6 +50,11 @@ struct GateResult {
   // candidate (a fallback), and profiled runs of either side whose observed kernels contradict the
   // chosen backend. Either makes the speed and memory comparison say nothing about the backend.
   std::vector<std::int64_t> fallback_candidate_runs, mismatched_runs;
+  // Candidate runs that requested a whole-step CUDA graph and did not get one while every baseline run
+  // did (summary.extra.cuda_graphs), with the first one's reason.
+  std::vector<std::int64_t> capture_lost_runs;
+  std::string capture_lost_reason;
+  std::optional<double> baseline_first_step_ms, candidate_first_step_ms;  // medians over evidence runs
   std::optional<std::string> catalog_role;          // role of seam/backend in the candidate runs' catalog
   std::optional<std::int64_t> matrix_id;            // when every evidence run comes from one matrix
 

@@ -41,6 +41,8 @@ struct FixtureRun {
   std::optional<double> tokens_per_s;
   std::int64_t peak_memory_bytes = std::int64_t{1} << 30;
   nlohmann::json moe;  // summary.extra.moe as the runner writes it for models with E blocks (null: none)
+  nlohmann::json cuda_graphs;            // summary.extra.cuda_graphs (null: not recorded)
+  std::optional<double> first_step_ms;   // summary.extra.first_step_ms
 };
 
 class FixtureStore {
@@ -93,6 +95,8 @@ class FixtureStore {
     summary.extra = {{"final_loss", run.final_loss}};
     if (!run.distributed.is_null()) summary.extra["distributed"] = run.distributed;
     if (!run.moe.is_null()) summary.extra["moe"] = run.moe;
+    if (!run.cuda_graphs.is_null()) summary.extra["cuda_graphs"] = run.cuda_graphs;
+    if (run.first_step_ms) summary.extra["first_step_ms"] = *run.first_step_ms;
     const bool ok = run.status == receipts::RunStatus::ok;
     store_.finish_run(id, run.status, ok ? "" : "CUDA out of memory", summary);
     return id;

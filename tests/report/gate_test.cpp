@@ -170,6 +170,35 @@ TEST(Gate, RunsThatDidNotRunTheBackendAreNoEvidence) {
   EXPECT_EQ(evaluate_gate(f.store(), baseline, clean, attention_flash()).verdict, Verdict::keep);
 }
 
+// A candidate that cannot be captured in the whole-step CUDA graph the baseline captured is dropped,
+// however fast its eager steps; when neither side captured, capture is not held against it; the first
+// step's time is reported either way.
+TEST(Gate, LosingTheCapturedGraphIsDrop) {
+  FixtureStore f;
+  FixtureRun captured;
+  captured.cuda_graphs = {{"requested", true}, {"eligible", true}, {"achieved", true}, {"reason", "captured at step 3"}};
+  captured.first_step_ms = 900;
+  const auto baseline = f.add_group("ref", {100, 101, 99}, captured);
+  FixtureRun eager = with_backend("sdpa_flash");
+  eager.cuda_graphs = {{"requested", true}, {"eligible", true}, {"achieved", false},
+                       {"reason", "capture failed at step 3: operation not permitted when stream is capturing"}};
+  eager.first_step_ms = 2400;
+  const auto candidate = f.add_group("flash", {80, 81, 79}, eager);
+  const auto r = evaluate_gate(f.store(), baseline, candidate, attention_flash());
+  EXPECT_EQ(r.verdict, Verdict::drop);
+  EXPECT_EQ(r.capture_lost_runs, candidate);
+  EXPECT_TRUE(mentions(r, "could not use the whole-step CUDA graph every baseline run captured (capture failed at step 3"))
+      << render_text(r);
+  EXPECT_TRUE(mentions(r, "first step (warm-up) 2400 ms vs baseline 900 ms (reported, not judged)")) << render_text(r);
+
+  FixtureRun also_eager = eager;
+  also_eager.backend = "reference";
+  const auto eager_baseline = f.add_group("ref-eager", {100, 101, 99}, also_eager);
+  const auto both = evaluate_gate(f.store(), eager_baseline, candidate, attention_flash());
+  EXPECT_EQ(both.verdict, Verdict::keep);
+  EXPECT_TRUE(both.capture_lost_runs.empty());
+}
+
 TEST(Gate, CandidateAndBaselineMustDifferInTheBackendUnderTest) {
   FixtureStore f;
   const auto baseline = f.add_group("ref", {100, 101, 99});
