@@ -58,15 +58,15 @@ void restrict_factor_to_seam(Comparison& c, const GateOptions& o) {
   c.mismatch_allowed = true;
 }
 
-std::optional<double> median_final_loss(const Side& side) {
-  std::vector<double> losses;
+// The median over a side's evidence runs of the number at summary.extra[key] (absent when no run has one).
+std::optional<double> median_extra(const Side& side, const char* key) {
+  std::vector<double> values;
   for (const auto& run : side.evidence) {
     const json& extra = run.row.summary.extra;
-    if (extra.is_object() && extra.contains("final_loss") && extra["final_loss"].is_number())
-      losses.push_back(extra["final_loss"].get<double>());
+    if (extra.is_object() && extra.contains(key) && extra[key].is_number()) values.push_back(extra[key].get<double>());
   }
-  if (losses.empty()) return std::nullopt;
-  return median(losses);
+  if (values.empty()) return std::nullopt;
+  return median(values);
 }
 
 // summary.extra[section][key] of a run, or null.
@@ -74,17 +74,6 @@ json extra_at(const RunFacts& run, const char* section, const char* key) {
   const json& extra = run.row.summary.extra;
   if (!extra.is_object() || !extra.contains(section) || !extra[section].is_object()) return nullptr;
   return extra[section].value(key, json(nullptr));
-}
-
-std::optional<double> median_first_step_ms(const Side& side) {
-  std::vector<double> ms;
-  for (const auto& run : side.evidence) {
-    const json& extra = run.row.summary.extra;
-    if (extra.is_object() && extra.contains("first_step_ms") && extra["first_step_ms"].is_number())
-      ms.push_back(extra["first_step_ms"].get<double>());
-  }
-  if (ms.empty()) return std::nullopt;
-  return median(ms);
 }
 
 // A whole-step CUDA graph that every baseline run captured and a candidate run (which asked for one)
@@ -228,8 +217,8 @@ GateResult evaluate_gate(receipts::Store& store, const std::vector<std::int64_t>
     if (e.status == receipts::RunStatus::failed || e.status == receipts::RunStatus::abandoned)
       r.failed_candidate_runs.push_back(e.run_id);
   }
-  r.baseline_final_loss = median_final_loss(r.comparison.a);
-  r.candidate_final_loss = median_final_loss(r.comparison.b);
+  r.baseline_final_loss = median_extra(r.comparison.a, "final_loss");
+  r.candidate_final_loss = median_extra(r.comparison.b, "final_loss");
   if (r.baseline_final_loss && r.candidate_final_loss) {
     // Relative to the baseline; a zero baseline loss falls back to the absolute difference.
     const double scale = *r.baseline_final_loss == 0 ? 1.0 : std::abs(*r.baseline_final_loss);
@@ -242,8 +231,8 @@ GateResult evaluate_gate(receipts::Store& store, const std::vector<std::int64_t>
     r.memory_relative_increase = (*r.candidate_peak_memory - *r.baseline_peak_memory) / *r.baseline_peak_memory;
   check_backends_ran(store, r, options);
   check_capture(r);
-  r.baseline_first_step_ms = median_first_step_ms(r.comparison.a);
-  r.candidate_first_step_ms = median_first_step_ms(r.comparison.b);
+  r.baseline_first_step_ms = median_extra(r.comparison.a, "first_step_ms");
+  r.candidate_first_step_ms = median_extra(r.comparison.b, "first_step_ms");
   r.catalog_role = recorded_role(store, candidate_ids, options);
   r.matrix_id = common_matrix(r.comparison);
   decide(r);
