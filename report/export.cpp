@@ -29,10 +29,8 @@ RowTable export_runs(receipts::Store& store, const std::vector<std::int64_t>& ru
   for (const std::int64_t id : run_ids) {
     const auto r = store.get_run(id);
     const auto& s = r.summary;
-    const json& extra = s.extra;
-    const json final_loss = extra.is_object() && extra.contains("final_loss") && extra["final_loss"].is_number()
-                                ? extra["final_loss"]
-                                : json(nullptr);
+    const json member = member_or_null(s.extra, "final_loss");
+    const json final_loss = member.is_number() ? member : json(nullptr);
     out.rows.push_back({r.id, r.name, std::string(receipts::to_string(r.status)), value_or_null(r.error), r.started_at,
                         value_or_null(r.ended_at), r.host, fmt::format("{}", fmt::join(r.tags, ",")), r.lane, r.spec_hash,
                         value_or_null(r.matrix_id), value_or_null(r.cell), value_or_null(r.repeat),

@@ -62,8 +62,7 @@ void restrict_factor_to_seam(Comparison& c, const GateOptions& o) {
 std::optional<double> median_extra(const Side& side, const char* key) {
   std::vector<double> values;
   for (const auto& run : side.evidence) {
-    const json& extra = run.row.summary.extra;
-    if (extra.is_object() && extra.contains(key) && extra[key].is_number()) values.push_back(extra[key].get<double>());
+    if (auto v = number_at(run.row.summary.extra, key)) values.push_back(*v);
   }
   if (values.empty()) return std::nullopt;
   return median(values);
@@ -71,9 +70,7 @@ std::optional<double> median_extra(const Side& side, const char* key) {
 
 // summary.extra[section][key] of a run, or null.
 json extra_at(const RunFacts& run, const char* section, const char* key) {
-  const json& extra = run.row.summary.extra;
-  if (!extra.is_object() || !extra.contains(section) || !extra[section].is_object()) return nullptr;
-  return extra[section].value(key, json(nullptr));
+  return member_or_null(member_or_null(run.row.summary.extra, section), key);
 }
 
 // A whole-step CUDA graph that every baseline run captured and a candidate run (which asked for one)

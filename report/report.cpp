@@ -102,20 +102,11 @@ void add_memory(receipts::Store& store, CellReport& cell) {
   }
 }
 
-// A number at `key` of an object, absent for a missing key, null or a non-object.
-std::optional<double> number_at(const json& object, const char* key) {
-  if (!object.is_object()) return std::nullopt;
-  const auto it = object.find(key);
-  return it != object.end() && it->is_number() ? std::optional<double>(it->get<double>()) : std::nullopt;
-}
-
 void add_scaling(CellReport& cell) {
   std::set<std::int64_t> worlds;
   std::vector<double> per_gpu, comm, wait, straggler;
   for (const auto& run : cell.side.evidence) {
-    const json& distributed = run.row.summary.extra.is_object() && run.row.summary.extra.contains("distributed")
-                                  ? run.row.summary.extra["distributed"]
-                                  : json(nullptr);
+    const json distributed = member_or_null(run.row.summary.extra, "distributed");
     const auto world = static_cast<std::int64_t>(number_at(distributed, "world_size").value_or(1));
     worlds.insert(world);
     if (run.row.summary.tokens_per_s) per_gpu.push_back(*run.row.summary.tokens_per_s / static_cast<double>(world));
@@ -134,8 +125,7 @@ void add_scaling(CellReport& cell) {
 void add_moe(CellReport& cell) {
   std::vector<double> drop_rate, aux;
   for (const auto& run : cell.side.evidence) {
-    const json& extra = run.row.summary.extra;
-    const json moe = extra.is_object() && extra.contains("moe") ? extra["moe"] : json(nullptr);
+    const json moe = member_or_null(run.row.summary.extra, "moe");
     if (auto v = number_at(moe, "drop_rate")) drop_rate.push_back(*v);
     if (auto v = number_at(moe, "final_aux_loss")) aux.push_back(*v);
   }

@@ -10,6 +10,7 @@
 #include "harness/cli/commands.h"
 #include "receipts/clock.h"
 #include "receipts/store.h"
+#include "report/json_fields.h"
 
 namespace ablate::cli {
 namespace {
@@ -86,27 +87,24 @@ void register_receipt_queries(CLI::App& app, Globals& g) {
                opt(s.median_step_ms, "{:.2f}"), opt(s.tokens_per_s, "{:.0f}"), s.mfu ? fmt::format("{:.2f}%", *s.mfu * 100) : "null",
                s.goodput_pct ? fmt::format("{:.1f}%", *s.goodput_pct) : "-", human_bytes(s.peak_memory_bytes));
     if (j["env"].contains("profiling")) fmt::print("profiling: {}\n", j["env"]["profiling"].get<std::string>());
-    const auto& extra = s.extra;
-    auto number = [](const nlohmann::json& v, const char* fmt_spec, double scale = 1.0) {
-      return v.is_number() ? fmt::format(fmt::runtime(fmt_spec), v.get<double>() * scale) : std::string("-");
+    auto shown = [](std::optional<double> v, const char* fmt_spec, double scale = 1.0) {
+      return v ? fmt::format(fmt::runtime(fmt_spec), *v * scale) : std::string("-");
     };
     // Data parallel: the job's shape and where its time went (summary.extra.distributed).
-    if (extra.is_object() && extra.contains("distributed") && extra["distributed"].is_object()) {
-      const auto& d = extra["distributed"];
+    if (const auto d = report::member_or_null(s.extra, "distributed"); d.is_object()) {
       fmt::print("data parallel: {} ranks over {} ({})  straggler ratio {}  comm share {}  comm wait share {}\n",
                  d.value("world_size", 0), d.value("backend", "?"), d.value("launcher", "?"),
-                 number(d.value("straggler_ratio", nlohmann::json()), "{:.3f}"),
-                 number(d.value("comm_share", nlohmann::json()), "{:.1f}%", 100),
-                 number(d.value("comm_wait_share", nlohmann::json()), "{:.1f}%", 100));
+                 shown(report::number_at(d, "straggler_ratio"), "{:.3f}"),
+                 shown(report::number_at(d, "comm_share"), "{:.1f}%", 100),
+                 shown(report::number_at(d, "comm_wait_share"), "{:.1f}%", 100));
     }
     // The MoE router over the run (summary.extra.moe; models with E blocks).
-    if (extra.is_object() && extra.contains("moe") && extra["moe"].is_object()) {
-      const auto& m = extra["moe"];
+    if (const auto m = report::member_or_null(s.extra, "moe"); m.is_object()) {
       fmt::print("moe: {} E layers, top-{}, capacity factor {}  dropped {} of {} slots ({})  final aux loss {}\n",
-                 m.value("e_layers", 0), m.value("top_k", 0), number(m.value("capacity_factor", nlohmann::json()), "{:g}"),
+                 m.value("e_layers", 0), m.value("top_k", 0), shown(report::number_at(m, "capacity_factor"), "{:g}"),
                  m.value("dropped_slots", int64_t{0}), m.value("routed_slots", int64_t{0}),
-                 number(m.value("drop_rate", nlohmann::json()), "{:.2f}%", 100),
-                 number(m.value("final_aux_loss", nlohmann::json()), "{:.4f}"));
+                 shown(report::number_at(m, "drop_rate"), "{:.2f}%", 100),
+                 shown(report::number_at(m, "final_aux_loss"), "{:.4f}"));
     }
     // Requested is not achieved: a requested CUDA graph says which it was, and why.
     if (j["env"].value("compile.cuda_graphs_requested", "") == "true")
