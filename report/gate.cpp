@@ -1,4 +1,4 @@
-// report/gate.cpp: the keep/drop gate (see gate.h): backend checks, loss check, failures, verdict.
+// report/gate.cpp: the keep/drop gate (see gate.h): backend checks, windowed loss check, failures, verdict.
 // Tests: tests/report/gate_test.cpp (report_tests).
 #include "report/gate.h"
 #include "report/json_fields.h"
@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <stdexcept>
 
 namespace ablate::report {
@@ -66,6 +67,45 @@ std::optional<double> median_extra(const Side& side, const char* key) {
   }
   if (values.empty()) return std::nullopt;
   return median(values);
+}
+
+// Each evidence run's loss: the mean of rank 0's losses over its last `window` steps, or its summary's
+// final_loss when it has no step rows (listed in `from_summary`). Runs with neither are left out.
+std::vector<double> run_losses(receipts::Store& store, const Side& side, std::int64_t window,
+                               std::vector<std::int64_t>& from_summary) {
+  const json rows = store.query(
+      "SELECT s.run_id AS run_id, AVG(s.loss) AS loss FROM steps s JOIN (SELECT run_id, MAX(step) AS last FROM "
+      "steps WHERE rank = 0 AND run_id IN (SELECT value FROM json_each(?)) GROUP BY run_id) m ON m.run_id = "
+      "s.run_id WHERE s.rank = 0 AND s.step > m.last - ? AND s.loss IS NOT NULL GROUP BY s.run_id",
+      {json(side.evidence_ids()).dump(), window});
+  std::map<std::int64_t, double> windowed;
+  for (const auto& row : rows)
+    if (row["loss"].is_number()) windowed[row["run_id"].get<std::int64_t>()] = row["loss"].get<double>();
+  std::vector<double> losses;
+  for (const auto& run : side.evidence) {
+    if (const auto it = windowed.find(run.row.id); it != windowed.end()) {
+      losses.push_back(it->second);
+    } else if (const auto v = number_at(run.row.summary.extra, "final_loss")) {
+      losses.push_back(*v);
+      from_summary.push_back(run.row.id);
+    }
+  }
+  return losses;
+}
+
+void measure_loss(receipts::Store& store, GateResult& r) {
+  const auto baseline = run_losses(store, r.comparison.a, r.loss_window, r.loss_from_summary_runs);
+  const auto candidate = run_losses(store, r.comparison.b, r.loss_window, r.loss_from_summary_runs);
+  if (baseline.empty() || candidate.empty()) return;
+  r.baseline_loss = median(baseline);
+  r.candidate_loss = median(candidate);
+  // Relative to the baseline; a zero baseline loss falls back to the absolute difference.
+  const double scale = *r.baseline_loss == 0 ? 1.0 : std::abs(*r.baseline_loss);
+  r.loss_relative_difference = std::abs(*r.candidate_loss - *r.baseline_loss) / scale;
+  if (baseline.size() >= 2) {
+    const auto [low, high] = std::minmax_element(baseline.begin(), baseline.end());
+    r.baseline_loss_spread = (*high - *low) / scale;
+  }
 }
 
 // summary.extra[section][key] of a run, or null.
@@ -140,15 +180,29 @@ void decide(GateResult& r) {
     drop = true;
     r.reasons.push_back(fmt::format("candidate run(s) {} failed", fmt::join(r.failed_candidate_runs, ", ")));
   }
+  // The loss: within tolerance is ok; beyond it but within the baseline runs' own spread is noise the
+  // repeats cannot resolve (no KEEP, no DROP); beyond both is a DROP.
   const bool loss_known = r.loss_relative_difference.has_value();
   const bool loss_ok = loss_known && *r.loss_relative_difference <= r.loss_tolerance;
+  const bool loss_within_spread =
+      loss_known && !loss_ok && r.baseline_loss_spread && *r.loss_relative_difference <= *r.baseline_loss_spread;
   if (loss_known) {
-    drop = drop || !loss_ok;
-    r.reasons.push_back(fmt::format("final loss {:.4f} vs baseline {:.4f}: {:.2f} % apart, tolerance {:.2f} % ({})",
-                                    *r.candidate_final_loss, *r.baseline_final_loss, *r.loss_relative_difference * 100,
-                                    r.loss_tolerance * 100, loss_ok ? "ok" : "out of tolerance"));
+    drop = drop || (!loss_ok && !loss_within_spread);
+    const std::string spread =
+        r.baseline_loss_spread ? fmt::format(", the baseline runs' own spread {:.2f} %", *r.baseline_loss_spread * 100) : "";
+    r.reasons.push_back(fmt::format("loss over the last {} steps {:.4f} vs baseline {:.4f}: {:.2f} % apart, tolerance "
+                                    "{:.2f} %{} ({})",
+                                    r.loss_window, *r.candidate_loss, *r.baseline_loss, *r.loss_relative_difference * 100,
+                                    r.loss_tolerance * 100, spread,
+                                    loss_ok              ? "ok"
+                                    : loss_within_spread ? "beyond tolerance but within the baseline's own spread: no loss "
+                                                           "verdict, more steps or repeats would tell"
+                                                         : "out of tolerance"));
+    if (!r.loss_from_summary_runs.empty())
+      r.reasons.push_back(fmt::format("run(s) {} have no step rows: their summary's final loss (one step) stands in",
+                                      fmt::join(r.loss_from_summary_runs, ", ")));
   } else {
-    r.reasons.push_back("final loss not recorded on both sides: the loss check cannot be made");
+    r.reasons.push_back("loss not recorded on both sides: the loss check cannot be made");
   }
   // Runs that did not run what they asked for at the seam: no verdict on speed or memory either way.
   const bool ran_as_asked = r.fallback_candidate_runs.empty() && r.mismatched_runs.empty();
@@ -202,11 +256,13 @@ GateResult evaluate_gate(receipts::Store& store, const std::vector<std::int64_t>
                          const std::vector<std::int64_t>& candidate_ids, const GateOptions& options) {
   if (options.seam.empty() || options.backend.empty()) throw std::invalid_argument("the gate needs a seam and a backend");
   if (!(options.loss_tolerance >= 0)) throw std::invalid_argument("the loss tolerance must be >= 0");
+  if (options.loss_window < 1) throw std::invalid_argument("the loss window must be at least 1 step");
   if (!(options.memory_tolerance >= 0)) throw std::invalid_argument("the memory tolerance must be >= 0");
   GateResult r;
   r.seam = options.seam;
   r.backend = options.backend;
   r.loss_tolerance = options.loss_tolerance;
+  r.loss_window = options.loss_window;
   r.comparison = compare_runs(store, baseline_ids, candidate_ids, options.compare);
   require_backend_sides(r.comparison, options);
   restrict_factor_to_seam(r.comparison, options);
@@ -214,13 +270,7 @@ GateResult evaluate_gate(receipts::Store& store, const std::vector<std::int64_t>
     if (e.status == receipts::RunStatus::failed || e.status == receipts::RunStatus::abandoned)
       r.failed_candidate_runs.push_back(e.run_id);
   }
-  r.baseline_final_loss = median_extra(r.comparison.a, "final_loss");
-  r.candidate_final_loss = median_extra(r.comparison.b, "final_loss");
-  if (r.baseline_final_loss && r.candidate_final_loss) {
-    // Relative to the baseline; a zero baseline loss falls back to the absolute difference.
-    const double scale = *r.baseline_final_loss == 0 ? 1.0 : std::abs(*r.baseline_final_loss);
-    r.loss_relative_difference = std::abs(*r.candidate_final_loss - *r.baseline_final_loss) / scale;
-  }
+  measure_loss(store, r);
   r.memory_tolerance = options.memory_tolerance;
   r.baseline_peak_memory = r.comparison.a.median_peak_memory_bytes;
   r.candidate_peak_memory = r.comparison.b.median_peak_memory_bytes;
@@ -254,10 +304,13 @@ nlohmann::json to_json(const GateResult& r) {
           {"backend", r.backend},
           {"verdict", receipts::to_string(r.verdict)},
           {"reasons", r.reasons},
-          {"baseline_final_loss", value_or_null(r.baseline_final_loss)},
-          {"candidate_final_loss", value_or_null(r.candidate_final_loss)},
+          {"baseline_loss", value_or_null(r.baseline_loss)},
+          {"candidate_loss", value_or_null(r.candidate_loss)},
+          {"loss_window_steps", r.loss_window},
           {"loss_relative_difference", value_or_null(r.loss_relative_difference)},
+          {"baseline_loss_spread", value_or_null(r.baseline_loss_spread)},
           {"loss_tolerance", r.loss_tolerance},
+          {"loss_from_summary_runs", r.loss_from_summary_runs},
           {"failed_candidate_runs", r.failed_candidate_runs},
           {"baseline_peak_memory_bytes", value_or_null(r.baseline_peak_memory)},
           {"candidate_peak_memory_bytes", value_or_null(r.candidate_peak_memory)},

@@ -39,8 +39,13 @@ void register_gate(CLI::App& app, Globals& g) {
   cmd->add_option("--backend", options.backend, "the candidate backend at that seam");
   cmd->add_option("--role", role, "catalog role of the backend (default: as the candidate runs recorded it)")
       ->check(CLI::IsMember(receipts::backend_roles()));
-  cmd->add_option("--loss-tolerance", options.loss_tolerance, "relative final-loss difference allowed (default 0.02)")
+  cmd->add_option("--loss-tolerance", options.loss_tolerance,
+                  "relative difference of the runs' loss allowed (default 0.02); a larger one within the baseline "
+                  "runs' own spread is INCONCLUSIVE, beyond it DROP")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--loss-window", options.loss_window,
+                  "a run's loss is the mean over its last this many steps (default 10)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--memory-tolerance", options.memory_tolerance,
                   "relative growth of median peak memory allowed before DROP (default 0.10)")
       ->check(CLI::NonNegativeNumber);

@@ -1,5 +1,6 @@
 // tests/report/gate_test.cpp: report::evaluate_gate on fixture receipt stores: clear win (KEEP), clear
-// loss and failed candidate runs (DROP), noise and missing repeats (INCONCLUSIVE), a final-loss mismatch,
+// loss and failed candidate runs (DROP), noise and missing repeats (INCONCLUSIVE), a loss mismatch (the mean
+// over the last steps, against the tolerance and the baseline's own spread),
 // peak memory growth, runs that did not run the backend they asked for (fallback, observed mismatch),
 // backend and spec checks, and the stored decision.
 // Build and run: ninja -C build-report report_tests && build-report/tests/report_tests --gtest_filter='Gate*'
@@ -36,7 +37,7 @@ TEST(Gate, ClearWinIsKeepAndIsStored) {
   const auto candidate = f.add_group("flash", {80, 81, 79, 80.5}, with_backend("sdpa_flash"));
   const auto r = evaluate_gate(f.store(), baseline, candidate, attention_flash());
   EXPECT_EQ(r.verdict, Verdict::keep);
-  EXPECT_DOUBLE_EQ(*r.baseline_final_loss, 3.0);
+  EXPECT_DOUBLE_EQ(*r.baseline_loss, 3.0);
   EXPECT_DOUBLE_EQ(*r.loss_relative_difference, 0);
   EXPECT_TRUE(r.failed_candidate_runs.empty());
   EXPECT_FALSE(r.catalog_role);  // the fixture recorded no catalog
@@ -91,8 +92,61 @@ TEST(Gate, FinalLossOutOfToleranceIsDrop) {
   EXPECT_EQ(strict.verdict, Verdict::drop);
   EXPECT_NEAR(*strict.loss_relative_difference, 0.2 / 3.0, 1e-12);
   EXPECT_TRUE(mentions(strict, "out of tolerance"));
+  // The fixture wrote no step rows: each run's summary final_loss stands in, and the gate says so.
+  EXPECT_EQ(strict.loss_from_summary_runs.size(), 6u);
+  EXPECT_TRUE(mentions(strict, "have no step rows"));
   // The same receipts pass a looser tolerance: the loss check alone decided the drop.
   EXPECT_EQ(evaluate_gate(f.store(), baseline, candidate, attention_flash(0.10)).verdict, Verdict::keep);
+}
+
+// A run's loss is the mean of its last --loss-window steps, not its last step's: a candidate whose last
+// step happens to land 6.7 % off while its last 10 steps agree with the baseline's keeps its KEEP.
+TEST(Gate, LossIsTheMeanOverTheLastStepsNotOneStep) {
+  FixtureStore f;
+  FixtureRun steady;
+  steady.losses = std::vector<double>(30, 3.0);
+  const auto baseline = f.add_group("ref", {100, 101, 99}, steady);
+  FixtureRun candidate_run = with_backend("sdpa_flash");
+  candidate_run.losses = std::vector<double>(30, 3.0);
+  candidate_run.losses.back() = 3.2;  // one noisy batch at the end: 3.02 over the last 10 steps
+  candidate_run.final_loss = 3.2;
+  const auto candidate = f.add_group("flash", {80, 81, 79}, candidate_run);
+  const auto r = evaluate_gate(f.store(), baseline, candidate, attention_flash());
+  EXPECT_EQ(r.verdict, Verdict::keep);
+  EXPECT_NEAR(*r.candidate_loss, 3.02, 1e-12);
+  EXPECT_NEAR(*r.loss_relative_difference, 0.02 / 3.0, 1e-12);
+  EXPECT_TRUE(r.loss_from_summary_runs.empty());
+  EXPECT_TRUE(mentions(r, "loss over the last 10 steps"));
+  // Over the last step alone the same receipts are out of tolerance.
+  auto one_step = attention_flash();
+  one_step.loss_window = 1;
+  EXPECT_EQ(evaluate_gate(f.store(), baseline, candidate, one_step).verdict, Verdict::drop);
+  one_step.loss_window = 0;
+  EXPECT_THROW(evaluate_gate(f.store(), baseline, candidate, one_step), std::invalid_argument);
+}
+
+// Beyond the tolerance but within the baseline runs' own spread is noise the repeats cannot resolve:
+// INCONCLUSIVE, never KEEP and never DROP; beyond the spread too it is DROP.
+TEST(Gate, LossBeyondToleranceWithinTheBaselinesOwnSpreadIsInconclusive) {
+  FixtureStore f;
+  std::vector<std::int64_t> baseline;
+  for (const double loss : {3.00, 3.15, 2.95}) {  // spread (3.15 - 2.95) / 3.00 = 6.7 %
+    FixtureRun run;
+    run.losses = std::vector<double>(12, loss);
+    baseline.push_back(f.add("ref", run));
+  }
+  auto candidate_at = [&](double loss) {
+    FixtureRun run = with_backend("sdpa_flash");
+    run.losses = std::vector<double>(12, loss);
+    return f.add_group("flash-" + std::to_string(loss), {80, 81, 79}, run);
+  };
+  const auto within = evaluate_gate(f.store(), baseline, candidate_at(3.12), attention_flash());  // 4 % apart
+  EXPECT_EQ(within.verdict, Verdict::inconclusive);
+  EXPECT_NEAR(*within.baseline_loss_spread, 0.2 / 3.0, 1e-12);
+  EXPECT_TRUE(mentions(within, "within the baseline's own spread"));
+  const auto beyond = evaluate_gate(f.store(), baseline, candidate_at(3.30), attention_flash());  // 10 % apart
+  EXPECT_EQ(beyond.verdict, Verdict::drop);
+  EXPECT_TRUE(mentions(beyond, "out of tolerance"));
 }
 
 TEST(Gate, FailedCandidateRunIsDropAndCitedAsEvidence) {
