@@ -226,8 +226,8 @@ std::string side_line(char label, const Side& side) {
 }  // namespace
 
 const std::vector<std::string>& compared_env_keys() {
-  static const std::vector<std::string> keys = {"gpu_model", "nvidia_driver", "cuda_runtime",
-                                                "libtorch",  "nccl",          "git_revision"};
+  static const std::vector<std::string> keys = {"gpu_model", "nvidia_driver", "cuda_runtime", "libtorch",
+                                                "nccl",      "git_revision",  "compiler"};
   return keys;
 }
 

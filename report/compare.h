@@ -36,7 +36,8 @@ class MismatchError : public std::invalid_argument {
 };
 
 // Environment keys whose difference makes step times incomparable (run_env keys; git_revision is the
-// harness revision).
+// harness revision, compiler what built it: a GPU machine's own build and a carried prebuilt one,
+// docs/gpu.md, are different harness binaries).
 const std::vector<std::string>& compared_env_keys();
 
 // One run as the comparison sees it: its row and its comparable fields, "env.<key>" and

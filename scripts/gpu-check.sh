@@ -5,6 +5,10 @@
 # benchmarks, and the default GPU experiment; writes logs, benchmark JSON and receipts.db to OUT and
 # prints a short summary last.
 #   device run: bash scripts/gpu-check.sh $OUT        (carry .gpu-deps)
+# Prebuilt: when .gpu-prebuilt is carried (scripts/gpu-prebuilt.sh on the development machine) and
+# matches these sources, it is used instead of the ~3-minute build (tests then run without ctest, TESTS
+# read as names joined by |; PREBUILT_OFF=1 builds anyway):
+#   device run (carry .gpu-deps and .gpu-prebuilt): bash scripts/gpu-check.sh $OUT
 # STEPS=0 skips the experiment. Environment: BENCH=0 skips the benchmarks, BENCHES="kernels_bench ..."
 # runs only those, BENCH_FILTER is passed as --benchmark_filter, TESTS is a ctest -R regex, CTEST_JOBS
 # (default 4) the tests run at once (TESTS=none: no tests), TARGETS limits what ninja builds.
@@ -31,7 +35,13 @@ note "git revision for receipts: ${ABLATE_GIT_REVISION:-not set: git here, which
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 PREFIX=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
+TORCH_LIB=$(python3 -c 'import os,torch;print(os.path.join(os.path.dirname(torch.__file__),"lib"))')
+source scripts/gpu-prebuilt-lane.sh
 t0=$(date +%s)
+PREBUILT_USED=0
+use_prebuilt && PREBUILT_USED=1
+[ $PREBUILT_USED = 1 ] || {
+for link in build $BUILD; do [ -L $link ] && rm -f $link; done  # a previous call's prebuilt links
 cmake -G Ninja -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX" \
   -DSQLite3_INCLUDE_DIR="$DEPS" -DSQLite3_LIBRARY=/usr/lib/x86_64-linux-gnu/libsqlite3.so.0 \
   -DCMAKE_CXX_FLAGS="-isystem $DEPS" -DCMAKE_CUDA_FLAGS="-isystem $DEPS" > "$OUT/configure.log" 2>&1 \
@@ -41,12 +51,20 @@ if ! ninja -C $BUILD -j 16 -k 0 ${TARGETS:-} > "$OUT/build.log" 2>&1; then
   exit 1
 fi
 note "build: $(( $(date +%s) - t0 )) s"
+}
 
-[ "${TESTS:-}" = none ] || (cd $BUILD && ctest --output-on-failure -j "${CTEST_JOBS:-4}" --timeout 600 ${TESTS:+-R "$TESTS"}) > "$OUT/ctest.log" 2>&1
-note "tests: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
-grep -E "^\s+[0-9]+ - .*(Failed|Timeout|Exception)" "$OUT/ctest.log" | head -20
-# Which GPU tests ran rather than skipped.
-(cd $BUILD && ctest -N | tail -1) >> "$OUT/ctest.log"
+if [ "${TESTS:-}" = none ] || [ "${TESTS:-}" = NONE ]; then
+  :
+elif [ $PREBUILT_USED = 1 ]; then
+  prebuilt_tests
+  note "tests: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
+else
+  (cd $BUILD && ctest --output-on-failure -j "${CTEST_JOBS:-4}" --timeout 600 ${TESTS:+-R "$TESTS"}) > "$OUT/ctest.log" 2>&1
+  note "tests: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
+  grep -E "^\s+[0-9]+ - .*(Failed|Timeout|Exception)" "$OUT/ctest.log" | head -20
+  # Which GPU tests ran rather than skipped.
+  (cd $BUILD && ctest -N | tail -1) >> "$OUT/ctest.log"
+fi
 
 for b in $( [ "${BENCH:-1}" = 0 ] || ls $BUILD/bench/* ); do
   [ -x "$b" ] || continue

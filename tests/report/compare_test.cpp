@@ -182,6 +182,23 @@ TEST(Compare, DifferenceWithinOneSideIsAMismatch) {
   EXPECT_TRUE(c.mismatches[0].within_side);
 }
 
+// The same revision built by another compiler (a carried prebuilt tree against the GPU machine's own
+// build) is another harness binary: refused unless allowed, and then marked.
+TEST(Compare, AnotherCompilerIsAMismatch) {
+  FixtureStore f;
+  const auto a = f.add_group("ref", {100, 101, 99});
+  FixtureRun prebuilt = with_backend("sdpa_flash");
+  prebuilt.compiler = "GNU 12.2.0";
+  const auto b = f.add_group("flash", {80, 81, 79}, prebuilt);
+  try {
+    compare_runs(f.store(), a, b);
+    FAIL() << "runs built by different compilers must not be compared silently";
+  } catch (const MismatchError& e) {
+    EXPECT_EQ(e.fields(), std::vector<std::string>{"env.compiler"});
+  }
+  EXPECT_EQ(compare_runs(f.store(), a, b, allowing_mismatch()).mismatches.size(), 1u);
+}
+
 TEST(Compare, BadSidesThrow) {
   FixtureStore f;
   const auto a = f.add_group("ref", {100, 101, 99});

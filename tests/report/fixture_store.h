@@ -20,6 +20,7 @@ struct FixtureRun {
   std::string backend = "reference";  // backends.attention in the spec
   std::string gpu_model = "NVIDIA H100 80GB HBM3";
   std::string git_revision = "abc123";
+  std::string compiler = "GNU 13.3.0";
   double final_loss = 3.0;
   receipts::RunStatus status = receipts::RunStatus::ok;
   bool with_goodput = true;  // false: an ok run missing a required summary field (not evidence)
@@ -63,7 +64,7 @@ class FixtureStore {
                           .dump();
     start.env = {{"gpu_model", run.gpu_model}, {"nvidia_driver", "550.54"}, {"cuda_runtime", "12.4"},
                  {"libtorch", "2.4.0"},        {"nccl", "2.20.5"},          {"git_revision", run.git_revision},
-                 {"host", "fixture-host"}};
+                 {"host", "fixture-host"},     {"compiler", run.compiler}};
     if (run.matrix_id) {
       start.matrix_id = run.matrix_id;
       start.cell = run.cell;

@@ -1,0 +1,86 @@
+# scripts/gpu-prebuilt-lane.sh: sourced by scripts/gpu-check.sh on the GPU machine: the prebuilt lane.
+# use_prebuilt: takes the carried .gpu-prebuilt (scripts/gpu-prebuilt.sh) as the build when it was
+#   staged from exactly these sources (scripts/source-hash.sh) at this path and a smoke test passes;
+#   links build and $BUILD to it and points the binaries' LibTorch RUNPATH at this machine's LibTorch.
+#   Returns 1, with the reason noted, when it cannot: the caller then builds as before.
+# prebuilt_tests: the tests without ctest (its discovery files name the other machine's CMake): every
+#   test of every suite matching TESTS, one process each, CTEST_JOBS at once, from build/ with ABLATE_DB
+#   unset and a 600 s limit, as ctest runs them; a summary line in ctest's words.
+# Expects from the caller: OUT, BUILD, TORCH_LIB and note().
+
+PREBUILT=.gpu-prebuilt
+
+# Why the prebuilt tree cannot be used here (empty when it can).
+prebuilt_refusal() {
+  [ "${PREBUILT_OFF:-0}" = 1 ] && { echo "PREBUILT_OFF=1"; return; }
+  [ -f $PREBUILT/STAMP ] || { echo "none carried"; return; }
+  [ "$(sed -n 's/^root=//p' $PREBUILT/STAMP)" = "$PWD" ] || { echo "staged for another path than $PWD"; return; }
+  [ "$(sed -n 's/^source_hash=//p' $PREBUILT/STAMP)" = "$(bash scripts/source-hash.sh)" ] ||
+    { echo "staged from other sources than these (scripts/source-hash.sh differs)"; return; }
+  local link
+  for link in build "$BUILD"; do
+    [ ! -e "$link" ] || [ -L "$link" ] || { echo "$link/ is a real build here (a warm machine): ninja is quicker"; return; }
+  done
+  if [ -n "${TESTS:-}" ] && [ "$TESTS" != none ] && ! [[ "$TESTS" =~ ^[A-Za-z0-9_/|\\.*-]+$ ]]; then
+    echo "TESTS '$TESTS' is more than names joined by | (the prebuilt lane turns it into a gtest filter)"
+  fi
+}
+
+use_prebuilt() {
+  local why entry
+  why=$(prebuilt_refusal)
+  [ -z "$why" ] || { note "prebuilt: not used: $why"; return 1; }
+  ln -sfn $PREBUILT build && ln -sfn $PREBUILT "$BUILD"
+  for entry in $(readelf -d $PREBUILT/ablate | sed -n 's/.*[Rr][Uu][Nn][Pp][Aa][Tt][Hh]: \[\(.*\)\]/\1/p' | tr ':' ' '); do
+    case "$entry" in
+      */torch/lib) [ -e "$entry" ] || { mkdir -p "$(dirname "$entry")" && ln -s "$TORCH_LIB" "$entry"; } ;;
+    esac
+  done
+  if ! "$BUILD/ablate" catalog > "$OUT/prebuilt-smoke.log" 2>&1 ||
+     ! "$BUILD/tests/kernels_tests" --gtest_list_tests >> "$OUT/prebuilt-smoke.log" 2>&1; then
+    note "prebuilt: smoke test failed, building instead: $(grep -m1 -iE 'error|not found|undefined' "$OUT/prebuilt-smoke.log")"
+    rm -f build "$BUILD"
+    return 1
+  fi
+  note "prebuilt: using $PREBUILT (revision $(sed -n 's/^git_revision=//p' $PREBUILT/STAMP), $(sed -n 's/^compiler=//p' $PREBUILT/STAMP))"
+}
+
+# TESTS as a gtest filter: "a|b\.c|d.*e" -> "*a*:*b.c*:*d*e*"; empty -> "*".
+tests_as_gtest_filter() {
+  [ -n "${TESTS:-}" ] || { echo '*'; return; }
+  echo "$TESTS" | sed 's/\\\././g; s/\.\*/*/g' | tr '|' '\n' | sed 's/^/*/; s/$/*/' | paste -sd: -
+}
+
+prebuilt_tests() {
+  local filter list results b
+  filter=$(tests_as_gtest_filter)
+  list=$OUT/prebuilt-tests.txt
+  results=$OUT/prebuilt-results.txt
+  : > "$list"
+  for b in "$BUILD"/tests/*_tests; do
+    "$b" --gtest_list_tests --gtest_filter="$filter" 2>/dev/null |
+      awk -v b="$(basename "$b")" '/^[^ ]/ {suite = $1} /^  [^ ]/ {print b, suite $1}' >> "$list"
+  done
+  # One line a test: "<status> <suite> <test>"; a failure's output follows its line.
+  (cd build && ABLATE_DB='' xargs -a "$list" -P "${CTEST_JOBS:-4}" -L 1 sh -c '
+     log=$(timeout 600 "tests/$0" --gtest_filter="$1" 2>&1); rc=$?
+     if [ $rc = 0 ] && printf "%s\n" "$log" | grep -q "^\[  SKIPPED \] 1 test"; then s=Skipped
+     elif [ $rc = 0 ]; then s=Passed; elif [ $rc = 124 ]; then s=Timeout; else s=Failed; fi
+     if [ $s = Failed ] || [ $s = Timeout ]; then printf "%s %s %s\n%s\n" "$s" "$0" "$1" "$(printf "%s\n" "$log" | tail -60)"
+     else printf "%s %s %s\n" "$s" "$0" "$1"; fi') > "$results" 2>&1
+  local total passed skipped bad unaccounted
+  total=$(wc -l < "$list")
+  passed=$(grep -c '^Passed ' "$results")
+  skipped=$(grep -c '^Skipped ' "$results")
+  bad=$(grep -cE '^(Failed|Timeout) ' "$results")
+  unaccounted=$((total - passed - skipped - bad))  # a test whose line never came: counted as failed
+  bad=$((bad + unaccounted))
+  {
+    cat "$results"
+    echo
+    echo "filter $filter: $total tests, $passed passed, $skipped skipped, $bad failed ($unaccounted without a result)"
+    if [ "$total" -gt 0 ] && [ "$bad" = 0 ]; then echo "100% tests passed, 0 tests failed out of $total"
+    else echo "tests failed: $bad tests failed out of $total"; fi
+  } > "$OUT/ctest.log"
+  grep -E '^(Failed|Timeout) ' "$results" | head -20
+}
