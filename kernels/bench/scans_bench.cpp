@@ -4,8 +4,9 @@
 // B=8, T=2048, W=1024 at several chunk lengths (its chunked form holds B*T*W*L elements transiently,
 // so the chunk is a memory/time trade worth seeing). Counters: tokens/s (B*T per iteration) and, on
 // CUDA, peak_GiB (the caching allocator's peak allocated bytes during the timed loop).
-// ssm_scan fused_cuda vs reference (through the registry) at nam56r-small with bf16 and fp32 inputs:
-// TFLOP/s, GB/s and floor_ms = max(bytes / 3.0e12 B/s, FLOPs / 790e12 FLOP/s) (ssm_work says how they
+// ssm_scan fused_cuda vs reference (through the registry) at nam56r-small with three input mixes: bf16
+// (x, q, k, z), fp32, and autocast (x, z bf16 from the projection, q, k fp32 from ssm_rotary: what the
+// M block hands over under autocast): TFLOP/s, GB/s and floor_ms = max(bytes / 3.0e12 B/s, FLOPs / 790e12 FLOP/s) (ssm_work says how they
 // are counted). Targets on the H100 (issue 11): forward <= 0.6 ms, forward+backward <= 2.0 ms.
 // rglru/<backend>/<fwd|fwd_bwd>/<mix>: the recurrent_scan seam (gates + recurrence) through the
 //   registry, reference vs fused_cuda, at B 8, T 2048, W 1024; mix `bf16` has gate_a, gate_x and u in
@@ -51,23 +52,32 @@ struct RecShape {
   int64_t B, T, W, L;
 };
 
-// {x, q, k, log_alpha, beta, gamma, D, z}; x, q, k, z in `io` (bf16: what the model's projections
-// give), the coefficients fp32, every tensor differentiable.
-std::vector<Tensor> ssm_inputs(const SsmShape& s, torch::Device dev, torch::ScalarType io = torch::kFloat) {
+// Input dtypes of one ssm_scan benchmark: x and z, q and k.
+struct SsmMix {
+  const char* name;
+  torch::ScalarType xz, qk;
+};
+constexpr SsmMix kSsmFp32{"fp32", torch::kFloat, torch::kFloat};
+constexpr SsmMix kSsmMixes[] = {{"bf16", torch::kBFloat16, torch::kBFloat16}, kSsmFp32,
+                                {"autocast", torch::kBFloat16, torch::kFloat}};
+
+// {x, q, k, log_alpha, beta, gamma, D, z}; x, z and q, k in the mix's dtypes, the coefficients fp32,
+// every tensor differentiable.
+std::vector<Tensor> ssm_inputs(const SsmShape& s, torch::Device dev, SsmMix mix = kSsmFp32) {
   auto gen = at::detail::createCPUGenerator(7);
   auto rn = [&](at::IntArrayRef sz) { return torch::randn(sz, gen, torch::kFloat); };
   const auto delta = torch::softplus(rn({s.B, s.T, s.H}) - 4);
   const auto log_alpha = delta * (-torch::softplus(rn({s.B, s.T, s.H}))).clamp_max(-1e-4);
   const auto lambda = torch::sigmoid(rn({s.B, s.T, s.H}));
   const double qk = 1.0 / std::sqrt(std::sqrt(static_cast<double>(s.N)));
-  std::vector<Tensor> in = {rn({s.B, s.T, s.H, s.P}).to(io),
-                            (rn({s.B, s.T, s.H, s.N}) * qk).to(io),
-                            (rn({s.B, s.T, s.H, s.N}) * qk).to(io),
+  std::vector<Tensor> in = {rn({s.B, s.T, s.H, s.P}).to(mix.xz),
+                            (rn({s.B, s.T, s.H, s.N}) * qk).to(mix.qk),
+                            (rn({s.B, s.T, s.H, s.N}) * qk).to(mix.qk),
                             log_alpha,
                             (1 - lambda) * delta * log_alpha.exp(),
                             lambda * delta,
                             torch::ones({s.H}),
-                            rn({s.B, s.T, s.H, s.P}).to(io)};
+                            rn({s.B, s.T, s.H, s.P}).to(mix.xz)};
   for (auto& t : in) t = t.to(dev).requires_grad_(true);
   return in;
 }
@@ -128,16 +138,17 @@ void ssm_bench(benchmark::State& st, SsmShape s, torch::Device dev, bool backwar
 // q k^T (2 L N), scores times x (2 L P), the chunk-end state (2 P N), the inter-chunk term exp(cum) S q
 // (2 P N); forward+backward counts 3x forward (the backward's products are the transposes of these,
 // twice: the usual convention). Bytes: every input read once and every output written once in its
-// dtype (x, q, k, z in `io`, log alpha/beta/gamma fp32, y fp32; forward+backward adds the upstream
+// dtype (x, z and q, k in the mix's, log alpha/beta/gamma fp32, y fp32; forward+backward adds the upstream
 // gradient of y (fp32), reading the inputs again and writing every input gradient once).
 struct SsmWork {
   double flops, bytes;
 };
-SsmWork ssm_work(const SsmShape& s, size_t io_bytes, bool backward) {
+SsmWork ssm_work(const SsmShape& s, const SsmMix& mix, bool backward) {
   const double rows = static_cast<double>(s.B * s.T * s.H);
-  const double L = s.L, P = s.P, N = s.N, e = static_cast<double>(io_bytes);
+  const double L = s.L, P = s.P, N = s.N;
+  const double exz = static_cast<double>(c10::elementSize(mix.xz)), eqk = static_cast<double>(c10::elementSize(mix.qk));
   const double fwd_flops = rows * 2 * (L * N + L * P + 2 * P * N);
-  const double inputs = e * (P + 2 * N + P) + 3 * 4;  // x, q, k, z; log alpha, beta, gamma
+  const double inputs = exz * 2 * P + eqk * 2 * N + 3 * 4;  // x, z; q, k; log alpha, beta, gamma
   const double fwd_bytes = rows * (inputs + 4 * P);
   if (!backward) return {fwd_flops, fwd_bytes};
   return {3 * fwd_flops, fwd_bytes + rows * (4 * P + inputs + inputs)};
@@ -148,17 +159,17 @@ SsmWork ssm_work(const SsmShape& s, size_t io_bytes, bool backward) {
 constexpr double kCopyBytesPerSecond = 3.0e12;
 constexpr double kBf16FlopsPerSecond = 790e12;
 
-// One ssm_scan backend through the registry, at `io` inputs; reports TFLOP/s, GB/s and the floor.
+// One ssm_scan backend through the registry, at the mix's inputs; reports TFLOP/s, GB/s and the floor.
 void ssm_backend_bench(benchmark::State& st, SsmShape s, torch::Device dev, std::string backend, bool backward,
-                       torch::ScalarType io) {
-  const auto in = ssm_inputs(s, dev, io);
+                       SsmMix mix) {
+  const auto in = ssm_inputs(s, dev, mix);
   const auto g = torch::randn({s.B, s.T, s.H, s.P}, torch::TensorOptions(dev));
   const auto& fn = ablate::kernels::implementations().ssm_scan.at(backend);
   timed(st, dev, s.B * s.T, [&] {
     const auto y = fn(ssm_args(in, s.L)).y;
     if (backward) torch::autograd::grad({(y * g).sum()}, in);
   });
-  const auto work = ssm_work(s, io == torch::kBFloat16 ? 2 : 4, backward);
+  const auto work = ssm_work(s, mix, backward);
   st.counters["TFLOP/s"] = benchmark::Counter(work.flops / 1e12, benchmark::Counter::kIsIterationInvariantRate);
   st.counters["GB/s"] = benchmark::Counter(work.bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   st.counters["floor_ms"] = std::max(work.bytes / kCopyBytesPerSecond, work.flops / kBf16FlopsPerSecond) * 1e3;
@@ -274,20 +285,17 @@ void register_all() {
             ->Unit(benchmark::kMicrosecond)
             ->UseManualTime();
 #endif
-  // Fused vs reference through the registry at nam56r-small's shape with bf16 x, q, k, z (what the
-  // model hands over), plus fp32 inputs; forward and forward+backward.
+  // Fused vs reference through the registry at nam56r-small's shape, each input mix (autocast: what
+  // the M block hands over); forward and forward+backward.
   const SsmShape s{8, 2048, 32, 64, 128, 64};
   for (const char* backend : {"fused_cuda", "reference"}) {
     if (!ablate::kernels::has_implementation("ssm_scan", backend)) continue;
-    for (const auto io : {torch::kBFloat16, torch::kFloat})
+    for (const auto& mix : kSsmMixes)
       for (bool bwd : {false, true})
         benchmark::RegisterBenchmark(
-            ssm_name((std::string("ssm_") + backend + (bwd ? "_fwd_bwd" : "_fwd") +
-                      (io == torch::kBFloat16 ? "_bf16" : "_fp32"))
-                         .c_str(),
-                     s, gpu)
+            ssm_name((std::string("ssm_") + backend + (bwd ? "_fwd_bwd_" : "_fwd_") + mix.name).c_str(), s, gpu)
                 .c_str(),
-            ssm_backend_bench, s, gpu, std::string(backend), bwd, io)
+            ssm_backend_bench, s, gpu, std::string(backend), bwd, mix)
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
   }

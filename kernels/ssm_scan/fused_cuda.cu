@@ -29,10 +29,10 @@
 //   ablate_ssm_scan_bwd_boundary     the last row of each chunk (its own part plus the next chunk's
 //                                    column 0, rounded once) and dx_prev / dk_prev.
 // All arithmetic and state in fp32; x, z (one dtype) and q, k (one dtype) fp32 or bf16, converted on
-// load. The products run over fp32 shared-memory tiles: with fp32 inputs as SIMT fp32 (4 x 4 register
-// tiles per thread, exact); with bf16 x and q/k on tensor cores (mma.sync m16n8k8, tf32 operands, fp32
-// accumulation: ~5e-4 relative per operand, under the bf16 inputs' own 4e-3), 16 warps for the output
-// and backward chunk kernels.
+// load. The products run over fp32 shared-memory tiles: with fp32 x as SIMT fp32 (4 x 4 register
+// tiles per thread, exact); with bf16 x (q/k bf16 or fp32) on tensor cores (mma.sync m16n8k8, tf32
+// operands, fp32 accumulation: ~5e-4 relative per operand, under bf16 x's own 4e-3), 16 warps for the
+// output and backward chunk kernels.
 // Supported: P and N multiples of 16 up to 128, chunk L in {16, 32, 48, 64}, as long as the backward's
 // shared tiles fit the device (every combination except P = N = 128 at L = 64 on an H100); anything else
 // is a TORCH_CHECK error that says so. No host synchronisation: capturable in a CUDA graph.
@@ -231,12 +231,12 @@ __device__ __forceinline__ void tile_product(float (&acc)[4][4], int ti, int tj,
   }
 }
 
-// ---- tensor-core tiles (bf16 inputs only) ------------------------------------------------------
+// ---- tensor-core tiles (bf16 x only) -----------------------------------------------------------
 // mma.sync m16n8k8 with tf32 operands (10-bit mantissa, ~5e-4 relative per operand, rounded to
 // nearest) and fp32 accumulation, over the same fp32 shared-memory operands as the SIMT path. Used
-// only when x and q/k arrive in bf16, whose own rounding (4e-3) dominates; fp32 inputs stay on the
-// exact SIMT path. A warp owns a 16 x 16 output tile (two 16 x 8 mma tiles); K runs in steps of 8,
-// its tail (K = L + 1) read as zeros.
+// when x arrives in bf16, whose own rounding (4e-3) dominates (q/k in bf16, or fp32 rounded to tf32
+// here); fp32 x stays on the exact SIMT path. A warp owns a 16 x 16 output tile (two 16 x 8 mma
+// tiles); K runs in steps of 8, its tail (K = L + 1) read as zeros.
 __device__ __forceinline__ uint32_t to_tf32(float v) {
   uint32_t r;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
@@ -364,9 +364,11 @@ __device__ __forceinline__ void block_gemm2(int M, int Nc, int K1, const float* 
   }
 }
 
-// Whether a launch runs its products on tensor cores: only when x and q/k are both bf16.
+// Whether a launch runs its products on tensor cores: when x is bf16, whether q/k are bf16 or fp32 (the
+// M block under autocast gives bf16 x, z and fp32 q, k: with q/k left out of this rule it ran the SIMT
+// path, 7.5 ms of backward chunk a layer on the H100 instead of 3.4). fp32 x stays on the exact path.
 template <typename TX, typename TQK>
-constexpr bool kTensorCores = std::is_same_v<TX, __nv_bfloat16> && std::is_same_v<TQK, __nv_bfloat16>;
+constexpr bool kTensorCores = std::is_same_v<TX, __nv_bfloat16>;
 
 // Padded leading dimensions of the shared tiles. SIMT: odd (a warp's column-strided reads hit distinct
 // banks). Tensor cores: width + 4 (= 4 mod 32 for widths that are multiples of 32, 20 for the others),

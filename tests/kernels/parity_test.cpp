@@ -194,15 +194,18 @@ ParityCase ssm_rotary_case(int64_t B, int64_t T, int64_t H, int64_t N, int64_t S
 
 // Which optional inputs an ssm_scan case passes, and its decays: `extreme` mixes log alpha near 0
 // (-1e-6: alpha = 1 - 1e-6) with hard resets (-30 and -150, below the fp32 floor of the chunked
-// form) instead of the model's usual range.
+// form) instead of the model's usual range. `qk_fp32`: q and k stay fp32 in the bf16 row, as the M block
+// gives them under autocast (ssm_rotary computes in fp32; x and z come from the bf16 projection).
 struct SsmCaseOptions {
-  bool z = false, h0 = false, prev = false, extreme = false;
+  bool z = false, h0 = false, prev = false, extreme = false, qk_fp32 = false;
 };
 
 ParityCase ssm_scan_case(int64_t B, int64_t T, int64_t H, int64_t P, int64_t N, int64_t chunk, SsmCaseOptions o) {
   std::string label = shape_label({{"B", B}, {"T", T}, {"H", H}, {"P", P}, {"N", N}, {"L", chunk}});
-  label += std::string(o.z ? "_z" : "") + (o.h0 ? "_h0" : "") + (o.prev ? "_prev" : "") + (o.extreme ? "_extreme" : "");
+  label += std::string(o.z ? "_z" : "") + (o.h0 ? "_h0" : "") + (o.prev ? "_prev" : "") + (o.extreme ? "_extreme" : "") +
+           (o.qk_fp32 ? "_qk32" : "");
   const Input absent{Tensor(), Kind::absent, false};
+  const auto qk_input = [qk_fp32 = o.qk_fp32](Tensor t) { return qk_fp32 ? fp32_floor(std::move(t)) : floating(std::move(t)); };
   ParityCase c{"ssm_scan", label, kAllDtypes,
                [=](at::Generator& g) {
                  // Delta in (0, ~5), A <= -1e-4 as docs/model.md builds them; beta carries alpha.
@@ -219,8 +222,8 @@ ParityCase ssm_scan_case(int64_t B, int64_t T, int64_t H, int64_t P, int64_t N, 
                  // that q.k stays O(1) like x.
                  const double qk = 1.0 / std::sqrt(std::sqrt(double(N)));
                  return std::vector<Input>{floating(random_normal({B, T, H, P}, g)),
-                                           floating(random_normal({B, T, H, N}, g, qk)),
-                                           floating(random_normal({B, T, H, N}, g, qk)),
+                                           qk_input(random_normal({B, T, H, N}, g, qk)),
+                                           qk_input(random_normal({B, T, H, N}, g, qk)),
                                            fp32_floor(log_alpha),
                                            fp32_floor((1 - lambda) * delta * log_alpha.exp()),
                                            fp32_floor(lambda * delta),
@@ -243,7 +246,8 @@ ParityCase ssm_scan_case(int64_t B, int64_t T, int64_t H, int64_t P, int64_t N, 
   // times their size (|cum| reaches ~100-400 with resets, where a decay ~1 then loses ~1e-5): the
   // chunked fp32 reference itself measures up to ~1e-5 against fp64 on such inputs (scans_test's
   // kFp32Tol is 3e-5 for the same reason); gradients sum over T outputs, 10x. bf16 inputs: the
-  // shared bf16 bound (rounding of x, q, k, z at 4e-3 each, all arithmetic in fp32).
+  // shared bf16 bound (rounding of x, q, k, z at 4e-3 each, all arithmetic in fp32); with qk_fp32, x
+  // and z rounded to bf16 and q, k to tf32 (5e-4) in fused_cuda's tensor-core products: within it.
   c.tolerance = {{torch::kFloat, {3e-5, 3e-4}}};
   return c;
 }
@@ -393,6 +397,9 @@ const std::vector<ParityCase>& parity_cases() {
       ssm_scan_case(2, 37, 2, 16, 32, 16, {.prev = true}),
       ssm_scan_case(2, 100, 2, 16, 16, 16, {.z = true, .h0 = true, .prev = true, .extreme = true}),
       ssm_scan_case(1, 130, 2, 64, 128, 64, {.extreme = true}),
+      // The model's autocast mix (bf16 x, z; fp32 q, k): fused_cuda's tensor-core path with fp32 q/k tiles.
+      ssm_scan_case(2, 150, 2, 64, 128, 64, {.z = true, .h0 = true, .prev = true, .qk_fp32 = true}),
+      ssm_scan_case(2, 75, 3, 16, 16, 16, {.z = true, .qk_fp32 = true}),
       // The fused kernel scans chunks of 16 steps, 4 channels a thread when W % 4 == 0, else 2 when W
       // is even, else 1.
       recurrent_scan_case(2, 13, 9, false, true),     // T < one chunk, W odd
