@@ -3,14 +3,18 @@
 // B^ + b_B and C^ + c_C per head, cos and sin, two products per component and their stack, each a
 // [B,T,H,N] fp32 tensor through memory and most of them kept for backward: at nam56r-small (B 8, T 2048,
 // H 32, N 128) that is ~268 MB a tensor and the largest share of the M block's glue time. Here:
-//   forward  the angles Phi = cumsum_t(delta pi tanh(theta)) in LibTorch ops (shared with the reference:
-//            reference::ssm_rotary_angles), then ablate_ssm_rotary_fwd writes q and k in one pass
-//            (bias added, pairs turned by sincosf(Phi), the tail dims passed through);
+//   forward  the angle steps delta pi tanh(theta) in LibTorch ops (shared with the reference:
+//            reference::ssm_rotary_angle_steps), their sum over time by this file's two-pass scan
+//            (ablate_ssm_rotary_time_chunk_sums, ablate_ssm_rotary_time_scan: LibTorch's cumsum over
+//            an outer dim took 0.78 ms a call at nam56r-small, forward and backward alike), then
+//            ablate_ssm_rotary_fwd writes q and k in one pass (bias added, pairs turned by
+//            sincosf(Phi), the tail dims passed through);
 //   backward ablate_ssm_rotary_bwd, one pass over dq, dk: d Phi = (-g0 k1 + g1 k0) summed over q and
 //            k, d b and d c = Rot^T g summed over the heads (in shared memory, a fixed order), and the
 //            bias gradients summed over the block's rows into one partial per block, added up by a
 //            LibTorch sum (no atomics: the result is the same on every run on one GPU model). Phi's
-//            gradient then flows through LibTorch's cumsum backward into delta and theta.
+//            gradient then goes through the reverse scan (the same kernels) into the steps, and by
+//            autograd into delta and theta.
 // Saved for backward: b, c [B,T,N], the biases and Phi [B,T,H,S] (q, k, cos and sin are recomputed).
 // Arithmetic in fp32 (fp32 or bf16 inputs are converted; outputs fp32 as the contract says).
 // Layout: a block owns whole rows (b, t): thread x = pair index p < N/2, thread y = a lane of heads; each
@@ -128,6 +132,101 @@ __global__ void ablate_ssm_rotary_bwd(const float2* __restrict__ dq, const float
   }
 }
 
+// ---- the sum over time: y[b, t, c] = sum of x[b, t', c] over t' <= t (t' >= t reversed) ------------
+// x, y [B, T, C] fp32 contiguous. Pass 1: each (b, chunk of T, c) sums its chunk. Pass 2: each starts
+// from the sums of the chunks before it (after it, reversed), added in chunk order, and runs through
+// its chunk. A thread per (b, chunk, c), c fastest, so a warp reads and writes consecutive c; every
+// sum is in a fixed order (the same result on every run).
+struct TimeScanShape {
+  int64_t B, T, C;
+  int64_t chunk, chunks;  // chunk length and count: chunks * chunk >= T
+};
+
+__device__ __forceinline__ bool time_scan_thread(const TimeScanShape& s, int64_t& b, int64_t& k, int64_t& c) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= s.B * s.chunks * s.C) return false;
+  c = i % s.C;
+  k = (i / s.C) % s.chunks;
+  b = i / (s.C * s.chunks);
+  return true;
+}
+
+__global__ void ablate_ssm_rotary_time_chunk_sums(const float* __restrict__ x, float* __restrict__ sums,
+                                                  TimeScanShape s) {
+  int64_t b, k, c;
+  if (!time_scan_thread(s, b, k, c)) return;
+  const int64_t t_end = (k + 1) * s.chunk < s.T ? (k + 1) * s.chunk : s.T;
+  float sum = 0.f;
+  for (int64_t t = k * s.chunk; t < t_end; ++t) sum += x[(b * s.T + t) * s.C + c];
+  sums[(b * s.chunks + k) * s.C + c] = sum;
+}
+
+template <bool kReverse>
+__global__ void ablate_ssm_rotary_time_scan(const float* __restrict__ x, const float* __restrict__ sums,
+                                            float* __restrict__ y, TimeScanShape s) {
+  int64_t b, k, c;
+  if (!time_scan_thread(s, b, k, c)) return;
+  float run = 0.f;
+  if (kReverse) {
+    for (int64_t j = s.chunks - 1; j > k; --j) run += sums[(b * s.chunks + j) * s.C + c];
+  } else {
+    for (int64_t j = 0; j < k; ++j) run += sums[(b * s.chunks + j) * s.C + c];
+  }
+  const int64_t t_begin = k * s.chunk, t_end = (k + 1) * s.chunk < s.T ? (k + 1) * s.chunk : s.T;
+  for (int64_t n = 0; n < t_end - t_begin; ++n) {
+    const int64_t t = kReverse ? t_end - 1 - n : t_begin + n, at = (b * s.T + t) * s.C + c;
+    run += x[at];
+    y[at] = run;
+  }
+}
+
+// Chunks of at least 32 steps, at most 64 of them (pass 2's serial prefix), and enough threads to
+// fill the device where the shape allows.
+TimeScanShape time_scan_shape(const Tensor& x) {
+  TimeScanShape s{x.size(0), x.size(1), x.size(2), 1, 1};
+  const int64_t columns = std::max<int64_t>(1, s.B * s.C), wanted = int64_t(sm_count()) * 2048;
+  const int64_t chunks_for_device = std::max<int64_t>(1, wanted / columns);
+  s.chunks = std::clamp<int64_t>(std::min(chunks_for_device, (s.T + 31) / 32), 1, 64);
+  s.chunk = std::max<int64_t>(1, (s.T + s.chunks - 1) / s.chunks);
+  s.chunks = std::max<int64_t>(1, (s.T + s.chunk - 1) / s.chunk);
+  return s;
+}
+
+// The inclusive sum over dim 1 of x [B, T, C] (fp32, contiguous, CUDA), forward or reversed.
+Tensor time_scan(const Tensor& x, bool reverse) {
+  const auto s = time_scan_shape(x);
+  Tensor y = torch::empty_like(x);
+  const int64_t threads = s.B * s.chunks * s.C;
+  if (threads == 0 || s.T == 0) return y;
+  Tensor sums = torch::empty({s.B, s.chunks, s.C}, x.options());
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const auto blocks = static_cast<unsigned>((threads + 255) / 256);
+  ablate_ssm_rotary_time_chunk_sums<<<blocks, 256, 0, stream>>>(x.data_ptr<float>(), sums.data_ptr<float>(), s);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (reverse) {
+    ablate_ssm_rotary_time_scan<true><<<blocks, 256, 0, stream>>>(x.data_ptr<float>(), sums.data_ptr<float>(),
+                                                                  y.data_ptr<float>(), s);
+  } else {
+    ablate_ssm_rotary_time_scan<false><<<blocks, 256, 0, stream>>>(x.data_ptr<float>(), sums.data_ptr<float>(),
+                                                                   y.data_ptr<float>(), s);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return y;
+}
+
+// Phi = the steps summed over time, [B,T,H,S] from [B,T,H,S]; backward: the reverse sum of dPhi.
+class TimeScanFunction : public torch::autograd::Function<TimeScanFunction> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext*, const Tensor& steps) {
+    const Tensor flat = steps.contiguous().view({steps.size(0), steps.size(1), -1});
+    return {time_scan(flat, /*reverse=*/false).view(steps.sizes())};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list grads) {
+    const Tensor g = grads[0].contiguous();
+    return {time_scan(g.view({g.size(0), g.size(1), -1}), /*reverse=*/true).view(g.sizes())};
+  }
+};
+
 // Threads a block: x = the N/2 pairs of a row, y = head lanes up to ~256 threads in all.
 dim3 block_for(const RotaryShape& shape) {
   const int lanes = std::max(1, std::min(shape.heads, 256 / shape.half));
@@ -225,7 +324,8 @@ reference::SsmRotaryDims check_fused_args(const SsmRotaryInputs& in) {
 SsmRotaryOutputs ssm_rotary(const SsmRotaryInputs& in) {
   const auto d = check_fused_args(in);
   NoAutocastScope no_autocast;
-  const Tensor phi = reference::ssm_rotary_angles(in, torch::kFloat);
+  const Tensor steps = reference::ssm_rotary_angle_steps(in, torch::kFloat);
+  const Tensor phi = reference::with_initial_angle(in, TimeScanFunction::apply(steps)[0]);
   // The conversions stay outside the Function, so autograd casts each gradient back to its input's dtype.
   auto qk = SsmRotaryFunction::apply(in.b.to(torch::kFloat), in.c.to(torch::kFloat), in.b_bias.to(torch::kFloat),
                                      in.c_bias.to(torch::kFloat), phi);
@@ -243,9 +343,10 @@ ABLATE_REGISTER_BACKENDS(ssm_rotary_fused_cuda) {
                        .role = Role::experimental,
                        .fallback = "reference",
                        .kernel_patterns = {"ablate_ssm_rotary_"},
-                       .description = "kernels/ssm_rotary/fused_cuda.cu: q and k written in one pass (per-head "
-                                      "bias, pairs turned by sincosf(Phi)), backward one pass (bias gradients "
-                                      "by per-block partials, no atomics); Phi's cumsum in LibTorch ops",
+                       .description = "kernels/ssm_rotary/fused_cuda.cu: Phi summed over time by a two-pass "
+                                      "scan, q and k written in one pass (per-head bias, pairs turned by "
+                                      "sincosf(Phi)), backward one pass (bias gradients by per-block partials, "
+                                      "no atomics) and the reverse scan; the angle steps in LibTorch ops",
                        .unavailable_reason = &availability::hopper_fp32_or_bf16},
                       ABLATE_CUDA_ONLY(&fused::ssm_rotary));
 }

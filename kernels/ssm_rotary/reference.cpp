@@ -55,12 +55,19 @@ SsmRotaryDims check_ssm_rotary_args(const SsmRotaryInputs& in) {
   return d;
 }
 
+torch::Tensor ssm_rotary_angle_steps(const SsmRotaryInputs& in, at::ScalarType dt) {
+  // The step per head and angle, [B,T,H,S]: the same expression the M block used before this seam
+  // existed, so the reference lane is unchanged.
+  return in.delta.to(dt).unsqueeze(-1) * std::numbers::pi * torch::tanh(in.theta.to(dt)).unsqueeze(2);
+}
+
+torch::Tensor with_initial_angle(const SsmRotaryInputs& in, const torch::Tensor& phi) {
+  return in.phi0.defined() ? phi + in.phi0.to(phi.scalar_type()).unsqueeze(1) : phi;
+}
+
 torch::Tensor ssm_rotary_angles(const SsmRotaryInputs& in, at::ScalarType dt) {
-  // The step per head and angle, [B,T,H,S], then an inclusive sum over T (Mamba-3's angle_dt): the
-  // same expression the M block used before this seam existed, so the reference lane is unchanged.
-  const auto step = in.delta.to(dt).unsqueeze(-1) * std::numbers::pi * torch::tanh(in.theta.to(dt)).unsqueeze(2);
-  const auto phi = step.cumsum(1);
-  return in.phi0.defined() ? phi + in.phi0.to(dt).unsqueeze(1) : phi;
+  // An inclusive sum over T (Mamba-3's angle_dt).
+  return with_initial_angle(in, ssm_rotary_angle_steps(in, dt).cumsum(1));
 }
 
 torch::Tensor ssm_rotary_last_angle(const SsmRotaryInputs& in, const torch::Tensor& phi, const SsmRotaryDims& d) {

@@ -126,6 +126,12 @@ const std::vector<Sample>& samples() {
       {"ssm_rotary/fused_cuda", "rope",
        "_ZN6ablate7kernels5fused51_GLOBAL__N__7b8dbb3e_13_fused_cuda_cu_d01f589f_651221ablate_ssm_rotary_bwdEPK6float2S5_"
        "S5_S5_S5_S5_PKfPS3_S8_PfS8_S8_NS2_11RotaryShapeE"},
+      {"ssm_rotary/fused_cuda", "rope",
+       "_ZN6ablate7kernels5fused52_GLOBAL__N__7b8dbb3e_13_fused_cuda_cu_2d790885_1847633ablate_ssm_rotary_time_chunk_sumsEPKfP"
+       "fNS2_13TimeScanShapeE"},
+      {"ssm_rotary/fused_cuda", "rope",
+       "_ZN6ablate7kernels5fused52_GLOBAL__N__7b8dbb3e_13_fused_cuda_cu_2d790885_1847627ablate_ssm_rotary_time_scanILb1EEEvPKf"
+       "S5_PfNS2_13TimeScanShapeE"},
       {"swiglu/fused_cuda", "elementwise",
        "_ZN6ablate7kernels5fused41_GLOBAL__N__6761dd42_9_swiglu_cu_b38752c4L17ablate_swiglu_fwdI13__nv_bfloat16Li1EEEvPKT_S7_"
        "PS5_l"},
