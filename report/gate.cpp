@@ -69,10 +69,10 @@ std::optional<double> median_extra(const Side& side, const char* key) {
   return median(values);
 }
 
-// Each evidence run's loss: the mean of rank 0's losses over its last `window` steps, or its summary's
-// final_loss when it has no step rows (listed in `from_summary`). Runs with neither are left out.
-std::vector<double> run_losses(receipts::Store& store, const Side& side, std::int64_t window,
-                               std::vector<std::int64_t>& from_summary) {
+}  // namespace
+
+std::vector<double> windowed_run_losses(receipts::Store& store, const Side& side, std::int64_t window,
+                                        std::vector<std::int64_t>* from_summary) {
   const json rows = store.query(
       "SELECT s.run_id AS run_id, AVG(s.loss) AS loss FROM steps s JOIN (SELECT run_id, MAX(step) AS last FROM "
       "steps WHERE rank = 0 AND run_id IN (SELECT value FROM json_each(?)) GROUP BY run_id) m ON m.run_id = "
@@ -87,15 +87,17 @@ std::vector<double> run_losses(receipts::Store& store, const Side& side, std::in
       losses.push_back(it->second);
     } else if (const auto v = number_at(run.row.summary.extra, "final_loss")) {
       losses.push_back(*v);
-      from_summary.push_back(run.row.id);
+      if (from_summary != nullptr) from_summary->push_back(run.row.id);
     }
   }
   return losses;
 }
 
+namespace {
+
 void measure_loss(receipts::Store& store, GateResult& r) {
-  const auto baseline = run_losses(store, r.comparison.a, r.loss_window, r.loss_from_summary_runs);
-  const auto candidate = run_losses(store, r.comparison.b, r.loss_window, r.loss_from_summary_runs);
+  const auto baseline = windowed_run_losses(store, r.comparison.a, r.loss_window, &r.loss_from_summary_runs);
+  const auto candidate = windowed_run_losses(store, r.comparison.b, r.loss_window, &r.loss_from_summary_runs);
   if (baseline.empty() || candidate.empty()) return;
   r.baseline_loss = median(baseline);
   r.candidate_loss = median(candidate);

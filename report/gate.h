@@ -33,11 +33,20 @@
 
 namespace ablate::report {
 
+// Steps at the end of a run whose mean loss stands for the run (gate and report alike).
+constexpr std::int64_t kDefaultLossWindow = 10;
+
+// Each evidence run's loss: the mean of rank 0's losses over its last `window` steps, or its summary's
+// final_loss when it has no step rows (those runs appended to *from_summary when given). Runs with
+// neither are left out.
+std::vector<double> windowed_run_losses(receipts::Store& store, const Side& side, std::int64_t window,
+                                        std::vector<std::int64_t>* from_summary = nullptr);
+
 struct GateOptions {
   std::string seam;
   std::string backend;
-  double loss_tolerance = 0.02;    // relative difference of median loss allowed
-  std::int64_t loss_window = 10;   // a run's loss: the mean over its last this many steps
+  double loss_tolerance = 0.02;                 // relative difference of median loss allowed
+  std::int64_t loss_window = kDefaultLossWindow;  // a run's loss: the mean over its last this many steps
   double memory_tolerance = 0.10;  // relative growth of median peak memory allowed
   CompareOptions compare;
 };

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <set>
 
+#include "report/gate.h"
 #include "report/json_fields.h"
 
 namespace ablate::report {
@@ -256,6 +257,8 @@ json cell_json(const CellReport& c) {
           {"median_peak_memory_bytes", value_or_null(c.side.median_peak_memory_bytes)},
           {"goodput_seconds", c.goodput_seconds},
           {"loss_curve", loss},
+          {"median_tail_loss", value_or_null(c.tail_loss)},
+          {"tail_loss_window_steps", kDefaultLossWindow},
           {"traced_runs", c.traced_runs},
           {"kernel_families", kernels},
           {"memory_probes", memory},
@@ -373,11 +376,12 @@ Section loss_section(const Report& r, const std::vector<Plot>& plots) {
   // Runs with E blocks also record the router's evidence: two more columns when any cell has it.
   const bool moe = std::any_of(r.cells.begin(), r.cells.end(),
                                [](const CellReport& c) { return c.moe_drop_rate || c.moe_final_aux_loss; });
-  std::vector<std::string> header = {"cell", "steps logged", "first loss", "last loss"};
+  const std::string tail = fmt::format("loss, last {} steps", kDefaultLossWindow);
+  std::vector<std::string> header = {"cell", "steps logged", "first loss", "last loss", tail};
   if (moe) header.insert(header.end(), {"MoE drop rate", "final aux loss"});
   Table t{header, {}};
   for (const auto& c : r.cells) {
-    std::vector<std::string> row = {c.name, std::to_string(c.loss_curve.size()), "-", "-"};
+    std::vector<std::string> row = {c.name, std::to_string(c.loss_curve.size()), "-", "-", fixed(c.tail_loss, 4)};
     if (!c.loss_curve.empty()) {
       row[2] = fmt::format("{:.4f} (step {})", c.loss_curve.front().loss, c.loss_curve.front().step);
       row[3] = fmt::format("{:.4f} (step {})", c.loss_curve.back().loss, c.loss_curve.back().step);
@@ -388,10 +392,14 @@ Section loss_section(const Report& r, const std::vector<Plot>& plots) {
     }
     t.rows.push_back(std::move(row));
   }
-  s.blocks.push_back(Paragraph{moe ? "Median loss over each cell's ok runs per step (rank 0); MoE drop rate: expert slots "
-                                     "the capacity factor dropped over those routed (0 when dropless), final aux loss: the "
-                                     "load-balancing loss at the last step (1.0 for a uniform router); medians over ok runs."
-                                   : "Median loss over each cell's ok runs per step (rank 0)."});
+  const std::string per_step = fmt::format(
+      "Median loss over each cell's ok runs per step (rank 0); {}: each run's mean over its last {} steps, the "
+      "median over runs (what `ablate gate` judges: one step's loss is one batch).",
+      tail, kDefaultLossWindow);
+  s.blocks.push_back(Paragraph{moe ? per_step + " MoE drop rate: expert slots the capacity factor dropped over those "
+                                                "routed (0 when dropless), final aux loss: the load-balancing loss at "
+                                                "the last step (1.0 for a uniform router); medians over ok runs."
+                                   : per_step});
   s.blocks.push_back(std::move(t));
   return s;
 }
@@ -527,6 +535,7 @@ Report build_report(receipts::Store& store, const RunSelection& selection, const
     cell.median_mfu = median_of(std::move(mfu));
     cell.goodput_seconds = goodput_medians(store, cell.side);
     cell.loss_curve = loss_curve(store, cell.side);
+    cell.tail_loss = median_of(windowed_run_losses(store, cell.side, kDefaultLossWindow));
     add_kernels(store, cell);
     add_memory(store, cell);
     add_backends(store, cell, report);

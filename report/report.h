@@ -66,6 +66,9 @@ struct CellReport {
   std::optional<double> median_mfu;
   std::map<std::string, double> goodput_seconds;  // per ledger category, median over evidence runs
   std::vector<LossPoint> loss_curve;
+  // Median over evidence runs of each run's mean loss over its last kDefaultLossWindow steps: the
+  // loss the gate judges (report/gate.h).
+  std::optional<double> tail_loss;
   std::size_t traced_runs = 0;                 // evidence runs with kernel rows
   std::vector<KernelFamily> kernels;           // by time, largest first
   std::optional<MemoryProbes> memory;          // absent when no memory rows

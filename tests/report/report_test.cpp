@@ -151,10 +151,13 @@ TEST(Report, MoeRouterColumnsInTheLossSection) {
   EXPECT_DOUBLE_EQ(*report.cells[1].moe_drop_rate, 0.05);
   EXPECT_FALSE(report.cells[2].moe_drop_rate.has_value());
   const std::string markdown = render_markdown(to_document(report, {}, ""));
-  EXPECT_NE(markdown.find("| capacity-1.0 | 3 | 4.0000 (step 0) | 3.1000 (step 2) | 5.00 % | 1.1000 |"),
+  // The loss over the last 10 steps (here all 3: 4.0, 3.5, 3.1) is what the gate judges.
+  EXPECT_NEAR(*report.cells[1].tail_loss, (4.0 + 3.5 + 3.1) / 3, 1e-12);
+  EXPECT_NE(markdown.find("| capacity-1.0 | 3 | 4.0000 (step 0) | 3.1000 (step 2) | 3.5333 | 5.00 % | 1.1000 |"),
             std::string::npos)
       << markdown;
-  EXPECT_NE(markdown.find("| dense | 3 | 4.0000 (step 0) | 3.2000 (step 2) | - | - |"), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find("| dense | 3 | 4.0000 (step 0) | 3.2000 (step 2) | 3.5667 | - | - |"), std::string::npos)
+      << markdown;
   EXPECT_EQ(to_json(report)["cells"][0]["moe"]["median_final_aux_loss"], 1.02);
   EXPECT_TRUE(to_json(report)["cells"][2]["moe"].is_null());
 }
