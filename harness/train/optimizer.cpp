@@ -1,11 +1,29 @@
 // harness/train/optimizer.cpp: see optimizer.h.
 #include "harness/train/optimizer.h"
 
+#include <map>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
 namespace ablate::harness {
+
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+  // Grouped by dtype: a multi-tensor op takes one dtype a call (fp32 master weights: one group).
+  std::map<at::ScalarType, std::vector<torch::Tensor>> grads;
+  for (const auto& p : params)
+    if (p.grad().defined()) grads[p.grad().scalar_type()].push_back(p.grad().detach());
+  if (grads.empty()) return torch::zeros({}, torch::kFloat);
+  std::vector<torch::Tensor> norms;
+  for (const auto& [dtype, list] : grads)
+    for (const auto& n : at::_foreach_norm(list, 2, torch::kFloat)) norms.push_back(n);
+  const auto norm = torch::stack(norms).square().sum().sqrt();
+  if (max_norm > 0) {
+    const auto coef = (max_norm / (norm + 1e-6)).clamp_max(1.0);
+    for (auto& [dtype, list] : grads) at::_foreach_mul_(list, coef.to(dtype));
+  }
+  return norm;
+}
 
 AdamW::AdamW(const std::vector<torch::Tensor>& params, const TrainSection& t, const kernels::Dispatcher& dispatcher)
     : dispatcher_(dispatcher) {

@@ -6,8 +6,8 @@
 // beside the parameters: moments, one fp32 step count per parameter and the learning rate are tensors,
 // so step() reads nothing on the host and a CUDA graph can capture it. set_lr() writes the rate before
 // each step, outside any graph. Checkpoints store the state as named tensors (save/load).
-// Tests: tests/harness/runner_test.cpp (checkpoint + resume bitwise on the CPU), tests/kernels/
-// optimizer_test.cpp and parity_test.cpp (the seam's backends).
+// Tests: tests/harness/optimizer_test.cpp (clipping), runner_test.cpp (checkpoint + resume bitwise on
+// the CPU), tests/kernels/optimizer_test.cpp and parity_test.cpp (the seam's backends).
 #pragma once
 #include <torch/torch.h>
 
@@ -18,6 +18,13 @@
 #include "kernels/dispatch.h"
 
 namespace ablate::harness {
+
+// Global-norm gradient clipping in place, without a host sync: returns the norm of every gradient
+// together (fp32, a device tensor until the step's one read) and, when max_norm > 0, scales every
+// gradient by min(1, max_norm / (norm + 1e-6)). Multi-tensor ops (_foreach_norm, _foreach_mul_): a
+// launch or two for all parameters, not three a parameter (on the H100 the per-parameter form took
+// 2.6 ms of nam56r-small's step for 89 parameters). Tests: tests/harness/optimizer_test.cpp.
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
 
 class AdamW {
  public:

@@ -90,21 +90,6 @@ data::DataOptions data_options(const ExperimentSpec& spec) {
   return d;
 }
 
-// Global-norm clipping without a host sync: the norm stays a device tensor until the step's one read.
-torch::Tensor clip_gradients(const std::vector<torch::Tensor>& params, double max_norm) {
-  std::vector<torch::Tensor> sq;
-  for (const auto& p : params)
-    if (p.grad().defined()) sq.push_back(p.grad().detach().to(torch::kFloat).pow(2).sum());
-  if (sq.empty()) return torch::zeros({}, torch::kFloat);
-  auto norm = torch::stack(sq).sum().sqrt();
-  if (max_norm > 0) {
-    auto coef = (max_norm / (norm + 1e-6)).clamp_max(1.0);
-    for (const auto& p : params)
-      if (p.grad().defined()) p.grad().mul_(coef.to(p.grad().dtype()));
-  }
-  return norm;
-}
-
 // Seams added after the lane key was fixed join it only off their reference backend, so the runs
 // recorded before a seam existed stay in the same lane as today's runs that leave it on the reference.
 // The seams added since: optimizer (session 3), ssm_rotary (the M block's rotation, split out of the block
@@ -376,7 +361,7 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPo
     torch::Tensor grad_norm;
     {
       kernels::Scope phase("optimizer");
-      grad_norm = clip_gradients(state.params, spec.train.grad_clip);
+      grad_norm = clip_grad_norm(state.params, spec.train.grad_clip);
       optimizer.step();
     }
     if (probes) profiler.after_phase(at_step, "optimizer");
