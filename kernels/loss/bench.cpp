@@ -5,17 +5,28 @@
 // median_us <= the reference's.
 // Timed with CUDA events after warm-up, an L2 flush before each iteration (kernels/bench_util.h);
 // counters from the median iteration. Run: build/bench/kernels_bench --benchmark_filter=loss
+// loss/fused_cuda/fwd_bwd/autocast/chunk_rows:R: the same with R rows a chunk (the default takes ~64 MiB
+// of logits: 1024 rows here). dW is accumulated in fp32 once a chunk, [V, d] = 128 MiB read and written
+// each time (16 times at the default): bigger chunks trade transient logits memory for that traffic.
 #include "kernels/bench_util.h"
 
 #if defined(ABLATE_HAVE_CUDA)
+#include "kernels/loss/fused_cuda.h"
+
 namespace ablate::kernels::bench {
 namespace {
 
 using torch::Tensor;
 
-void loss_bench(benchmark::State& st, std::string backend) {
+// chunk_rows > 0: fused_cuda through its entry point with that many rows a chunk (the seam's contract
+// otherwise).
+void loss_bench(benchmark::State& st, std::string backend, int64_t chunk_rows) {
   const torch::Device cuda(torch::kCUDA, 0);
-  const auto& fn = implementations().loss.at(backend);
+  const LossFn seam_fn = implementations().loss.at(backend);
+  const LossFn fn = chunk_rows > 0 ? LossFn([chunk_rows](const Tensor& h, const Tensor& w, const Tensor& t, const Tensor& m) {
+    return fused::linear_cross_entropy(h, w, t, m, fused::LossReduction::mean, chunk_rows);
+  })
+                                   : seam_fn;
   constexpr int64_t N = 16384, d = 1024, V = 32768;
   auto hidden = torch::randn({N, d}, torch::TensorOptions(cuda).dtype(torch::kBFloat16)).requires_grad_(true);
   auto weight = (0.02 * torch::randn({V, d}, torch::TensorOptions(cuda))).requires_grad_(true);
@@ -40,10 +51,17 @@ ABLATE_BENCHMARKS(loss) {
   if (!torch::cuda::is_available()) return;
   for (const std::string backend : {"reference", "chunked", "fused_cuda"}) {
     if (!ablate::kernels::has_implementation("loss", backend)) continue;
-    benchmark::RegisterBenchmark(("loss/" + backend + "/fwd_bwd/autocast").c_str(), loss_bench, backend)
+    benchmark::RegisterBenchmark(("loss/" + backend + "/fwd_bwd/autocast").c_str(), loss_bench, backend, 0)
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond)
         ->Iterations(20);
   }
+  if (!ablate::kernels::has_implementation("loss", "fused_cuda")) return;
+  for (const int64_t rows : {2048, 4096, 8192})
+    benchmark::RegisterBenchmark(("loss/fused_cuda/fwd_bwd/autocast/chunk_rows:" + std::to_string(rows)).c_str(),
+                                 loss_bench, std::string("fused_cuda"), rows)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond)
+        ->Iterations(20);
 }
 #endif  // ABLATE_HAVE_CUDA
