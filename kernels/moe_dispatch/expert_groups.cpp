@@ -45,7 +45,30 @@ class PermuteRows : public torch::autograd::Function<PermuteRows> {
   }
 };
 
+class GatherSlotRows : public torch::autograd::Function<GatherSlotRows> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& order,
+                               const torch::Tensor& inverse, int64_t k) {
+    ctx->save_for_backward({inverse});
+    ctx->saved_data["k"] = k;
+    return x.index_select(0, order.div(k, "floor"));
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto inverse = ctx->get_saved_variables()[0];
+    const int64_t k = ctx->saved_data["k"].toInt();
+    const auto& g = grads[0];
+    return {g.index_select(0, inverse).view({-1, k, g.size(1)}).sum(1), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+torch::Tensor gather_slot_rows(const torch::Tensor& x, const torch::Tensor& order, const torch::Tensor& inverse,
+                               int64_t k) {
+  return GatherSlotRows::apply(x, order, inverse, k);
+}
 
 torch::Tensor permute_rows(const torch::Tensor& x, const torch::Tensor& order, const torch::Tensor& inverse) {
   return PermuteRows::apply(x, order, inverse);

@@ -26,6 +26,11 @@ ExpertGroups group_by_expert(const torch::Tensor& topk_idx, int64_t experts);
 // backward gathers the gradient by `inverse` where index_select's own backward would scatter-add it
 // (atomics, ~6x a gather on the H100 for these sizes), so both directions are one gather each.
 torch::Tensor permute_rows(const torch::Tensor& x, const torch::Tensor& order, const torch::Tensor& inverse);
+// Each slot's token row in expert order, out[i] = x[order[i] / k] (x [tokens, d], k slots a token):
+// one gather, without materialising x repeated k times. The backward gathers the gradient back into
+// slot order by `inverse` and sums each token's k rows: no scatter-add either.
+torch::Tensor gather_slot_rows(const torch::Tensor& x, const torch::Tensor& order, const torch::Tensor& inverse,
+                               int64_t k);
 // [S] each slot's position inside its expert's group, in expert order.
 torch::Tensor rank_in_expert(const ExpertGroups& groups);
 // Slots an expert keeps under a capacity factor > 0: ceil(cf * slots / experts), at least 1.
