@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# tests/scripts/prebuilt_lane_test.sh: the GPU machine's prebuilt lane (scripts/gpu-prebuilt-lane.sh,
+# sourced by scripts/gpu-check.sh) checked here, where it never runs otherwise: the source hash is stable
+# and moves with a source edit but not a doc edit; the lane refuses (and says why) a missing stamp,
+# other sources, another path, a real build/ and a TESTS regex richer than names joined by |; it accepts
+# a matching stamp; TESTS becomes the gtest filter it should. Runs in a scratch copy of the scripts and a
+# few sources. Exit 0 passed, 1 a check failed.
+#   bash tests/scripts/prebuilt_lane_test.sh     (ctest: prebuilt_lane)
+set -uo pipefail
+src=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+check() {  # check NAME EXPECTED ACTUAL
+  if [ "$2" == "$3" ]; then echo "ok   $1"; else echo "FAIL $1: expected [$2], got [$3]"; failures=$((failures + 1)); fi
+}
+contains() {  # contains NAME NEEDLE HAYSTACK
+  if [[ "$3" == *"$2"* ]]; then echo "ok   $1"; else echo "FAIL $1: [$3] lacks [$2]"; failures=$((failures + 1)); fi
+}
+
+mkdir -p "$work/tree/scripts" "$work/tree/kernels" "$work/tree/docs"
+cp "$src/scripts/source-hash.sh" "$src/scripts/gpu-prebuilt-lane.sh" "$work/tree/scripts/"
+cp "$src/CMakeLists.txt" "$work/tree/"
+echo 'int f() { return 1; }' > "$work/tree/kernels/a.cpp"
+echo 'notes' > "$work/tree/docs/a.md"
+cd "$work/tree"
+
+# The hash: stable, moved by a source edit, not by a doc edit.
+h1=$(bash scripts/source-hash.sh)
+check "hash is 64 hex digits" 64 "$(printf %s "$h1" | tr -cd '0-9a-f' | wc -c)"
+check "hash is stable" "$h1" "$(bash scripts/source-hash.sh)"
+echo 'more notes' >> docs/a.md
+check "a doc edit keeps the hash" "$h1" "$(bash scripts/source-hash.sh)"
+echo '// edit' >> kernels/a.cpp
+h2=$(bash scripts/source-hash.sh)
+[ "$h1" != "$h2" ] && echo "ok   a source edit moves the hash" || { echo "FAIL a source edit kept the hash"; failures=$((failures + 1)); }
+
+BUILD=build-gpu
+OUT=$work/out
+mkdir -p "$OUT"
+note() { :; }
+source scripts/gpu-prebuilt-lane.sh
+
+contains "no stamp is refused" "none carried" "$(prebuilt_refusal)"
+mkdir -p .gpu-prebuilt
+printf 'source_hash=%s\nroot=%s\n' "$h1" "$PWD" > .gpu-prebuilt/STAMP
+contains "other sources are refused" "other sources" "$(prebuilt_refusal)"
+printf 'source_hash=%s\nroot=/elsewhere\n' "$h2" > .gpu-prebuilt/STAMP
+contains "another path is refused" "another path" "$(prebuilt_refusal)"
+printf 'source_hash=%s\nroot=%s\n' "$h2" "$PWD" > .gpu-prebuilt/STAMP
+check "a matching stamp is accepted" "" "$(prebuilt_refusal)"
+mkdir build && contains "a real build/ is refused" "real build" "$(prebuilt_refusal)" && rmdir build
+ln -s .gpu-prebuilt build && check "a link build/ is accepted" "" "$(prebuilt_refusal)" && rm build
+contains "a rich TESTS regex is refused" "more than names" "$(TESTS='a(b)|c' prebuilt_refusal)"
+check "TESTS=none is accepted" "" "$(TESTS=none prebuilt_refusal)"
+contains "PREBUILT_OFF=1 is refused" "PREBUILT_OFF" "$(PREBUILT_OFF=1 prebuilt_refusal)"
+
+# TESTS as a gtest filter.
+check "no TESTS: every test" '*' "$(TESTS='' tests_as_gtest_filter)"
+check "names joined by |" '*Catalog.*:*Names*:*ssm_rotary*' "$(TESTS='Catalog\.|Names|ssm_rotary' tests_as_gtest_filter)"
+check ".* inside a name" '*Parity*ssm*' "$(TESTS='Parity.*ssm' tests_as_gtest_filter)"
+
+[ "$failures" = 0 ] && echo "prebuilt lane: every check passed" || echo "prebuilt lane: $failures check(s) failed"
+[ "$failures" = 0 ]
