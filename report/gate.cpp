@@ -288,6 +288,57 @@ GateResult evaluate_gate(receipts::Store& store, const std::vector<std::int64_t>
   return r;
 }
 
+namespace {
+
+// "backends.loss=chunked" -> {"loss", "chunked"}; nullopt for a cell that toggles anything else.
+std::optional<std::pair<std::string, std::string>> backend_toggle(const std::string& cell) {
+  constexpr std::string_view prefix = "backends.";
+  const auto eq = cell.find('=');
+  if (cell.rfind(prefix, 0) != 0 || eq == std::string::npos || cell.find(',') != std::string::npos) return std::nullopt;
+  return std::pair{cell.substr(prefix.size(), eq - prefix.size()), cell.substr(eq + 1)};
+}
+
+// The backend a run's spec requests at `seam` (nullopt when its spec has none there).
+std::optional<std::string> requested_backend(receipts::Store& store, std::int64_t run_id, const std::string& seam) {
+  const json rows = store.query("SELECT spec_json FROM run_spec WHERE run_id = ?", {run_id});
+  if (rows.empty()) return std::nullopt;
+  const json value = member_or_null(member_or_null(json::parse(rows[0]["spec_json"].get<std::string>()), "backends"), seam.c_str());
+  if (!value.is_string()) return std::nullopt;
+  return value.get<std::string>();
+}
+
+}  // namespace
+
+std::vector<MatrixGate> matrix_gates(receipts::Store& store, const RunSelection& selection,
+                                     std::vector<std::string>* skipped) {
+  auto skip = [&](const std::string& why) {
+    if (skipped != nullptr) skipped->push_back(why);
+  };
+  std::vector<MatrixGate> gates;
+  if (selection.groups.empty()) return gates;
+  const auto& baseline = selection.groups[0];
+  for (size_t i = 1; i < selection.groups.size(); ++i) {
+    const auto& cell = selection.groups[i];
+    const auto toggle = backend_toggle(cell.name);
+    if (!toggle) {
+      skip(fmt::format("cell {}: not a single backends.<seam> toggle, not gated", cell.name));
+      continue;
+    }
+    const auto& [seam, backend] = *toggle;
+    if (backend != "reference") {
+      gates.push_back({cell.name, baseline.run_ids, cell.run_ids, seam, backend});
+      continue;
+    }
+    const auto in_posture = baseline.run_ids.empty() ? std::nullopt : requested_backend(store, baseline.run_ids[0], seam);
+    if (!in_posture || *in_posture == "reference") {
+      skip(fmt::format("cell {}: the baseline runs the reference at {} too, nothing to judge", cell.name, seam));
+      continue;
+    }
+    gates.push_back({cell.name, cell.run_ids, baseline.run_ids, seam, *in_posture});
+  }
+  return gates;
+}
+
 receipts::Decision GateResult::decision() const {
   receipts::Decision d;
   d.seam = seam;

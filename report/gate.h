@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "report/compare.h"
+#include "report/selection.h"
 
 namespace ablate::report {
 
@@ -90,6 +91,19 @@ struct GateResult {
 // backends.<seam> (unless options.compare.allow_mismatch).
 GateResult evaluate_gate(receipts::Store& store, const std::vector<std::int64_t>& baseline_ids,
                          const std::vector<std::int64_t>& candidate_ids, const GateOptions& options);
+
+// The gates a matrix implies, one a cell that sets a single backends.<seam> (`backends.<seam>=<name>`):
+// the cell's backend judged against the baseline cell; but a cell that turns a seam back to its
+// `reference` (a leave-one-out matrix over a fast posture, ablations/fast_posture.toml) judges the
+// baseline's backend at that seam, with the cell's runs as its baseline: does that backend earn its
+// place in the posture. Other cells are named in *skipped with the reason.
+struct MatrixGate {
+  std::string cell;
+  std::vector<std::int64_t> baseline, candidate;
+  std::string seam, backend;
+};
+std::vector<MatrixGate> matrix_gates(receipts::Store& store, const RunSelection& selection,
+                                     std::vector<std::string>* skipped = nullptr);
 
 nlohmann::json to_json(const GateResult& result);
 std::string render_text(const GateResult& result);

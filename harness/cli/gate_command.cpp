@@ -1,6 +1,8 @@
 // harness/cli/gate_command.cpp: the keep/drop gate (report::evaluate_gate), printed and stored as decisions.
 //   ablate gate --matrix NAME            every backend cell of the newest matrix NAME (a cell that sets
-//                                        backends.<seam> = <backend>) against its baseline cell;
+//                                        backends.<seam> = <backend>) against its baseline cell, or, for a
+//                                        cell that turns a seam back to `reference`, the baseline's backend
+//                                        there against that cell (report::matrix_gates);
 //   ablate gate --baseline SEL --candidate SEL --seam S --backend B [--role keep]   one backend.
 // Exit 1 when the verdict is not KEEP for a backend whose role is `keep` (--role, or else the role the
 // candidate runs recorded in their catalog snapshot), so the command can guard CI; exit 2 for bad input.
@@ -17,13 +19,6 @@
 namespace ablate::cli {
 namespace {
 
-// "backends.loss=chunked" -> {"loss", "chunked"}; nullopt for a cell that toggles anything else.
-std::optional<std::pair<std::string, std::string>> backend_toggle(const std::string& cell) {
-  constexpr std::string_view prefix = "backends.";
-  const auto eq = cell.find('=');
-  if (cell.rfind(prefix, 0) != 0 || eq == std::string::npos || cell.find(',') != std::string::npos) return std::nullopt;
-  return std::pair{cell.substr(prefix.size(), eq - prefix.size()), cell.substr(eq + 1)};
-}
 
 }  // namespace
 
@@ -32,7 +27,7 @@ void register_gate(CLI::App& app, Globals& g) {
   static report::GateOptions options;
   static bool as_json = false;
   auto* cmd = app.add_subcommand("gate", "Keep/drop gate of backends: KEEP / DROP / INCONCLUSIVE, stored as decisions");
-  cmd->add_option("--matrix", matrix, "gate every backend cell of the newest matrix of this name against its baseline");
+  cmd->add_option("--matrix", matrix, "gate every backend cell of the newest matrix of this name against its baseline (a cell back on `reference`: the baseline's backend against it)");
   cmd->add_option("--baseline", baseline, "baseline runs: 12 | 12,13,14 | tag:NAME | name:GLOB | lane:LANE | since:DATE (joined by &) | cell:MATRIX/CELL");
   cmd->add_option("--candidate", candidate, "runs with the backend under test, same forms");
   cmd->add_option("--seam", options.seam, "dispatch seam, e.g. attention");
@@ -72,14 +67,10 @@ void register_gate(CLI::App& app, Globals& g) {
       const auto selection = report::select_matrix(store, matrix);
       if (selection.groups.size() < 2)
         throw std::invalid_argument(fmt::format("gate: {} has no cell besides its baseline", selection.title));
-      for (size_t i = 1; i < selection.groups.size(); ++i) {
-        const auto toggle = backend_toggle(selection.groups[i].name);
-        if (!toggle) {
-          fmt::print("cell {}: not a single backends.<seam> toggle, not gated\n", selection.groups[i].name);
-          continue;
-        }
-        jobs.push_back({selection.groups[0].run_ids, selection.groups[i].run_ids, toggle->first, toggle->second});
-      }
+      std::vector<std::string> skipped;
+      for (auto& gate : report::matrix_gates(store, selection, &skipped))
+        jobs.push_back({std::move(gate.baseline), std::move(gate.candidate), std::move(gate.seam), std::move(gate.backend)});
+      for (const auto& why : skipped) fmt::print("{}\n", why);
     } else {
       // Tag and name selectors include failed runs: a candidate that failed is evidence against it.
       jobs.push_back({report::select_runs(store, baseline, true), report::select_runs(store, candidate, true),

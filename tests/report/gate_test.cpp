@@ -297,5 +297,46 @@ TEST(Gate, CatalogRoleComesFromTheCandidateRuns) {
   EXPECT_EQ(r.verdict, Verdict::inconclusive);
 }
 
+// A matrix's gates: a cell that sets a fast backend is judged against the baseline cell; over a fast
+// posture (the baseline runs sdpa_flash), a cell that turns the seam back to `reference` judges
+// sdpa_flash with that cell as its baseline; a cell that is not one backend toggle is skipped, saying so.
+TEST(Gate, MatrixGatesJudgeTheFastBackendEitherWay) {
+  FixtureStore f;
+  auto& s = f.store();
+  const std::int64_t matrix = s.create_matrix(
+      "posture", R"({"cells":[{"name":"baseline"},{"name":"backends.attention=reference"},)"
+                 R"({"name":"backends.attention=sdpa_cudnn"},{"name":"train.steps=200"}]})");
+  auto add_cell = [&](const std::string& cell, const std::string& backend, std::vector<double> step_ms) {
+    FixtureRun run = with_backend(backend);
+    run.matrix_id = matrix;
+    run.cell = cell;
+    std::vector<std::int64_t> ids;
+    for (const double ms : step_ms) {
+      run.step_ms = ms;
+      ids.push_back(f.add("posture", run));
+    }
+    return ids;
+  };
+  const auto fast = add_cell("baseline", "sdpa_flash", {80, 81, 79});
+  const auto back_on_reference = add_cell("backends.attention=reference", "reference", {100, 101, 99});
+  const auto cudnn = add_cell("backends.attention=sdpa_cudnn", "sdpa_cudnn", {82, 83, 81});
+  add_cell("train.steps=200", "sdpa_flash", {80});
+  std::vector<std::string> skipped;
+  const auto gates = matrix_gates(s, select_matrix(s, "posture"), &skipped);
+  ASSERT_EQ(gates.size(), 2u);
+  EXPECT_EQ(gates[0].seam, "attention");
+  EXPECT_EQ(gates[0].backend, "sdpa_flash");  // the posture's backend, judged against the cell without it
+  EXPECT_EQ(gates[0].baseline, back_on_reference);
+  EXPECT_EQ(gates[0].candidate, fast);
+  EXPECT_EQ(gates[1].backend, "sdpa_cudnn");
+  EXPECT_EQ(gates[1].baseline, fast);
+  EXPECT_EQ(gates[1].candidate, cudnn);
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_NE(skipped[0].find("train.steps=200"), std::string::npos) << skipped[0];
+  // sdpa_flash earns its place: 20 % faster than the posture without it.
+  GateOptions options = attention_flash();
+  EXPECT_EQ(evaluate_gate(s, gates[0].baseline, gates[0].candidate, options).verdict, Verdict::keep);
+}
+
 }  // namespace
 }  // namespace ablate::report
