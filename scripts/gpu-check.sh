@@ -83,7 +83,7 @@ $BUILD/ablate run experiments/nam56r-small.toml --set train.steps=$STEPS --set t
 note "nam56r-small run: rc ${PIPESTATUS[0]}"
 $BUILD/ablate runs > "$OUT/runs.txt" 2>&1
 $BUILD/ablate show "$($BUILD/ablate runs --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')" \
-  > "$OUT/show.txt" 2>&1 && grep -E "^(profiling|backend mismatch)" "$OUT/show.txt"
+  --kernels 25 > "$OUT/show.txt" 2>&1 && grep -E "^(profiling|backend mismatch)" "$OUT/show.txt"
 cat "$OUT/runs.txt"
 echo
 echo "==== summary"

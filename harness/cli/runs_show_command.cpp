@@ -25,6 +25,39 @@ std::string human_bytes(const std::optional<int64_t>& b) {
   return fmt::format("{:.2f} GiB", static_cast<double>(*b) / (1024.0 * 1024 * 1024));
 }
 
+// The kernels that took the most GPU time a step in the run's profiled window (rank 0), summed over
+// layers, each with where it was launched from: what a kernel change must move, and proof of which
+// instantiation the model really runs (names keep their template arguments).
+void print_top_kernels(receipts::Store& store, int64_t run_id, int64_t count) {
+  const auto window = store.query("SELECT steps FROM profile_windows WHERE run_id = ? AND rank = 0 AND status = 'ok'",
+                                  {run_id});
+  if (window.empty() || !window[0]["steps"].is_number() || window[0]["steps"].get<int64_t>() <= 0) {
+    fmt::print("kernels: no profiled window on rank 0 (run with [profile] enabled = true)\n");
+    return;
+  }
+  const double steps = window[0]["steps"].get<double>();
+  const auto rows = store.query(
+      "SELECT phase, block, seam, backend, name, SUM(calls) AS calls, SUM(total_ns) AS ns FROM kernel_attribution "
+      "WHERE run_id = ? AND rank = 0 GROUP BY phase, block, seam, backend, name ORDER BY ns DESC, name LIMIT ?",
+      {run_id, count});
+  const auto total = store.query("SELECT SUM(total_ns) AS ns FROM kernel_attribution WHERE run_id = ? AND rank = 0",
+                                 {run_id});
+  const double total_ms = total.empty() || !total[0]["ns"].is_number() ? 0 : total[0]["ns"].get<double>() / 1e6 / steps;
+  fmt::print("kernels: top {} of {:.2f} ms of GPU time a step ({} profiled steps, rank 0)\n", rows.size(), total_ms,
+             static_cast<int64_t>(steps));
+  fmt::print("  {:>9}  {:>7}  {:<9}  {:<5}  {:<28}  {}\n", "ms/step", "calls", "phase", "block", "seam[backend]", "kernel");
+  for (const auto& r : rows) {
+    const std::string seam = r["seam"].get<std::string>().empty()
+                                 ? "-"
+                                 : fmt::format("{}[{}]", r["seam"].get<std::string>(), r["backend"].get<std::string>());
+    std::string name = r["name"].get<std::string>();
+    if (name.size() > 160) name = name.substr(0, 157) + "...";
+    fmt::print("  {:>9.3f}  {:>7.1f}  {:<9}  {:<5}  {:<28}  {}\n", r["ns"].get<double>() / 1e6 / steps,
+               r["calls"].get<double>() / steps, r["phase"].get<std::string>(),
+               r["block"].get<std::string>().empty() ? "-" : r["block"].get<std::string>(), seam, name);
+  }
+}
+
 }  // namespace
 
 void register_receipt_queries(CLI::App& app, Globals& g) {
@@ -65,9 +98,14 @@ void register_receipt_queries(CLI::App& app, Globals& g) {
   }});
 
   static int64_t run_id = 0;
+  static int64_t top_kernels = 0;
   static bool show_json = false;
   auto* show = app.add_subcommand("show", "Everything the receipt store holds about one run");
   show->add_option("run", run_id, "run id")->required();
+  show->add_option("--kernels", top_kernels,
+                   "with a profiled window: the N kernels that took the most GPU time a step (rank 0), each with "
+                   "its phase, block and seam[backend]")
+      ->check(CLI::NonNegativeNumber);
   show->add_flag("--json", show_json, "print JSON");
   command_table().push_back({show, [&g] {
     auto store = receipts::Store::open_existing(g.db);
@@ -129,6 +167,7 @@ void register_receipt_queries(CLI::App& app, Globals& g) {
       if (j.contains(section) && !j[section].empty()) fmt::print("{}: {}\n", section, j[section].dump());
     }
     if (j.contains("steps")) fmt::print("steps: {} rows (ablate show {} --json for all)\n", j["steps"].size(), run_id);
+    if (top_kernels > 0) print_top_kernels(store, run_id, top_kernels);
     return kExitOk;
   }});
 }

@@ -237,6 +237,47 @@ TEST_F(CliTest, ShowPrintsTheDataParallelShapeAndTheMoeRouter) {
       << r.out;
 }
 
+// `ablate show --kernels N`: the N kernels with the most GPU time a step in the profiled window (rank
+// 0), summed over layers, per phase/block/seam; a run without a window says so.
+TEST_F(CliTest, ShowKernelsListsTheTopKernelsOfTheProfiledWindowPerStep) {
+  const std::string db = (dir_ / "k.db").string();
+  {
+    auto store = ablate::receipts::Store::open(db);
+    ablate::receipts::RunStart start;
+    start.name = "profiled";
+    start.spec_json = "{}";
+    const auto id = store.begin_run(start);
+    ablate::receipts::ProfileWindowRow window;
+    window.status = "ok";
+    window.start_step = 20;
+    window.steps = 5;
+    store.record_profile_window(id, window);
+    // The scan's backward chunk in two M layers (summed: 2 x 5 calls, 37.5 ms over 5 steps), a GEMM
+    // outside any seam, and rank 1's row (not counted).
+    store.record_kernel_attribution(
+        id, {{0, "ablate_ssm_scan_bwd_chunk<__nv_bfloat16, float>", "backward", 2, "M", "ssm_scan", "fused_cuda",
+              "ssm_scan", 5, 18'750'000},
+             {0, "ablate_ssm_scan_bwd_chunk<__nv_bfloat16, float>", "backward", 6, "M", "ssm_scan", "fused_cuda",
+              "ssm_scan", 5, 18'750'000},
+             {0, "nvjet_sm90_gemm", "forward", 1, "A", "", "", "gemm", 10, 2'500'000},
+             {1, "nvjet_sm90_gemm", "forward", 1, "A", "", "", "gemm", 10, 99'000'000}});
+    store.finish_run(id, ablate::receipts::RunStatus::ok, "", {});
+    const auto bare = store.begin_run(start);
+    store.finish_run(bare, ablate::receipts::RunStatus::ok, "", {});
+  }
+  const auto r = run_cli("show 1 --kernels 5 --db " + db);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("kernels: top 2 of 8.00 ms of GPU time a step (5 profiled steps, rank 0)"), std::string::npos)
+      << r.out;
+  const auto scan = r.out.find("7.500      2.0  backward   M      ssm_scan[fused_cuda]");
+  const auto gemm = r.out.find("0.500      2.0  forward    A      -");
+  EXPECT_NE(scan, std::string::npos) << r.out;
+  EXPECT_NE(gemm, std::string::npos) << r.out;
+  EXPECT_LT(scan, gemm) << "largest first";
+  EXPECT_NE(run_cli("show 2 --kernels 5 --db " + db).out.find("kernels: no profiled window"), std::string::npos);
+  EXPECT_EQ(run_cli("show 1 --kernels -1 --db " + db).rc, 2);
+}
+
 // `ablate show` names a seam whose kernels contradict its chosen backend, with the evidence kernels.
 TEST_F(CliTest, ShowPrintsBackendMismatchesWithTheirKernelsAndTheGraphPosture) {
   const std::string db = (dir_ / "m.db").string();
