@@ -9,8 +9,8 @@
 # matches these sources, it is used instead of the ~3-minute build (tests then run without ctest, TESTS
 # read as names joined by |; PREBUILT_OFF=1 builds anyway):
 #   device run (carry .gpu-deps and .gpu-prebuilt): bash scripts/gpu-check.sh $OUT
-# STEPS=0 skips the experiment. Environment: BENCH=0 skips the benchmarks, BENCHES="kernels_bench ..."
-# runs only those, BENCH_FILTER is passed as --benchmark_filter, TESTS is a ctest -R regex, CTEST_JOBS
+# STEPS=0 skips the experiment; SPEC=FILE runs FILE instead of experiments/nam56r-small.toml.
+# Environment: BENCH=0 skips the benchmarks, BENCHES="kernels_bench ..." runs only those, BENCH_FILTER is passed as --benchmark_filter, TESTS is a ctest -R regex, CTEST_JOBS
 # (default 4) the tests run at once (TESTS=none: no tests), TARGETS limits what ninja builds.
 # Git revision: this machine's copy of the tree has a stale .git, so receipts made here would record a
 # wrong git_revision. Compose the command on the dev machine, where git works, with the revision written
@@ -79,8 +79,8 @@ if [ "$STEPS" = 0 ]; then printf '%s\n' "${summary[@]}"; exit 0; fi
 export ABLATE_DB="$OUT/receipts.db"
 # Profile steps 20-24 (the spec's window) when the run is long enough: kernels, trace, memory by phase.
 PROFILE=(); [ "$STEPS" -ge 25 ] && PROFILE=(--set profile.enabled=true --set "profile.trace_dir=\"$OUT/traces\"")
-$BUILD/ablate run experiments/nam56r-small.toml --set train.steps=$STEPS --set train.log_every=10 "${PROFILE[@]}" 2>&1 | tee "$OUT/run.log"
-note "nam56r-small run: rc ${PIPESTATUS[0]}"
+$BUILD/ablate run "${SPEC:-experiments/nam56r-small.toml}" --set train.steps=$STEPS --set train.log_every=10 "${PROFILE[@]}" 2>&1 | tee "$OUT/run.log"
+note "${SPEC:-experiments/nam56r-small.toml} run: rc ${PIPESTATUS[0]}"
 $BUILD/ablate runs > "$OUT/runs.txt" 2>&1
 $BUILD/ablate show "$($BUILD/ablate runs --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')" \
   --kernels 25 > "$OUT/show.txt" 2>&1 && grep -E "^(profiling|backend mismatch)" "$OUT/show.txt"
