@@ -10,8 +10,9 @@
 # read as names joined by |; PREBUILT_OFF=1 builds anyway):
 #   device run (carry .gpu-deps and .gpu-prebuilt): bash scripts/gpu-check.sh $OUT
 # STEPS=0 skips the experiment; SPEC=FILE runs FILE instead of experiments/nam56r-small.toml.
-# Environment: BENCH=0 skips the benchmarks, BENCHES="kernels_bench ..." runs only those, BENCH_FILTER is passed as --benchmark_filter, TESTS is a ctest -R regex, CTEST_JOBS
-# (default 4) the tests run at once (TESTS=none: no tests), TARGETS limits what ninja builds.
+# Environment: BENCH=0 skips the benchmarks, BENCHES="kernels_bench ..." runs only those, BENCH_FILTER
+# is passed as --benchmark_filter, TESTS is a ctest -R regex, CTEST_JOBS (default 4) the tests run at
+# once (TESTS=none: no tests), TARGETS limits what ninja builds.
 # Git revision: this machine's copy of the tree has a stale .git, so receipts made here would record a
 # wrong git_revision. Compose the command on the dev machine, where git works, with the revision written
 # out (a $(git ...) inside the command would run here, on the stale .git); gpu-matrix.sh and gpu-ab.sh
