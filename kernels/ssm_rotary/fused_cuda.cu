@@ -218,13 +218,15 @@ Tensor time_scan(const Tensor& x, bool reverse) {
 class TimeScanFunction : public torch::autograd::Function<TimeScanFunction> {
  public:
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext*, const Tensor& steps) {
-    const Tensor flat = steps.contiguous().view({steps.size(0), steps.size(1), -1});
-    return {time_scan(flat, /*reverse=*/false).view(steps.sizes())};
+    return {time_scan(as_rows(steps), /*reverse=*/false).view(steps.sizes())};
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list grads) {
-    const Tensor g = grads[0].contiguous();
-    return {time_scan(g.view({g.size(0), g.size(1), -1}), /*reverse=*/true).view(g.sizes())};
+    return {time_scan(as_rows(grads[0]), /*reverse=*/true).view(grads[0].sizes())};
   }
+
+ private:
+  // [B,T,H,S] as contiguous [B, T, H*S] (the sizes spelt out: a T = 0 tensor has no -1 to infer).
+  static Tensor as_rows(const Tensor& t) { return t.contiguous().view({t.size(0), t.size(1), t.size(2) * t.size(3)}); }
 };
 
 // Threads a block: x = the N/2 pairs of a row, y = head lanes up to ~256 threads in all.
