@@ -56,19 +56,6 @@ void flatten_spec(const json& node, const std::string& path, std::map<std::strin
   if (!descriptive_spec_fields().count(path)) out[path] = node.dump();
 }
 
-std::map<std::string, std::string> comparable_fields(receipts::Store& store, std::int64_t run_id) {
-  std::map<std::string, std::string> fields;
-  std::map<std::string, std::string> env;
-  for (const auto& row : store.query("SELECT key, value FROM run_env WHERE run_id = ?", {run_id}))
-    env[row["key"].get<std::string>()] = row["value"].get<std::string>();
-  for (const auto& key : compared_env_keys()) {
-    const auto it = env.find(key);
-    fields["env." + key] = it == env.end() ? kAbsent : it->second;
-  }
-  const json spec = store.query("SELECT spec_json FROM run_spec WHERE run_id = ?", {run_id});
-  if (!spec.empty()) flatten_spec(json::parse(spec[0]["spec_json"].get<std::string>()), "spec", fields);
-  return fields;
-}
 
 // Median of a summary value over the evidence runs that have it.
 template <typename Getter>
@@ -88,6 +75,20 @@ void summarize(Side& side) {
 }
 
 }  // namespace
+
+std::map<std::string, std::string> comparable_fields(receipts::Store& store, std::int64_t run_id) {
+  std::map<std::string, std::string> fields;
+  std::map<std::string, std::string> env;
+  for (const auto& row : store.query("SELECT key, value FROM run_env WHERE run_id = ?", {run_id}))
+    env[row["key"].get<std::string>()] = row["value"].get<std::string>();
+  for (const auto& key : compared_env_keys()) {
+    const auto it = env.find(key);
+    fields["env." + key] = it == env.end() ? kAbsent : it->second;
+  }
+  const json spec = store.query("SELECT spec_json FROM run_spec WHERE run_id = ?", {run_id});
+  if (!spec.empty()) flatten_spec(json::parse(spec[0]["spec_json"].get<std::string>()), "spec", fields);
+  return fields;
+}
 
 Side load_side(receipts::Store& store, const std::vector<std::int64_t>& ids) {
   Side side;

@@ -46,6 +46,8 @@ struct RunFacts {
   receipts::RunRow row;
   std::map<std::string, std::string> fields;
 };
+// A run's comparable fields as RunFacts holds them (its run_env and run_spec rows).
+std::map<std::string, std::string> comparable_fields(receipts::Store& store, std::int64_t run_id);
 
 struct ExcludedRun {
   std::int64_t run_id = 0;

@@ -69,32 +69,6 @@ std::optional<double> median_extra(const Side& side, const char* key) {
   return median(values);
 }
 
-}  // namespace
-
-std::vector<double> windowed_run_losses(receipts::Store& store, const Side& side, std::int64_t window,
-                                        std::vector<std::int64_t>* from_summary) {
-  const json rows = store.query(
-      "SELECT s.run_id AS run_id, AVG(s.loss) AS loss FROM steps s JOIN (SELECT run_id, MAX(step) AS last FROM "
-      "steps WHERE rank = 0 AND run_id IN (SELECT value FROM json_each(?)) GROUP BY run_id) m ON m.run_id = "
-      "s.run_id WHERE s.rank = 0 AND s.step > m.last - ? AND s.loss IS NOT NULL GROUP BY s.run_id",
-      {json(side.evidence_ids()).dump(), window});
-  std::map<std::int64_t, double> windowed;
-  for (const auto& row : rows)
-    if (row["loss"].is_number()) windowed[row["run_id"].get<std::int64_t>()] = row["loss"].get<double>();
-  std::vector<double> losses;
-  for (const auto& run : side.evidence) {
-    if (const auto it = windowed.find(run.row.id); it != windowed.end()) {
-      losses.push_back(it->second);
-    } else if (const auto v = number_at(run.row.summary.extra, "final_loss")) {
-      losses.push_back(*v);
-      if (from_summary != nullptr) from_summary->push_back(run.row.id);
-    }
-  }
-  return losses;
-}
-
-namespace {
-
 void measure_loss(receipts::Store& store, GateResult& r) {
   const auto baseline = windowed_run_losses(store, r.comparison.a, r.loss_window, &r.loss_from_summary_runs);
   const auto candidate = windowed_run_losses(store, r.comparison.b, r.loss_window, &r.loss_from_summary_runs);
@@ -252,7 +226,46 @@ void decide(GateResult& r) {
   }
 }
 
+// "backends.loss=chunked" -> {"loss", "chunked"}; nullopt for a cell that toggles anything else.
+std::optional<std::pair<std::string, std::string>> backend_toggle(const std::string& cell) {
+  constexpr std::string_view prefix = "backends.";
+  const auto eq = cell.find('=');
+  if (cell.rfind(prefix, 0) != 0 || eq == std::string::npos || cell.find(',') != std::string::npos) return std::nullopt;
+  return std::pair{cell.substr(prefix.size(), eq - prefix.size()), cell.substr(eq + 1)};
+}
+
+// The backend a run's spec requests at `seam` (nullopt when its spec has none there).
+std::optional<std::string> requested_backend(receipts::Store& store, std::int64_t run_id, const std::string& seam) {
+  const auto fields = comparable_fields(store, run_id);
+  const auto it = fields.find(backend_field(seam));
+  if (it == fields.end()) return std::nullopt;
+  const json value = json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  return value.is_string() ? std::optional<std::string>(value.get<std::string>()) : std::nullopt;
+}
+
 }  // namespace
+
+std::vector<double> windowed_run_losses(receipts::Store& store, const Side& side, std::int64_t window,
+                                        std::vector<std::int64_t>* from_summary) {
+  const json rows = store.query(
+      "SELECT s.run_id AS run_id, AVG(s.loss) AS loss FROM steps s JOIN (SELECT run_id, MAX(step) AS last FROM "
+      "steps WHERE rank = 0 AND run_id IN (SELECT value FROM json_each(?)) GROUP BY run_id) m ON m.run_id = "
+      "s.run_id WHERE s.rank = 0 AND s.step > m.last - ? AND s.loss IS NOT NULL GROUP BY s.run_id",
+      {json(side.evidence_ids()).dump(), window});
+  std::map<std::int64_t, double> windowed;
+  for (const auto& row : rows)
+    if (row["loss"].is_number()) windowed[row["run_id"].get<std::int64_t>()] = row["loss"].get<double>();
+  std::vector<double> losses;
+  for (const auto& run : side.evidence) {
+    if (const auto it = windowed.find(run.row.id); it != windowed.end()) {
+      losses.push_back(it->second);
+    } else if (const auto v = number_at(run.row.summary.extra, "final_loss")) {
+      losses.push_back(*v);
+      if (from_summary != nullptr) from_summary->push_back(run.row.id);
+    }
+  }
+  return losses;
+}
 
 GateResult evaluate_gate(receipts::Store& store, const std::vector<std::int64_t>& baseline_ids,
                          const std::vector<std::int64_t>& candidate_ids, const GateOptions& options) {
@@ -288,33 +301,12 @@ GateResult evaluate_gate(receipts::Store& store, const std::vector<std::int64_t>
   return r;
 }
 
-namespace {
-
-// "backends.loss=chunked" -> {"loss", "chunked"}; nullopt for a cell that toggles anything else.
-std::optional<std::pair<std::string, std::string>> backend_toggle(const std::string& cell) {
-  constexpr std::string_view prefix = "backends.";
-  const auto eq = cell.find('=');
-  if (cell.rfind(prefix, 0) != 0 || eq == std::string::npos || cell.find(',') != std::string::npos) return std::nullopt;
-  return std::pair{cell.substr(prefix.size(), eq - prefix.size()), cell.substr(eq + 1)};
-}
-
-// The backend a run's spec requests at `seam` (nullopt when its spec has none there).
-std::optional<std::string> requested_backend(receipts::Store& store, std::int64_t run_id, const std::string& seam) {
-  const json rows = store.query("SELECT spec_json FROM run_spec WHERE run_id = ?", {run_id});
-  if (rows.empty()) return std::nullopt;
-  const json value = member_or_null(member_or_null(json::parse(rows[0]["spec_json"].get<std::string>()), "backends"), seam.c_str());
-  if (!value.is_string()) return std::nullopt;
-  return value.get<std::string>();
-}
-
-}  // namespace
-
-std::vector<MatrixGate> matrix_gates(receipts::Store& store, const RunSelection& selection,
+std::vector<GateJob> matrix_gates(receipts::Store& store, const RunSelection& selection,
                                      std::vector<std::string>* skipped) {
   auto skip = [&](const std::string& why) {
     if (skipped != nullptr) skipped->push_back(why);
   };
-  std::vector<MatrixGate> gates;
+  std::vector<GateJob> gates;
   if (selection.groups.empty()) return gates;
   const auto& baseline = selection.groups[0];
   for (size_t i = 1; i < selection.groups.size(); ++i) {

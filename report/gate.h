@@ -97,12 +97,12 @@ GateResult evaluate_gate(receipts::Store& store, const std::vector<std::int64_t>
 // `reference` (a leave-one-out matrix over a fast posture, ablations/fast_posture.toml) judges the
 // baseline's backend at that seam, with the cell's runs as its baseline: does that backend earn its
 // place in the posture. Other cells are named in *skipped with the reason.
-struct MatrixGate {
-  std::string cell;
+struct GateJob {
+  std::string cell;  // "" for a gate given by selectors (ablate gate --baseline/--candidate)
   std::vector<std::int64_t> baseline, candidate;
   std::string seam, backend;
 };
-std::vector<MatrixGate> matrix_gates(receipts::Store& store, const RunSelection& selection,
+std::vector<GateJob> matrix_gates(receipts::Store& store, const RunSelection& selection,
                                      std::vector<std::string>* skipped = nullptr);
 
 nlohmann::json to_json(const GateResult& result);

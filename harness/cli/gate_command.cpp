@@ -57,23 +57,18 @@ void register_gate(CLI::App& app, Globals& g) {
       throw std::invalid_argument("gate: --role applies to one backend; with --matrix each cell's recorded role is used");
     auto store = receipts::Store::open_existing(g.db);
 
-    // (baseline ids, candidate ids, seam, backend) for each gate to evaluate.
-    struct Job {
-      std::vector<std::int64_t> baseline, candidate;
-      std::string seam, backend;
-    };
-    std::vector<Job> jobs;
+    // The gates to evaluate: a matrix's (report::matrix_gates), or the one given.
+    std::vector<report::GateJob> jobs;
     if (!matrix.empty()) {
       const auto selection = report::select_matrix(store, matrix);
       if (selection.groups.size() < 2)
         throw std::invalid_argument(fmt::format("gate: {} has no cell besides its baseline", selection.title));
       std::vector<std::string> skipped;
-      for (auto& gate : report::matrix_gates(store, selection, &skipped))
-        jobs.push_back({std::move(gate.baseline), std::move(gate.candidate), std::move(gate.seam), std::move(gate.backend)});
+      jobs = report::matrix_gates(store, selection, &skipped);
       for (const auto& why : skipped) fmt::print("{}\n", why);
     } else {
       // Tag and name selectors include failed runs: a candidate that failed is evidence against it.
-      jobs.push_back({report::select_runs(store, baseline, true), report::select_runs(store, candidate, true),
+      jobs.push_back({"", report::select_runs(store, baseline, true), report::select_runs(store, candidate, true),
                       options.seam, options.backend});
     }
 
