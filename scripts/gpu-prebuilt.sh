@@ -10,13 +10,12 @@
 # RUNPATH names $PWD/build/kernels; gpu-check.sh links build -> .gpu-prebuilt there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -f build/CMakeCache.txt ] || { echo "gpu-prebuilt: no build/ here: run 'make test' first" >&2; exit 2; }
+# The project's own build (Makefile: installs what is missing, configures Release, ccache), then checks.
+make -s build > /dev/null || { echo "gpu-prebuilt: 'make build' failed" >&2; exit 1; }
 grep -q '^CMAKE_BUILD_TYPE:STRING=Release$' build/CMakeCache.txt ||
   { echo "gpu-prebuilt: build/ is not a Release build" >&2; exit 2; }
 grep -q '^CMAKE_CUDA_COMPILER:STRING=.*nvcc' build/CMakeCache.txt ||
   { echo "gpu-prebuilt: build/ was configured without nvcc: the CUDA kernels are not in it" >&2; exit 2; }
-export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ablate/ccache} CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=true
-cmake --build build -j "$(nproc)" > /dev/null || { echo "gpu-prebuilt: the build failed" >&2; exit 1; }
 
 out=.gpu-prebuilt
 rm -rf "$out.tmp" && mkdir -p "$out.tmp"/{tests,bench,kernels}

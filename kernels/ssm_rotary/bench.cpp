@@ -1,8 +1,9 @@
 // kernels/ssm_rotary/bench.cpp: Mamba-3's rotary keys and queries at nam56r-small's shape (B 8, T 2048,
 // H 32, N 128, S 32; fp32 as the M block computes them), forward and forward+backward, every backend.
 // The floor is the fused kernels' own traffic: forward writes q and k (2 x B T H N fp32) and reads Phi
-// (B T H S) plus b, c; backward reads dq, dk and Phi and writes dPhi, db, dc. Phi's cumulative sum and
-// its backward (LibTorch, in both backends) are timed but not counted in the bytes.
+// (B T H S) plus b, c; backward reads dq, dk and Phi and writes dPhi, db, dc. Phi's sum over time and its
+// backward (LibTorch's cumsum in the reference, fused_cuda's own scan) are timed but not counted in the
+// bytes.
 // Timed with CUDA events after warm-up, an L2 flush before each iteration (kernels/bench_util.h);
 // counters from the median iteration; `peak_extra_MiB`: the allocator's peak above what was allocated
 // before the step; `forward_live_MiB` (fwd_bwd): what a forward leaves allocated until its backward, the
@@ -31,9 +32,10 @@ void ssm_rotary_bench(benchmark::State& st, std::string backend, bool backward) 
   const double f32 = 4.0, qk = double(B) * T * H * N, angles = double(B) * T * H * S, rows = double(B) * T * N;
   double bytes = f32 * (2 * qk + angles + 2 * rows);
   if (backward) bytes += f32 * (2 * qk + 2 * angles + 4 * rows);
+  const SsmRotaryInputs inputs{.b = b, .c = c, .b_bias = b_bias, .c_bias = c_bias, .delta = delta, .theta = theta, .phi0 = {}};
   c10::AutoGradMode grad_mode(backward);
   const auto step = [&] {
-    const auto out = fn({.b = b, .c = c, .b_bias = b_bias, .c_bias = c_bias, .delta = delta, .theta = theta, .phi0 = {}});
+    const auto out = fn(inputs);
     if (backward) torch::autograd::grad({out.q, out.k}, {b, c, b_bias, c_bias, delta, theta}, {gq, gk});
   };
   st.counters["peak_extra_MiB"] = peak_extra_mib(step);
@@ -44,7 +46,7 @@ void ssm_rotary_bench(benchmark::State& st, std::string backend, bool backward) 
     };
     torch::cuda::synchronize();
     const double before = allocated();
-    const auto out = fn({.b = b, .c = c, .b_bias = b_bias, .c_bias = c_bias, .delta = delta, .theta = theta, .phi0 = {}});
+    const auto out = fn(inputs);
     torch::cuda::synchronize();
     st.counters["forward_live_MiB"] = (allocated() - before) / (1 << 20);
   }
