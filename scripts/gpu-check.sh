@@ -40,31 +40,31 @@ TORCH_LIB=$(python3 -c 'import os,torch;print(os.path.join(os.path.dirname(torch
 source scripts/gpu-prebuilt-lane.sh
 t0=$(date +%s)
 PREBUILT_USED=0
-use_prebuilt && PREBUILT_USED=1
-[ $PREBUILT_USED = 1 ] || {
-for link in build $BUILD; do [ -L $link ] && rm -f $link; done  # a previous call's prebuilt links
-cmake -G Ninja -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX" \
-  -DSQLite3_INCLUDE_DIR="$DEPS" -DSQLite3_LIBRARY=/usr/lib/x86_64-linux-gnu/libsqlite3.so.0 \
-  -DCMAKE_CXX_FLAGS="-isystem $DEPS" -DCMAKE_CUDA_FLAGS="-isystem $DEPS" > "$OUT/configure.log" 2>&1 \
-  || { tail -40 "$OUT/configure.log"; exit 1; }
-if ! ninja -C $BUILD -j 16 -k 0 ${TARGETS:-} > "$OUT/build.log" 2>&1; then
-  grep -E "error|FAILED" "$OUT/build.log" | head -40
-  exit 1
-fi
-note "build: $(( $(date +%s) - t0 )) s"
-}
-
-if [ "${TESTS:-}" = none ] || [ "${TESTS:-}" = NONE ]; then
-  :
-elif [ $PREBUILT_USED = 1 ]; then
-  prebuilt_tests
-  note "tests: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
+if use_prebuilt; then
+  PREBUILT_USED=1
 else
-  (cd $BUILD && ctest --output-on-failure -j "${CTEST_JOBS:-4}" --timeout 600 ${TESTS:+-R "$TESTS"}) > "$OUT/ctest.log" 2>&1
+  for link in build $BUILD; do [ -L $link ] && rm -f $link; done  # a previous call's prebuilt links
+  cmake -G Ninja -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX" \
+    -DSQLite3_INCLUDE_DIR="$DEPS" -DSQLite3_LIBRARY=/usr/lib/x86_64-linux-gnu/libsqlite3.so.0 \
+    -DCMAKE_CXX_FLAGS="-isystem $DEPS" -DCMAKE_CUDA_FLAGS="-isystem $DEPS" > "$OUT/configure.log" 2>&1 \
+    || { tail -40 "$OUT/configure.log"; exit 1; }
+  if ! ninja -C $BUILD -j 16 -k 0 ${TARGETS:-} > "$OUT/build.log" 2>&1; then
+    grep -E "error|FAILED" "$OUT/build.log" | head -40
+    exit 1
+  fi
+  note "build: $(( $(date +%s) - t0 )) s"
+fi
+
+if [ "${TESTS:-}" != none ] && [ "${TESTS:-}" != NONE ]; then
+  if [ $PREBUILT_USED = 1 ]; then
+    prebuilt_tests
+  else
+    (cd $BUILD && ctest --output-on-failure -j "${CTEST_JOBS:-4}" --timeout 600 ${TESTS:+-R "$TESTS"}) > "$OUT/ctest.log" 2>&1
+    grep -E "^\s+[0-9]+ - .*(Failed|Timeout|Exception)" "$OUT/ctest.log" | head -20
+    # Which GPU tests ran rather than skipped.
+    (cd $BUILD && ctest -N | tail -1) >> "$OUT/ctest.log"
+  fi
   note "tests: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
-  grep -E "^\s+[0-9]+ - .*(Failed|Timeout|Exception)" "$OUT/ctest.log" | head -20
-  # Which GPU tests ran rather than skipped.
-  (cd $BUILD && ctest -N | tail -1) >> "$OUT/ctest.log"
 fi
 
 for b in $( [ "${BENCH:-1}" = 0 ] || ls $BUILD/bench/* ); do
