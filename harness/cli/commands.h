@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,22 @@ int run_selected(CLI::App& app, Globals& g);
 
 // Prints every issue of a spec error as "where: error: message" on stderr.
 void print_spec_issues(const std::exception& spec_error);
+
+// An option value that must be a number >= `min` (a count: at_least(1); a tolerance: at_least(0)).
+// CLI11's PositiveNumber / NonNegativeNumber say "not in range 0.000000 to <DBL_MAX>"; this says what
+// was given and what to give: "--limit: -1 is below 0: give a number >= 0".
+inline CLI::Validator at_least(double min) {
+  std::ostringstream shown;
+  shown << min;
+  const std::string bound = shown.str();
+  return CLI::Validator(
+      [min, bound](std::string& text) -> std::string {
+        double value = 0;
+        if (!CLI::detail::lexical_cast(text, value)) return "'" + text + "' is not a number: give a number >= " + bound;
+        return value >= min ? std::string() : text + " is below " + bound + ": give a number >= " + bound;
+      },
+      "NUMBER >= " + bound);
+}
 
 // One register function per command file.
 void register_validate(CLI::App& app, Globals& g);

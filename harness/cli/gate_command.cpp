@@ -37,13 +37,13 @@ void register_gate(CLI::App& app, Globals& g) {
   cmd->add_option("--loss-tolerance", options.loss_tolerance,
                   "relative difference of the runs' loss allowed (default 0.02); a larger one within the baseline "
                   "runs' own spread is INCONCLUSIVE, beyond it DROP")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   cmd->add_option("--loss-window", options.loss_window,
                   "a run's loss is the mean over its last this many steps (default 10)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_option("--memory-tolerance", options.memory_tolerance,
                   "relative growth of median peak memory allowed before DROP (default 0.10)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   cmd->add_flag("--allow-mismatch", options.compare.allow_mismatch,
                 "gate even when environment, harness revision or other spec fields differ (marked)");
   cmd->add_flag("--json", as_json, "print JSON");

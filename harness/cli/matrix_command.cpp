@@ -40,7 +40,7 @@ void register_matrix(CLI::App& app, Globals& g) {
   static int64_t repeats = 0;  // 0: the file's [matrix].repeats
   auto* expand = matrix->add_subcommand("expand", "Validate a matrix file; print its cells and run order");
   expand->add_option("file", file, "matrix TOML (ablations/*.toml)")->required()->check(CLI::ExistingFile);
-  expand->add_option("--repeats", repeats, "override [matrix].repeats")->check(CLI::PositiveNumber);
+  expand->add_option("--repeats", repeats, "override [matrix].repeats")->check(at_least(1));
   command_table().push_back({expand, [] {
     fmt::print("{}", ablations::describe(ablations::load_matrix(file, repeats_option(repeats))));
     return kExitOk;
@@ -53,7 +53,7 @@ void register_matrix(CLI::App& app, Globals& g) {
       "run", "Run every (cell, repeat) as a child `ablate run`, skipping pairs that already have an ok run (exit 1 if any fails)");
   run->add_option("file", file, "matrix TOML (ablations/*.toml)")->required()->check(CLI::ExistingFile);
   run->add_option("--gpus", gpus, "run in parallel, one child per listed GPU (CUDA_VISIBLE_DEVICES), e.g. 0,1; a cell with distributed.nproc = N takes N of them")->delimiter(',');
-  run->add_option("--repeats", repeats, "override [matrix].repeats")->check(CLI::PositiveNumber);
+  run->add_option("--repeats", repeats, "override [matrix].repeats")->check(at_least(1));
   run->add_option("--logs", logs, "folder for each child's output (default: matrix-logs/ next to the database)");
   run->add_flag("--dry-run", dry_run, "print what would run; start nothing, write nothing");
   command_table().push_back({run, [&g] {

@@ -69,7 +69,7 @@ void register_receipt_queries(CLI::App& app, Globals& g) {
   runs->add_option("--name", filter.name, "name substring, or a glob with * ? [");
   runs->add_option("--tag", filter.tag, "runs carrying this tag");
   runs->add_option("--since", filter.since, "unix seconds, ISO date/time (UTC), or an age: 90m, 12h, 7d");
-  runs->add_option("--limit", limit, "at most this many rows (0: all)")->check(CLI::NonNegativeNumber);
+  runs->add_option("--limit", limit, "at most this many rows (0: all)")->check(at_least(0));
   runs->add_flag("--json", runs_json, "print JSON");
   command_table().push_back({runs, [&g] {
     auto store = receipts::Store::open_existing(g.db);
@@ -105,7 +105,7 @@ void register_receipt_queries(CLI::App& app, Globals& g) {
   show->add_option("--kernels", top_kernels,
                    "with a profiled window: the N kernels that took the most GPU time a step (rank 0), each with "
                    "its phase, block and seam[backend]")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   show->add_flag("--json", show_json, "print JSON");
   command_table().push_back({show, [&g] {
     auto store = receipts::Store::open_existing(g.db);

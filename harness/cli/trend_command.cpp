@@ -24,7 +24,7 @@ void register_trend(CLI::App& app, Globals& g) {
   cmd->add_option("--since", options.since, "unix seconds, ISO date/time (UTC), or an age: 90m, 12h, 30d");
   cmd->add_option("--threshold", options.threshold, "step-time growth that counts as a regression (0.05 = 5 %)");
   cmd->add_option("--min-segment", options.change_points.min_segment, "fewest runs on each side of a level shift (default 3)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   cmd->add_flag("--json", as_json, "print JSON");
   cmd->add_flag("--fail-on-regression", fail_on_regression,
                 "exit 1 when any regression is found (for CI); without it regressions are listed and the exit code is 0");

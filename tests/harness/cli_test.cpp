@@ -46,6 +46,20 @@ TEST_F(CliTest, HelpForEverySubcommand) {
   }
 }
 
+// A number option below its bound (or not a number) is exit 2 with what was given and what to give,
+// not CLI11's "not in range 0.000000 to <DBL_MAX>".
+TEST_F(CliTest, NumberOptionsBelowTheirBoundSayWhatToGive) {
+  const auto limit = run_cli("runs --limit -1 --db " + (dir_ / "none.db").string());
+  EXPECT_EQ(limit.rc, 2);
+  EXPECT_NE(limit.out.find("--limit: -1 is below 0: give a number >= 0"), std::string::npos) << limit.out;
+  const auto window = run_cli("gate --matrix m --loss-window abc");
+  EXPECT_EQ(window.rc, 2);
+  EXPECT_NE(window.out.find("--loss-window: 'abc' is not a number: give a number >= 1"), std::string::npos) << window.out;
+  const auto repeats = run_cli("matrix expand " + std::string(ABLATE_SOURCE_DIR) + "/ablations/tiny_cpu.toml --repeats 0");
+  EXPECT_EQ(repeats.rc, 2);
+  EXPECT_NE(repeats.out.find("--repeats: 0 is below 1: give a number >= 1"), std::string::npos) << repeats.out;
+}
+
 TEST_F(CliTest, ValidateUnknownKeyAtLineThreeExitsTwoAndNamesTheLine) {
   const fs::path f = dir_ / "bad.toml";
   std::ofstream(f) << "[train]\nsteps = 10\nstpes = 3\n";
