@@ -19,6 +19,8 @@ REPEATS=${3:?repeats}
 shift 3
 TAG=${AB_TAG:-ab}
 BUILD=build-gpu
+source scripts/gpu-prebuilt-lane.sh
+ensure_gpu_build || exit 2
 export ABLATE_DB="$PWD/receipts-gpu.db"
 common=()
 for kv in ${COMMON:-}; do common+=(--set "$kv"); done

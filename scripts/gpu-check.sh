@@ -67,12 +67,14 @@ if [ "${TESTS:-}" != none ] && [ "${TESTS:-}" != NONE ]; then
   note "tests: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
 fi
 
+# --benchmark_min_time as a bare number of seconds: Google Benchmark 1.7 (Debian's, the prebuilt lane's)
+# takes only that, and 1.8 (Ubuntu's) still does.
 for b in $( [ "${BENCH:-1}" = 0 ] || ls $BUILD/bench/* ); do
   [ -x "$b" ] || continue
   name=$(basename "$b")
   [ -z "${BENCHES:-}" ] || [[ " $BENCHES " == *" $name "* ]] || continue
   "$b" --benchmark_format=json --benchmark_out="$OUT/$name.json" --benchmark_out_format=json \
-       --benchmark_min_time=0.2s ${BENCH_FILTER:+--benchmark_filter="$BENCH_FILTER"} >> "$OUT/bench.log" 2>&1
+       --benchmark_min_time=0.2 ${BENCH_FILTER:+--benchmark_filter="$BENCH_FILTER"} >> "$OUT/bench.log" 2>&1
   note "bench $name: rc $?"
 done
 

@@ -3,7 +3,8 @@
 # machine into receipts-gpu.db at the repository root (ignored, so it stays between calls while the
 # machine is warm: a matrix longer than one call's limit resumes in the next), then writes its report
 # (OUT/report.tgz: Markdown, HTML, JSON, SVGs), its gate verdicts (OUT/gate.txt) and a copy of the
-# store (OUT/receipts.db). Expects the build of scripts/gpu-check.sh (build-gpu) in place.
+# store (OUT/receipts.db). Expects the build of scripts/gpu-check.sh (build-gpu) in place, or a carried
+# .gpu-prebuilt (its links are made again here).
 # MATRIX_TIMEOUT (seconds) stops the matrix run early (its current cell is recorded as killed and
 # re-run on resume) so the report still comes back within the call.
 #   device run: STEPS=0 BENCH=0 TESTS=NONE bash scripts/gpu-check.sh $OUT; bash scripts/gpu-matrix.sh $OUT ablations/fast_paths.toml
@@ -15,7 +16,8 @@ OUT=${1:?usage: gpu-matrix.sh OUT MATRIX [--gpus LIST]}
 MATRIX=${2:?usage: gpu-matrix.sh OUT MATRIX [--gpus LIST]}
 shift 2
 BUILD=build-gpu
-[ -x $BUILD/ablate ] || { echo "gpu-matrix: $BUILD/ablate missing: run scripts/gpu-check.sh first"; exit 2; }
+source scripts/gpu-prebuilt-lane.sh
+ensure_gpu_build || exit 2
 export ABLATE_DB="$PWD/receipts-gpu.db" NCCL_NVLS_ENABLE=0
 echo "== git revision for receipts: ${ABLATE_GIT_REVISION:-not set: git here, which is stale (see scripts/gpu-check.sh)}"
 name=$(sed -n 's/^name *= *"\(.*\)"/\1/p' "$MATRIX" | head -1)

@@ -6,7 +6,10 @@
 # prebuilt_tests: the tests without ctest (its discovery files name the other machine's CMake): every
 #   test of every suite matching TESTS, one process each, CTEST_JOBS at once, from build/ with ABLATE_DB
 #   unset and a 600 s limit, as ctest runs them; a summary line in ctest's words.
-# Expects from the caller: OUT, BUILD, TORCH_LIB and note().
+# ensure_gpu_build: for scripts that run on an earlier call's build (gpu-matrix.sh, gpu-ab.sh): the
+#   device machine's tree sync drops the prebuilt links between calls, so they are made again from the
+#   carried .gpu-prebuilt; without either, says to run gpu-check.sh first and returns 1.
+# Expects from the caller: OUT, BUILD, TORCH_LIB and note() (ensure_gpu_build: OUT and BUILD only).
 
 PREBUILT=.gpu-prebuilt
 
@@ -83,4 +86,15 @@ prebuilt_tests() {
     else echo "tests failed: $bad tests failed out of $total"; fi
   } > "$OUT/ctest.log"
   grep -E '^(Failed|Timeout) ' "$results" | head -20
+}
+
+ensure_gpu_build() {
+  [ -x "$BUILD/ablate" ] && return 0
+  if [ -f $PREBUILT/STAMP ]; then
+    TORCH_LIB=${TORCH_LIB:-$(python3 -c 'import os,torch;print(os.path.join(os.path.dirname(torch.__file__),"lib"))')}
+    declare -F note > /dev/null || note() { echo "== $1"; }
+    use_prebuilt && return 0
+  fi
+  echo "$(basename "$0"): $BUILD/ablate missing: run scripts/gpu-check.sh first (or carry .gpu-prebuilt)" >&2
+  return 1
 }

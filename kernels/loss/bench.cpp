@@ -5,9 +5,9 @@
 // median_us <= the reference's.
 // Timed with CUDA events after warm-up, an L2 flush before each iteration (kernels/bench_util.h);
 // counters from the median iteration. Run: build/bench/kernels_bench --benchmark_filter=loss
-// loss/fused_cuda/fwd_bwd/autocast/chunk_rows:R: the same with R rows a chunk (the default takes ~64 MiB
-// of logits: 1024 rows here). dW is accumulated in fp32 once a chunk, [V, d] = 128 MiB read and written
-// each time (16 times at the default): bigger chunks trade transient logits memory for that traffic.
+// loss/fused_cuda/fwd_bwd/autocast/chunk_rows:R: the same with R rows a chunk (the default takes ~256 MiB
+// of logits: 4096 rows here). dW is accumulated in fp32 once a chunk, [V, d] = 128 MiB read and written
+// each time (4 times at the default): bigger chunks trade transient logits memory for that traffic.
 #include "kernels/bench_util.h"
 
 #if defined(ABLATE_HAVE_CUDA)
@@ -57,7 +57,7 @@ ABLATE_BENCHMARKS(loss) {
         ->Iterations(20);
   }
   if (!ablate::kernels::has_implementation("loss", "fused_cuda")) return;
-  for (const int64_t rows : {2048, 4096, 8192})
+  for (const int64_t rows : {1024, 2048, 8192})
     benchmark::RegisterBenchmark(("loss/fused_cuda/fwd_bwd/autocast/chunk_rows:" + std::to_string(rows)).c_str(),
                                  loss_bench, std::string("fused_cuda"), rows)
         ->UseManualTime()

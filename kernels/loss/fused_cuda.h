@@ -9,7 +9,7 @@
 namespace ablate::kernels::fused {
 
 // Fused linear cross-entropy: cross-entropy of softmax(hidden @ head_weight^T) at targets, masked,
-// without the full [N, V] logits (row chunks of ~64 MiB of logits; chunk_rows > 0 overrides).
+// without the full [N, V] logits (row chunks of ~256 MiB of logits; chunk_rows > 0 overrides).
 // mean: the LossFn contract, sum(ce * mask) / max(sum(mask), 1), gradients computed in forward and
 // scaled by the upstream scalar in backward (differentiable once). none: ce * mask per row [N], any
 // per-row upstream gradient (backward recomputes the logits).

@@ -3,7 +3,8 @@
 # sourced by scripts/gpu-check.sh) checked here, where it never runs otherwise: the source hash is stable
 # and moves with a source edit but not a doc edit; the lane refuses (and says why) a missing stamp,
 # other sources, another path, a real build/ and a TESTS regex richer than names joined by |; it accepts
-# a matching stamp; TESTS becomes the gtest filter it should. Runs in a scratch copy of the scripts and a
+# a matching stamp; ensure_gpu_build links a carried prebuilt again (and refuses without one); TESTS
+# becomes the gtest filter it should. Runs in a scratch copy of the scripts and a
 # few sources. Exit 0 passed, 1 a check failed.
 #   bash tests/scripts/prebuilt_lane_test.sh     (ctest: prebuilt_lane)
 set -uo pipefail
@@ -54,6 +55,20 @@ ln -s .gpu-prebuilt build && check "a link build/ is accepted" "" "$(prebuilt_re
 contains "a rich TESTS regex is refused" "more than names" "$(TESTS='a(b)|c' prebuilt_refusal)"
 check "TESTS=none is accepted" "" "$(TESTS=none prebuilt_refusal)"
 contains "PREBUILT_OFF=1 is refused" "PREBUILT_OFF" "$(PREBUILT_OFF=1 prebuilt_refusal)"
+
+# ensure_gpu_build (gpu-matrix.sh, gpu-ab.sh): the device's tree sync drops the links between calls.
+mkdir -p .gpu-prebuilt/tests
+printf '#!/bin/sh\necho catalog\n' > .gpu-prebuilt/ablate
+printf '#!/bin/sh\necho Suite.\n' > .gpu-prebuilt/tests/kernels_tests
+chmod +x .gpu-prebuilt/ablate .gpu-prebuilt/tests/kernels_tests
+export TORCH_LIB=$work/torch-lib
+ensure_gpu_build 2> /dev/null
+check "ensure_gpu_build links a carried prebuilt" ".gpu-prebuilt .gpu-prebuilt" "$(readlink build) $(readlink $BUILD)"
+check "ensure_gpu_build keeps a build in place" "0" "$(ensure_gpu_build 2> /dev/null; echo $?)"
+rm -f build $BUILD && rm -rf .gpu-prebuilt
+contains "ensure_gpu_build without a build or a prebuilt says what to run" "run scripts/gpu-check.sh first" \
+  "$(ensure_gpu_build 2>&1; echo "rc $?")"
+contains "... and fails" "rc 1" "$(ensure_gpu_build 2>&1; echo "rc $?")"
 
 # TESTS as a gtest filter.
 check "no TESTS: every test" '*' "$(TESTS='' tests_as_gtest_filter)"
