@@ -5,8 +5,8 @@
 // moe_dispatch/slot_moves/{scatter_add,gather}: the data movement around the GEMMs alone, forward +
 // backward at the same shapes: token rows into expert order (bf16) and the weighted slots back into token
 // order (fp32 in both forms), once as index_select + index_add (grouped_mm before 2026-11-25: its
-// backward and its combine scatter-add) and once by gathers both ways (gather_slot_rows, permute_rows
-// then a sum over the k slots, as grouped_mm moves rows now), so the change is measured in one call.
+// backward and its combine scatter-add) and once as grouped_mm moves rows now (gather_slot_rows and
+// combine_slot_rows: a gather one way, a k-row sum the other, fused on CUDA), in one call.
 // Timed with CUDA events after warm-up, an L2 flush before each iteration (kernels/bench_util.h);
 // counters from the median iteration. Run: build/bench/kernels_bench --benchmark_filter=moe_dispatch
 #include "kernels/bench_util.h"
@@ -57,7 +57,7 @@ void slot_moves_bench(benchmark::State& st, bool gather) {
     Tensor rows, y;
     if (gather) {
       rows = gather_slot_rows(x, groups.by_expert, groups.position, k);
-      y = permute_rows(expert_out, groups.position, groups.by_expert).view({T, k, d}).sum(1);
+      y = combine_slot_rows(expert_out, groups.by_expert, groups.position, k, torch::kFloat);
     } else {
       rows = x.index_select(0, token_of_slot);
       y = torch::zeros({T, d}, opts).index_add(0, token_of_slot, expert_out);

@@ -31,19 +31,23 @@ ExpertGroups group_by_expert(const torch::Tensor& topk_idx, int64_t experts) {
 
 namespace {
 
-class PermuteRows : public torch::autograd::Function<PermuteRows> {
- public:
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& order,
-                               const torch::Tensor& inverse) {
-    ctx->save_for_backward({inverse});
-    return x.index_select(0, order);
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const auto inverse = ctx->get_saved_variables()[0];
-    return {grads[0].index_select(0, inverse), torch::Tensor(), torch::Tensor()};
-  }
-};
+// out[i] = x[order[i] / k]: each expert-order row's token row.
+torch::Tensor spread_slot_rows(const torch::Tensor& x, const torch::Tensor& order, int64_t k) {
+  return x.index_select(0, order.div(k, "floor"));
+}
+
+// out[t] = sum_j src[inverse[t * k + j]], fp32 accumulation, written in out_dtype.
+torch::Tensor sum_slot_rows(const torch::Tensor& src, const torch::Tensor& inverse, int64_t k,
+                            at::ScalarType out_dtype) {
+#if defined(ABLATE_HAVE_CUDA)
+  const auto in = src.scalar_type();
+  if (src.is_cuda() && (in == torch::kFloat || in == torch::kBFloat16) &&
+      (out_dtype == torch::kFloat || out_dtype == torch::kBFloat16))
+    return fused::sum_slot_rows_cuda(src, inverse, k, out_dtype);
+#endif
+  // LibTorch sums a bf16 tensor in fp32 and rounds once.
+  return src.index_select(0, inverse).view({-1, k, src.size(1)}).sum(1).to(out_dtype);
+}
 
 class GatherSlotRows : public torch::autograd::Function<GatherSlotRows> {
  public:
@@ -51,17 +55,54 @@ class GatherSlotRows : public torch::autograd::Function<GatherSlotRows> {
                                const torch::Tensor& inverse, int64_t k) {
     ctx->save_for_backward({inverse});
     ctx->saved_data["k"] = k;
-    return x.index_select(0, order.div(k, "floor"));
+    return spread_slot_rows(x, order, k);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto inverse = ctx->get_saved_variables()[0];
-    const int64_t k = ctx->saved_data["k"].toInt();
     const auto& g = grads[0];
-    return {g.index_select(0, inverse).view({-1, k, g.size(1)}).sum(1), torch::Tensor(), torch::Tensor(),
+    return {sum_slot_rows(g, inverse, ctx->saved_data["k"].toInt(), g.scalar_type()), torch::Tensor(), torch::Tensor(),
             torch::Tensor()};
   }
 };
+
+class CombineSlotRows : public torch::autograd::Function<CombineSlotRows> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& src, const torch::Tensor& order,
+                               const torch::Tensor& inverse, int64_t k, at::ScalarType out_dtype) {
+    ctx->save_for_backward({order});
+    ctx->saved_data["k"] = k;
+    ctx->saved_data["src_dtype"] = static_cast<int64_t>(src.scalar_type());
+    return sum_slot_rows(src, inverse, k, out_dtype);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto order = ctx->get_saved_variables()[0];
+    const auto src_dtype = static_cast<at::ScalarType>(ctx->saved_data["src_dtype"].toInt());
+    return {spread_slot_rows(grads[0].to(src_dtype), order, ctx->saved_data["k"].toInt()), torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+#if defined(ABLATE_HAVE_CUDA)
+class WeightedSwiglu : public torch::autograd::Function<WeightedSwiglu> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& gate_up,
+                               const torch::Tensor& weight) {
+    const auto weight32 = weight.to(torch::kFloat);
+    ctx->save_for_backward({gate_up, weight32});
+    ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
+    return fused::weighted_swiglu_cuda(gate_up, weight32);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    if (!grads[0].defined()) return {torch::Tensor(), torch::Tensor()};
+    const auto saved = ctx->get_saved_variables();
+    auto [d_gate_up, d_weight] = fused::weighted_swiglu_backward_cuda(saved[0], saved[1], grads[0]);
+    return {d_gate_up, d_weight.to(static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt()))};
+  }
+};
+#endif
 
 }  // namespace
 
@@ -70,8 +111,23 @@ torch::Tensor gather_slot_rows(const torch::Tensor& x, const torch::Tensor& orde
   return GatherSlotRows::apply(x, order, inverse, k);
 }
 
-torch::Tensor permute_rows(const torch::Tensor& x, const torch::Tensor& order, const torch::Tensor& inverse) {
-  return PermuteRows::apply(x, order, inverse);
+torch::Tensor combine_slot_rows(const torch::Tensor& src, const torch::Tensor& order, const torch::Tensor& inverse,
+                                int64_t k, at::ScalarType out_dtype) {
+  return CombineSlotRows::apply(src, order, inverse, k, out_dtype);
+}
+
+torch::Tensor weighted_swiglu(const torch::Tensor& gate_up, const torch::Tensor& weight) {
+  TORCH_CHECK(gate_up.dim() == 2 && gate_up.size(1) % 2 == 0 && weight.dim() == 1 && weight.size(0) == gate_up.size(0),
+              "moe weighted_swiglu: gate_up must be [S, 2f] and weight [S], got ", gate_up.sizes(), ", ", weight.sizes());
+#if defined(ABLATE_HAVE_CUDA)
+  const auto dtype = gate_up.scalar_type();
+  if (gate_up.is_cuda() && (dtype == torch::kFloat || dtype == torch::kBFloat16))
+    return WeightedSwiglu::apply(gate_up, weight);
+#endif
+  const int64_t f = gate_up.size(1) / 2;
+  const auto gated = torch::silu(gate_up.narrow(1, 0, f)) * gate_up.narrow(1, f, f);
+  const auto weight_dtype = at::promote_types(weight.scalar_type(), gated.scalar_type());
+  return (gated * weight.to(weight_dtype).unsqueeze(-1)).to(gate_up.scalar_type());
 }
 
 torch::Tensor rank_in_expert(const ExpertGroups& g) {

@@ -1,11 +1,14 @@
 // kernels/moe_dispatch/expert_groups.h: what both moe_dispatch backends share (reference.cpp,
 // grouped_mm.cpp): the MoeDispatchFn argument checks and the slot-by-expert grouping, all on the device: slot s = token * k + j,
 // the j-th choice of a token; slots sorted by expert with a stable sort, so token order is kept inside
-// each expert's group and capacity drops hit the latest tokens first.
+// each expert's group and capacity drops hit the latest tokens first. And grouped_mm's passes around its
+// GEMMs (the row movements, the weighted SwiGLU): on CUDA fused kernels (expert_kernels.cu), elsewhere
+// the LibTorch ops they replace.
 #pragma once
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <utility>
 
 namespace ablate::kernels {
 
@@ -22,18 +25,38 @@ struct ExpertGroups {
   torch::Tensor group_start;    // [E] position of each expert's first slot in that order
 };
 ExpertGroups group_by_expert(const torch::Tensor& topk_idx, int64_t experts);
-// Rows of x reordered by a permutation: out[i] = x[order[i]], `inverse` the inverse permutation. The
-// backward gathers the gradient by `inverse` where index_select's own backward would scatter-add it
-// (atomics, ~6x a gather on the H100 for these sizes), so both directions are one gather each.
-torch::Tensor permute_rows(const torch::Tensor& x, const torch::Tensor& order, const torch::Tensor& inverse);
 // Each slot's token row in expert order, out[i] = x[order[i] / k] (x [tokens, d], k slots a token):
-// one gather, without materialising x repeated k times. The backward gathers the gradient back into
-// slot order by `inverse` and sums each token's k rows: no scatter-add either.
+// one gather, without materialising x repeated k times. The backward sums each token's k rows of the
+// gradient (combine_slot_rows' pass): no scatter-add either.
 torch::Tensor gather_slot_rows(const torch::Tensor& x, const torch::Tensor& order, const torch::Tensor& inverse,
                                int64_t k);
+// The dual: each token's k slot rows summed, out[t] = sum_j src[inverse[t * k + j]] (src [S, d] in
+// expert order), in fp32, written in out_dtype. On CUDA one pass (LibTorch gathers the [S, d] rows into
+// slot order, then sums them); the backward is gather_slot_rows' gather.
+torch::Tensor combine_slot_rows(const torch::Tensor& src, const torch::Tensor& order, const torch::Tensor& inverse,
+                                int64_t k, at::ScalarType out_dtype);
+// silu(g) * u * weight for each slot row of gate_up = [g | u] ([S, 2f]: the gate projection's f columns,
+// then the up projection's), weight [S] the routing weight: [S, f] in gate_up's dtype. On CUDA (fp32,
+// bf16) one pass each way in fp32 (the backward's weight gradient as an fp32 row sum); elsewhere the
+// LibTorch ops: silu(g) * u in gate_up's dtype, times the weight in the wider dtype, rounded once.
+torch::Tensor weighted_swiglu(const torch::Tensor& gate_up, const torch::Tensor& weight);
 // [S] each slot's position inside its expert's group, in expert order.
 torch::Tensor rank_in_expert(const ExpertGroups& groups);
 // Slots an expert keeps under a capacity factor > 0: ceil(cf * slots / experts), at least 1.
 int64_t expert_capacity(double capacity_factor, int64_t slots, int64_t experts);
+
+#if defined(ABLATE_HAVE_CUDA)
+// The CUDA passes behind combine_slot_rows, gather_slot_rows' backward and weighted_swiglu
+// (expert_kernels.cu); their autograd lives in expert_groups.cpp.
+namespace fused {
+torch::Tensor sum_slot_rows_cuda(const torch::Tensor& src, const torch::Tensor& inverse, int64_t k,
+                                 at::ScalarType out_dtype);
+torch::Tensor weighted_swiglu_cuda(const torch::Tensor& gate_up, const torch::Tensor& weight);
+// {d gate_up, d weight}
+std::pair<torch::Tensor, torch::Tensor> weighted_swiglu_backward_cuda(const torch::Tensor& gate_up,
+                                                                      const torch::Tensor& weight,
+                                                                      const torch::Tensor& d_hidden);
+}  // namespace fused
+#endif
 
 }  // namespace ablate::kernels

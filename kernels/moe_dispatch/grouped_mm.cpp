@@ -1,10 +1,12 @@
 // kernels/moe_dispatch/grouped_mm.cpp: backend `grouped_mm` of seam `moe_dispatch`: dropless MoE without a
 // host sync. The (token, slot) assignments are sorted by expert on the device, the per-expert offsets
 // come from a device cumsum, and LibTorch's grouped GEMM (at::_grouped_mm, CUTLASS on sm90) runs each
-// expert's rows against its weights in one launch per matmul, however uneven the load. Rows move
-// between token order and expert order by gathers in both directions (gather_slot_rows, permute_rows:
-// expert_groups.h); the routing weight scales the hidden rows before the down projection;
-// no scatter-add, forward or backward. Nothing is padded to a capacity and nothing is read on the
+// expert's rows against its weights in one launch per matmul (gate and up projections side by side in
+// one), however uneven the load. Token rows go into expert order by a gather, and come back by a
+// sum of each token's k slot rows (gather_slot_rows, combine_slot_rows: expert_groups.h), each the
+// other's backward; the SwiGLU and the routing weight are one pass over the hidden rows before the down
+// projection (weighted_swiglu). On CUDA those passes are fused kernels (expert_kernels.cu); no
+// scatter-add, forward or backward. Nothing is padded to a capacity and nothing is read on the
 // host, so a CUDA graph can capture the dropless path.
 // A capacity factor keeps the standard path's semantics: slots past capacity (in token order) get
 // weight 0 and are counted (they are computed, not skipped: no shapes depend on the data).
@@ -23,6 +25,19 @@ namespace ablate::kernels {
 namespace {
 
 int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
+
+// w1 and w3 ([E, f, d]) side by side as one [E, 2 fp, dp] operand in `dtype`, gate rows first: one
+// grouped GEMM for both projections forward, one for each gradient backward (and no add of two input
+// gradients). Each is cast once into its half; padding rows and columns are zero.
+torch::Tensor gate_up_weights(const torch::Tensor& w1, const torch::Tensor& w3, int64_t fp, int64_t dp,
+                              at::ScalarType dtype) {
+  const int64_t experts = w1.size(0), f = w1.size(1), d = w1.size(2);
+  const auto opts = w1.options().dtype(dtype);
+  auto both = (f == fp && d == dp) ? torch::empty({experts, 2 * fp, dp}, opts) : torch::zeros({experts, 2 * fp, dp}, opts);
+  both.narrow(1, 0, f).narrow(2, 0, d).copy_(w1);
+  both.narrow(1, fp, f).narrow(2, 0, d).copy_(w3);
+  return both;
+}
 
 // Zero-pads the last two dims of `t` to (rows, cols).
 torch::Tensor pad_to(const torch::Tensor& t, int64_t rows, int64_t cols) {
@@ -52,32 +67,27 @@ torch::Tensor moe_dispatch_grouped(const torch::Tensor& x, const torch::Tensor& 
     sorted_weight = sorted_weight * kept.to(sorted_weight.scalar_type());
   }
 
-  // The three expert matmuls, each one grouped GEMM over the sorted rows; autocast off inside (the
-  // dtypes are set here), d and f padded to multiples of 8.
+  // The expert matmuls, grouped GEMMs over the sorted rows; autocast off inside (the dtypes are set
+  // here), d and f padded to multiples of 8.
   NoAutocastScope no_autocast;
   const int64_t dp = round_up(d, 8), fp = round_up(f, 8);
   // Each slot's token row in expert order (slot = token * k + j): one gather of x's rows, whose
-  // backward is a gather and a sum over each token's k slots, not a scatter-add (expert_groups.h).
+  // backward sums each token's k rows of the gradient, not a scatter-add (expert_groups.h).
   const auto rows = gather_slot_rows(pad_to(x.to(dtype), tokens, dp), groups.by_expert, groups.position, k);
-  const auto w1p = pad_to(w1.to(dtype), fp, dp), w3p = pad_to(w3.to(dtype), fp, dp), w2p = pad_to(w2.to(dtype), dp, fp);
+  const auto gate_up = at::_grouped_mm(rows, gate_up_weights(w1, w3, fp, dp, dtype).transpose(1, 2), offsets);
   // The routing weight scales each slot's hidden row before the down projection, (w h) W2 = w (h W2):
-  // on [S, f] instead of an fp32 copy of the [S, d] output weighted, gathered and summed in fp32 (on the
-  // H100 those were ~0.4 ms of each E layer's 3.4 ms). The product is taken in the wider of the
-  // weight's and the row's dtypes (fp32 for the router's fp32 weights), so the router's gradient sums
-  // in fp32 as before; only the scaled row is rounded to the GEMM dtype, as the output was.
-  const auto gated = torch::silu(at::_grouped_mm(rows, w1p.transpose(1, 2), offsets)) *
-                     at::_grouped_mm(rows, w3p.transpose(1, 2), offsets);
-  const auto weight_dtype = at::promote_types(sorted_weight.scalar_type(), gated.scalar_type());
-  const auto hidden = (gated * sorted_weight.to(weight_dtype).unsqueeze(-1)).to(dtype);
+  // on [S, f] instead of an fp32 copy of the [S, d] output weighted, gathered and summed in fp32. In
+  // fp32 (the router's weights are fp32, so their gradient sums in fp32), rounded once to the GEMM dtype.
+  const auto hidden = weighted_swiglu(gate_up, sorted_weight);
+  const auto w2p = pad_to(w2.to(dtype), dp, fp);
   const auto expert_out = at::_grouped_mm(hidden, w2p.transpose(1, 2), offsets).narrow(1, 0, d);
 
-  // Back into token order: the slots permuted back to slot order (a gather both ways), then each
-  // token's k slots summed (LibTorch accumulates a bf16 sum in fp32).
-  const auto y = permute_rows(expert_out, groups.position, groups.by_expert).view({tokens, k, d}).sum(1);
+  // Back into token order: each token's k slot rows summed in fp32, written in x's dtype.
+  const auto y = combine_slot_rows(expert_out, groups.by_expert, groups.position, k, x.scalar_type());
 
   if (dropped != nullptr)
     *dropped = kept.defined() ? torch::logical_not(kept).sum().to(torch::kLong) : torch::zeros({}, index_opts);
-  return y.to(x.scalar_type());
+  return y;
 }
 
 // LibTorch's grouped GEMM (at::_grouped_mm): on CUDA the CUTLASS sm90 kernels, bf16/fp16 only; on the
@@ -96,8 +106,9 @@ ABLATE_REGISTER_BACKENDS(moe_dispatch_grouped_mm) {
                          .role = Role::vendor,
                          .fallback = "reference",
                          // CUTLASS's grouped GEMM (cutlass::gemm::GroupProblemShape), in the raw name
-                         // CUPTI keeps when the demangler gives up on it, and in the demangled one.
-                         .kernel_patterns = {"GroupProblemShape"},
+                         // CUPTI keeps when the demangler gives up on it, and in the demangled one; the
+                         // fused passes around it (expert_kernels.cu).
+                         .kernel_patterns = {"GroupProblemShape", "ablate_moe_sum_slots", "ablate_moe_swiglu"},
                          .description = "dropless without a host sync: slots sorted by expert on the device, "
                                         "the three expert matmuls as LibTorch grouped GEMMs (at::_grouped_mm) "
                                         "over device offsets; CUDA-graph capturable",

@@ -1,11 +1,17 @@
 // tests/kernels/expert_groups_test.cpp: the slot grouping and row movements the moe_dispatch backends
 // share (kernels/moe_dispatch/expert_groups.h), against their definitions written with LibTorch's own
-// ops: the stable expert order and its inverse, permute_rows and gather_slot_rows forward and backward
-// (the gradients they gather must equal what index_select's scatter-add backward gives).
+// ops: the stable expert order and its inverse, gather_slot_rows and combine_slot_rows forward and
+// backward (the gradients must equal what index_select's and index_add's own backwards give), the
+// weighted SwiGLU; and, on a GPU, the same entry points through their CUDA passes (expert_kernels.cu).
 // Run: build/tests/kernels_tests --gtest_filter='ExpertGroups*'
 #include "kernels/moe_dispatch/expert_groups.h"
 
 #include <gtest/gtest.h>
+
+#include <string>
+#include <tuple>
+
+#include "tests/kernels/tensor_checks.h"
 
 namespace ablate::kernels {
 namespace {
@@ -30,8 +36,9 @@ TEST(ExpertGroups, OrderIsStableByExpertAndPositionIsItsInverse) {
   EXPECT_TRUE(torch::equal(sorted, std::get<0>(slot_expert.sort())));
   // Stable: inside an expert's group the slots keep their order.
   for (int64_t i = 1; i < sorted.size(0); ++i)
-    if (sorted[i].item<int64_t>() == sorted[i - 1].item<int64_t>())
+    if (sorted[i].item<int64_t>() == sorted[i - 1].item<int64_t>()) {
       EXPECT_LT(r.groups.by_expert[i - 1].item<int64_t>(), r.groups.by_expert[i].item<int64_t>());
+    }
   EXPECT_TRUE(torch::equal(r.groups.position.index_select(0, r.groups.by_expert), torch::arange(100)));
   EXPECT_TRUE(torch::equal(r.groups.load, torch::bincount(slot_expert, {}, 6)));
 }
@@ -52,16 +59,120 @@ TEST(ExpertGroups, GatherSlotRowsMatchesRepeatThenSelectForwardAndBackward) {
   }
 }
 
-TEST(ExpertGroups, PermuteRowsBackwardIsTheInverseGather) {
-  const auto r = route(20, 2, 4);
-  const auto x = torch::randn({40, 3}, torch::kDouble).requires_grad_(true);
-  const auto upstream = torch::randn({40, 3}, torch::kDouble);
-  const auto got = permute_rows(x, r.groups.by_expert, r.groups.position);
-  EXPECT_TRUE(torch::equal(got, x.index_select(0, r.groups.by_expert)));
-  const auto g = torch::autograd::grad({(got * upstream).sum()}, {x})[0];
-  const auto want = torch::autograd::grad({(x.index_select(0, r.groups.by_expert) * upstream).sum()}, {x})[0];
-  EXPECT_TRUE(torch::equal(g, want));
+// combine_slot_rows(src, order, inverse, k) sums each token's k slot rows: index_add of src's rows into
+// their tokens; its gradient is index_add's (each row gets its token's gradient).
+TEST(ExpertGroups, CombineSlotRowsMatchesIndexAddForwardAndBackward) {
+  for (const int64_t k : {1, 2, 3}) {
+    const auto r = route(19, k, 4);
+    const auto src = torch::randn({19 * k, 6}, torch::kDouble).requires_grad_(true);
+    const auto upstream = torch::randn({19, 6}, torch::kDouble);
+    const auto token_of_row = r.groups.by_expert.div(k, "floor");
+    const auto got = combine_slot_rows(src, r.groups.by_expert, r.groups.position, k, torch::kDouble);
+    const auto want = torch::zeros({19, 6}, torch::kDouble).index_add(0, token_of_row, src);
+    EXPECT_TRUE(torch::allclose(got, want, 1e-12, 1e-12)) << "k " << k;
+    const auto g_got = torch::autograd::grad({(got * upstream).sum()}, {src})[0];
+    const auto g_want = torch::autograd::grad({(want * upstream).sum()}, {src})[0];
+    EXPECT_TRUE(torch::equal(g_got, g_want)) << "k " << k;
+  }
 }
+
+// The definition in fp64: silu(g) * u * w.
+torch::Tensor weighted_swiglu_fp64(const torch::Tensor& gate_up, const torch::Tensor& weight) {
+  const int64_t f = gate_up.size(1) / 2;
+  const auto g = gate_up.narrow(1, 0, f), u = gate_up.narrow(1, f, f);
+  return g * torch::sigmoid(g) * u * weight.unsqueeze(-1);
+}
+
+TEST(ExpertGroups, WeightedSwigluMatchesItsDefinitionForwardAndBackward) {
+  torch::manual_seed(5);
+  const auto gate_up = (2.0 * torch::randn({9, 14}, torch::kDouble)).requires_grad_(true);
+  const auto weight = torch::rand({9}, torch::kDouble).requires_grad_(true);
+  const auto upstream = torch::randn({9, 7}, torch::kDouble);
+  const auto got = weighted_swiglu(gate_up, weight);
+  const auto want = weighted_swiglu_fp64(gate_up, weight);
+  EXPECT_TRUE(torch::allclose(got, want, 1e-12, 1e-12));
+  const auto g_got = torch::autograd::grad({(got * upstream).sum()}, {gate_up, weight});
+  const auto g_want = torch::autograd::grad({(want * upstream).sum()}, {gate_up, weight});
+  for (size_t i = 0; i < g_got.size(); ++i) EXPECT_TRUE(torch::allclose(g_got[i], g_want[i], 1e-12, 1e-12)) << i;
+  EXPECT_THROW(weighted_swiglu(gate_up.narrow(1, 0, 13), weight), c10::Error);  // an odd width: no [g | u]
+}
+
+// The CUDA passes (expert_kernels.cu) through the same entry points, against the fp64 definitions on
+// the CPU computed from the same (dtype-rounded) inputs, at widths that take the 16-byte accesses (a
+// multiple of 8) and the element-wise path (not). Bounds: fp32 1e-5 relative (k-term sums and
+// expf-based silu, ~1e-7 each); bf16 outputs 8e-3 (one rounding of the result, 2^-8, plus the fp32
+// arithmetic); the weight gradient is an fp32 row sum from bf16 inputs: 1e-4 either way.
+class ExpertGroupsCuda : public ::testing::TestWithParam<std::tuple<torch::ScalarType, int64_t>> {
+ protected:
+  void SetUp() override {
+#if !defined(ABLATE_HAVE_CUDA)
+    GTEST_SKIP() << "the fused MoE passes need CUDA: built without it";
+#endif
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "the fused MoE passes need a CUDA device";
+  }
+  static double bound(torch::ScalarType dtype) { return dtype == torch::kFloat ? 1e-5 : 8e-3; }
+};
+
+TEST_P(ExpertGroupsCuda, SlotRowSumsMatchTheDefinition) {
+  const auto [dtype, width] = GetParam();
+  const int64_t tokens = 37, k = 2;
+  const auto r = route(tokens, k, 5);
+  const torch::Device cuda(torch::kCUDA);
+  const auto src = torch::randn({tokens * k, width}, torch::kDouble).to(dtype).to(torch::kDouble);  // dtype-exact
+  const auto x = torch::randn({tokens, width}, torch::kDouble).to(dtype).to(torch::kDouble);
+  const auto by_expert = r.groups.by_expert, position = r.groups.position;
+  const auto token_of_row = by_expert.div(k, "floor");
+
+  // combine_slot_rows forward (fp32 out) and backward.
+  const auto src_cuda = src.to(cuda, dtype).requires_grad_(true);
+  const auto y = combine_slot_rows(src_cuda, by_expert.to(cuda), position.to(cuda), k, torch::kFloat);
+  const auto y_want = torch::zeros({tokens, width}, torch::kDouble).index_add(0, token_of_row, src);
+  EXPECT_EQ(y.scalar_type(), torch::kFloat);
+  EXPECT_LE(testing::relative_error(y, y_want), 1e-6) << "combine, fp32 accumulation of dtype-exact rows";
+  const auto upstream = torch::randn({tokens, width}, torch::kDouble).to(torch::kFloat);
+  const auto d_src = torch::autograd::grad({(y * upstream.to(cuda)).sum()}, {src_cuda})[0];
+  EXPECT_LE(testing::relative_error(d_src, upstream.to(torch::kDouble).to(dtype).index_select(0, token_of_row)), 0.0);
+
+  // gather_slot_rows forward (exact) and backward (the same sum kernel, in the gradient's dtype).
+  const auto x_cuda = x.to(cuda, dtype).requires_grad_(true);
+  const auto rows = gather_slot_rows(x_cuda, by_expert.to(cuda), position.to(cuda), k);
+  EXPECT_LE(testing::relative_error(rows, x.index_select(0, token_of_row)), 0.0);
+  const auto row_grad = src.to(cuda, dtype);
+  const auto d_x = torch::autograd::grad({(rows * row_grad).sum()}, {x_cuda})[0];
+  EXPECT_EQ(d_x.scalar_type(), dtype);
+  EXPECT_LE(testing::relative_error(d_x, y_want), bound(dtype)) << "the gather's gradient sums k rows";
+}
+
+TEST_P(ExpertGroupsCuda, WeightedSwigluMatchesTheDefinition) {
+  const auto [dtype, f] = GetParam();
+  const int64_t rows = 45;
+  const torch::Device cuda(torch::kCUDA);
+  torch::manual_seed(11);
+  const auto gate_up = (2.0 * torch::randn({rows, 2 * f}, torch::kDouble)).to(dtype).to(torch::kDouble);
+  const auto weight = torch::rand({rows}, torch::kDouble).to(torch::kFloat).to(torch::kDouble);
+  const auto dh = torch::randn({rows, f}, torch::kDouble).to(dtype).to(torch::kDouble);
+
+  const auto gu_cuda = gate_up.to(cuda, dtype).requires_grad_(true);
+  const auto w_cuda = weight.to(cuda, torch::kFloat).requires_grad_(true);
+  const auto h = weighted_swiglu(gu_cuda, w_cuda);
+  EXPECT_EQ(h.scalar_type(), dtype);
+  const auto gu64 = gate_up.clone().requires_grad_(true), w64 = weight.clone().requires_grad_(true);
+  const auto want = weighted_swiglu_fp64(gu64, w64);
+  EXPECT_LE(testing::relative_error(h, want), bound(dtype));
+  const auto got_grads = torch::autograd::grad({(h * dh.to(cuda, dtype)).sum()}, {gu_cuda, w_cuda});
+  const auto want_grads = torch::autograd::grad({(want * dh).sum()}, {gu64, w64});
+  EXPECT_LE(testing::relative_error(got_grads[0], want_grads[0]), bound(dtype)) << "d gate_up";
+  EXPECT_EQ(got_grads[1].scalar_type(), torch::kFloat);
+  EXPECT_LE(testing::relative_error(got_grads[1], want_grads[1]), 1e-4) << "d weight";
+}
+
+INSTANTIATE_TEST_SUITE_P(DtypesAndWidths, ExpertGroupsCuda,
+                         ::testing::Combine(::testing::Values(torch::kFloat, torch::kBFloat16),
+                                            ::testing::Values<int64_t>(8, 13, 768)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) == torch::kFloat ? "fp32" : "bf16") + "_w" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace ablate::kernels

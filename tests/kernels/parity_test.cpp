@@ -380,6 +380,8 @@ const std::vector<ParityCase>& parity_cases() {
       moe_case(13, 10, 5, 2, 6, 0.6),
       moe_case(1, 7, 3, 1, 5, 0.0),
       moe_case(40, 16, 4, 2, 24, 0.0),  // d, f multiples of 8: grouped_mm without padding; uneven loads
+      moe_case(96, 64, 8, 2, 40, 0.0),  // grouped_mm's fused passes on 16-byte accesses (d, f multiples of 8)
+      moe_case(96, 64, 8, 2, 40, 1.0),  // the same with a capacity: dropped slots weighted 0
       // ssm_rotary: the fused kernel's block is (N/2 pairs) x (head lanes, 256 / (N/2) of them): heads
       // spread unevenly over lanes, pass-through dims (2S < N) and none (2S == N), one token.
       ssm_rotary_case(2, 37, 3, 16, 4, false),

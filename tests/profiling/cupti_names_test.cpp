@@ -165,6 +165,17 @@ const std::vector<Sample>& samples() {
        "Li3EEES1E_NS13_INSA_IJS1F_S1S_EEENSA_IJS1S_SI_EEEEEEENS9_17SM75_U32x4_LDSM_NENS9_14SM90_TMA_STOREES26_NS9_17SM"
        "90_U32x4_STSM_NENS9_9Copy_AtomIJS29_NS_6half_tEEEEvEEEvvEEEEEEvNT_6ParamsE",
        false},
+      // grouped_mm's fused passes around the GEMMs (kernels/moe_dispatch/expert_kernels.cu; nm of
+      // libablate_kernels.so, nvcc 13.0 sm_90a build on the dev machine, 2026-11-25).
+      {"moe_dispatch/grouped_mm", "moe_dispatch",
+       "_ZN6ablate7kernels5fused50_GLOBAL__N__2b8fe76e_17_expert_kernels_cu_a3541e8920ablate_moe_sum_slotsI13__nv_bfloat16"
+       "fLi8EEEvPKT_PKliPT0_ll"},
+      {"moe_dispatch/grouped_mm", "moe_dispatch",
+       "_ZN6ablate7kernels5fused50_GLOBAL__N__2b8fe76e_17_expert_kernels_cu_a3541e8921ablate_moe_swiglu_fwdI13__nv_bfloat16"
+       "Li8EEEvPKT_PKfPS5_ll"},
+      {"moe_dispatch/grouped_mm", "moe_dispatch",
+       "_ZN6ablate7kernels5fused50_GLOBAL__N__2b8fe76e_17_expert_kernels_cu_a3541e8921ablate_moe_swiglu_bwdI13__nv_bfloat16"
+       "Li8EEEvPKT_PKfS7_PS5_Pfll"},
       {"", "communication", "_Z40ncclDevKernel_AllReduce_Sum_bf16_RING_LL24ncclDevKernelArgsStorageILm4096EE"},
       {"", "gemm", "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"},
       {"", "gemm",

@@ -1,0 +1,190 @@
+// kernels/moe_dispatch/expert_kernels.cu: the CUDA passes of the grouped_mm MoE path around its grouped
+// GEMMs (expert_groups.h has the autograd functions and the LibTorch forms they replace on the CPU):
+//   ablate_moe_sum_slots: out[t] = sum_j src[inverse[t * k + j]], each token's k slot rows summed in fp32
+//     and written once: the combine (forward) and the gradient of the token-row gather (backward), where
+//     LibTorch wrote the gathered [S, d] rows and read them back for the sum;
+//   ablate_moe_swiglu_fwd / _bwd: h = silu(g) * u * w per slot row (gate_up = [g | u], w the routing
+//     weight), and its backward (d gate_up, and dw as one fp32 row sum), where LibTorch ran silu, two
+//     products, an fp32 copy of [S, f] and a cast forward, and twice that backward.
+// fp32 arithmetic, one rounding per output. A warp per row (the swiglu rows need a row sum for dw);
+// 8 elements a lane access when the width is a multiple of 8 and the pointers are 16-byte aligned,
+// element-wise otherwise. Deterministic: no atomics, fixed summation order.
+// Tests: kernels_tests --gtest_filter='ExpertGroups*:*Parity*moe_dispatch*' (on a GPU). Benchmark:
+// kernels_bench --benchmark_filter=moe_dispatch. Without a CUDA compiler this file compiles to nothing.
+#if defined(__CUDACC__)
+#include "kernels/cuda_common.cuh"
+#include "kernels/moe_dispatch/expert_groups.h"
+
+namespace ablate::kernels::fused {
+namespace {
+
+using torch::Tensor;
+
+constexpr int kWarps = 8;  // rows in flight per block
+
+__device__ __forceinline__ float sigmoid(float v) { return 1.f / (1.f + expf(-v)); }
+
+// Grid-stride over rows, one warp a row.
+__device__ __forceinline__ int64_t first_row() { return int64_t(blockIdx.x) * kWarps + threadIdx.y; }
+__device__ __forceinline__ int64_t row_stride() { return int64_t(gridDim.x) * kWarps; }
+
+template <typename TIn, typename TOut, int VEC>
+__global__ void ablate_moe_sum_slots(const TIn* __restrict__ src, const int64_t* __restrict__ inverse, int k,
+                                     TOut* __restrict__ out, int64_t tokens, int64_t width) {
+  for (int64_t t = first_row(); t < tokens; t += row_stride()) {
+    for (int64_t c = int64_t(threadIdx.x) * VEC; c < width; c += 32 * VEC) {
+      float acc[VEC] = {};
+      for (int j = 0; j < k; ++j) {  // the slots in order: the same sum on every run
+        float v[VEC];
+        load_vec<VEC>(src + inverse[t * k + j] * width + c, v);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) acc[i] += v[i];
+      }
+      store_vec<VEC>(out + t * width + c, acc);
+    }
+  }
+}
+
+template <typename T, int VEC>
+__global__ void ablate_moe_swiglu_fwd(const T* __restrict__ gate_up, const float* __restrict__ weight,
+                                      T* __restrict__ out, int64_t rows, int64_t f) {
+  for (int64_t r = first_row(); r < rows; r += row_stride()) {
+    const T* g_row = gate_up + r * 2 * f;
+    const float w = weight[r];
+    for (int64_t c = int64_t(threadIdx.x) * VEC; c < f; c += 32 * VEC) {
+      float g[VEC], u[VEC], h[VEC];
+      load_vec<VEC>(g_row + c, g);
+      load_vec<VEC>(g_row + f + c, u);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) h[i] = g[i] * sigmoid(g[i]) * u[i] * w;
+      store_vec<VEC>(out + r * f + c, h);
+    }
+  }
+}
+
+// d gate_up = [dh w u silu'(g) | dh w silu(g)], dw = sum_c dh silu(g) u (the row's lanes, then the warp).
+template <typename T, int VEC>
+__global__ void ablate_moe_swiglu_bwd(const T* __restrict__ gate_up, const float* __restrict__ weight,
+                                      const T* __restrict__ dh, T* __restrict__ d_gate_up, float* __restrict__ dw,
+                                      int64_t rows, int64_t f) {
+  for (int64_t r = first_row(); r < rows; r += row_stride()) {
+    const T* g_row = gate_up + r * 2 * f;
+    T* dg_row = d_gate_up + r * 2 * f;
+    const float w = weight[r];
+    float dw_part = 0.f;
+    for (int64_t c = int64_t(threadIdx.x) * VEC; c < f; c += 32 * VEC) {
+      float g[VEC], u[VEC], d[VEC], dg[VEC], du[VEC];
+      load_vec<VEC>(g_row + c, g);
+      load_vec<VEC>(g_row + f + c, u);
+      load_vec<VEC>(dh + r * f + c, d);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const float sig = sigmoid(g[i]), silu = g[i] * sig;
+        dw_part += d[i] * silu * u[i];
+        const float dgated = d[i] * w;
+        du[i] = dgated * silu;
+        dg[i] = dgated * u[i] * sig * (1.f + g[i] * (1.f - sig));
+      }
+      store_vec<VEC>(dg_row + c, dg);
+      store_vec<VEC>(dg_row + f + c, du);
+    }
+    dw_part = warp_sum(dw_part);
+    if (threadIdx.x == 0) dw[r] = dw_part;
+  }
+}
+
+// Launches kernel(VEC) with a warp a row: 8 elements a lane access when `width` and every pointer allow
+// 16-byte accesses (bf16; fp32 takes two 16-byte words), else one. Grid capped at a few waves.
+template <class Launch>
+void by_rows(int64_t rows, int64_t width, std::initializer_list<const void*> pointers, Launch&& launch) {
+  bool vectorised = width % 8 == 0;
+  for (const void* p : pointers) vectorised = vectorised && aligned16(p);
+  const dim3 block(32, kWarps);
+  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(ceil_div(rows, kWarps), int64_t(sm_count()) * 16));
+  if (vectorised)
+    launch(std::integral_constant<int, 8>{}, grid, block);
+  else
+    launch(std::integral_constant<int, 1>{}, grid, block);
+}
+
+}  // namespace
+
+Tensor sum_slot_rows_cuda(const Tensor& src_in, const Tensor& inverse_in, int64_t k, at::ScalarType out_dtype) {
+  const Tensor src = on_device(src_in, src_in, "slot rows"), inverse = on_device(inverse_in, src_in, "slot positions");
+  TORCH_CHECK(src.dim() == 2 && inverse.dim() == 1 && inverse.size(0) == src.size(0) && k > 0 && src.size(0) % k == 0,
+              "moe sum_slot_rows: src must be [S, d] and inverse [S] with S a multiple of k, got ", src.sizes(), ", ",
+              inverse.sizes(), ", k ", k);
+  TORCH_CHECK(inverse.scalar_type() == torch::kLong, "moe sum_slot_rows: positions must be int64");
+  const int64_t tokens = src.size(0) / k, width = src.size(1);
+  Tensor out = torch::empty({tokens, width}, src.options().dtype(out_dtype));
+  if (out.numel() == 0) return out;
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  with_float_or_bf16(src.scalar_type(), "slot rows", [&](auto in_tag) {
+    with_float_or_bf16(out_dtype, "summed rows", [&](auto out_tag) {
+      using TIn = typename decltype(in_tag)::type;
+      using TOut = typename decltype(out_tag)::type;
+      by_rows(tokens, width, {src.data_ptr(), out.data_ptr()}, [&](auto vec, int64_t grid, dim3 block) {
+        ablate_moe_sum_slots<TIn, TOut, decltype(vec)::value><<<grid, block, 0, stream>>>(
+            static_cast<const TIn*>(src.data_ptr()), inverse.data_ptr<int64_t>(), static_cast<int>(k),
+            static_cast<TOut*>(out.data_ptr()), tokens, width);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+    });
+  });
+  return out;
+}
+
+namespace {
+void check_swiglu_args(const Tensor& gate_up, const Tensor& weight) {
+  TORCH_CHECK(gate_up.dim() == 2 && gate_up.size(1) % 2 == 0 && weight.dim() == 1 && weight.size(0) == gate_up.size(0),
+              "moe weighted_swiglu: gate_up must be [S, 2f] and weight [S], got ", gate_up.sizes(), ", ", weight.sizes());
+  TORCH_CHECK(weight.scalar_type() == torch::kFloat, "moe weighted_swiglu: the CUDA pass takes an fp32 weight");
+}
+}  // namespace
+
+Tensor weighted_swiglu_cuda(const Tensor& gate_up_in, const Tensor& weight_in) {
+  const Tensor gate_up = on_device(gate_up_in, gate_up_in, "gate_up"), weight = on_device(weight_in, gate_up_in, "weight");
+  check_swiglu_args(gate_up, weight);
+  const int64_t rows = gate_up.size(0), f = gate_up.size(1) / 2;
+  Tensor out = torch::empty({rows, f}, gate_up.options());
+  if (out.numel() == 0) return out;
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  with_float_or_bf16(gate_up.scalar_type(), "gate_up", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* gu = static_cast<const T*>(gate_up.data_ptr());
+    by_rows(rows, f, {gu, gu + f, out.data_ptr()}, [&](auto vec, int64_t grid, dim3 block) {
+      ablate_moe_swiglu_fwd<T, decltype(vec)::value>
+          <<<grid, block, 0, stream>>>(gu, weight.data_ptr<float>(), static_cast<T*>(out.data_ptr()), rows, f);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+  });
+  return out;
+}
+
+std::pair<Tensor, Tensor> weighted_swiglu_backward_cuda(const Tensor& gate_up_in, const Tensor& weight_in,
+                                                        const Tensor& dh_in) {
+  const Tensor gate_up = on_device(gate_up_in, gate_up_in, "gate_up"), weight = on_device(weight_in, gate_up_in, "weight");
+  check_swiglu_args(gate_up, weight);
+  const Tensor dh = on_device(dh_in.to(gate_up.scalar_type()), gate_up_in, "d hidden");
+  const int64_t rows = gate_up.size(0), f = gate_up.size(1) / 2;
+  TORCH_CHECK(dh.dim() == 2 && dh.size(0) == rows && dh.size(1) == f, "moe weighted_swiglu: d hidden ", dh.sizes(),
+              " must be [", rows, ", ", f, "]");
+  Tensor d_gate_up = torch::empty_like(gate_up), dw = torch::empty({rows}, weight.options());
+  if (rows == 0) return {d_gate_up, dw};
+  if (f == 0) return {d_gate_up, dw.zero_()};
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  with_float_or_bf16(gate_up.scalar_type(), "gate_up", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* gu = static_cast<const T*>(gate_up.data_ptr());
+    T* dgu = static_cast<T*>(d_gate_up.data_ptr());
+    by_rows(rows, f, {gu, gu + f, dh.data_ptr(), dgu, dgu + f}, [&](auto vec, int64_t grid, dim3 block) {
+      ablate_moe_swiglu_bwd<T, decltype(vec)::value><<<grid, block, 0, stream>>>(
+          gu, weight.data_ptr<float>(), static_cast<const T*>(dh.data_ptr()), dgu, dw.data_ptr<float>(), rows, f);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+  });
+  return {d_gate_up, dw};
+}
+
+}  // namespace ablate::kernels::fused
+#endif  // __CUDACC__
