@@ -28,16 +28,36 @@ int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
 // w1 and w3 ([E, f, d]) side by side as one [E, 2 fp, dp] operand in `dtype`, gate rows first: one
 // grouped GEMM for both projections forward, one for each gradient backward (and no add of two input
-// gradients). Each is cast once into its half; padding rows and columns are zero.
-torch::Tensor gate_up_weights(const torch::Tensor& w1, const torch::Tensor& w3, int64_t fp, int64_t dp,
-                              at::ScalarType dtype) {
-  const int64_t experts = w1.size(0), f = w1.size(1), d = w1.size(2);
-  const auto opts = w1.options().dtype(dtype);
-  auto both = (f == fp && d == dp) ? torch::empty({experts, 2 * fp, dp}, opts) : torch::zeros({experts, 2 * fp, dp}, opts);
-  both.narrow(1, 0, f).narrow(2, 0, d).copy_(w1);
-  both.narrow(1, fp, f).narrow(2, 0, d).copy_(w3);
-  return both;
-}
+// gradients). Forward casts each once into its half (padding zero); backward hands each weight its
+// half of the gradient, cast back. An autograd function rather than copy_ into slices, whose backward
+// (CopySlices) cloned the whole gradient and zeroed each slice: 3 copies and 2 fills an E layer.
+class GateUpWeights : public torch::autograd::Function<GateUpWeights> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& w1, const torch::Tensor& w3,
+                               int64_t fp, int64_t dp, at::ScalarType dtype) {
+    const int64_t experts = w1.size(0), f = w1.size(1), d = w1.size(2);
+    const auto opts = w1.options().dtype(dtype);
+    auto both = f == fp && d == dp ? torch::empty({experts, 2 * fp, dp}, opts) : torch::zeros({experts, 2 * fp, dp}, opts);
+    both.narrow(1, 0, f).narrow(2, 0, d).copy_(w1);
+    both.narrow(1, fp, f).narrow(2, 0, d).copy_(w3);
+    ctx->saved_data["f"] = f;
+    ctx->saved_data["d"] = d;
+    ctx->saved_data["fp"] = fp;
+    ctx->saved_data["w1_dtype"] = static_cast<int64_t>(w1.scalar_type());
+    ctx->saved_data["w3_dtype"] = static_cast<int64_t>(w3.scalar_type());
+    return both;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto& g = grads[0];
+    if (!g.defined()) return {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    const int64_t f = ctx->saved_data["f"].toInt(), d = ctx->saved_data["d"].toInt(), fp = ctx->saved_data["fp"].toInt();
+    const auto half = [&](int64_t first, const char* dtype_key) {
+      return g.narrow(1, first, f).narrow(2, 0, d).to(static_cast<at::ScalarType>(ctx->saved_data[dtype_key].toInt()));
+    };
+    return {half(0, "w1_dtype"), half(fp, "w3_dtype"), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
 
 // Zero-pads the last two dims of `t` to (rows, cols).
 torch::Tensor pad_to(const torch::Tensor& t, int64_t rows, int64_t cols) {
@@ -74,7 +94,7 @@ torch::Tensor moe_dispatch_grouped(const torch::Tensor& x, const torch::Tensor& 
   // Each slot's token row in expert order (slot = token * k + j): one gather of x's rows, whose
   // backward sums each token's k rows of the gradient, not a scatter-add (expert_groups.h).
   const auto rows = gather_slot_rows(pad_to(x.to(dtype), tokens, dp), groups.by_expert, groups.position, k);
-  const auto gate_up = at::_grouped_mm(rows, gate_up_weights(w1, w3, fp, dp, dtype).transpose(1, 2), offsets);
+  const auto gate_up = at::_grouped_mm(rows, GateUpWeights::apply(w1, w3, fp, dp, dtype).transpose(1, 2), offsets);
   // The routing weight scales each slot's hidden row before the down projection, (w h) W2 = w (h W2):
   // on [S, f] instead of an fp32 copy of the [S, d] output weighted, gathered and summed in fp32. In
   // fp32 (the router's weights are fp32, so their gradient sums in fp32), rounded once to the GEMM dtype.
