@@ -29,6 +29,7 @@ class SplitMix64 {
 // rows), `index` the instances (an epoch, a row).
 inline constexpr uint64_t kShuffleDomain = 1;
 inline constexpr uint64_t kSyntheticDomain = 2;
+inline constexpr uint64_t kModelInitDomain = 3;  // the model's initial weights (model/blocks.h SeededInit)
 uint64_t derive_seed(uint64_t seed, uint64_t domain, uint64_t index);
 
 // Fisher-Yates over 0..n-1, from the back: for i = n-1 .. 1 swap a[i] with a[below(i+1)], the

@@ -5,20 +5,61 @@
 #include "model/blocks.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "data/rng.h"
 
 namespace ablate::model {
 
-SeededInit::SeededInit(uint64_t seed, double init_std)
-    : generator_(at::make_generator<at::CPUGeneratorImpl>(seed)), init_std_(init_std) {}
+SeededInit::SeededInit(uint64_t seed, double init_std) : seed_(seed), init_std_(init_std) {}
+
+torch::Tensor SeededInit::draw(at::IntArrayRef sizes, const std::function<void(torch::Tensor, at::Generator&)>& fill) {
+  auto out = torch::empty(sizes, torch::kFloat);
+  auto flat = out.view({-1});
+  const int64_t n = flat.numel(), chunks = (n + kChunkElements - 1) / kChunkElements;
+  const uint64_t draw_seed = data::derive_seed(seed_, data::kModelInitDomain, draws_++);
+  // Chunks claimed in any order by LibTorch's intra-op thread count of workers (std::thread: ATen's
+  // parallel_for is OpenMP pragmas in its header, serial in a file built without -fopenmp); each
+  // chunk's numbers depend only on its seed.
+  std::atomic<int64_t> next{0};
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  const auto work = [&] {
+    try {
+      for (int64_t c = next++; c < chunks; c = next++) {
+        auto generator = at::make_generator<at::CPUGeneratorImpl>(
+            data::derive_seed(draw_seed, data::kModelInitDomain, static_cast<uint64_t>(c)));
+        const int64_t first = c * kChunkElements;
+        fill(flat.narrow(0, first, std::min(kChunkElements, n - first)), generator);
+      }
+    } catch (...) {
+      const std::lock_guard<std::mutex> lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+    }
+  };
+  const int64_t workers = std::min<int64_t>(chunks, std::max(1, at::get_num_threads()));
+  std::vector<std::thread> helpers;
+  for (int64_t w = 1; w < workers; ++w) helpers.emplace_back(work);
+  work();
+  for (auto& t : helpers) t.join();
+  if (failure) std::rethrow_exception(failure);
+  return out;
+}
 
 torch::Tensor SeededInit::normal(at::IntArrayRef sizes) {
-  return torch::empty(sizes, torch::kFloat).normal_(0.0, init_std_, generator_);
+  return draw(sizes, [this](torch::Tensor chunk, at::Generator& g) { chunk.normal_(0.0, init_std_, g); });
 }
 
 torch::Tensor SeededInit::uniform(at::IntArrayRef sizes, double low, double high) {
-  return torch::empty(sizes, torch::kFloat).uniform_(low, high, generator_);
+  return draw(sizes, [low, high](torch::Tensor chunk, at::Generator& g) { chunk.uniform_(low, high, g); });
 }
 
 torch::Tensor SeededInit::constant(at::IntArrayRef sizes, double value) {

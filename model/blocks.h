@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "kernels/dispatch.h"
@@ -17,17 +18,24 @@
 
 namespace ablate::model {
 
-// Draws every initial weight from one CPU generator, in construction order: the same seed gives the
-// same weights on every machine. Tensors are fp32 on the CPU; move the finished model with ->to().
+// Draws every initial weight on the CPU, in construction order: draw i fills its tensor in chunks of
+// kChunkElements, chunk c from its own generator seeded with derive_seed(derive_seed(seed, init, i),
+// init, c) (data/rng.h), so the same seed gives the same weights on every machine and at any thread
+// count, and the chunks are drawn in parallel (one generator for the whole model drew 290 M
+// parameters in ~1.4 s, single-threaded, at the start of every run). Tensors are fp32 on the CPU;
+// move the finished model with ->to().
 class SeededInit {
  public:
+  static constexpr int64_t kChunkElements = int64_t{1} << 20;
   SeededInit(uint64_t seed, double init_std);
   torch::Tensor normal(at::IntArrayRef sizes);  // N(0, init_std): linear weights, embedding, head
   torch::Tensor uniform(at::IntArrayRef sizes, double low, double high);
   static torch::Tensor constant(at::IntArrayRef sizes, double value);
 
  private:
-  at::Generator generator_;
+  torch::Tensor draw(at::IntArrayRef sizes, const std::function<void(torch::Tensor, at::Generator&)>& fill);
+  uint64_t seed_;
+  uint64_t draws_ = 0;
   double init_std_;
 };
 

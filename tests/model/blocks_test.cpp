@@ -6,6 +6,8 @@
 #include "kernels/registry.h"
 #include "model/blocks.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -14,6 +16,7 @@
 #include <numbers>
 #include <numeric>
 
+#include "data/rng.h"
 #include "tests/kernels/tensor_checks.h"
 
 namespace ablate::model {
@@ -431,6 +434,37 @@ TEST_P(BlockGradients, MatchCentralDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(EveryBlock, BlockGradients, ::testing::Values('A', 'M', 'E', 'R', 'D'),
                          [](const ::testing::TestParamInfo<char>& info) { return std::string(1, info.param); });
+
+// SeededInit's draws depend on the seed and the draw's place in construction order only: each chunk
+// of kChunkElements is what its own generator gives (derive_seed(derive_seed(seed, init, draw), init,
+// chunk)), whichever worker thread drew it; a partial last chunk too.
+TEST(SeededInitialiser, EachChunkIsItsOwnGeneratorsDraw) {
+  const uint64_t seed = 77;
+  const int64_t n = 2 * SeededInit::kChunkElements + 12345;
+  SeededInit init(seed, 0.02);
+  const auto first = init.normal({n});
+  const auto second = init.uniform({n}, -1.0, 1.0);
+  for (int64_t draw = 0; draw < 2; ++draw) {
+    const uint64_t draw_seed = data::derive_seed(seed, data::kModelInitDomain, static_cast<uint64_t>(draw));
+    for (int64_t c = 0; c < 3; ++c) {
+      auto g = at::make_generator<at::CPUGeneratorImpl>(data::derive_seed(draw_seed, data::kModelInitDomain, c));
+      const int64_t begin = c * SeededInit::kChunkElements, len = std::min(SeededInit::kChunkElements, n - begin);
+      auto want = torch::empty({len}, torch::kFloat);
+      if (draw == 0)
+        want.normal_(0.0, 0.02, g);
+      else
+        want.uniform_(-1.0, 1.0, g);
+      EXPECT_TRUE(torch::equal((draw == 0 ? first : second).narrow(0, begin, len), want)) << "draw " << draw << " chunk " << c;
+    }
+  }
+  // Chunks and draws are independent streams, not one stream repeated.
+  EXPECT_FALSE(torch::equal(first.narrow(0, 0, 1000), first.narrow(0, SeededInit::kChunkElements, 1000)));
+  EXPECT_FALSE(torch::equal(SeededInit(seed, 0.02).normal({1000}), SeededInit(seed + 1, 0.02).normal({1000})));
+  // The same seed gives the same weights, and the draw is N(0, 0.02).
+  EXPECT_TRUE(torch::equal(SeededInit(seed, 0.02).normal({n}), first));
+  EXPECT_NEAR(first.mean().item<double>(), 0.0, 0.02 * 5 / std::sqrt(static_cast<double>(n)));
+  EXPECT_NEAR(first.std().item<double>(), 0.02, 0.02 * 0.01);
+}
 
 TEST(BlockFactory, RejectsLettersOutsideThePattern) {
   const auto c = small_config();
