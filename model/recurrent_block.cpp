@@ -46,9 +46,10 @@ RecurrentBlock::RecurrentBlock(const ModelConfig& config, std::shared_ptr<const 
 
 BlockOutput RecurrentBlock::forward(const torch::Tensor& x) {
   const int64_t w = config_.recurrent.width;
-  const auto gu = torch::linear(x, w_in);
-  const auto g = gu.narrow(-1, 0, w);
-  const auto u = causal_depthwise_conv(gu.narrow(-1, w, w), conv_weight, conv_bias);
+  // split, not two narrows: one cat backward instead of two zero-filled copies and an add.
+  const auto gu = torch::linear(x, w_in).split_with_sizes({w, w}, -1);
+  const auto& g = gu[0];
+  const auto u = causal_depthwise_conv(gu[1], conv_weight, conv_bias);
   const auto gate_a = torch::linear(u, w_a, b_a), gate_x = torch::linear(u, w_x, b_x);
 
   // The gates (r, i, a, sqrt(1 - a^2)) and the recurrence are one seam call: it takes the gate logits as

@@ -100,7 +100,9 @@ torch::Tensor moe_dispatch_grouped(const torch::Tensor& x, const torch::Tensor& 
   // fp32 (the router's weights are fp32, so their gradient sums in fp32), rounded once to the GEMM dtype.
   const auto hidden = weighted_swiglu(gate_up, sorted_weight);
   const auto w2p = pad_to(w2.to(dtype), dp, fp);
-  const auto expert_out = at::_grouped_mm(hidden, w2p.transpose(1, 2), offsets).narrow(1, 0, d);
+  auto expert_out = at::_grouped_mm(hidden, w2p.transpose(1, 2), offsets);
+  // Sliced only when padded: a narrow's backward zero-fills and copies even when it keeps everything.
+  if (dp != d) expert_out = expert_out.narrow(1, 0, d);
 
   // Back into token order: each token's k slot rows summed in fp32, written in x's dtype.
   const auto y = combine_slot_rows(expert_out, groups.by_expert, groups.position, k, x.scalar_type());
