@@ -9,7 +9,9 @@
 # matches these sources, it is used instead of the ~3-minute build (tests then run without ctest, TESTS
 # read as names joined by |; PREBUILT_OFF=1 builds anyway):
 #   device run (carry .gpu-deps and .gpu-prebuilt): bash scripts/gpu-check.sh $OUT
-# STEPS=0 skips the experiment; SPEC=FILE runs FILE instead of experiments/nam56r-small.toml.
+# STEPS=0 skips the experiment; SPEC=FILE runs FILE instead of experiments/nam56r-small.toml; EXTRA_RUNS=N
+# adds N unprofiled runs of it. Logs, traces and the rest come back in OUT/logs.tgz (8 files at most
+# come back); receipts.db, ctest.log, show.txt and the benchmarks' JSON beside it.
 # Environment: BENCH=0 skips the benchmarks, BENCHES="kernels_bench ..." runs only those, BENCH_FILTER
 # is passed as --benchmark_filter, TESTS is a ctest -R regex, CTEST_JOBS (default 4) the tests run at
 # once (TESTS=none: no tests), TARGETS limits what ninja builds.
@@ -32,6 +34,9 @@ BUILD=build-gpu
 DEPS=$PWD/.gpu-deps/include
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
+# At most 8 files come back: the logs and traces leave in OUT/logs.tgz (scripts/gpu-out.sh).
+source scripts/gpu-out.sh
+trap 'pack_logs "$OUT"' EXIT
 note "git revision for receipts: ${ABLATE_GIT_REVISION:-not set: git here, which is stale (see the header)}"
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -73,7 +78,7 @@ for b in $( [ "${BENCH:-1}" = 0 ] || ls $BUILD/bench/* ); do
   [ -x "$b" ] || continue
   name=$(basename "$b")
   [ -z "${BENCHES:-}" ] || [[ " $BENCHES " == *" $name "* ]] || continue
-  "$b" --benchmark_format=json --benchmark_out="$OUT/$name.json" --benchmark_out_format=json \
+  "$b" --benchmark_out="$OUT/$name.json" --benchmark_out_format=json \
        --benchmark_min_time=0.2 ${BENCH_FILTER:+--benchmark_filter="$BENCH_FILTER"} >> "$OUT/bench.log" 2>&1
   note "bench $name: rc $?"
 done
@@ -84,9 +89,16 @@ export ABLATE_DB="$OUT/receipts.db"
 PROFILE=(); [ "$STEPS" -ge 25 ] && PROFILE=(--set profile.enabled=true --set "profile.trace_dir=\"$OUT/traces\"")
 $BUILD/ablate run "${SPEC:-experiments/nam56r-small.toml}" --set train.steps=$STEPS --set train.log_every=10 "${PROFILE[@]}" 2>&1 | tee "$OUT/run.log"
 note "${SPEC:-experiments/nam56r-small.toml} run: rc ${PIPESTATUS[0]}"
+newest_run() { $BUILD/ablate runs --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])'; }
+profiled_run=$(newest_run)
+# EXTRA_RUNS=N: N more runs of the same spec, unprofiled, into the same receipts (a step time from
+# several runs on one warm machine).
+for i in $(seq "${EXTRA_RUNS:-0}"); do
+  $BUILD/ablate run "${SPEC:-experiments/nam56r-small.toml}" -q --no-profile --set train.steps=$STEPS >> "$OUT/run.log" 2>&1
+  note "extra run $i: rc $?"
+done
 $BUILD/ablate runs > "$OUT/runs.txt" 2>&1
-$BUILD/ablate show "$($BUILD/ablate runs --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')" \
-  --kernels 25 > "$OUT/show.txt" 2>&1 && grep -E "^(profiling|backend mismatch)" "$OUT/show.txt"
+$BUILD/ablate show "$profiled_run" --kernels 25 > "$OUT/show.txt" 2>&1 && grep -E "^(profiling|backend mismatch)" "$OUT/show.txt"
 cat "$OUT/runs.txt"
 echo
 echo "==== summary"
