@@ -4,14 +4,7 @@
 # into logs.tgz with their contents; a second pack keeps what the first packed; an OUT with nothing to
 # pack gets no logs.tgz. Exit 0 passed, 1 a check failed.
 #   bash tests/scripts/gpu_out_test.sh     (ctest: gpu_out)
-set -uo pipefail
-src=$(cd "$(dirname "$0")/../.." && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failures=0
-check() {  # check NAME EXPECTED ACTUAL
-  if [ "$2" == "$3" ]; then echo "ok   $1"; else echo "FAIL $1: expected [$2], got [$3]"; failures=$((failures + 1)); fi
-}
+source "$(dirname "$0")/checks.sh"
 source "$src/scripts/gpu-out.sh"
 listing() { (cd "$1" && find . -mindepth 1 -maxdepth 1 -printf '%P\n' | sort | paste -sd' ' -); }
 packed() { tar tzf "$1/logs.tgz" | sed 's|/$||' | sort | paste -sd' ' -; }
@@ -36,5 +29,4 @@ mkdir -p "$empty" && echo db > "$empty/receipts.db"
 pack_logs "$empty"
 check "nothing to pack: no logs.tgz" "receipts.db" "$(listing "$empty")"
 
-[ "$failures" = 0 ] && echo "gpu out: every check passed" || echo "gpu out: $failures check(s) failed"
-[ "$failures" = 0 ]
+finish "gpu out"

@@ -7,17 +7,7 @@
 # becomes the gtest filter it should. Runs in a scratch copy of the scripts and a
 # few sources. Exit 0 passed, 1 a check failed.
 #   bash tests/scripts/prebuilt_lane_test.sh     (ctest: prebuilt_lane)
-set -uo pipefail
-src=$(cd "$(dirname "$0")/../.." && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failures=0
-check() {  # check NAME EXPECTED ACTUAL
-  if [ "$2" == "$3" ]; then echo "ok   $1"; else echo "FAIL $1: expected [$2], got [$3]"; failures=$((failures + 1)); fi
-}
-contains() {  # contains NAME NEEDLE HAYSTACK
-  if [[ "$3" == *"$2"* ]]; then echo "ok   $1"; else echo "FAIL $1: [$3] lacks [$2]"; failures=$((failures + 1)); fi
-}
+source "$(dirname "$0")/checks.sh"
 
 mkdir -p "$work/tree/scripts" "$work/tree/kernels" "$work/tree/docs"
 cp "$src/scripts/source-hash.sh" "$src/scripts/gpu-prebuilt-lane.sh" "$work/tree/scripts/"
@@ -75,5 +65,4 @@ check "no TESTS: every test" '*' "$(TESTS='' tests_as_gtest_filter)"
 check "names joined by |" '*Catalog.*:*Names*:*ssm_rotary*' "$(TESTS='Catalog\.|Names|ssm_rotary' tests_as_gtest_filter)"
 check ".* inside a name" '*Parity*ssm*' "$(TESTS='Parity.*ssm' tests_as_gtest_filter)"
 
-[ "$failures" = 0 ] && echo "prebuilt lane: every check passed" || echo "prebuilt lane: $failures check(s) failed"
-[ "$failures" = 0 ]
+finish "prebuilt lane"
