@@ -125,7 +125,8 @@ torch::Tensor weighted_swiglu(const torch::Tensor& gate_up, const torch::Tensor&
     return WeightedSwiglu::apply(gate_up, weight);
 #endif
   const int64_t f = gate_up.size(1) / 2;
-  const auto gated = torch::silu(gate_up.narrow(1, 0, f)) * gate_up.narrow(1, f, f);
+  const auto g_u = gate_up.split_with_sizes({f, f}, 1);
+  const auto gated = torch::silu(g_u[0]) * g_u[1];
   const auto weight_dtype = at::promote_types(weight.scalar_type(), gated.scalar_type());
   return (gated * weight.to(weight_dtype).unsqueeze(-1)).to(gate_up.scalar_type());
 }
