@@ -132,8 +132,9 @@ ABLATE_REGISTER_BACKENDS(moe_dispatch_grouped_mm) {
                          // fused passes around it (expert_kernels.cu).
                          .kernel_patterns = {"GroupProblemShape", "ablate_moe_sum_slots", "ablate_moe_swiglu"},
                          .description = "dropless without a host sync: slots sorted by expert on the device, "
-                                        "the three expert matmuls as LibTorch grouped GEMMs (at::_grouped_mm) "
-                                        "over device offsets; CUDA-graph capturable",
+                                        "the expert matmuls as LibTorch grouped GEMMs (at::_grouped_mm, gate and "
+                                        "up in one) over device offsets, the SwiGLU with the routing weight and "
+                                        "the k-slot sums as fused CUDA passes; CUDA-graph capturable",
                          .unavailable_reason = &grouped_mm_unavailable},
                         &moe_dispatch_grouped);
 }
