@@ -9,6 +9,12 @@
 #   device run: bash scripts/gpu-ab.sh $OUT 200 3 --set backends.rope=fused_cuda ...
 #   device run: COMMON="model.moe.capacity_factor=1.25" AB_TAG=graphs bash scripts/gpu-ab.sh $OUT 100 3 \
 #                 --set compile.cuda_graphs=true
+# BASELINE=1: an A/B across revisions: side A runs the carried .gpu-baseline's binary (scripts/
+# gpu-prebuilt.sh --baseline REV on the dev machine) recording its own revision, side B the current
+# build; with no overrides the two differ only by revision, and the comparison allows (and marks) the
+# git_revision mismatch. Both revisions must share the receipts schema and the spec's keys.
+#   device run (carry .gpu-deps, .gpu-prebuilt, .gpu-baseline): BASELINE=1 SPEC=experiments/nam56r-small-fast.toml \
+#                 bash scripts/gpu-ab.sh $OUT 40 3
 # Export ABLATE_GIT_REVISION (and ABLATE_GIT_DIRTY) from the dev machine, as scripts/gpu-check.sh says,
 # or both sides' receipts record this machine's stale git revision:
 #   device run: export ABLATE_GIT_REVISION=<sha> ABLATE_GIT_DIRTY=false; bash scripts/gpu-ab.sh $OUT 200 3 --set ...
@@ -21,17 +27,24 @@ TAG=${AB_TAG:-ab}
 BUILD=build-gpu
 source scripts/gpu-prebuilt-lane.sh
 ensure_gpu_build || exit 2
+side_a=("$BUILD/ablate") compare_flags=()
+if [ "${BASELINE:-0}" = 1 ]; then
+  use_baseline || exit 2
+  side_a=(env ABLATE_GIT_REVISION="$BASELINE_REVISION" ABLATE_GIT_DIRTY=false "$BASELINE_ABLATE")
+  compare_flags=(--allow-mismatch)
+  echo "== side A: the baseline at $BASELINE_REVISION"
+fi
 export ABLATE_DB="$PWD/receipts-gpu.db"
 common=()
 for kv in ${COMMON:-}; do common+=(--set "$kv"); done
 echo "== git revision for receipts: ${ABLATE_GIT_REVISION:-not set: git here, which is stale (see scripts/gpu-check.sh)}"
 for r in $(seq "$REPEATS"); do
   for side in a b; do
-    extra=(); [ $side = b ] && extra=("$@")
-    $BUILD/ablate run "${SPEC:-experiments/nam56r-small.toml}" -q --set train.steps="$STEPS" --set backends.strict=true \
+    extra=() binary=("${side_a[@]}"); [ $side = b ] && extra=("$@") binary=("$BUILD/ablate")
+    "${binary[@]}" run "${SPEC:-experiments/nam56r-small.toml}" -q --set train.steps="$STEPS" --set backends.strict=true \
       --set "experiment.tags=[\"$TAG\",\"$TAG-$side\"]" "${common[@]}" "${extra[@]}" >> "$OUT/$TAG.log" 2>&1
     echo "== $TAG $side repeat $r: rc $?"
   done
 done
-$BUILD/ablate compare "tag:$TAG-a" "tag:$TAG-b" 2>&1 | tee "$OUT/$TAG-compare.txt"
+$BUILD/ablate compare "${compare_flags[@]}" "tag:$TAG-a" "tag:$TAG-b" 2>&1 | tee "$OUT/$TAG-compare.txt"
 $BUILD/ablate export --format csv --what steps "tag:$TAG" --out "$OUT/$TAG-steps.csv" 2>&1 | tail -2

@@ -6,6 +6,9 @@
 # prebuilt_tests: the tests without ctest (its discovery files name the other machine's CMake): every
 #   test of every suite matching TESTS, one process each, CTEST_JOBS at once, from build/ with ABLATE_DB
 #   unset and a 600 s limit, as ctest runs them; a summary line in ctest's words.
+# use_baseline: unpacks a carried .gpu-baseline (scripts/gpu-prebuilt.sh --baseline REV) where its
+#   binaries' RUNPATH expects them (the worktree path it was built at, <root>/build), links LibTorch,
+#   smoke-tests it and sets BASELINE_ABLATE and BASELINE_REVISION; returns 1, saying why, when it cannot.
 # ensure_gpu_build: for scripts that run on an earlier call's build (gpu-matrix.sh, gpu-ab.sh): the
 #   device machine's tree sync drops the prebuilt links between calls, so they are made again from the
 #   carried .gpu-prebuilt; without either, says to run gpu-check.sh first and returns 1.
@@ -29,16 +32,22 @@ prebuilt_refusal() {
   fi
 }
 
-use_prebuilt() {
-  local why entry
-  why=$(prebuilt_refusal)
-  [ -z "$why" ] || { note "prebuilt: not used: $why"; return 1; }
-  ln -sfn $PREBUILT build && ln -sfn $PREBUILT "$BUILD"
-  for entry in $(readelf -d $PREBUILT/ablate | sed -n 's/.*[Rr][Uu][Nn][Pp][Aa][Tt][Hh]: \[\(.*\)\]/\1/p' | tr ':' ' '); do
+# The LibTorch folder a binary's RUNPATH names (the dev machine's venv) made a link to this machine's.
+link_torch_runpath() {
+  local entry
+  for entry in $(readelf -d "$1" 2>/dev/null | sed -n 's/.*[Rr][Uu][Nn][Pp][Aa][Tt][Hh]: \[\(.*\)\]/\1/p' | tr ':' ' '); do
     case "$entry" in
       */torch/lib) [ -e "$entry" ] || { mkdir -p "$(dirname "$entry")" && ln -s "$TORCH_LIB" "$entry"; } ;;
     esac
   done
+}
+
+use_prebuilt() {
+  local why
+  why=$(prebuilt_refusal)
+  [ -z "$why" ] || { note "prebuilt: not used: $why"; return 1; }
+  ln -sfn $PREBUILT build && ln -sfn $PREBUILT "$BUILD"
+  link_torch_runpath $PREBUILT/ablate
   if ! "$BUILD/ablate" catalog > "$OUT/prebuilt-smoke.log" 2>&1 ||
      ! "$BUILD/tests/kernels_tests" --gtest_list_tests >> "$OUT/prebuilt-smoke.log" 2>&1; then
     note "prebuilt: smoke test failed, building instead: $(grep -m1 -iE 'error|not found|undefined' "$OUT/prebuilt-smoke.log")"
@@ -97,4 +106,24 @@ ensure_gpu_build() {
   fi
   echo "$(basename "$0"): $BUILD/ablate missing: run scripts/gpu-check.sh first (or carry .gpu-prebuilt)" >&2
   return 1
+}
+
+BASELINE_DIR=.gpu-baseline
+
+use_baseline() {
+  [ -f $BASELINE_DIR/STAMP ] && [ -f $BASELINE_DIR/baseline.tar.xz ] ||
+    { echo "$(basename "$0"): no $BASELINE_DIR carried: stage one with scripts/gpu-prebuilt.sh --baseline REV" >&2; return 1; }
+  local root
+  root=$(sed -n 's/^root=//p' $BASELINE_DIR/STAMP)
+  [ -n "$root" ] || { echo "$(basename "$0"): $BASELINE_DIR/STAMP names no root" >&2; return 1; }
+  mkdir -p "$root/build" && tar xJf $BASELINE_DIR/baseline.tar.xz -C "$root/build" ||
+    { echo "$(basename "$0"): could not unpack $BASELINE_DIR into $root/build" >&2; return 1; }
+  TORCH_LIB=${TORCH_LIB:-$(python3 -c 'import os,torch;print(os.path.join(os.path.dirname(torch.__file__),"lib"))')}
+  link_torch_runpath "$root/build/ablate"
+  if ! "$root/build/ablate" catalog > "$OUT/baseline-smoke.log" 2>&1; then
+    echo "$(basename "$0"): the baseline's smoke test failed: $(grep -m1 -iE 'error|not found|undefined' "$OUT/baseline-smoke.log")" >&2
+    return 1
+  fi
+  BASELINE_ABLATE=$root/build/ablate
+  BASELINE_REVISION=$(sed -n 's/^git_revision=//p' $BASELINE_DIR/STAMP)
 }

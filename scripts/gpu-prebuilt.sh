@@ -8,37 +8,64 @@
 # Stages: ablate, every test and benchmark program, libablate_kernels.so, and the runtime libraries the
 # binaries take from this machine (libcudart, libcupti, Google Benchmark) beside it (the binaries'
 # RUNPATH names $PWD/build/kernels; gpu-check.sh links build -> .gpu-prebuilt there).
+#
+#   bash scripts/gpu-prebuilt.sh --baseline REV
+# A baseline for an A/B across revisions (docs/gpu.md "A/B across revisions"): builds REV in a git
+# worktree beside the repository (../ablate-baseline-<12 hex>, ccache shares what did not change) and
+# stages its ablate and kernels into .gpu-baseline/baseline.tar.xz (~5 MB) with a STAMP; carried, it
+# lets scripts/gpu-ab.sh run side A on REV's binary and side B on the current one, interleaved.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The project's own build (Makefile: installs what is missing, configures Release, ccache), then checks.
-make -s build > /dev/null || { echo "gpu-prebuilt: 'make build' failed" >&2; exit 1; }
-grep -q '^CMAKE_BUILD_TYPE:STRING=Release$' build/CMakeCache.txt ||
-  { echo "gpu-prebuilt: build/ is not a Release build" >&2; exit 2; }
-grep -q '^CMAKE_CUDA_COMPILER:STRING=.*nvcc' build/CMakeCache.txt ||
-  { echo "gpu-prebuilt: build/ was configured without nvcc: the CUDA kernels are not in it" >&2; exit 2; }
 
-out=.gpu-prebuilt
-rm -rf "$out.tmp" && mkdir -p "$out.tmp"/{tests,bench,kernels}
-cp build/ablate "$out.tmp/"
-for f in build/tests/* build/bench/*; do
-  [ -f "$f" ] && [ -x "$f" ] && cp "$f" "$out.tmp/${f#build/}"
-done
-cp build/kernels/*.so "$out.tmp/kernels/"
+root=$PWD out=.gpu-prebuilt baseline=0
+if [ "${1:-}" = --baseline ]; then
+  rev=$(git rev-parse --verify "${2:?usage: gpu-prebuilt.sh --baseline REV}^{commit}")
+  root=$(cd .. && pwd)/ablate-baseline-${rev:0:12} out=.gpu-baseline baseline=1
+  [ -d "$root" ] || git worktree add --detach "$root" "$rev" > /dev/null
+  [ "$(git -C "$root" rev-parse HEAD)" = "$rev" ] ||
+    { echo "gpu-prebuilt: $root is at $(git -C "$root" rev-parse HEAD), not $rev: remove it (git worktree remove)" >&2; exit 2; }
+fi
+
+# The project's own build (Makefile: installs what is missing, configures Release, ccache), then checks.
+make -s -C "$root" build > /dev/null || { echo "gpu-prebuilt: 'make build' failed in $root" >&2; exit 1; }
+grep -q '^CMAKE_BUILD_TYPE:STRING=Release$' "$root/build/CMakeCache.txt" ||
+  { echo "gpu-prebuilt: $root/build is not a Release build" >&2; exit 2; }
+grep -q '^CMAKE_CUDA_COMPILER:STRING=.*nvcc' "$root/build/CMakeCache.txt" ||
+  { echo "gpu-prebuilt: $root/build was configured without nvcc: the CUDA kernels are not in it" >&2; exit 2; }
+
+staged=$out.tmp
+rm -rf "$staged" && mkdir -p "$staged"/{tests,bench,kernels}
+cp "$root/build/ablate" "$staged/"
+if [ $baseline = 0 ]; then
+  for f in "$root"/build/tests/* "$root"/build/bench/*; do
+    [ -f "$f" ] && [ -x "$f" ] && cp "$f" "$staged/${f#"$root"/build/}"
+  done
+fi
+cp "$root"/build/kernels/*.so "$staged/kernels/"
 # Runtime libraries resolved from this machine's paths: copied under their soname so the copies win
 # through RUNPATH wherever the GPU machine keeps its own.
 for lib in libcudart.so libcupti.so libbenchmark.so; do
-  path=$(ldd "$out.tmp/ablate" "$out.tmp"/bench/* 2>/dev/null |
+  path=$({ ldd "$staged/ablate" $(find "$staged/bench" -type f) 2>/dev/null || true; } |
          awk -v l="$lib" 'index($1, l) == 1 && $3 ~ /^\// && !found {print $1, $3; found = 1}')
-  [ -n "$path" ] && cp -L "${path#* }" "$out.tmp/kernels/${path%% *}"
+  [ -n "$path" ] && cp -L "${path#* }" "$staged/kernels/${path%% *}"
 done
-{
-  echo "source_hash=$(bash scripts/source-hash.sh)"
-  echo "root=$PWD"
-  echo "git_revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)"
-  echo "git_dirty=$(test -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" && echo false || echo true)"
-  echo "compiler=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' build/CMakeCache.txt) $(c++ -dumpfullversion 2>/dev/null)"
+stamp() {
+  [ $baseline = 1 ] || echo "source_hash=$(bash scripts/source-hash.sh)"
+  echo "root=$root"
+  echo "git_revision=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)"
+  echo "git_dirty=$(test -z "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" && echo false || echo true)"
+  echo "compiler=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$root/build/CMakeCache.txt") $(c++ -dumpfullversion 2>/dev/null)"
   echo "staged=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-} > "$out.tmp/STAMP"
-rm -rf "$out" && mv "$out.tmp" "$out"
-echo "gpu-prebuilt: $(du -sh "$out" | cut -f1) in $out ($(find "$out" -type f | wc -l) files); carry it: [\".gpu-deps\", \".gpu-prebuilt\"]"
+}
+if [ $baseline = 1 ]; then
+  # One archive: the binaries go where their RUNPATH expects them on the GPU machine ($root/build).
+  rm -rf "$staged"/{tests,bench}
+  mkdir -p "$out.next" && tar cf - -C "$staged" . | xz -T0 -6 > "$out.next/baseline.tar.xz"
+  stamp > "$out.next/STAMP"
+  rm -rf "$staged" "$out" && mv "$out.next" "$out"
+else
+  stamp > "$staged/STAMP"
+  rm -rf "$out" && mv "$staged" "$out"
+fi
+echo "gpu-prebuilt: $(du -sh "$out" | cut -f1) in $out ($(find "$out" -type f | wc -l) files); carry it with .gpu-deps"
 cat "$out/STAMP"

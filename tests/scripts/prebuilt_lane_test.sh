@@ -3,8 +3,9 @@
 # sourced by scripts/gpu-check.sh) checked here, where it never runs otherwise: the source hash is stable
 # and moves with a source edit but not a doc edit; the lane refuses (and says why) a missing stamp,
 # other sources, another path, a real build/ and a TESTS regex richer than names joined by |; it accepts
-# a matching stamp; ensure_gpu_build links a carried prebuilt again (and refuses without one); TESTS
-# becomes the gtest filter it should. Runs in a scratch copy of the scripts and a
+# a matching stamp; ensure_gpu_build links a carried prebuilt again (and refuses without one);
+# use_baseline unpacks a carried baseline where its RUNPATH expects it, refuses one that fails its smoke
+# test or is missing; TESTS becomes the gtest filter it should. Runs in a scratch copy of the scripts and a
 # few sources. Exit 0 passed, 1 a check failed.
 #   bash tests/scripts/prebuilt_lane_test.sh     (ctest: prebuilt_lane)
 source "$(dirname "$0")/checks.sh"
@@ -59,6 +60,26 @@ rm -f build $BUILD && rm -rf .gpu-prebuilt
 contains "ensure_gpu_build without a build or a prebuilt says what to run" "run scripts/gpu-check.sh first" \
   "$(ensure_gpu_build 2>&1; echo "rc $?")"
 contains "... and fails" "rc 1" "$(ensure_gpu_build 2>&1; echo "rc $?")"
+
+# use_baseline (gpu-ab.sh BASELINE=1): the baseline's binaries unpacked where their RUNPATH expects them.
+base_root=$work/ablate-baseline-0123456789ab
+revision=0123456789abcdef0123456789abcdef01234567
+make_baseline() {  # make_baseline EXIT_STATUS_OF_ITS_ABLATE
+  rm -rf "$work/staged" .gpu-baseline "$base_root" && mkdir -p "$work/staged/kernels" .gpu-baseline
+  printf '#!/bin/sh\necho catalog\nexit %s\n' "$1" > "$work/staged/ablate" && chmod +x "$work/staged/ablate"
+  tar cf - -C "$work/staged" . | xz > .gpu-baseline/baseline.tar.xz
+  printf 'root=%s\ngit_revision=%s\n' "$base_root" "$revision" > .gpu-baseline/STAMP
+}
+make_baseline 0
+use_baseline 2> /dev/null
+check "use_baseline unpacks into the root's build/" "$base_root/build/ablate" "${BASELINE_ABLATE:-}"
+check "... a runnable binary" "catalog" "$("$base_root/build/ablate" | head -1)"
+check "... with its revision" "$revision" "${BASELINE_REVISION:-}"
+make_baseline 1
+contains "a baseline whose smoke test fails is refused" "smoke test failed" "$(use_baseline 2>&1; echo "rc $?")"
+contains "... with rc 1" "rc 1" "$(use_baseline 2>&1; echo "rc $?")"
+rm -rf .gpu-baseline
+contains "without one it says how to stage one" "gpu-prebuilt.sh --baseline REV" "$(use_baseline 2>&1; echo "rc $?")"
 
 # TESTS as a gtest filter.
 check "no TESTS: every test" '*' "$(TESTS='' tests_as_gtest_filter)"
