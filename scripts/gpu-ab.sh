@@ -2,8 +2,9 @@
 # scripts/gpu-ab.sh OUT STEPS REPEATS [--set key=value ...]: the whole-model A/B of the GPU lane:
 # $SPEC (default experiments/nam56r-small.toml) as A against the same spec plus the given overrides (B), interleaved A B A B ... so
 # machine drift cancels, same seed, tagged <tag>-a / <tag>-b in receipts-gpu.db (repository root, kept
-# between calls while the machine is warm). Then `ablate compare` of the two groups and both loss
-# curves (every 10th step) into OUT. Expects build-gpu (scripts/gpu-check.sh).
+# between calls while the machine is warm). Then `ablate compare` of the two groups, the steps as CSV and
+# a copy of the store (OUT/receipts-<tag>.db); logs in OUT/logs.tgz. Expects build-gpu
+# (scripts/gpu-check.sh) or a carried .gpu-prebuilt.
 # Environment: COMMON="key=value ..." overrides applied to both sides (values without spaces);
 # AB_TAG (default "ab") names the groups, so several A/Bs can share the store.
 #   device run: bash scripts/gpu-ab.sh $OUT 200 3 --set backends.rope=fused_cuda ...
@@ -26,6 +27,8 @@ shift 3
 TAG=${AB_TAG:-ab}
 BUILD=build-gpu
 source scripts/gpu-prebuilt-lane.sh
+source scripts/gpu-out.sh
+trap 'pack_logs "$OUT"' EXIT  # at most 8 files come back: logs into OUT/logs.tgz
 ensure_gpu_build || exit 2
 side_a=("$BUILD/ablate") compare_flags=()
 if [ "${BASELINE:-0}" = 1 ]; then
@@ -48,3 +51,5 @@ for r in $(seq "$REPEATS"); do
 done
 $BUILD/ablate compare "${compare_flags[@]}" "tag:$TAG-a" "tag:$TAG-b" 2>&1 | tee "$OUT/$TAG-compare.txt"
 $BUILD/ablate export --format csv --what steps "tag:$TAG" --out "$OUT/$TAG-steps.csv" 2>&1 | tail -2
+# The A/B's receipts come back as OUT/receipts-<tag>.db (a consistent copy of the store).
+sqlite3 "$ABLATE_DB" ".backup '$OUT/receipts-$TAG.db'" 2>/dev/null || cp "$ABLATE_DB" "$OUT/receipts-$TAG.db"
