@@ -375,7 +375,10 @@ std::string render_text(const Comparison& c) {
   std::string out = side_line('A', c.a) + "\n" + side_line('B', c.b) + "\n";
   for (const auto& [label, side] : {std::pair{'A', &c.a}, std::pair{'B', &c.b}})
     for (const auto& e : side->excluded) out += fmt::format("  excluded from {}: run {}: {}\n", label, e.run_id, e.reason);
-  if (c.factor.empty()) out += "factor under test: none (the specs are identical)\n";
+  if (c.factor.empty())
+    out += c.mismatches.empty() ? "factor under test: none (the specs are identical)\n"
+                                : "factor under test: none in the specs (they are identical); the sides differ only "
+                                  "where marked MISMATCH below\n";
   for (const auto& d : c.factor) out += fmt::format("factor under test: {}\n", describe(d));
   for (const auto& d : c.mismatches) out += fmt::format("MISMATCH (allowed): {}\n", describe(d));
   out += fmt::format("median step time: A {} ms  B {} ms", fixed(c.a.median_step_ms, 3), fixed(c.b.median_step_ms, 3));

@@ -182,6 +182,29 @@ TEST(Compare, DifferenceWithinOneSideIsAMismatch) {
   EXPECT_TRUE(c.mismatches[0].within_side);
 }
 
+// An A/B across revisions (scripts/gpu-ab.sh BASELINE=1): identical specs, the revision the only
+// difference; allowed, it is the one thing the text names as differing.
+TEST(Compare, IdenticalSpecsAcrossRevisionsSayWhereTheSidesDiffer) {
+  FixtureStore f;
+  FixtureRun older, newer;
+  older.git_revision = "abc123";
+  newer.git_revision = "def456";
+  const auto a = f.add_group("ref", {100, 101, 99}, older);
+  const auto b = f.add_group("ref", {90, 91, 89}, newer);
+  const auto c = compare_runs(f.store(), a, b, allowing_mismatch());
+  EXPECT_TRUE(c.factor.empty());
+  const auto text = render_text(c);
+  EXPECT_NE(text.find("factor under test: none in the specs (they are identical); the sides differ only where "
+                      "marked MISMATCH below"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("MISMATCH (allowed): env.git_revision"), std::string::npos) << text;
+  // Without a mismatch the plain line stays.
+  const auto same = f.add_group("ref", {100, 100, 100}, older);
+  EXPECT_NE(render_text(compare_runs(f.store(), a, same)).find("factor under test: none (the specs are identical)"),
+            std::string::npos);
+}
+
 // The same revision built by another compiler (a carried prebuilt tree against the GPU machine's own
 // build) is another harness binary: refused unless allowed, and then marked.
 TEST(Compare, AnotherCompilerIsAMismatch) {
