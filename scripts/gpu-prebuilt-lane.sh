@@ -1,7 +1,8 @@
 # scripts/gpu-prebuilt-lane.sh: sourced by scripts/gpu-check.sh on the GPU machine: the prebuilt lane.
-# use_prebuilt: takes the carried .gpu-prebuilt (scripts/gpu-prebuilt.sh) as the build when it was
-#   staged from exactly these sources (scripts/source-hash.sh) at this path and a smoke test passes;
-#   links build and $BUILD to it and points the binaries' LibTorch RUNPATH at this machine's LibTorch.
+# use_prebuilt: takes the carried .gpu-prebuilt (scripts/gpu-prebuilt.sh: STAMP and tree.tar.xz) as the
+#   build when it was staged from exactly these sources (scripts/source-hash.sh) at this path and a
+#   smoke test passes; unpacks it into .gpu-prebuilt/tree, links build and $BUILD to that, and points
+#   the binaries' LibTorch RUNPATH at this machine's LibTorch.
 #   Returns 1, with the reason noted, when it cannot: the caller then builds as before.
 # prebuilt_tests: the tests without ctest (its discovery files name the other machine's CMake): every
 #   test of every suite matching TESTS, one process each, CTEST_JOBS at once, from build/ with ABLATE_DB
@@ -19,7 +20,7 @@ PREBUILT=.gpu-prebuilt
 # Why the prebuilt tree cannot be used here (empty when it can).
 prebuilt_refusal() {
   [ "${PREBUILT_OFF:-0}" = 1 ] && { echo "PREBUILT_OFF=1"; return; }
-  [ -f $PREBUILT/STAMP ] || { echo "none carried"; return; }
+  [ -f $PREBUILT/STAMP ] && [ -f $PREBUILT/tree.tar.xz ] || { echo "none carried"; return; }
   [ "$(sed -n 's/^root=//p' $PREBUILT/STAMP)" = "$PWD" ] || { echo "staged for another path than $PWD"; return; }
   [ "$(sed -n 's/^source_hash=//p' $PREBUILT/STAMP)" = "$(bash scripts/source-hash.sh)" ] ||
     { echo "staged from other sources than these (scripts/source-hash.sh differs)"; return; }
@@ -46,8 +47,11 @@ use_prebuilt() {
   local why
   why=$(prebuilt_refusal)
   [ -z "$why" ] || { note "prebuilt: not used: $why"; return 1; }
-  ln -sfn $PREBUILT build && ln -sfn $PREBUILT "$BUILD"
-  link_torch_runpath $PREBUILT/ablate
+  # The tree travels as one xz archive (~10 MB against ~40): unpacked here, then linked as both builds.
+  rm -rf $PREBUILT/tree && mkdir -p $PREBUILT/tree && tar xJf $PREBUILT/tree.tar.xz -C $PREBUILT/tree ||
+    { note "prebuilt: not used: could not unpack $PREBUILT/tree.tar.xz"; return 1; }
+  ln -sfn $PREBUILT/tree build && ln -sfn $PREBUILT/tree "$BUILD"
+  link_torch_runpath $PREBUILT/tree/ablate
   if ! "$BUILD/ablate" catalog > "$OUT/prebuilt-smoke.log" 2>&1 ||
      ! "$BUILD/tests/kernels_tests" --gtest_list_tests >> "$OUT/prebuilt-smoke.log" 2>&1; then
     note "prebuilt: smoke test failed, building instead: $(grep -m1 -iE 'error|not found|undefined' "$OUT/prebuilt-smoke.log")"
@@ -111,12 +115,12 @@ ensure_gpu_build() {
 BASELINE_DIR=.gpu-baseline
 
 use_baseline() {
-  [ -f $BASELINE_DIR/STAMP ] && [ -f $BASELINE_DIR/baseline.tar.xz ] ||
+  [ -f $BASELINE_DIR/STAMP ] && [ -f $BASELINE_DIR/tree.tar.xz ] ||
     { echo "$(basename "$0"): no $BASELINE_DIR carried: stage one with scripts/gpu-prebuilt.sh --baseline REV" >&2; return 1; }
   local root
   root=$(sed -n 's/^root=//p' $BASELINE_DIR/STAMP)
   [ -n "$root" ] || { echo "$(basename "$0"): $BASELINE_DIR/STAMP names no root" >&2; return 1; }
-  mkdir -p "$root/build" && tar xJf $BASELINE_DIR/baseline.tar.xz -C "$root/build" ||
+  mkdir -p "$root/build" && tar xJf $BASELINE_DIR/tree.tar.xz -C "$root/build" ||
     { echo "$(basename "$0"): could not unpack $BASELINE_DIR into $root/build" >&2; return 1; }
   TORCH_LIB=${TORCH_LIB:-$(python3 -c 'import os,torch;print(os.path.join(os.path.dirname(torch.__file__),"lib"))')}
   link_torch_runpath "$root/build/ablate"

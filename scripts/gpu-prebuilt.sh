@@ -6,13 +6,14 @@
 # smoke test passes, else builds as before and says why (docs/gpu.md "Prebuilt binaries").
 #   bash scripts/gpu-prebuilt.sh      # on the development machine, after the commit you will send
 # Stages: ablate, every test and benchmark program, libablate_kernels.so, and the runtime libraries the
-# binaries take from this machine (libcudart, libcupti, Google Benchmark) beside it (the binaries'
-# RUNPATH names $PWD/build/kernels; gpu-check.sh links build -> .gpu-prebuilt there).
+# binaries take from this machine (libcudart, libcupti, Google Benchmark) beside it, as one xz archive
+# .gpu-prebuilt/tree.tar.xz (~10 MB) with a STAMP (the binaries' RUNPATH names $PWD/build/kernels;
+# gpu-check.sh unpacks the tree into .gpu-prebuilt/tree and links build -> it there).
 #
 #   bash scripts/gpu-prebuilt.sh --baseline REV
 # A baseline for an A/B across revisions (docs/gpu.md "A/B across revisions"): builds REV in a git
 # worktree beside the repository (../ablate-baseline-<12 hex>, ccache shares what did not change) and
-# stages its ablate and kernels into .gpu-baseline/baseline.tar.xz (~5 MB) with a STAMP; carried, it
+# stages its ablate and kernels into .gpu-baseline/tree.tar.xz (~5 MB) with a STAMP; carried, it
 # lets scripts/gpu-ab.sh run side A on REV's binary and side B on the current one, interleaved.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,15 +58,13 @@ stamp() {
   echo "compiler=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$root/build/CMakeCache.txt") $(c++ -dumpfullversion 2>/dev/null)"
   echo "staged=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 }
-if [ $baseline = 1 ]; then
-  # One archive: the binaries go where their RUNPATH expects them on the GPU machine ($root/build).
-  rm -rf "$staged"/{tests,bench}
-  mkdir -p "$out.next" && tar cf - -C "$staged" . | xz -T0 -6 > "$out.next/baseline.tar.xz"
-  stamp > "$out.next/STAMP"
-  rm -rf "$staged" "$out" && mv "$out.next" "$out"
-else
-  stamp > "$staged/STAMP"
-  rm -rf "$out" && mv "$staged" "$out"
-fi
+# One xz archive beside the STAMP (~10 MB for the full tree against ~40 unpacked, ~5 MB for a baseline):
+# the device call's carry is limited to 64 MiB. The GPU machine unpacks it where the binaries' RUNPATH
+# expects them (.gpu-prebuilt/tree linked as build/, or <root>/build for a baseline).
+[ $baseline = 0 ] || rm -rf "$staged"/{tests,bench}
+rm -rf "$out.next" && mkdir -p "$out.next"
+tar cf - -C "$staged" . | xz -T0 -6 > "$out.next/tree.tar.xz"
+stamp > "$out.next/STAMP"
+rm -rf "$staged" "$out" && mv "$out.next" "$out"
 echo "gpu-prebuilt: $(du -sh "$out" | cut -f1) in $out ($(find "$out" -type f | wc -l) files); carry it with .gpu-deps"
 cat "$out/STAMP"

@@ -33,8 +33,21 @@ mkdir -p "$OUT"
 note() { :; }
 source scripts/gpu-prebuilt-lane.sh
 
+# A staged tree as scripts/gpu-prebuilt.sh leaves it: STAMP and tree.tar.xz (fake binaries that print
+# what the smoke test wants).
+pack_fake_tree() {  # pack_fake_tree DIR EXIT_STATUS_OF_ITS_ABLATE: DIR/tree.tar.xz
+  rm -rf "$work/staged" && mkdir -p "$work/staged/kernels" "$work/staged/tests" "$1"
+  printf '#!/bin/sh\necho catalog\nexit %s\n' "$2" > "$work/staged/ablate"
+  printf '#!/bin/sh\necho Suite.\n' > "$work/staged/tests/kernels_tests"
+  chmod +x "$work/staged/ablate" "$work/staged/tests/kernels_tests"
+  tar cf - -C "$work/staged" . | xz > "$1/tree.tar.xz"
+}
+
 contains "no stamp is refused" "none carried" "$(prebuilt_refusal)"
 mkdir -p .gpu-prebuilt
+printf 'source_hash=%s\nroot=%s\n' "$h2" "$PWD" > .gpu-prebuilt/STAMP
+contains "a stamp without its tree.tar.xz is refused" "none carried" "$(prebuilt_refusal)"
+pack_fake_tree .gpu-prebuilt 0
 printf 'source_hash=%s\nroot=%s\n' "$h1" "$PWD" > .gpu-prebuilt/STAMP
 contains "other sources are refused" "other sources" "$(prebuilt_refusal)"
 printf 'source_hash=%s\nroot=/elsewhere\n' "$h2" > .gpu-prebuilt/STAMP
@@ -47,15 +60,17 @@ contains "a rich TESTS regex is refused" "more than names" "$(TESTS='a(b)|c' pre
 check "TESTS=none is accepted" "" "$(TESTS=none prebuilt_refusal)"
 contains "PREBUILT_OFF=1 is refused" "PREBUILT_OFF" "$(PREBUILT_OFF=1 prebuilt_refusal)"
 
-# ensure_gpu_build (gpu-matrix.sh, gpu-ab.sh): the device's tree sync drops the links between calls.
-mkdir -p .gpu-prebuilt/tests
-printf '#!/bin/sh\necho catalog\n' > .gpu-prebuilt/ablate
-printf '#!/bin/sh\necho Suite.\n' > .gpu-prebuilt/tests/kernels_tests
-chmod +x .gpu-prebuilt/ablate .gpu-prebuilt/tests/kernels_tests
+# ensure_gpu_build (gpu-matrix.sh, gpu-ab.sh): the device's tree sync drops the links between calls;
+# the carried tree is unpacked into .gpu-prebuilt/tree and linked as both builds.
 export TORCH_LIB=$work/torch-lib
 ensure_gpu_build 2> /dev/null
-check "ensure_gpu_build links a carried prebuilt" ".gpu-prebuilt .gpu-prebuilt" "$(readlink build) $(readlink $BUILD)"
+check "ensure_gpu_build links a carried prebuilt, unpacked" ".gpu-prebuilt/tree .gpu-prebuilt/tree" \
+  "$(readlink build) $(readlink $BUILD)"
+check "... whose binaries run" "catalog Suite." "$(build/ablate) $(build/tests/kernels_tests)"
 check "ensure_gpu_build keeps a build in place" "0" "$(ensure_gpu_build 2> /dev/null; echo $?)"
+rm -f build $BUILD && pack_fake_tree .gpu-prebuilt 1
+contains "a prebuilt whose smoke test fails is not used" "rc 1" "$(ensure_gpu_build 2>&1; echo "rc $?")"
+check "... and leaves no links" "" "$(ls -d build $BUILD 2> /dev/null)"
 rm -f build $BUILD && rm -rf .gpu-prebuilt
 contains "ensure_gpu_build without a build or a prebuilt says what to run" "run scripts/gpu-check.sh first" \
   "$(ensure_gpu_build 2>&1; echo "rc $?")"
@@ -65,9 +80,7 @@ contains "... and fails" "rc 1" "$(ensure_gpu_build 2>&1; echo "rc $?")"
 base_root=$work/ablate-baseline-0123456789ab
 revision=0123456789abcdef0123456789abcdef01234567
 make_baseline() {  # make_baseline EXIT_STATUS_OF_ITS_ABLATE
-  rm -rf "$work/staged" .gpu-baseline "$base_root" && mkdir -p "$work/staged/kernels" .gpu-baseline
-  printf '#!/bin/sh\necho catalog\nexit %s\n' "$1" > "$work/staged/ablate" && chmod +x "$work/staged/ablate"
-  tar cf - -C "$work/staged" . | xz > .gpu-baseline/baseline.tar.xz
+  rm -rf .gpu-baseline "$base_root" && pack_fake_tree .gpu-baseline "$1"
   printf 'root=%s\ngit_revision=%s\n' "$base_root" "$revision" > .gpu-baseline/STAMP
 }
 make_baseline 0
