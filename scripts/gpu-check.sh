@@ -41,7 +41,6 @@ note "git revision for receipts: ${ABLATE_GIT_REVISION:-not set: git here, which
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 PREFIX=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
-TORCH_LIB=$(python3 -c 'import os,torch;print(os.path.join(os.path.dirname(torch.__file__),"lib"))')
 source scripts/gpu-prebuilt-lane.sh
 t0=$(date +%s)
 PREBUILT_USED=0

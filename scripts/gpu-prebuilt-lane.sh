@@ -13,7 +13,8 @@
 # ensure_gpu_build: for scripts that run on an earlier call's build (gpu-matrix.sh, gpu-ab.sh): the
 #   device machine's tree sync drops the prebuilt links between calls, so they are made again from the
 #   carried .gpu-prebuilt; without either, says to run gpu-check.sh first and returns 1.
-# Expects from the caller: OUT, BUILD, TORCH_LIB and note() (ensure_gpu_build: OUT and BUILD only).
+# Expects from the caller: OUT, BUILD and note() (ensure_gpu_build: OUT and BUILD only); TORCH_LIB, when
+# unset, is python3's torch/lib.
 
 PREBUILT=.gpu-prebuilt
 
@@ -33,9 +34,13 @@ prebuilt_refusal() {
   fi
 }
 
+# This machine's LibTorch folder (python3's torch).
+torch_lib_dir() { python3 -c 'import os,torch;print(os.path.join(os.path.dirname(torch.__file__),"lib"))'; }
+
 # The LibTorch folder a binary's RUNPATH names (the dev machine's venv) made a link to this machine's.
 link_torch_runpath() {
   local entry
+  TORCH_LIB=${TORCH_LIB:-$(torch_lib_dir)}
   for entry in $(readelf -d "$1" 2>/dev/null | sed -n 's/.*[Rr][Uu][Nn][Pp][Aa][Tt][Hh]: \[\(.*\)\]/\1/p' | tr ':' ' '); do
     case "$entry" in
       */torch/lib) [ -e "$entry" ] || { mkdir -p "$(dirname "$entry")" && ln -s "$TORCH_LIB" "$entry"; } ;;
@@ -104,7 +109,6 @@ prebuilt_tests() {
 ensure_gpu_build() {
   [ -x "$BUILD/ablate" ] && return 0
   if [ -f $PREBUILT/STAMP ]; then
-    TORCH_LIB=${TORCH_LIB:-$(python3 -c 'import os,torch;print(os.path.join(os.path.dirname(torch.__file__),"lib"))')}
     declare -F note > /dev/null || note() { echo "== $1"; }
     use_prebuilt && return 0
   fi
@@ -122,7 +126,6 @@ use_baseline() {
   [ -n "$root" ] || { echo "$(basename "$0"): $BASELINE_DIR/STAMP names no root" >&2; return 1; }
   mkdir -p "$root/build" && tar xJf $BASELINE_DIR/tree.tar.xz -C "$root/build" ||
     { echo "$(basename "$0"): could not unpack $BASELINE_DIR into $root/build" >&2; return 1; }
-  TORCH_LIB=${TORCH_LIB:-$(python3 -c 'import os,torch;print(os.path.join(os.path.dirname(torch.__file__),"lib"))')}
   link_torch_runpath "$root/build/ablate"
   if ! "$root/build/ablate" catalog > "$OUT/baseline-smoke.log" 2>&1; then
     echo "$(basename "$0"): the baseline's smoke test failed: $(grep -m1 -iE 'error|not found|undefined' "$OUT/baseline-smoke.log")" >&2

@@ -116,9 +116,13 @@ torch::Tensor combine_slot_rows(const torch::Tensor& src, const torch::Tensor& o
   return CombineSlotRows::apply(src, order, inverse, k, out_dtype);
 }
 
-torch::Tensor weighted_swiglu(const torch::Tensor& gate_up, const torch::Tensor& weight) {
+void check_weighted_swiglu_args(const torch::Tensor& gate_up, const torch::Tensor& weight) {
   TORCH_CHECK(gate_up.dim() == 2 && gate_up.size(1) % 2 == 0 && weight.dim() == 1 && weight.size(0) == gate_up.size(0),
               "moe weighted_swiglu: gate_up must be [S, 2f] and weight [S], got ", gate_up.sizes(), ", ", weight.sizes());
+}
+
+torch::Tensor weighted_swiglu(const torch::Tensor& gate_up, const torch::Tensor& weight) {
+  check_weighted_swiglu_args(gate_up, weight);
 #if defined(ABLATE_HAVE_CUDA)
   const auto dtype = gate_up.scalar_type();
   if (gate_up.is_cuda() && (dtype == torch::kFloat || dtype == torch::kBFloat16))

@@ -40,6 +40,8 @@ torch::Tensor combine_slot_rows(const torch::Tensor& src, const torch::Tensor& o
 // bf16) one pass each way in fp32 (the backward's weight gradient as an fp32 row sum); elsewhere the
 // LibTorch ops: silu(g) * u in gate_up's dtype, times the weight in the wider dtype, rounded once.
 torch::Tensor weighted_swiglu(const torch::Tensor& gate_up, const torch::Tensor& weight);
+// weighted_swiglu's shape contract (TORCH_CHECK: c10::Error), also checked by its CUDA passes.
+void check_weighted_swiglu_args(const torch::Tensor& gate_up, const torch::Tensor& weight);
 // [S] each slot's position inside its expert's group, in expert order.
 torch::Tensor rank_in_expert(const ExpertGroups& groups);
 // Slots an expert keeps under a capacity factor > 0: ceil(cf * slots / experts), at least 1.

@@ -136,8 +136,7 @@ Tensor sum_slot_rows_cuda(const Tensor& src_in, const Tensor& inverse_in, int64_
 
 namespace {
 void check_swiglu_args(const Tensor& gate_up, const Tensor& weight) {
-  TORCH_CHECK(gate_up.dim() == 2 && gate_up.size(1) % 2 == 0 && weight.dim() == 1 && weight.size(0) == gate_up.size(0),
-              "moe weighted_swiglu: gate_up must be [S, 2f] and weight [S], got ", gate_up.sizes(), ", ", weight.sizes());
+  check_weighted_swiglu_args(gate_up, weight);
   TORCH_CHECK(weight.scalar_type() == torch::kFloat, "moe weighted_swiglu: the CUDA pass takes an fp32 weight");
 }
 }  // namespace

@@ -19,6 +19,19 @@ CompareOptions allowing_mismatch() {
   return options;
 }
 
+// Compares A and B without --allow-mismatch, which must be refused naming `field` alone; the message.
+std::string refusal_of(FixtureStore& f, const std::vector<int64_t>& a, const std::vector<int64_t>& b,
+                       const std::string& field) {
+  try {
+    compare_runs(f.store(), a, b);
+    ADD_FAILURE() << "a difference in " << field << " must be refused unless allowed";
+  } catch (const MismatchError& e) {
+    EXPECT_EQ(e.fields(), std::vector<std::string>{field});
+    return e.what();
+  }
+  return "";
+}
+
 TEST(Compare, ClearWinNamesTheFactorAndTheDeltas) {
   FixtureStore f;
   const auto a = f.add_group("ref", {100, 101, 99, 100.5, 99.5});
@@ -148,13 +161,8 @@ TEST(Compare, EnvironmentMismatchIsRefusedUnlessAllowed) {
   FixtureRun other_gpu = with_backend("sdpa_flash");
   other_gpu.gpu_model = "NVIDIA H200";
   const auto b = f.add_group("flash", {80, 81, 79}, other_gpu);
-  try {
-    compare_runs(f.store(), a, b);
-    FAIL() << "a GPU difference must be refused";
-  } catch (const MismatchError& e) {
-    EXPECT_EQ(e.fields(), std::vector<std::string>{"env.gpu_model"});
-    EXPECT_NE(std::string(e.what()).find("--allow-mismatch"), std::string::npos);
-  }
+  const std::string refusal = refusal_of(f, a, b, "env.gpu_model");
+  EXPECT_NE(refusal.find("--allow-mismatch"), std::string::npos);
   const auto c = compare_runs(f.store(), a, b, allowing_mismatch());
   EXPECT_TRUE(c.mismatch_allowed);
   ASSERT_EQ(c.mismatches.size(), 1u);
@@ -171,12 +179,7 @@ TEST(Compare, DifferenceWithinOneSideIsAMismatch) {
   newer.git_revision = "def456";
   a.push_back(f.add("ref", newer));
   const auto b = f.add_group("flash", {80, 81, 79}, with_backend("sdpa_flash"));
-  try {
-    compare_runs(f.store(), a, b);
-    FAIL() << "a harness revision differing within side A must be refused";
-  } catch (const MismatchError& e) {
-    EXPECT_EQ(e.fields(), std::vector<std::string>{"env.git_revision"});
-  }
+  refusal_of(f, a, b, "env.git_revision");  // a harness revision differing within side A
   const auto c = compare_runs(f.store(), a, b, allowing_mismatch());
   ASSERT_EQ(c.mismatches.size(), 1u);
   EXPECT_TRUE(c.mismatches[0].within_side);
@@ -213,12 +216,7 @@ TEST(Compare, AnotherCompilerIsAMismatch) {
   FixtureRun prebuilt = with_backend("sdpa_flash");
   prebuilt.compiler = "GNU 12.2.0";
   const auto b = f.add_group("flash", {80, 81, 79}, prebuilt);
-  try {
-    compare_runs(f.store(), a, b);
-    FAIL() << "runs built by different compilers must not be compared silently";
-  } catch (const MismatchError& e) {
-    EXPECT_EQ(e.fields(), std::vector<std::string>{"env.compiler"});
-  }
+  refusal_of(f, a, b, "env.compiler");
   EXPECT_EQ(compare_runs(f.store(), a, b, allowing_mismatch()).mismatches.size(), 1u);
 }
 
