@@ -26,6 +26,8 @@
 set -uo pipefail
 OUT=${1:?usage: gpu-check.sh OUT [STEPS]}
 STEPS=${2:-100}
+[[ "${EXTRA_RUNS:-0}" =~ ^[0-9]+$ ]] ||
+  { echo "gpu-check: EXTRA_RUNS='$EXTRA_RUNS' is not a count of runs: give a whole number (0 for none)" >&2; exit 2; }
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 # nvcc must be visible to CMake for the CUDA language (kernels, and the CUDA-only test paths).

@@ -18,9 +18,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+usage="usage: gpu-prebuilt.sh [--baseline REV]"
 root=$PWD out=.gpu-prebuilt baseline=0
-if [ "${1:-}" = --baseline ]; then
-  rev=$(git rev-parse --verify "${2:?usage: gpu-prebuilt.sh --baseline REV}^{commit}")
+case "$#:${1:-}" in
+  0:) ;;
+  2:--baseline)
+    rev=$(git rev-parse --verify --quiet "$2^{commit}") ||
+      { echo "gpu-prebuilt: '$2' is not a commit of this repository: give a revision git knows (git log --oneline)" >&2; exit 2; } ;;
+  *) echo "gpu-prebuilt: unexpected arguments '$*'; $usage" >&2; exit 2 ;;
+esac
+if [ $# = 2 ]; then
   root=$(cd .. && pwd)/ablate-baseline-${rev:0:12} out=.gpu-baseline baseline=1
   [ -d "$root" ] || git worktree add --detach "$root" "$rev" > /dev/null
   [ "$(git -C "$root" rev-parse HEAD)" = "$rev" ] ||
