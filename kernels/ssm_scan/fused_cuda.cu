@@ -28,14 +28,21 @@
 //                                    starting from <dh_last, h_last> (h_last is an output at T-1);
 //   ablate_ssm_scan_bwd_boundary     the last row of each chunk (its own part plus the next chunk's
 //                                    column 0, rounded once) and dx_prev / dk_prev.
-// All arithmetic and state in fp32; x, z (one dtype) and q, k (one dtype) fp32 or bf16, converted on
-// load. The products run over fp32 shared-memory tiles: with fp32 x as SIMT fp32 (4 x 4 register
-// tiles per thread, exact); with bf16 x (q/k bf16 or fp32) on tensor cores (mma.sync m16n8k8, tf32
-// operands, fp32 accumulation: ~5e-4 relative per operand, under bf16 x's own 4e-3), 16 warps for the
-// output and backward chunk kernels.
-// Supported: P and N multiples of 16 up to 128, chunk L in {16, 32, 48, 64}, as long as the backward's
-// shared tiles fit the device (every combination except P = N = 128 at L = 64 on an H100); anything else
-// is a TORCH_CHECK error that says so. No host synchronisation: capturable in a CUDA graph.
+// State and accumulation in fp32; x, z (one dtype) and q, k (one dtype) fp32 or bf16. With fp32 x every
+// product runs SIMT over fp32 shared-memory tiles (4 x 4 register tiles per thread, exact). With bf16 x
+// (q/k bf16 or fp32) the per-chunk products run on tensor cores: mma.sync m16n8k16 with bf16 operands and
+// fp32 accumulation, fragments loaded by ldmatrix from bf16 shared tiles. Operands are rounded to bf16
+// once (q, k when fp32; dy; the chunk states S_c and adjoints dS; the weighted scores W o (q.k) and
+// W o (dy.x)): ~4e-3 relative per operand, as Mamba-2's chunked kernels round scores and states to the
+// input dtype before their dots. What sums many terms stays fp32: the column-0 (previous position)
+// terms, the intra-chunk dgamma / dbeta sums (from the accumulators, before rounding), e_j, r_t (dy
+// recomputed from dout and z), dD; per-tile partial sums are added in a fixed order (deterministic).
+// The bf16 tiles halve the backward chunk's shared memory (~97 KB at L 64, P 64, N 128: 2 blocks of 8
+// warps per SM on an H100; the output kernel's ~72 KB: 3).
+// Supported: P and N multiples of 16 up to 128, chunk L in {16, 32, 48, 64}, as long as the shared tiles
+// fit the device (on an H100 all do: the largest, P = N = 128 at L = 64, takes 202 KB on the SIMT path,
+// 129 KB on tensor cores); anything else is a TORCH_CHECK error that says so. No host synchronisation:
+// capturable in a CUDA graph.
 // Tests: kernels_tests --gtest_filter='*Parity*ssm_scan*:FusedSsmScan*'. Benchmark: bench/scans_bench.
 // Without a CUDA compiler this file is compiled as C++ with everything but the registration left out
 // (kernels/registry.h): the row stays listed, unavailable as "built without CUDA".
@@ -231,47 +238,6 @@ __device__ __forceinline__ void tile_product(float (&acc)[4][4], int ti, int tj,
   }
 }
 
-// ---- tensor-core tiles (bf16 x only) -----------------------------------------------------------
-// mma.sync m16n8k8 with tf32 operands (10-bit mantissa, ~5e-4 relative per operand, rounded to
-// nearest) and fp32 accumulation, over the same fp32 shared-memory operands as the SIMT path. Used
-// when x arrives in bf16, whose own rounding (4e-3) dominates (q/k in bf16, or fp32 rounded to tf32
-// here); fp32 x stays on the exact SIMT path. A warp owns a 16 x 16 output tile (two 16 x 8 mma
-// tiles); K runs in steps of 8, its tail (K = L + 1) read as zeros.
-__device__ __forceinline__ uint32_t to_tf32(float v) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-  return r;
-}
-
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// acc[nt] += rows i0..i0+15, columns j0 + 8 nt .. +7 of A B (strides as tile_product). Fragment layout
-// of m16n8k8 (PTX ISA): lane = 4 g + t; A holds (g, t), (g+8, t), (g, t+4), (g+8, t+4); B holds
-// (k t, n g), (k t+4, n g); C holds (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
-__device__ __forceinline__ void mma_tile(float (&acc)[2][4], int i0, int j0, int K, const float* A, int ars, int acs,
-                                         const float* Bm, int brs, int bcs) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const float* a_lo = A + (i0 + g) * ars;
-  const float* a_hi = a_lo + 8 * ars;
-  const float* b_0 = Bm + (j0 + g) * bcs;
-  const float* b_1 = b_0 + 8 * bcs;
-#pragma unroll 2
-  for (int k0 = 0; k0 < K; k0 += 8) {
-    const int ka = k0 + t, kb = ka + 4;
-    const bool va = ka < K, vb = kb < K;
-    const uint32_t a[4] = {to_tf32(va ? a_lo[ka * acs] : 0.f), to_tf32(va ? a_hi[ka * acs] : 0.f),
-                           to_tf32(vb ? a_lo[kb * acs] : 0.f), to_tf32(vb ? a_hi[kb * acs] : 0.f)};
-    mma_tf32(acc[0], a, to_tf32(va ? b_0[ka * brs] : 0.f), to_tf32(vb ? b_0[kb * brs] : 0.f));
-    mma_tf32(acc[1], a, to_tf32(va ? b_1[ka * brs] : 0.f), to_tf32(vb ? b_1[kb * brs] : 0.f));
-  }
-}
-
 // Calls fn(i, j, index) for the 8 accumulator elements a lane holds of the 16 x 16 tile at (i0, j0).
 template <class Fn>
 __device__ __forceinline__ void for_tile_elements(int i0, int j0, Fn&& fn) {
@@ -282,83 +248,49 @@ __device__ __forceinline__ void for_tile_elements(int i0, int j0, Fn&& fn) {
     for (int e = 0; e < 4; ++e) fn(i0 + g + (e >> 1) * 8, j0 + nt * 8 + 2 * t + (e & 1), nt, e);
 }
 
-// C = A B (M x Nc, multiples of 4, or of 16 on tensor cores; any K). SIMT: thread tiles of 4 x 4
-// interleaved (rows ti + r M/4, columns tj + s Nc/4), so a warp's B reads are consecutive (or
-// odd-strided with padded leading dimensions) and its A reads broadcast. Tensor cores (kTC): one
-// 16 x 16 tile per warp at a time. Calls epi(i, j, value) once per element.
-template <bool kTC, class Epi>
+// C = A B (M x Nc, multiples of 4; any K) on SIMT fp32: thread tiles of 4 x 4 interleaved (rows ti + r
+// M/4, columns tj + s Nc/4), so a warp's B reads are consecutive (or odd-strided with padded leading
+// dimensions) and its A reads broadcast. Calls epi(i, j, value) once per element.
+template <class Epi>
 __device__ __forceinline__ void block_gemm(int M, int Nc, int K, const float* A, int ars, int acs, const float* Bm,
                                            int brs, int bcs, Epi&& epi) {
-  if constexpr (kTC) {
-    const int tn = Nc / 16;
-    for (int task = threadIdx.x / 32; task < (M / 16) * tn; task += blockDim.x / 32) {
-      const int i0 = (task / tn) * 16, j0 = (task % tn) * 16;
-      float acc[2][4] = {};
-      mma_tile(acc, i0, j0, K, A, ars, acs, Bm, brs, bcs);
-      for_tile_elements(i0, j0, [&](int i, int j, int nt, int e) { epi(i, j, acc[nt][e]); });
-    }
-  } else {
-    const int rm = M / 4, rn = Nc / 4;
-    for (int task = threadIdx.x; task < rm * rn; task += blockDim.x) {
-      const int ti = task / rn, tj = task - ti * rn;
-      float acc[4][4] = {};
-      tile_product(acc, ti, tj, rm, rn, K, A, ars, acs, Bm, brs, bcs);
+  const int rm = M / 4, rn = Nc / 4;
+  for (int task = threadIdx.x; task < rm * rn; task += blockDim.x) {
+    const int ti = task / rn, tj = task - ti * rn;
+    float acc[4][4] = {};
+    tile_product(acc, ti, tj, rm, rn, K, A, ars, acs, Bm, brs, bcs);
 #pragma unroll
-      for (int r = 0; r < 4; ++r)
+    for (int r = 0; r < 4; ++r)
 #pragma unroll
-        for (int s = 0; s < 4; ++s) epi(ti + r * rm, tj + s * rn, acc[r][s]);
-    }
+      for (int s = 0; s < 4; ++s) epi(ti + r * rm, tj + s * rn, acc[r][s]);
   }
 }
 
 // Two products with one output shape: epi(i, j, (A1 B1)_ij, (A2 B2)_ij). When epi returns a float,
-// row_sums[i] += the sum over j of what it returned, added per thread (SIMT) or per quad of lanes that
-// share a row (tensor cores) first: a shared-memory float atomic is a compare-and-swap loop, so one per
-// element, 4-32 lanes on one address, would serialise.
-template <bool kTC, class Epi>
+// row_sums[i] += the sum over j of what it returned, added per thread first (a shared-memory float
+// atomic is a compare-and-swap loop: one per element would serialise).
+template <class Epi>
 __device__ __forceinline__ void block_gemm2(int M, int Nc, int K1, const float* A1, int ars1, int acs1,
                                             const float* B1, int brs1, int bcs1, int K2, const float* A2, int ars2,
                                             int acs2, const float* B2, int brs2, int bcs2, Epi&& epi,
                                             float* row_sums = nullptr) {
   constexpr bool kRowSums = !std::is_void_v<std::invoke_result_t<Epi, int, int, float, float>>;
-  if constexpr (kTC) {
-    const int tn = Nc / 16;
-    for (int task = threadIdx.x / 32; task < (M / 16) * tn; task += blockDim.x / 32) {
-      const int i0 = (task / tn) * 16, j0 = (task % tn) * 16;
-      float acc1[2][4] = {}, acc2[2][4] = {};
-      mma_tile(acc1, i0, j0, K1, A1, ars1, acs1, B1, brs1, bcs1);
-      mma_tile(acc2, i0, j0, K2, A2, ars2, acs2, B2, brs2, bcs2);
+  const int rm = M / 4, rn = Nc / 4;
+  for (int task = threadIdx.x; task < rm * rn; task += blockDim.x) {
+    const int ti = task / rn, tj = task - ti * rn;
+    float acc1[4][4] = {}, acc2[4][4] = {};
+    tile_product(acc1, ti, tj, rm, rn, K1, A1, ars1, acs1, B1, brs1, bcs1);
+    tile_product(acc2, ti, tj, rm, rn, K2, A2, ars2, acs2, B2, brs2, bcs2);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
       if constexpr (kRowSums) {
-        float sum[2] = {0.f, 0.f};  // rows i0 + g and i0 + g + 8
-        for_tile_elements(i0, j0, [&](int i, int j, int nt, int e) { sum[e >> 1] += epi(i, j, acc1[nt][e], acc2[nt][e]); });
+        float sum = 0.f;
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          sum[half] += __shfl_xor_sync(0xffffffffu, sum[half], 1);
-          sum[half] += __shfl_xor_sync(0xffffffffu, sum[half], 2);
-          if ((threadIdx.x & 3) == 0) atomicAdd(&row_sums[i0 + ((threadIdx.x & 31) >> 2) + 8 * half], sum[half]);
-        }
+        for (int s = 0; s < 4; ++s) sum += epi(ti + r * rm, tj + s * rn, acc1[r][s], acc2[r][s]);
+        atomicAdd(&row_sums[ti + r * rm], sum);
       } else {
-        for_tile_elements(i0, j0, [&](int i, int j, int nt, int e) { epi(i, j, acc1[nt][e], acc2[nt][e]); });
-      }
-    }
-  } else {
-    const int rm = M / 4, rn = Nc / 4;
-    for (int task = threadIdx.x; task < rm * rn; task += blockDim.x) {
-      const int ti = task / rn, tj = task - ti * rn;
-      float acc1[4][4] = {}, acc2[4][4] = {};
-      tile_product(acc1, ti, tj, rm, rn, K1, A1, ars1, acs1, B1, brs1, bcs1);
-      tile_product(acc2, ti, tj, rm, rn, K2, A2, ars2, acs2, B2, brs2, bcs2);
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        if constexpr (kRowSums) {
-          float sum = 0.f;
-#pragma unroll
-          for (int s = 0; s < 4; ++s) sum += epi(ti + r * rm, tj + s * rn, acc1[r][s], acc2[r][s]);
-          atomicAdd(&row_sums[ti + r * rm], sum);
-        } else {
-#pragma unroll
-          for (int s = 0; s < 4; ++s) epi(ti + r * rm, tj + s * rn, acc1[r][s], acc2[r][s]);
-        }
+        for (int s = 0; s < 4; ++s) epi(ti + r * rm, tj + s * rn, acc1[r][s], acc2[r][s]);
       }
     }
   }
@@ -369,49 +301,387 @@ __device__ __forceinline__ void block_gemm2(int M, int Nc, int K1, const float* 
 // path, 7.5 ms of backward chunk a layer on the H100 instead of 3.4). fp32 x stays on the exact path.
 template <typename TX, typename TQK>
 constexpr bool kTensorCores = std::is_same_v<TX, __nv_bfloat16>;
+// Blocks per SM the per-chunk kernels are compiled for: the tensor-core path's bf16 tiles fit 2 (or
+// more) blocks of 8 warps on an H100, whose warps then hide each other's barrier and load latency.
+template <typename TX, typename TQK>
+constexpr int kMinBlocks = kTensorCores<TX, TQK> ? 2 : 0;  // 0: no directive, as before for SIMT
 
-// Padded leading dimensions of the shared tiles. SIMT: odd (a warp's column-strided reads hit distinct
-// banks). Tensor cores: width + 4 (= 4 mod 32 for widths that are multiples of 32, 20 for the others),
-// so an mma fragment's row-wise reads (8 rows x 4 consecutive) hit 32 distinct banks.
-__host__ __device__ __forceinline__ int ld_of(int width, int pad) { return width + pad; }
-template <typename TX, typename TQK>
-constexpr int kPad = kTensorCores<TX, TQK> ? 4 : 1;
-// Threads of the output and backward chunk kernels: their shared tiles allow 1-2 blocks per SM, so on
-// tensor cores (whose warps wait on shared-memory loads and mma latency) 16 warps a block, not 8.
-template <typename TX, typename TQK>
-constexpr int kChunkThreads = kTensorCores<TX, TQK> ? 512 : kThreads;
+// Padded leading dimension of the SIMT path's fp32 tiles: odd, so a warp's column-strided reads hit
+// distinct banks.
+__host__ __device__ __forceinline__ int ld_of(int width) { return width + 1; }
+
+// ---- tensor-core tiles (bf16 x) ----------------------------------------------------------------
+// mma.sync m16n8k16 with bf16 operands and fp32 accumulation over bf16 shared-memory tiles, fragments
+// loaded with ldmatrix (PTX ISA "Matrix Fragments for mma.m16n8k16 with floating point type" and
+// "ldmatrix"). Operands rounded to bf16 (x, z already are; q, k when fp32; dy, the states, the weighted
+// scores): ~4e-3 relative per operand, as Mamba-2's chunked kernels round scores and states to the input
+// dtype before their dots. A warp owns a 16 x 16 output tile (two m16n8 tiles) at a time; K runs in steps
+// of 16 (every K here is L, P or N: multiples of 16).
+using bf16 = __nv_bfloat16;
+
+// Row stride (elements) of a bf16 tile `width` (a multiple of 16) wide: width + 8, an odd number of
+// 16-byte units, so the 8 row addresses of an ldmatrix 8x8 matrix hit 8 distinct groups of 4 banks.
+__host__ __device__ constexpr int ld_tc(int width) { return width + 8; }
+
+// Bump allocation of dynamic shared memory in 16-byte aligned pieces (ldmatrix rows and vector stores
+// need 16 bytes). One layout struct per kernel takes its pieces in its constructor, on the device from
+// the block's shared memory and on the host (base 0) to size the launch: one source for both.
+struct Carve {
+  uintptr_t base = 0;
+  size_t used = 0;
+  template <class T>
+  __host__ __device__ T* take(size_t n) {
+    used = (used + 15) / 16 * 16;
+    T* ptr = reinterpret_cast<T*>(base + used);
+    used += n * sizeof(T);
+    return ptr;
+  }
+};
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // lo in the low half: the lower index
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ float2 unpack_bf16(uint32_t v) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+}
+
+// A bf16 operand tile in shared memory, indexed (r, k): r the output row (as A) or output column (as B)
+// of the product, k the reduction index. k_major: (r, k) at base[r * ld + k]; else at base[k * ld + r].
+struct Operand {
+  const bf16* base;
+  int ld;
+  bool k_major;
+};
+
+// The four 8x8 matrices of the 16 (r) x 16 (k) block at (r0, k0). Lane l addresses row l % 8 of matrix
+// l / 8 and receives, of matrix m in register m, stored row l / 4, stored columns 2 (l % 4) + {0, 1}
+// (.trans: stored rows 2 (l % 4) + {0, 1}, stored column l / 4). So a lane gets (r = g, k = 2t + {0,1})
+// of each matrix with g = l / 4, t = l % 4 either way: k-major tiles load plain, the others .trans.
+// As A (a_role) matrix m is at r offset 8 (m & 1), k offset 8 (m >> 1): registers a0..a3 of the mma
+// ((g, 2t), (g+8, 2t), (g, 2t+8), (g+8, 2t+8)). As B, r offset 8 (m >> 1), k offset 8 (m & 1): b0, b1 of
+// the first 8 columns, then b0, b1 of the next 8 ((k 2t, n g), (k 2t+8, n g)).
+__device__ __forceinline__ void load_block(uint32_t (&f)[4], const Operand& o, int r0, int k0, bool a_role) {
+  const int lane = threadIdx.x & 31, m = lane >> 3, row = lane & 7;
+  const int r_off = 8 * (a_role ? (m & 1) : (m >> 1)), k_off = 8 * (a_role ? (m >> 1) : (m & 1));
+  if (o.k_major) {
+    const bf16* ptr = o.base + (r0 + r_off + row) * o.ld + k0 + k_off;
+    const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3])
+                 : "r"(addr));
+  } else {
+    const bf16* ptr = o.base + (k0 + k_off + row) * o.ld + r0 + r_off;
+    const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3])
+                 : "r"(addr));
+  }
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// acc[nt] += A(i0 .. i0+15, k) B(k, j0 + 8 nt .. j0 + 8 nt + 7) over k in [k_begin, k_end) (multiples of
+// 16). Accumulator layout (C of m16n8): acc[nt][e] is row i0 + g + 8 (e >> 1), column j0 + 8 nt + 2t + (e & 1).
+__device__ __forceinline__ void mma_block(float (&acc)[2][4], const Operand& A, const Operand& B, int i0, int j0,
+                                          int k_begin, int k_end) {
+#pragma unroll 2
+  for (int k0 = k_begin; k0 < k_end; k0 += 16) {
+    uint32_t a[4], b[4];
+    load_block(a, A, i0, k0, true);
+    load_block(b, B, j0, k0, false);
+    mma_bf16(acc[0], a, b[0], b[1]);
+    mma_bf16(acc[1], a, b[2], b[3]);
+  }
+}
+
+// Sums of a 16 x 16 tile's rows: v[half] is a lane's part of row i0 + g + 8 half (its 4 columns); the 4
+// lanes of a row are added (a fixed butterfly) and lane t = 0 writes out[i0 + g + 8 half]. One writer per
+// (tile, row): partial sums land in per-tile slots and are added in a fixed order later (deterministic,
+// no shared atomics).
+__device__ __forceinline__ void store_row_sums(float (&v)[2], float* out, int i0) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    v[half] += __shfl_xor_sync(0xffffffffu, v[half], 1);
+    v[half] += __shfl_xor_sync(0xffffffffu, v[half], 2);
+    if ((lane & 3) == 0) out[i0 + (lane >> 2) + 8 * half] = v[half];
+  }
+}
+
+// Sums of a 16 x 16 tile's columns: v[nt][c] is a lane's part of column j0 + 8 nt + 2t + c (its 2 rows);
+// the 8 row groups are added and lanes 0..3 write out[column] for the columns below `limit`.
+__device__ __forceinline__ void store_column_sums(float (&v)[2][2], float* out, int j0, int limit) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      float s = v[nt][c];
+      s += __shfl_xor_sync(0xffffffffu, s, 4);
+      s += __shfl_xor_sync(0xffffffffu, s, 8);
+      s += __shfl_xor_sync(0xffffffffu, s, 16);
+      if (lane < 4 && j0 + 8 * nt + 2 * lane + c < limit) out[j0 + 8 * nt + 2 * lane + c] = s;
+    }
+}
+
+// The lower-triangular 16 x 16 tiles (block row bi >= block column bj) of an L x L matrix, numbered row by
+// row: task -> (bi, bj). The strictly upper tiles of the weighted score matrices are zero (W_tj = 0 for
+// j > t) and are neither computed nor read.
+__device__ __forceinline__ void lower_tile(int task, int& bi, int& bj) {
+  bi = 0;
+  while (task > bi) task -= ++bi;
+  bj = task;
+}
+
+// Two adjacent outputs (j even, so 8- or 4-byte aligned in the tensors this file allocates).
+template <typename T>
+__device__ __forceinline__ void store_pair(T* dst, float a, float b) {
+  if constexpr (std::is_same_v<T, float>) {
+    *reinterpret_cast<float2*>(dst) = make_float2(a, b);
+  } else {
+    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(a, b);
+  }
+}
+
+// 8 consecutive elements at src as bf16: one 16-byte load (bf16) or two (fp32) when `vector`.
+template <typename T>
+__device__ __forceinline__ uint4 load8_bf16(const T* src, bool vector) {
+  uint4 out;
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (vector) return *reinterpret_cast<const uint4*>(src);
+  }
+  float v[8];
+  load_run<8>(src, vector, v);
+  out.x = pack_bf16(v[0], v[1]), out.y = pack_bf16(v[2], v[3]);
+  out.z = pack_bf16(v[4], v[5]), out.w = pack_bf16(v[6], v[7]);
+  return out;
+}
+
+// load_rows into a bf16 tile: rows t_first .. t_first + nrows - 1 of one (b, h) slice (0 outside [0, T),
+// row -1 from `before` when given), runs of 8 elements, kLoadsInFlight 16-byte runs per thread in flight.
+template <typename T>
+__device__ void load_rows_bf16(bf16* dst, int ld, int width, const T* src, const Params& p, int b, int h, int t_first,
+                               int nrows, const float* before) {
+  constexpr int V = 8;
+  const int runs_per_row = width / V, total = nrows * runs_per_row;
+  const int64_t row_stride = static_cast<int64_t>(p.H) * width;
+  const T* base = src + row_index(p, b, 0, h) * width;
+  const bool vector = is_aligned16(src);  // every row start is a multiple of 32 bytes past src
+  for (int i0 = threadIdx.x; i0 < total; i0 += kLoadsInFlight * blockDim.x) {
+    uint4 v[kLoadsInFlight];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int i = i0 + u * blockDim.x, r = i / runs_per_row, col = (i - r * runs_per_row) * V, t = t_first + r;
+      if (i < total && t >= 0 && t < p.T)
+        v[u] = load8_bf16(base + t * row_stride + col, vector);
+      else if (i < total && t == -1 && before != nullptr)
+        v[u] = load8_bf16(before + col, false);
+      else
+        v[u] = make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int i = i0 + u * blockDim.x, r = i / runs_per_row, col = (i - r * runs_per_row) * V;
+      if (i < total) *reinterpret_cast<uint4*>(dst + r * ld + col) = v[u];
+    }
+  }
+}
+
+// A contiguous fp32 rows x width matrix (a chunk state) into a bf16 tile.
+__device__ void load_matrix_bf16(bf16* dst, int ld, int rows, int width, const float* src) {
+  constexpr int V = 8;
+  const int runs_per_row = width / V, total = rows * runs_per_row;
+  const bool vector = is_aligned16(src);
+  for (int i0 = threadIdx.x; i0 < total; i0 += kLoadsInFlight * blockDim.x) {
+    uint4 v[kLoadsInFlight];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int i = i0 + u * blockDim.x;
+      if (i < total) v[u] = load8_bf16(src + i * V, vector);
+    }
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int i = i0 + u * blockDim.x, r = i / runs_per_row, col = (i - r * runs_per_row) * V;
+      if (i < total) *reinterpret_cast<uint4*>(dst + r * ld + col) = v[u];
+    }
+  }
+}
+
+// Pulls `count` contiguous floats into L2 (one prefetch per 128-byte line), for a tile loaded after a
+// phase that does not need it: the later load then waits on L2, not HBM.
+__device__ __forceinline__ void prefetch_l2(const float* src, int count) {
+  for (int i = threadIdx.x * 32; i < count; i += blockDim.x * 32)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(src + i));
+}
+
+// dy_t = dout_t * silu(z_t) (dout_t without z) for chunk rows 0 .. L-1 (0 past the end) into a bf16 tile,
+// times exp(cum_t) when cum is given; a warp per row, a lane per 4 columns, kRows rows' loads in flight.
+// With x (the chunk's x tile, row 0 the column-0 position): the fp32 dots dy_t . x_0 into dot0[t] and
+// dy_t . x_t (row t + 1) into dotx[t], from dy before its rounding.
+__device__ void load_dy_bf16(bf16* dst, int ld, const Params& p, int b, int h, int t0, const float* cum,
+                             const bf16* x = nullptr, int ldx = 0, float* dot0 = nullptr, float* dotx = nullptr) {
+  constexpr int kRows = 4;
+  const bf16* z = static_cast<const bf16*>(p.z);
+  const int warp = threadIdx.x / 32, warps = blockDim.x / 32, lane = threadIdx.x & 31, col = 4 * lane;
+  const bool active = col < p.P;
+  const bool vector = is_aligned16(p.dout) && (z == nullptr || reinterpret_cast<uintptr_t>(z) % 8 == 0);
+  for (int tb = warp; tb < p.L; tb += kRows * warps) {
+    float v[kRows][4], zv[kRows][4];
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+      const int t = tb + u * warps;
+      const bool real = active && t < p.L && t0 + t < p.T;
+      const int64_t o = real ? row_index(p, b, t0 + t, h) * p.P + col : 0;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[u][e] = zv[u][e] = 0.f;
+      if (real) load_run<4>(p.dout + o, vector, v[u]);
+      if (real && z) {
+        if (vector) {
+          const uint2 w = *reinterpret_cast<const uint2*>(z + o);
+          const float2 lo = unpack_bf16(w.x), hi = unpack_bf16(w.y);
+          zv[u][0] = lo.x, zv[u][1] = lo.y, zv[u][2] = hi.x, zv[u][3] = hi.y;
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) zv[u][e] = to_float(z[o + e]);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+      const int t = tb + u * warps;  // warp-uniform: the warp_sum below sees every lane
+      if (t >= p.L) break;
+      float dy[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dy[e] = z ? v[u][e] * zv[u][e] * sigmoid(zv[u][e]) : v[u][e];
+      const float scale = cum != nullptr && t0 + t < p.T ? expf(cum[t]) : 1.f;
+      if (active)
+        *reinterpret_cast<uint2*>(dst + t * ld + col) =
+            make_uint2(pack_bf16(dy[0] * scale, dy[1] * scale), pack_bf16(dy[2] * scale, dy[3] * scale));
+      if (x != nullptr) {
+        float d0 = 0.f, dx = 0.f;
+        if (active)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            d0 = fmaf(dy[e], __bfloat162float(x[col + e]), d0);
+            dx = fmaf(dy[e], __bfloat162float(x[(t + 1) * ldx + col + e]), dx);
+          }
+        d0 = warp_sum(d0);
+        dx = warp_sum(dx);
+        if (lane == 0) dot0[t] = d0, dotx[t] = dx;
+      }
+    }
+  }
+}
+
+// Per row t of the chunk (a warp per row): q_t . k_0 over the bf16 tiles (k_0 = row 0 of the key tile),
+// times W_t0 into sc0[t]: the weighted column 0 of the scores, kept in fp32 beside the bf16 tile of
+// columns 1..L (column 0 would misalign every ldmatrix row). raw0, when given, keeps q_t . k_0 unweighted.
+__device__ void score_column0(const bf16* qs, int ldq, const bf16* ka, int N, int L, const float* cum,
+                              const float* bet, const float* gam, float* sc0, float* raw0 = nullptr) {
+  const int warp = threadIdx.x / 32, warps = blockDim.x / 32, lane = threadIdx.x & 31;
+  for (int t = warp; t < L; t += warps) {
+    float v = 0.f;
+    for (int n = lane; n < N; n += 32) v = fmaf(__bfloat162float(qs[t * ldq + n]), __bfloat162float(ka[n]), v);
+    v = warp_sum(v);
+    if (lane == 0) {
+      sc0[t] = v * weight(cum, bet, gam, L, t, 0);
+      if (raw0) raw0[t] = v;
+    }
+  }
+}
 
 // ---- forward -----------------------------------------------------------------------------------
 
-__host__ __device__ inline size_t chunk_state_smem_floats(int L, int P, int N, int pad) {
-  return 3 * L + (L + 1) + (L + 1) * ld_of(P, pad) + (L + 1) * ld_of(N, pad);
+__host__ __device__ inline size_t chunk_state_smem_floats(int L, int P, int N) {
+  return 3 * L + (L + 1) + (L + 1) * ld_of(P) + (L + 1) * ld_of(N);
 }
 
-template <typename TX, typename TQK>
-__global__ void __launch_bounds__(kThreads) ablate_ssm_scan_fwd_chunk_state(Params p) {
-  constexpr bool kTC = kTensorCores<TX, TQK>;
-  constexpr int pad = kPad<TX, TQK>;
-  extern __shared__ float smem[];
+// Tensor cores: x_j (rows 1..L weighted by W_{L-1,j} and rounded to bf16; row 0 as is) and k_j in bf16.
+struct ChunkStateTc {
+  float *cum, *bet, *gam, *wend;
+  bf16 *xw, *ka;
+  __host__ __device__ ChunkStateTc(Carve& c, int L, int P, int N)
+      : cum(c.take<float>(L)), bet(c.take<float>(L)), gam(c.take<float>(L)), wend(c.take<float>(L + 1)),
+        xw(c.take<bf16>((L + 1) * ld_tc(P))), ka(c.take<bf16>((L + 1) * ld_tc(N))) {}
+};
+
+// Z = sum_{j=1..L} (W_{L-1,j} x_j) k_j^T on tensor cores (K = L) plus the column-0 term W_{L-1,0} x_0 k_0^T
+// in fp32 in the epilogue.
+template <typename TQK>
+__device__ void chunk_state_tc(const Params& p, float* smem) {
   const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
-  const int t0 = c * L, ldP = ld_of(P, pad), ldN = ld_of(N, pad);
-  float *cum = smem, *bet = cum + L, *gam = bet + L, *wend = gam + L, *xa = wend + (L + 1), *ka = xa + (L + 1) * ldP;
+  const int t0 = c * L, ldP = ld_tc(P), ldN = ld_tc(N);
+  Carve carve{reinterpret_cast<uintptr_t>(smem)};
+  const ChunkStateTc s(carve, L, P, N);
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   const bool first = c == 0;
-  load_rows(xa, ldP, P, static_cast<const TX*>(p.x), p, b, h, t0 - 1, L + 1,
-            first && p.x_prev ? p.x_prev + bh * P : nullptr);
-  load_rows(ka, ldN, N, static_cast<const TQK*>(p.k), p, b, h, t0 - 1, L + 1,
-            first && p.k_prev ? p.k_prev + bh * N : nullptr);
-  load_coefficients(p, b, h, t0, cum, bet, gam);
-  for (int j = threadIdx.x; j <= L; j += blockDim.x) wend[j] = weight(cum, bet, gam, L, L - 1, j);
+  load_rows_bf16(s.xw, ldP, P, static_cast<const bf16*>(p.x), p, b, h, t0 - 1, L + 1,
+                 first && p.x_prev ? p.x_prev + bh * P : nullptr);
+  load_rows_bf16(s.ka, ldN, N, static_cast<const TQK*>(p.k), p, b, h, t0 - 1, L + 1,
+                 first && p.k_prev ? p.k_prev + bh * N : nullptr);
+  load_coefficients(p, b, h, t0, s.cum, s.bet, s.gam);
+  for (int j = threadIdx.x; j <= L; j += blockDim.x) s.wend[j] = weight(s.cum, s.bet, s.gam, L, L - 1, j);
   __syncthreads();
-  for (int i = threadIdx.x; i < (L + 1) * P; i += blockDim.x) {
-    const int j = i / P, col = i - j * P;
-    xa[j * ldP + col] *= wend[j];
+  for (int i = threadIdx.x; i < L * (P / 2); i += blockDim.x) {  // rows 1..L, two columns a thread
+    const int j = 1 + i / (P / 2), col = 2 * (i % (P / 2));
+    uint32_t* pair = reinterpret_cast<uint32_t*>(s.xw + j * ldP + col);
+    const float2 v = unpack_bf16(*pair);
+    *pair = pack_bf16(v.x * s.wend[j], v.y * s.wend[j]);
   }
   __syncthreads();
   float* Z = p.states + (bh * p.nC + c) * P * N;
-  block_gemm<kTC>(P, N, L + 1, xa, 1, ldP, ka, ldN, 1, [&](int i, int j, float v) { Z[i * N + j] = v; });
-  if (threadIdx.x == 0) p.lam[bh * p.nC + c] = cum[L - 1];
+  const float w0 = s.wend[0];
+  const int warp = threadIdx.x / 32, warps = blockDim.x / 32, tn = N / 16;
+  for (int task = warp; task < (P / 16) * tn; task += warps) {
+    const int i0 = (task / tn) * 16, j0 = (task % tn) * 16;
+    float acc[2][4] = {};
+    // A(p, j) = xw[1 + j][p], B(j, n) = ka[1 + j][n]: both stored j-major, loaded .trans.
+    mma_block(acc, {s.xw + ldP, ldP, false}, {s.ka + ldN, ldN, false}, i0, j0, 0, L);
+    for_tile_elements(i0, j0, [&](int i, int j, int nt, int e) {
+      if (e & 1) return;  // pairs (e, e + 1) are adjacent columns
+      const float x0 = w0 * __bfloat162float(s.xw[i]);
+      store_pair(Z + i * N + j, fmaf(x0, __bfloat162float(s.ka[j]), acc[nt][e]),
+                 fmaf(x0, __bfloat162float(s.ka[j + 1]), acc[nt][e + 1]));
+    });
+  }
+  if (threadIdx.x == 0) p.lam[bh * p.nC + c] = s.cum[L - 1];
+}
+
+template <typename TX, typename TQK>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan_fwd_chunk_state(Params p) {
+  extern __shared__ float smem[];
+  if constexpr (kTensorCores<TX, TQK>) {
+    chunk_state_tc<TQK>(p, smem);
+  } else {
+    const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
+    const int t0 = c * L, ldP = ld_of(P), ldN = ld_of(N);
+    float *cum = smem, *bet = cum + L, *gam = bet + L, *wend = gam + L, *xa = wend + (L + 1), *ka = xa + (L + 1) * ldP;
+    const int64_t bh = static_cast<int64_t>(b) * p.H + h;
+    const bool first = c == 0;
+    load_rows(xa, ldP, P, static_cast<const TX*>(p.x), p, b, h, t0 - 1, L + 1,
+              first && p.x_prev ? p.x_prev + bh * P : nullptr);
+    load_rows(ka, ldN, N, static_cast<const TQK*>(p.k), p, b, h, t0 - 1, L + 1,
+              first && p.k_prev ? p.k_prev + bh * N : nullptr);
+    load_coefficients(p, b, h, t0, cum, bet, gam);
+    for (int j = threadIdx.x; j <= L; j += blockDim.x) wend[j] = weight(cum, bet, gam, L, L - 1, j);
+    __syncthreads();
+    for (int i = threadIdx.x; i < (L + 1) * P; i += blockDim.x) {
+      const int j = i / P, col = i - j * P;
+      xa[j * ldP + col] *= wend[j];
+    }
+    __syncthreads();
+    float* Z = p.states + (bh * p.nC + c) * P * N;
+    block_gemm(P, N, L + 1, xa, 1, ldP, ka, ldN, 1, [&](int i, int j, float v) { Z[i * N + j] = v; });
+    if (threadIdx.x == 0) p.lam[bh * p.nC + c] = cum[L - 1];
+  }
 }
 
 // One thread per state element: S_0 = h0, S_{c+1} = exp(Lam_c) S_c + Z_c (Z_c replaced by S_c in place).
@@ -433,58 +703,131 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_fwd_state_pass(Param
   p.h_last[bh * PN + e] = s;
 }
 
-__host__ __device__ inline size_t output_smem_floats(int L, int P, int N, int pad) {
+__host__ __device__ inline size_t output_smem_floats(int L, int P, int N) {
   const int rows_big = (L + 1) > P ? (L + 1) : P;
-  return 3 * L + static_cast<size_t>(L) * ld_of(N, pad) + static_cast<size_t>(rows_big) * ld_of(N, pad) +
-         static_cast<size_t>(L + 1) * ld_of(P, pad) + static_cast<size_t>(L) * ld_of(L, pad);
+  return 3 * L + static_cast<size_t>(L) * ld_of(N) + static_cast<size_t>(rows_big) * ld_of(N) +
+         static_cast<size_t>(L + 1) * ld_of(P) + static_cast<size_t>(L) * ld_of(L);
+}
+
+// Tensor cores: q, k, x, the state S_c and the weighted scores (columns 1..L; column 0 in fp32) in bf16,
+// all resident at once (no reuse: the state's load overlaps the others).
+struct OutputTc {
+  float *cum, *bet, *gam, *sc0;
+  bf16 *qs, *ka, *xa, *scw, *state;
+  __host__ __device__ OutputTc(Carve& c, int L, int P, int N)
+      : cum(c.take<float>(L)), bet(c.take<float>(L)), gam(c.take<float>(L)), sc0(c.take<float>(L)),
+        qs(c.take<bf16>(L * ld_tc(N))), ka(c.take<bf16>((L + 1) * ld_tc(N))), xa(c.take<bf16>((L + 1) * ld_tc(P))),
+        scw(c.take<bf16>(L * ld_tc(L))), state(c.take<bf16>(P * ld_tc(N))) {}
+};
+
+template <typename TQK>
+__device__ void output_tc(const Params& p, float* smem) {
+  const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
+  const int t0 = c * L, ldP = ld_tc(P), ldN = ld_tc(N), ldL = ld_tc(L);
+  Carve carve{reinterpret_cast<uintptr_t>(smem)};
+  const OutputTc s(carve, L, P, N);
+  const int64_t bh = static_cast<int64_t>(b) * p.H + h;
+  const bool first = c == 0;
+  load_rows_bf16(s.qs, ldN, N, static_cast<const TQK*>(p.q), p, b, h, t0, L, nullptr);
+  load_rows_bf16(s.ka, ldN, N, static_cast<const TQK*>(p.k), p, b, h, t0 - 1, L + 1,
+                 first && p.k_prev ? p.k_prev + bh * N : nullptr);
+  load_rows_bf16(s.xa, ldP, P, static_cast<const bf16*>(p.x), p, b, h, t0 - 1, L + 1,
+                 first && p.x_prev ? p.x_prev + bh * P : nullptr);
+  load_matrix_bf16(s.state, ldN, P, N, p.states + (bh * p.nC + c) * P * N);
+  load_coefficients(p, b, h, t0, s.cum, s.bet, s.gam);  // ends with a barrier
+  score_column0(s.qs, ldN, s.ka, N, L, s.cum, s.bet, s.gam, s.sc0);
+  // Weighted scores W_tj (q_t . k_j) for columns j = 1..L: scw[t][j - 1], lower-triangular tiles.
+  const int warp = threadIdx.x / 32, warps = blockDim.x / 32, nL = L / 16;
+  for (int task = warp; task < nL * (nL + 1) / 2; task += warps) {
+    int bi, bj;
+    lower_tile(task, bi, bj);
+    float acc[2][4] = {};
+    mma_block(acc, {s.qs, ldN, true}, {s.ka + ldN, ldN, true}, 16 * bi, 16 * bj, 0, N);
+    for_tile_elements(16 * bi, 16 * bj, [&](int t, int j, int nt, int e) {
+      if (e & 1) return;
+      *reinterpret_cast<uint32_t*>(s.scw + t * ldL + j) =
+          pack_bf16(acc[nt][e] * weight(s.cum, s.bet, s.gam, L, t, j + 1),
+                    acc[nt][e + 1] * weight(s.cum, s.bet, s.gam, L, t, j + 2));
+    });
+  }
+  __syncthreads();
+  const float Dh = p.D[h];
+  const bf16* z = static_cast<const bf16*>(p.z);
+  const int tn = P / 16;
+  for (int task = warp; task < nL * tn; task += warps) {
+    const int i0 = (task / tn) * 16, j0 = (task % tn) * 16;
+    float intra[2][4] = {}, inter[2][4] = {};
+    // intra: sum_{j >= 1} scw[t][j - 1] x_j (x_j = xa row j, stored j-major); zero past the diagonal block.
+    mma_block(intra, {s.scw, ldL, true}, {s.xa + ldP, ldP, false}, i0, j0, 0, i0 + 16);
+    // inter: q_t . S_c[col, :]
+    mma_block(inter, {s.qs, ldN, true}, {s.state, ldN, true}, i0, j0, 0, N);
+    for_tile_elements(i0, j0, [&](int t, int col, int nt, int e) {
+      if ((e & 1) || t0 + t >= p.T) return;
+      const int64_t o = row_index(p, b, t0 + t, h) * P + col;
+      const float decay_in = expf(s.cum[t]);
+      float v[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        v[u] = intra[nt][e + u] + s.sc0[t] * __bfloat162float(s.xa[col + u]) + decay_in * inter[nt][e + u] +
+               Dh * __bfloat162float(s.xa[(t + 1) * ldP + col + u]);
+        if (z) {
+          const float zv = __bfloat162float(z[o + u]);
+          v[u] *= zv * sigmoid(zv);
+        }
+      }
+      store_pair(p.y + o, v[0], v[1]);
+    });
+  }
 }
 
 template <typename TX, typename TQK>
-__global__ void __launch_bounds__(kChunkThreads<TX, TQK>) ablate_ssm_scan_fwd_output(Params p) {
-  constexpr bool kTC = kTensorCores<TX, TQK>;
-  constexpr int pad = kPad<TX, TQK>;
+__global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan_fwd_output(Params p) {
   extern __shared__ float smem[];
-  const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
-  const int t0 = c * L, ldP = ld_of(P, pad), ldN = ld_of(N, pad), ldS = ld_of(L, pad);
-  const int rows_big = (L + 1) > P ? (L + 1) : P;
-  float *cum = smem, *bet = cum + L, *gam = bet + L, *qs = gam + L, *big = qs + L * ldN, *xa = big + rows_big * ldN,
-        *sc = xa + (L + 1) * ldP;
-  float* ka = big;  // keys first, then the state entering the chunk
-  const int64_t bh = static_cast<int64_t>(b) * p.H + h;
-  const bool first = c == 0;
-  load_rows(qs, ldN, N, static_cast<const TQK*>(p.q), p, b, h, t0, L, nullptr);
-  load_rows(ka, ldN, N, static_cast<const TQK*>(p.k), p, b, h, t0 - 1, L + 1,
-            first && p.k_prev ? p.k_prev + bh * N : nullptr);
-  load_rows(xa, ldP, P, static_cast<const TX*>(p.x), p, b, h, t0 - 1, L + 1,
-            first && p.x_prev ? p.x_prev + bh * P : nullptr);
-  load_coefficients(p, b, h, t0, cum, bet, gam);  // ends with a barrier
-  // Scores times weights: sc[t][j] = W_tj (q_t . k_j); columns 1..L as a product, column 0 per row.
-  block_gemm<kTC>(L, L, N, qs, ldN, 1, ka + ldN, 1, ldN,
-             [&](int t, int j, float v) { sc[t * ldS + j + 1] = v * weight(cum, bet, gam, L, t, j + 1); });
-  for (int t = threadIdx.x / 32; t < L; t += blockDim.x / 32) {  // a warp per row
-    float v = 0.f;
-    for (int n = threadIdx.x & 31; n < N; n += 32) v = fmaf(qs[t * ldN + n], ka[n], v);
-    v = warp_sum(v);
-    if ((threadIdx.x & 31) == 0) sc[t * ldS] = v * weight(cum, bet, gam, L, t, 0);
+  if constexpr (kTensorCores<TX, TQK>) {
+    output_tc<TQK>(p, smem);
+  } else {
+    const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
+    const int t0 = c * L, ldP = ld_of(P), ldN = ld_of(N), ldS = ld_of(L);
+    const int rows_big = (L + 1) > P ? (L + 1) : P;
+    float *cum = smem, *bet = cum + L, *gam = bet + L, *qs = gam + L, *big = qs + L * ldN, *xa = big + rows_big * ldN,
+          *sc = xa + (L + 1) * ldP;
+    float* ka = big;  // keys first, then the state entering the chunk
+    const int64_t bh = static_cast<int64_t>(b) * p.H + h;
+    const bool first = c == 0;
+    load_rows(qs, ldN, N, static_cast<const TQK*>(p.q), p, b, h, t0, L, nullptr);
+    load_rows(ka, ldN, N, static_cast<const TQK*>(p.k), p, b, h, t0 - 1, L + 1,
+              first && p.k_prev ? p.k_prev + bh * N : nullptr);
+    load_rows(xa, ldP, P, static_cast<const TX*>(p.x), p, b, h, t0 - 1, L + 1,
+              first && p.x_prev ? p.x_prev + bh * P : nullptr);
+    load_coefficients(p, b, h, t0, cum, bet, gam);  // ends with a barrier
+    // Scores times weights: sc[t][j] = W_tj (q_t . k_j); columns 1..L as a product, column 0 per row.
+    block_gemm(L, L, N, qs, ldN, 1, ka + ldN, 1, ldN,
+               [&](int t, int j, float v) { sc[t * ldS + j + 1] = v * weight(cum, bet, gam, L, t, j + 1); });
+    for (int t = threadIdx.x / 32; t < L; t += blockDim.x / 32) {  // a warp per row
+      float v = 0.f;
+      for (int n = threadIdx.x & 31; n < N; n += 32) v = fmaf(qs[t * ldN + n], ka[n], v);
+      v = warp_sum(v);
+      if ((threadIdx.x & 31) == 0) sc[t * ldS] = v * weight(cum, bet, gam, L, t, 0);
+    }
+    __syncthreads();
+    const float* S = p.states + (bh * p.nC + c) * P * N;
+    load_matrix(big, ldN, P, N, S);
+    __syncthreads();
+    const float Dh = p.D[h];
+    const TX* z = static_cast<const TX*>(p.z);
+    block_gemm2(L, P, L + 1, sc, ldS, 1, xa, ldP, 1,  // intra: sum_j sc[t][j] x_j
+                N, qs, ldN, 1, big, 1, ldN,           // inter: q_t . S_c[p, :]
+                [&](int t, int col, float intra, float inter) {
+                  if (t0 + t >= p.T) return;
+                  const int64_t o = row_index(p, b, t0 + t, h) * P + col;
+                  float v = intra + expf(cum[t]) * inter + Dh * xa[(t + 1) * ldP + col];
+                  if (z) {
+                    const float zv = to_float(z[o]);
+                    v *= zv * sigmoid(zv);
+                  }
+                  p.y[o] = v;
+                });
   }
-  __syncthreads();
-  const float* S = p.states + (bh * p.nC + c) * P * N;
-  load_matrix(big, ldN, P, N, S);
-  __syncthreads();
-  const float Dh = p.D[h];
-  const TX* z = static_cast<const TX*>(p.z);
-  block_gemm2<kTC>(L, P, L + 1, sc, ldS, 1, xa, ldP, 1,  // intra: sum_j sc[t][j] x_j
-              N, qs, ldN, 1, big, 1, ldN,           // inter: q_t . S_c[p, :]
-              [&](int t, int col, float intra, float inter) {
-                if (t0 + t >= p.T) return;
-                const int64_t o = row_index(p, b, t0 + t, h) * P + col;
-                float v = intra + expf(cum[t]) * inter + Dh * xa[(t + 1) * ldP + col];
-                if (z) {
-                  const float zv = to_float(z[o]);
-                  v *= zv * sigmoid(zv);
-                }
-                p.y[o] = v;
-              });
 }
 
 // ---- backward ----------------------------------------------------------------------------------
@@ -527,25 +870,60 @@ __device__ void load_dy(float* dst, int ld, const Params& p, int b, int h, int t
   }
 }
 
-__host__ __device__ inline size_t chunk_dstate_smem_floats(int L, int P, int N, int pad) {
-  return 3 * L + static_cast<size_t>(L) * ld_of(P, pad) + static_cast<size_t>(L) * ld_of(N, pad);
+__host__ __device__ inline size_t chunk_dstate_smem_floats(int L, int P, int N) {
+  return 3 * L + static_cast<size_t>(L) * ld_of(P) + static_cast<size_t>(L) * ld_of(N);
+}
+
+// Tensor cores: exp(cum_t) dy_t and q_t in bf16.
+struct ChunkDstateTc {
+  float *cum, *bet, *gam;
+  bf16 *dys, *qs;
+  __host__ __device__ ChunkDstateTc(Carve& c, int L, int P, int N)
+      : cum(c.take<float>(L)), bet(c.take<float>(L)), gam(c.take<float>(L)), dys(c.take<bf16>(L * ld_tc(P))),
+        qs(c.take<bf16>(L * ld_tc(N))) {}
+};
+
+template <typename TQK>
+__device__ void chunk_dstate_tc(const Params& p, float* smem) {
+  const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
+  const int t0 = c * L, ldP = ld_tc(P), ldN = ld_tc(N);
+  Carve carve{reinterpret_cast<uintptr_t>(smem)};
+  const ChunkDstateTc s(carve, L, P, N);
+  const int64_t bh = static_cast<int64_t>(b) * p.H + h;
+  load_rows_bf16(s.qs, ldN, N, static_cast<const TQK*>(p.q), p, b, h, t0, L, nullptr);
+  load_coefficients(p, b, h, t0, s.cum, s.bet, s.gam);
+  load_dy_bf16(s.dys, ldP, p, b, h, t0, s.cum);
+  __syncthreads();
+  float* dZ = p.dstates + (bh * p.nC + c) * P * N;
+  const int warp = threadIdx.x / 32, warps = blockDim.x / 32, tn = N / 16;
+  for (int task = warp; task < (P / 16) * tn; task += warps) {
+    const int i0 = (task / tn) * 16, j0 = (task % tn) * 16;
+    float acc[2][4] = {};
+    // A(p, t) = dys[t][p], B(t, n) = qs[t][n]: both stored t-major, loaded .trans.
+    mma_block(acc, {s.dys, ldP, false}, {s.qs, ldN, false}, i0, j0, 0, L);
+    for_tile_elements(i0, j0, [&](int i, int j, int nt, int e) {
+      if (!(e & 1)) store_pair(dZ + i * N + j, acc[nt][e], acc[nt][e + 1]);
+    });
+  }
 }
 
 template <typename TX, typename TQK>
-__global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_chunk_dstate(Params p) {
-  constexpr bool kTC = kTensorCores<TX, TQK>;
-  constexpr int pad = kPad<TX, TQK>;
+__global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan_bwd_chunk_dstate(Params p) {
   extern __shared__ float smem[];
-  const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
-  const int t0 = c * L, ldP = ld_of(P, pad), ldN = ld_of(N, pad);
-  float *cum = smem, *bet = cum + L, *gam = bet + L, *dys = gam + L, *qs = dys + L * ldP;
-  const int64_t bh = static_cast<int64_t>(b) * p.H + h;
-  load_rows(qs, ldN, N, static_cast<const TQK*>(p.q), p, b, h, t0, L, nullptr);
-  load_coefficients(p, b, h, t0, cum, bet, gam);
-  load_dy<TX>(dys, ldP, p, b, h, t0, cum);
-  __syncthreads();
-  float* dZ = p.dstates + (bh * p.nC + c) * P * N;
-  block_gemm<kTC>(P, N, L, dys, 1, ldP, qs, ldN, 1, [&](int i, int j, float v) { dZ[i * N + j] = v; });
+  if constexpr (kTensorCores<TX, TQK>) {
+    chunk_dstate_tc<TQK>(p, smem);
+  } else {
+    const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
+    const int t0 = c * L, ldP = ld_of(P), ldN = ld_of(N);
+    float *cum = smem, *bet = cum + L, *gam = bet + L, *dys = gam + L, *qs = dys + L * ldP;
+    const int64_t bh = static_cast<int64_t>(b) * p.H + h;
+    load_rows(qs, ldN, N, static_cast<const TQK*>(p.q), p, b, h, t0, L, nullptr);
+    load_coefficients(p, b, h, t0, cum, bet, gam);
+    load_dy<TX>(dys, ldP, p, b, h, t0, cum);
+    __syncthreads();
+    float* dZ = p.dstates + (bh * p.nC + c) * P * N;
+    block_gemm(P, N, L, dys, 1, ldP, qs, ldN, 1, [&](int i, int j, float v) { dZ[i * N + j] = v; });
+  }
 }
 
 // Reverse: dS_end(nC-1) = dh_last (or 0), dS_end(c-1) = exp(Lam_c) dS_end(c) + dZ_c; dh0 = what leaves
@@ -574,176 +952,405 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_state_pass(Param
   }
 }
 
-__host__ __device__ inline size_t bwd_chunk_smem_floats(int L, int P, int N, int pad) {
+__host__ __device__ inline size_t bwd_chunk_smem_floats(int L, int P, int N) {
   const int rows_big = (L + 1) > P ? (L + 1) : P;
-  return 3 * L + (L + 1) + 3 * L + (L + 1) + 1 + static_cast<size_t>(L) * ld_of(N, pad) +
-         static_cast<size_t>(L + 1) * ld_of(N, pad) + static_cast<size_t>(L + 1) * ld_of(P, pad) +
-         static_cast<size_t>(L) * ld_of(P, pad) + 2 * static_cast<size_t>(L) * ld_of(L, pad) +
-         static_cast<size_t>(rows_big) * ld_of(N, pad);
+  return 3 * L + (L + 1) + 3 * L + (L + 1) + 1 + static_cast<size_t>(L) * ld_of(N) +
+         static_cast<size_t>(L + 1) * ld_of(N) + static_cast<size_t>(L + 1) * ld_of(P) +
+         static_cast<size_t>(L) * ld_of(P) + 2 * static_cast<size_t>(L) * ld_of(L) +
+         static_cast<size_t>(rows_big) * ld_of(N);
 }
 
-template <typename TX, typename TQK>
-__global__ void __launch_bounds__(kChunkThreads<TX, TQK>) ablate_ssm_scan_bwd_chunk(Params p) {
-  constexpr bool kTC = kTensorCores<TX, TQK>;
-  constexpr int pad = kPad<TX, TQK>;
-  extern __shared__ float smem[];
+// Tensor cores: every operand tile in bf16 (q, k, x, dy, the weighted scores W o (q.k) and W o (dy.x) of
+// columns 1..L, the state S_c then the adjoint dS), about half the fp32 tiles' bytes: 2 blocks per SM at
+// L 64, P 64, N 128. The fp32 side: the weighted column 0 of both score matrices (sc0, dx0), and per-tile
+// partial sums (one writer each, added in a fixed order at the end) of the intra-chunk dgamma / dbeta
+// (dgp, dbp: per block row of the scores), r_t (r1p: per column block of yscan), e_j (ep: per column
+// block of dk), e_0 (e0p: per warp task), db0p[t] (dbeta_0's terms) and drow[t] = dy_t . x_t (dD).
+struct BwdChunkTc {
+  float *cum, *bet, *gam, *wend, *sc0, *dx0, *db0p, *drow, *dgp, *dbp, *r1p, *ep, *e0p;
+  bf16 *qs, *ka, *xa, *dys, *scw, *dxw, *state;
+  __host__ __device__ BwdChunkTc(Carve& c, int L, int P, int N)
+      : cum(c.take<float>(L)), bet(c.take<float>(L)), gam(c.take<float>(L)), wend(c.take<float>(L + 1)),
+        sc0(c.take<float>(L)), dx0(c.take<float>(L)), db0p(c.take<float>(L)), drow(c.take<float>(L)),
+        dgp(c.take<float>(L / 16 * L)), dbp(c.take<float>(L / 16 * L)), r1p(c.take<float>(P / 16 * L)),
+        ep(c.take<float>(N / 16 * L)), e0p(c.take<float>((N + 31) / 32)), qs(c.take<bf16>(L * ld_tc(N))),
+        ka(c.take<bf16>((L + 1) * ld_tc(N))), xa(c.take<bf16>((L + 1) * ld_tc(P))), dys(c.take<bf16>(L * ld_tc(P))),
+        scw(c.take<bf16>(L * ld_tc(L))), dxw(c.take<bf16>(L * ld_tc(L))), state(c.take<bf16>(P * ld_tc(N))) {}
+};
+
+// The backward chunk on tensor cores: the SIMT path's phases (see ablate_ssm_scan_bwd_chunk) with every
+// product on mma tiles and the column-0 position (x_prev / k_prev or the previous chunk's last) in fp32
+// beside them. Phase A: scores and dgamma / dbeta's intra sums; B: yscan (dz, r_t) and dq; C: dk, dx,
+// e_j and the column-0 gradients.
+template <typename TQK>
+__device__ void bwd_chunk_tc(const Params& p, float* smem) {
   const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
-  const int t0 = c * L, ldP = ld_of(P, pad), ldN = ld_of(N, pad), ldS = ld_of(L, pad);
-  float *cum = smem, *bet = cum + L, *gam = bet + L, *wend = gam + L;
-  float *r1 = wend + (L + 1), *dg = r1 + L, *db = dg + L, *ecol = db + L, *dsum = ecol + (L + 1);
-  float *qs = dsum + 1, *ka = qs + L * ldN, *xa = ka + (L + 1) * ldN, *dys = xa + (L + 1) * ldP;
-  float *sc = dys + L * ldP, *dxm = sc + L * ldS, *big = dxm + L * ldS;
+  const int t0 = c * L, ldP = ld_tc(P), ldN = ld_tc(N), ldL = ld_tc(L);
+  Carve carve{reinterpret_cast<uintptr_t>(smem)};
+  const BwdChunkTc s(carve, L, P, N);
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   const bool first = c == 0, last = c == p.nC - 1;
   const int rows = min(L, p.T - t0);  // real rows of this chunk
-
-  load_rows(qs, ldN, N, static_cast<const TQK*>(p.q), p, b, h, t0, L, nullptr);
-  load_rows(ka, ldN, N, static_cast<const TQK*>(p.k), p, b, h, t0 - 1, L + 1,
-            first && p.k_prev ? p.k_prev + bh * N : nullptr);
-  load_rows(xa, ldP, P, static_cast<const TX*>(p.x), p, b, h, t0 - 1, L + 1,
-            first && p.x_prev ? p.x_prev + bh * P : nullptr);
-  load_dy<TX>(dys, ldP, p, b, h, t0, nullptr);
-  for (int t = threadIdx.x; t < L; t += blockDim.x) r1[t] = 0.f;
-  if (threadIdx.x == 0) *dsum = 0.f;
-  load_coefficients(p, b, h, t0, cum, bet, gam);  // ends with a barrier
-  for (int j = threadIdx.x; j <= L; j += blockDim.x) {
-    wend[j] = weight(cum, bet, gam, L, L - 1, j);
-    ecol[j] = 0.f;
-  }
-
-  // Phase A: scores sc = q.k_j and dxm = dy.x_j over columns j = 0..L (column 0 per row).
-  block_gemm<kTC>(L, L, N, qs, ldN, 1, ka + ldN, 1, ldN, [&](int t, int j, float v) { sc[t * ldS + j + 1] = v; });
-  block_gemm<kTC>(L, L, P, dys, ldP, 1, xa + ldP, 1, ldP, [&](int t, int j, float v) { dxm[t * ldS + j + 1] = v; });
-  // Column 0 and the sums below: a warp per row, lanes across the row (a thread per row would leave
-  // most of the block idle on a serial chain).
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, warps = blockDim.x / 32;
-  for (int t = warp; t < L; t += warps) {
-    float v = 0.f, w = 0.f;
-    for (int n = lane; n < N; n += 32) v = fmaf(qs[t * ldN + n], ka[n], v);
-    for (int col = lane; col < P; col += 32) w = fmaf(dys[t * ldP + col], xa[col], w);
-    v = warp_sum(v);
-    w = warp_sum(w);
-    if (lane == 0) sc[t * ldS] = v, dxm[t * ldS] = w;
-  }
-  __syncthreads();
-  // Intra-chunk parts of dgamma_s and dbeta_s: sum_t exp(cum_t - cum_s) sc dxm at columns s+1 and s.
-  for (int s = warp; s < L; s += warps) {
-    float g = 0.f, be = 0.f;
-    for (int t = s + lane; t < L; t += 32) {
-      const float d = decay(cum, t, s);
-      g = fmaf(d, sc[t * ldS + s + 1] * dxm[t * ldS + s + 1], g);
-      be = fmaf(d, sc[t * ldS + s] * dxm[t * ldS + s], be);
-    }
-    g = warp_sum(g);
-    be = warp_sum(be);
-    if (lane == 0) dg[s] = g, db[s] = be;
-  }
-  __syncthreads();
-  // Weighted: sc <- W o sc, dxm <- W o dxm (0 above the diagonal).
-  for (int i = threadIdx.x; i < L * (L + 1); i += blockDim.x) {
-    const int t = i / (L + 1), j = i - t * (L + 1);
-    const float w = weight(cum, bet, gam, L, t, j);
-    sc[t * ldS + j] *= w;
-    dxm[t * ldS + j] *= w;
-  }
-  const float* S = p.states + (bh * p.nC + c) * P * N;
-  load_matrix(big, ldN, P, N, S);
-  __syncthreads();
-
-  // Phase B: yscan_t = sum_j sc_tj x_j + exp(cum_t) S_c q_t (recomputed) -> dz, r1_t = dy_t . yscan_t;
-  // dq_t = sum_j dxm_tj k_j + exp(cum_t) S_c^T dy_t.
-  const float Dh = p.D[h];
-  const TX* z = static_cast<const TX*>(p.z);
-  block_gemm2<kTC>(L, P, L + 1, sc, ldS, 1, xa, ldP, 1, N, qs, ldN, 1, big, 1, ldN,
-              [&](int t, int col, float intra, float inter) {
-                if (t >= rows) return 0.f;
-                const float yscan = intra + expf(cum[t]) * inter;
-                if (z) {
-                  const int64_t o = row_index(p, b, t0 + t, h) * P + col;
-                  const float zv = to_float(z[o]), sg = sigmoid(zv);
-                  const float y = yscan + Dh * xa[(t + 1) * ldP + col];
-                  static_cast<TX*>(p.dz)[o] = from_float<TX>(p.dout[o] * y * sg * (1.f + zv * (1.f - sg)));
-                }
-                return yscan * dys[t * ldP + col];  // r1_t = dy_t . yscan_t
-              },
-              r1);
-  block_gemm2<kTC>(L, N, L + 1, dxm, ldS, 1, ka, ldN, 1, P, dys, ldP, 1, big, ldN, 1,
-              [&](int t, int n, float intra, float inter) {
-                if (t >= rows) return;
-                static_cast<TQK*>(p.dq)[row_index(p, b, t0 + t, h) * N + n] =
-                    from_float<TQK>(intra + expf(cum[t]) * inter);
-              });
-  {  // dD partial: sum over real rows of dy . x
-    float v = 0.f;
-    for (int i = threadIdx.x; i < rows * P; i += blockDim.x) {
-      const int t = i / P, col = i - t * P;
-      v = fmaf(dys[t * ldP + col], xa[(t + 1) * ldP + col], v);
-    }
-    v = warp_sum(v);
-    if ((threadIdx.x & 31) == 0) atomicAdd(dsum, v);
-  }
-  __syncthreads();
+  const int warp = threadIdx.x / 32, warps = blockDim.x / 32, lane = threadIdx.x & 31, nL = L / 16;
   const float* dS = p.dstates + (bh * p.nC + c) * P * N;  // adjoint at the end of this chunk
-  load_matrix(big, ldN, P, N, dS);
-  __syncthreads();
 
-  // Phase C: dk_j = sum_t dxm_tj q_t + wend_j dS^T x_j, e_j = x_j^T dS k_j;
-  //          dx_j = sum_t sc_tj dy_t + wend_j dS k_j (+ D dy for the chunk's own rows).
-  // Rows j = 1..L are positions t0 + j - 1; row 0 (column 0) goes to gprev_*.
-  block_gemm2<kTC>(L, N, L, dxm + 1, 1, ldS, qs, ldN, 1, P, xa + ldP, ldP, 1, big, ldN, 1,
-              [&](int i, int n, float intra, float state) {
-                const int j = i + 1;
-                const float e_part = state * ka[j * ldN + n];  // e_j = sum_n of these (row sums into ecol + 1)
-                if (i >= rows) return e_part;
-                const float v = intra + wend[j] * state;
-                if (i == L - 1 && !last)
-                  p.last_k[(bh * p.nC + c) * N + n] = v;
-                else
-                  static_cast<TQK*>(p.dk)[row_index(p, b, t0 + i, h) * N + n] = from_float<TQK>(v);
-                return e_part;
-              },
-              ecol + 1);
-  block_gemm2<kTC>(L, P, L, sc + 1, 1, ldS, dys, ldP, 1, N, ka + ldN, ldN, 1, big, 1, ldN,
-              [&](int i, int col, float intra, float state) {
-                if (i >= rows) return;
-                const float v = intra + wend[i + 1] * state + Dh * dys[i * ldP + col];
-                if (i == L - 1 && !last)
-                  p.last_x[(bh * p.nC + c) * P + col] = v;
-                else
-                  static_cast<TX*>(p.dx)[row_index(p, b, t0 + i, h) * P + col] = from_float<TX>(v);
-              });
-  // Column 0: the previous position's key and input.
-  // (k entries on threads 0..N-1, x entries on the next P threads: both chains at once.)
-  // e_0's terms are summed per warp first (all N threads on one address would serialise).
-  for (int base = 0; base < N + P; base += blockDim.x) {  // uniform trip count: warp_sum below
-    const int i = base + threadIdx.x;
-    float intra = 0.f, state = 0.f, e_part = 0.f;
-    if (i < N) {
-      const int n = i;
-      for (int t = 0; t < L; ++t) intra = fmaf(dxm[t * ldS], qs[t * ldN + n], intra);
-      for (int col = 0; col < P; ++col) state = fmaf(xa[col], big[col * ldN + n], state);
-      p.gprev_k[(bh * p.nC + c) * N + n] = intra + wend[0] * state;
-      e_part = state * ka[n];
-    } else if (i < N + P) {
-      const int col = i - N;
-      for (int t = 0; t < L; ++t) intra = fmaf(sc[t * ldS], dys[t * ldP + col], intra);
-      for (int n = 0; n < N; ++n) state = fmaf(ka[n], big[col * ldN + n], state);
-      p.gprev_x[(bh * p.nC + c) * P + col] = intra + wend[0] * state;
-    }
-    e_part = warp_sum(e_part);
-    if ((threadIdx.x & 31) == 0 && base + (threadIdx.x & ~31) < N) atomicAdd(&ecol[0], e_part);
+  load_rows_bf16(s.qs, ldN, N, static_cast<const TQK*>(p.q), p, b, h, t0, L, nullptr);
+  load_rows_bf16(s.ka, ldN, N, static_cast<const TQK*>(p.k), p, b, h, t0 - 1, L + 1,
+                 first && p.k_prev ? p.k_prev + bh * N : nullptr);
+  load_rows_bf16(s.xa, ldP, P, static_cast<const bf16*>(p.x), p, b, h, t0 - 1, L + 1,
+                 first && p.x_prev ? p.x_prev + bh * P : nullptr);
+  load_matrix_bf16(s.state, ldN, P, N, p.states + (bh * p.nC + c) * P * N);
+  for (int i = threadIdx.x; i < L / 16 * L; i += blockDim.x) s.dgp[i] = s.dbp[i] = 0.f;  // tiles above the diagonal
+  load_coefficients(p, b, h, t0, s.cum, s.bet, s.gam);  // ends with a barrier
+  for (int j = threadIdx.x; j <= L; j += blockDim.x) s.wend[j] = weight(s.cum, s.bet, s.gam, L, L - 1, j);
+  // dy (rounded into its tile; its fp32 dots with x_0 and x_t here), then column 0 of both score matrices.
+  load_dy_bf16(s.dys, ldP, p, b, h, t0, nullptr, s.xa, ldP, s.dx0, s.drow);
+  score_column0(s.qs, ldN, s.ka, N, L, s.cum, s.bet, s.gam, s.sc0, s.db0p);
+  __syncthreads();
+  for (int t = threadIdx.x; t < L; t += blockDim.x) {  // dbeta_0's terms from the raw column 0, then weight it
+    const float w0 = weight(s.cum, s.bet, s.gam, L, t, 0);
+    s.db0p[t] = decay(s.cum, t, 0) * s.db0p[t] * s.dx0[t];
+    s.dx0[t] *= w0;
+  }
+
+  // Phase A: per lower tile, sc = q_t . k_j and dxm = dy_t . x_j (columns j = 1..L at j - 1) in fp32
+  // registers: the intra-chunk dgamma_s = sum_t exp(cum_t - cum_s) sc dxm at column s + 1 and dbeta_s at
+  // column s (their column sums per tile), then W o sc and W o dxm rounded into the bf16 tiles.
+  for (int task = warp; task < nL * (nL + 1) / 2; task += warps) {
+    int bi, bj;
+    lower_tile(task, bi, bj);
+    const int i0 = 16 * bi, j0 = 16 * bj;
+    float sc[2][4] = {}, dm[2][4] = {}, cg[2][2] = {}, cb[2][2] = {};
+    mma_block(sc, {s.qs, ldN, true}, {s.ka + ldN, ldN, true}, i0, j0, 0, N);
+    mma_block(dm, {s.dys, ldP, true}, {s.xa + ldP, ldP, true}, i0, j0, 0, P);
+    for_tile_elements(i0, j0, [&](int t, int j, int nt, int e) {  // j: position j of the chunk, column j + 1
+      const float prod = sc[nt][e] * dm[nt][e];
+      if (t >= j) cg[nt][e & 1] += decay(s.cum, t, j) * prod;
+      if (t > j) cb[nt][e & 1] += decay(s.cum, t, j + 1) * prod;
+      const float w = weight(s.cum, s.bet, s.gam, L, t, j + 1);
+      sc[nt][e] *= w;
+      dm[nt][e] *= w;
+    });
+    for_tile_elements(i0, j0, [&](int t, int j, int nt, int e) {
+      if (e & 1) return;
+      *reinterpret_cast<uint32_t*>(s.scw + t * ldL + j) = pack_bf16(sc[nt][e], sc[nt][e + 1]);
+      *reinterpret_cast<uint32_t*>(s.dxw + t * ldL + j) = pack_bf16(dm[nt][e], dm[nt][e + 1]);
+    });
+    store_column_sums(cg, s.dgp + bi * L, j0, L);
+    store_column_sums(cb, s.dbp + bi * L + 1, j0, L - 1);  // dbeta_{j+1}: none for j = L-1 (t > L-1)
   }
   __syncthreads();
-  // State parts of dgamma / dbeta, and r_t for d log alpha.
-  for (int s = threadIdx.x; s < rows; s += blockDim.x) {
-    const float d = decay(cum, L - 1, s);
-    const float g = fmaf(d, ecol[s + 1], dg[s]), be = fmaf(d, ecol[s], db[s]);
-    const int64_t i = row_index(p, b, t0 + s, h);
+
+  // Phase B: yscan_t = sum_j W_tj (q_t.k_j) x_j + exp(cum_t) S_c q_t (recomputed) -> dz, r1_t = dy_t .
+  // yscan_t; dq_t = sum_j W_tj (dy_t.x_j) k_j + exp(cum_t) S_c^T dy_t. The adjoint dS is pulled into L2
+  // meanwhile. dy for dz and r_t is recomputed in fp32 from dout and z (the tile holds it rounded).
+  prefetch_l2(dS, P * N);
+  const float Dh = p.D[h];
+  const bf16* z = static_cast<const bf16*>(p.z);
+  const int tP = P / 16, tN = N / 16;
+  for (int task = warp; task < nL * (tP + tN); task += warps) {
+    if (task < nL * tP) {
+      const int i0 = (task / tP) * 16, j0 = (task % tP) * 16;
+      float intra[2][4] = {}, inter[2][4] = {}, rs[2] = {};
+      mma_block(intra, {s.scw, ldL, true}, {s.xa + ldP, ldP, false}, i0, j0, 0, i0 + 16);
+      mma_block(inter, {s.qs, ldN, true}, {s.state, ldN, true}, i0, j0, 0, N);
+      for_tile_elements(i0, j0, [&](int t, int col, int nt, int e) {
+        if (t >= rows) return;
+        const float yscan =
+            intra[nt][e] + s.sc0[t] * __bfloat162float(s.xa[col]) + expf(s.cum[t]) * inter[nt][e];
+        const int64_t o = row_index(p, b, t0 + t, h) * P + col;
+        float dy = p.dout[o];
+        if (z) {
+          const float zv = __bfloat162float(z[o]), sg = sigmoid(zv);
+          const float y = yscan + Dh * __bfloat162float(s.xa[(t + 1) * ldP + col]);
+          static_cast<bf16*>(p.dz)[o] = __float2bfloat16_rn(dy * y * sg * (1.f + zv * (1.f - sg)));
+          dy *= zv * sg;
+        }
+        rs[e >> 1] += yscan * dy;
+      });
+      store_row_sums(rs, s.r1p + (j0 / 16) * L, i0);
+    } else {
+      const int i0 = ((task - nL * tP) / tN) * 16, j0 = ((task - nL * tP) % tN) * 16;
+      float intra[2][4] = {}, inter[2][4] = {};
+      mma_block(intra, {s.dxw, ldL, true}, {s.ka + ldN, ldN, false}, i0, j0, 0, i0 + 16);
+      mma_block(inter, {s.dys, ldP, true}, {s.state, ldN, false}, i0, j0, 0, P);
+      for_tile_elements(i0, j0, [&](int t, int n, int nt, int e) {
+        if ((e & 1) || t >= rows) return;
+        const float decay_in = expf(s.cum[t]);
+        store_pair(static_cast<TQK*>(p.dq) + row_index(p, b, t0 + t, h) * N + n,
+                   intra[nt][e] + s.dx0[t] * __bfloat162float(s.ka[n]) + decay_in * inter[nt][e],
+                   intra[nt][e + 1] + s.dx0[t] * __bfloat162float(s.ka[n + 1]) + decay_in * inter[nt][e + 1]);
+      });
+    }
+  }
+  __syncthreads();
+  load_matrix_bf16(s.state, ldN, P, N, dS);
+  __syncthreads();
+
+  // Phase C: dk_j = sum_t W_tj (dy_t.x_j) q_t + wend_j dS^T x_j, e_j = x_j^T dS k_j; dx_j = sum_t W_tj
+  // (q_t.k_j) dy_t + wend_j dS k_j (+ D dy for the chunk's own rows). Rows j = 1..L are positions t0 + j - 1
+  // (tile row i = j - 1); j = 0 (column 0) goes to gprev_* as warp tasks of 32 outputs, first.
+  const int nk = (N + 31) / 32, nx = (P + 31) / 32, n_col0 = nk + nx;
+  for (int task = warp; task < n_col0 + nL * (tN + tP); task += warps) {
+    if (task < nk) {  // gprev_k[n] = sum_t dxm_t0 q_t[n] + wend_0 (x_0^T dS)[n]; e_0 = (x_0^T dS) . k_0
+      const int n = 32 * task + lane;
+      float intra = 0.f, state = 0.f, e_part = 0.f;
+      if (n < N) {
+        for (int t = 0; t < L; ++t) intra = fmaf(s.dx0[t], __bfloat162float(s.qs[t * ldN + n]), intra);
+        for (int col = 0; col < P; ++col)
+          state = fmaf(__bfloat162float(s.xa[col]), __bfloat162float(s.state[col * ldN + n]), state);
+        p.gprev_k[(bh * p.nC + c) * N + n] = intra + s.wend[0] * state;
+        e_part = state * __bfloat162float(s.ka[n]);
+      }
+      e_part = warp_sum(e_part);
+      if (lane == 0) s.e0p[task] = e_part;
+    } else if (task < n_col0) {  // gprev_x[col] = sum_t sc_t0 dy_t[col] + wend_0 (dS k_0)[col]
+      const int col = 32 * (task - nk) + lane;
+      if (col < P) {
+        float intra = 0.f, state = 0.f;
+        for (int t = 0; t < L; ++t) intra = fmaf(s.sc0[t], __bfloat162float(s.dys[t * ldP + col]), intra);
+        for (int n = 0; n < N; n += 8) {  // 16-byte reads of the state row and of k_0
+          const uint4 sv = *reinterpret_cast<const uint4*>(s.state + col * ldN + n);
+          const uint4 kv = *reinterpret_cast<const uint4*>(s.ka + n);
+          const uint32_t sw[4] = {sv.x, sv.y, sv.z, sv.w}, kw[4] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const float2 a = unpack_bf16(sw[u]), k2 = unpack_bf16(kw[u]);
+            state = fmaf(a.x, k2.x, fmaf(a.y, k2.y, state));
+          }
+        }
+        p.gprev_x[(bh * p.nC + c) * P + col] = intra + s.wend[0] * state;
+      }
+    } else if (task < n_col0 + nL * tN) {
+      const int i0 = ((task - n_col0) / tN) * 16, j0 = ((task - n_col0) % tN) * 16;
+      float intra[2][4] = {}, state[2][4] = {}, rs[2] = {};
+      // A(i, t) = dxw[t][i] (t-major, .trans), nonzero for t >= i: k from the diagonal block on.
+      mma_block(intra, {s.dxw, ldL, false}, {s.qs, ldN, false}, i0, j0, i0, L);
+      mma_block(state, {s.xa + ldP, ldP, true}, {s.state, ldN, false}, i0, j0, 0, P);
+      for_tile_elements(i0, j0, [&](int i, int n, int nt, int e) {
+        const float sv = state[nt][e];
+        rs[e >> 1] += sv * __bfloat162float(s.ka[(i + 1) * ldN + n]);  // e_{i+1}'s terms (row sums)
+        if ((e & 1) || i >= rows) return;
+        const float v0 = intra[nt][e] + s.wend[i + 1] * sv, v1 = intra[nt][e + 1] + s.wend[i + 1] * state[nt][e + 1];
+        if (i == L - 1 && !last)
+          p.last_k[(bh * p.nC + c) * N + n] = v0, p.last_k[(bh * p.nC + c) * N + n + 1] = v1;
+        else
+          store_pair(static_cast<TQK*>(p.dk) + row_index(p, b, t0 + i, h) * N + n, v0, v1);
+      });
+      store_row_sums(rs, s.ep + (j0 / 16) * L, i0);
+    } else {
+      const int i0 = ((task - n_col0 - nL * tN) / tP) * 16, j0 = ((task - n_col0 - nL * tN) % tP) * 16;
+      float intra[2][4] = {}, state[2][4] = {};
+      mma_block(intra, {s.scw, ldL, false}, {s.dys, ldP, false}, i0, j0, i0, L);
+      mma_block(state, {s.ka + ldN, ldN, true}, {s.state, ldN, true}, i0, j0, 0, N);
+      for_tile_elements(i0, j0, [&](int i, int col, int nt, int e) {
+        if ((e & 1) || i >= rows) return;
+        float v[2];
+#pragma unroll
+        for (int u = 0; u < 2; ++u)
+          v[u] = intra[nt][e + u] + s.wend[i + 1] * state[nt][e + u] +
+                 Dh * __bfloat162float(s.dys[i * ldP + col + u]);
+        if (i == L - 1 && !last)
+          p.last_x[(bh * p.nC + c) * P + col] = v[0], p.last_x[(bh * p.nC + c) * P + col + 1] = v[1];
+        else
+          store_pair(static_cast<bf16*>(p.dx) + row_index(p, b, t0 + i, h) * P + col, v[0], v[1]);
+      });
+    }
+  }
+  __syncthreads();
+
+  // State parts of dgamma / dbeta, and r_t for d log alpha, from the partial sums in a fixed order.
+  for (int t = threadIdx.x; t < rows; t += blockDim.x) {
+    float dg = 0.f, db = 0.f, e_t = 0.f, e_next = 0.f, r1 = 0.f;
+    for (int bi = 0; bi < nL; ++bi) dg += s.dgp[bi * L + t], db += s.dbp[bi * L + t];
+    if (t == 0) {
+      db = 0.f;
+      for (int u = 0; u < L; ++u) db += s.db0p[u];
+      for (int u = 0; u < nk; ++u) e_t += s.e0p[u];
+    } else {
+      for (int u = 0; u < tN; ++u) e_t += s.ep[u * L + t - 1];
+    }
+    for (int u = 0; u < tN; ++u) e_next += s.ep[u * L + t];
+    for (int u = 0; u < tP; ++u) r1 += s.r1p[u * L + t];
+    const float d = decay(s.cum, L - 1, t);
+    const float g = fmaf(d, e_next, dg), be = fmaf(d, e_t, db);
+    const int64_t i = row_index(p, b, t0 + t, h);
     p.dgamma[i] = g;
     p.dbeta[i] = be;
-    p.r[i] = r1[s] - bet[s] * be - gam[s] * g;
+    p.r[i] = r1 - s.bet[t] * be - s.gam[t] * g;
   }
-  if (threadIdx.x == 0) p.dD_part[bh * p.nC + c] = *dsum;
+  if (warp == 0) {  // dD partial: sum over the chunk's rows of dy_t . x_t (0 past the end)
+    float v = 0.f;
+    for (int t = lane; t < L; t += 32) v += s.drow[t];
+    v = warp_sum(v);
+    if (lane == 0) p.dD_part[bh * p.nC + c] = v;
+  }
+}
+
+template <typename TX, typename TQK>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan_bwd_chunk(Params p) {
+  extern __shared__ float smem[];
+  if constexpr (kTensorCores<TX, TQK>) {
+    bwd_chunk_tc<TQK>(p, smem);
+  } else {
+    const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
+    const int t0 = c * L, ldP = ld_of(P), ldN = ld_of(N), ldS = ld_of(L);
+    float *cum = smem, *bet = cum + L, *gam = bet + L, *wend = gam + L;
+    float *r1 = wend + (L + 1), *dg = r1 + L, *db = dg + L, *ecol = db + L, *dsum = ecol + (L + 1);
+    float *qs = dsum + 1, *ka = qs + L * ldN, *xa = ka + (L + 1) * ldN, *dys = xa + (L + 1) * ldP;
+    float *sc = dys + L * ldP, *dxm = sc + L * ldS, *big = dxm + L * ldS;
+    const int64_t bh = static_cast<int64_t>(b) * p.H + h;
+    const bool first = c == 0, last = c == p.nC - 1;
+    const int rows = min(L, p.T - t0);  // real rows of this chunk
+
+    load_rows(qs, ldN, N, static_cast<const TQK*>(p.q), p, b, h, t0, L, nullptr);
+    load_rows(ka, ldN, N, static_cast<const TQK*>(p.k), p, b, h, t0 - 1, L + 1,
+              first && p.k_prev ? p.k_prev + bh * N : nullptr);
+    load_rows(xa, ldP, P, static_cast<const TX*>(p.x), p, b, h, t0 - 1, L + 1,
+              first && p.x_prev ? p.x_prev + bh * P : nullptr);
+    load_dy<TX>(dys, ldP, p, b, h, t0, nullptr);
+    for (int t = threadIdx.x; t < L; t += blockDim.x) r1[t] = 0.f;
+    if (threadIdx.x == 0) *dsum = 0.f;
+    load_coefficients(p, b, h, t0, cum, bet, gam);  // ends with a barrier
+    for (int j = threadIdx.x; j <= L; j += blockDim.x) {
+      wend[j] = weight(cum, bet, gam, L, L - 1, j);
+      ecol[j] = 0.f;
+    }
+
+    // Phase A: scores sc = q.k_j and dxm = dy.x_j over columns j = 0..L (column 0 per row).
+    block_gemm(L, L, N, qs, ldN, 1, ka + ldN, 1, ldN, [&](int t, int j, float v) { sc[t * ldS + j + 1] = v; });
+    block_gemm(L, L, P, dys, ldP, 1, xa + ldP, 1, ldP, [&](int t, int j, float v) { dxm[t * ldS + j + 1] = v; });
+    // Column 0 and the sums below: a warp per row, lanes across the row (a thread per row would leave
+    // most of the block idle on a serial chain).
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, warps = blockDim.x / 32;
+    for (int t = warp; t < L; t += warps) {
+      float v = 0.f, w = 0.f;
+      for (int n = lane; n < N; n += 32) v = fmaf(qs[t * ldN + n], ka[n], v);
+      for (int col = lane; col < P; col += 32) w = fmaf(dys[t * ldP + col], xa[col], w);
+      v = warp_sum(v);
+      w = warp_sum(w);
+      if (lane == 0) sc[t * ldS] = v, dxm[t * ldS] = w;
+    }
+    __syncthreads();
+    // Intra-chunk parts of dgamma_s and dbeta_s: sum_t exp(cum_t - cum_s) sc dxm at columns s+1 and s.
+    for (int s = warp; s < L; s += warps) {
+      float g = 0.f, be = 0.f;
+      for (int t = s + lane; t < L; t += 32) {
+        const float d = decay(cum, t, s);
+        g = fmaf(d, sc[t * ldS + s + 1] * dxm[t * ldS + s + 1], g);
+        be = fmaf(d, sc[t * ldS + s] * dxm[t * ldS + s], be);
+      }
+      g = warp_sum(g);
+      be = warp_sum(be);
+      if (lane == 0) dg[s] = g, db[s] = be;
+    }
+    __syncthreads();
+    // Weighted: sc <- W o sc, dxm <- W o dxm (0 above the diagonal).
+    for (int i = threadIdx.x; i < L * (L + 1); i += blockDim.x) {
+      const int t = i / (L + 1), j = i - t * (L + 1);
+      const float w = weight(cum, bet, gam, L, t, j);
+      sc[t * ldS + j] *= w;
+      dxm[t * ldS + j] *= w;
+    }
+    const float* S = p.states + (bh * p.nC + c) * P * N;
+    load_matrix(big, ldN, P, N, S);
+    __syncthreads();
+
+    // Phase B: yscan_t = sum_j sc_tj x_j + exp(cum_t) S_c q_t (recomputed) -> dz, r1_t = dy_t . yscan_t;
+    // dq_t = sum_j dxm_tj k_j + exp(cum_t) S_c^T dy_t.
+    const float Dh = p.D[h];
+    const TX* z = static_cast<const TX*>(p.z);
+    block_gemm2(L, P, L + 1, sc, ldS, 1, xa, ldP, 1, N, qs, ldN, 1, big, 1, ldN,
+                [&](int t, int col, float intra, float inter) {
+                  if (t >= rows) return 0.f;
+                  const float yscan = intra + expf(cum[t]) * inter;
+                  if (z) {
+                    const int64_t o = row_index(p, b, t0 + t, h) * P + col;
+                    const float zv = to_float(z[o]), sg = sigmoid(zv);
+                    const float y = yscan + Dh * xa[(t + 1) * ldP + col];
+                    static_cast<TX*>(p.dz)[o] = from_float<TX>(p.dout[o] * y * sg * (1.f + zv * (1.f - sg)));
+                  }
+                  return yscan * dys[t * ldP + col];  // r1_t = dy_t . yscan_t
+                },
+                r1);
+    block_gemm2(L, N, L + 1, dxm, ldS, 1, ka, ldN, 1, P, dys, ldP, 1, big, ldN, 1,
+                [&](int t, int n, float intra, float inter) {
+                  if (t >= rows) return;
+                  static_cast<TQK*>(p.dq)[row_index(p, b, t0 + t, h) * N + n] =
+                      from_float<TQK>(intra + expf(cum[t]) * inter);
+                });
+    {  // dD partial: sum over real rows of dy . x
+      float v = 0.f;
+      for (int i = threadIdx.x; i < rows * P; i += blockDim.x) {
+        const int t = i / P, col = i - t * P;
+        v = fmaf(dys[t * ldP + col], xa[(t + 1) * ldP + col], v);
+      }
+      v = warp_sum(v);
+      if ((threadIdx.x & 31) == 0) atomicAdd(dsum, v);
+    }
+    __syncthreads();
+    const float* dS = p.dstates + (bh * p.nC + c) * P * N;  // adjoint at the end of this chunk
+    load_matrix(big, ldN, P, N, dS);
+    __syncthreads();
+
+    // Phase C: dk_j = sum_t dxm_tj q_t + wend_j dS^T x_j, e_j = x_j^T dS k_j;
+    //          dx_j = sum_t sc_tj dy_t + wend_j dS k_j (+ D dy for the chunk's own rows).
+    // Rows j = 1..L are positions t0 + j - 1; row 0 (column 0) goes to gprev_*.
+    block_gemm2(L, N, L, dxm + 1, 1, ldS, qs, ldN, 1, P, xa + ldP, ldP, 1, big, ldN, 1,
+                [&](int i, int n, float intra, float state) {
+                  const int j = i + 1;
+                  const float e_part = state * ka[j * ldN + n];  // e_j = sum_n of these (row sums into ecol + 1)
+                  if (i >= rows) return e_part;
+                  const float v = intra + wend[j] * state;
+                  if (i == L - 1 && !last)
+                    p.last_k[(bh * p.nC + c) * N + n] = v;
+                  else
+                    static_cast<TQK*>(p.dk)[row_index(p, b, t0 + i, h) * N + n] = from_float<TQK>(v);
+                  return e_part;
+                },
+                ecol + 1);
+    block_gemm2(L, P, L, sc + 1, 1, ldS, dys, ldP, 1, N, ka + ldN, ldN, 1, big, 1, ldN,
+                [&](int i, int col, float intra, float state) {
+                  if (i >= rows) return;
+                  const float v = intra + wend[i + 1] * state + Dh * dys[i * ldP + col];
+                  if (i == L - 1 && !last)
+                    p.last_x[(bh * p.nC + c) * P + col] = v;
+                  else
+                    static_cast<TX*>(p.dx)[row_index(p, b, t0 + i, h) * P + col] = from_float<TX>(v);
+                });
+    // Column 0: the previous position's key and input.
+    // (k entries on threads 0..N-1, x entries on the next P threads: both chains at once.)
+    // e_0's terms are summed per warp first (all N threads on one address would serialise).
+    for (int base = 0; base < N + P; base += blockDim.x) {  // uniform trip count: warp_sum below
+      const int i = base + threadIdx.x;
+      float intra = 0.f, state = 0.f, e_part = 0.f;
+      if (i < N) {
+        const int n = i;
+        for (int t = 0; t < L; ++t) intra = fmaf(dxm[t * ldS], qs[t * ldN + n], intra);
+        for (int col = 0; col < P; ++col) state = fmaf(xa[col], big[col * ldN + n], state);
+        p.gprev_k[(bh * p.nC + c) * N + n] = intra + wend[0] * state;
+        e_part = state * ka[n];
+      } else if (i < N + P) {
+        const int col = i - N;
+        for (int t = 0; t < L; ++t) intra = fmaf(sc[t * ldS], dys[t * ldP + col], intra);
+        for (int n = 0; n < N; ++n) state = fmaf(ka[n], big[col * ldN + n], state);
+        p.gprev_x[(bh * p.nC + c) * P + col] = intra + wend[0] * state;
+      }
+      e_part = warp_sum(e_part);
+      if ((threadIdx.x & 31) == 0 && base + (threadIdx.x & ~31) < N) atomicAdd(&ecol[0], e_part);
+    }
+    __syncthreads();
+    // State parts of dgamma / dbeta, and r_t for d log alpha.
+    for (int s = threadIdx.x; s < rows; s += blockDim.x) {
+      const float d = decay(cum, L - 1, s);
+      const float g = fmaf(d, ecol[s + 1], dg[s]), be = fmaf(d, ecol[s], db[s]);
+      const int64_t i = row_index(p, b, t0 + s, h);
+      p.dgamma[i] = g;
+      p.dbeta[i] = be;
+      p.r[i] = r1[s] - bet[s] * be - gam[s] * g;
+    }
+    if (threadIdx.x == 0) p.dD_part[bh * p.nC + c] = *dsum;
+  }
 }
 
 // d log alpha_r = sum_{t >= r} r_t per (b, h), a reverse scan over T in fp64 (one warp per (b, h));
@@ -801,13 +1408,25 @@ void allow_smem(Kernel kernel, size_t bytes, const char* what, const Params& p) 
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
-// One launch of a per-chunk kernel (grid = chunks x heads x batch) with `floats` of shared memory.
+// Shared-memory bytes of a per-chunk kernel: its tensor-core layout (TcLayout, measured by a Carve from
+// address 0) or the SIMT path's simt_floats fp32.
+template <typename TX, typename TQK, class TcLayout>
+size_t smem_bytes(int64_t L, int64_t P, int64_t N, size_t simt_floats) {
+  if constexpr (kTensorCores<TX, TQK>) {
+    Carve carve;
+    const TcLayout layout(carve, L, P, N);
+    (void)layout;
+    return carve.used;
+  } else {
+    return simt_floats * sizeof(float);
+  }
+}
+
+// One launch of a per-chunk kernel (grid = chunks x heads x batch, kThreads each) with `bytes` of shared memory.
 template <class Kernel>
-void launch_chunks(Kernel kernel, size_t floats, const char* what, const Params& p, cudaStream_t stream,
-                   int threads = kThreads) {
-  const size_t bytes = floats * sizeof(float);
+void launch_chunks(Kernel kernel, size_t bytes, const char* what, const Params& p, cudaStream_t stream) {
   allow_smem(kernel, bytes, what, p);
-  kernel<<<dim3(p.nC, p.H, p.B), threads, bytes, stream>>>(p);
+  kernel<<<dim3(p.nC, p.H, p.B), kThreads, bytes, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -873,11 +1492,13 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
       with_io_types(x.scalar_type(), q.scalar_type(), [&](auto xtag, auto qtag) {
         using TX = typename decltype(xtag)::type;
         using TQK = typename decltype(qtag)::type;
-        launch_chunks(ablate_ssm_scan_fwd_chunk_state<TX, TQK>, chunk_state_smem_floats(L, P, N, kPad<TX, TQK>),
+        launch_chunks(ablate_ssm_scan_fwd_chunk_state<TX, TQK>,
+                      smem_bytes<TX, TQK, ChunkStateTc>(L, P, N, chunk_state_smem_floats(L, P, N)),
                       "the forward chunk-state kernel", p, stream);
         launch_state_pass(ablate_ssm_scan_fwd_state_pass, p, stream);
-        launch_chunks(ablate_ssm_scan_fwd_output<TX, TQK>, output_smem_floats(L, P, N, kPad<TX, TQK>), "the forward output kernel", p,
-                      stream, kChunkThreads<TX, TQK>);
+        launch_chunks(ablate_ssm_scan_fwd_output<TX, TQK>,
+                      smem_bytes<TX, TQK, OutputTc>(L, P, N, output_smem_floats(L, P, N)), "the forward output kernel",
+                      p, stream);
       });
     }
     ctx->save_for_backward({x, q, k, log_alpha, beta, gamma, D, z_in, h0_in, x_prev_in, k_prev_in, states, lam, h_last});
@@ -936,11 +1557,13 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
       with_io_types(x.scalar_type(), q.scalar_type(), [&](auto xtag, auto qtag) {
         using TX = typename decltype(xtag)::type;
         using TQK = typename decltype(qtag)::type;
-        launch_chunks(ablate_ssm_scan_bwd_chunk_dstate<TX, TQK>, chunk_dstate_smem_floats(L, P, N, kPad<TX, TQK>),
+        launch_chunks(ablate_ssm_scan_bwd_chunk_dstate<TX, TQK>,
+                      smem_bytes<TX, TQK, ChunkDstateTc>(L, P, N, chunk_dstate_smem_floats(L, P, N)),
                       "the backward chunk-state kernel", p, stream);
         launch_state_pass(ablate_ssm_scan_bwd_state_pass, p, stream);
-        launch_chunks(ablate_ssm_scan_bwd_chunk<TX, TQK>, bwd_chunk_smem_floats(L, P, N, kPad<TX, TQK>), "the backward chunk kernel", p,
-                      stream, kChunkThreads<TX, TQK>);
+        launch_chunks(ablate_ssm_scan_bwd_chunk<TX, TQK>,
+                      smem_bytes<TX, TQK, BwdChunkTc>(L, P, N, bwd_chunk_smem_floats(L, P, N)),
+                      "the backward chunk kernel", p, stream);
         ablate_ssm_scan_bwd_dlog_alpha<<<ceil_div(B * H * 32, kThreads), kThreads, 0, stream>>>(p);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
         ablate_ssm_scan_bwd_boundary<TX, TQK><<<dim3(nC, H, B), 128, 0, stream>>>(p);

@@ -402,6 +402,12 @@ const std::vector<ParityCase>& parity_cases() {
       // The model's autocast mix (bf16 x, z; fp32 q, k): fused_cuda's tensor-core path with fp32 q/k tiles.
       ssm_scan_case(2, 150, 2, 64, 128, 64, {.z = true, .h0 = true, .prev = true, .qk_fp32 = true}),
       ssm_scan_case(2, 75, 3, 16, 16, 16, {.z = true, .qk_fp32 = true}),
+      // fused_cuda's tensor-core tiling: chunk 48 (3 x 3 score blocks, N 48 = one and a half warps of
+      // column-0 outputs), N 16 under P 128 (one 16-wide block), and P = N = 128 at chunk 64 (the largest
+      // shared-memory layout of both paths).
+      ssm_scan_case(2, 100, 2, 32, 48, 48, {.z = true, .h0 = true}),
+      ssm_scan_case(1, 70, 2, 128, 16, 32, {.z = true, .prev = true}),
+      ssm_scan_case(1, 130, 1, 128, 128, 64, {.h0 = true, .prev = true, .qk_fp32 = true}),
       // The fused kernel scans chunks of 16 steps, 4 channels a thread when W % 4 == 0, else 2 when W
       // is even, else 1.
       recurrent_scan_case(2, 13, 9, false, true),     // T < one chunk, W odd
