@@ -452,30 +452,6 @@ __device__ __forceinline__ void store_pair(T* dst, float a, float b) {
   }
 }
 
-// The dout and z pairs (columns col, col + 1 of rows t; 0 from row `rows` on) of the 8 accumulator
-// elements a lane holds of the 16 x 16 tile at (i0, j0): dv[nt][half] is row i0 + g + 8 half, columns
-// j0 + 8 nt + 2t + {0, 1}. Loaded before a tile's products so that their latency overlaps them (loaded in
-// the epilogue they waited a round trip each: a load of z after a store of dz might alias it).
-__device__ __forceinline__ void load_pairs(const Params& p, int b, int h, int t0, int rows, int i0, int j0,
-                                           float2 (&dv)[2][2], __nv_bfloat162 (&zv)[2][2]) {
-  const bf16* z = static_cast<const bf16*>(p.z);
-  const bool pairs = reinterpret_cast<uintptr_t>(p.dout) % 8 == 0 && reinterpret_cast<uintptr_t>(z) % 4 == 0;
-  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-#pragma unroll
-  for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int t = i0 + g + 8 * half, col = j0 + 8 * nt + 2 * tq;
-      dv[nt][half] = make_float2(0.f, 0.f);
-      zv[nt][half] = __floats2bfloat162_rn(0.f, 0.f);
-      if (t >= rows) continue;
-      const int64_t o = row_index(p, b, t0 + t, h) * p.P + col;
-      dv[nt][half] = pairs ? *reinterpret_cast<const float2*>(p.dout + o) : make_float2(p.dout[o], p.dout[o + 1]);
-      if (z != nullptr)
-        zv[nt][half] = pairs ? *reinterpret_cast<const __nv_bfloat162*>(z + o) : __halves2bfloat162(z[o], z[o + 1]);
-    }
-}
-
 // 8 consecutive elements at src as bf16: one 16-byte load (bf16) or two (fp32) when `vector`.
 template <typename T>
 __device__ __forceinline__ uint4 load8_bf16(const T* src, bool vector) {
@@ -547,54 +523,35 @@ __device__ __forceinline__ void prefetch_l2(const float* src, int count) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(src + i));
 }
 
-// Pulls rows t_first .. t_first + nrows - 1 (those in [0, T)) of one (b, h) slice of a [B,T,H,width] tensor
-// into L2, one prefetch per 128 bytes of a row. Issued for every tile of a block at its start, so their
-// DRAM fetches overlap instead of one round trip per tile load (each load loop stores into shared memory
-// before the next one may issue: the compiler cannot move a load above a store that might alias it).
-template <typename T>
-__device__ void prefetch_rows_l2(const T* src, const Params& p, int b, int h, int t_first, int nrows, int width) {
-  const int row_bytes = width * static_cast<int>(sizeof(T)), lines = (row_bytes + 127) / 128;
-  const int64_t row_stride = static_cast<int64_t>(p.H) * width;
-  const T* base = src + row_index(p, b, 0, h) * width;
-  for (int i = threadIdx.x; i < nrows * lines; i += blockDim.x) {
-    const int r = i / lines, t = t_first + r;
-    if (t >= 0 && t < p.T) {
-      const char* line = reinterpret_cast<const char*>(base + t * row_stride) + (i - r * lines) * 128;
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
-    }
-  }
-}
-
 // dy_t = dout_t * silu(z_t) (dout_t without z) for chunk rows 0 .. L-1 (0 past the end) into a bf16 tile,
-// times exp(cum_t) when cum is given; a warp per row, a lane per 4 columns, kRows rows' loads in flight
-// (8 in the backward chunk: one round trip for L 64 over 8 warps).
+// times exp(cum_t) when cum is given; a warp per row, a lane per 4 columns, kRows rows' loads in flight.
 // With x (the chunk's x tile, row 0 the column-0 position): the fp32 dots dy_t . x_0 into dot0[t] and
 // dy_t . x_t (row t + 1) into dotx[t], from dy before its rounding.
-template <int kRows>
 __device__ void load_dy_bf16(bf16* dst, int ld, const Params& p, int b, int h, int t0, const float* cum,
                              const bf16* x = nullptr, int ldx = 0, float* dot0 = nullptr, float* dotx = nullptr) {
+  constexpr int kRows = 4;
   const bf16* z = static_cast<const bf16*>(p.z);
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32, lane = threadIdx.x & 31, col = 4 * lane;
   const bool active = col < p.P;
   const bool vector = is_aligned16(p.dout) && (z == nullptr || reinterpret_cast<uintptr_t>(z) % 8 == 0);
   for (int tb = warp; tb < p.L; tb += kRows * warps) {
-    float v[kRows][4];
-    uint2 zw[kRows];  // z stays packed bf16 until used (fewer registers with 8 rows in flight)
+    float v[kRows][4], zv[kRows][4];
 #pragma unroll
     for (int u = 0; u < kRows; ++u) {
       const int t = tb + u * warps;
       const bool real = active && t < p.L && t0 + t < p.T;
       const int64_t o = real ? row_index(p, b, t0 + t, h) * p.P + col : 0;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) v[u][e] = 0.f;
-      zw[u] = make_uint2(0, 0);
+      for (int e = 0; e < 4; ++e) v[u][e] = zv[u][e] = 0.f;
       if (real) load_run<4>(p.dout + o, vector, v[u]);
       if (real && z) {
         if (vector) {
-          zw[u] = *reinterpret_cast<const uint2*>(z + o);
+          const uint2 w = *reinterpret_cast<const uint2*>(z + o);
+          const float2 lo = unpack_bf16(w.x), hi = unpack_bf16(w.y);
+          zv[u][0] = lo.x, zv[u][1] = lo.y, zv[u][2] = hi.x, zv[u][3] = hi.y;
         } else {
-          zw[u].x = pack_bf16(to_float(z[o]), to_float(z[o + 1]));  // exact: bf16 -> fp32 -> bf16
-          zw[u].y = pack_bf16(to_float(z[o + 2]), to_float(z[o + 3]));
+#pragma unroll
+          for (int e = 0; e < 4; ++e) zv[u][e] = to_float(z[o + e]);
         }
       }
     }
@@ -602,11 +559,9 @@ __device__ void load_dy_bf16(bf16* dst, int ld, const Params& p, int b, int h, i
     for (int u = 0; u < kRows; ++u) {
       const int t = tb + u * warps;  // warp-uniform: the warp_sum below sees every lane
       if (t >= p.L) break;
-      const float2 zlo = unpack_bf16(zw[u].x), zhi = unpack_bf16(zw[u].y);
-      const float zv[4] = {zlo.x, zlo.y, zhi.x, zhi.y};
       float dy[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dy[e] = z ? v[u][e] * zv[e] * sigmoid(zv[e]) : v[u][e];
+      for (int e = 0; e < 4; ++e) dy[e] = z ? v[u][e] * zv[u][e] * sigmoid(zv[u][e]) : v[u][e];
       const float scale = cum != nullptr && t0 + t < p.T ? expf(cum[t]) : 1.f;
       if (active)
         *reinterpret_cast<uint2*>(dst + t * ld + col) =
@@ -938,7 +893,7 @@ __device__ void chunk_dstate_tc(const Params& p, float* smem) {
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   load_rows_bf16(s.qs, ldN, N, static_cast<const TQK*>(p.q), p, b, h, t0, L, nullptr);
   load_coefficients(p, b, h, t0, s.cum, s.bet, s.gam);
-  load_dy_bf16<4>(s.dys, ldP, p, b, h, t0, s.cum);
+  load_dy_bf16(s.dys, ldP, p, b, h, t0, s.cum);
   __syncthreads();
   float* dZ = p.dstates + (bh * p.nC + c) * P * N;
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32, tn = N / 16;
@@ -1011,14 +966,12 @@ __host__ __device__ inline size_t bwd_chunk_smem_floats(int L, int P, int N) {
 // L 64, P 64, N 128. The fp32 side: the weighted column 0 of both score matrices (sc0, dx0), and per-tile
 // partial sums (one writer each, added in a fixed order at the end) of the intra-chunk dgamma / dbeta
 // (dgp, dbp: per block row of the scores), r_t (r1p: per column block of yscan), e_j (ep: per column
-// block of dk), e_0 (e0p: per warp task), db0p[t] (dbeta_0's terms) and drow[t] = dy_t . x_t (dD);
-// ecum[t] = exp(cum_t), once per row instead of once per epilogue element.
+// block of dk), e_0 (e0p: per warp task), db0p[t] (dbeta_0's terms) and drow[t] = dy_t . x_t (dD).
 struct BwdChunkTc {
-  float *cum, *bet, *gam, *ecum, *wend, *sc0, *dx0, *db0p, *drow, *dgp, *dbp, *r1p, *ep, *e0p;
+  float *cum, *bet, *gam, *wend, *sc0, *dx0, *db0p, *drow, *dgp, *dbp, *r1p, *ep, *e0p;
   bf16 *qs, *ka, *xa, *dys, *scw, *dxw, *state;
   __host__ __device__ BwdChunkTc(Carve& c, int L, int P, int N)
-      : cum(c.take<float>(L)), bet(c.take<float>(L)), gam(c.take<float>(L)), ecum(c.take<float>(L)),
-        wend(c.take<float>(L + 1)),
+      : cum(c.take<float>(L)), bet(c.take<float>(L)), gam(c.take<float>(L)), wend(c.take<float>(L + 1)),
         sc0(c.take<float>(L)), dx0(c.take<float>(L)), db0p(c.take<float>(L)), drow(c.take<float>(L)),
         dgp(c.take<float>(L / 16 * L)), dbp(c.take<float>(L / 16 * L)), r1p(c.take<float>(P / 16 * L)),
         ep(c.take<float>(N / 16 * L)), e0p(c.take<float>((N + 31) / 32)), qs(c.take<bf16>(L * ld_tc(N))),
@@ -1041,31 +994,18 @@ __device__ void bwd_chunk_tc(const Params& p, float* smem) {
   const int rows = min(L, p.T - t0);  // real rows of this chunk
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32, lane = threadIdx.x & 31, nL = L / 16;
   const float* dS = p.dstates + (bh * p.nC + c) * P * N;  // adjoint at the end of this chunk
-  const float* S = p.states + (bh * p.nC + c) * P * N;    // state entering this chunk
 
-  // Everything loaded before phase A into L2 at once (q goes first and needs none; dS waits for phase B).
-  prefetch_rows_l2(static_cast<const TQK*>(p.k), p, b, h, t0 - 1, L + 1, N);
-  prefetch_rows_l2(static_cast<const bf16*>(p.x), p, b, h, t0 - 1, L + 1, P);
-  prefetch_l2(S, P * N);
-  prefetch_rows_l2(p.log_alpha, p, b, h, t0, L, 1);
-  prefetch_rows_l2(p.beta, p, b, h, t0, L, 1);
-  prefetch_rows_l2(p.gamma, p, b, h, t0, L, 1);
-  prefetch_rows_l2(p.dout, p, b, h, t0, L, P);
-  if (p.z) prefetch_rows_l2(static_cast<const bf16*>(p.z), p, b, h, t0, L, P);
   load_rows_bf16(s.qs, ldN, N, static_cast<const TQK*>(p.q), p, b, h, t0, L, nullptr);
   load_rows_bf16(s.ka, ldN, N, static_cast<const TQK*>(p.k), p, b, h, t0 - 1, L + 1,
                  first && p.k_prev ? p.k_prev + bh * N : nullptr);
   load_rows_bf16(s.xa, ldP, P, static_cast<const bf16*>(p.x), p, b, h, t0 - 1, L + 1,
                  first && p.x_prev ? p.x_prev + bh * P : nullptr);
-  load_matrix_bf16(s.state, ldN, P, N, S);
+  load_matrix_bf16(s.state, ldN, P, N, p.states + (bh * p.nC + c) * P * N);
   for (int i = threadIdx.x; i < L / 16 * L; i += blockDim.x) s.dgp[i] = s.dbp[i] = 0.f;  // tiles above the diagonal
   load_coefficients(p, b, h, t0, s.cum, s.bet, s.gam);  // ends with a barrier
-  for (int j = threadIdx.x; j <= L; j += blockDim.x) {
-    s.wend[j] = weight(s.cum, s.bet, s.gam, L, L - 1, j);
-    if (j < L) s.ecum[j] = expf(s.cum[j]);
-  }
+  for (int j = threadIdx.x; j <= L; j += blockDim.x) s.wend[j] = weight(s.cum, s.bet, s.gam, L, L - 1, j);
   // dy (rounded into its tile; its fp32 dots with x_0 and x_t here), then column 0 of both score matrices.
-  load_dy_bf16<8>(s.dys, ldP, p, b, h, t0, nullptr, s.xa, ldP, s.dx0, s.drow);
+  load_dy_bf16(s.dys, ldP, p, b, h, t0, nullptr, s.xa, ldP, s.dx0, s.drow);
   score_column0(s.qs, ldN, s.ka, N, L, s.cum, s.bet, s.gam, s.sc0, s.db0p);
   __syncthreads();
   for (int t = threadIdx.x; t < L; t += blockDim.x) {  // dbeta_0's terms from the raw column 0, then weight it
@@ -1113,30 +1053,21 @@ __device__ void bwd_chunk_tc(const Params& p, float* smem) {
     if (task < nL * tP) {
       const int i0 = (task / tP) * 16, j0 = (task % tP) * 16;
       float intra[2][4] = {}, inter[2][4] = {}, rs[2] = {};
-      float2 dv[2][2];
-      __nv_bfloat162 zv[2][2];
-      load_pairs(p, b, h, t0, rows, i0, j0, dv, zv);
       mma_block(intra, {s.scw, ldL, true}, {s.xa + ldP, ldP, false}, i0, j0, 0, i0 + 16);
       mma_block(inter, {s.qs, ldN, true}, {s.state, ldN, true}, i0, j0, 0, N);
       for_tile_elements(i0, j0, [&](int t, int col, int nt, int e) {
-        if ((e & 1) || t >= rows) return;
-        const float2 zf = __bfloat1622float2(zv[nt][e >> 1]);
-        const float zz[2] = {zf.x, zf.y}, dout[2] = {dv[nt][e >> 1].x, dv[nt][e >> 1].y};
-        float dzv[2] = {};
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const float yscan =
-              intra[nt][e + u] + s.sc0[t] * __bfloat162float(s.xa[col + u]) + s.ecum[t] * inter[nt][e + u];
-          float dy = dout[u];
-          if (z) {
-            const float sg = sigmoid(zz[u]);
-            const float y = yscan + Dh * __bfloat162float(s.xa[(t + 1) * ldP + col + u]);
-            dzv[u] = dy * y * sg * (1.f + zz[u] * (1.f - sg));
-            dy *= zz[u] * sg;
-          }
-          rs[e >> 1] += yscan * dy;
+        if (t >= rows) return;
+        const float yscan =
+            intra[nt][e] + s.sc0[t] * __bfloat162float(s.xa[col]) + expf(s.cum[t]) * inter[nt][e];
+        const int64_t o = row_index(p, b, t0 + t, h) * P + col;
+        float dy = p.dout[o];
+        if (z) {
+          const float zv = __bfloat162float(z[o]), sg = sigmoid(zv);
+          const float y = yscan + Dh * __bfloat162float(s.xa[(t + 1) * ldP + col]);
+          static_cast<bf16*>(p.dz)[o] = __float2bfloat16_rn(dy * y * sg * (1.f + zv * (1.f - sg)));
+          dy *= zv * sg;
         }
-        if (z) store_pair(static_cast<bf16*>(p.dz) + row_index(p, b, t0 + t, h) * P + col, dzv[0], dzv[1]);
+        rs[e >> 1] += yscan * dy;
       });
       store_row_sums(rs, s.r1p + (j0 / 16) * L, i0);
     } else {
@@ -1146,7 +1077,7 @@ __device__ void bwd_chunk_tc(const Params& p, float* smem) {
       mma_block(inter, {s.dys, ldP, true}, {s.state, ldN, false}, i0, j0, 0, P);
       for_tile_elements(i0, j0, [&](int t, int n, int nt, int e) {
         if ((e & 1) || t >= rows) return;
-        const float decay_in = s.ecum[t];
+        const float decay_in = expf(s.cum[t]);
         store_pair(static_cast<TQK*>(p.dq) + row_index(p, b, t0 + t, h) * N + n,
                    intra[nt][e] + s.dx0[t] * __bfloat162float(s.ka[n]) + decay_in * inter[nt][e],
                    intra[nt][e + 1] + s.dx0[t] * __bfloat162float(s.ka[n + 1]) + decay_in * inter[nt][e + 1]);
@@ -1159,40 +1090,26 @@ __device__ void bwd_chunk_tc(const Params& p, float* smem) {
 
   // Phase C: dk_j = sum_t W_tj (dy_t.x_j) q_t + wend_j dS^T x_j, e_j = x_j^T dS k_j; dx_j = sum_t W_tj
   // (q_t.k_j) dy_t + wend_j dS k_j (+ D dy for the chunk's own rows). Rows j = 1..L are positions t0 + j - 1
-  // (tile row i = j - 1); j = 0 (column 0) goes to gprev_* as warp tasks of 32 outputs, first. Their
-  // dot products run 4 partial sums each (fixed order): 4 independent FMA chains instead of one of
-  // 64 - 128 dependent steps, the longest tasks of this phase.
+  // (tile row i = j - 1); j = 0 (column 0) goes to gprev_* as warp tasks of 32 outputs, first.
   const int nk = (N + 31) / 32, nx = (P + 31) / 32, n_col0 = nk + nx;
-  const auto sum4 = [](const float (&v)[4]) { return (v[0] + v[1]) + (v[2] + v[3]); };
   for (int task = warp; task < n_col0 + nL * (tN + tP); task += warps) {
     if (task < nk) {  // gprev_k[n] = sum_t dxm_t0 q_t[n] + wend_0 (x_0^T dS)[n]; e_0 = (x_0^T dS) . k_0
       const int n = 32 * task + lane;
-      float e_part = 0.f;
+      float intra = 0.f, state = 0.f, e_part = 0.f;
       if (n < N) {
-        float intra[4] = {}, state[4] = {};
-        for (int t = 0; t < L; t += 4)  // L, P: multiples of 16
-#pragma unroll
-          for (int u = 0; u < 4; ++u)
-            intra[u] = fmaf(s.dx0[t + u], __bfloat162float(s.qs[(t + u) * ldN + n]), intra[u]);
-        for (int col = 0; col < P; col += 4)
-#pragma unroll
-          for (int u = 0; u < 4; ++u)
-            state[u] =
-                fmaf(__bfloat162float(s.xa[col + u]), __bfloat162float(s.state[(col + u) * ldN + n]), state[u]);
-        const float st = sum4(state);
-        p.gprev_k[(bh * p.nC + c) * N + n] = sum4(intra) + s.wend[0] * st;
-        e_part = st * __bfloat162float(s.ka[n]);
+        for (int t = 0; t < L; ++t) intra = fmaf(s.dx0[t], __bfloat162float(s.qs[t * ldN + n]), intra);
+        for (int col = 0; col < P; ++col)
+          state = fmaf(__bfloat162float(s.xa[col]), __bfloat162float(s.state[col * ldN + n]), state);
+        p.gprev_k[(bh * p.nC + c) * N + n] = intra + s.wend[0] * state;
+        e_part = state * __bfloat162float(s.ka[n]);
       }
       e_part = warp_sum(e_part);
       if (lane == 0) s.e0p[task] = e_part;
     } else if (task < n_col0) {  // gprev_x[col] = sum_t sc_t0 dy_t[col] + wend_0 (dS k_0)[col]
       const int col = 32 * (task - nk) + lane;
       if (col < P) {
-        float intra[4] = {}, state[4] = {};
-        for (int t = 0; t < L; t += 4)
-#pragma unroll
-          for (int u = 0; u < 4; ++u)
-            intra[u] = fmaf(s.sc0[t + u], __bfloat162float(s.dys[(t + u) * ldP + col]), intra[u]);
+        float intra = 0.f, state = 0.f;
+        for (int t = 0; t < L; ++t) intra = fmaf(s.sc0[t], __bfloat162float(s.dys[t * ldP + col]), intra);
         for (int n = 0; n < N; n += 8) {  // 16-byte reads of the state row and of k_0
           const uint4 sv = *reinterpret_cast<const uint4*>(s.state + col * ldN + n);
           const uint4 kv = *reinterpret_cast<const uint4*>(s.ka + n);
@@ -1200,10 +1117,10 @@ __device__ void bwd_chunk_tc(const Params& p, float* smem) {
 #pragma unroll
           for (int u = 0; u < 4; ++u) {
             const float2 a = unpack_bf16(sw[u]), k2 = unpack_bf16(kw[u]);
-            state[u] = fmaf(a.x, k2.x, fmaf(a.y, k2.y, state[u]));
+            state = fmaf(a.x, k2.x, fmaf(a.y, k2.y, state));
           }
         }
-        p.gprev_x[(bh * p.nC + c) * P + col] = sum4(intra) + s.wend[0] * sum4(state);
+        p.gprev_x[(bh * p.nC + c) * P + col] = intra + s.wend[0] * state;
       }
     } else if (task < n_col0 + nL * tN) {
       const int i0 = ((task - n_col0) / tN) * 16, j0 = ((task - n_col0) % tN) * 16;
