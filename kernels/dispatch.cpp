@@ -172,6 +172,13 @@ SsmScanOutputs Dispatcher::ssm_scan(const SsmScanInputs& inputs) const {
   return {std::move(y), std::move(h_last)};
 }
 
+torch::Tensor Dispatcher::causal_conv(const torch::Tensor& x, const torch::Tensor& weight,
+                                      const torch::Tensor& bias) const {
+  Scope scope("forward", "causal_conv", chosen("causal_conv"));
+  const auto in = scope.enter({x, weight, bias});
+  return scope.exit(lookup(implementations().causal_conv, "causal_conv", implementation_of("causal_conv"))(in[0], in[1], in[2]));
+}
+
 RecurrentScanOutputs Dispatcher::recurrent_scan(const RecurrentScanInputs& inputs) const {
   Scope scope("forward", "recurrent_scan", chosen("recurrent_scan"));
   const auto in = scope.enter({inputs.gate_a, inputs.gate_x, inputs.u, inputs.lambda, inputs.h0});

@@ -47,6 +47,7 @@ class Dispatcher {
                              double capacity_factor, torch::Tensor* dropped) const;
   SsmRotaryOutputs ssm_rotary(const SsmRotaryInputs& inputs) const;
   SsmScanOutputs ssm_scan(const SsmScanInputs& inputs) const;
+  torch::Tensor causal_conv(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) const;
   RecurrentScanOutputs recurrent_scan(const RecurrentScanInputs& inputs) const;
   torch::Tensor loss(const torch::Tensor& hidden, const torch::Tensor& head_weight, const torch::Tensor& targets,
                      const torch::Tensor& mask) const;

@@ -13,6 +13,7 @@
   X(moe_dispatch, MoeDispatchFn)     \
   X(ssm_rotary, SsmRotaryFn)         \
   X(ssm_scan, SsmScanFn)             \
+  X(causal_conv, CausalConvFn)       \
   X(recurrent_scan, RecurrentScanFn) \
   X(loss, LossFn)                    \
   X(optimizer, OptimizerFn)

@@ -73,6 +73,13 @@ struct SsmScanOutputs {
   torch::Tensor h_last;  // [B,H,P,N] fp32: h_{T-1} (h0, or zeros, when T == 0)
 };
 using SsmScanFn = std::function<SsmScanOutputs(const SsmScanInputs&)>;
+// causal_conv (the R block's temporal convolution, docs/model.md "R"): depthwise and causal over time,
+// out[b,t,c] = bias[c] + sum_{j<K} x[b, t-K+1+j, c] weight[c,j], x before the first step 0. x [B,T,C]
+// (strided: the R block hands a slice of its input projection), weight [C,K], bias [C] (the
+// parameters' dtype). out [B,T,C] in the promoted dtype of x and weight (fp32 for bf16 x under
+// autocast), with bias taken in x's dtype: the arithmetic the block had before it was a seam.
+using CausalConvFn =
+    std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias)>;
 // recurrent_scan (RG-LRU, docs/model.md "R"), gates fused: log a_t = -8 sigmoid(gate_a_t) softplus(-lambda),
 // a_t = exp(log a_t), b_t = sqrt(1 - a_t^2) sigmoid(gate_x_t) u_t (computed as sqrt(-expm1(2 log a_t))),
 // h_t = a_t h_{t-1} + b_t, h_{-1} = h0 or 0. Arithmetic in fp32. Every floating input is differentiable.

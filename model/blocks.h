@@ -119,10 +119,6 @@ class RecurrentBlock : public Block {
   torch::Tensor w_out;                   // [d, w]
 };
 
-// Causal depthwise 1-D convolution over time: x [B, T, C], weight [C, K], bias [C];
-// out_t = bias + sum_j weight[:, j] * x_{t-(K-1)+j} with zeros before t = 0.
-torch::Tensor causal_depthwise_conv(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
-
 // D: dense SwiGLU MLP (docs/model.md "D").
 class DenseBlock : public Block {
  public:

@@ -1,6 +1,6 @@
 // model/recurrent_block.cpp: block R, the Griffin RG-LRU recurrent block (docs/model.md "R"):
-// [g ; u] = W_in x, u through a causal depthwise conv of width 4, gate logits W_a u + b_a and
-// W_x u + b_x; the `recurrent_scan` seam turns them, u and Lambda into the gates (r, i, decay
+// [g ; u] = W_in x, u through a causal depthwise conv of width 4 (the `causal_conv` seam), gate logits
+// W_a u + b_a and W_x u + b_x; the `recurrent_scan` seam turns them, u and Lambda into the gates (r, i, decay
 // log a = -8 r softplus(-Lambda), input scale sqrt(1 - a^2)) and runs the recurrence in fp32;
 // out = W_out (gelu(g) * h).
 // Tests: model_tests --gtest_filter='*Recurrent*' (tests/model/blocks_test.cpp: vs a per-timestep loop
@@ -16,14 +16,6 @@ namespace {
 constexpr double kLambdaInitLow = 0.9, kLambdaInitHigh = 0.999;  // range of sigmoid(Lambda) at init
 
 }  // namespace
-
-torch::Tensor causal_depthwise_conv(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
-  const int64_t T = x.size(1), taps = weight.size(1);
-  const auto padded = torch::constant_pad_nd(x, {0, 0, taps - 1, 0});  // zeros before the first step
-  auto out = bias.to(x.scalar_type()).expand_as(x);
-  for (int64_t j = 0; j < taps; ++j) out = out + padded.narrow(1, j, T) * weight.select(1, j);
-  return out;
-}
 
 RecurrentBlock::RecurrentBlock(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher,
                                SeededInit& init)
@@ -49,7 +41,7 @@ BlockOutput RecurrentBlock::forward(const torch::Tensor& x) {
   // split, not two narrows: one cat backward instead of two zero-filled copies and an add.
   const auto gu = torch::linear(x, w_in).split_with_sizes({w, w}, -1);
   const auto& g = gu[0];
-  const auto u = causal_depthwise_conv(gu[1], conv_weight, conv_bias);
+  const auto u = dispatcher_->causal_conv(gu[1], conv_weight, conv_bias);  // the `causal_conv` seam
   const auto gate_a = torch::linear(u, w_a, b_a), gate_x = torch::linear(u, w_x, b_x);
 
   // The gates (r, i, a, sqrt(1 - a^2)) and the recurrence are one seam call: it takes the gate logits as

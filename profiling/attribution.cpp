@@ -87,7 +87,7 @@ std::string family_of_seam(const std::string& seam) {
   static const std::map<std::string, std::string> kBySeam = {
       {"attention", "attention"},       {"rope", "rope"},         {"residual_norm", "norm"},
       {"swiglu", "elementwise"},        {"moe_dispatch", "moe_dispatch"}, {"ssm_rotary", "rope"}, {"ssm_scan", "ssm_scan"},
-      {"recurrent_scan", "recurrent_scan"}, {"loss", "loss"}, {"optimizer", "optimizer"}};
+      {"causal_conv", "elementwise"},   {"recurrent_scan", "recurrent_scan"}, {"loss", "loss"}, {"optimizer", "optimizer"}};
   const auto it = kBySeam.find(seam);
   return it == kBySeam.end() ? "" : it->second;
 }

@@ -93,9 +93,9 @@ data::DataOptions data_options(const ExperimentSpec& spec) {
 // Seams added after the lane key was fixed join it only off their reference backend, so the runs
 // recorded before a seam existed stay in the same lane as today's runs that leave it on the reference.
 // The seams added since: optimizer (session 3), ssm_rotary (the M block's rotation, split out of the block
-// with the same arithmetic on its reference).
+// with the same arithmetic on its reference), causal_conv (the R block's convolution, likewise).
 bool in_lane_key(const kernels::Resolution& r) {
-  static const std::set<std::string> late_seams = {"optimizer", "ssm_rotary"};
+  static const std::set<std::string> late_seams = {"optimizer", "ssm_rotary", "causal_conv"};
   return !late_seams.contains(r.seam) || r.chosen != "reference";
 }
 

@@ -110,7 +110,8 @@ TEST_F(ProfilingGpuTest, WindowIsTracedAttributedAndStored) {
     const std::string seam = a["seam"];
     if (seam.empty()) continue;
     seams_seen.insert(seam);
-    const std::map<std::string, std::string> block_of_seam = {{"attention", "A"}, {"ssm_rotary", "M"}, {"ssm_scan", "M"}, {"recurrent_scan", "R"}};
+    const std::map<std::string, std::string> block_of_seam = {
+        {"attention", "A"}, {"ssm_rotary", "M"}, {"ssm_scan", "M"}, {"causal_conv", "R"}, {"recurrent_scan", "R"}};
     if (const auto it = block_of_seam.find(seam); it != block_of_seam.end()) {
       EXPECT_EQ(a["block"], it->second) << a.dump();
     }
@@ -120,7 +121,8 @@ TEST_F(ProfilingGpuTest, WindowIsTracedAttributedAndStored) {
     }
   }
   // AEMEAEMEAEMR has no D block: swiglu is only called by D (the MoE experts apply their own).
-  for (const char* seam : {"attention", "rope", "residual_norm", "moe_dispatch", "ssm_rotary", "ssm_scan", "recurrent_scan", "loss"})
+  for (const char* seam :
+       {"attention", "rope", "residual_norm", "moe_dispatch", "ssm_rotary", "ssm_scan", "causal_conv", "recurrent_scan", "loss"})
     EXPECT_TRUE(seams_seen.count(seam)) << seam;
   bool backward_seen = false;
   for (const auto& a : doc["profile"]["attribution"]) backward_seen = backward_seen || a["phase"] == "backward";

@@ -25,7 +25,8 @@ DeviceInfo gpu(int major, int minor, const std::string& dtype) {
 
 TEST(Catalog, SeamsAreInModelOrder) {
   EXPECT_EQ(seams(), (std::vector<std::string>{"attention", "rope", "residual_norm", "swiglu", "moe_dispatch",
-                                               "ssm_rotary", "ssm_scan", "recurrent_scan", "loss", "optimizer"}));
+                                               "ssm_rotary", "ssm_scan", "causal_conv", "recurrent_scan", "loss",
+                                               "optimizer"}));
 }
 
 TEST(Catalog, EverySeamHasAnAlwaysAvailableReference) {
@@ -115,7 +116,7 @@ TEST(Catalog, EveryRegisteredBackendIsInTheCatalogAndTheDispatcher) {
 }
 
 TEST(Catalog, FusedCudaRowsAreExperimentalHopperKernelsWithAReason) {
-  for (const char* seam : {"residual_norm", "swiglu", "ssm_rotary", "ssm_scan", "recurrent_scan"}) {
+  for (const char* seam : {"residual_norm", "swiglu", "ssm_rotary", "ssm_scan", "causal_conv", "recurrent_scan"}) {
     const auto* row = find_backend(seam, "fused_cuda");
     ASSERT_NE(row, nullptr) << seam;
     EXPECT_EQ(row->role, Role::experimental) << seam;
@@ -270,7 +271,8 @@ TEST(CatalogResolve, UnknownNamesAreErrorsThatListTheKnownOnes) {
             "sdpa_efficient");
   EXPECT_FALSE(resolve("atention", "reference", cpu(), false, r, error));
   EXPECT_THAT(error, HasSubstr("unknown seam 'atention'"));
-  EXPECT_THAT(error, HasSubstr("attention, rope, residual_norm, swiglu, moe_dispatch, ssm_rotary, ssm_scan, recurrent_scan, loss, optimizer"));
+  EXPECT_THAT(error, HasSubstr("attention, rope, residual_norm, swiglu, moe_dispatch, ssm_rotary, ssm_scan, causal_conv, recurrent_scan, "
+                                "loss, optimizer"));
 }
 
 TEST(Dispatcher, DefaultIsReferenceEverywhereInSeamOrder) {

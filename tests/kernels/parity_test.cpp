@@ -247,7 +247,7 @@ ParityCase ssm_scan_case(int64_t B, int64_t T, int64_t H, int64_t P, int64_t N, 
   // chunked fp32 reference itself measures up to ~1e-5 against fp64 on such inputs (scans_test's
   // kFp32Tol is 3e-5 for the same reason); gradients sum over T outputs, 10x. bf16 inputs: the
   // shared bf16 bound (rounding of x, q, k, z at 4e-3 each, all arithmetic in fp32); with qk_fp32, x
-  // and z rounded to bf16 and q, k to bf16 in fused_cuda's tensor-core products: within it.
+  // and z rounded to bf16, and q, k (fp32) rounded to bf16 as fused_cuda's tensor-core operands: within it.
   c.tolerance = {{torch::kFloat, {3e-5, 3e-4}}};
   return c;
 }
@@ -258,6 +258,22 @@ ParityCase ssm_scan_case(int64_t B, int64_t T, int64_t H, int64_t P, int64_t N, 
 ParityCase without_fp32(ParityCase c) {
   std::erase(c.dtypes, torch::kFloat);
   return c;
+}
+
+// The causal_conv inputs {x, weight, bias}: x in the run dtype, the parameters fp32 at least (as the R
+// block's are). `strided`: x reaches the backend as the second half of a [B, T, 2C] tensor, as the block
+// hands it a slice of its input projection (the fused kernel reads it in place).
+ParityCase causal_conv_case(int64_t B, int64_t T, int64_t C, int64_t K, bool strided) {
+  return {"causal_conv", shape_label({{"B", B}, {"T", T}, {"C", C}, {"K", K}}).append(strided ? "_strided" : ""),
+          kAllDtypes,
+          [=](at::Generator& g) {
+            return std::vector<Input>{floating(random_normal({B, T, C}, g)), fp32_floor(random_normal({C, K}, g, 0.5)),
+                                      fp32_floor(random_normal({C}, g))};
+          },
+          [=](const std::string& name, const std::vector<Tensor>& in) {
+            const auto x = strided ? torch::cat({in[0], in[0]}, -1).narrow(-1, C, C) : in[0];
+            return std::vector<Tensor>{implementations().causal_conv.at(name)(x, in[1], in[2])};
+          }};
 }
 
 // The RG-LRU inputs {gate_a, gate_x, u, lambda, h0}. typical: gate logits N(0, 2^2), sigmoid(lambda)
@@ -416,6 +432,13 @@ const std::vector<ParityCase>& parity_cases() {
       ssm_scan_case(2, 100, 2, 32, 48, 48, {.z = true, .h0 = true}),
       ssm_scan_case(1, 70, 2, 128, 16, 32, {.z = true, .prev = true}),
       without_fp32(ssm_scan_case(1, 130, 1, 128, 128, 64, {.h0 = true, .prev = true, .qk_fp32 = true})),
+      // causal_conv: fused_cuda walks tiles of 32 steps, 4 channels a thread when C and the strides allow
+      // (else 1), with the K-1 steps before a tile in registers.
+      causal_conv_case(2, 37, 8, 4, false),  // a tile and a tail, 4 channels a thread
+      causal_conv_case(1, 1, 6, 4, false),   // one token, C not a multiple of 4
+      causal_conv_case(2, 70, 16, 4, true),  // a slice of a wider row, as the R block passes it
+      causal_conv_case(2, 33, 12, 3, true),  // 3 taps
+      causal_conv_case(1, 5, 4, 1, false),   // one tap: no history
       // The fused kernel scans chunks of 16 steps, 4 channels a thread when W % 4 == 0, else 2 when W
       // is even, else 1.
       recurrent_scan_case(2, 13, 9, false, true),     // T < one chunk, W odd

@@ -386,6 +386,15 @@ TEST(BlockRecurrent, FusedScanMatchesTheReferenceSeamOnCuda) {
       "recurrent_scan", {10, 16}, [](ModelConfig& c, int64_t width) { c.recurrent.width = width; }, 31);
 }
 
+// causal_conv = fused_cuda (kernels/causal_conv/fused_cuda.cu) on the slice of the block's projection:
+// widths on the 1-channel (10) and the 4-channel (16) path.
+TEST(BlockRecurrent, FusedConvMatchesTheReferenceSeamOnCuda) {
+  if (!kernels::has_implementation("causal_conv", "fused_cuda")) GTEST_SKIP() << "built without CUDA";
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible to LibTorch";
+  expect_fused_block_matches_reference<RecurrentBlock>(
+      "causal_conv", {10, 16}, [](ModelConfig& c, int64_t width) { c.recurrent.width = width; }, 33);
+}
+
 TEST(BlockRecurrent, LambdaStartsInTheGriffinRange) {
   auto c = small_config();
   c.recurrent.width = 200;
@@ -402,7 +411,8 @@ TEST(BlockCausalConv, OnlyLooksBack) {
   const auto x = random_normal({1, 7, 3}, gen), w = random_normal({3, 4}, gen), b = random_normal({3}, gen);
   auto changed = x.clone();
   changed[0][5] += 1.0;  // a change at step 5 may only move steps 5 and 6
-  const auto diff = (causal_depthwise_conv(changed, w, b) - causal_depthwise_conv(x, w, b)).abs().sum(-1)[0];
+  const auto& conv = kernels::implementations().causal_conv.at("reference");  // the R block's seam
+  const auto diff = (conv(changed, w, b) - conv(x, w, b)).abs().sum(-1)[0];
   EXPECT_EQ(diff.narrow(0, 0, 5).max().item<double>(), 0.0);
   EXPECT_GT(diff[5].item<double>(), 0.0);
   EXPECT_GT(diff[6].item<double>(), 0.0);

@@ -132,6 +132,11 @@ const std::vector<Sample>& samples() {
       {"ssm_rotary/fused_cuda", "rope",
        "_ZN6ablate7kernels5fused52_GLOBAL__N__7b8dbb3e_13_fused_cuda_cu_2d790885_1847627ablate_ssm_rotary_time_scanILb1EEEvPKf"
        "S5_PfNS2_13TimeScanShapeE"},
+      // kernels/causal_conv/fused_cuda.cu (nm of the .cu object, nvcc 13.0 sm_90a build on the dev machine,
+      // 2026-11-25): no family rule names a convolution, so outside a seam it counts as elementwise.
+      {"causal_conv/fused_cuda", "elementwise",
+       "_ZN6ablate7kernels5fused51_GLOBAL__N__2cf9d627_13_fused_cuda_cu_b493217d_716022ablate_causal_conv_fwdILi4E13__nv_"
+       "bfloat16ffEEvPKT0_PKT1_SA_PT2_NS2_9ConvShapeEb"},
       {"swiglu/fused_cuda", "elementwise",
        "_ZN6ablate7kernels5fused41_GLOBAL__N__6761dd42_9_swiglu_cu_b38752c4L17ablate_swiglu_fwdI13__nv_bfloat16Li1EEEvPKT_S7_"
        "PS5_l"},
