@@ -22,6 +22,10 @@ struct BackwardScopeMarker : torch::autograd::Function<BackwardScopeMarker<kOpen
   // TensorList (a std::vector argument is opaque to it, and the outputs would not require grad).
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::TensorList xs, int64_t id) {
     ctx->saved_data["id"] = id;
+    // An output nobody used keeps an undefined gradient: materialised, it would be zeros the size of
+    // the output, and the view ops behind it (phi_last = phi[:, T-1]) would fill and add a whole
+    // tensor of them in every profiled backward.
+    ctx->set_materialize_grads(false);
     return xs.vec();
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,

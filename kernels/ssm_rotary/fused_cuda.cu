@@ -3,18 +3,19 @@
 // B^ + b_B and C^ + c_C per head, cos and sin, two products per component and their stack, each a
 // [B,T,H,N] fp32 tensor through memory and most of them kept for backward: at nam56r-small (B 8, T 2048,
 // H 32, N 128) that is ~268 MB a tensor and the largest share of the M block's glue time. Here:
-//   forward  the angle steps delta pi tanh(theta) in LibTorch ops (shared with the reference:
-//            reference::ssm_rotary_angle_steps), their sum over time by this file's two-pass scan
+//   forward  the angle steps delta pi tanh(theta) summed over time by this file's two-pass scan
 //            (ablate_ssm_rotary_time_chunk_sums, ablate_ssm_rotary_time_scan: LibTorch's cumsum over
-//            an outer dim took 0.78 ms a call at nam56r-small, forward and backward alike), then
+//            an outer dim took 0.78 ms a call at nam56r-small, forward and backward alike), each step
+//            formed where the scan reads it (the reference's arithmetic; the [B,T,H,S] steps never
+//            stored), then
 //            ablate_ssm_rotary_fwd writes q and k in one pass (bias added, pairs turned by
 //            sincosf(Phi), the tail dims passed through);
 //   backward ablate_ssm_rotary_bwd, one pass over dq, dk: d Phi = (-g0 k1 + g1 k0) summed over q and
 //            k, d b and d c = Rot^T g summed over the heads (in shared memory, a fixed order), and the
 //            bias gradients summed over the block's rows into one partial per block, added up by a
 //            LibTorch sum (no atomics: the result is the same on every run on one GPU model). Phi's
-//            gradient then goes through the reverse scan (the same kernels) into the steps, and by
-//            autograd into delta and theta.
+//            gradient then goes through the reverse scan (the same kernels) into the steps, and one
+//            pass a row (ablate_ssm_rotary_angle_grads) into delta and tanh(theta).
 // Saved for backward: b, c [B,T,N], the biases and Phi [B,T,H,S] (q, k, cos and sin are recomputed).
 // Arithmetic in fp32 (fp32 or bf16 inputs are converted; outputs fp32 as the contract says).
 // Layout: a block owns whole rows (b, t): thread x = pair index p < N/2, thread y = a lane of heads; each
@@ -151,19 +152,40 @@ __device__ __forceinline__ bool time_scan_thread(const TimeScanShape& s, int64_t
   return true;
 }
 
-__global__ void ablate_ssm_rotary_time_chunk_sums(const float* __restrict__ x, float* __restrict__ sums,
-                                                  TimeScanShape s) {
+// What the scan sums: a stored [B, T, C] tensor (the reverse sum of dPhi), or the angle steps
+// delta[b, t, h] pi tanh(theta)[b, t, s] at c = h S + s, formed where they are read (never stored; the
+// same two fp32 roundings as LibTorch's delta * pi * tanh(theta): delta * pi first).
+constexpr float kPi = 3.14159265358979323846f;  // std::numbers::pi rounded to fp32, as LibTorch's scalar
+
+struct StoredRows {
+  const float* x;
+  __device__ __forceinline__ float operator()(const TimeScanShape& s, int64_t b, int64_t t, int64_t c) const {
+    return x[(b * s.T + t) * s.C + c];
+  }
+};
+struct AngleSteps {
+  const float* delta;       // [B, T, H]
+  const float* tanh_theta;  // [B, T, S]
+  int64_t H, S;
+  __device__ __forceinline__ float operator()(const TimeScanShape& s, int64_t b, int64_t t, int64_t c) const {
+    const int64_t row = b * s.T + t, h = c / S;
+    return __fmul_rn(__fmul_rn(delta[row * H + h], kPi), tanh_theta[row * S + (c - h * S)]);
+  }
+};
+
+template <class Source>
+__global__ void ablate_ssm_rotary_time_chunk_sums(Source x, float* __restrict__ sums, TimeScanShape s) {
   int64_t b, k, c;
   if (!time_scan_thread(s, b, k, c)) return;
   const int64_t t_end = (k + 1) * s.chunk < s.T ? (k + 1) * s.chunk : s.T;
   float sum = 0.f;
-  for (int64_t t = k * s.chunk; t < t_end; ++t) sum += x[(b * s.T + t) * s.C + c];
+  for (int64_t t = k * s.chunk; t < t_end; ++t) sum += x(s, b, t, c);
   sums[(b * s.chunks + k) * s.C + c] = sum;
 }
 
-template <bool kReverse>
-__global__ void ablate_ssm_rotary_time_scan(const float* __restrict__ x, const float* __restrict__ sums,
-                                            float* __restrict__ y, TimeScanShape s) {
+template <bool kReverse, class Source>
+__global__ void ablate_ssm_rotary_time_scan(Source x, const float* __restrict__ sums, float* __restrict__ y,
+                                            TimeScanShape s) {
   int64_t b, k, c;
   if (!time_scan_thread(s, b, k, c)) return;
   float run = 0.f;
@@ -174,16 +196,42 @@ __global__ void ablate_ssm_rotary_time_scan(const float* __restrict__ x, const f
   }
   const int64_t t_begin = k * s.chunk, t_end = (k + 1) * s.chunk < s.T ? (k + 1) * s.chunk : s.T;
   for (int64_t n = 0; n < t_end - t_begin; ++n) {
-    const int64_t t = kReverse ? t_end - 1 - n : t_begin + n, at = (b * s.T + t) * s.C + c;
-    run += x[at];
-    y[at] = run;
+    const int64_t t = kReverse ? t_end - 1 - n : t_begin + n;
+    run += x(s, b, t, c);
+    y[(b * s.T + t) * s.C + c] = run;
+  }
+}
+
+// The angle steps' gradients from theirs, dsteps [B, T, H, S]: d delta[b,t,h] = pi sum_s dsteps
+// tanh(theta)[b,t,s] and d tanh(theta)[b,t,s] = sum_h dsteps delta[b,t,h] pi, one block per row (b, t),
+// the row staged in shared memory, each sum in a fixed order. (Autograd's form: two broadcast products
+// of [B,T,H,S] and two reductions of them, ~0.35 ms an M layer at nam56r-small.)
+__global__ void ablate_ssm_rotary_angle_grads(const float* __restrict__ dsteps, const float* __restrict__ delta,
+                                              const float* __restrict__ tanh_theta, float* __restrict__ ddelta,
+                                              float* __restrict__ dtanh, int64_t rows, int H, int S) {
+  extern __shared__ float row_grads[];  // [H * S]
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float* g = dsteps + row * H * S;
+    for (int i = threadIdx.x; i < H * S; i += blockDim.x) row_grads[i] = g[i];
+    __syncthreads();
+    for (int h = threadIdx.x; h < H; h += blockDim.x) {
+      float sum = 0.f;
+      for (int s = 0; s < S; ++s) sum = fmaf(row_grads[h * S + s], tanh_theta[row * S + s], sum);
+      ddelta[row * H + h] = sum * kPi;
+    }
+    for (int s = threadIdx.x; s < S; s += blockDim.x) {
+      float sum = 0.f;
+      for (int h = 0; h < H; ++h) sum = fmaf(row_grads[h * S + s], __fmul_rn(delta[row * H + h], kPi), sum);
+      dtanh[row * S + s] = sum;
+    }
+    __syncthreads();
   }
 }
 
 // Chunks of at least 32 steps, at most 64 of them (pass 2's serial prefix), and enough threads to
 // fill the device where the shape allows.
-TimeScanShape time_scan_shape(const Tensor& x) {
-  TimeScanShape s{x.size(0), x.size(1), x.size(2), 1, 1};
+TimeScanShape time_scan_shape(int64_t B, int64_t T, int64_t C) {
+  TimeScanShape s{B, T, C, 1, 1};
   const int64_t columns = std::max<int64_t>(1, s.B * s.C), wanted = int64_t(sm_count()) * 2048;
   const int64_t chunks_for_device = std::max<int64_t>(1, wanted / columns);
   s.chunks = std::clamp<int64_t>(std::min(chunks_for_device, (s.T + 31) / 32), 1, 64);
@@ -192,41 +240,61 @@ TimeScanShape time_scan_shape(const Tensor& x) {
   return s;
 }
 
-// The inclusive sum over dim 1 of x [B, T, C] (fp32, contiguous, CUDA), forward or reversed.
-Tensor time_scan(const Tensor& x, bool reverse) {
-  const auto s = time_scan_shape(x);
-  Tensor y = torch::empty_like(x);
+// The inclusive sum over time of `x` (a Source over [B, T, C]) into a new fp32 [B, T, C] tensor on the
+// device of `like`, forward or reversed.
+template <bool kReverse, class Source>
+Tensor time_scan(const Source& x, const TimeScanShape& s, const Tensor& like) {
+  Tensor y = torch::empty({s.B, s.T, s.C}, like.options().dtype(torch::kFloat));
   const int64_t threads = s.B * s.chunks * s.C;
   if (threads == 0 || s.T == 0) return y;
-  Tensor sums = torch::empty({s.B, s.chunks, s.C}, x.options());
+  Tensor sums = torch::empty({s.B, s.chunks, s.C}, y.options());
   const auto stream = at::cuda::getCurrentCUDAStream();
   const auto blocks = static_cast<unsigned>((threads + 255) / 256);
-  ablate_ssm_rotary_time_chunk_sums<<<blocks, 256, 0, stream>>>(x.data_ptr<float>(), sums.data_ptr<float>(), s);
+  ablate_ssm_rotary_time_chunk_sums<<<blocks, 256, 0, stream>>>(x, sums.data_ptr<float>(), s);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  if (reverse) {
-    ablate_ssm_rotary_time_scan<true><<<blocks, 256, 0, stream>>>(x.data_ptr<float>(), sums.data_ptr<float>(),
-                                                                  y.data_ptr<float>(), s);
-  } else {
-    ablate_ssm_rotary_time_scan<false><<<blocks, 256, 0, stream>>>(x.data_ptr<float>(), sums.data_ptr<float>(),
-                                                                   y.data_ptr<float>(), s);
-  }
+  ablate_ssm_rotary_time_scan<kReverse><<<blocks, 256, 0, stream>>>(x, sums.data_ptr<float>(), y.data_ptr<float>(), s);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return y;
 }
 
-// Phi = the steps summed over time, [B,T,H,S] from [B,T,H,S]; backward: the reverse sum of dPhi.
-class TimeScanFunction : public torch::autograd::Function<TimeScanFunction> {
+// Phi [B,T,H,S] = the angle steps delta pi tanh(theta) summed over time, from delta [B,T,H] and
+// tanh(theta) [B,T,S] (fp32): the steps are formed inside the scan and never stored. Backward: the
+// reverse sum of dPhi gives the steps' gradient, and one pass per row turns it into d delta and
+// d tanh(theta) (tanh's own backward stays with autograd).
+class AngleScanFunction : public torch::autograd::Function<AngleScanFunction> {
  public:
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext*, const Tensor& steps) {
-    return {time_scan(as_rows(steps), /*reverse=*/false).view(steps.sizes())};
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& delta_in, const Tensor& tanh_in) {
+    const Tensor delta = delta_in.contiguous(), tanh_theta = tanh_in.contiguous();
+    const int64_t B = delta.size(0), T = delta.size(1), H = delta.size(2), S = tanh_theta.size(2);
+    const auto s = time_scan_shape(B, T, H * S);
+    ctx->save_for_backward({delta, tanh_theta});
+    return time_scan<false>(AngleSteps{delta.data_ptr<float>(), tanh_theta.data_ptr<float>(), H, S}, s, delta)
+        .view({B, T, H, S});
   }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list grads) {
-    return {time_scan(as_rows(grads[0]), /*reverse=*/true).view(grads[0].sizes())};
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const Tensor &delta = saved[0], &tanh_theta = saved[1];
+    const int64_t B = delta.size(0), T = delta.size(1), H = delta.size(2), S = tanh_theta.size(2);
+    if (!grads[0].defined()) return {torch::zeros_like(delta), torch::zeros_like(tanh_theta)};
+    const Tensor dphi = grads[0].to(torch::kFloat).contiguous();
+    const auto s = time_scan_shape(B, T, H * S);
+    const Tensor dsteps = time_scan<true>(StoredRows{dphi.data_ptr<float>()}, s, delta);
+    Tensor ddelta = torch::empty_like(delta), dtanh = torch::empty_like(tanh_theta);
+    const int64_t rows = B * T;
+    if (rows > 0 && H * S > 0) {
+      const size_t smem = sizeof(float) * static_cast<size_t>(H * S);
+      TORCH_CHECK(smem <= 48 * 1024, "ssm_rotary fused_cuda: H x S = ", H, " x ", S,
+                  " angles a row need more than 48 KB of shared memory; use backend ssm_rotary = \"reference\"");
+      const auto grid = static_cast<unsigned>(std::min<int64_t>(rows, int64_t(sm_count()) * 16));
+      ablate_ssm_rotary_angle_grads<<<grid, 128, smem, at::cuda::getCurrentCUDAStream()>>>(
+          dsteps.data_ptr<float>(), delta.data_ptr<float>(), tanh_theta.data_ptr<float>(), ddelta.data_ptr<float>(),
+          dtanh.data_ptr<float>(), rows, static_cast<int>(H), static_cast<int>(S));
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    } else {
+      ddelta.zero_(), dtanh.zero_();
+    }
+    return {ddelta, dtanh};
   }
-
- private:
-  // [B,T,H,S] as contiguous [B, T, H*S] (the sizes spelt out: a T = 0 tensor has no -1 to infer).
-  static Tensor as_rows(const Tensor& t) { return t.contiguous().view({t.size(0), t.size(1), t.size(2) * t.size(3)}); }
 };
 
 // Threads a block: x = the N/2 pairs of a row, y = head lanes up to ~256 threads in all.
@@ -326,8 +394,8 @@ reference::SsmRotaryDims check_fused_args(const SsmRotaryInputs& in) {
 SsmRotaryOutputs ssm_rotary(const SsmRotaryInputs& in) {
   const auto d = check_fused_args(in);
   NoAutocastScope no_autocast;
-  const Tensor steps = reference::ssm_rotary_angle_steps(in, torch::kFloat);
-  const Tensor phi = reference::with_initial_angle(in, TimeScanFunction::apply(steps)[0]);
+  const Tensor phi = reference::with_initial_angle(
+      in, AngleScanFunction::apply(in.delta.to(torch::kFloat), torch::tanh(in.theta.to(torch::kFloat))));
   // The conversions stay outside the Function, so autograd casts each gradient back to its input's dtype.
   auto qk = SsmRotaryFunction::apply(in.b.to(torch::kFloat), in.c.to(torch::kFloat), in.b_bias.to(torch::kFloat),
                                      in.c_bias.to(torch::kFloat), phi);
