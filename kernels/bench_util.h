@@ -15,7 +15,9 @@
 #if defined(ABLATE_HAVE_CUDA)
 #include <ATen/autocast_mode.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
@@ -69,6 +71,27 @@ inline void timed(benchmark::State& st, double bytes, Step step) {
   st.counters["pct_of_copy_ceiling"] = 100.0 * floor / median;
   st.counters["floor_us"] = floor * 1e6;
   st.counters["x_floor"] = median / floor;
+}
+
+// As timed(), with `step` captured once into a CUDA graph (after eager warm-up on a side stream, as the
+// harness's whole-step capture does; autocast's cast cache off inside, as there) and each iteration a
+// replay: the GPU time of the op's kernels without the host's launch gaps, which is what the op costs
+// inside the fastest posture's captured step. An op of many small launches (a MoE layer: ~60 with its
+// backward) can be host-bound eager; the two cases side by side tell how much.
+template <class Step>
+inline void timed_graph(benchmark::State& st, double bytes, Step step) {
+  const auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, 0);
+  c10::cuda::CUDAStreamGuard on_side(side);
+  for (int i = 0; i < 3; ++i) step();  // allocator pools, cuBLAS/CUTLASS workspaces: outside the capture
+  side.synchronize();
+  const bool cache = at::autocast::is_autocast_cache_enabled();
+  at::autocast::set_autocast_cache_enabled(false);
+  at::cuda::CUDAGraph graph;
+  graph.capture_begin();
+  step();
+  graph.capture_end();
+  at::autocast::set_autocast_cache_enabled(cache);
+  timed(st, bytes, [&] { graph.replay(); });
 }
 
 // Peak allocated memory of one call of `step` above what is allocated before it (inputs, allocator

@@ -8,7 +8,9 @@
 // backward and its combine scatter-add) and once as grouped_mm moves rows now (gather_slot_rows and
 // combine_slot_rows: a gather one way, a k-row sum the other, fused on CUDA), in one call.
 // Timed with CUDA events after warm-up, an L2 flush before each iteration (kernels/bench_util.h);
-// counters from the median iteration. Run: build/bench/kernels_bench --benchmark_filter=moe_dispatch
+// counters from the median iteration; the grouped_mm case also replayed from a CUDA graph (`/graph`: no
+// host launch gaps, as inside the fastest posture's captured step). Run:
+// build/bench/kernels_bench --benchmark_filter=moe_dispatch
 #include "kernels/bench_util.h"
 #include "kernels/moe_dispatch/expert_groups.h"
 
@@ -18,7 +20,7 @@ namespace {
 
 using torch::Tensor;
 
-void moe_dispatch_bench(benchmark::State& st, std::string backend) {
+void moe_dispatch_bench(benchmark::State& st, std::string backend, bool graph) {
   const torch::Device cuda(torch::kCUDA, 0);
   const auto& fn = implementations().moe_dispatch.at(backend);
   constexpr int64_t T = 16384, d = 1024, E = 16, k = 2, f = 768;
@@ -37,7 +39,7 @@ void moe_dispatch_bench(benchmark::State& st, std::string backend) {
     torch::autograd::grad({y.to(torch::kFloat).square().mean()}, {x, w1, w3, w2});
   };
   const double extra_mib = peak_extra_mib(step);
-  timed(st, 0.0, step);
+  graph ? timed_graph(st, 0.0, step) : timed(st, 0.0, step);
   st.counters["peak_extra_MiB"] = extra_mib;
   st.counters["TFLOP/s"] = 18.0 * T * k * d * f / (st.counters["median_us"] * 1e-6) / 1e12;
 }
@@ -73,11 +75,17 @@ void slot_moves_bench(benchmark::State& st, bool gather) {
 ABLATE_BENCHMARKS(moe_dispatch) {
   using namespace ablate::kernels::bench;
   if (!torch::cuda::is_available()) return;
+  // Eager, and replayed from a CUDA graph as the fastest posture runs it (the reference pads to the
+  // largest load, read on the host: it cannot be captured).
   for (const std::string backend : {"reference", "grouped_mm"})
-    benchmark::RegisterBenchmark(("moe_dispatch/" + backend + "/fwd_bwd/autocast").c_str(), moe_dispatch_bench, backend)
-        ->UseManualTime()
-        ->Unit(benchmark::kMicrosecond)
-        ->Iterations(20);
+    for (const bool graph : {false, true}) {
+      if (graph && backend == "reference") continue;
+      benchmark::RegisterBenchmark(("moe_dispatch/" + backend + "/fwd_bwd/autocast" + (graph ? "/graph" : "")).c_str(),
+                                   moe_dispatch_bench, backend, graph)
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond)
+          ->Iterations(20);
+    }
   for (const bool gather : {false, true})
     benchmark::RegisterBenchmark(gather ? "moe_dispatch/slot_moves/gather" : "moe_dispatch/slot_moves/scatter_add",
                                  slot_moves_bench, gather)
