@@ -78,7 +78,20 @@ ProcessGroup::ProcessGroup(const WorldEnv& world, const std::string& backend, co
   report_progress(-1);
 }
 
-ProcessGroup::~ProcessGroup() = default;
+ProcessGroup::~ProcessGroup() {
+  if (shut_down_ || !backend_) return;
+  try {
+    backend_->abort();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "ablate: rank {}: aborting the {} communicators: {}\n", world_.rank, backend_name_, e.what());
+  }
+}
+
+void ProcessGroup::shutdown() {
+  if (shut_down_) return;
+  backend_->shutdown();
+  shut_down_ = true;
+}
 
 void ProcessGroup::allreduce_mean_(torch::Tensor& t) {
   std::vector<at::Tensor> ts{t};

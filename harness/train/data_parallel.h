@@ -41,7 +41,13 @@ class ProcessGroup {
   // run (gloo on CUDA tensors is refused: the run would time the wrong transport).
   ProcessGroup(const WorldEnv& world, const std::string& backend, const torch::Device& device,
                std::chrono::milliseconds timeout);
+  // Without shutdown() first (a failed or abandoned job), the backend's communicators are aborted: a
+  // failed job must not wait on a peer that died.
   ~ProcessGroup();
+  // Ends this rank's communication cleanly once its job is done: the backend's shutdown (NCCL: flushes
+  // and destroys its communicators, what torch.distributed.destroy_process_group does; without it NCCL
+  // warns at exit that resources may leak). The store stays up for rank 0's reads.
+  void shutdown();
 
   int64_t rank() const { return world_.rank; }
   int64_t world_size() const { return world_.world_size; }
@@ -68,6 +74,7 @@ class ProcessGroup {
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Backend> backend_;
+  bool shut_down_ = false;
 };
 
 class GradientSync {

@@ -21,14 +21,18 @@ RunResult run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
     RunProfiler profiler(spec, opt.no_profile, posture.device, *posture.dispatcher, posture.group->rank());
     const TrainOutcome outcome = train_loop(spec, opt, posture, state, *source, nullptr, profiler, ledger);
     record_rank_profile(opt, posture, profiler);
-    return publish_rank_outcome(posture, outcome);
+    RunResult result = publish_rank_outcome(posture, outcome);
+    if (!outcome.failure) posture.group->shutdown();
+    return result;
   }
   // From here the run always ends ok, failed or killed.
   OpenReceipt receipt = open_receipt(spec, opt, posture, state);
   RunProfiler profiler(spec, opt.no_profile, posture.device, *posture.dispatcher);
   const TrainOutcome outcome = train_loop(spec, opt, posture, state, *source, &receipt, profiler, ledger);
   if (outcome.failure) return fail_receipt(opt, receipt, ledger, *outcome.failure);
-  return finalise_receipt(spec, opt, posture, state, *source, receipt, profiler, ledger, outcome);
+  RunResult result = finalise_receipt(spec, opt, posture, state, *source, receipt, profiler, ledger, outcome);
+  if (posture.group && result.status == "ok") posture.group->shutdown();
+  return result;
 }
 
 }  // namespace ablate::harness
