@@ -3,6 +3,8 @@
 // Tests: tests/ablations/matrix_run_test.cpp.
 #include "ablations/matrix_run.h"
 
+#include "ablations/child_env.h"
+
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -33,11 +35,7 @@ constexpr const char* kMatrixEnv[] = {"ABLATE_MATRIX_ID", "ABLATE_MATRIX_CELL", 
 std::vector<std::string> child_env(int64_t matrix_id, const Cell& cell, int64_t repeat, const std::string* gpu) {
   std::set<std::string> replaced(std::begin(kMatrixEnv), std::end(kMatrixEnv));
   if (gpu) replaced.insert("CUDA_VISIBLE_DEVICES");
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    const std::string kv(*e);
-    if (!replaced.count(kv.substr(0, kv.find('=')))) env.push_back(kv);
-  }
+  auto env = environment_without(environ, [&](const std::string& key) { return replaced.count(key) > 0; });
   env.push_back(fmt::format("{}={}", kMatrixEnv[0], matrix_id));
   env.push_back(fmt::format("{}={}", kMatrixEnv[1], cell.name));
   env.push_back(fmt::format("{}={}", kMatrixEnv[2], repeat));

@@ -28,6 +28,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "ablations/child_env.h"
 #include "harness/cli/commands.h"
 #include "receipts/store.h"
 #include "spec/spec.h"
@@ -103,13 +104,11 @@ pid_t start_rank(const std::vector<std::string>& args, const std::vector<std::st
 std::vector<std::string> rank_env(int64_t rank, int64_t nproc, int port, const std::string& run_id_file) {
   static const char* kOwned[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                                  "GROUP_RANK", "ROLE_RANK", "ABLATE_LAUNCH", "ABLATE_LAUNCH_RUN_ID_FILE"};
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    const std::string kv(*e), key = kv.substr(0, kv.find('='));
+  auto env = ablations::environment_without(environ, [](const std::string& key) {
     bool owned = key.rfind("TORCHELASTIC_", 0) == 0 || key.rfind("SLURM_", 0) == 0;
     for (const char* k : kOwned) owned = owned || key == k;
-    if (!owned) env.push_back(kv);
-  }
+    return owned;
+  });
   env.push_back(fmt::format("RANK={}", rank));
   env.push_back(fmt::format("WORLD_SIZE={}", nproc));
   env.push_back(fmt::format("LOCAL_RANK={}", rank));
