@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# scripts/gpu-ncu.sh OUT KERNEL_REGEX [PROGRAM ARGS...]: Nsight Compute on one launch of the kernels whose
+# name matches KERNEL_REGEX, with the sections that say why a kernel is slow (speed of light, occupancy,
+# launch statistics, warp stall reasons, scheduler, memory and compute workload), as OUT/ncu-<tag>.txt
+# (tag: the regex's letters). For a kernel that a benchmark shows far above its floor, before rewriting
+# it: e.g. ssm_scan's backward chunk, latency bound in session 9.
+# PROGRAM defaults to the ssm_scan benchmark at nam56r-small's shape in the model's dtype mix:
+#   device run: bash scripts/gpu-check.sh $OUT 0; bash scripts/gpu-ncu.sh $OUT ablate_ssm_scan_bwd_chunk
+#   device run: bash scripts/gpu-ncu.sh $OUT ablate_causal_conv_bwd build-gpu/bench/kernels_bench --benchmark_filter=causal_conv
+# Environment: SKIP (default 3) launches of the kernel skipped first (warm-up, caches), NCU the ncu
+# binary (default: ncu on PATH, else the newest /opt/nvidia/nsight-compute/*/ncu), DRY_RUN=1 prints the
+# command instead of running it. Clocks are left alone (--clock-control none: the device notes ask it).
+# Expects a build (build-gpu from gpu-check.sh, or build/ from a carried .gpu-prebuilt).
+set -uo pipefail
+usage="usage: gpu-ncu.sh OUT KERNEL_REGEX [PROGRAM ARGS...]"
+OUT=${1:?$usage}
+REGEX=${2:?$usage}
+shift 2
+SKIP=${SKIP:-3}
+[[ "$SKIP" =~ ^[0-9]+$ ]] || { echo "gpu-ncu: SKIP='$SKIP' is not a count of launches: give a whole number" >&2; exit 2; }
+[[ "$REGEX" =~ ^[A-Za-z0-9_|.*^$\(\)-]+$ ]] ||
+  { echo "gpu-ncu: '$REGEX' is not a kernel-name regex of letters, digits, _ | . * ^ \$ ( ) -: name the kernel, e.g. ablate_ssm_scan_bwd_chunk" >&2; exit 2; }
+if [ $# = 0 ]; then
+  BIN=build-gpu; [ -x "$BIN/bench/scans_bench" ] || BIN=build
+  set -- "$BIN/bench/scans_bench" --benchmark_filter=ssm_fused_cuda_fwd_bwd_autocast --benchmark_min_time=0.05
+fi
+[ -x "$1" ] || { echo "gpu-ncu: '$1' is not an executable program here: build first (scripts/gpu-check.sh \$OUT 0)" >&2; exit 2; }
+NCU=${NCU:-$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | sort -V | tail -1)}
+[ -n "$NCU" ] && [ -x "$NCU" ] ||
+  { echo "gpu-ncu: no ncu binary (NCU='${NCU:-}'): run on the GPU machine, or set NCU to Nsight Compute's ncu" >&2; exit 2; }
+tag=$(echo "$REGEX" | tr -c 'A-Za-z0-9_\n' '_')
+cmd=("$NCU" --kernel-name "regex:$REGEX" --launch-skip "$SKIP" --launch-count 1 --clock-control none
+     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
+     --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis "$@")
+if [ "${DRY_RUN:-0}" = 1 ]; then
+  printf '%q ' "${cmd[@]}"; echo
+  exit 0
+fi
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+"${cmd[@]}" > "$OUT/ncu-$tag.txt" 2>&1
+rc=$?
+echo "== ncu on '$REGEX': rc $rc, $OUT/ncu-$tag.txt"
+grep -E "Duration|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Shared Memory Configuration Size|Stall|Compute \(SM\) Throughput|Memory Throughput" "$OUT/ncu-$tag.txt" | head -30
+exit $rc
