@@ -37,7 +37,8 @@ if [ "${BASELINE:-0}" = 1 ]; then
   compare_flags=(--allow-mismatch)
   echo "== side A: the baseline at $BASELINE_REVISION"
 fi
-export ABLATE_DB="$PWD/receipts-gpu.db" NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source scripts/gpu-env.sh
+export ABLATE_DB="$PWD/receipts-gpu.db"
 common=()
 for kv in ${COMMON:-}; do common+=(--set "$kv"); done
 echo "== git revision for receipts: ${ABLATE_GIT_REVISION:-not set: git here, which is stale (see scripts/gpu-check.sh)}"

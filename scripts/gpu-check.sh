@@ -29,8 +29,7 @@ STEPS=${2:-100}
 [[ "${EXTRA_RUNS:-0}" =~ ^[0-9]+$ ]] ||
   { echo "gpu-check: EXTRA_RUNS='$EXTRA_RUNS' is not a count of runs: give a whole number (0 for none)" >&2; exit 2; }
 mkdir -p "$OUT"
-# NVLink multicast stays off on every kind (the device notes: it can take a shared host's GPUs out of service).
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source scripts/gpu-env.sh
 # nvcc must be visible to CMake for the CUDA language (kernels, and the CUDA-only test paths).
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH=/usr/local/cuda/bin:$PATH
 BUILD=build-gpu

@@ -18,7 +18,8 @@ shift 2
 BUILD=build-gpu
 source scripts/gpu-prebuilt-lane.sh
 ensure_gpu_build || exit 2
-export ABLATE_DB="$PWD/receipts-gpu.db" NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source scripts/gpu-env.sh
+export ABLATE_DB="$PWD/receipts-gpu.db"
 echo "== git revision for receipts: ${ABLATE_GIT_REVISION:-not set: git here, which is stale (see scripts/gpu-check.sh)}"
 name=$(sed -n 's/^name *= *"\(.*\)"/\1/p' "$MATRIX" | head -1)
 timeout -s TERM "${MATRIX_TIMEOUT:-100000}" $BUILD/ablate matrix run "$MATRIX" --logs "$OUT/matrix-logs" "$@" 2>&1 \

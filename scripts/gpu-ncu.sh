@@ -10,7 +10,7 @@
 # Environment: SKIP (default 3) launches of the kernel skipped first (warm-up, caches), NCU the ncu
 # binary (default: ncu on PATH, else the newest /opt/nvidia/nsight-compute/*/ncu), DRY_RUN=1 prints the
 # command instead of running it. Clocks are left alone (--clock-control none: the device notes ask it).
-# Expects a build (build-gpu from gpu-check.sh, or build/ from a carried .gpu-prebuilt).
+# The default program expects build-gpu from gpu-check.sh, or a carried .gpu-prebuilt (ensure_gpu_build).
 set -uo pipefail
 usage="usage: gpu-ncu.sh OUT KERNEL_REGEX [PROGRAM ARGS...]"
 OUT=${1:?$usage}
@@ -21,8 +21,10 @@ SKIP=${SKIP:-3}
 [[ "$REGEX" =~ ^[A-Za-z0-9_|.*^$\(\)-]+$ ]] ||
   { echo "gpu-ncu: '$REGEX' is not a kernel-name regex of letters, digits, _ | . * ^ \$ ( ) -: name the kernel, e.g. ablate_ssm_scan_bwd_chunk" >&2; exit 2; }
 if [ $# = 0 ]; then
-  BIN=build-gpu; [ -x "$BIN/bench/scans_bench" ] || BIN=build
-  set -- "$BIN/bench/scans_bench" --benchmark_filter=ssm_fused_cuda_fwd_bwd_autocast --benchmark_min_time=0.05
+  BUILD=build-gpu
+  source scripts/gpu-prebuilt-lane.sh
+  ensure_gpu_build || exit 2
+  set -- "$BUILD/bench/scans_bench" --benchmark_filter=ssm_fused_cuda_fwd_bwd_autocast --benchmark_min_time=0.05
 fi
 [ -x "$1" ] || { echo "gpu-ncu: '$1' is not an executable program here: build first (scripts/gpu-check.sh \$OUT 0)" >&2; exit 2; }
 NCU=${NCU:-$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | sort -V | tail -1)}
@@ -37,7 +39,7 @@ if [ "${DRY_RUN:-0}" = 1 ]; then
   exit 0
 fi
 mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source scripts/gpu-env.sh
 "${cmd[@]}" > "$OUT/ncu-$tag.txt" 2>&1
 rc=$?
 echo "== ncu on '$REGEX': rc $rc, $OUT/ncu-$tag.txt"

@@ -5,8 +5,8 @@
 # no ncu. Exit 0 passed, 1 a check failed.
 #   bash tests/scripts/gpu_ncu_test.sh     (ctest: gpu_ncu)
 source "$(dirname "$0")/checks.sh"
-cd "$work" && mkdir -p scripts build-gpu/bench && cp "$src/scripts/gpu-ncu.sh" scripts/
-printf '#!/bin/sh\n' > build-gpu/bench/scans_bench && printf '#!/bin/sh\n' > fake-ncu && chmod +x build-gpu/bench/scans_bench fake-ncu
+cd "$work" && mkdir -p scripts build-gpu/bench && cp "$src"/scripts/{gpu-ncu,gpu-env,gpu-prebuilt-lane}.sh scripts/
+for f in build-gpu/ablate build-gpu/bench/scans_bench fake-ncu; do printf '#!/bin/sh\n' > $f && chmod +x $f; done
 run() { DRY_RUN=1 NCU="$work/fake-ncu" bash scripts/gpu-ncu.sh "$@" 2>&1; }
 
 out=$(run out ablate_ssm_scan_bwd_chunk)
