@@ -18,8 +18,9 @@ REGEX=${2:?$usage}
 shift 2
 SKIP=${SKIP:-3}
 [[ "$SKIP" =~ ^[0-9]+$ ]] || { echo "gpu-ncu: SKIP='$SKIP' is not a count of launches: give a whole number" >&2; exit 2; }
-[[ "$REGEX" =~ ^[A-Za-z0-9_|.*^$\(\)-]+$ ]] ||
-  { echo "gpu-ncu: '$REGEX' is not a kernel-name regex of letters, digits, _ | . * ^ \$ ( ) -: name the kernel, e.g. ablate_ssm_scan_bwd_chunk" >&2; exit 2; }
+# Bracket expressions tell a kernel from its longer-named siblings: 'ablate_ssm_scan_bwd_chunk($|[^_])'.
+[[ "$REGEX" =~ ^[][A-Za-z0-9_|.*^$\(\)-]+$ ]] ||
+  { echo "gpu-ncu: '$REGEX' is not a kernel-name regex of letters, digits, _ | . * ^ \$ ( ) [ ] -: name the kernel, e.g. ablate_ssm_scan_bwd_chunk" >&2; exit 2; }
 if [ $# = 0 ]; then
   BUILD=build-gpu
   source scripts/gpu-prebuilt-lane.sh

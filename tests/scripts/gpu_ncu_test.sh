@@ -18,6 +18,8 @@ contains "stall reasons asked for" "--section WarpStateStats" "$out"
 out=$(SKIP=0 run out 'ablate_causal_conv_(fwd|bwd)' build-gpu/bench/scans_bench --x=1)
 contains "a given program and its arguments, last" "build-gpu/bench/scans_bench --x=1" "$out"
 contains "SKIP passed through" "--launch-skip 0" "$out"
+out=$(run out 'ablate_ssm_scan_bwd_chunk($|[^_])'); check "a bracket expression: accepted" 0 "$?"
+contains "... passed through whole (shell-quoted)" 'regex:ablate_ssm_scan_bwd_chunk\(\$\|\[\^_\]\)' "$out"
 
 out=$(SKIP=two run out k); check "bad SKIP: exit 2" 2 "$?"; contains "... says what to give" "give a whole number" "$out"
 out=$(run out 'k; rm -rf /'); check "odd regex: exit 2" 2 "$?"; contains "... says how" "name the kernel" "$out"
