@@ -63,6 +63,12 @@ std::string hopper_fp32_or_bf16(const DeviceInfo& dev) {
   return "";
 }
 
+std::string dims_at_most(int64_t value, int64_t limit, const char* field, const char* unit, const char* seam) {
+  if (value <= limit) return "";
+  return fmt::format("{} = {} exceeds the {} {} this kernel takes (use {} = \"reference\" for this model)", field,
+                     value, limit, unit, seam);
+}
+
 }  // namespace availability
 
 namespace {

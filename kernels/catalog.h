@@ -5,6 +5,7 @@
 // The rows themselves are not listed here: each backend registers its row and its function once, from
 // its own file in kernels/<seam>/ (kernels/registry.h); catalog() collects them.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -13,11 +14,27 @@ namespace ablate::kernels {
 enum class Role { keep, borderline, experimental, vendor, reference };
 const char* role_name(Role r);
 
-// What availability checks may look at: filled from the live device by the runner.
+// The model's shapes that some fused kernels are limited to, filled by the runner from the experiment's
+// model (only for the block kinds its pattern has), so that a shape a kernel cannot take is decided when
+// the backends resolve, before the first step: an error under strict, else a fallback with the reason
+// recorded; never a failure in the middle of a run. 0 = not known (`ablate catalog`, the parity driver,
+// whose calls check their own shapes): not checked.
+struct ModelDims {
+  int64_t experts = 0;       // E blocks: experts (moe_router)
+  int64_t ssm_heads = 0;     // M blocks: heads H (ssm_rotary, ssm_scan)
+  int64_t ssm_head_dim = 0;  // M blocks: head dim P
+  int64_t ssm_state = 0;     // M blocks: state N (the rotary turns N / 4 pairs)
+  int64_t ssm_chunk = 0;     // M blocks: scan chunk L
+  int64_t conv_width = 0;    // R blocks: causal_conv taps K
+};
+
+// What availability checks may look at: filled from the live device, the run dtype and the model's
+// shapes by the runner.
 struct DeviceInfo {
   bool cuda = false;
   int sm_major = 0, sm_minor = 0;   // compute capability when cuda
   std::string dtype = "fp32";       // "fp32" | "bf16"
+  ModelDims model;
 };
 
 struct BackendInfo {
@@ -45,6 +62,9 @@ std::string needs_compute_capability(const DeviceInfo& dev, int major, int minor
 std::string needs_half_precision(const DeviceInfo& dev);
 // Our own CUDA kernels: built for sm_90a (Hopper), fp32 and bf16 tensors.
 std::string hopper_fp32_or_bf16(const DeviceInfo& dev);
+// "" when `value` is unknown (0) or at most `limit`; else what exceeds which limit and how to run it,
+// e.g. dims_at_most(dev.model.conv_width, 4, "model.recurrent.conv_width", "taps", "causal_conv").
+std::string dims_at_most(int64_t value, int64_t limit, const char* field, const char* unit, const char* seam);
 }  // namespace availability
 
 // All seams, in model order: attention, rope, residual_norm, swiglu, moe_dispatch, ssm_scan,

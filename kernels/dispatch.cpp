@@ -140,6 +140,14 @@ torch::Tensor Dispatcher::swiglu(const torch::Tensor& a, const torch::Tensor& b)
   return scope.exit(lookup(implementations().swiglu, "swiglu", implementation_of("swiglu"))(in[0], in[1]));
 }
 
+MoeRouterOutputs Dispatcher::moe_router(const torch::Tensor& x, const torch::Tensor& weight, int64_t top_k) const {
+  Scope scope("forward", "moe_router", chosen("moe_router"));
+  const auto in = scope.enter({x, weight});
+  auto out = lookup(implementations().moe_router, "moe_router", implementation_of("moe_router"))(in[0], in[1], top_k);
+  auto [probs, top_w] = scope.exit(std::pair{std::move(out.probs), std::move(out.top_w)});
+  return {.probs = std::move(probs), .top_w = std::move(top_w), .top_idx = std::move(out.top_idx)};
+}
+
 torch::Tensor Dispatcher::moe_dispatch(const torch::Tensor& x, const torch::Tensor& topk_idx,
                                        const torch::Tensor& topk_w, const torch::Tensor& w1, const torch::Tensor& w3,
                                        const torch::Tensor& w2, double capacity_factor, torch::Tensor* dropped) const {

@@ -42,6 +42,7 @@ class Dispatcher {
   std::pair<torch::Tensor, torch::Tensor> residual_norm(const torch::Tensor& x, const torch::Tensor& residual,
                                                         const torch::Tensor& weight, double eps) const;
   torch::Tensor swiglu(const torch::Tensor& a, const torch::Tensor& b) const;
+  MoeRouterOutputs moe_router(const torch::Tensor& x, const torch::Tensor& weight, int64_t top_k) const;
   torch::Tensor moe_dispatch(const torch::Tensor& x, const torch::Tensor& topk_idx, const torch::Tensor& topk_w,
                              const torch::Tensor& w1, const torch::Tensor& w3, const torch::Tensor& w2,
                              double capacity_factor, torch::Tensor* dropped) const;

@@ -10,6 +10,7 @@
   X(rope, RopeFn)                    \
   X(residual_norm, ResidualNormFn)   \
   X(swiglu, SwigluFn)                \
+  X(moe_router, MoeRouterFn)         \
   X(moe_dispatch, MoeDispatchFn)     \
   X(ssm_rotary, SsmRotaryFn)         \
   X(ssm_scan, SsmScanFn)             \

@@ -24,6 +24,15 @@ using ResidualNormFn = std::function<std::pair<torch::Tensor, torch::Tensor>(
     const torch::Tensor& x, const torch::Tensor& residual, const torch::Tensor& weight, double eps)>;
 // swiglu: silu(a) * b, same shape.
 using SwigluFn = std::function<torch::Tensor(const torch::Tensor& a, const torch::Tensor& b)>;
+// moe_router (the E block's router, docs/model.md "E"): probs = softmax(x W^T) over E experts in fp32 (x
+// taken exactly into fp32, autocast or not), top_idx the top_k experts by probs (largest first), top_w
+// their probs renormalised over the k picks. x [T,d] (a floating dtype), weight [E,d], 1 <= top_k <= E.
+// probs [T,E] and top_w [T,k] in the compute dtype (fp32; fp64 when the weight is fp64: tests),
+// top_idx [T,k] int64. probs and top_w are differentiable (the load-balancing loss reads probs).
+struct MoeRouterOutputs {
+  torch::Tensor probs, top_w, top_idx;
+};
+using MoeRouterFn = std::function<MoeRouterOutputs(const torch::Tensor& x, const torch::Tensor& weight, int64_t top_k)>;
 // moe_dispatch: x [T, d], topk_idx [T, k] int64, topk_w [T, k] (renormalised), expert weights
 // w1, w3 [E, f, d], w2 [E, d, f] -> y [T, d] = sum_j w_j * W2_e(silu(W1_e x) * W3_e x).
 // capacity_factor 0 = dropless; otherwise tokens over capacity ceil(cf * T * k / E) get 0 for that

@@ -1,12 +1,11 @@
-// model/moe_block.cpp: block E, the mixture of SwiGLU experts (docs/model.md "E"): router softmax in
-// fp32, top-k experts, weights renormalised over the k picks, the experts through the
-// `moe_dispatch` seam (dropless unless model.moe.capacity_factor > 0), and the load-balancing loss
-// L_aux = E * sum_e f_e P_e. The dropped-slot count stays a device tensor: no host sync here.
+// model/moe_block.cpp: block E, the mixture of SwiGLU experts (docs/model.md "E"): the router through the
+// `moe_router` seam (softmax in fp32, top-k experts, weights renormalised over the k picks), the experts
+// through the `moe_dispatch` seam (dropless unless model.moe.capacity_factor > 0), and the
+// load-balancing loss L_aux = E * sum_e f_e P_e. The dropped-slot count stays a device tensor: no host sync here.
 // Tests: model_tests --gtest_filter='*Moe*' (tests/model/blocks_test.cpp: vs a loop over tokens,
 // dropless and with capacity drops; gradients by central differences).
 #include <algorithm>
 
-#include "kernels/numerics.h"
 #include "model/blocks.h"
 
 namespace ablate::model {
@@ -26,14 +25,8 @@ BlockOutput MoeBlock::forward(const torch::Tensor& x) {
   const int64_t batch = x.size(0), T = x.size(1), d = x.size(2), tokens = batch * T;
   const auto flat = x.reshape({tokens, d});
 
-  torch::Tensor probs;  // [tokens, E]
-  {
-    kernels::NoAutocastScope fp32_router;
-    const auto dt = kernels::compute_dtype(router);
-    probs = torch::softmax(torch::linear(flat.to(dt), router.to(dt)), -1);
-  }
-  const auto [top_p, top_idx] = probs.topk(e.top_k, -1);
-  const auto top_w = top_p / top_p.sum(-1, /*keepdim=*/true);
+  // probs [tokens, E] in fp32; top_w, top_idx [tokens, k] (the moe_router seam).
+  const auto [probs, top_w, top_idx] = dispatcher_->moe_router(flat, router, e.top_k);
 
   // f_e: share of the tokens * k assignments routed to e (a count: no gradient); P_e: mean router
   // probability of e over tokens (carries the gradient).

@@ -86,7 +86,7 @@ const std::vector<std::string>& families() {
 std::string family_of_seam(const std::string& seam) {
   static const std::map<std::string, std::string> kBySeam = {
       {"attention", "attention"},       {"rope", "rope"},         {"residual_norm", "norm"},
-      {"swiglu", "elementwise"},        {"moe_dispatch", "moe_dispatch"}, {"ssm_rotary", "rope"}, {"ssm_scan", "ssm_scan"},
+      {"swiglu", "elementwise"},        {"moe_router", "moe_dispatch"},  {"moe_dispatch", "moe_dispatch"}, {"ssm_rotary", "rope"}, {"ssm_scan", "ssm_scan"},
       {"causal_conv", "elementwise"},   {"recurrent_scan", "recurrent_scan"}, {"loss", "loss"}, {"optimizer", "optimizer"}};
   const auto it = kBySeam.find(seam);
   return it == kBySeam.end() ? "" : it->second;

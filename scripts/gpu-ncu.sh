@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # scripts/gpu-ncu.sh OUT KERNEL_REGEX [PROGRAM ARGS...]: Nsight Compute on one launch of the kernels whose
 # name matches KERNEL_REGEX, with the sections that say why a kernel is slow (speed of light, occupancy,
-# launch statistics, warp stall reasons, scheduler, memory and compute workload), as OUT/ncu-<tag>.txt
-# (tag: the regex's letters). For a kernel that a benchmark shows far above its floor, before rewriting
-# it: e.g. ssm_scan's backward chunk, latency bound in session 9.
+# launch statistics, warp stall reasons, scheduler, memory and compute workload; with every section's
+# details, and the source counters: the hottest stall sites by source line, the kernels carry line
+# tables), as OUT/ncu-<tag>.txt (tag: the regex's letters). For a kernel that a benchmark shows far
+# above its floor, before rewriting it: e.g. ssm_scan's backward chunk, latency bound in session 9.
 # PROGRAM defaults to the ssm_scan benchmark at nam56r-small's shape in the model's dtype mix:
 #   device run: bash scripts/gpu-check.sh $OUT 0; bash scripts/gpu-ncu.sh $OUT ablate_ssm_scan_bwd_chunk
 #   device run: bash scripts/gpu-ncu.sh $OUT ablate_causal_conv_bwd build-gpu/bench/kernels_bench --benchmark_filter=causal_conv
@@ -21,6 +22,7 @@ SKIP=${SKIP:-3}
 # Bracket expressions tell a kernel from its longer-named siblings: 'ablate_ssm_scan_bwd_chunk($|[^_])'.
 [[ "$REGEX" =~ ^[][A-Za-z0-9_|.*^$\(\)-]+$ ]] ||
   { echo "gpu-ncu: '$REGEX' is not a kernel-name regex of letters, digits, _ | . * ^ \$ ( ) [ ] -: name the kernel, e.g. ablate_ssm_scan_bwd_chunk" >&2; exit 2; }
+mkdir -p "$OUT"  # before ensure_gpu_build, which logs its smoke test there
 if [ $# = 0 ]; then
   BUILD=build-gpu
   source scripts/gpu-prebuilt-lane.sh
@@ -34,12 +36,12 @@ NCU=${NCU:-$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu 2>/dev/nul
 tag=$(echo "$REGEX" | tr -c 'A-Za-z0-9_\n' '_')
 cmd=("$NCU" --kernel-name "regex:$REGEX" --launch-skip "$SKIP" --launch-count 1 --clock-control none
      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
-     --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis "$@")
+     --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis
+     --section SourceCounters --import-source yes --print-details all "$@")
 if [ "${DRY_RUN:-0}" = 1 ]; then
   printf '%q ' "${cmd[@]}"; echo
   exit 0
 fi
-mkdir -p "$OUT"
 source scripts/gpu-env.sh
 "${cmd[@]}" > "$OUT/ncu-$tag.txt" 2>&1
 rc=$?

@@ -93,9 +93,10 @@ data::DataOptions data_options(const ExperimentSpec& spec) {
 // Seams added after the lane key was fixed join it only off their reference backend, so the runs
 // recorded before a seam existed stay in the same lane as today's runs that leave it on the reference.
 // The seams added since: optimizer (session 3), ssm_rotary (the M block's rotation, split out of the block
-// with the same arithmetic on its reference), causal_conv (the R block's convolution, likewise).
+// with the same arithmetic on its reference), causal_conv (the R block's convolution, likewise), moe_router
+// (the E block's router, likewise).
 bool in_lane_key(const kernels::Resolution& r) {
-  static const std::set<std::string> late_seams = {"optimizer", "ssm_rotary", "causal_conv"};
+  static const std::set<std::string> late_seams = {"optimizer", "ssm_rotary", "causal_conv", "moe_router"};
   return !late_seams.contains(r.seam) || r.chosen != "reference";
 }
 
@@ -147,6 +148,21 @@ void Progress::operator()(const std::string& line) const {
 
 // ---- 1 -----------------------------------------------------------------------------------------
 
+// Only for the block kinds the pattern has: a limit of a seam the model never calls refuses nothing.
+kernels::ModelDims model_dims(const model::ModelConfig& m) {
+  const auto has = [&](char letter) { return m.pattern.find(letter) != std::string::npos; };
+  kernels::ModelDims dims;
+  if (has('E')) dims.experts = m.moe.experts;
+  if (has('M')) {
+    dims.ssm_head_dim = m.mamba.head_dim;
+    dims.ssm_heads = m.mamba.expand * m.d_model / m.mamba.head_dim;
+    dims.ssm_state = m.mamba.state;
+    dims.ssm_chunk = m.mamba.chunk;
+  }
+  if (has('R')) dims.conv_width = m.recurrent.conv_width;
+  return dims;
+}
+
 RunPosture choose_posture(const ExperimentSpec& spec, const RunOptions& opt) {
   RunPosture p;
   const bool cuda_ok = torch::cuda::is_available();
@@ -170,6 +186,7 @@ RunPosture choose_posture(const ExperimentSpec& spec, const RunOptions& opt) {
   kernels::DeviceInfo info = live_device_info();
   info.cuda = info.cuda && p.device.is_cuda();
   info.dtype = p.bf16 ? "bf16" : "fp32";
+  info.model = model_dims(spec.model);
   p.dispatcher = std::make_shared<const kernels::Dispatcher>(spec.backends.requested, info, spec.backends.strict);
 
   auto& ctx = at::globalContext();

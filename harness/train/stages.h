@@ -60,8 +60,11 @@ struct RunPosture {
   std::shared_ptr<ProcessGroup> group;
   bool writes_receipt() const { return !group || group->rank() == 0; }
 };
+// The model's shapes the backends' availability checks see (kernels/catalog.h ModelDims), for the block
+// kinds in its pattern only.
+kernels::ModelDims model_dims(const model::ModelConfig& m);
 // Throws std::invalid_argument (a device that is not there, distributed.nproc against the launcher's
-// world, a strict backend that is unavailable). Joins the process group when launched as ranks (the
+// world, a strict backend that is unavailable, on this device or for the model's shapes). Joins the process group when launched as ranks (the
 // rendezvous waits up to distributed.timeout_s). Applies [compile] to LibTorch's global context.
 RunPosture choose_posture(const ExperimentSpec& spec, const RunOptions& options);
 

@@ -23,6 +23,12 @@
 #include "kernels/causal_conv/reference.h"
 #include "kernels/registry.h"
 
+namespace ablate::kernels {
+namespace {
+constexpr int kCausalConvMaxTaps = 4;  // Griffin's width; wider kernels stay on the reference
+}  // namespace
+}  // namespace ablate::kernels
+
 #if defined(__CUDACC__)
 #include "kernels/cuda_common.cuh"
 
@@ -31,7 +37,7 @@ namespace {
 
 using torch::Tensor;
 
-constexpr int kMaxTaps = 4;  // Griffin's width; wider kernels stay on the reference (a clear error here)
+constexpr int kMaxTaps = kCausalConvMaxTaps;  // a clear error above (the run refuses it up front: see below)
 constexpr int kTile = 32;      // time steps a thread walks
 constexpr int kThreads = 128;  // channel groups a block
 
@@ -326,6 +332,16 @@ Tensor causal_conv(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 #endif  // __CUDACC__
 
 namespace ablate::kernels {
+namespace {
+
+// Hopper, fp32 or bf16, and the model's conv width within the taps the kernel keeps in registers.
+std::string causal_conv_fused_unavailable(const DeviceInfo& dev) {
+  if (auto why = availability::hopper_fp32_or_bf16(dev); !why.empty()) return why;
+  return availability::dims_at_most(dev.model.conv_width, kCausalConvMaxTaps, "model.recurrent.conv_width", "taps",
+                                    "causal_conv");
+}
+
+}  // namespace
 
 ABLATE_REGISTER_BACKENDS(causal_conv_fused_cuda) {
   registry.causal_conv({.name = "fused_cuda",
@@ -334,7 +350,7 @@ ABLATE_REGISTER_BACKENDS(causal_conv_fused_cuda) {
                         .kernel_patterns = {"ablate_causal_conv_"},
                         .description = "kernels/causal_conv/fused_cuda.cu: one pass each way, the last K-1 rows "
                                        "in registers; parameter gradients as per-tile partial sums (no atomics)",
-                        .unavailable_reason = &availability::hopper_fp32_or_bf16},
+                        .unavailable_reason = &causal_conv_fused_unavailable},
                        ABLATE_CUDA_ONLY(&fused::causal_conv));
 }
 

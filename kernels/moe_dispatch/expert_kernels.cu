@@ -6,6 +6,8 @@
 //   ablate_moe_swiglu_fwd / _bwd: h = silu(g) * u * w per slot row (gate_up = [g | u], w the routing
 //     weight), and its backward (d gate_up, and dw as one fp32 row sum), where LibTorch ran silu, two
 //     products, an fp32 copy of [S, f] and a cast forward, and twice that backward.
+//   ablate_moe_copy_blocks: the expert weights into the GEMM dtype as stacked operands and their
+//     gradients back (copy_blocks), every block of a call in one launch.
 // fp32 arithmetic, one rounding per output. A warp per row (the swiglu rows need a row sum for dw);
 // 8 elements a lane access when the width is a multiple of 8 and the pointers are 16-byte aligned,
 // element-wise otherwise. Deterministic: no atomics, fixed summation order.
@@ -90,6 +92,41 @@ __global__ void ablate_moe_swiglu_bwd(const T* __restrict__ gate_up, const float
     }
     dw_part = warp_sum(dw_part);
     if (threadIdx.x == 0) dw[r] = dw_part;
+  }
+}
+
+// The copy_blocks pairs as the kernel reads them: block b is `rows` rows (every dim but the last, as
+// matrices x rows) of `cols` elements; row r of block b starts at src + (r / rows_inner) * src_outer +
+// (r % rows_inner) * src_inner, likewise dst. first_row[b] is the block's first row in the grid's
+// row space.
+constexpr int kMaxBlocks = 4;
+struct CopyBlock {
+  const void* src;
+  void* dst;
+  int64_t rows_inner, cols, src_outer, src_inner, dst_outer, dst_inner;
+};
+struct CopyBlocks {
+  CopyBlock block[kMaxBlocks];
+  int64_t first_row[kMaxBlocks + 1];
+  int count;
+};
+
+// A block of threads a row (grid-stride over rows), VEC elements a thread access.
+template <typename TIn, typename TOut, int VEC>
+__global__ void ablate_moe_copy_blocks(CopyBlocks blocks) {
+  const int64_t rows = blocks.first_row[blocks.count];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    int b = 0;
+    while (row >= blocks.first_row[b + 1]) ++b;
+    const CopyBlock& cb = blocks.block[b];
+    const int64_t r = row - blocks.first_row[b], outer = r / cb.rows_inner, inner = r - outer * cb.rows_inner;
+    const TIn* src = static_cast<const TIn*>(cb.src) + outer * cb.src_outer + inner * cb.src_inner;
+    TOut* dst = static_cast<TOut*>(cb.dst) + outer * cb.dst_outer + inner * cb.dst_inner;
+    for (int64_t c = int64_t(threadIdx.x) * VEC; c < cb.cols; c += int64_t(blockDim.x) * VEC) {
+      float v[VEC];
+      load_vec<VEC>(src + c, v);
+      store_vec<VEC>(dst + c, v);
+    }
   }
 }
 
@@ -183,6 +220,44 @@ std::pair<Tensor, Tensor> weighted_swiglu_backward_cuda(const Tensor& gate_up_in
     });
   });
   return {d_gate_up, dw};
+}
+
+void copy_blocks_cuda(const std::vector<std::pair<Tensor, Tensor>>& dst_src) {
+  const auto& [dst0, src0] = dst_src.front();
+  for (size_t first = 0; first < dst_src.size(); first += kMaxBlocks) {  // kMaxBlocks pairs a launch
+    CopyBlocks blocks{};
+    bool vectorised = true;
+    blocks.first_row[0] = 0;
+    for (size_t i = first; i < std::min(dst_src.size(), first + kMaxBlocks); ++i) {
+      const auto& [dst, src] = dst_src[i];
+      TORCH_CHECK(dst.dim() == 3 && src.sizes() == dst.sizes() && dst.stride(2) == 1 && src.stride(2) == 1,
+                  "moe copy_blocks: each pair must be two 3-d tensors of one shape with unit last-dim stride, got ",
+                  dst.sizes(), " and ", src.sizes());
+      TORCH_CHECK(dst.device() == dst0.device() && src.device() == dst0.device(), "moe copy_blocks: one device");
+      auto& cb = blocks.block[blocks.count];
+      cb = CopyBlock{src.data_ptr(), dst.data_ptr(), dst.size(1), dst.size(2), src.stride(0), src.stride(1),
+                     dst.stride(0), dst.stride(1)};
+      for (const int64_t n : {cb.cols, cb.src_outer, cb.src_inner, cb.dst_outer, cb.dst_inner}) vectorised = vectorised && n % 8 == 0;
+      vectorised = vectorised && aligned16(src.data_ptr()) && aligned16(dst.data_ptr());
+      blocks.first_row[blocks.count + 1] = blocks.first_row[blocks.count] + dst.size(0) * dst.size(1);
+      ++blocks.count;
+    }
+    const int64_t rows = blocks.first_row[blocks.count];
+    if (rows == 0) continue;
+    const auto stream = at::cuda::getCurrentCUDAStream();
+    const auto grid = static_cast<unsigned>(std::min<int64_t>(rows, int64_t(sm_count()) * 16));
+    with_float_or_bf16(src0.scalar_type(), "copy_blocks source", [&](auto in_tag) {
+      with_float_or_bf16(dst0.scalar_type(), "copy_blocks destination", [&](auto out_tag) {
+        using TIn = typename decltype(in_tag)::type;
+        using TOut = typename decltype(out_tag)::type;
+        if (vectorised)
+          ablate_moe_copy_blocks<TIn, TOut, 8><<<grid, 128, 0, stream>>>(blocks);
+        else
+          ablate_moe_copy_blocks<TIn, TOut, 1><<<grid, 128, 0, stream>>>(blocks);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+    });
+  }
 }
 
 }  // namespace ablate::kernels::fused

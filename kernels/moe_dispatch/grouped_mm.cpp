@@ -11,7 +11,8 @@
 // A capacity factor keeps the standard path's semantics: slots past capacity (in token order) get
 // weight 0 and are counted (they are computed, not skipped: no shapes depend on the data).
 // Contract: MoeDispatchFn in kernels/seams.h. Arithmetic in the autocast dtype when autocast is on
-// (the weights are cast, as autocast would for bmm), else in x's dtype; _grouped_mm wants row strides
+// (the weights are cast, as autocast would for bmm: all three in one pass, their gradients back in one,
+// ExpertWeights), else in x's dtype; _grouped_mm wants row strides
 // that are multiples of 16 bytes, so d and f are zero-padded to multiples of 8 when they are not
 // (exact: padded rows and columns contribute zeros and are sliced off).
 // Tests: kernels_tests (parity_test.cpp moe rows, CPU fp32/bf16 and CUDA). Benchmark: kernels_bench --benchmark_filter=moe_dispatch.
@@ -26,36 +27,75 @@ namespace {
 
 int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
-// w1 and w3 ([E, f, d]) side by side as one [E, 2 fp, dp] operand in `dtype`, gate rows first: one
-// grouped GEMM for both projections forward, one for each gradient backward (and no add of two input
-// gradients). Forward casts each once into its half (padding zero); backward hands each weight its
-// half of the gradient, cast back. An autograd function rather than copy_ into slices, whose backward
-// (CopySlices) cloned the whole gradient and zeroed each slice: 3 copies and 2 fills an E layer.
-class GateUpWeights : public torch::autograd::Function<GateUpWeights> {
+// The expert weights in the GEMM dtype, as the grouped GEMMs take them: w1 and w3 ([E, f, d]) side by side
+// as one [E, 2 fp, dp] operand, gate rows first (one GEMM for both projections forward, one for each
+// gradient backward, and no add of two input gradients), and w2 ([E, d, f]) as [E, dp, fp]; padding
+// zero. Forward writes both in one copy_blocks launch; backward hands each weight its block of the two
+// gradients, cast back to its dtype, in another (expert_groups.h). An autograd function rather than
+// copy_ into slices (whose backward, CopySlices, cloned the whole gradient and zeroed each slice) or
+// .to() (a strided launch a weight, each way).
+class ExpertWeights : public torch::autograd::Function<ExpertWeights> {
  public:
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& w1, const torch::Tensor& w3,
-                               int64_t fp, int64_t dp, at::ScalarType dtype) {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& w1,
+                                                const torch::Tensor& w3, const torch::Tensor& w2, int64_t fp,
+                                                int64_t dp, at::ScalarType dtype) {
     const int64_t experts = w1.size(0), f = w1.size(1), d = w1.size(2);
     const auto opts = w1.options().dtype(dtype);
-    auto both = f == fp && d == dp ? torch::empty({experts, 2 * fp, dp}, opts) : torch::zeros({experts, 2 * fp, dp}, opts);
-    both.narrow(1, 0, f).narrow(2, 0, d).copy_(w1);
-    both.narrow(1, fp, f).narrow(2, 0, d).copy_(w3);
-    ctx->saved_data["f"] = f;
-    ctx->saved_data["d"] = d;
+    const bool padded = f != fp || d != dp;
+    auto gate_up = padded ? torch::zeros({experts, 2 * fp, dp}, opts) : torch::empty({experts, 2 * fp, dp}, opts);
+    auto down = padded ? torch::zeros({experts, dp, fp}, opts) : torch::empty({experts, dp, fp}, opts);
+    copy_blocks({{gate_up.narrow(1, 0, f).narrow(2, 0, d), w1},
+                 {gate_up.narrow(1, fp, f).narrow(2, 0, d), w3},
+                 {down.narrow(1, 0, d).narrow(2, 0, f), w2}});
     ctx->saved_data["fp"] = fp;
     ctx->saved_data["w1_dtype"] = static_cast<int64_t>(w1.scalar_type());
     ctx->saved_data["w3_dtype"] = static_cast<int64_t>(w3.scalar_type());
-    return both;
+    ctx->saved_data["w2_dtype"] = static_cast<int64_t>(w2.scalar_type());
+    ctx->saved_data["shape"] = std::vector<int64_t>{experts, f, d};
+    return {gate_up, down};
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    const auto& g = grads[0];
-    if (!g.defined()) return {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
-    const int64_t f = ctx->saved_data["f"].toInt(), d = ctx->saved_data["d"].toInt(), fp = ctx->saved_data["fp"].toInt();
-    const auto half = [&](int64_t first, const char* dtype_key) {
-      return g.narrow(1, first, f).narrow(2, 0, d).to(static_cast<at::ScalarType>(ctx->saved_data[dtype_key].toInt()));
-    };
-    return {half(0, "w1_dtype"), half(fp, "w3_dtype"), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    const auto shape = ctx->saved_data["shape"].toIntVector();
+    const int64_t experts = shape[0], f = shape[1], d = shape[2], fp = ctx->saved_data["fp"].toInt();
+    const auto& g_gate_up = grads[0];
+    const auto& g_down = grads[1];
+    const auto opts = (g_gate_up.defined() ? g_gate_up : g_down).options();
+    torch::Tensor dw1, dw3, dw2;
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> blocks;
+    const auto dtype_of = [&](const char* key) { return static_cast<at::ScalarType>(ctx->saved_data[key].toInt()); };
+    if (g_gate_up.defined()) {
+      dw1 = torch::empty({experts, f, d}, opts.dtype(dtype_of("w1_dtype")));
+      dw3 = torch::empty({experts, f, d}, opts.dtype(dtype_of("w3_dtype")));
+      blocks.push_back({dw1, g_gate_up.narrow(1, 0, f).narrow(2, 0, d)});
+      blocks.push_back({dw3, g_gate_up.narrow(1, fp, f).narrow(2, 0, d)});
+    }
+    if (g_down.defined()) {
+      dw2 = torch::empty({experts, d, f}, opts.dtype(dtype_of("w2_dtype")));
+      blocks.push_back({dw2, g_down.narrow(1, 0, d).narrow(2, 0, f)});
+    }
+    copy_blocks(blocks);
+    return {dw1, dw3, dw2, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// y = x W^T for each expert's rows (x [S, in] in expert order, W [E, out, in], offsets [E] int32 group
+// ends): at::_grouped_mm forward; backward dx = dy W and dW = dy^T x per group, the latter computed in W's
+// own layout [E, out, in] (LibTorch's autograd forms the gradient of W^T, [E, in, out], which reaches W
+// transposed: a strided copy to cast back), so ExpertWeights' backward copies rows, not columns.
+class GroupedLinear : public torch::autograd::Function<GroupedLinear> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
+                               const torch::Tensor& offsets) {
+    ctx->save_for_backward({x, w, offsets});
+    return at::_grouped_mm(x, w.transpose(1, 2), offsets);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &w = saved[1], &offsets = saved[2];
+    const auto dy = grads[0].contiguous();
+    return {at::_grouped_mm(dy, w, offsets), at::_grouped_mm(dy.t(), x, offsets), torch::Tensor()};
   }
 };
 
@@ -94,13 +134,13 @@ torch::Tensor moe_dispatch_grouped(const torch::Tensor& x, const torch::Tensor& 
   // Each slot's token row in expert order (slot = token * k + j): one gather of x's rows, whose
   // backward sums each token's k rows of the gradient, not a scatter-add (expert_groups.h).
   const auto rows = gather_slot_rows(pad_to(x.to(dtype), tokens, dp), groups.by_expert, groups.position, k);
-  const auto gate_up = at::_grouped_mm(rows, GateUpWeights::apply(w1, w3, fp, dp, dtype).transpose(1, 2), offsets);
+  const auto weights = ExpertWeights::apply(w1, w3, w2, fp, dp, dtype);  // {[E, 2 fp, dp], [E, dp, fp]}
+  const auto gate_up = GroupedLinear::apply(rows, weights[0], offsets);
   // The routing weight scales each slot's hidden row before the down projection, (w h) W2 = w (h W2):
   // on [S, f] instead of an fp32 copy of the [S, d] output weighted, gathered and summed in fp32. In
   // fp32 (the router's weights are fp32, so their gradient sums in fp32), rounded once to the GEMM dtype.
   const auto hidden = weighted_swiglu(gate_up, sorted_weight);
-  const auto w2p = pad_to(w2.to(dtype), dp, fp);
-  auto expert_out = at::_grouped_mm(hidden, w2p.transpose(1, 2), offsets);
+  auto expert_out = GroupedLinear::apply(hidden, weights[1], offsets);
   // Sliced only when padded: a narrow's backward zero-fills and copies even when it keeps everything.
   if (dp != d) expert_out = expert_out.narrow(1, 0, d);
 
@@ -130,7 +170,8 @@ ABLATE_REGISTER_BACKENDS(moe_dispatch_grouped_mm) {
                          // CUTLASS's grouped GEMM (cutlass::gemm::GroupProblemShape), in the raw name
                          // CUPTI keeps when the demangler gives up on it, and in the demangled one; the
                          // fused passes around it (expert_kernels.cu).
-                         .kernel_patterns = {"GroupProblemShape", "ablate_moe_sum_slots", "ablate_moe_swiglu"},
+                         .kernel_patterns = {"GroupProblemShape", "ablate_moe_sum_slots", "ablate_moe_swiglu",
+                                             "ablate_moe_copy_blocks"},
                          .description = "dropless without a host sync: slots sorted by expert on the device, "
                                         "the expert matmuls as LibTorch grouped GEMMs (at::_grouped_mm, gate and "
                                         "up in one) over device offsets, the SwiGLU with the routing weight and "

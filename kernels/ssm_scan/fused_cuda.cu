@@ -37,10 +37,10 @@
 // input dtype before their dots. What sums many terms stays fp32: the column-0 (previous position)
 // terms, the intra-chunk dgamma / dbeta sums (from the accumulators, before rounding), e_j, r_t (dy
 // recomputed from dout and z), dD; per-tile partial sums are added in a fixed order (deterministic).
-// The bf16 tiles halve the backward chunk's shared memory (~97 KB at L 64, P 64, N 128: 2 blocks of 8
+// The bf16 tiles halve the backward chunk's shared memory (~98 KB at L 64, P 64, N 128: 2 blocks of 8
 // warps per SM on an H100; the output kernel's ~72 KB: 3).
 // Supported: P and N multiples of 16 up to 128, chunk L in {16, 32, 48, 64}, as long as the shared tiles
-// fit the device (on an H100 all do on tensor cores, the largest, P = N = 128 at L = 64, ~129 KB; the
+// fit the device (on an H100 all do on tensor cores, the largest, P = N = 128 at L = 64, ~133 KB; the
 // SIMT path's backward chunk needs 234,516 bytes there, over the H100's 232,448: fp32 x at that shape
 // takes chunk 48); anything else is a TORCH_CHECK error that says so. No host synchronisation:
 // capturable in a CUDA graph.
@@ -182,8 +182,9 @@ __device__ void load_matrix(float* dst, int ld, int rows, int width, const float
 }
 
 // log alpha (floored; 0 past the end), beta, gamma (0 past the end) of chunk rows 0..L-1, and the
-// inclusive cumulative sum of log alpha in `cum` (warp 0: lane holds rows lane and lane + 32).
-__device__ void load_coefficients(const Params& p, int b, int h, int t0, float* cum, float* bet, float* gam) {
+// inclusive cumulative sum of log alpha in `cum` (warp 0: lane holds rows lane and lane + 32). Inlined:
+// where the caller's pointers are known to be shared memory, its stores compile to shared stores.
+__device__ __forceinline__ void load_coefficients(const Params& p, int b, int h, int t0, float* cum, float* bet, float* gam) {
   for (int t = threadIdx.x; t < p.L; t += blockDim.x) {
     const bool real = t0 + t < p.T;
     const int64_t i = real ? row_index(p, b, t0 + t, h) : 0;
@@ -966,79 +967,309 @@ __host__ __device__ inline size_t bwd_chunk_smem_floats(int L, int P, int N) {
 // L 64, P 64, N 128. The fp32 side: the weighted column 0 of both score matrices (sc0, dx0), and per-tile
 // partial sums (one writer each, added in a fixed order at the end) of the intra-chunk dgamma / dbeta
 // (dgp, dbp: per block row of the scores), r_t (r1p: per column block of yscan), e_j (ep: per column
-// block of dk), e_0 (e0p: per warp task), db0p[t] (dbeta_0's terms) and drow[t] = dy_t . x_t (dD).
+// block of dk), e_0 (e0p: per warp of 32 keys), db0p[t] (dbeta_0's terms) and drow[t] = dy_t . x_t (dD);
+// the intra-chunk parts of the column-0 gradients (gk0 = sum_t dxm_t0 q_t, gx0 = sum_t sc_t0 dy_t).
 struct BwdChunkTc {
-  float *cum, *bet, *gam, *wend, *sc0, *dx0, *db0p, *drow, *dgp, *dbp, *r1p, *ep, *e0p;
+  float *cum, *bet, *gam, *wend, *sc0, *dx0, *db0p, *drow, *dgp, *dbp, *r1p, *ep, *e0p, *gk0, *gx0;
   bf16 *qs, *ka, *xa, *dys, *scw, *dxw, *state;
   __host__ __device__ BwdChunkTc(Carve& c, int L, int P, int N)
       : cum(c.take<float>(L)), bet(c.take<float>(L)), gam(c.take<float>(L)), wend(c.take<float>(L + 1)),
         sc0(c.take<float>(L)), dx0(c.take<float>(L)), db0p(c.take<float>(L)), drow(c.take<float>(L)),
         dgp(c.take<float>(L / 16 * L)), dbp(c.take<float>(L / 16 * L)), r1p(c.take<float>(P / 16 * L)),
-        ep(c.take<float>(N / 16 * L)), e0p(c.take<float>((N + 31) / 32)), qs(c.take<bf16>(L * ld_tc(N))),
-        ka(c.take<bf16>((L + 1) * ld_tc(N))), xa(c.take<bf16>((L + 1) * ld_tc(P))), dys(c.take<bf16>(L * ld_tc(P))),
-        scw(c.take<bf16>(L * ld_tc(L))), dxw(c.take<bf16>(L * ld_tc(L))), state(c.take<bf16>(P * ld_tc(N))) {}
+        ep(c.take<float>(N / 16 * L)), e0p(c.take<float>((N + 31) / 32)), gk0(c.take<float>(N)),
+        gx0(c.take<float>(P)), qs(c.take<bf16>(L * ld_tc(N))), ka(c.take<bf16>((L + 1) * ld_tc(N))),
+        xa(c.take<bf16>((L + 1) * ld_tc(P))), dys(c.take<bf16>(L * ld_tc(P))), scw(c.take<bf16>(L * ld_tc(L))),
+        dxw(c.take<bf16>(L * ld_tc(L))), state(c.take<bf16>(P * ld_tc(N))) {}
+  // The layout is carved from address 0 (offsets); on the device every piece is then moved onto the
+  // block's shared array by pointer arithmetic from it, so the compiler knows each access is to shared
+  // memory (LDS / STS on 32-bit addresses) instead of generic loads and stores on 64-bit addresses (what a
+  // pointer made from an integer compiles to).
+  template <class T>
+  __device__ __forceinline__ static T* at(char* base, T* offset) {
+    return reinterpret_cast<T*>(base + reinterpret_cast<uintptr_t>(offset));
+  }
+  __device__ __forceinline__ void rebase(char* base) {
+    cum = at(base, cum), bet = at(base, bet), gam = at(base, gam), wend = at(base, wend), sc0 = at(base, sc0);
+    dx0 = at(base, dx0), db0p = at(base, db0p), drow = at(base, drow), dgp = at(base, dgp), dbp = at(base, dbp);
+    r1p = at(base, r1p), ep = at(base, ep), e0p = at(base, e0p), gk0 = at(base, gk0), gx0 = at(base, gx0);
+    qs = at(base, qs), ka = at(base, ka), xa = at(base, xa), dys = at(base, dys), scw = at(base, scw);
+    dxw = at(base, dxw), state = at(base, state);
+  }
 };
+
+// The backward chunk's own copies of the tile loaders (load_rows_bf16, load_matrix_bf16: same values),
+// inlined so that their stores are known to be shared, with a thread's runs walked by (row, run) steps
+// instead of a division per run.
+// 8 consecutive elements as bf16 (load8_bf16), the element-wise path (unaligned source, or x_prev /
+// k_prev) out of line: it is cold, and the unrolled loaders would otherwise hold a copy per run.
+template <typename T>
+__device__ __noinline__ uint4 load8_bf16_scalar(const T* src) {
+  return load8_bf16(src, false);
+}
+
+template <typename T>
+__device__ __forceinline__ uint4 bwd_load8(const T* src, bool vector) {
+  return vector ? load8_bf16(src, true) : load8_bf16_scalar(src);
+}
+
+__device__ __forceinline__ void next_run(int& r, int& run, int runs_per_row, int step_r, int step_c) {
+  run += step_c;
+  r += step_r;
+  if (run >= runs_per_row) run -= runs_per_row, ++r;
+}
+
+template <typename T>
+__device__ __forceinline__ void bwd_load_rows(bf16* dst, int ld, int width, const T* src, const Params& p, int b, int h,
+                                              int t_first, int nrows, const float* before) {
+  constexpr int V = 8;
+  const int runs_per_row = width / V, total = nrows * runs_per_row;
+  const int64_t row_stride = static_cast<int64_t>(p.H) * width;
+  const T* base = src + row_index(p, b, 0, h) * width;
+  const bool vector = is_aligned16(src);  // every row start is a multiple of 32 bytes past src
+  const int step_r = blockDim.x / runs_per_row, step_c = blockDim.x - step_r * runs_per_row;
+  int r = threadIdx.x / runs_per_row, run = threadIdx.x - r * runs_per_row;  // of run i0
+  for (int i0 = threadIdx.x; i0 < total; i0 += kLoadsInFlight * blockDim.x) {
+    uint4 v[kLoadsInFlight];
+    int at[kLoadsInFlight];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int i = i0 + u * blockDim.x, col = run * V, t = t_first + r;
+      at[u] = r * ld + col;
+      if (i < total && t >= 0 && t < p.T)
+        v[u] = bwd_load8(base + t * row_stride + col, vector);
+      else if (i < total && t == -1 && before != nullptr)
+        v[u] = load8_bf16_scalar(before + col);
+      else
+        v[u] = make_uint4(0, 0, 0, 0);
+      next_run(r, run, runs_per_row, step_r, step_c);
+    }
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u)
+      if (i0 + u * blockDim.x < total) *reinterpret_cast<uint4*>(dst + at[u]) = v[u];
+  }
+}
+
+__device__ __forceinline__ void bwd_load_matrix(bf16* dst, int ld, int rows, int width, const float* src) {
+  constexpr int V = 8;
+  const int runs_per_row = width / V, total = rows * runs_per_row;
+  const bool vector = is_aligned16(src);
+  const int step_r = blockDim.x / runs_per_row, step_c = blockDim.x - step_r * runs_per_row;
+  int r = threadIdx.x / runs_per_row, run = threadIdx.x - r * runs_per_row;
+  for (int i0 = threadIdx.x; i0 < total; i0 += kLoadsInFlight * blockDim.x) {
+    uint4 v[kLoadsInFlight];
+    int at[kLoadsInFlight];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int i = i0 + u * blockDim.x;
+      at[u] = r * ld + run * V;
+      if (i < total) v[u] = bwd_load8(src + i * V, vector);
+      next_run(r, run, runs_per_row, step_r, step_c);
+    }
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u)
+      if (i0 + u * blockDim.x < total) *reinterpret_cast<uint4*>(dst + at[u]) = v[u];
+  }
+}
+
+// dy_t = dout_t * silu(z_t) (dout_t without z; 0 past the end) of chunk rows 0..L-1, rounded into the bf16
+// tile, and the column-0 values of the same row by the same warp (what load_dy_bf16, score_column0 and
+// the weighting of column 0 computed in three passes): from dy before its rounding the fp32 dots
+// d0 = dy_t . x_0 and drow[t] = dy_t . x_t, raw = q_t . k_0 over the bf16 tiles, then sc0[t] = raw W_t0,
+// dx0[t] = d0 W_t0 and db0p[t] = exp(cum_t - cum_0) raw d0 (dbeta_0's terms). A warp per row, a lane per
+// 2 adjacent columns (2 lane + 64 u, u < 2: P <= 128), kRows rows' loads in flight.
+__device__ __forceinline__ void bwd_dy_column0(const Params& p, const BwdChunkTc& s, int b, int h, int t0, int ldP,
+                                               int ldN) {
+  constexpr int kRows = 4, kPairs = 2;
+  const bf16* z = static_cast<const bf16*>(p.z);
+  const int L = p.L, P = p.P, N = p.N;
+  const int warp = threadIdx.x / 32, warps = blockDim.x / 32, lane = threadIdx.x & 31;
+  const bool vector = reinterpret_cast<uintptr_t>(p.dout) % 8 == 0 && reinterpret_cast<uintptr_t>(z) % 4 == 0;
+  for (int tb = warp; tb < L; tb += kRows * warps) {
+    float2 dv[kRows][kPairs];
+    uint32_t zw[kRows][kPairs];
+    float raws[kRows] = {}, d0s[kRows] = {}, dxs[kRows] = {};  // the batch's row sums (every lane)
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+      const int t = tb + u * warps;
+      const bool real = t < L && t0 + t < p.T;
+      const int64_t o = real ? row_index(p, b, t0 + t, h) * P : 0;
+#pragma unroll
+      for (int q = 0; q < kPairs; ++q) {
+        const int col = 2 * lane + 64 * q;
+        dv[u][q] = make_float2(0.f, 0.f);
+        zw[u][q] = 0u;
+        if (real && col < P) {
+          if (vector) {
+            dv[u][q] = *reinterpret_cast<const float2*>(p.dout + o + col);
+            if (z) zw[u][q] = *reinterpret_cast<const uint32_t*>(z + o + col);
+          } else {
+            dv[u][q] = make_float2(p.dout[o + col], p.dout[o + col + 1]);
+            if (z) {
+              const bf16 pair[2] = {z[o + col], z[o + col + 1]};
+              zw[u][q] = *reinterpret_cast<const uint32_t*>(pair);
+            }
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+      const int t = tb + u * warps;  // warp-uniform: the warp sums below see every lane
+      if (t >= L) break;
+      float d0 = 0.f, dx = 0.f, raw = 0.f;
+#pragma unroll
+      for (int q = 0; q < kPairs; ++q) {
+        const int col = 2 * lane + 64 * q;
+        if (col < P) {
+          float dy[2] = {dv[u][q].x, dv[u][q].y};
+          if (z) {
+            const float2 zf = unpack_bf16(zw[u][q]);
+            const float zv[2] = {zf.x, zf.y};
+#pragma unroll
+            for (int e = 0; e < 2; ++e) dy[e] = dy[e] * zv[e] * sigmoid(zv[e]);
+          }
+          *reinterpret_cast<uint32_t*>(s.dys + t * ldP + col) = pack_bf16(dy[0], dy[1]);
+          const float2 x0 = unpack_bf16(*reinterpret_cast<const uint32_t*>(s.xa + col));
+          const float2 xt = unpack_bf16(*reinterpret_cast<const uint32_t*>(s.xa + (t + 1) * ldP + col));
+          d0 = fmaf(dy[0], x0.x, d0);
+          d0 = fmaf(dy[1], x0.y, d0);
+          dx = fmaf(dy[0], xt.x, dx);
+          dx = fmaf(dy[1], xt.y, dx);
+        }
+      }
+      if (4 * lane < N) {  // 4 keys a lane (8-byte reads; N <= kMaxDim = 128)
+        const int n = 4 * lane;
+        const uint2 qv = *reinterpret_cast<const uint2*>(s.qs + t * ldN + n);
+        const uint2 kv = *reinterpret_cast<const uint2*>(s.ka + n);
+        const float2 q01 = unpack_bf16(qv.x), q23 = unpack_bf16(qv.y), k01 = unpack_bf16(kv.x), k23 = unpack_bf16(kv.y);
+        raw = fmaf(q01.x, k01.x, raw);
+        raw = fmaf(q01.y, k01.y, raw);
+        raw = fmaf(q23.x, k23.x, raw);
+        raw = fmaf(q23.y, k23.y, raw);
+      }
+      d0s[u] = warp_sum(d0);
+      dxs[u] = warp_sum(dx);
+      raws[u] = warp_sum(raw);
+    }
+    // Lane u finishes row tb + u warps of the batch (the rows' weights computed side by side).
+    const int t = tb + lane * warps;
+    if (lane < kRows && t < L) {
+      float raw = raws[0], d0 = d0s[0], dx = dxs[0];
+#pragma unroll
+      for (int u = 1; u < kRows; ++u)
+        if (lane == u) raw = raws[u], d0 = d0s[u], dx = dxs[u];
+      const float w0 = weight(s.cum, s.bet, s.gam, L, t, 0);
+      s.sc0[t] = raw * w0;
+      s.db0p[t] = decay(s.cum, t, 0) * raw * d0;
+      s.dx0[t] = d0 * w0;
+      s.drow[t] = dx;
+    }
+  }
+}
+
+// a / d for a task number 0 <= a < 2^16 and a tile count 1 <= d <= 8 (inv_d = 1 / d): (a + 0.5) / d lies at
+// least 1 / 16 from an integer, far beyond the float product's rounding, so its truncation is the
+// quotient (an integer division by a run-time d is some twenty instructions).
+__device__ __forceinline__ int small_div(int a, float inv_d) {
+  return static_cast<int>((static_cast<float>(a) + 0.5f) * inv_d);
+}
 
 // The backward chunk on tensor cores: the SIMT path's phases (see ablate_ssm_scan_bwd_chunk) with every
 // product on mma tiles and the column-0 position (x_prev / k_prev or the previous chunk's last) in fp32
-// beside them. Phase A: scores and dgamma / dbeta's intra sums; B: yscan (dz, r_t) and dq; C: dk, dx,
-// e_j and the column-0 gradients.
+// beside them. Phase A: scores and dgamma / dbeta's intra sums (and the column-0 gradients' intra parts,
+// on the warps with one tile fewer); B: yscan (dz, r_t) and dq; C: the column-0 gradients' state parts
+// (every thread), then dk, dx and e_j. Epilogues work per accumulator pair (adjacent columns: paired
+// reads and writes) with what depends on the row only read once per row; phase B's reads of dout and z
+// are issued before its products.
 template <typename TQK>
-__device__ void bwd_chunk_tc(const Params& p, float* smem) {
+__device__ __forceinline__ void bwd_chunk_tc(const Params& p, float* smem) {
   const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
   const int t0 = c * L, ldP = ld_tc(P), ldN = ld_tc(N), ldL = ld_tc(L);
-  Carve carve{reinterpret_cast<uintptr_t>(smem)};
-  const BwdChunkTc s(carve, L, P, N);
+  Carve carve;  // offsets from 0, then rebased on the shared array
+  BwdChunkTc s(carve, L, P, N);
+  s.rebase(reinterpret_cast<char*>(smem));
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   const bool first = c == 0, last = c == p.nC - 1;
   const int rows = min(L, p.T - t0);  // real rows of this chunk
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32, lane = threadIdx.x & 31, nL = L / 16;
+  const int g = lane >> 2, tq = lane & 3;  // accumulator rows g, g + 8; columns 2 tq + {0, 1} (+ 8)
   const float* dS = p.dstates + (bh * p.nC + c) * P * N;  // adjoint at the end of this chunk
 
-  load_rows_bf16(s.qs, ldN, N, static_cast<const TQK*>(p.q), p, b, h, t0, L, nullptr);
-  load_rows_bf16(s.ka, ldN, N, static_cast<const TQK*>(p.k), p, b, h, t0 - 1, L + 1,
-                 first && p.k_prev ? p.k_prev + bh * N : nullptr);
-  load_rows_bf16(s.xa, ldP, P, static_cast<const bf16*>(p.x), p, b, h, t0 - 1, L + 1,
-                 first && p.x_prev ? p.x_prev + bh * P : nullptr);
-  load_matrix_bf16(s.state, ldN, P, N, p.states + (bh * p.nC + c) * P * N);
+  bwd_load_rows(s.qs, ldN, N, static_cast<const TQK*>(p.q), p, b, h, t0, L, nullptr);
+  bwd_load_rows(s.ka, ldN, N, static_cast<const TQK*>(p.k), p, b, h, t0 - 1, L + 1,
+                first && p.k_prev ? p.k_prev + bh * N : nullptr);
+  bwd_load_rows(s.xa, ldP, P, static_cast<const bf16*>(p.x), p, b, h, t0 - 1, L + 1,
+                first && p.x_prev ? p.x_prev + bh * P : nullptr);
+  bwd_load_matrix(s.state, ldN, P, N, p.states + (bh * p.nC + c) * P * N);
   for (int i = threadIdx.x; i < L / 16 * L; i += blockDim.x) s.dgp[i] = s.dbp[i] = 0.f;  // tiles above the diagonal
   load_coefficients(p, b, h, t0, s.cum, s.bet, s.gam);  // ends with a barrier
   for (int j = threadIdx.x; j <= L; j += blockDim.x) s.wend[j] = weight(s.cum, s.bet, s.gam, L, L - 1, j);
-  // dy (rounded into its tile; its fp32 dots with x_0 and x_t here), then column 0 of both score matrices.
-  load_dy_bf16(s.dys, ldP, p, b, h, t0, nullptr, s.xa, ldP, s.dx0, s.drow);
-  score_column0(s.qs, ldN, s.ka, N, L, s.cum, s.bet, s.gam, s.sc0, s.db0p);
+  // dy (rounded into its tile; its fp32 dots with x_0 and x_t here) and column 0 of both score matrices.
+  bwd_dy_column0(p, s, b, h, t0, ldP, ldN);
   __syncthreads();
-  for (int t = threadIdx.x; t < L; t += blockDim.x) {  // dbeta_0's terms from the raw column 0, then weight it
-    const float w0 = weight(s.cum, s.bet, s.gam, L, t, 0);
-    s.db0p[t] = decay(s.cum, t, 0) * s.db0p[t] * s.dx0[t];
-    s.dx0[t] *= w0;
-  }
 
   // Phase A: per lower tile, sc = q_t . k_j and dxm = dy_t . x_j (columns j = 1..L at j - 1) in fp32
   // registers: the intra-chunk dgamma_s = sum_t exp(cum_t - cum_s) sc dxm at column s + 1 and dbeta_s at
-  // column s (their column sums per tile), then W o sc and W o dxm rounded into the bf16 tiles.
-  for (int task = warp; task < nL * (nL + 1) / 2; task += warps) {
-    int bi, bj;
-    lower_tile(task, bi, bj);
-    const int i0 = 16 * bi, j0 = 16 * bj;
-    float sc[2][4] = {}, dm[2][4] = {}, cg[2][2] = {}, cb[2][2] = {};
-    mma_block(sc, {s.qs, ldN, true}, {s.ka + ldN, ldN, true}, i0, j0, 0, N);
-    mma_block(dm, {s.dys, ldP, true}, {s.xa + ldP, ldP, true}, i0, j0, 0, P);
-    for_tile_elements(i0, j0, [&](int t, int j, int nt, int e) {  // j: position j of the chunk, column j + 1
-      const float prod = sc[nt][e] * dm[nt][e];
-      if (t >= j) cg[nt][e & 1] += decay(s.cum, t, j) * prod;
-      if (t > j) cb[nt][e & 1] += decay(s.cum, t, j + 1) * prod;
-      const float w = weight(s.cum, s.bet, s.gam, L, t, j + 1);
-      sc[nt][e] *= w;
-      dm[nt][e] *= w;
-    });
-    for_tile_elements(i0, j0, [&](int t, int j, int nt, int e) {
-      if (e & 1) return;
-      *reinterpret_cast<uint32_t*>(s.scw + t * ldL + j) = pack_bf16(sc[nt][e], sc[nt][e + 1]);
-      *reinterpret_cast<uint32_t*>(s.dxw + t * ldL + j) = pack_bf16(dm[nt][e], dm[nt][e + 1]);
-    });
-    store_column_sums(cg, s.dgp + bi * L, j0, L);
-    store_column_sums(cb, s.dbp + bi * L + 1, j0, L - 1);  // dbeta_{j+1}: none for j = L-1 (t > L-1)
+  // column s (their column sums per tile), then W o sc and W o dxm rounded into the bf16 tiles. The
+  // tasks after the tiles: the intra-chunk parts of column 0's gradients, gk0[n] = sum_t dxm_t0 q_t[n]
+  // and gx0[col] = sum_t sc_t0 dy_t[col] (32 outputs a task).
+  const int nA = nL * (nL + 1) / 2, nk = (N + 31) / 32, nx = (P + 31) / 32;
+  for (int task = warp; task < nA + nk + nx; task += warps) {
+    if (task < nA) {
+      int bi, bj;
+      lower_tile(task, bi, bj);
+      const int i0 = 16 * bi, j0 = 16 * bj;
+      float sc[2][4] = {}, dm[2][4] = {}, cg[2][2] = {}, cb[2][2] = {};
+      mma_block(sc, {s.qs, ldN, true}, {s.ka + ldN, ldN, true}, i0, j0, 0, N);
+      mma_block(dm, {s.dys, ldP, true}, {s.xa + ldP, ldP, true}, i0, j0, 0, P);
+      // Element (t, j) (accumulator e = 2 half + u of tile nt: t = i0 + g + 8 half, j = jb + u): position j
+      // of the chunk, column j + 1. dd[k] = exp(cum_t - cum_{jb+k}) for jb + k <= t (0 otherwise): the
+      // decays of this pair's columns j and j + 1 (k = u and u + 1), each exponent once.
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int t = i0 + g + 8 * half;
+        const float cum_t = s.cum[t];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const int jb = j0 + 8 * nt + 2 * tq;
+          float dd[3];
+#pragma unroll
+          for (int k = 0; k < 3; ++k) dd[k] = jb + k <= t ? expf(cum_t - s.cum[jb + k]) : 0.f;
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            const int j = jb + u, e = 2 * half + u;
+            const float prod = sc[nt][e] * dm[nt][e];
+            if (t >= j) cg[nt][u] += dd[u] * prod;
+            if (t > j) cb[nt][u] += dd[u + 1] * prod;
+            float w = 0.f;  // W_{t, j+1}, as weight()
+            if (j <= t) w += dd[u] * s.gam[j];
+            if (j + 1 <= L - 1 && j + 1 <= t) w += dd[u + 1] * s.bet[j + 1];
+            sc[nt][e] *= w;
+            dm[nt][e] *= w;
+          }
+          *reinterpret_cast<uint32_t*>(s.scw + t * ldL + jb) = pack_bf16(sc[nt][2 * half], sc[nt][2 * half + 1]);
+          *reinterpret_cast<uint32_t*>(s.dxw + t * ldL + jb) = pack_bf16(dm[nt][2 * half], dm[nt][2 * half + 1]);
+        }
+      }
+      store_column_sums(cg, s.dgp + bi * L, j0, L);
+      store_column_sums(cb, s.dbp + bi * L + 1, j0, L - 1);  // dbeta_{j+1}: none for j = L-1 (t > L-1)
+    } else if (task < nA + nk) {
+      const int n = 32 * (task - nA) + lane;
+      if (n < N) {
+        float v = 0.f;
+#pragma unroll 8
+        for (int t = 0; t < L; ++t) v = fmaf(s.dx0[t], __bfloat162float(s.qs[t * ldN + n]), v);
+        s.gk0[n] = v;
+      }
+    } else {
+      const int col = 32 * (task - nA - nk) + lane;
+      if (col < P) {
+        float v = 0.f;
+#pragma unroll 8
+        for (int t = 0; t < L; ++t) v = fmaf(s.sc0[t], __bfloat162float(s.dys[t * ldP + col]), v);
+        s.gx0[col] = v;
+      }
+    }
   }
   __syncthreads();
 
@@ -1048,114 +1279,200 @@ __device__ void bwd_chunk_tc(const Params& p, float* smem) {
   prefetch_l2(dS, P * N);
   const float Dh = p.D[h];
   const bf16* z = static_cast<const bf16*>(p.z);
+  bf16* dz = static_cast<bf16*>(p.dz);
+  // Paired (8-byte dout, 4-byte z / dz) accesses when the pointers allow (every row offset is even).
+  const bool paired = reinterpret_cast<uintptr_t>(p.dout) % 8 == 0 && reinterpret_cast<uintptr_t>(z) % 4 == 0 &&
+                      reinterpret_cast<uintptr_t>(dz) % 4 == 0;
   const int tP = P / 16, tN = N / 16;
+  const float inv_tP = 1.f / tP, inv_tN = 1.f / tN;
   for (int task = warp; task < nL * (tP + tN); task += warps) {
     if (task < nL * tP) {
-      const int i0 = (task / tP) * 16, j0 = (task % tP) * 16;
+      const int bi = small_div(task, inv_tP), i0 = 16 * bi, j0 = 16 * (task - bi * tP);
+      // This lane's dout and z pairs (rows i0 + g + 8 half, columns j0 + 8 nt + 2 tq + {0, 1}), read first.
+      float2 dv[2][2];
+      uint32_t zw[2][2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int t = i0 + g + 8 * half;
+        const int64_t o = t < rows ? row_index(p, b, t0 + t, h) * P : 0;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const int col = j0 + 8 * nt + 2 * tq;
+          dv[half][nt] = make_float2(0.f, 0.f);
+          zw[half][nt] = 0u;
+          if (t < rows) {
+            if (paired) {
+              dv[half][nt] = *reinterpret_cast<const float2*>(p.dout + o + col);
+              if (z) zw[half][nt] = *reinterpret_cast<const uint32_t*>(z + o + col);
+            } else {
+              dv[half][nt] = make_float2(p.dout[o + col], p.dout[o + col + 1]);
+              if (z) {
+                const bf16 pair[2] = {z[o + col], z[o + col + 1]};
+                zw[half][nt] = *reinterpret_cast<const uint32_t*>(pair);
+              }
+            }
+          }
+        }
+      }
       float intra[2][4] = {}, inter[2][4] = {}, rs[2] = {};
       mma_block(intra, {s.scw, ldL, true}, {s.xa + ldP, ldP, false}, i0, j0, 0, i0 + 16);
       mma_block(inter, {s.qs, ldN, true}, {s.state, ldN, true}, i0, j0, 0, N);
-      for_tile_elements(i0, j0, [&](int t, int col, int nt, int e) {
-        if (t >= rows) return;
-        const float yscan =
-            intra[nt][e] + s.sc0[t] * __bfloat162float(s.xa[col]) + expf(s.cum[t]) * inter[nt][e];
-        const int64_t o = row_index(p, b, t0 + t, h) * P + col;
-        float dy = p.dout[o];
-        if (z) {
-          const float zv = __bfloat162float(z[o]), sg = sigmoid(zv);
-          const float y = yscan + Dh * __bfloat162float(s.xa[(t + 1) * ldP + col]);
-          static_cast<bf16*>(p.dz)[o] = __float2bfloat16_rn(dy * y * sg * (1.f + zv * (1.f - sg)));
-          dy *= zv * sg;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int t = i0 + g + 8 * half;
+        if (t >= rows) continue;
+        const float sc0_t = s.sc0[t], decay_in = expf(s.cum[t]);
+        const int64_t o = row_index(p, b, t0 + t, h) * P;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const int col = j0 + 8 * nt + 2 * tq;
+          const float2 x0 = unpack_bf16(*reinterpret_cast<const uint32_t*>(s.xa + col));
+          const float2 xt = unpack_bf16(*reinterpret_cast<const uint32_t*>(s.xa + (t + 1) * ldP + col));
+          const float2 zf = unpack_bf16(zw[half][nt]);
+          const float x0v[2] = {x0.x, x0.y}, xtv[2] = {xt.x, xt.y}, zv[2] = {zf.x, zf.y};
+          const float dov[2] = {dv[half][nt].x, dv[half][nt].y};
+          float dzv[2];
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            const int e = 2 * half + u;
+            const float yscan = intra[nt][e] + sc0_t * x0v[u] + decay_in * inter[nt][e];
+            float dy = dov[u];
+            if (z) {
+              const float sg = sigmoid(zv[u]);
+              const float y = yscan + Dh * xtv[u];
+              dzv[u] = dy * y * sg * (1.f + zv[u] * (1.f - sg));
+              dy *= zv[u] * sg;
+            }
+            rs[half] += yscan * dy;
+          }
+          if (z) {
+            if (paired) {
+              *reinterpret_cast<__nv_bfloat162*>(dz + o + col) = __floats2bfloat162_rn(dzv[0], dzv[1]);
+            } else {
+              dz[o + col] = __float2bfloat16_rn(dzv[0]);
+              dz[o + col + 1] = __float2bfloat16_rn(dzv[1]);
+            }
+          }
         }
-        rs[e >> 1] += yscan * dy;
-      });
+      }
       store_row_sums(rs, s.r1p + (j0 / 16) * L, i0);
     } else {
-      const int i0 = ((task - nL * tP) / tN) * 16, j0 = ((task - nL * tP) % tN) * 16;
+      const int tk = task - nL * tP, bi = small_div(tk, inv_tN), i0 = 16 * bi, j0 = 16 * (tk - bi * tN);
       float intra[2][4] = {}, inter[2][4] = {};
       mma_block(intra, {s.dxw, ldL, true}, {s.ka + ldN, ldN, false}, i0, j0, 0, i0 + 16);
       mma_block(inter, {s.dys, ldP, true}, {s.state, ldN, false}, i0, j0, 0, P);
-      for_tile_elements(i0, j0, [&](int t, int n, int nt, int e) {
-        if ((e & 1) || t >= rows) return;
-        const float decay_in = expf(s.cum[t]);
-        store_pair(static_cast<TQK*>(p.dq) + row_index(p, b, t0 + t, h) * N + n,
-                   intra[nt][e] + s.dx0[t] * __bfloat162float(s.ka[n]) + decay_in * inter[nt][e],
-                   intra[nt][e + 1] + s.dx0[t] * __bfloat162float(s.ka[n + 1]) + decay_in * inter[nt][e + 1]);
-      });
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int t = i0 + g + 8 * half;
+        if (t >= rows) continue;
+        const float dx0_t = s.dx0[t], decay_in = expf(s.cum[t]);
+        TQK* dq = static_cast<TQK*>(p.dq) + row_index(p, b, t0 + t, h) * N;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const int n = j0 + 8 * nt + 2 * tq, e = 2 * half;
+          const float2 k0 = unpack_bf16(*reinterpret_cast<const uint32_t*>(s.ka + n));
+          store_pair(dq + n, intra[nt][e] + dx0_t * k0.x + decay_in * inter[nt][e],
+                     intra[nt][e + 1] + dx0_t * k0.y + decay_in * inter[nt][e + 1]);
+        }
+      }
     }
   }
   __syncthreads();
-  load_matrix_bf16(s.state, ldN, P, N, dS);
+  bwd_load_matrix(s.state, ldN, P, N, dS);
   __syncthreads();
+
+  // Phase C, column 0 (j = 0: gprev_*), every thread: gprev_k[n] = gk0[n] + wend_0 (x_0^T dS)[n] (a thread
+  // per key), e_0 = (x_0^T dS) . k_0 (per warp of 32 keys), gprev_x[col] = gx0[col] + wend_0 (dS k_0)[col]
+  // (two threads per input, one per half of the keys, added by the first).
+  for (int base = 0; base < N + 2 * P; base += blockDim.x) {  // uniform trip count: shuffles below
+    const int i = base + threadIdx.x;
+    float e_part = 0.f, xs = 0.f;
+    if (i < N) {
+      const int n = i;
+      float state = 0.f;
+#pragma unroll 8
+      for (int col = 0; col < P; ++col)
+        state = fmaf(__bfloat162float(s.xa[col]), __bfloat162float(s.state[col * ldN + n]), state);
+      p.gprev_k[(bh * p.nC + c) * N + n] = s.gk0[n] + s.wend[0] * state;
+      e_part = state * __bfloat162float(s.ka[n]);
+    } else if (i < N + 2 * P) {
+      const int col = (i - N) >> 1, n_begin = ((i - N) & 1) * (N / 2);
+      for (int n = n_begin; n < n_begin + N / 2; n += 8) {  // 16-byte reads of the state row and of k_0
+        const uint4 sv = *reinterpret_cast<const uint4*>(s.state + col * ldN + n);
+        const uint4 kv = *reinterpret_cast<const uint4*>(s.ka + n);
+        const uint32_t sw[4] = {sv.x, sv.y, sv.z, sv.w}, kw[4] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const float2 a = unpack_bf16(sw[u]), k2 = unpack_bf16(kw[u]);
+          xs = fmaf(a.x, k2.x, fmaf(a.y, k2.y, xs));
+        }
+      }
+    }
+    xs += __shfl_xor_sync(0xffffffffu, xs, 1);  // the other half of the keys (thread i ^ 1: N, base even)
+    if (i >= N && i < N + 2 * P && ((i - N) & 1) == 0) {
+      const int col = (i - N) >> 1;
+      p.gprev_x[(bh * p.nC + c) * P + col] = s.gx0[col] + s.wend[0] * xs;
+    }
+    e_part = warp_sum(e_part);
+    if (lane == 0 && base + 32 * warp < N) s.e0p[(base + 32 * warp) / 32] = e_part;
+  }
 
   // Phase C: dk_j = sum_t W_tj (dy_t.x_j) q_t + wend_j dS^T x_j, e_j = x_j^T dS k_j; dx_j = sum_t W_tj
   // (q_t.k_j) dy_t + wend_j dS k_j (+ D dy for the chunk's own rows). Rows j = 1..L are positions t0 + j - 1
-  // (tile row i = j - 1); j = 0 (column 0) goes to gprev_* as warp tasks of 32 outputs, first.
-  const int nk = (N + 31) / 32, nx = (P + 31) / 32, n_col0 = nk + nx;
-  for (int task = warp; task < n_col0 + nL * (tN + tP); task += warps) {
-    if (task < nk) {  // gprev_k[n] = sum_t dxm_t0 q_t[n] + wend_0 (x_0^T dS)[n]; e_0 = (x_0^T dS) . k_0
-      const int n = 32 * task + lane;
-      float intra = 0.f, state = 0.f, e_part = 0.f;
-      if (n < N) {
-        for (int t = 0; t < L; ++t) intra = fmaf(s.dx0[t], __bfloat162float(s.qs[t * ldN + n]), intra);
-        for (int col = 0; col < P; ++col)
-          state = fmaf(__bfloat162float(s.xa[col]), __bfloat162float(s.state[col * ldN + n]), state);
-        p.gprev_k[(bh * p.nC + c) * N + n] = intra + s.wend[0] * state;
-        e_part = state * __bfloat162float(s.ka[n]);
-      }
-      e_part = warp_sum(e_part);
-      if (lane == 0) s.e0p[task] = e_part;
-    } else if (task < n_col0) {  // gprev_x[col] = sum_t sc_t0 dy_t[col] + wend_0 (dS k_0)[col]
-      const int col = 32 * (task - nk) + lane;
-      if (col < P) {
-        float intra = 0.f, state = 0.f;
-        for (int t = 0; t < L; ++t) intra = fmaf(s.sc0[t], __bfloat162float(s.dys[t * ldP + col]), intra);
-        for (int n = 0; n < N; n += 8) {  // 16-byte reads of the state row and of k_0
-          const uint4 sv = *reinterpret_cast<const uint4*>(s.state + col * ldN + n);
-          const uint4 kv = *reinterpret_cast<const uint4*>(s.ka + n);
-          const uint32_t sw[4] = {sv.x, sv.y, sv.z, sv.w}, kw[4] = {kv.x, kv.y, kv.z, kv.w};
-#pragma unroll
-          for (int u = 0; u < 4; ++u) {
-            const float2 a = unpack_bf16(sw[u]), k2 = unpack_bf16(kw[u]);
-            state = fmaf(a.x, k2.x, fmaf(a.y, k2.y, state));
-          }
-        }
-        p.gprev_x[(bh * p.nC + c) * P + col] = intra + s.wend[0] * state;
-      }
-    } else if (task < n_col0 + nL * tN) {
-      const int i0 = ((task - n_col0) / tN) * 16, j0 = ((task - n_col0) % tN) * 16;
+  // (tile row i = j - 1).
+  for (int task = warp; task < nL * (tN + tP); task += warps) {
+    if (task < nL * tN) {
+      const int bi = small_div(task, inv_tN), i0 = 16 * bi, j0 = 16 * (task - bi * tN);
       float intra[2][4] = {}, state[2][4] = {}, rs[2] = {};
       // A(i, t) = dxw[t][i] (t-major, .trans), nonzero for t >= i: k from the diagonal block on.
       mma_block(intra, {s.dxw, ldL, false}, {s.qs, ldN, false}, i0, j0, i0, L);
       mma_block(state, {s.xa + ldP, ldP, true}, {s.state, ldN, false}, i0, j0, 0, P);
-      for_tile_elements(i0, j0, [&](int i, int n, int nt, int e) {
-        const float sv = state[nt][e];
-        rs[e >> 1] += sv * __bfloat162float(s.ka[(i + 1) * ldN + n]);  // e_{i+1}'s terms (row sums)
-        if ((e & 1) || i >= rows) return;
-        const float v0 = intra[nt][e] + s.wend[i + 1] * sv, v1 = intra[nt][e + 1] + s.wend[i + 1] * state[nt][e + 1];
-        if (i == L - 1 && !last)
-          p.last_k[(bh * p.nC + c) * N + n] = v0, p.last_k[(bh * p.nC + c) * N + n + 1] = v1;
-        else
-          store_pair(static_cast<TQK*>(p.dk) + row_index(p, b, t0 + i, h) * N + n, v0, v1);
-      });
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = i0 + g + 8 * half, e = 2 * half;
+        const float we = s.wend[i + 1];
+        const bf16* k_row = s.ka + (i + 1) * ldN;
+        const bool own = i < rows, to_last = i == L - 1 && !last;
+        TQK* dk = static_cast<TQK*>(p.dk) + row_index(p, b, t0 + min(i, rows - 1), h) * N;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const int n = j0 + 8 * nt + 2 * tq;
+          const float2 kv = unpack_bf16(*reinterpret_cast<const uint32_t*>(k_row + n));
+          rs[half] += state[nt][e] * kv.x;  // e_{i+1}'s terms (row sums)
+          rs[half] += state[nt][e + 1] * kv.y;
+          if (!own) continue;
+          const float v0 = intra[nt][e] + we * state[nt][e], v1 = intra[nt][e + 1] + we * state[nt][e + 1];
+          if (to_last)
+            p.last_k[(bh * p.nC + c) * N + n] = v0, p.last_k[(bh * p.nC + c) * N + n + 1] = v1;
+          else
+            store_pair(dk + n, v0, v1);
+        }
+      }
       store_row_sums(rs, s.ep + (j0 / 16) * L, i0);
     } else {
-      const int i0 = ((task - n_col0 - nL * tN) / tP) * 16, j0 = ((task - n_col0 - nL * tN) % tP) * 16;
+      const int tk = task - nL * tN, bi = small_div(tk, inv_tP), i0 = 16 * bi, j0 = 16 * (tk - bi * tP);
       float intra[2][4] = {}, state[2][4] = {};
       mma_block(intra, {s.scw, ldL, false}, {s.dys, ldP, false}, i0, j0, i0, L);
       mma_block(state, {s.ka + ldN, ldN, true}, {s.state, ldN, true}, i0, j0, 0, N);
-      for_tile_elements(i0, j0, [&](int i, int col, int nt, int e) {
-        if ((e & 1) || i >= rows) return;
-        float v[2];
 #pragma unroll
-        for (int u = 0; u < 2; ++u)
-          v[u] = intra[nt][e + u] + s.wend[i + 1] * state[nt][e + u] +
-                 Dh * __bfloat162float(s.dys[i * ldP + col + u]);
-        if (i == L - 1 && !last)
-          p.last_x[(bh * p.nC + c) * P + col] = v[0], p.last_x[(bh * p.nC + c) * P + col + 1] = v[1];
-        else
-          store_pair(static_cast<bf16*>(p.dx) + row_index(p, b, t0 + i, h) * P + col, v[0], v[1]);
-      });
+      for (int half = 0; half < 2; ++half) {
+        const int i = i0 + g + 8 * half, e = 2 * half;
+        if (i >= rows) continue;
+        const float we = s.wend[i + 1];
+        const bool to_last = i == L - 1 && !last;
+        bf16* dx = static_cast<bf16*>(p.dx) + row_index(p, b, t0 + i, h) * P;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const int col = j0 + 8 * nt + 2 * tq;
+          const float2 dyv = unpack_bf16(*reinterpret_cast<const uint32_t*>(s.dys + i * ldP + col));
+          const float v0 = intra[nt][e] + we * state[nt][e] + Dh * dyv.x;
+          const float v1 = intra[nt][e + 1] + we * state[nt][e + 1] + Dh * dyv.y;
+          if (to_last)
+            p.last_x[(bh * p.nC + c) * P + col] = v0, p.last_x[(bh * p.nC + c) * P + col + 1] = v1;
+          else
+            store_pair(dx + col, v0, v1);
+        }
+      }
     }
   }
   __syncthreads();
@@ -1624,6 +1941,37 @@ SsmScanOutputs ssm_scan(const SsmScanInputs& in) {
 #endif  // __CUDACC__
 
 namespace ablate::kernels {
+namespace {
+
+// Hopper, fp32 or bf16, and the M blocks' shapes within check_supported's: P and N multiples of 16 in
+// [16, 128], chunk 16, 32, 48 or 64; an fp32 run takes the SIMT path, whose backward chunk must fit the
+// H100's 232,448 bytes of shared memory a block (P = N = 128 at chunk 64 does not).
+std::string ssm_scan_fused_unavailable(const DeviceInfo& dev) {
+  if (auto why = availability::hopper_fp32_or_bf16(dev); !why.empty()) return why;
+#if defined(__CUDACC__)
+  const auto& m = dev.model;
+  if (m.ssm_head_dim == 0) return "";  // shapes not known: each call checks its own
+  const auto multiple_of_16 = [](int64_t v, int64_t most) { return v % 16 == 0 && v >= 16 && v <= most; };
+  const std::string use_reference = " (use ssm_scan = \"reference\" for this model)";
+  if (!multiple_of_16(m.ssm_head_dim, fused::kMaxDim) || !multiple_of_16(m.ssm_state, fused::kMaxDim))
+    return "model.mamba.head_dim = " + std::to_string(m.ssm_head_dim) + " and model.mamba.state = " +
+           std::to_string(m.ssm_state) + " must be multiples of 16 in [16, 128] for this kernel" + use_reference;
+  if (!multiple_of_16(m.ssm_chunk, fused::kMaxChunk))
+    return "model.mamba.chunk = " + std::to_string(m.ssm_chunk) + " must be 16, 32, 48 or 64 for this kernel" +
+           use_reference;
+  constexpr size_t kHopperSmemPerBlock = 232448;
+  const size_t simt_bytes = fused::bwd_chunk_smem_floats(static_cast<int>(m.ssm_chunk), static_cast<int>(m.ssm_head_dim),
+                                                         static_cast<int>(m.ssm_state)) * sizeof(float);
+  if (dev.dtype == "fp32" && simt_bytes > kHopperSmemPerBlock)
+    return "an fp32 run's backward chunk needs " + std::to_string(simt_bytes) + " bytes of shared memory at chunk " +
+           std::to_string(m.ssm_chunk) + ", P " + std::to_string(m.ssm_head_dim) + ", N " + std::to_string(m.ssm_state) +
+           ", over the H100's " + std::to_string(kHopperSmemPerBlock) +
+           " (set model.mamba.chunk = 48, run in bf16, or use ssm_scan = \"reference\")";
+#endif
+  return "";
+}
+
+}  // namespace
 
 ABLATE_REGISTER_BACKENDS(ssm_scan_fused_cuda) {
   registry.ssm_scan({.name = "fused_cuda",
@@ -1634,7 +1982,7 @@ ABLATE_REGISTER_BACKENDS(ssm_scan_fused_cuda) {
                                     "3 launches (chunk states, state passing, outputs with D skip and silu(z) "
                                     "gate), backward 5 (recomputes within a chunk); P, N multiples of 16 up to "
                                     "128, chunk 16-64",
-                     .unavailable_reason = &availability::hopper_fp32_or_bf16},
+                     .unavailable_reason = &ssm_scan_fused_unavailable},
                     ABLATE_CUDA_ONLY(&fused::ssm_scan));
 }
 

@@ -89,6 +89,25 @@ TEST_F(StagesTest, PostureResolvesEverySeamForTheCpuAndRefusesWhatTheMachineCann
   EXPECT_FALSE(fs::exists(options().db_path)) << "the posture stage writes nothing";
 }
 
+// The shapes the backends' availability checks see: nam56r-small's, and nothing for block kinds the
+// pattern lacks (a limit of a seam the model never calls must refuse nothing).
+TEST(StagesModelDims, ComeFromThePatternsBlockKindsOnly) {
+  const auto full = model_dims(*model::named_config("nam56r-small"));  // AEMEAEMEAEMR
+  EXPECT_EQ(full.experts, 16);
+  EXPECT_EQ(full.ssm_heads, 32);  // expand 2 x d 1024 / head dim 64
+  EXPECT_EQ(full.ssm_head_dim, 64);
+  EXPECT_EQ(full.ssm_state, 128);
+  EXPECT_EQ(full.ssm_chunk, 64);
+  EXPECT_EQ(full.conv_width, 4);
+  auto attention_only = *model::named_config("nam56r-small");
+  attention_only.pattern = "AAD";
+  const auto none = model_dims(attention_only);
+  EXPECT_EQ(none.experts, 0);
+  EXPECT_EQ(none.ssm_heads, 0);
+  EXPECT_EQ(none.ssm_state, 0);
+  EXPECT_EQ(none.conv_width, 0);
+}
+
 TEST_F(StagesTest, DataPrepIsChargedToItsGoodputCategory) {
   GoodputLedger ledger;
   const auto source = open_run_data(spec({}), ledger);

@@ -24,7 +24,7 @@ DeviceInfo gpu(int major, int minor, const std::string& dtype) {
 }
 
 TEST(Catalog, SeamsAreInModelOrder) {
-  EXPECT_EQ(seams(), (std::vector<std::string>{"attention", "rope", "residual_norm", "swiglu", "moe_dispatch",
+  EXPECT_EQ(seams(), (std::vector<std::string>{"attention", "rope", "residual_norm", "swiglu", "moe_router", "moe_dispatch",
                                                "ssm_rotary", "ssm_scan", "causal_conv", "recurrent_scan", "loss",
                                                "optimizer"}));
 }
@@ -115,8 +115,51 @@ TEST(Catalog, EveryRegisteredBackendIsInTheCatalogAndTheDispatcher) {
   EXPECT_FALSE(has_implementation("no_such_seam", "reference"));
 }
 
+// Shapes a fused kernel cannot take are refused when the backends resolve (kernels/catalog.h ModelDims),
+// saying which field and how to run it; unknown shapes (0) and shapes in range pass.
+TEST(Catalog, FusedRowsRefuseModelShapesTheyCannotTake) {
+#if defined(ABLATE_HAVE_CUDA)
+  auto dev = gpu(9, 0, "bf16");
+  const auto why = [&](const char* seam) { return why_unavailable(*find_backend(seam, "fused_cuda"), dev); };
+  dev.model = ModelDims{.experts = 16, .ssm_heads = 32, .ssm_head_dim = 64, .ssm_state = 128, .ssm_chunk = 64,
+                        .conv_width = 4};  // nam56r-small
+  for (const char* seam : {"moe_router", "ssm_rotary", "ssm_scan", "causal_conv"}) EXPECT_EQ(why(seam), "") << seam;
+
+  dev.model.conv_width = 5;
+  EXPECT_THAT(why("causal_conv"), HasSubstr("model.recurrent.conv_width = 5 exceeds the 4 taps"));
+  EXPECT_THAT(why("causal_conv"), HasSubstr("causal_conv = \"reference\""));
+  dev.model.experts = 65;
+  EXPECT_THAT(why("moe_router"), HasSubstr("model.moe.experts = 65 exceeds the 64 experts"));
+  dev.model.ssm_heads = 512;  // 512 x 128 / 4 = 16384 angles a row
+  EXPECT_THAT(why("ssm_rotary"), HasSubstr("exceeds the 12288 angles a row"));
+  dev.model.ssm_heads = 32;
+  dev.model.ssm_head_dim = 40;
+  EXPECT_THAT(why("ssm_scan"), HasSubstr("model.mamba.head_dim = 40"));
+  dev.model.ssm_head_dim = 128;
+  dev.model.ssm_chunk = 24;
+  EXPECT_THAT(why("ssm_scan"), HasSubstr("model.mamba.chunk = 24 must be 16, 32, 48 or 64"));
+  dev.model.ssm_chunk = 64;
+  dev.model.ssm_state = 128;
+  EXPECT_EQ(why("ssm_scan"), "") << "bf16 runs take the tensor-core path: P = N = 128 at chunk 64 fits";
+  dev.dtype = "fp32";
+  EXPECT_THAT(why("ssm_scan"), HasSubstr("234516 bytes of shared memory"));
+
+  // Resolution: strict refuses with the reason; otherwise the reference runs and the reason is recorded.
+  dev.model.conv_width = 5;
+  Resolution r;
+  std::string error;
+  EXPECT_FALSE(resolve("causal_conv", "fused_cuda", dev, /*strict=*/true, r, error));
+  EXPECT_THAT(error, HasSubstr("model.recurrent.conv_width = 5"));
+  ASSERT_TRUE(resolve("causal_conv", "fused_cuda", dev, /*strict=*/false, r, error)) << error;
+  EXPECT_EQ(r.chosen, "reference");
+  EXPECT_THAT(r.reason, HasSubstr("conv_width = 5"));
+#else
+  GTEST_SKIP() << "the fused rows are not built without a CUDA compiler";
+#endif
+}
+
 TEST(Catalog, FusedCudaRowsAreExperimentalHopperKernelsWithAReason) {
-  for (const char* seam : {"residual_norm", "swiglu", "ssm_rotary", "ssm_scan", "causal_conv", "recurrent_scan"}) {
+  for (const char* seam : {"residual_norm", "swiglu", "moe_router", "ssm_rotary", "ssm_scan", "causal_conv", "recurrent_scan"}) {
     const auto* row = find_backend(seam, "fused_cuda");
     ASSERT_NE(row, nullptr) << seam;
     EXPECT_EQ(row->role, Role::experimental) << seam;
@@ -271,7 +314,7 @@ TEST(CatalogResolve, UnknownNamesAreErrorsThatListTheKnownOnes) {
             "sdpa_efficient");
   EXPECT_FALSE(resolve("atention", "reference", cpu(), false, r, error));
   EXPECT_THAT(error, HasSubstr("unknown seam 'atention'"));
-  EXPECT_THAT(error, HasSubstr("attention, rope, residual_norm, swiglu, moe_dispatch, ssm_rotary, ssm_scan, causal_conv, recurrent_scan, "
+  EXPECT_THAT(error, HasSubstr("attention, rope, residual_norm, swiglu, moe_router, moe_dispatch, ssm_rotary, ssm_scan, causal_conv, recurrent_scan, "
                                 "loss, optimizer"));
 }
 

@@ -10,6 +10,7 @@
 
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "tests/kernels/tensor_checks.h"
 
@@ -164,6 +165,47 @@ TEST_P(ExpertGroupsCuda, WeightedSwigluMatchesTheDefinition) {
   EXPECT_LE(testing::relative_error(got_grads[0], want_grads[0]), bound(dtype)) << "d gate_up";
   EXPECT_EQ(got_grads[1].scalar_type(), torch::kFloat);
   EXPECT_LE(testing::relative_error(got_grads[1], want_grads[1]), 1e-4) << "d weight";
+}
+
+// copy_blocks: the expert weights into stacked GEMM operands of the other dtype (fp32 -> bf16, slices of a
+// padded stack as destinations) and back (bf16 slices -> fp32), more pairs than one launch takes, each
+// element equal to what copy_ gives (a cast is one rounding: bit for bit). The width parameter is the
+// weights' inner width: multiples of 8 take the 16-byte path, others the element-wise one.
+TEST_P(ExpertGroupsCuda, CopyBlocksEqualsCopyIntoEachSlice) {
+  const auto [dtype, width] = GetParam();
+  const int64_t experts = 3, f = 5, fp = 8, wp = (width + 7) / 8 * 8;
+  const torch::Device cuda(torch::kCUDA);
+  torch::manual_seed(5);
+  const auto other = dtype == torch::kFloat ? torch::kBFloat16 : torch::kFloat;
+  std::vector<torch::Tensor> weights;
+  for (int i = 0; i < 3; ++i) weights.push_back(torch::randn({experts, f, width}, torch::TensorOptions(cuda).dtype(dtype)));
+  auto stack = torch::zeros({experts, 3 * fp, wp}, torch::TensorOptions(cuda).dtype(other));
+  auto want = stack.clone();
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> into;
+  for (int i = 0; i < 3; ++i) {
+    into.push_back({stack.narrow(1, i * fp, f).narrow(2, 0, width), weights[i]});
+    want.narrow(1, i * fp, f).narrow(2, 0, width).copy_(weights[i]);
+  }
+  // Two more pairs (5 in all: two launches), into a second stack.
+  auto stack2 = torch::zeros({experts, f, width}, torch::TensorOptions(cuda).dtype(other)), want2 = stack2.clone();
+  into.push_back({stack2.narrow(0, 0, 1), weights[0].narrow(0, 1, 1)});
+  into.push_back({stack2.narrow(0, 1, 2), weights[1].narrow(0, 0, 2)});
+  want2.narrow(0, 0, 1).copy_(weights[0].narrow(0, 1, 1));
+  want2.narrow(0, 1, 2).copy_(weights[1].narrow(0, 0, 2));
+  copy_blocks(into);
+  EXPECT_TRUE(torch::equal(stack, want)) << "into the stack, padding left as it was";
+  EXPECT_TRUE(torch::equal(stack2, want2));
+
+  // Back: the stack's slices into fresh weights of the first dtype.
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> back;
+  std::vector<torch::Tensor> got;
+  for (int i = 0; i < 3; ++i) {
+    got.push_back(torch::empty({experts, f, width}, torch::TensorOptions(cuda).dtype(dtype)));
+    back.push_back({got.back(), stack.narrow(1, i * fp, f).narrow(2, 0, width)});
+  }
+  copy_blocks(back);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_TRUE(torch::equal(got[i], stack.narrow(1, i * fp, f).narrow(2, 0, width).to(dtype))) << "block " << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(DtypesAndWidths, ExpertGroupsCuda,

@@ -139,6 +139,24 @@ ParityCase swiglu_case(int64_t rows, int64_t width) {
           }};
 }
 
+// The router inputs {x, weight}: x in the run dtype, the weight fp32 at least (a parameter). Both are
+// drawn exactly representable in their narrowest run dtype (x in bf16, the weight in fp32), so every row
+// routes the same inputs and top_idx (compared exactly) cannot flip on input rounding; what remains is
+// the arithmetic's own (~1e-7 relative on logits whose gaps are ~1e-1: a flip is vanishingly rare, and
+// these seeded draws have none). probs and top_w take the driver's per-dtype bounds; dx is written in
+// x's dtype (bf16: 4e-3).
+ParityCase moe_router_case(int64_t T, int64_t d, int64_t E, int64_t k) {
+  return {"moe_router", shape_label({{"T", T}, {"d", d}, {"E", E}, {"k", k}}), kAllDtypes,
+          [=](at::Generator& g) {
+            return std::vector<Input>{floating(random_normal({T, d}, g).to(torch::kBFloat16).to(torch::kDouble)),
+                                      fp32_floor(random_normal({E, d}, g, 0.5).to(torch::kFloat).to(torch::kDouble))};
+          },
+          [=](const std::string& name, const std::vector<Tensor>& in) {
+            auto out = implementations().moe_router.at(name)(in[0], in[1], k);
+            return std::vector<Tensor>{out.probs, out.top_w, out.top_idx};
+          }};
+}
+
 ParityCase moe_case(int64_t T, int64_t d, int64_t E, int64_t k, int64_t f, double capacity_factor) {
   return {"moe_dispatch",
           shape_label({{"T", T}, {"d", d}, {"E", E}, {"k", k}, {"f", f}})
@@ -400,6 +418,13 @@ const std::vector<ParityCase>& parity_cases() {
       swiglu_case(1, 3),
       swiglu_case(3, 1000),
       swiglu_case(1, 16384),
+      // moe_router: fused_cuda gives a warp 64 / EMAX tokens (EMAX = E rounded up to 16, 32, 64) and reads
+      // x in 16-byte words when d allows; dW sums blocks of 512 tokens.
+      moe_router_case(37, 24, 8, 2),   // a partial last warp; padded experts; 16-byte words (bf16 and fp32)
+      moe_router_case(1, 20, 5, 1),    // one token; d 20: bf16 element-wise, fp32 in words
+      moe_router_case(33, 40, 24, 3),  // EMAX 32
+      moe_router_case(9, 16, 64, 4),   // EMAX 64: one token a warp
+      moe_router_case(600, 32, 16, 2), // nam56r-small's E and k; two dW token blocks
       moe_case(13, 10, 5, 2, 6, 0.0),
       moe_case(13, 10, 5, 2, 6, 0.6),
       moe_case(1, 7, 3, 1, 5, 0.0),

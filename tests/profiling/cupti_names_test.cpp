@@ -181,6 +181,16 @@ const std::vector<Sample>& samples() {
       {"moe_dispatch/grouped_mm", "moe_dispatch",
        "_ZN6ablate7kernels5fused50_GLOBAL__N__2b8fe76e_17_expert_kernels_cu_a3541e8921ablate_moe_swiglu_bwdI13__nv_bfloat16"
        "Li8EEEvPKT_PKfS7_PS5_Pfll"},
+      {"moe_dispatch/grouped_mm", "moe_dispatch",
+       "_ZN6ablate7kernels5fused50_GLOBAL__N__2b8fe76e_17_expert_kernels_cu_a3541e8922ablate_moe_copy_blocksIf13__nv_"
+       "bfloat16Li8EEEvNS2_10CopyBlocksE"},
+      // kernels/moe_router/fused_cuda.cu (cuobjdump -symbols of the .cu object, nvcc 13.0 sm_90a, 2026-11-25).
+      {"moe_router/fused_cuda", "moe_dispatch",
+       "_ZN6ablate7kernels5fused51_GLOBAL__N__17854b11_13_fused_cuda_cu_fe666192_670921ablate_moe_router_fwdI13__nv_"
+       "bfloat16Li16ELb1EEEvPKT_PKfliiiPfSA_Pl"},
+      {"moe_router/fused_cuda", "moe_dispatch",
+       "_ZN6ablate7kernels5fused51_GLOBAL__N__17854b11_13_fused_cuda_cu_fe666192_670924ablate_moe_router_bwd_dxI13__nv_"
+       "bfloat16Li16ELb1EEEvPKfS6_S6_PKlS6_S6_liiiPfPT_"},
       {"", "communication", "_Z40ncclDevKernel_AllReduce_Sum_bf16_RING_LL24ncclDevKernelArgsStorageILm4096EE"},
       {"", "gemm", "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"},
       {"", "gemm",

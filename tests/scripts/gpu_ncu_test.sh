@@ -15,6 +15,7 @@ contains "default program: the scan benchmark in the model's mix" \
 contains "one launch after 3, clocks left alone" "--launch-skip 3 --launch-count 1 --clock-control none" "$out"
 contains "the kernel by regex" "--kernel-name regex:ablate_ssm_scan_bwd_chunk" "$out"
 contains "stall reasons asked for" "--section WarpStateStats" "$out"
+contains "... and where, by source line" "--section SourceCounters --import-source yes --print-details all" "$out"
 out=$(SKIP=0 run out 'ablate_causal_conv_(fwd|bwd)' build-gpu/bench/scans_bench --x=1)
 contains "a given program and its arguments, last" "build-gpu/bench/scans_bench --x=1" "$out"
 contains "SKIP passed through" "--launch-skip 0" "$out"
