@@ -26,7 +26,7 @@ REPEATS=${3:?repeats}
 shift 3
 TAG=${AB_TAG:-ab}
 BUILD=build-gpu
-mkdir -p "$OUT"  # the runs' log, the comparison and ensure_gpu_build's smoke log go there
+mkdir -p "$OUT"  # the runs' log and the comparison go there
 source scripts/gpu-prebuilt-lane.sh
 source scripts/gpu-out.sh
 trap 'pack_logs "$OUT"' EXIT  # at most 8 files come back: logs into OUT/logs.tgz

@@ -22,7 +22,6 @@ SKIP=${SKIP:-3}
 # Bracket expressions tell a kernel from its longer-named siblings: 'ablate_ssm_scan_bwd_chunk($|[^_])'.
 [[ "$REGEX" =~ ^[][A-Za-z0-9_|.*^$\(\)-]+$ ]] ||
   { echo "gpu-ncu: '$REGEX' is not a kernel-name regex of letters, digits, _ | . * ^ \$ ( ) [ ] -: name the kernel, e.g. ablate_ssm_scan_bwd_chunk" >&2; exit 2; }
-mkdir -p "$OUT"  # before ensure_gpu_build, which logs its smoke test there
 if [ $# = 0 ]; then
   BUILD=build-gpu
   source scripts/gpu-prebuilt-lane.sh
@@ -42,6 +41,7 @@ if [ "${DRY_RUN:-0}" = 1 ]; then
   printf '%q ' "${cmd[@]}"; echo
   exit 0
 fi
+mkdir -p "$OUT"
 source scripts/gpu-env.sh
 "${cmd[@]}" > "$OUT/ncu-$tag.txt" 2>&1
 rc=$?

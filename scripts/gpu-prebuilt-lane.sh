@@ -57,6 +57,7 @@ use_prebuilt() {
     { note "prebuilt: not used: could not unpack $PREBUILT/tree.tar.xz"; return 1; }
   ln -sfn $PREBUILT/tree build && ln -sfn $PREBUILT/tree "$BUILD"
   link_torch_runpath $PREBUILT/tree/ablate
+  mkdir -p "$OUT"  # its smoke log goes there, before a caller may have made OUT
   if ! "$BUILD/ablate" catalog > "$OUT/prebuilt-smoke.log" 2>&1 ||
      ! "$BUILD/tests/kernels_tests" --gtest_list_tests >> "$OUT/prebuilt-smoke.log" 2>&1; then
     note "prebuilt: smoke test failed, building instead: $(grep -m1 -iE 'error|not found|undefined' "$OUT/prebuilt-smoke.log")"

@@ -25,7 +25,7 @@
 
 namespace ablate::kernels {
 namespace {
-constexpr int kCausalConvMaxTaps = 4;  // Griffin's width; wider kernels stay on the reference
+constexpr int kMaxTaps = 4;  // Griffin's width; wider kernels stay on the reference
 }  // namespace
 }  // namespace ablate::kernels
 
@@ -37,7 +37,6 @@ namespace {
 
 using torch::Tensor;
 
-constexpr int kMaxTaps = kCausalConvMaxTaps;  // a clear error above (the run refuses it up front: see below)
 constexpr int kTile = 32;      // time steps a thread walks
 constexpr int kThreads = 128;  // channel groups a block
 
@@ -337,7 +336,7 @@ namespace {
 // Hopper, fp32 or bf16, and the model's conv width within the taps the kernel keeps in registers.
 std::string causal_conv_fused_unavailable(const DeviceInfo& dev) {
   if (auto why = availability::hopper_fp32_or_bf16(dev); !why.empty()) return why;
-  return availability::dims_at_most(dev.model.conv_width, kCausalConvMaxTaps, "model.recurrent.conv_width", "taps",
+  return availability::dims_at_most(dev.model.conv_width, kMaxTaps, "model.recurrent.conv_width", "taps",
                                     "causal_conv");
 }
 

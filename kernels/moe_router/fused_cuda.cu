@@ -27,7 +27,7 @@
 
 namespace ablate::kernels {
 namespace {
-constexpr int kRouterMaxExperts = 64;  // 64 fp32 accumulators a lane; more experts stay on the reference
+constexpr int kMaxExperts = 64;  // 64 fp32 accumulators a lane; more experts stay on the reference
 }  // namespace
 }  // namespace ablate::kernels
 
@@ -41,7 +41,6 @@ namespace {
 
 using torch::Tensor;
 
-constexpr int kMaxExperts = kRouterMaxExperts;
 constexpr int kWarps = 8;             // warps a block
 constexpr int kDwTokensPerBlock = 512;  // tokens one dW block sums
 
@@ -392,7 +391,7 @@ namespace {
 
 std::string moe_router_fused_unavailable(const DeviceInfo& dev) {
   if (auto why = availability::hopper_fp32_or_bf16(dev); !why.empty()) return why;
-  return availability::dims_at_most(dev.model.experts, kRouterMaxExperts, "model.moe.experts", "experts", "moe_router");
+  return availability::dims_at_most(dev.model.experts, kMaxExperts, "model.moe.experts", "experts", "moe_router");
 }
 
 }  // namespace

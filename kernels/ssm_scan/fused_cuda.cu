@@ -1071,6 +1071,22 @@ __device__ __forceinline__ void bwd_load_matrix(bf16* dst, int ld, int rows, int
   }
 }
 
+// dout[o], dout[o + 1] and the bf16 pair z[o], z[o + 1] as one word (left as is without z): an 8- and a
+// 4-byte read when `paired` (the pointers allow it; o is even), else element by element.
+__device__ __forceinline__ void load_dout_z_pair(const float* dout, const bf16* z, int64_t o, bool paired, float2& dv,
+                                                 uint32_t& zw) {
+  if (paired) {
+    dv = *reinterpret_cast<const float2*>(dout + o);
+    if (z) zw = *reinterpret_cast<const uint32_t*>(z + o);
+  } else {
+    dv = make_float2(dout[o], dout[o + 1]);
+    if (z) {
+      const bf16 pair[2] = {z[o], z[o + 1]};
+      zw = *reinterpret_cast<const uint32_t*>(pair);
+    }
+  }
+}
+
 // dy_t = dout_t * silu(z_t) (dout_t without z; 0 past the end) of chunk rows 0..L-1, rounded into the bf16
 // tile, and the column-0 values of the same row by the same warp (what load_dy_bf16, score_column0 and
 // the weighting of column 0 computed in three passes): from dy before its rounding the fp32 dots
@@ -1098,18 +1114,7 @@ __device__ __forceinline__ void bwd_dy_column0(const Params& p, const BwdChunkTc
         const int col = 2 * lane + 64 * q;
         dv[u][q] = make_float2(0.f, 0.f);
         zw[u][q] = 0u;
-        if (real && col < P) {
-          if (vector) {
-            dv[u][q] = *reinterpret_cast<const float2*>(p.dout + o + col);
-            if (z) zw[u][q] = *reinterpret_cast<const uint32_t*>(z + o + col);
-          } else {
-            dv[u][q] = make_float2(p.dout[o + col], p.dout[o + col + 1]);
-            if (z) {
-              const bf16 pair[2] = {z[o + col], z[o + col + 1]};
-              zw[u][q] = *reinterpret_cast<const uint32_t*>(pair);
-            }
-          }
-        }
+        if (real && col < P) load_dout_z_pair(p.dout, z, o + col, vector, dv[u][q], zw[u][q]);
       }
     }
 #pragma unroll
@@ -1300,18 +1305,7 @@ __device__ __forceinline__ void bwd_chunk_tc(const Params& p, float* smem) {
           const int col = j0 + 8 * nt + 2 * tq;
           dv[half][nt] = make_float2(0.f, 0.f);
           zw[half][nt] = 0u;
-          if (t < rows) {
-            if (paired) {
-              dv[half][nt] = *reinterpret_cast<const float2*>(p.dout + o + col);
-              if (z) zw[half][nt] = *reinterpret_cast<const uint32_t*>(z + o + col);
-            } else {
-              dv[half][nt] = make_float2(p.dout[o + col], p.dout[o + col + 1]);
-              if (z) {
-                const bf16 pair[2] = {z[o + col], z[o + col + 1]};
-                zw[half][nt] = *reinterpret_cast<const uint32_t*>(pair);
-              }
-            }
-          }
+          if (t < rows) load_dout_z_pair(p.dout, z, o + col, paired, dv[half][nt], zw[half][nt]);
         }
       }
       float intra[2][4] = {}, inter[2][4] = {}, rs[2] = {};
