@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <optional>
 #include <utility>
 
 namespace ablate::kernels {
@@ -47,14 +48,17 @@ using MoeDispatchFn = std::function<torch::Tensor(
 //   k[b,t,h] = Rot(Phi[b,t,h]) (b[b,t] + b_bias[h]),   q[b,t,h] = Rot(Phi[b,t,h]) (c[b,t] + c_bias[h]),
 // Rot turning dims (2s, 2s+1), s < S, by Phi[..., s]: (u, v) -> (u cos - v sin, u sin + v cos); dims
 // 2S..N-1 pass through. Returns q, k [B,T,H,N] and phi_last = Phi_{T-1} [B,H,S] (phi0, or zeros, when
-// T == 0) in the compute dtype: fp32 (fp64 when the inputs are fp64: tests). Every floating input is
-// differentiable.
+// T == 0), computed in the compute dtype: fp32 (fp64 when the inputs are fp64: tests); q and k are
+// returned in qk_dtype when it is set (rounded once, on output: the M block asks for its activation
+// dtype, bf16 under autocast, which ssm_scan's tensor-core path rounds them to anyway), else in the
+// compute dtype. Every floating input is differentiable.
 struct SsmRotaryInputs {
   torch::Tensor b, c;            // [B,T,N]: RMSNorm_B(B), RMSNorm_C(C) before the per-head bias
   torch::Tensor b_bias, c_bias;  // [H,N]
   torch::Tensor delta;           // [B,T,H]: the step Delta (softplus applied)
   torch::Tensor theta;           // [B,T,S] angle logits, 2S <= N
   torch::Tensor phi0;            // optional [B,H,S]: the angles before position 0 (a continued sequence)
+  std::optional<torch::Dtype> qk_dtype;  // q and k's dtype (fp32 or bf16); unset: the compute dtype
 };
 struct SsmRotaryOutputs {
   torch::Tensor q, k;     // [B,T,H,N]
@@ -78,7 +82,7 @@ struct SsmScanInputs {
   int64_t chunk = 64;
 };
 struct SsmScanOutputs {
-  torch::Tensor y;       // [B,T,H,P] fp32
+  torch::Tensor y;       // [B,T,H,P] in x's dtype (computed in fp32, rounded once on output)
   torch::Tensor h_last;  // [B,H,P,N] fp32: h_{T-1} (h0, or zeros, when T == 0)
 };
 using SsmScanFn = std::function<SsmScanOutputs(const SsmScanInputs&)>;

@@ -65,6 +65,9 @@ BlockOutput MambaBlock::forward(const torch::Tensor& u) {
     rotary.c_bias = c_bias;
     rotary.delta = delta;
     rotary.theta = theta.to(dt);
+    // q, k in the activation dtype (bf16 under autocast): the scan rounds them to bf16 operands anyway,
+    // and half the bytes cross memory between the two seams, forward and backward.
+    rotary.qk_dtype = x.scalar_type();
     const auto turned = dispatcher_->ssm_rotary(rotary);
     const auto &q = turned.q, &k = turned.k;
     const auto log_alpha = delta * decay;

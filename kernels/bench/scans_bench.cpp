@@ -4,9 +4,9 @@
 // B=8, T=2048, W=1024 at several chunk lengths (its chunked form holds B*T*W*L elements transiently,
 // so the chunk is a memory/time trade worth seeing). Counters: tokens/s (B*T per iteration) and, on
 // CUDA, peak_GiB (the caching allocator's peak allocated bytes during the timed loop).
-// ssm_scan fused_cuda vs reference (through the registry) at nam56r-small with three input mixes: bf16
-// (x, q, k, z), fp32, and autocast (x, z bf16 from the projection, q, k fp32 from ssm_rotary: what the
-// M block hands over under autocast): TFLOP/s, GB/s and floor_ms = max(bytes / 3.0e12 B/s, FLOPs / 790e12 FLOP/s) (ssm_work says how they
+// ssm_scan fused_cuda vs reference (through the registry) at nam56r-small with four input mixes: bf16
+// (x, q, k, z), fp32, autocast (x, z bf16, q, k fp32: what the M block handed over under autocast until
+// session 11) and model (all bf16, x and z views into one projection buffer: what it hands over now): TFLOP/s, GB/s and floor_ms = max(bytes / 3.0e12 B/s, FLOPs / 790e12 FLOP/s) (ssm_work says how they
 // are counted). Targets on the H100 (issue 11): forward <= 0.6 ms, forward+backward <= 2.0 ms.
 // rglru/<backend>/<fwd|fwd_bwd>/<mix>: the recurrent_scan seam (gates + recurrence) through the
 //   registry, reference vs fused_cuda, at B 8, T 2048, W 1024; mix `bf16` has gate_a, gate_x and u in
@@ -56,10 +56,14 @@ struct RecShape {
 struct SsmMix {
   const char* name;
   torch::ScalarType xz, qk;
+  bool views = false;  // x and z as views into one [B, T, 2 H P + 8] buffer (the M block's projection)
 };
 constexpr SsmMix kSsmFp32{"fp32", torch::kFloat, torch::kFloat};
+// `model`: what the M block hands over since session 11 (bf16 q, k from ssm_rotary; x, z slices of the
+// input projection); `autocast`: what it handed over before (fp32 q, k; x, z copied contiguous).
 constexpr SsmMix kSsmMixes[] = {{"bf16", torch::kBFloat16, torch::kBFloat16}, kSsmFp32,
-                                {"autocast", torch::kBFloat16, torch::kFloat}};
+                                {"autocast", torch::kBFloat16, torch::kFloat},
+                                {"model", torch::kBFloat16, torch::kBFloat16, true}};
 
 // {x, q, k, log_alpha, beta, gamma, D, z}; x, z and q, k in the mix's dtypes, the coefficients fp32,
 // every tensor differentiable.
@@ -79,6 +83,14 @@ std::vector<Tensor> ssm_inputs(const SsmShape& s, torch::Device dev, SsmMix mix 
                             torch::ones({s.H}),
                             rn({s.B, s.T, s.H, s.P}).to(mix.xz)};
   for (auto& t : in) t = t.to(dev).requires_grad_(true);
+  if (mix.views) {
+    const int64_t width = s.H * s.P;
+    auto rows = [&](const Tensor& t) { return t.detach().reshape({s.B, s.T, width}); };
+    const auto buffer =
+        torch::cat({rows(in[7]), rows(in[0]), torch::zeros({s.B, s.T, 8}, in[0].options())}, -1).requires_grad_(true);
+    in[0] = buffer.narrow(-1, width, width).view({s.B, s.T, s.H, s.P});
+    in[7] = buffer.narrow(-1, 0, width).view({s.B, s.T, s.H, s.P});
+  }
   return in;
 }
 

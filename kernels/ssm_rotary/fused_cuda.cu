@@ -17,7 +17,9 @@
 //            gradient then goes through the reverse scan (the same kernels) into the steps, and one
 //            pass a row (ablate_ssm_rotary_angle_grads) into delta and tanh(theta).
 // Saved for backward: b, c [B,T,N], the biases and Phi [B,T,H,S] (q, k, cos and sin are recomputed).
-// Arithmetic in fp32 (fp32 or bf16 inputs are converted; outputs fp32 as the contract says).
+// Arithmetic in fp32 (fp32 or bf16 inputs are converted); q and k written in fp32, or in bf16 when the
+// caller asks (qk_dtype: the M block under autocast), rounded once at the store, and their gradients read
+// in that dtype (no fp32 copy of a bf16 gradient).
 // Layout: a block owns whole rows (b, t): thread x = pair index p < N/2, thread y = a lane of heads; each
 // thread reads its pair of b and c once per row and walks its heads, so every q, k access is an 8-byte
 // access and a warp covers consecutive pairs (coalesced).
@@ -49,11 +51,24 @@ struct RotaryShape {
 __device__ __forceinline__ float2 turn(float2 v, float c, float s) { return {v.x * c - v.y * s, v.x * s + v.y * c}; }
 __device__ __forceinline__ float2 add(float2 a, float2 b) { return {a.x + b.x, a.y + b.y}; }
 
-// q, k [rows, H, N] from b, c [rows, N], biases [H, N], phi [rows, H, S]; all fp32, contiguous, 8-byte
-// aligned (float2 = one pair).
+// A pair of q or k (or of their gradients) as stored: float2 (fp32) or __nv_bfloat162 (bf16).
+__device__ __forceinline__ float2 pair_to_float2(float2 v) { return v; }
+__device__ __forceinline__ float2 pair_to_float2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
+template <typename Pair>
+__device__ __forceinline__ Pair pair_from_float2(float2 v) {
+  if constexpr (std::is_same_v<Pair, float2>) {
+    return v;
+  } else {
+    return __float22bfloat162_rn(v);
+  }
+}
+
+// q, k [rows, H, N] (pairs of type QK: fp32 or bf16) from b, c [rows, N], biases [H, N], phi [rows, H, S]
+// in fp32; all contiguous and aligned to a pair (float2 = one fp32 pair).
+template <typename QK>
 __global__ void ablate_ssm_rotary_fwd(const float2* __restrict__ b, const float2* __restrict__ c,
                                       const float2* __restrict__ b_bias, const float2* __restrict__ c_bias,
-                                      const float* __restrict__ phi, float2* __restrict__ q, float2* __restrict__ k,
+                                      const float* __restrict__ phi, QK* __restrict__ q, QK* __restrict__ k,
                                       RotaryShape shape) {
   const int p = threadIdx.x;  // blockDim.x == half
   for (int64_t row = blockIdx.x; row < shape.rows; row += gridDim.x) {
@@ -67,16 +82,17 @@ __global__ void ablate_ssm_rotary_fwd(const float2* __restrict__ b, const float2
         ku = turn(ku, cs, sn);
         qu = turn(qu, cs, sn);
       }
-      k[head_row * shape.half + p] = ku;
-      q[head_row * shape.half + p] = qu;
+      k[head_row * shape.half + p] = pair_from_float2<QK>(ku);
+      q[head_row * shape.half + p] = pair_from_float2<QK>(qu);
     }
   }
 }
 
 // Dynamic shared memory: the block's bias-gradient sums [H][half] for b and for c (each slot owned by
 // one thread: no synchronisation), then one row's per-head-lane sums [blockDim.y][half] for b and c.
-// dq or dk may be null (an output without a gradient: zeros).
-__global__ void ablate_ssm_rotary_bwd(const float2* __restrict__ dq, const float2* __restrict__ dk,
+// dq or dk may be null (an output without a gradient: zeros); their pairs are of type QK, like q and k.
+template <typename QK>
+__global__ void ablate_ssm_rotary_bwd(const QK* __restrict__ dq, const QK* __restrict__ dk,
                                       const float2* __restrict__ b, const float2* __restrict__ c,
                                       const float2* __restrict__ b_bias, const float2* __restrict__ c_bias,
                                       const float* __restrict__ phi, float2* __restrict__ db, float2* __restrict__ dc,
@@ -95,7 +111,8 @@ __global__ void ablate_ssm_rotary_bwd(const float2* __restrict__ dq, const float
     float2 sum_b = zero, sum_c = zero;
     for (int h = lane; h < shape.heads; h += lanes) {
       const int64_t head_row = row * shape.heads + h, at = head_row * half + p;
-      const float2 gk = dk != nullptr ? dk[at] : zero, gq = dq != nullptr ? dq[at] : zero;
+      const float2 gk = dk != nullptr ? pair_to_float2(dk[at]) : zero;
+      const float2 gq = dq != nullptr ? pair_to_float2(dq[at]) : zero;
       float2 du_k = gk, du_q = gq;  // d(b + bias), d(c + bias): Rot^T g on turned pairs, g on the rest
       if (p < shape.turned) {
         float sn, cs;
@@ -307,12 +324,22 @@ size_t backward_smem_bytes(const RotaryShape& shape, const dim3& block) {
   return sizeof(float2) * static_cast<size_t>(shape.half) * (2 * static_cast<size_t>(shape.heads) + 2 * block.y);
 }
 
-// fp32, contiguous, on the device of `like`, and 8-byte aligned for float2 access (a view starting at
-// an odd element is copied).
-Tensor pairs_ready(const Tensor& t, const Tensor& like, const char* what) {
-  Tensor out = on_device(t.to(torch::kFloat), like, what);
-  if (reinterpret_cast<std::uintptr_t>(out.data_ptr()) % 8 != 0) out = out.clone();
+// In `dtype` (fp32 by default), contiguous, on the device of `like`, and aligned to a pair (8 bytes
+// fp32, 4 bf16: a view starting at an odd element is copied).
+Tensor pairs_ready(const Tensor& t, const Tensor& like, const char* what, at::ScalarType dtype = torch::kFloat) {
+  Tensor out = on_device(t.to(dtype), like, what);
+  if (reinterpret_cast<std::uintptr_t>(out.data_ptr()) % (2 * out.element_size()) != 0) out = out.clone();
   return out;
+}
+
+// Calls fn(pair type) for q and k's dtype: float2 (fp32) or __nv_bfloat162 (bf16).
+template <class Fn>
+void with_pair_type(at::ScalarType qk_dtype, Fn&& fn) {
+  if (qk_dtype == torch::kBFloat16) {
+    fn(__nv_bfloat162{});
+  } else {
+    fn(float2{});
+  }
 }
 
 template <typename T>
@@ -326,26 +353,31 @@ T* as_mut(Tensor& t) {
 
 class SsmRotaryFunction : public torch::autograd::Function<SsmRotaryFunction> {
  public:
-  // b, c [B,T,N]; b_bias, c_bias [H,N]; phi [B,T,H,S] -> q, k [B,T,H,N], all fp32.
+  // b, c [B,T,N]; b_bias, c_bias [H,N]; phi [B,T,H,S] (fp32) -> q, k [B,T,H,N] in qk_dtype (fp32 or bf16).
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const Tensor& b_in,
                                                 const Tensor& c_in, const Tensor& b_bias_in, const Tensor& c_bias_in,
-                                                const Tensor& phi_in) {
+                                                const Tensor& phi_in, at::ScalarType qk_dtype) {
     const Tensor b = pairs_ready(b_in, b_in, "b"), c = pairs_ready(c_in, b_in, "c");
     const Tensor b_bias = pairs_ready(b_bias_in, b_in, "b_bias"), c_bias = pairs_ready(c_bias_in, b_in, "c_bias");
     const Tensor phi = on_device(phi_in, b_in, "phi");
     const int64_t B = b.size(0), T = b.size(1), N = b.size(2), H = b_bias.size(0), S = phi.size(3);
     TORCH_CHECK(N % 2 == 0 && N / 2 <= 1024, "ssm_rotary fused_cuda: N must be even and at most 2048, got ", N);
     const RotaryShape shape{B * T, static_cast<int>(H), static_cast<int>(N / 2), static_cast<int>(S)};
-    Tensor q = torch::empty({B, T, H, N}, b.options()), k = torch::empty({B, T, H, N}, b.options());
+    const auto qk_options = b.options().dtype(qk_dtype);
+    Tensor q = torch::empty({B, T, H, N}, qk_options), k = torch::empty({B, T, H, N}, qk_options);
     if (shape.rows > 0 && H > 0) {
       const dim3 block = block_for(shape);
       const auto grid = static_cast<unsigned>(std::min<int64_t>(shape.rows, int64_t(sm_count()) * 16));
-      ablate_ssm_rotary_fwd<<<grid, block, 0, at::cuda::getCurrentCUDAStream()>>>(
-          as<float2>(b), as<float2>(c), as<float2>(b_bias), as<float2>(c_bias), phi.data_ptr<float>(),
-          as_mut<float2>(q), as_mut<float2>(k), shape);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      with_pair_type(qk_dtype, [&](auto pair) {
+        using QK = decltype(pair);
+        ablate_ssm_rotary_fwd<QK><<<grid, block, 0, at::cuda::getCurrentCUDAStream()>>>(
+            as<float2>(b), as<float2>(c), as<float2>(b_bias), as<float2>(c_bias), phi.data_ptr<float>(),
+            as_mut<QK>(q), as_mut<QK>(k), shape);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
     }
     ctx->save_for_backward({b, c, b_bias, c_bias, phi});
+    ctx->saved_data["qk_dtype"] = qk_dtype;
     return {q, k};
   }
 
@@ -355,12 +387,14 @@ class SsmRotaryFunction : public torch::autograd::Function<SsmRotaryFunction> {
     const Tensor &b = saved[0], &c = saved[1], &b_bias = saved[2], &c_bias = saved[3], &phi = saved[4];
     const int64_t B = b.size(0), T = b.size(1), N = b.size(2), H = b_bias.size(0), S = phi.size(3);
     const RotaryShape shape{B * T, static_cast<int>(H), static_cast<int>(N / 2), static_cast<int>(S)};
-    // An output without a gradient is read as zeros (a null pointer), not materialised.
-    const Tensor dq = grads[0].defined() ? pairs_ready(grads[0], b, "dq") : Tensor();
-    const Tensor dk = grads[1].defined() ? pairs_ready(grads[1], b, "dk") : Tensor();
+    // An output without a gradient is read as zeros (a null pointer), not materialised. Gradients are
+    // read in q and k's dtype (autograd hands them in it).
+    const auto qk_dtype = ctx->saved_data["qk_dtype"].toScalarType();
+    const Tensor dq = grads[0].defined() ? pairs_ready(grads[0], b, "dq", qk_dtype) : Tensor();
+    const Tensor dk = grads[1].defined() ? pairs_ready(grads[1], b, "dk", qk_dtype) : Tensor();
     if (shape.rows == 0 || H == 0 || (!dq.defined() && !dk.defined()))
       return {torch::zeros_like(b), torch::zeros_like(c), torch::zeros_like(b_bias), torch::zeros_like(c_bias),
-              torch::zeros_like(phi)};
+              torch::zeros_like(phi), Tensor()};
     // Every element of these is written by the kernel.
     Tensor db = torch::empty_like(b), dc = torch::empty_like(c), dphi = torch::empty_like(phi);
     const dim3 block = block_for(shape);
@@ -370,17 +404,20 @@ class SsmRotaryFunction : public torch::autograd::Function<SsmRotaryFunction> {
     TORCH_CHECK(smem <= props->sharedMemPerBlockOptin, "ssm_rotary fused_cuda: H x N = ", H, " x ", N, " needs ", smem,
                 " bytes of shared memory for its bias gradients, more than the device's ", props->sharedMemPerBlockOptin,
                 "; use backend ssm_rotary = \"reference\" for this shape");
-    if (smem > 48 * 1024)
-      C10_CUDA_CHECK(cudaFuncSetAttribute(ablate_ssm_rotary_bwd, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)));
     Tensor db_bias_part = torch::empty({int64_t(grid), H, N}, b.options());
     Tensor dc_bias_part = torch::empty({int64_t(grid), H, N}, b.options());
-    ablate_ssm_rotary_bwd<<<grid, block, smem, at::cuda::getCurrentCUDAStream()>>>(
-        dq.defined() ? as<float2>(dq) : nullptr, dk.defined() ? as<float2>(dk) : nullptr, as<float2>(b),
-        as<float2>(c), as<float2>(b_bias), as<float2>(c_bias), phi.data_ptr<float>(), as_mut<float2>(db),
-        as_mut<float2>(dc), dphi.data_ptr<float>(), as_mut<float2>(db_bias_part), as_mut<float2>(dc_bias_part), shape);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return {db, dc, db_bias_part.sum(0), dc_bias_part.sum(0), dphi};
+    with_pair_type(qk_dtype, [&](auto pair) {
+      using QK = decltype(pair);
+      if (smem > 48 * 1024)
+        C10_CUDA_CHECK(cudaFuncSetAttribute(ablate_ssm_rotary_bwd<QK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(smem)));
+      ablate_ssm_rotary_bwd<QK><<<grid, block, smem, at::cuda::getCurrentCUDAStream()>>>(
+          dq.defined() ? as<QK>(dq) : nullptr, dk.defined() ? as<QK>(dk) : nullptr, as<float2>(b), as<float2>(c),
+          as<float2>(b_bias), as<float2>(c_bias), phi.data_ptr<float>(), as_mut<float2>(db), as_mut<float2>(dc),
+          dphi.data_ptr<float>(), as_mut<float2>(db_bias_part), as_mut<float2>(dc_bias_part), shape);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+    return {db, dc, db_bias_part.sum(0), dc_bias_part.sum(0), dphi, Tensor()};
   }
 };
 
@@ -396,9 +433,13 @@ SsmRotaryOutputs ssm_rotary(const SsmRotaryInputs& in) {
   NoAutocastScope no_autocast;
   const Tensor phi = reference::with_initial_angle(
       in, AngleScanFunction::apply(in.delta.to(torch::kFloat), torch::tanh(in.theta.to(torch::kFloat))));
+  const auto qk_dtype = in.qk_dtype.value_or(torch::kFloat);
+  TORCH_CHECK(qk_dtype == torch::kFloat || qk_dtype == torch::kBFloat16,
+              "ssm_rotary fused_cuda: q and k are written in fp32 or bf16, not ", qk_dtype,
+              "; use backend ssm_rotary = \"reference\" for other dtypes");
   // The conversions stay outside the Function, so autograd casts each gradient back to its input's dtype.
   auto qk = SsmRotaryFunction::apply(in.b.to(torch::kFloat), in.c.to(torch::kFloat), in.b_bias.to(torch::kFloat),
-                                     in.c_bias.to(torch::kFloat), phi);
+                                     in.c_bias.to(torch::kFloat), phi, qk_dtype);
   return {.q = qk[0], .k = qk[1], .phi_last = reference::ssm_rotary_last_angle(in, phi, d)};
 }
 

@@ -52,6 +52,9 @@ SsmRotaryDims check_ssm_rotary_args(const SsmRotaryInputs& in) {
                 d.H, ",", d.N, "], got ", sizes_of(*bias));
   TORCH_CHECK(!in.phi0.defined() || in.phi0.sizes() == at::IntArrayRef({d.B, d.H, d.S}),
               "ssm_rotary: phi0 must be [B,H,S] = [", d.B, ",", d.H, ",", d.S, "], got ", sizes_of(in.phi0));
+  TORCH_CHECK(!in.qk_dtype || *in.qk_dtype == torch::kFloat || *in.qk_dtype == torch::kBFloat16 ||
+                  *in.qk_dtype == torch::kDouble,
+              "ssm_rotary: qk_dtype must be fp32, bf16 or fp64 (or unset: the compute dtype), got ", *in.qk_dtype);
   return d;
 }
 
@@ -84,7 +87,8 @@ SsmRotaryOutputs ssm_rotary(const SsmRotaryInputs& in) {
   // B^ + b_bias and C^ + c_bias per head -> [B,T,H,N], then turned.
   const auto k = rotate_leading_pairs(in.b.to(dt).unsqueeze(2) + in.b_bias.to(dt), cos, sin);
   const auto q = rotate_leading_pairs(in.c.to(dt).unsqueeze(2) + in.c_bias.to(dt), cos, sin);
-  return {.q = q, .k = k, .phi_last = ssm_rotary_last_angle(in, phi, d)};
+  const auto out_dtype = in.qk_dtype.value_or(dt);  // rounded once, after the fp32 arithmetic
+  return {.q = q.to(out_dtype), .k = k.to(out_dtype), .phi_last = ssm_rotary_last_angle(in, phi, d)};
 }
 
 }  // namespace ablate::kernels::reference

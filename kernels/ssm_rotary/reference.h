@@ -24,7 +24,8 @@ torch::Tensor ssm_rotary_angles(const SsmRotaryInputs& inputs, at::ScalarType dt
 // Phi_{T-1} [B,H,S] from the angles (phi0, or zeros, when T == 0).
 torch::Tensor ssm_rotary_last_angle(const SsmRotaryInputs& inputs, const torch::Tensor& phi, const SsmRotaryDims& d);
 
-// The registered reference: q, k, phi_last in fp32 (fp64 for fp64 inputs), differentiable through autograd.
+// The registered reference: q, k (in qk_dtype when set), phi_last in fp32 (fp64 for fp64 inputs),
+// differentiable through autograd.
 SsmRotaryOutputs ssm_rotary(const SsmRotaryInputs& inputs);
 
 }  // namespace ablate::kernels::reference

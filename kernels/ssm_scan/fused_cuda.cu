@@ -10,7 +10,8 @@
 // Forward (3 launches):
 //   ablate_ssm_scan_fwd_chunk_state  Z_c = sum_j W_{L-1,j} x_j k_j^T (P x N) and Lam_c = cum_{L-1};
 //   ablate_ssm_scan_fwd_state_pass   S_0 = h0 (or 0), S_{c+1} = exp(Lam_c) S_c + Z_c, sequential over
-//                                    chunks, one thread per (b, h, p, n); S_c kept for the backward,
+//                                    chunks, one thread per (b, h, p, n); S_c kept for the backward (in
+//                                    bf16 on the tensor-core path: the operand precision it is used at),
 //                                    h_last = S_nC (the zero-padded tail has alpha = 1, no inputs);
 //   ablate_ssm_scan_fwd_output       y_t = sum_j W_tj (q_t.k_j) x_j + exp(cum_t) S_c q_t + D x_t, times
 //                                    silu(z_t) when z is given.
@@ -28,8 +29,8 @@
 //                                    starting from <dh_last, h_last> (h_last is an output at T-1);
 //   ablate_ssm_scan_bwd_boundary     the last row of each chunk (its own part plus the next chunk's
 //                                    column 0, rounded once) and dx_prev / dk_prev.
-// State and accumulation in fp32; x, z (one dtype) and q, k (one dtype) fp32 or bf16. With fp32 x every
-// product runs SIMT over fp32 shared-memory tiles (4 x 4 register tiles per thread, exact). With bf16 x
+// State and accumulation in fp32; x, z (one dtype) and q, k (one dtype) fp32 or bf16; y written in x's
+// dtype (rounded once, at the store). With fp32 x every product runs SIMT over fp32 shared-memory tiles (4 x 4 register tiles per thread, exact). With bf16 x
 // (q/k bf16 or fp32) the per-chunk products run on tensor cores: mma.sync m16n8k16 with bf16 operands and
 // fp32 accumulation, fragments loaded by ldmatrix from bf16 shared tiles. Operands are rounded to bf16
 // once (q, k when fp32; dy; the chunk states S_c and adjoints dS; the weighted scores W o (q.k) and
@@ -39,6 +40,9 @@
 // recomputed from dout and z), dD; per-tile partial sums are added in a fixed order (deterministic).
 // The bf16 tiles halve the backward chunk's shared memory (~98 KB at L 64, P 64, N 128: 2 blocks of 8
 // warps per SM on an H100; the output kernel's ~72 KB: 3).
+// x and z are read in place when they are views into a wider buffer (the M block's input projection:
+// rows of H P contiguous elements, any 8-element-aligned token and batch strides); other layouts are
+// copied once. q, k are contiguous; y, dx, dz are written contiguous.
 // Supported: P and N multiples of 16 up to 128, chunk L in {16, 32, 48, 64}, as long as the shared tiles
 // fit the device (on an H100 all do on tensor cores, the largest, P = N = 128 at L = 64, ~133 KB; the
 // SIMT path's backward chunk needs 234,516 bytes there, over the H100's 232,448: fp32 x at that shape
@@ -67,6 +71,15 @@ constexpr int kMaxDim = 128;
 // log(FLT_MIN): the chunked reference's floor for log alpha in fp32 (see its log_alpha_floor).
 constexpr float kLogAlphaFloor = -87.33654475f;
 
+// Where row (b, t, h) of a [B,T,H,width] tensor starts: b bs + t ts + h width elements past its pointer.
+// q, k and the outputs are contiguous (ts = H width, bs = T ts); x and z may be views into the M block's
+// input projection (a wider token stride), read in place. The host passes such a view only when its
+// pointer is 16-byte aligned and both strides are multiples of 8 elements, so every 16-byte (and paired)
+// access of a contiguous tensor stays aligned (else it copies, see rows_in_place).
+struct RowStrides {
+  int64_t bs, ts;
+};
+
 // Everything a launch reads or writes. Pointers to optional inputs are null when absent.
 struct Params {
   const void* x;  // [B,T,H,P], TX
@@ -78,12 +91,19 @@ struct Params {
   const float* h0;                        // [B,H,P,N] or null
   const float *x_prev, *k_prev;           // [B,H,P], [B,H,N] or null
   int B, T, H, P, N, L, nC;
+  RowStrides xs, zs;  // x's and z's (z's unused without z)
   float* states;  // [B,H,nC,P,N]: Z_c after chunk_state, S_c (the state entering chunk c) after state_pass
   float* lam;     // [B,H,nC]: sum of (floored) log alpha over each chunk
+  // Tensor-core path (bf16 x): the state passes write S_c and the adjoints dS_end(c) here in bf16, the
+  // operand precision the per-chunk kernels use them at (the same rounding they applied when loading the
+  // fp32 values), instead of back into states / dstates: half the bytes written, read and saved for
+  // backward. Null on the SIMT path (fp32 tiles, fp32 states in place).
+  __nv_bfloat16 *states_lo, *dstates_lo;  // [B,H,nC,P,N]
   // forward outputs
-  float *y, *h_last;
+  void* y;  // [B,T,H,P], TX (x's dtype: rounded once, at the store)
+  float* h_last;
   // backward
-  const float* dout;     // [B,T,H,P] fp32
+  const void* dout;      // [B,T,H,P] TX: the gradient of y, in y's dtype
   const float* dh_last;  // [B,H,P,N] or null
   const float* h_last_saved;  // [B,H,P,N]: the forward's h_last
   float* last_dot;            // [B,H]: <dh_last, h_last>, zeroed before the backward state pass
@@ -102,6 +122,20 @@ __device__ __forceinline__ float sigmoid(float v) { return 1.f / (1.f + expf(-v)
 
 __device__ __forceinline__ int64_t row_index(const Params& p, int b, int t, int h) {
   return (static_cast<int64_t>(b) * p.T + t) * p.H + h;
+}
+
+// The first element of row (b, t, h) of a tensor laid out as `rs` with rows `width` wide.
+__device__ __forceinline__ int64_t row_start(RowStrides rs, int b, int t, int h, int width) {
+  return static_cast<int64_t>(b) * rs.bs + static_cast<int64_t>(t) * rs.ts + static_cast<int64_t>(h) * width;
+}
+// A contiguous [B,T,H,width] tensor's strides (q, k).
+__device__ __forceinline__ RowStrides packed(const Params& p, int width) {
+  const int64_t ts = static_cast<int64_t>(p.H) * width;
+  return {ts * p.T, ts};
+}
+// z's element (b, t, h, col): z may be a strided view, dout, y, dz are contiguous (row_index * P + col).
+__device__ __forceinline__ int64_t z_index(const Params& p, int b, int t, int h, int col) {
+  return row_start(p.zs, b, t, h, p.P) + col;
 }
 
 // Global-to-shared tile loads: each thread issues kLoadsInFlight 16-byte loads before it stores any
@@ -142,12 +176,12 @@ __device__ __forceinline__ void store_runs(float* dst, int ld, int runs_per_row,
 // stride ld), as fp32; rows outside [0, T) are zero, except row -1, which is `before` when given.
 // width is a multiple of 16, so rows split into whole 16-byte runs.
 template <typename T>
-__device__ void load_rows(float* dst, int ld, int width, const T* src, const Params& p, int b, int h, int t_first,
-                          int nrows, const float* before) {
+__device__ void load_rows(float* dst, int ld, int width, const T* src, RowStrides rs, const Params& p, int b, int h,
+                          int t_first, int nrows, const float* before) {
   constexpr int V = 16 / sizeof(T);
   const int runs_per_row = width / V, total = nrows * runs_per_row;
-  const int64_t row_stride = static_cast<int64_t>(p.H) * width;
-  const T* base = src + row_index(p, b, 0, h) * width;  // row t at base + t * row_stride
+  const int64_t row_stride = rs.ts;
+  const T* base = src + row_start(rs, b, 0, h, width);  // row t at base + t * row_stride
   const bool vector = is_aligned16(src);                // every row start is a multiple of 32 bytes past src
   for (int i0 = threadIdx.x; i0 < total; i0 += kLoadsInFlight * blockDim.x) {
     float v[kLoadsInFlight][V];
@@ -307,6 +341,11 @@ constexpr bool kTensorCores = std::is_same_v<TX, __nv_bfloat16>;
 // more) blocks of 8 warps on an H100, whose warps then hide each other's barrier and load latency.
 template <typename TX, typename TQK>
 constexpr int kMinBlocks = kTensorCores<TX, TQK> ? 2 : 0;  // 0: no directive, as before for SIMT
+// The backward chunk-state kernel's tiles (~27 KB at L 64, P 64, N 128) fit 4 blocks; 4 are asked for
+// (at most 64 registers a thread): with 69 registers it ran 3 blocks a SM and took 452 us instead of
+// ~340 at nam56r-small (H100, Nsight Compute, session 11).
+template <typename TX, typename TQK>
+constexpr int kDstateMinBlocks = kTensorCores<TX, TQK> ? 4 : 0;
 
 // Padded leading dimension of the SIMT path's fp32 tiles: odd, so a warp's column-strided reads hit
 // distinct banks.
@@ -327,14 +366,21 @@ __host__ __device__ constexpr int ld_tc(int width) { return width + 8; }
 
 // Bump allocation of dynamic shared memory in 16-byte aligned pieces (ldmatrix rows and vector stores
 // need 16 bytes). One layout struct per kernel takes its pieces in its constructor, on the device from
-// the block's shared memory and on the host (base 0) to size the launch: one source for both.
+// the block's shared array and on the host (no array: null pieces) to size the launch: one source for
+// both. Each piece is the shared array's pointer plus an offset, never a pointer made from an integer, so
+// the compiler knows every access through it is to shared memory (LDS / STS on 32-bit addresses; a
+// pointer made from an integer compiles to 64-bit generic loads and stores).
 struct Carve {
-  uintptr_t base = 0;
+  char* base = nullptr;  // the block's shared array on the device
   size_t used = 0;
   template <class T>
   __host__ __device__ T* take(size_t n) {
     used = (used + 15) / 16 * 16;
+#if defined(__CUDA_ARCH__)
     T* ptr = reinterpret_cast<T*>(base + used);
+#else
+    T* ptr = nullptr;  // the host only sizes the layout
+#endif
     used += n * sizeof(T);
     return ptr;
   }
@@ -470,12 +516,12 @@ __device__ __forceinline__ uint4 load8_bf16(const T* src, bool vector) {
 // load_rows into a bf16 tile: rows t_first .. t_first + nrows - 1 of one (b, h) slice (0 outside [0, T),
 // row -1 from `before` when given), runs of 8 elements, kLoadsInFlight 16-byte runs per thread in flight.
 template <typename T>
-__device__ void load_rows_bf16(bf16* dst, int ld, int width, const T* src, const Params& p, int b, int h, int t_first,
-                               int nrows, const float* before) {
+__device__ void load_rows_bf16(bf16* dst, int ld, int width, const T* src, RowStrides rs, const Params& p, int b, int h,
+                               int t_first, int nrows, const float* before) {
   constexpr int V = 8;
   const int runs_per_row = width / V, total = nrows * runs_per_row;
-  const int64_t row_stride = static_cast<int64_t>(p.H) * width;
-  const T* base = src + row_index(p, b, 0, h) * width;
+  const int64_t row_stride = rs.ts;
+  const T* base = src + row_start(rs, b, 0, h, width);
   const bool vector = is_aligned16(src);  // every row start is a multiple of 32 bytes past src
   for (int i0 = threadIdx.x; i0 < total; i0 += kLoadsInFlight * blockDim.x) {
     uint4 v[kLoadsInFlight];
@@ -497,8 +543,10 @@ __device__ void load_rows_bf16(bf16* dst, int ld, int width, const T* src, const
   }
 }
 
-// A contiguous fp32 rows x width matrix (a chunk state) into a bf16 tile.
-__device__ void load_matrix_bf16(bf16* dst, int ld, int rows, int width, const float* src) {
+// A contiguous rows x width matrix (a chunk state: fp32, or bf16 from states_lo, copied as is) into a bf16
+// tile.
+template <typename T>
+__device__ void load_matrix_bf16(bf16* dst, int ld, int rows, int width, const T* src) {
   constexpr int V = 8;
   const int runs_per_row = width / V, total = rows * runs_per_row;
   const bool vector = is_aligned16(src);
@@ -532,9 +580,22 @@ __device__ void load_dy_bf16(bf16* dst, int ld, const Params& p, int b, int h, i
                              const bf16* x = nullptr, int ldx = 0, float* dot0 = nullptr, float* dotx = nullptr) {
   constexpr int kRows = 4;
   const bf16* z = static_cast<const bf16*>(p.z);
+  const bf16* dout = static_cast<const bf16*>(p.dout);
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32, lane = threadIdx.x & 31, col = 4 * lane;
   const bool active = col < p.P;
-  const bool vector = is_aligned16(p.dout) && (z == nullptr || reinterpret_cast<uintptr_t>(z) % 8 == 0);
+  const bool vector =
+      reinterpret_cast<uintptr_t>(dout) % 8 == 0 && (z == nullptr || reinterpret_cast<uintptr_t>(z) % 8 == 0);
+  // 4 bf16 at src (8 bytes) into fp32: one load when `vector`.
+  auto load4 = [vector](const bf16* src, float (&out)[4]) {
+    if (vector) {
+      const uint2 w = *reinterpret_cast<const uint2*>(src);
+      const float2 lo = unpack_bf16(w.x), hi = unpack_bf16(w.y);
+      out[0] = lo.x, out[1] = lo.y, out[2] = hi.x, out[3] = hi.y;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) out[e] = to_float(src[e]);
+    }
+  };
   for (int tb = warp; tb < p.L; tb += kRows * warps) {
     float v[kRows][4], zv[kRows][4];
 #pragma unroll
@@ -542,19 +603,11 @@ __device__ void load_dy_bf16(bf16* dst, int ld, const Params& p, int b, int h, i
       const int t = tb + u * warps;
       const bool real = active && t < p.L && t0 + t < p.T;
       const int64_t o = real ? row_index(p, b, t0 + t, h) * p.P + col : 0;
+      const int64_t zo = real && z ? z_index(p, b, t0 + t, h, col) : 0;
 #pragma unroll
       for (int e = 0; e < 4; ++e) v[u][e] = zv[u][e] = 0.f;
-      if (real) load_run<4>(p.dout + o, vector, v[u]);
-      if (real && z) {
-        if (vector) {
-          const uint2 w = *reinterpret_cast<const uint2*>(z + o);
-          const float2 lo = unpack_bf16(w.x), hi = unpack_bf16(w.y);
-          zv[u][0] = lo.x, zv[u][1] = lo.y, zv[u][2] = hi.x, zv[u][3] = hi.y;
-        } else {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) zv[u][e] = to_float(z[o + e]);
-        }
-      }
+      if (real) load4(dout + o, v[u]);
+      if (real && z) load4(z + zo, zv[u]);
     }
 #pragma unroll
     for (int u = 0; u < kRows; ++u) {
@@ -621,13 +674,13 @@ template <typename TQK>
 __device__ void chunk_state_tc(const Params& p, float* smem) {
   const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
   const int t0 = c * L, ldP = ld_tc(P), ldN = ld_tc(N);
-  Carve carve{reinterpret_cast<uintptr_t>(smem)};
+  Carve carve{reinterpret_cast<char*>(smem)};
   const ChunkStateTc s(carve, L, P, N);
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   const bool first = c == 0;
-  load_rows_bf16(s.xw, ldP, P, static_cast<const bf16*>(p.x), p, b, h, t0 - 1, L + 1,
+  load_rows_bf16(s.xw, ldP, P, static_cast<const bf16*>(p.x), p.xs, p, b, h, t0 - 1, L + 1,
                  first && p.x_prev ? p.x_prev + bh * P : nullptr);
-  load_rows_bf16(s.ka, ldN, N, static_cast<const TQK*>(p.k), p, b, h, t0 - 1, L + 1,
+  load_rows_bf16(s.ka, ldN, N, static_cast<const TQK*>(p.k), packed(p, N), p, b, h, t0 - 1, L + 1,
                  first && p.k_prev ? p.k_prev + bh * N : nullptr);
   load_coefficients(p, b, h, t0, s.cum, s.bet, s.gam);
   for (int j = threadIdx.x; j <= L; j += blockDim.x) s.wend[j] = weight(s.cum, s.bet, s.gam, L, L - 1, j);
@@ -668,9 +721,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan
     float *cum = smem, *bet = cum + L, *gam = bet + L, *wend = gam + L, *xa = wend + (L + 1), *ka = xa + (L + 1) * ldP;
     const int64_t bh = static_cast<int64_t>(b) * p.H + h;
     const bool first = c == 0;
-    load_rows(xa, ldP, P, static_cast<const TX*>(p.x), p, b, h, t0 - 1, L + 1,
+    load_rows(xa, ldP, P, static_cast<const TX*>(p.x), p.xs, p, b, h, t0 - 1, L + 1,
               first && p.x_prev ? p.x_prev + bh * P : nullptr);
-    load_rows(ka, ldN, N, static_cast<const TQK*>(p.k), p, b, h, t0 - 1, L + 1,
+    load_rows(ka, ldN, N, static_cast<const TQK*>(p.k), packed(p, N), p, b, h, t0 - 1, L + 1,
               first && p.k_prev ? p.k_prev + bh * N : nullptr);
     load_coefficients(p, b, h, t0, cum, bet, gam);
     for (int j = threadIdx.x; j <= L; j += blockDim.x) wend[j] = weight(cum, bet, gam, L, L - 1, j);
@@ -686,7 +739,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan
   }
 }
 
-// One thread per state element: S_0 = h0, S_{c+1} = exp(Lam_c) S_c + Z_c (Z_c replaced by S_c in place).
+// One thread per state element: S_0 = h0, S_{c+1} = exp(Lam_c) S_c + Z_c (Z_c replaced by S_c in place, or
+// S_c written to states_lo in bf16).
 __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_fwd_state_pass(Params p) {
   const int64_t PN = static_cast<int64_t>(p.P) * p.N;
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -695,11 +749,15 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_fwd_state_pass(Param
   float s = p.h0 ? p.h0[bh * PN + e] : 0.f;
   float* slot = p.states + bh * p.nC * PN + e;
   const float* lam = p.lam + bh * p.nC;
+  __nv_bfloat16* slot_lo = p.states_lo ? p.states_lo + bh * p.nC * PN + e : nullptr;
   float z_next = slot[0];
   for (int c = 0; c < p.nC; ++c) {
     const float z = z_next;
     if (c + 1 < p.nC) z_next = slot[(c + 1) * PN];
-    slot[c * PN] = s;
+    if (slot_lo)
+      slot_lo[c * PN] = __float2bfloat16_rn(s);
+    else
+      slot[c * PN] = s;
     s = fmaf(expf(lam[c]), s, z);
   }
   p.h_last[bh * PN + e] = s;
@@ -726,16 +784,16 @@ template <typename TQK>
 __device__ void output_tc(const Params& p, float* smem) {
   const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
   const int t0 = c * L, ldP = ld_tc(P), ldN = ld_tc(N), ldL = ld_tc(L);
-  Carve carve{reinterpret_cast<uintptr_t>(smem)};
+  Carve carve{reinterpret_cast<char*>(smem)};
   const OutputTc s(carve, L, P, N);
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   const bool first = c == 0;
-  load_rows_bf16(s.qs, ldN, N, static_cast<const TQK*>(p.q), p, b, h, t0, L, nullptr);
-  load_rows_bf16(s.ka, ldN, N, static_cast<const TQK*>(p.k), p, b, h, t0 - 1, L + 1,
+  load_rows_bf16(s.qs, ldN, N, static_cast<const TQK*>(p.q), packed(p, N), p, b, h, t0, L, nullptr);
+  load_rows_bf16(s.ka, ldN, N, static_cast<const TQK*>(p.k), packed(p, N), p, b, h, t0 - 1, L + 1,
                  first && p.k_prev ? p.k_prev + bh * N : nullptr);
-  load_rows_bf16(s.xa, ldP, P, static_cast<const bf16*>(p.x), p, b, h, t0 - 1, L + 1,
+  load_rows_bf16(s.xa, ldP, P, static_cast<const bf16*>(p.x), p.xs, p, b, h, t0 - 1, L + 1,
                  first && p.x_prev ? p.x_prev + bh * P : nullptr);
-  load_matrix_bf16(s.state, ldN, P, N, p.states + (bh * p.nC + c) * P * N);
+  load_matrix_bf16(s.state, ldN, P, N, p.states_lo + (bh * p.nC + c) * P * N);
   load_coefficients(p, b, h, t0, s.cum, s.bet, s.gam);  // ends with a barrier
   score_column0(s.qs, ldN, s.ka, N, L, s.cum, s.bet, s.gam, s.sc0);
   // Weighted scores W_tj (q_t . k_j) for columns j = 1..L: scw[t][j - 1], lower-triangular tiles.
@@ -773,11 +831,11 @@ __device__ void output_tc(const Params& p, float* smem) {
         v[u] = intra[nt][e + u] + s.sc0[t] * __bfloat162float(s.xa[col + u]) + decay_in * inter[nt][e + u] +
                Dh * __bfloat162float(s.xa[(t + 1) * ldP + col + u]);
         if (z) {
-          const float zv = __bfloat162float(z[o + u]);
+          const float zv = __bfloat162float(z[z_index(p, b, t0 + t, h, col + u)]);
           v[u] *= zv * sigmoid(zv);
         }
       }
-      store_pair(p.y + o, v[0], v[1]);
+      store_pair(static_cast<bf16*>(p.y) + o, v[0], v[1]);
     });
   }
 }
@@ -796,10 +854,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan
     float* ka = big;  // keys first, then the state entering the chunk
     const int64_t bh = static_cast<int64_t>(b) * p.H + h;
     const bool first = c == 0;
-    load_rows(qs, ldN, N, static_cast<const TQK*>(p.q), p, b, h, t0, L, nullptr);
-    load_rows(ka, ldN, N, static_cast<const TQK*>(p.k), p, b, h, t0 - 1, L + 1,
+    load_rows(qs, ldN, N, static_cast<const TQK*>(p.q), packed(p, N), p, b, h, t0, L, nullptr);
+    load_rows(ka, ldN, N, static_cast<const TQK*>(p.k), packed(p, N), p, b, h, t0 - 1, L + 1,
               first && p.k_prev ? p.k_prev + bh * N : nullptr);
-    load_rows(xa, ldP, P, static_cast<const TX*>(p.x), p, b, h, t0 - 1, L + 1,
+    load_rows(xa, ldP, P, static_cast<const TX*>(p.x), p.xs, p, b, h, t0 - 1, L + 1,
               first && p.x_prev ? p.x_prev + bh * P : nullptr);
     load_coefficients(p, b, h, t0, cum, bet, gam);  // ends with a barrier
     // Scores times weights: sc[t][j] = W_tj (q_t . k_j); columns 1..L as a product, column 0 per row.
@@ -824,10 +882,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan
                   const int64_t o = row_index(p, b, t0 + t, h) * P + col;
                   float v = intra + expf(cum[t]) * inter + Dh * xa[(t + 1) * ldP + col];
                   if (z) {
-                    const float zv = to_float(z[o]);
+                    const float zv = to_float(z[z_index(p, b, t0 + t, h, col)]);
                     v *= zv * sigmoid(zv);
                   }
-                  p.y[o] = v;
+                  static_cast<TX*>(p.y)[o] = from_float<TX>(v);
                 });
   }
 }
@@ -841,7 +899,8 @@ __device__ void load_dy(float* dst, int ld, const Params& p, int b, int h, int t
   constexpr int V = 4;  // runs of 4: one 16-byte load of dout (fp32), 4 elements of z
   const TX* z = static_cast<const TX*>(p.z);
   const int runs_per_row = p.P / V, total = p.L * runs_per_row;
-  const bool vector = is_aligned16(p.dout) && (z == nullptr || sizeof(TX) * V % 16 != 0 || is_aligned16(z));
+  const TX* dout = static_cast<const TX*>(p.dout);
+  const bool vector = sizeof(TX) * V % 16 != 0 || (is_aligned16(dout) && (z == nullptr || is_aligned16(z)));
   for (int i0 = threadIdx.x; i0 < total; i0 += kLoadsInFlight * blockDim.x) {
     float v[kLoadsInFlight][V], zv[kLoadsInFlight][V];
 #pragma unroll
@@ -849,8 +908,8 @@ __device__ void load_dy(float* dst, int ld, const Params& p, int b, int h, int t
       const int i = i0 + u * blockDim.x, t = i / runs_per_row, col = (i - t * runs_per_row) * V;
       const bool real = i < total && t0 + t < p.T;
       const int64_t o = real ? row_index(p, b, t0 + t, h) * p.P + col : 0;
-      if (real) load_run<V>(p.dout + o, vector, v[u]);
-      if (real && z) load_run<V>(z + o, vector, zv[u]);
+      if (real) load_run<V>(dout + o, vector, v[u]);
+      if (real && z) load_run<V>(z + z_index(p, b, t0 + t, h, col), vector, zv[u]);
 #pragma unroll
       for (int e = 0; e < V; ++e) {
         if (!real) v[u][e] = 0.f;
@@ -889,10 +948,10 @@ template <typename TQK>
 __device__ void chunk_dstate_tc(const Params& p, float* smem) {
   const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
   const int t0 = c * L, ldP = ld_tc(P), ldN = ld_tc(N);
-  Carve carve{reinterpret_cast<uintptr_t>(smem)};
+  Carve carve{reinterpret_cast<char*>(smem)};
   const ChunkDstateTc s(carve, L, P, N);
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
-  load_rows_bf16(s.qs, ldN, N, static_cast<const TQK*>(p.q), p, b, h, t0, L, nullptr);
+  load_rows_bf16(s.qs, ldN, N, static_cast<const TQK*>(p.q), packed(p, N), p, b, h, t0, L, nullptr);
   load_coefficients(p, b, h, t0, s.cum, s.bet, s.gam);
   load_dy_bf16(s.dys, ldP, p, b, h, t0, s.cum);
   __syncthreads();
@@ -910,7 +969,7 @@ __device__ void chunk_dstate_tc(const Params& p, float* smem) {
 }
 
 template <typename TX, typename TQK>
-__global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan_bwd_chunk_dstate(Params p) {
+__global__ void __launch_bounds__(kThreads, kDstateMinBlocks<TX, TQK>) ablate_ssm_scan_bwd_chunk_dstate(Params p) {
   extern __shared__ float smem[];
   if constexpr (kTensorCores<TX, TQK>) {
     chunk_dstate_tc<TQK>(p, smem);
@@ -919,7 +978,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan
     const int t0 = c * L, ldP = ld_of(P), ldN = ld_of(N);
     float *cum = smem, *bet = cum + L, *gam = bet + L, *dys = gam + L, *qs = dys + L * ldP;
     const int64_t bh = static_cast<int64_t>(b) * p.H + h;
-    load_rows(qs, ldN, N, static_cast<const TQK*>(p.q), p, b, h, t0, L, nullptr);
+    load_rows(qs, ldN, N, static_cast<const TQK*>(p.q), packed(p, N), p, b, h, t0, L, nullptr);
     load_coefficients(p, b, h, t0, cum, bet, gam);
     load_dy<TX>(dys, ldP, p, b, h, t0, cum);
     __syncthreads();
@@ -929,7 +988,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan
 }
 
 // Reverse: dS_end(nC-1) = dh_last (or 0), dS_end(c-1) = exp(Lam_c) dS_end(c) + dZ_c; dh0 = what leaves
-// chunk 0. dZ_c is replaced by dS_end(c) in place.
+// chunk 0. dZ_c is replaced by dS_end(c) in place (or dS_end(c) written to dstates_lo in bf16).
 __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_state_pass(Params p) {
   const int64_t PN = static_cast<int64_t>(p.P) * p.N;
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -938,11 +997,15 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_state_pass(Param
   float s = p.dh_last ? p.dh_last[bh * PN + e] : 0.f;
   float* slot = p.dstates + bh * p.nC * PN + e;
   const float* lam = p.lam + bh * p.nC;
+  __nv_bfloat16* slot_lo = p.dstates_lo ? p.dstates_lo + bh * p.nC * PN + e : nullptr;
   float z_next = slot[(p.nC - 1) * PN];
   for (int c = p.nC - 1; c >= 0; --c) {
     const float z = z_next;
     if (c > 0) z_next = slot[(c - 1) * PN];
-    slot[c * PN] = s;
+    if (slot_lo)
+      slot_lo[c * PN] = __float2bfloat16_rn(s);
+    else
+      slot[c * PN] = s;
     s = fmaf(expf(lam[c]), s, z);
   }
   if (p.dh0) p.dh0[bh * PN + e] = s;
@@ -980,21 +1043,6 @@ struct BwdChunkTc {
         gx0(c.take<float>(P)), qs(c.take<bf16>(L * ld_tc(N))), ka(c.take<bf16>((L + 1) * ld_tc(N))),
         xa(c.take<bf16>((L + 1) * ld_tc(P))), dys(c.take<bf16>(L * ld_tc(P))), scw(c.take<bf16>(L * ld_tc(L))),
         dxw(c.take<bf16>(L * ld_tc(L))), state(c.take<bf16>(P * ld_tc(N))) {}
-  // The layout is carved from address 0 (offsets); on the device every piece is then moved onto the
-  // block's shared array by pointer arithmetic from it, so the compiler knows each access is to shared
-  // memory (LDS / STS on 32-bit addresses) instead of generic loads and stores on 64-bit addresses (what a
-  // pointer made from an integer compiles to).
-  template <class T>
-  __device__ __forceinline__ static T* at(char* base, T* offset) {
-    return reinterpret_cast<T*>(base + reinterpret_cast<uintptr_t>(offset));
-  }
-  __device__ __forceinline__ void rebase(char* base) {
-    cum = at(base, cum), bet = at(base, bet), gam = at(base, gam), wend = at(base, wend), sc0 = at(base, sc0);
-    dx0 = at(base, dx0), db0p = at(base, db0p), drow = at(base, drow), dgp = at(base, dgp), dbp = at(base, dbp);
-    r1p = at(base, r1p), ep = at(base, ep), e0p = at(base, e0p), gk0 = at(base, gk0), gx0 = at(base, gx0);
-    qs = at(base, qs), ka = at(base, ka), xa = at(base, xa), dys = at(base, dys), scw = at(base, scw);
-    dxw = at(base, dxw), state = at(base, state);
-  }
 };
 
 // The backward chunk's own copies of the tile loaders (load_rows_bf16, load_matrix_bf16: same values),
@@ -1019,12 +1067,12 @@ __device__ __forceinline__ void next_run(int& r, int& run, int runs_per_row, int
 }
 
 template <typename T>
-__device__ __forceinline__ void bwd_load_rows(bf16* dst, int ld, int width, const T* src, const Params& p, int b, int h,
-                                              int t_first, int nrows, const float* before) {
+__device__ __forceinline__ void bwd_load_rows(bf16* dst, int ld, int width, const T* src, RowStrides rs, const Params& p,
+                                              int b, int h, int t_first, int nrows, const float* before) {
   constexpr int V = 8;
   const int runs_per_row = width / V, total = nrows * runs_per_row;
-  const int64_t row_stride = static_cast<int64_t>(p.H) * width;
-  const T* base = src + row_index(p, b, 0, h) * width;
+  const int64_t row_stride = rs.ts;
+  const T* base = src + row_start(rs, b, 0, h, width);
   const bool vector = is_aligned16(src);  // every row start is a multiple of 32 bytes past src
   const int step_r = blockDim.x / runs_per_row, step_c = blockDim.x - step_r * runs_per_row;
   int r = threadIdx.x / runs_per_row, run = threadIdx.x - r * runs_per_row;  // of run i0
@@ -1049,7 +1097,8 @@ __device__ __forceinline__ void bwd_load_rows(bf16* dst, int ld, int width, cons
   }
 }
 
-__device__ __forceinline__ void bwd_load_matrix(bf16* dst, int ld, int rows, int width, const float* src) {
+template <typename T>
+__device__ __forceinline__ void bwd_load_matrix(bf16* dst, int ld, int rows, int width, const T* src) {
   constexpr int V = 8;
   const int runs_per_row = width / V, total = rows * runs_per_row;
   const bool vector = is_aligned16(src);
@@ -1071,17 +1120,17 @@ __device__ __forceinline__ void bwd_load_matrix(bf16* dst, int ld, int rows, int
   }
 }
 
-// dout[o], dout[o + 1] and the bf16 pair z[o], z[o + 1] as one word (left as is without z): an 8- and a
-// 4-byte read when `paired` (the pointers allow it; o is even), else element by element.
-__device__ __forceinline__ void load_dout_z_pair(const float* dout, const bf16* z, int64_t o, bool paired, float2& dv,
-                                                 uint32_t& zw) {
+// The bf16 pairs dout[o], dout[o + 1] (into fp32) and z[zo], z[zo + 1] (as one word, left as is without
+// z): a 4-byte read each when `paired` (the pointers allow it; o and zo are even), else element by element.
+__device__ __forceinline__ void load_dout_z_pair(const bf16* dout, int64_t o, const bf16* z, int64_t zo, bool paired,
+                                                 float2& dv, uint32_t& zw) {
   if (paired) {
-    dv = *reinterpret_cast<const float2*>(dout + o);
-    if (z) zw = *reinterpret_cast<const uint32_t*>(z + o);
+    dv = unpack_bf16(*reinterpret_cast<const uint32_t*>(dout + o));
+    if (z) zw = *reinterpret_cast<const uint32_t*>(z + zo);
   } else {
-    dv = make_float2(dout[o], dout[o + 1]);
+    dv = make_float2(__bfloat162float(dout[o]), __bfloat162float(dout[o + 1]));
     if (z) {
-      const bf16 pair[2] = {z[o], z[o + 1]};
+      const bf16 pair[2] = {z[zo], z[zo + 1]};
       zw = *reinterpret_cast<const uint32_t*>(pair);
     }
   }
@@ -1099,7 +1148,8 @@ __device__ __forceinline__ void bwd_dy_column0(const Params& p, const BwdChunkTc
   const bf16* z = static_cast<const bf16*>(p.z);
   const int L = p.L, P = p.P, N = p.N;
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32, lane = threadIdx.x & 31;
-  const bool vector = reinterpret_cast<uintptr_t>(p.dout) % 8 == 0 && reinterpret_cast<uintptr_t>(z) % 4 == 0;
+  const bf16* dout = static_cast<const bf16*>(p.dout);
+  const bool vector = reinterpret_cast<uintptr_t>(dout) % 4 == 0 && reinterpret_cast<uintptr_t>(z) % 4 == 0;
   for (int tb = warp; tb < L; tb += kRows * warps) {
     float2 dv[kRows][kPairs];
     uint32_t zw[kRows][kPairs];
@@ -1109,12 +1159,13 @@ __device__ __forceinline__ void bwd_dy_column0(const Params& p, const BwdChunkTc
       const int t = tb + u * warps;
       const bool real = t < L && t0 + t < p.T;
       const int64_t o = real ? row_index(p, b, t0 + t, h) * P : 0;
+      const int64_t zo = real && z ? z_index(p, b, t0 + t, h, 0) : 0;
 #pragma unroll
       for (int q = 0; q < kPairs; ++q) {
         const int col = 2 * lane + 64 * q;
         dv[u][q] = make_float2(0.f, 0.f);
         zw[u][q] = 0u;
-        if (real && col < P) load_dout_z_pair(p.dout, z, o + col, vector, dv[u][q], zw[u][q]);
+        if (real && col < P) load_dout_z_pair(dout, o + col, z, zo + col, vector, dv[u][q], zw[u][q]);
       }
     }
 #pragma unroll
@@ -1190,22 +1241,21 @@ template <typename TQK>
 __device__ __forceinline__ void bwd_chunk_tc(const Params& p, float* smem) {
   const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
   const int t0 = c * L, ldP = ld_tc(P), ldN = ld_tc(N), ldL = ld_tc(L);
-  Carve carve;  // offsets from 0, then rebased on the shared array
-  BwdChunkTc s(carve, L, P, N);
-  s.rebase(reinterpret_cast<char*>(smem));
+  Carve carve{reinterpret_cast<char*>(smem)};
+  const BwdChunkTc s(carve, L, P, N);
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   const bool first = c == 0, last = c == p.nC - 1;
   const int rows = min(L, p.T - t0);  // real rows of this chunk
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32, lane = threadIdx.x & 31, nL = L / 16;
   const int g = lane >> 2, tq = lane & 3;  // accumulator rows g, g + 8; columns 2 tq + {0, 1} (+ 8)
-  const float* dS = p.dstates + (bh * p.nC + c) * P * N;  // adjoint at the end of this chunk
+  const bf16* dS = p.dstates_lo + (bh * p.nC + c) * P * N;  // adjoint at the end of this chunk
 
-  bwd_load_rows(s.qs, ldN, N, static_cast<const TQK*>(p.q), p, b, h, t0, L, nullptr);
-  bwd_load_rows(s.ka, ldN, N, static_cast<const TQK*>(p.k), p, b, h, t0 - 1, L + 1,
+  bwd_load_rows(s.qs, ldN, N, static_cast<const TQK*>(p.q), packed(p, N), p, b, h, t0, L, nullptr);
+  bwd_load_rows(s.ka, ldN, N, static_cast<const TQK*>(p.k), packed(p, N), p, b, h, t0 - 1, L + 1,
                 first && p.k_prev ? p.k_prev + bh * N : nullptr);
-  bwd_load_rows(s.xa, ldP, P, static_cast<const bf16*>(p.x), p, b, h, t0 - 1, L + 1,
+  bwd_load_rows(s.xa, ldP, P, static_cast<const bf16*>(p.x), p.xs, p, b, h, t0 - 1, L + 1,
                 first && p.x_prev ? p.x_prev + bh * P : nullptr);
-  bwd_load_matrix(s.state, ldN, P, N, p.states + (bh * p.nC + c) * P * N);
+  bwd_load_matrix(s.state, ldN, P, N, p.states_lo + (bh * p.nC + c) * P * N);
   for (int i = threadIdx.x; i < L / 16 * L; i += blockDim.x) s.dgp[i] = s.dbp[i] = 0.f;  // tiles above the diagonal
   load_coefficients(p, b, h, t0, s.cum, s.bet, s.gam);  // ends with a barrier
   for (int j = threadIdx.x; j <= L; j += blockDim.x) s.wend[j] = weight(s.cum, s.bet, s.gam, L, L - 1, j);
@@ -1281,12 +1331,13 @@ __device__ __forceinline__ void bwd_chunk_tc(const Params& p, float* smem) {
   // Phase B: yscan_t = sum_j W_tj (q_t.k_j) x_j + exp(cum_t) S_c q_t (recomputed) -> dz, r1_t = dy_t .
   // yscan_t; dq_t = sum_j W_tj (dy_t.x_j) k_j + exp(cum_t) S_c^T dy_t. The adjoint dS is pulled into L2
   // meanwhile. dy for dz and r_t is recomputed in fp32 from dout and z (the tile holds it rounded).
-  prefetch_l2(dS, P * N);
+  prefetch_l2(reinterpret_cast<const float*>(dS), P * N / 2);  // bf16: P N / 2 floats' bytes
   const float Dh = p.D[h];
   const bf16* z = static_cast<const bf16*>(p.z);
   bf16* dz = static_cast<bf16*>(p.dz);
-  // Paired (8-byte dout, 4-byte z / dz) accesses when the pointers allow (every row offset is even).
-  const bool paired = reinterpret_cast<uintptr_t>(p.dout) % 8 == 0 && reinterpret_cast<uintptr_t>(z) % 4 == 0 &&
+  const bf16* dout = static_cast<const bf16*>(p.dout);
+  // Paired (4-byte dout, z, dz) accesses when the pointers allow (every row offset is even).
+  const bool paired = reinterpret_cast<uintptr_t>(dout) % 4 == 0 && reinterpret_cast<uintptr_t>(z) % 4 == 0 &&
                       reinterpret_cast<uintptr_t>(dz) % 4 == 0;
   const int tP = P / 16, tN = N / 16;
   const float inv_tP = 1.f / tP, inv_tN = 1.f / tN;
@@ -1300,12 +1351,13 @@ __device__ __forceinline__ void bwd_chunk_tc(const Params& p, float* smem) {
       for (int half = 0; half < 2; ++half) {
         const int t = i0 + g + 8 * half;
         const int64_t o = t < rows ? row_index(p, b, t0 + t, h) * P : 0;
+        const int64_t zo = t < rows && z ? z_index(p, b, t0 + t, h, 0) : 0;
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
           const int col = j0 + 8 * nt + 2 * tq;
           dv[half][nt] = make_float2(0.f, 0.f);
           zw[half][nt] = 0u;
-          if (t < rows) load_dout_z_pair(p.dout, z, o + col, paired, dv[half][nt], zw[half][nt]);
+          if (t < rows) load_dout_z_pair(dout, o + col, z, zo + col, paired, dv[half][nt], zw[half][nt]);
         }
       }
       float intra[2][4] = {}, inter[2][4] = {}, rs[2] = {};
@@ -1515,10 +1567,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan
     const bool first = c == 0, last = c == p.nC - 1;
     const int rows = min(L, p.T - t0);  // real rows of this chunk
 
-    load_rows(qs, ldN, N, static_cast<const TQK*>(p.q), p, b, h, t0, L, nullptr);
-    load_rows(ka, ldN, N, static_cast<const TQK*>(p.k), p, b, h, t0 - 1, L + 1,
+    load_rows(qs, ldN, N, static_cast<const TQK*>(p.q), packed(p, N), p, b, h, t0, L, nullptr);
+    load_rows(ka, ldN, N, static_cast<const TQK*>(p.k), packed(p, N), p, b, h, t0 - 1, L + 1,
               first && p.k_prev ? p.k_prev + bh * N : nullptr);
-    load_rows(xa, ldP, P, static_cast<const TX*>(p.x), p, b, h, t0 - 1, L + 1,
+    load_rows(xa, ldP, P, static_cast<const TX*>(p.x), p.xs, p, b, h, t0 - 1, L + 1,
               first && p.x_prev ? p.x_prev + bh * P : nullptr);
     load_dy<TX>(dys, ldP, p, b, h, t0, nullptr);
     for (int t = threadIdx.x; t < L; t += blockDim.x) r1[t] = 0.f;
@@ -1578,9 +1630,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan
                   const float yscan = intra + expf(cum[t]) * inter;
                   if (z) {
                     const int64_t o = row_index(p, b, t0 + t, h) * P + col;
-                    const float zv = to_float(z[o]), sg = sigmoid(zv);
+                    const float zv = to_float(z[z_index(p, b, t0 + t, h, col)]), sg = sigmoid(zv);
                     const float y = yscan + Dh * xa[(t + 1) * ldP + col];
-                    static_cast<TX*>(p.dz)[o] = from_float<TX>(p.dout[o] * y * sg * (1.f + zv * (1.f - sg)));
+                    const float dov = to_float(static_cast<const TX*>(p.dout)[o]);
+                    static_cast<TX*>(p.dz)[o] = from_float<TX>(dov * y * sg * (1.f + zv * (1.f - sg)));
                   }
                   return yscan * dys[t * ldP + col];  // r1_t = dy_t . yscan_t
                 },
@@ -1765,6 +1818,18 @@ void with_io_types(at::ScalarType tx, at::ScalarType tqk, Fn&& fn) {
 
 const float* ptr_or_null(const Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
+// A [B,T,H,P] tensor's batch and token strides (elements); rows_in_place has checked the rest.
+RowStrides strides_of(const Tensor& t) { return t.defined() ? RowStrides{t.stride(0), t.stride(1)} : RowStrides{0, 0}; }
+
+// Whether the kernels read a [B,T,H,P] view in place: heads P apart and elements adjacent (rows of H P
+// contiguous elements), the pointer 16-byte aligned and the batch and token strides multiples of 8
+// elements, so each access of a contiguous tensor's width stays aligned (RowStrides). The M block's x
+// and z (slices of its input projection) qualify; anything else is copied once.
+bool rows_in_place(const Tensor& t) {
+  return t.stride(3) == 1 && t.stride(2) == t.size(3) && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 &&
+         t.stride(1) % 8 == 0 && t.stride(0) % 8 == 0;
+}
+
 // Params with the inputs and sizes filled in: in = {x, q, k, log_alpha, beta, gamma, D, z, h0, x_prev, k_prev}.
 Params input_params(const std::vector<Tensor>& in, int64_t L) {
   const Tensor &x = in[0], &q = in[1], &z = in[7];
@@ -1773,6 +1838,7 @@ Params input_params(const std::vector<Tensor>& in, int64_t L) {
   p.log_alpha = in[3].data_ptr<float>(), p.beta = in[4].data_ptr<float>(), p.gamma = in[5].data_ptr<float>();
   p.D = in[6].data_ptr<float>(), p.h0 = ptr_or_null(in[8]), p.x_prev = ptr_or_null(in[9]), p.k_prev = ptr_or_null(in[10]);
   p.B = x.size(0), p.T = x.size(1), p.H = x.size(2), p.P = x.size(3), p.N = q.size(3), p.L = L;
+  p.xs = strides_of(x), p.zs = strides_of(z);
   p.nC = (p.T + L - 1) / L;
   return p;
 }
@@ -1791,15 +1857,19 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
     const int64_t B = x.size(0), T = x.size(1), H = x.size(2), P = x.size(3), N = q.size(3);
     const int64_t L = chunk, nC = (T + L - 1) / L;
     const auto f32 = x.options().dtype(torch::kFloat);
-    Tensor y = torch::empty({B, T, H, P}, f32);
+    Tensor y = torch::empty({B, T, H, P}, x.options());  // in x's dtype, as the contract says
     Tensor h_last = torch::empty({B, H, P, N}, f32);
     Tensor states = torch::empty({B, H, nC, P, N}, f32), lam = torch::empty({B, H, nC}, f32);
+    // The tensor-core path keeps S_c in bf16 (Params::states_lo): the fp32 buffer only carries Z_c.
+    const bool tensor_cores = x.scalar_type() == torch::kBFloat16;
+    Tensor states_lo = tensor_cores ? torch::empty({B, H, nC, P, N}, x.options()) : Tensor();
     if (T == 0) {
       h_last = h0.defined() ? h0.clone() : torch::zeros({B, H, P, N}, f32);
     } else {
       Params p = input_params({x, q, k, log_alpha, beta, gamma, D, z, h0, x_prev, k_prev}, L);
       p.states = states.data_ptr<float>(), p.lam = lam.data_ptr<float>();
-      p.y = y.data_ptr<float>(), p.h_last = h_last.data_ptr<float>();
+      p.states_lo = tensor_cores ? static_cast<bf16*>(states_lo.data_ptr()) : nullptr;
+      p.y = y.data_ptr(), p.h_last = h_last.data_ptr<float>();
       const auto stream = at::cuda::getCurrentCUDAStream();
       with_io_types(x.scalar_type(), q.scalar_type(), [&](auto xtag, auto qtag) {
         using TX = typename decltype(xtag)::type;
@@ -1813,7 +1883,8 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
                       p, stream);
       });
     }
-    ctx->save_for_backward({x, q, k, log_alpha, beta, gamma, D, z_in, h0_in, x_prev_in, k_prev_in, states, lam, h_last});
+    ctx->save_for_backward({x, q, k, log_alpha, beta, gamma, D, z_in, h0_in, x_prev_in, k_prev_in,
+                            tensor_cores ? states_lo : states, lam, h_last});
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["has_z"] = has_z;
     ctx->saved_data["has_h0"] = has_h0;
@@ -1834,11 +1905,13 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
     const int64_t B = x.size(0), T = x.size(1), H = x.size(2), P = x.size(3), N = q.size(3);
     const int64_t nC = (T + L - 1) / L;
     const auto f32 = x.options().dtype(torch::kFloat);
-    Tensor dout = grads[0].defined() ? on_device(grads[0].to(torch::kFloat), x, "grad of y")
-                                     : torch::zeros({B, T, H, P}, f32);
+    // The gradient of y in y's dtype (x's), as autograd hands it: the kernels read it so.
+    Tensor dout = grads[0].defined() ? on_device(grads[0].to(x.scalar_type()), x, "grad of y")
+                                     : torch::zeros({B, T, H, P}, x.options());
     Tensor dh_last = grads[1].defined() ? on_device(grads[1].to(torch::kFloat), x, "grad of h_last") : Tensor();
-    Tensor dx = torch::empty_like(x), dq = torch::empty_like(q), dk = torch::empty_like(k);
-    Tensor dz = z.defined() ? torch::empty_like(z) : Tensor();
+    // dx and dz contiguous whatever x's and z's layout (the kernels write them at row_index).
+    Tensor dx = torch::empty(x.sizes(), x.options()), dq = torch::empty_like(q), dk = torch::empty_like(k);
+    Tensor dz = z.defined() ? torch::empty(z.sizes(), z.options()) : Tensor();
     Tensor dla = torch::empty_like(log_alpha), dbeta = torch::empty_like(beta), dgamma = torch::empty_like(gamma);
     Tensor dh0 = h0.defined() ? torch::empty_like(h0) : Tensor();
     Tensor dx_prev = x_prev.defined() ? torch::empty_like(x_prev) : Tensor();
@@ -1850,12 +1923,20 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
       dD = torch::zeros_like(D);
     } else {
       Tensor dstates = torch::empty({B, H, nC, P, N}, f32), r = torch::empty({B, T, H}, f32);
+      const bool tensor_cores = states.scalar_type() == torch::kBFloat16;  // saved as S_c in bf16
+      Tensor dstates_lo = tensor_cores ? torch::empty({B, H, nC, P, N}, states.options()) : Tensor();
       Tensor gprev_x = torch::empty({B, H, nC, P}, f32), gprev_k = torch::empty({B, H, nC, N}, f32);
       Tensor last_x = torch::empty({B, H, nC, P}, f32), last_k = torch::empty({B, H, nC, N}, f32);
       Tensor dD_part = torch::empty({B, H, nC}, f32), last_dot = torch::zeros({B, H}, f32);
       Params p = input_params({x, q, k, log_alpha, beta, gamma, D, z, h0, x_prev, k_prev}, L);
-      p.states = const_cast<float*>(states.data_ptr<float>()), p.lam = const_cast<float*>(lam.data_ptr<float>());
-      p.dout = dout.data_ptr<float>(), p.dh_last = dh_last.defined() ? dh_last.data_ptr<float>() : nullptr;
+      if (tensor_cores) {
+        p.states_lo = static_cast<bf16*>(const_cast<void*>(states.data_ptr()));
+        p.dstates_lo = static_cast<bf16*>(dstates_lo.data_ptr());
+      } else {
+        p.states = const_cast<float*>(states.data_ptr<float>());
+      }
+      p.lam = const_cast<float*>(lam.data_ptr<float>());
+      p.dout = dout.data_ptr(), p.dh_last = dh_last.defined() ? dh_last.data_ptr<float>() : nullptr;
       p.h_last_saved = h_last.data_ptr<float>(), p.last_dot = last_dot.data_ptr<float>();
       p.dstates = dstates.data_ptr<float>(), p.dh0 = dh0.defined() ? dh0.data_ptr<float>() : nullptr;
       p.dx = dx.data_ptr(), p.dz = dz.defined() ? dz.data_ptr() : nullptr, p.dq = dq.data_ptr(), p.dk = dk.data_ptr();
@@ -1916,8 +1997,14 @@ SsmScanOutputs ssm_scan(const SsmScanInputs& in) {
   auto fp32 = [&](const Tensor& t, const char* what) {
     return t.defined() ? on_device(t.to(torch::kFloat), x, what) : Tensor();
   };
-  const Tensor xc = on_device(x, x, "x");
-  const Tensor zc = in.z.defined() ? on_device(in.z.to(x.scalar_type()), x, "z") : Tensor();
+  // x and z as the M block hands them (views into its input projection) are read in place.
+  auto rows_ready = [&](const Tensor& t, const char* what) {
+    TORCH_CHECK(t.is_cuda(), "fused_cuda: ", what, " must be a CUDA tensor");
+    TORCH_CHECK(t.device() == x.device(), "fused_cuda: ", what, " is on ", t.device(), ", expected ", x.device());
+    return rows_in_place(t) ? t : t.contiguous();
+  };
+  const Tensor xc = rows_ready(x, "x");
+  const Tensor zc = in.z.defined() ? rows_ready(in.z.to(x.scalar_type()), "z") : Tensor();
   const Tensor qc = on_device(in.q, x, "q"), kc = on_device(in.k.to(in.q.scalar_type()), x, "k");
   // Autograd functions take no undefined tensors: an absent optional input travels as an empty
   // placeholder, with a flag saying it is absent.

@@ -117,10 +117,11 @@ at::ScalarType compute_dtype(const SsmScanInputs& in) {
                                              &in.h0, &in.x_prev, &in.k_prev});
 }
 
-// D skip and gate, shared by both forms: (y + D x) * silu(z) (no gate without z). y [B,T,H,P] in dt.
+// D skip and gate, shared by both forms: (y + D x) * silu(z) (no gate without z), y [B,T,H,P] in dt;
+// returned in x's dtype (the contract: rounded once, on output).
 torch::Tensor skip_and_gate(const torch::Tensor& y, const SsmScanInputs& in, at::ScalarType dt) {
   const auto out = y + in.D.to(dt).view({1, 1, in.D.size(0), 1}) * in.x.to(dt);
-  return in.z.defined() ? out * torch::silu(in.z.to(dt)) : out;
+  return (in.z.defined() ? out * torch::silu(in.z.to(dt)) : out).to(in.x.scalar_type());
 }
 
 }  // namespace
@@ -161,7 +162,7 @@ SsmScanOutputs ssm_scan_chunked(const SsmScanInputs& in) {
   const auto dt = compute_dtype(in);
   const auto opts = in.x.options().dtype(dt);
   if (T == 0)
-    return {torch::zeros({B, 0, H, P}, opts), in.h0.defined() ? in.h0.to(dt) : torch::zeros({B, H, P, N}, opts)};
+    return {torch::zeros({B, 0, H, P}, in.x.options()), in.h0.defined() ? in.h0.to(dt) : torch::zeros({B, H, P, N}, opts)};
 
   // A chunk longer than the sequence only adds padding; the result does not depend on L otherwise.
   const int64_t L = std::min(chunk, T);

@@ -186,9 +186,16 @@ ParityCase moe_case(int64_t T, int64_t d, int64_t E, int64_t k, int64_t f, doubl
 // over the later steps (reverse cumulative sum), 10x. The CPU reference measures <= 2e-6 on these
 // cases; the bound leaves room for the GPU's own cumsum order and FMA contraction. bf16: the driver's
 // bound (b, c rounded; measured <= 2e-3).
-ParityCase ssm_rotary_case(int64_t B, int64_t T, int64_t H, int64_t N, int64_t S, bool with_phi0) {
+// qk_bf16: q and k asked in bf16 (qk_dtype, as the M block asks under autocast) in the fp32 and bf16 rows;
+// the fp64 baseline keeps them exact. fp32 row bounds (4e-3, 1e-2): q and k rounded once to bf16 (half
+// an ulp, 2^-9 ~ 2e-3 of an entry), and their gradients arrive in bf16 (the same rounding of each
+// projection term) before the fp32 sums over heads and time.
+ParityCase ssm_rotary_case(int64_t B, int64_t T, int64_t H, int64_t N, int64_t S, bool with_phi0,
+                           bool qk_bf16 = false) {
   ParityCase c{"ssm_rotary",
-               shape_label({{"B", B}, {"T", T}, {"H", H}, {"N", N}, {"S", S}}).append(with_phi0 ? "_phi0" : ""),
+               shape_label({{"B", B}, {"T", T}, {"H", H}, {"N", N}, {"S", S}})
+                   .append(with_phi0 ? "_phi0" : "")
+                   .append(qk_bf16 ? "_qk_bf16" : ""),
                kAllDtypes,
                [=](at::Generator& g) {
                  return std::vector<Input>{
@@ -200,13 +207,19 @@ ParityCase ssm_rotary_case(int64_t B, int64_t T, int64_t H, int64_t N, int64_t S
                      fp32_floor(random_normal({B, T, S}, g)),
                      with_phi0 ? fp32_floor(random_normal({B, H, S}, g, 10.0)) : Input{Tensor(), Kind::absent, false}};
                },
-               [](const std::string& name, const std::vector<Tensor>& in) {
+               [qk_bf16](const std::string& name, const std::vector<Tensor>& in) {
+                 std::optional<torch::Dtype> qk_dtype;
+                 if (qk_bf16 && in[0].scalar_type() != torch::kDouble) qk_dtype = torch::kBFloat16;
                  const auto out = implementations().ssm_rotary.at(name)(
                      {.b = in[0], .c = in[1], .b_bias = in[2], .c_bias = in[3], .delta = in[4], .theta = in[5],
-                      .phi0 = in[6]});
+                      .phi0 = in[6], .qk_dtype = qk_dtype});
+                 if (qk_dtype) {
+                   EXPECT_EQ(out.q.scalar_type(), torch::kBFloat16);
+                   EXPECT_EQ(out.k.scalar_type(), torch::kBFloat16);
+                 }
                  return std::vector<Tensor>{out.q, out.k, out.phi_last};
                }};
-  c.tolerance = {{torch::kFloat, {3e-5, 3e-4}}};
+  c.tolerance = {{torch::kFloat, qk_bf16 ? Tolerance{4e-3, 1e-2} : Tolerance{3e-5, 3e-4}}};
   return c;
 }
 
@@ -214,14 +227,18 @@ ParityCase ssm_rotary_case(int64_t B, int64_t T, int64_t H, int64_t N, int64_t S
 // (-1e-6: alpha = 1 - 1e-6) with hard resets (-30 and -150, below the fp32 floor of the chunked
 // form) instead of the model's usual range. `qk_fp32`: q and k stay fp32 in the bf16 row, as the M block
 // gives them under autocast (ssm_rotary computes in fp32; x and z come from the bf16 projection).
+// `strided_pad` >= 0: x (and z) reach the backend as views into one [B, T, 2 H P + pad] buffer (z first,
+// then x, then pad unused elements), as the M block hands them over from its input projection: a token
+// stride of 2 H P + pad elements (pad 1: rows no longer 16-byte aligned).
 struct SsmCaseOptions {
   bool z = false, h0 = false, prev = false, extreme = false, qk_fp32 = false;
+  int strided_pad = -1;
 };
 
 ParityCase ssm_scan_case(int64_t B, int64_t T, int64_t H, int64_t P, int64_t N, int64_t chunk, SsmCaseOptions o) {
   std::string label = shape_label({{"B", B}, {"T", T}, {"H", H}, {"P", P}, {"N", N}, {"L", chunk}});
   label += std::string(o.z ? "_z" : "") + (o.h0 ? "_h0" : "") + (o.prev ? "_prev" : "") + (o.extreme ? "_extreme" : "") +
-           (o.qk_fp32 ? "_qk32" : "");
+           (o.qk_fp32 ? "_qk32" : "") + (o.strided_pad >= 0 ? "_strided" + std::to_string(o.strided_pad) : "");
   const Input absent{Tensor(), Kind::absent, false};
   const auto qk_input = [qk_fp32 = o.qk_fp32](Tensor t) { return qk_fp32 ? fp32_floor(std::move(t)) : floating(std::move(t)); };
   ParityCase c{"ssm_scan", label, kAllDtypes,
@@ -256,6 +273,15 @@ ParityCase ssm_scan_case(int64_t B, int64_t T, int64_t H, int64_t P, int64_t N, 
                  args.x = in[0], args.q = in[1], args.k = in[2], args.log_alpha = in[3], args.beta = in[4];
                  args.gamma = in[5], args.D = in[6], args.z = in[7], args.h0 = in[8], args.x_prev = in[9];
                  args.k_prev = in[10], args.chunk = chunk;
+                 if (o.strided_pad >= 0) {
+                   const auto rows = [&](const Tensor& t) { return t.reshape({B, T, H * P}); };
+                   const auto z = in[7].defined() ? in[7] : torch::zeros_like(in[0]);
+                   const auto buffer =
+                       torch::cat({rows(z), rows(in[0]), torch::zeros({B, T, o.strided_pad}, in[0].options())}, -1);
+                   args.x = buffer.narrow(-1, H * P, H * P).view({B, T, H, P});
+                   if (in[7].defined()) args.z = buffer.narrow(-1, 0, H * P).view({B, T, H, P});
+                   EXPECT_FALSE(args.x.is_contiguous());
+                 }
                  auto out = implementations().ssm_scan.at(name)(args);
                  return std::vector<Tensor>{out.y, out.h_last};
                }};
@@ -438,6 +464,8 @@ const std::vector<ParityCase>& parity_cases() {
       ssm_rotary_case(2, 150, 6, 128, 32, true),  // nam56r-small's N and S; 6 heads over 4 lanes
       ssm_rotary_case(1, 20, 5, 12, 6, false),     // 2S == N
       ssm_rotary_case(1, 9, 33, 6, 1, true),       // more heads than a warp, 3 pairs a row
+      ssm_rotary_case(2, 150, 6, 128, 32, true, true),  // q, k in bf16 (the M block under autocast)
+      ssm_rotary_case(1, 20, 5, 12, 6, false, true),
       // ssm_scan: P and N multiples of 16 (the fused kernel's contract), T not a multiple of the chunk,
       // one token, several chunks at nam56r-small's P 64 / N 128, every optional input alone and together.
       ssm_scan_case(2, 75, 3, 16, 16, 16, {}),
@@ -451,6 +479,10 @@ const std::vector<ParityCase>& parity_cases() {
       // The model's autocast mix (bf16 x, z; fp32 q, k): fused_cuda's tensor-core path with fp32 q/k tiles.
       ssm_scan_case(2, 150, 2, 64, 128, 64, {.z = true, .h0 = true, .prev = true, .qk_fp32 = true}),
       ssm_scan_case(2, 75, 3, 16, 16, 16, {.z = true, .qk_fp32 = true}),
+      // x and z as views into the input projection (the M block's layout), aligned and not.
+      ssm_scan_case(2, 150, 2, 64, 128, 64, {.z = true, .h0 = true, .prev = true, .qk_fp32 = true, .strided_pad = 8}),
+      ssm_scan_case(2, 75, 3, 16, 16, 16, {.z = true, .strided_pad = 1}),
+      ssm_scan_case(1, 40, 2, 48, 80, 16, {.h0 = true, .strided_pad = 0}),
       // fused_cuda's tensor-core tiling: chunk 48 (3 x 3 score blocks, N 48 = one and a half warps of
       // column-0 outputs), N 16 under P 128 (one 16-wide block), and P = N = 128 at chunk 64 (the largest
       // shared-memory layout; bf16 only, see without_fp32).

@@ -399,16 +399,21 @@ TEST(SsmScan, AutocastKeepsFp32Cuda) {
   autocast_check(torch::Device(torch::kCUDA, 0));
 }
 
-// bf16 x/q/k/z (what a bf16 projection hands over) are promoted, the output is fp32, and
-// non-contiguous views give the same result as contiguous tensors.
+// bf16 x/q/k/z (what a bf16 projection hands over) are promoted and computed in fp32, y comes back in
+// x's dtype (the fp32 result rounded once), h_last in fp32, and non-contiguous views give the same
+// result as contiguous tensors.
 TEST(SsmScan, DtypesAndLayouts) {
   auto in = cast(ssm_inputs(2, 21, 3, 4, 6, 700, kAllOptions), torch::kFloat);
   for (int i : {0, 1, 2, 7}) in[i] = in[i].to(torch::kBFloat16);
-  const auto y = ssm_chunked(8)(in);
-  EXPECT_EQ(y.scalar_type(), torch::kFloat);
+  const auto out = ref::ssm_scan_chunked(as_scan_inputs(in, 8));
+  EXPECT_EQ(out.y.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(out.h_last.scalar_type(), torch::kFloat);
   auto up = in;
   for (int i : {0, 1, 2, 7}) up[i] = in[i].to(torch::kFloat);
-  EXPECT_EQ(rel_err(y, ssm_chunked(8)(up)), 0.0);
+  const auto exact = ref::ssm_scan_chunked(as_scan_inputs(up, 8));
+  EXPECT_EQ(exact.y.scalar_type(), torch::kFloat);
+  EXPECT_TRUE(torch::equal(out.y, exact.y.to(torch::kBFloat16)));
+  EXPECT_EQ(rel_err(out.h_last, exact.h_last), 0.0);
   // x as a [B,H,T,P] buffer seen through a transpose, q through a slice of a wider buffer.
   auto strided = up;
   strided[0] = up[0].transpose(1, 2).contiguous().transpose(1, 2);

@@ -126,6 +126,13 @@ const std::vector<Sample>& samples() {
       {"ssm_rotary/fused_cuda", "rope",
        "_ZN6ablate7kernels5fused51_GLOBAL__N__7b8dbb3e_13_fused_cuda_cu_d01f589f_651221ablate_ssm_rotary_bwdEPK6float2S5_"
        "S5_S5_S5_S5_PKfPS3_S8_PfS8_S8_NS2_11RotaryShapeE"},
+      // Since session 11 q, k (and their gradients) are fp32 or bf16 pairs: the kernels are templates.
+      {"ssm_rotary/fused_cuda", "rope",
+       "_ZN6ablate7kernels5fused52_GLOBAL__N__7b8dbb3e_13_fused_cuda_cu_fc8e3c36_3088721ablate_ssm_rotary_fwdI14__nv_bfloat1"
+       "62EEvPK6float2S7_S7_S7_PKfPT_SB_NS2_11RotaryShapeE"},
+      {"ssm_rotary/fused_cuda", "rope",
+       "_ZN6ablate7kernels5fused52_GLOBAL__N__7b8dbb3e_13_fused_cuda_cu_fc8e3c36_3088721ablate_ssm_rotary_bwdI6float2EEvPKT_S"
+       "7_PKS4_S9_S9_S9_PKfPS4_SC_PfSC_SC_NS2_11RotaryShapeE"},
       {"ssm_rotary/fused_cuda", "rope",
        "_ZN6ablate7kernels5fused52_GLOBAL__N__7b8dbb3e_13_fused_cuda_cu_2d790885_1847633ablate_ssm_rotary_time_chunk_sumsEPKfP"
        "fNS2_13TimeScanShapeE"},
