@@ -160,8 +160,12 @@ torch::Tensor Dispatcher::moe_dispatch(const torch::Tensor& x, const torch::Tens
 SsmRotaryOutputs Dispatcher::ssm_rotary(const SsmRotaryInputs& inputs) const {
   Scope scope("forward", "ssm_rotary", chosen("ssm_rotary"));
   const auto in = scope.enter({inputs.b, inputs.c, inputs.b_bias, inputs.c_bias, inputs.delta, inputs.theta, inputs.phi0});
-  const auto out = lookup(implementations().ssm_rotary, "ssm_rotary", implementation_of("ssm_rotary"))(
-      SsmRotaryInputs{.b = in[0], .c = in[1], .b_bias = in[2], .c_bias = in[3], .delta = in[4], .theta = in[5], .phi0 = in[6]});
+  // A copy of every field (qk_dtype too), with the tensors replaced by their scope-marked versions.
+  SsmRotaryInputs with_marks = inputs;
+  for (auto [slot, i] : {std::pair{&with_marks.b, 0}, {&with_marks.c, 1}, {&with_marks.b_bias, 2},
+                         {&with_marks.c_bias, 3}, {&with_marks.delta, 4}, {&with_marks.theta, 5}, {&with_marks.phi0, 6}})
+    *slot = in[static_cast<size_t>(i)];
+  const auto out = lookup(implementations().ssm_rotary, "ssm_rotary", implementation_of("ssm_rotary"))(with_marks);
   auto marked = scope.exit_all({out.q, out.k, out.phi_last});
   return {.q = std::move(marked[0]), .k = std::move(marked[1]), .phi_last = std::move(marked[2])};
 }

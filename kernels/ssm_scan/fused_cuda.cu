@@ -40,6 +40,8 @@
 // recomputed from dout and z), dD; per-tile partial sums are added in a fixed order (deterministic).
 // The bf16 tiles halve the backward chunk's shared memory (~98 KB at L 64, P 64, N 128: 2 blocks of 8
 // warps per SM on an H100; the output kernel's ~72 KB: 3).
+// bf16 tiles (x, z's rows, bf16 q and k, the bf16 chunk states) go from global to shared memory by cp.async,
+// 16 bytes a copy, all of a kernel's tiles in flight at once; fp32 sources are converted through registers.
 // x and z are read in place when they are views into a wider buffer (the M block's input projection:
 // rows of H P contiguous elements, any 8-element-aligned token and batch strides); other layouts are
 // copied once. q, k are contiguous; y, dx, dz are written contiguous.
@@ -215,8 +217,19 @@ __device__ void load_matrix(float* dst, int ld, int rows, int width, const float
   }
 }
 
+// 16 bytes from global to shared memory without a trip through registers (cp.async): the copy proceeds
+// while the thread goes on, so every tile of a kernel is in flight at once. fill = false writes 16 zero
+// bytes (source size 0: nothing is read, src only has to be a valid address). A thread's copies are
+// complete after cp_async_wait_all(); the barrier after it publishes them to the block.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool fill) {
+  const uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(to), "l"(src), "r"(fill ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 // log alpha (floored; 0 past the end), beta, gamma (0 past the end) of chunk rows 0..L-1, and the
-// inclusive cumulative sum of log alpha in `cum` (warp 0: lane holds rows lane and lane + 32). Inlined:
+// inclusive cumulative sum of log alpha in `cum` (warp 0: lane holds rows lane and lane + 32). Its first
+// barrier also completes the caller's asynchronous tile copies (every caller loads its tiles first). Inlined:
 // where the caller's pointers are known to be shared memory, its stores compile to shared stores.
 __device__ __forceinline__ void load_coefficients(const Params& p, int b, int h, int t0, float* cum, float* bet, float* gam) {
   for (int t = threadIdx.x; t < p.L; t += blockDim.x) {
@@ -226,6 +239,7 @@ __device__ __forceinline__ void load_coefficients(const Params& p, int b, int h,
     bet[t] = real ? p.beta[i] : 0.f;
     gam[t] = real ? p.gamma[i] : 0.f;
   }
+  cp_async_wait_all();  // the tiles a caller's loaders copied asynchronously (load_rows_bf16) land here
   __syncthreads();
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
@@ -514,7 +528,9 @@ __device__ __forceinline__ uint4 load8_bf16(const T* src, bool vector) {
 }
 
 // load_rows into a bf16 tile: rows t_first .. t_first + nrows - 1 of one (b, h) slice (0 outside [0, T),
-// row -1 from `before` when given), runs of 8 elements, kLoadsInFlight 16-byte runs per thread in flight.
+// row -1 from `before` when given), runs of 8 elements. bf16 sources are copied asynchronously (cp.async:
+// complete after load_coefficients' first barrier, which every caller reaches before reading the tile);
+// fp32 ones converted through registers, kLoadsInFlight 16-byte runs per thread in flight.
 template <typename T>
 __device__ void load_rows_bf16(bf16* dst, int ld, int width, const T* src, RowStrides rs, const Params& p, int b, int h,
                                int t_first, int nrows, const float* before) {
@@ -523,6 +539,21 @@ __device__ void load_rows_bf16(bf16* dst, int ld, int width, const T* src, RowSt
   const int64_t row_stride = rs.ts;
   const T* base = src + row_start(rs, b, 0, h, width);
   const bool vector = is_aligned16(src);  // every row start is a multiple of 32 bytes past src
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (vector) {
+      for (int i = threadIdx.x; i < total; i += blockDim.x) {
+        const int r = i / runs_per_row, col = (i - r * runs_per_row) * V, t = t_first + r;
+        bf16* to = dst + r * ld + col;
+        if (t == -1 && before != nullptr) {
+          *reinterpret_cast<uint4*>(to) = load8_bf16(before + col, false);
+        } else {
+          const bool real = t >= 0 && t < p.T;
+          cp_async16(to, real ? base + t * row_stride + col : src, real);
+        }
+      }
+      return;
+    }
+  }
   for (int i0 = threadIdx.x; i0 < total; i0 += kLoadsInFlight * blockDim.x) {
     uint4 v[kLoadsInFlight];
 #pragma unroll
@@ -550,6 +581,15 @@ __device__ void load_matrix_bf16(bf16* dst, int ld, int rows, int width, const T
   constexpr int V = 8;
   const int runs_per_row = width / V, total = rows * runs_per_row;
   const bool vector = is_aligned16(src);
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (vector) {  // asynchronously, as load_rows_bf16
+      for (int i = threadIdx.x; i < total; i += blockDim.x) {
+        const int r = i / runs_per_row, col = (i - r * runs_per_row) * V;
+        cp_async16(dst + r * ld + col, src + i * V, true);
+      }
+      return;
+    }
+  }
   for (int i0 = threadIdx.x; i0 < total; i0 += kLoadsInFlight * blockDim.x) {
     uint4 v[kLoadsInFlight];
 #pragma unroll
@@ -1076,6 +1116,22 @@ __device__ __forceinline__ void bwd_load_rows(bf16* dst, int ld, int width, cons
   const bool vector = is_aligned16(src);  // every row start is a multiple of 32 bytes past src
   const int step_r = blockDim.x / runs_per_row, step_c = blockDim.x - step_r * runs_per_row;
   int r = threadIdx.x / runs_per_row, run = threadIdx.x - r * runs_per_row;  // of run i0
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (vector) {  // asynchronously, as load_rows_bf16 (complete after load_coefficients' first barrier)
+      for (int i = threadIdx.x; i < total; i += blockDim.x) {
+        const int col = run * V, t = t_first + r;
+        bf16* to = dst + r * ld + col;
+        if (t == -1 && before != nullptr) {
+          *reinterpret_cast<uint4*>(to) = load8_bf16_scalar(before + col);
+        } else {
+          const bool real = t >= 0 && t < p.T;
+          cp_async16(to, real ? base + t * row_stride + col : src, real);
+        }
+        next_run(r, run, runs_per_row, step_r, step_c);
+      }
+      return;
+    }
+  }
   for (int i0 = threadIdx.x; i0 < total; i0 += kLoadsInFlight * blockDim.x) {
     uint4 v[kLoadsInFlight];
     int at[kLoadsInFlight];
@@ -1104,6 +1160,15 @@ __device__ __forceinline__ void bwd_load_matrix(bf16* dst, int ld, int rows, int
   const bool vector = is_aligned16(src);
   const int step_r = blockDim.x / runs_per_row, step_c = blockDim.x - step_r * runs_per_row;
   int r = threadIdx.x / runs_per_row, run = threadIdx.x - r * runs_per_row;
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (vector) {  // asynchronously: the caller waits (cp_async_wait_all) before its barrier
+      for (int i = threadIdx.x; i < total; i += blockDim.x) {
+        cp_async16(dst + r * ld + run * V, src + i * V, true);
+        next_run(r, run, runs_per_row, step_r, step_c);
+      }
+      return;
+    }
+  }
   for (int i0 = threadIdx.x; i0 < total; i0 += kLoadsInFlight * blockDim.x) {
     uint4 v[kLoadsInFlight];
     int at[kLoadsInFlight];
@@ -1425,6 +1490,7 @@ __device__ __forceinline__ void bwd_chunk_tc(const Params& p, float* smem) {
   }
   __syncthreads();
   bwd_load_matrix(s.state, ldN, P, N, dS);
+  cp_async_wait_all();
   __syncthreads();
 
   // Phase C, column 0 (j = 0: gprev_*), every thread: gprev_k[n] = gk0[n] + wend_0 (x_0^T dS)[n] (a thread

@@ -153,5 +153,22 @@ TEST(Scope, NoObserverRecordsNothingAndChangesNothing) {
   EXPECT_TRUE(obs.events.empty());
 }
 
+// The Dispatcher re-marks a seam's tensors for its scope; every other field of the inputs must reach the
+// backend unchanged. (Session 11: ssm_rotary's qk_dtype was dropped here, so the M block's bf16 request
+// never reached the kernel: the parity rows call backends directly and could not see it.)
+TEST(Scope, SeamCallsPassEveryInputFieldThrough) {
+  RecordingObserver obs(/*markers=*/true);
+  ObserverGuard guard(&obs);
+  Dispatcher d;
+  SsmRotaryInputs rotary{.b = torch::randn({1, 3, 8}), .c = torch::randn({1, 3, 8}), .b_bias = torch::ones({2, 8}),
+                         .c_bias = torch::ones({2, 8}), .delta = torch::rand({1, 3, 2}), .theta = torch::randn({1, 3, 2})};
+  EXPECT_EQ(d.ssm_rotary(rotary).q.scalar_type(), torch::kFloat);  // unset: the compute dtype
+  rotary.qk_dtype = torch::kBFloat16;
+  const auto turned = d.ssm_rotary(rotary);
+  EXPECT_EQ(turned.q.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(turned.k.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(turned.phi_last.scalar_type(), torch::kFloat);
+}
+
 }  // namespace
 }  // namespace ablate::kernels
