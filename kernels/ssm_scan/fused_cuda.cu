@@ -10,7 +10,7 @@
 // Forward (3 launches):
 //   ablate_ssm_scan_fwd_chunk_state  Z_c = sum_j W_{L-1,j} x_j k_j^T (P x N) and Lam_c = cum_{L-1};
 //   ablate_ssm_scan_fwd_state_pass   S_0 = h0 (or 0), S_{c+1} = exp(Lam_c) S_c + Z_c, sequential over
-//                                    chunks, one thread per (b, h, p, n); S_c kept for the backward (in
+//                                    chunks, 4 adjacent (p, n) of one (b, h) a thread; S_c kept for the backward (in
 //                                    bf16 on the tensor-core path: the operand precision it is used at),
 //                                    h_last = S_nC (the zero-padded tail has alpha = 1, no inputs);
 //   ablate_ssm_scan_fwd_output       y_t = sum_j W_tj (q_t.k_j) x_j + exp(cum_t) S_c q_t + D x_t, times
@@ -56,6 +56,7 @@
 #include "kernels/registry.h"
 
 #if defined(__CUDACC__)
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -779,28 +780,57 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan
   }
 }
 
-// One thread per state element: S_0 = h0, S_{c+1} = exp(Lam_c) S_c + Z_c (Z_c replaced by S_c in place, or
-// S_c written to states_lo in bf16).
+// V bf16 values from fp32: one 8-byte store per 4 (dst 8-byte aligned when V is a multiple of 4).
+template <int V>
+__device__ __forceinline__ void store_bf16(bf16* dst, const float (&v)[V]) {
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int k = 0; k < V; k += 4)
+      *reinterpret_cast<uint2*>(dst + k) = make_uint2(pack_bf16(v[k], v[k + 1]), pack_bf16(v[k + 2], v[k + 3]));
+  } else {
+#pragma unroll
+    for (int e = 0; e < V; ++e) dst[e] = __float2bfloat16_rn(v[e]);
+  }
+}
+
+// The chunk-state recurrence S <- exp(Lam_c) S + Z_c for V adjacent state elements of one (b, h), over the
+// chunks in order (forward) or in reverse (the adjoints): each chunk's slot gets the state entering it (in
+// place of Z_c, or in bf16 to slot_lo when given); s holds the start and returns the state after the last
+// chunk. V = 4: 16-byte loads, enough bytes in flight per SM to run near the copy ceiling (one 4-byte load
+// a thread ran at ~2.4 TB/s).
+template <int V, bool kReverse>
+__device__ __forceinline__ void pass_states(const Params& p, int64_t PN, float* slot, bf16* slot_lo, const float* lam,
+                                            float (&s)[V]) {
+  float next[V];
+  load_vec<V>(slot + (kReverse ? p.nC - 1 : 0) * PN, next);
+  for (int k = 0; k < p.nC; ++k) {
+    const int c = kReverse ? p.nC - 1 - k : k;
+    float z[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) z[e] = next[e];
+    if (k + 1 < p.nC) load_vec<V>(slot + (kReverse ? c - 1 : c + 1) * PN, next);
+    if (slot_lo)
+      store_bf16<V>(slot_lo + c * PN, s);
+    else
+      store_vec<V>(slot + c * PN, s);
+    const float decay = expf(lam[c]);
+#pragma unroll
+    for (int e = 0; e < V; ++e) s[e] = fmaf(decay, s[e], z[e]);
+  }
+}
+
+// V state elements a thread: S_0 = h0 (or 0), S_{c+1} = exp(Lam_c) S_c + Z_c; h_last = S_nC.
+template <int V>
 __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_fwd_state_pass(Params p) {
   const int64_t PN = static_cast<int64_t>(p.P) * p.N;
-  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t e = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   const int64_t bh = blockIdx.y;
   if (e >= PN) return;
-  float s = p.h0 ? p.h0[bh * PN + e] : 0.f;
-  float* slot = p.states + bh * p.nC * PN + e;
-  const float* lam = p.lam + bh * p.nC;
-  __nv_bfloat16* slot_lo = p.states_lo ? p.states_lo + bh * p.nC * PN + e : nullptr;
-  float z_next = slot[0];
-  for (int c = 0; c < p.nC; ++c) {
-    const float z = z_next;
-    if (c + 1 < p.nC) z_next = slot[(c + 1) * PN];
-    if (slot_lo)
-      slot_lo[c * PN] = __float2bfloat16_rn(s);
-    else
-      slot[c * PN] = s;
-    s = fmaf(expf(lam[c]), s, z);
-  }
-  p.h_last[bh * PN + e] = s;
+  float s[V] = {};
+  if (p.h0) load_vec<V>(p.h0 + bh * PN + e, s);
+  pass_states<V, false>(p, PN, p.states + bh * p.nC * PN + e, p.states_lo ? p.states_lo + bh * p.nC * PN + e : nullptr,
+                        p.lam + bh * p.nC, s);
+  store_vec<V>(p.h_last + bh * PN + e, s);
 }
 
 __host__ __device__ inline size_t output_smem_floats(int L, int P, int N) {
@@ -1028,31 +1058,30 @@ __global__ void __launch_bounds__(kThreads, kDstateMinBlocks<TX, TQK>) ablate_ss
 }
 
 // Reverse: dS_end(nC-1) = dh_last (or 0), dS_end(c-1) = exp(Lam_c) dS_end(c) + dZ_c; dh0 = what leaves
-// chunk 0. dZ_c is replaced by dS_end(c) in place (or dS_end(c) written to dstates_lo in bf16).
+// chunk 0. dZ_c is replaced by dS_end(c) in place (or dS_end(c) written to dstates_lo in bf16). V state
+// elements a thread, as the forward pass.
+template <int V>
 __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_state_pass(Params p) {
   const int64_t PN = static_cast<int64_t>(p.P) * p.N;
-  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t e = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   const int64_t bh = blockIdx.y;
-  if (e >= PN) return;
-  float s = p.dh_last ? p.dh_last[bh * PN + e] : 0.f;
-  float* slot = p.dstates + bh * p.nC * PN + e;
-  const float* lam = p.lam + bh * p.nC;
-  __nv_bfloat16* slot_lo = p.dstates_lo ? p.dstates_lo + bh * p.nC * PN + e : nullptr;
-  float z_next = slot[(p.nC - 1) * PN];
-  for (int c = p.nC - 1; c >= 0; --c) {
-    const float z = z_next;
-    if (c > 0) z_next = slot[(c - 1) * PN];
-    if (slot_lo)
-      slot_lo[c * PN] = __float2bfloat16_rn(s);
-    else
-      slot[c * PN] = s;
-    s = fmaf(expf(lam[c]), s, z);
-  }
-  if (p.dh0) p.dh0[bh * PN + e] = s;
+  if (e >= PN) return;  // PN / V is a whole number of warps (PN a multiple of 256): the warp sum below is whole
+  float s[V] = {};
   // h_last = h_{T-1} is an output at position T-1: d/d cum_{T-1} gains <dh_last, h_last> (the r_t of
   // ablate_ssm_scan_bwd_chunk counts the outputs y only).
+  float dot = 0.f;
   if (p.dh_last) {
-    const float dot = warp_sum(p.dh_last[bh * PN + e] * p.h_last_saved[bh * PN + e]);
+    float h[V];
+    load_vec<V>(p.dh_last + bh * PN + e, s);
+    load_vec<V>(p.h_last_saved + bh * PN + e, h);
+#pragma unroll
+    for (int k = 0; k < V; ++k) dot = fmaf(s[k], h[k], dot);
+  }
+  pass_states<V, true>(p, PN, p.dstates + bh * p.nC * PN + e,
+                       p.dstates_lo ? p.dstates_lo + bh * p.nC * PN + e : nullptr, p.lam + bh * p.nC, s);
+  if (p.dh0) store_vec<V>(p.dh0 + bh * PN + e, s);
+  if (p.dh_last) {
+    dot = warp_sum(dot);
     if ((threadIdx.x & 31) == 0) atomicAdd(&p.last_dot[bh], dot);
   }
 }
@@ -1862,8 +1891,17 @@ void launch_chunks(Kernel kernel, size_t bytes, const char* what, const Params& 
 }
 
 // One launch of a state-passing kernel: a thread per state element (b, h, p, n).
-void launch_state_pass(void (*kernel)(Params), const Params& p, cudaStream_t stream) {
-  kernel<<<dim3(ceil_div(int64_t(p.P) * p.N, kThreads), p.B * p.H), kThreads, 0, stream>>>(p);
+// A state pass (forward or reverse) with 4 state elements a thread when every state pointer it touches is
+// 16-byte aligned (the buffers this file allocates are; h0, dh_last come from the caller), else 1.
+void launch_state_pass(bool forward, const Params& p, cudaStream_t stream) {
+  const void* pointers[] = {p.h0, p.h_last, p.states, p.states_lo, p.dh_last, p.h_last_saved, p.dstates, p.dstates_lo, p.dh0};
+  const bool aligned = std::all_of(std::begin(pointers), std::end(pointers),
+                                   [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; });
+  const int V = aligned ? 4 : 1;
+  const dim3 grid(ceil_div(int64_t(p.P) * p.N / V, kThreads), p.B * p.H);
+  auto* kernel = forward ? (aligned ? ablate_ssm_scan_fwd_state_pass<4> : ablate_ssm_scan_fwd_state_pass<1>)
+                         : (aligned ? ablate_ssm_scan_bwd_state_pass<4> : ablate_ssm_scan_bwd_state_pass<1>);
+  kernel<<<grid, kThreads, 0, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -1943,7 +1981,7 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
         launch_chunks(ablate_ssm_scan_fwd_chunk_state<TX, TQK>,
                       smem_bytes<TX, TQK, ChunkStateTc>(L, P, N, chunk_state_smem_floats(L, P, N)),
                       "the forward chunk-state kernel", p, stream);
-        launch_state_pass(ablate_ssm_scan_fwd_state_pass, p, stream);
+        launch_state_pass(/*forward=*/true, p, stream);
         launch_chunks(ablate_ssm_scan_fwd_output<TX, TQK>,
                       smem_bytes<TX, TQK, OutputTc>(L, P, N, output_smem_floats(L, P, N)), "the forward output kernel",
                       p, stream);
@@ -2019,7 +2057,7 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
         launch_chunks(ablate_ssm_scan_bwd_chunk_dstate<TX, TQK>,
                       smem_bytes<TX, TQK, ChunkDstateTc>(L, P, N, chunk_dstate_smem_floats(L, P, N)),
                       "the backward chunk-state kernel", p, stream);
-        launch_state_pass(ablate_ssm_scan_bwd_state_pass, p, stream);
+        launch_state_pass(/*forward=*/false, p, stream);
         launch_chunks(ablate_ssm_scan_bwd_chunk<TX, TQK>,
                       smem_bytes<TX, TQK, BwdChunkTc>(L, P, N, bwd_chunk_smem_floats(L, P, N)),
                       "the backward chunk kernel", p, stream);
