@@ -1,6 +1,7 @@
 // kernels/ssm_rotary/bench.cpp: Mamba-3's rotary keys and queries at nam56r-small's shape (B 8, T 2048,
-// H 32, N 128, S 32; fp32 as the M block computes them), forward and forward+backward, every backend.
-// The floor is the fused kernels' own traffic: forward writes q and k (2 x B T H N fp32) and reads Phi
+// H 32, N 128, S 32; computed in fp32 as the M block does), forward and forward+backward, every backend,
+// q and k returned in fp32 or (`/bf16`, qk_dtype: what the M block asks under autocast) in bf16.
+// The floor is the fused kernels' own traffic: forward writes q and k (2 x B T H N in their dtype) and reads Phi
 // (B T H S) plus b, c; backward reads dq, dk and Phi and writes dPhi, db, dc. Phi's sum over time and its
 // backward (LibTorch's cumsum in the reference, fused_cuda's own scan) are timed but not counted in the
 // bytes.
@@ -17,7 +18,7 @@ namespace {
 
 using torch::Tensor;
 
-void ssm_rotary_bench(benchmark::State& st, std::string backend, bool backward) {
+void ssm_rotary_bench(benchmark::State& st, std::string backend, bool backward, torch::Dtype qk_dtype) {
   const torch::Device cuda(torch::kCUDA, 0);
   const auto& fn = implementations().ssm_rotary.at(backend);
   const auto opts = torch::TensorOptions(cuda).dtype(torch::kFloat);
@@ -28,11 +29,13 @@ void ssm_rotary_bench(benchmark::State& st, std::string backend, bool backward) 
   auto c_bias = (1 + 0.5 * torch::randn({H, N}, opts)).requires_grad_(backward);
   auto delta = torch::softplus(torch::randn({B, T, H}, opts) - 4).requires_grad_(backward);
   auto theta = torch::randn({B, T, S}, opts).requires_grad_(backward);
-  const auto gq = torch::randn({B, T, H, N}, opts), gk = torch::randn({B, T, H, N}, opts);
+  const auto gq = torch::randn({B, T, H, N}, opts.dtype(qk_dtype)), gk = torch::randn({B, T, H, N}, opts.dtype(qk_dtype));
   const double f32 = 4.0, qk = double(B) * T * H * N, angles = double(B) * T * H * S, rows = double(B) * T * N;
-  double bytes = f32 * (2 * qk + angles + 2 * rows);
-  if (backward) bytes += f32 * (2 * qk + 2 * angles + 4 * rows);
-  const SsmRotaryInputs inputs{.b = b, .c = c, .b_bias = b_bias, .c_bias = c_bias, .delta = delta, .theta = theta, .phi0 = {}};
+  const double qk_bytes = qk_dtype == torch::kBFloat16 ? 2.0 : 4.0;
+  double bytes = 2 * qk_bytes * qk + f32 * (angles + 2 * rows);
+  if (backward) bytes += 2 * qk_bytes * qk + f32 * (2 * angles + 4 * rows);
+  const SsmRotaryInputs inputs{.b = b, .c = c, .b_bias = b_bias, .c_bias = c_bias, .delta = delta, .theta = theta,
+                               .phi0 = {}, .qk_dtype = qk_dtype};
   c10::AutoGradMode grad_mode(backward);
   const auto step = [&] {
     const auto out = fn(inputs);
@@ -62,10 +65,13 @@ ABLATE_BENCHMARKS(ssm_rotary) {
   for (const std::string backend : {"reference", "fused_cuda"}) {
     if (!ablate::kernels::has_implementation("ssm_rotary", backend)) continue;
     for (const bool backward : {false, true})
-      benchmark::RegisterBenchmark(("ssm_rotary/" + backend + (backward ? "/fwd_bwd" : "/fwd") + "/fp32").c_str(),
-                                   ssm_rotary_bench, backend, backward)
-          ->UseManualTime()
-          ->Unit(benchmark::kMicrosecond);
+      for (const auto qk_dtype : {torch::kFloat, torch::kBFloat16})
+        benchmark::RegisterBenchmark(("ssm_rotary/" + backend + (backward ? "/fwd_bwd" : "/fwd") +
+                                      (qk_dtype == torch::kFloat ? "/fp32" : "/bf16"))
+                                         .c_str(),
+                                     ssm_rotary_bench, backend, backward, qk_dtype)
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
   }
 }
 #endif  // ABLATE_HAVE_CUDA
