@@ -96,6 +96,7 @@ struct Params {
   int B, T, H, P, N, L, nC;
   RowStrides xs, zs;  // x's and z's (z's unused without z)
   float* states;  // [B,H,nC,P,N]: Z_c after chunk_state, S_c (the state entering chunk c) after state_pass
+                  // on the SIMT path (the tensor-core path writes S_c to states_lo)
   float* lam;     // [B,H,nC]: sum of (floored) log alpha over each chunk
   // Tensor-core path (bf16 x): the state passes write S_c and the adjoints dS_end(c) here in bf16, the
   // operand precision the per-chunk kernels use them at (the same rounding they applied when loading the
@@ -110,7 +111,7 @@ struct Params {
   const float* dh_last;  // [B,H,P,N] or null
   const float* h_last_saved;  // [B,H,P,N]: the forward's h_last
   float* last_dot;            // [B,H]: <dh_last, h_last>, zeroed before the backward state pass
-  float* dstates;        // [B,H,nC,P,N]: dZ_c, then the adjoint at the end of chunk c
+  float* dstates;        // [B,H,nC,P,N]: dZ_c, then the adjoint at the end of chunk c (SIMT; else dstates_lo)
   float* dh0;            // [B,H,P,N] or null
   void *dx, *dz, *dq, *dk;                 // input dtypes; dz null without z
   float *dbeta, *dgamma, *r;               // [B,T,H]
