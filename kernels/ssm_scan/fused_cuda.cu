@@ -529,18 +529,18 @@ __device__ __forceinline__ uint4 load8_bf16(const T* src, bool vector) {
   return out;
 }
 
-// load_rows into a bf16 tile: rows t_first .. t_first + nrows - 1 of one (b, h) slice (0 outside [0, T),
-// row -1 from `before` when given), runs of 8 elements. bf16 sources are copied asynchronously (cp.async:
+// Rows t_first .. t_first + nrows - 1 of a tile whose row t starts at base + t * row_stride into a bf16
+// tile (row stride ld, width a multiple of 8): rows outside [0, rows_end) are zero, except row -1, which is
+// `before` when given; src is the tensor's own pointer (its 16-byte alignment decides the vector path,
+// every row start being a multiple of 32 bytes past it). bf16 sources are copied asynchronously (cp.async:
 // complete after load_coefficients' first barrier, which every caller reaches before reading the tile);
 // fp32 ones converted through registers, kLoadsInFlight 16-byte runs per thread in flight.
 template <typename T>
-__device__ void load_rows_bf16(bf16* dst, int ld, int width, const T* src, RowStrides rs, const Params& p, int b, int h,
-                               int t_first, int nrows, const float* before) {
+__device__ void load_tile_bf16(bf16* dst, int ld, int width, const T* src, const T* base, int64_t row_stride,
+                               int t_first, int nrows, int rows_end, const float* before) {
   constexpr int V = 8;
   const int runs_per_row = width / V, total = nrows * runs_per_row;
-  const int64_t row_stride = rs.ts;
-  const T* base = src + row_start(rs, b, 0, h, width);
-  const bool vector = is_aligned16(src);  // every row start is a multiple of 32 bytes past src
+  const bool vector = is_aligned16(src);
   if constexpr (std::is_same_v<T, bf16>) {
     if (vector) {
       for (int i = threadIdx.x; i < total; i += blockDim.x) {
@@ -549,7 +549,7 @@ __device__ void load_rows_bf16(bf16* dst, int ld, int width, const T* src, RowSt
         if (t == -1 && before != nullptr) {
           *reinterpret_cast<uint4*>(to) = load8_bf16(before + col, false);
         } else {
-          const bool real = t >= 0 && t < p.T;
+          const bool real = t >= 0 && t < rows_end;
           cp_async16(to, real ? base + t * row_stride + col : src, real);
         }
       }
@@ -561,7 +561,7 @@ __device__ void load_rows_bf16(bf16* dst, int ld, int width, const T* src, RowSt
 #pragma unroll
     for (int u = 0; u < kLoadsInFlight; ++u) {
       const int i = i0 + u * blockDim.x, r = i / runs_per_row, col = (i - r * runs_per_row) * V, t = t_first + r;
-      if (i < total && t >= 0 && t < p.T)
+      if (i < total && t >= 0 && t < rows_end)
         v[u] = load8_bf16(base + t * row_stride + col, vector);
       else if (i < total && t == -1 && before != nullptr)
         v[u] = load8_bf16(before + col, false);
@@ -576,35 +576,19 @@ __device__ void load_rows_bf16(bf16* dst, int ld, int width, const T* src, RowSt
   }
 }
 
+// load_rows into a bf16 tile: rows t_first .. t_first + nrows - 1 of one (b, h) slice (0 outside [0, T),
+// row -1 from `before` when given).
+template <typename T>
+__device__ void load_rows_bf16(bf16* dst, int ld, int width, const T* src, RowStrides rs, const Params& p, int b, int h,
+                               int t_first, int nrows, const float* before) {
+  load_tile_bf16(dst, ld, width, src, src + row_start(rs, b, 0, h, width), rs.ts, t_first, nrows, p.T, before);
+}
+
 // A contiguous rows x width matrix (a chunk state: fp32, or bf16 from states_lo, copied as is) into a bf16
 // tile.
 template <typename T>
 __device__ void load_matrix_bf16(bf16* dst, int ld, int rows, int width, const T* src) {
-  constexpr int V = 8;
-  const int runs_per_row = width / V, total = rows * runs_per_row;
-  const bool vector = is_aligned16(src);
-  if constexpr (std::is_same_v<T, bf16>) {
-    if (vector) {  // asynchronously, as load_rows_bf16
-      for (int i = threadIdx.x; i < total; i += blockDim.x) {
-        const int r = i / runs_per_row, col = (i - r * runs_per_row) * V;
-        cp_async16(dst + r * ld + col, src + i * V, true);
-      }
-      return;
-    }
-  }
-  for (int i0 = threadIdx.x; i0 < total; i0 += kLoadsInFlight * blockDim.x) {
-    uint4 v[kLoadsInFlight];
-#pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u) {
-      const int i = i0 + u * blockDim.x;
-      if (i < total) v[u] = load8_bf16(src + i * V, vector);
-    }
-#pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u) {
-      const int i = i0 + u * blockDim.x, r = i / runs_per_row, col = (i - r * runs_per_row) * V;
-      if (i < total) *reinterpret_cast<uint4*>(dst + r * ld + col) = v[u];
-    }
-  }
+  load_tile_bf16(dst, ld, width, src, src, width, 0, rows, rows, nullptr);
 }
 
 // Pulls `count` contiguous floats into L2 (one prefetch per 128-byte line), for a tile loaded after a
@@ -1136,25 +1120,25 @@ __device__ __forceinline__ void next_run(int& r, int& run, int runs_per_row, int
   if (run >= runs_per_row) run -= runs_per_row, ++r;
 }
 
+// load_tile_bf16's backward copy: the same values, a thread's runs walked by (row, run) steps.
 template <typename T>
-__device__ __forceinline__ void bwd_load_rows(bf16* dst, int ld, int width, const T* src, RowStrides rs, const Params& p,
-                                              int b, int h, int t_first, int nrows, const float* before) {
+__device__ __forceinline__ void bwd_load_tile(bf16* dst, int ld, int width, const T* src, const T* base,
+                                              int64_t row_stride, int t_first, int nrows, int rows_end,
+                                              const float* before) {
   constexpr int V = 8;
   const int runs_per_row = width / V, total = nrows * runs_per_row;
-  const int64_t row_stride = rs.ts;
-  const T* base = src + row_start(rs, b, 0, h, width);
   const bool vector = is_aligned16(src);  // every row start is a multiple of 32 bytes past src
   const int step_r = blockDim.x / runs_per_row, step_c = blockDim.x - step_r * runs_per_row;
   int r = threadIdx.x / runs_per_row, run = threadIdx.x - r * runs_per_row;  // of run i0
   if constexpr (std::is_same_v<T, bf16>) {
-    if (vector) {  // asynchronously, as load_rows_bf16 (complete after load_coefficients' first barrier)
+    if (vector) {  // asynchronously, as load_tile_bf16 (the caller waits before its barrier)
       for (int i = threadIdx.x; i < total; i += blockDim.x) {
         const int col = run * V, t = t_first + r;
         bf16* to = dst + r * ld + col;
         if (t == -1 && before != nullptr) {
           *reinterpret_cast<uint4*>(to) = load8_bf16_scalar(before + col);
         } else {
-          const bool real = t >= 0 && t < p.T;
+          const bool real = t >= 0 && t < rows_end;
           cp_async16(to, real ? base + t * row_stride + col : src, real);
         }
         next_run(r, run, runs_per_row, step_r, step_c);
@@ -1169,7 +1153,7 @@ __device__ __forceinline__ void bwd_load_rows(bf16* dst, int ld, int width, cons
     for (int u = 0; u < kLoadsInFlight; ++u) {
       const int i = i0 + u * blockDim.x, col = run * V, t = t_first + r;
       at[u] = r * ld + col;
-      if (i < total && t >= 0 && t < p.T)
+      if (i < total && t >= 0 && t < rows_end)
         v[u] = bwd_load8(base + t * row_stride + col, vector);
       else if (i < total && t == -1 && before != nullptr)
         v[u] = load8_bf16_scalar(before + col);
@@ -1184,35 +1168,14 @@ __device__ __forceinline__ void bwd_load_rows(bf16* dst, int ld, int width, cons
 }
 
 template <typename T>
+__device__ __forceinline__ void bwd_load_rows(bf16* dst, int ld, int width, const T* src, RowStrides rs, const Params& p,
+                                              int b, int h, int t_first, int nrows, const float* before) {
+  bwd_load_tile(dst, ld, width, src, src + row_start(rs, b, 0, h, width), rs.ts, t_first, nrows, p.T, before);
+}
+
+template <typename T>
 __device__ __forceinline__ void bwd_load_matrix(bf16* dst, int ld, int rows, int width, const T* src) {
-  constexpr int V = 8;
-  const int runs_per_row = width / V, total = rows * runs_per_row;
-  const bool vector = is_aligned16(src);
-  const int step_r = blockDim.x / runs_per_row, step_c = blockDim.x - step_r * runs_per_row;
-  int r = threadIdx.x / runs_per_row, run = threadIdx.x - r * runs_per_row;
-  if constexpr (std::is_same_v<T, bf16>) {
-    if (vector) {  // asynchronously: the caller waits (cp_async_wait_all) before its barrier
-      for (int i = threadIdx.x; i < total; i += blockDim.x) {
-        cp_async16(dst + r * ld + run * V, src + i * V, true);
-        next_run(r, run, runs_per_row, step_r, step_c);
-      }
-      return;
-    }
-  }
-  for (int i0 = threadIdx.x; i0 < total; i0 += kLoadsInFlight * blockDim.x) {
-    uint4 v[kLoadsInFlight];
-    int at[kLoadsInFlight];
-#pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u) {
-      const int i = i0 + u * blockDim.x;
-      at[u] = r * ld + run * V;
-      if (i < total) v[u] = bwd_load8(src + i * V, vector);
-      next_run(r, run, runs_per_row, step_r, step_c);
-    }
-#pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u)
-      if (i0 + u * blockDim.x < total) *reinterpret_cast<uint4*>(dst + at[u]) = v[u];
-  }
+  bwd_load_tile(dst, ld, width, src, src, width, 0, rows, rows, nullptr);
 }
 
 // The bf16 pairs dout[o], dout[o + 1] (into fp32) and z[zo], z[zo + 1] (as one word, left as is without
