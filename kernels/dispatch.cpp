@@ -210,10 +210,10 @@ torch::Tensor Dispatcher::loss(const torch::Tensor& hidden, const torch::Tensor&
 // No autograd markers: the update is not differentiated; the scope attributes its kernels to the seam.
 void Dispatcher::optimizer(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
                            at::TensorList exp_avg_sqs, at::TensorList steps, const torch::Tensor& lr,
-                           const AdamWHyper& hyper) const {
+                           const torch::Tensor& grad_scale, const AdamWHyper& hyper) const {
   Scope scope("optimizer", "optimizer", chosen("optimizer"));
   lookup(implementations().optimizer, "optimizer", implementation_of("optimizer"))(params, grads, exp_avgs, exp_avg_sqs,
-                                                                                  steps, lr, hyper);
+                                                                                  steps, lr, grad_scale, hyper);
 }
 
 }  // namespace ablate::kernels

@@ -53,7 +53,8 @@ class Dispatcher {
   torch::Tensor loss(const torch::Tensor& hidden, const torch::Tensor& head_weight, const torch::Tensor& targets,
                      const torch::Tensor& mask) const;
   void optimizer(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
-                 at::TensorList steps, const torch::Tensor& lr, const AdamWHyper& hyper) const;
+                 at::TensorList steps, const torch::Tensor& lr, const torch::Tensor& grad_scale,
+                 const AdamWHyper& hyper) const;
 
  private:
   // The implementation a seam call runs: the chosen backend unless a test forced another.

@@ -116,13 +116,17 @@ using LossFn = std::function<torch::Tensor(const torch::Tensor& hidden, const to
 // optimizer: one AdamW update (decoupled weight decay) of one parameter group. params, grads, exp_avgs,
 // exp_avg_sqs: equal-length lists of same-shape tensors of the params' dtype (fp32 master weights; fp64
 // in tests); steps: one 0-dim fp32 tensor per parameter, incremented by 1 before the update; lr: 0-dim
-// fp32 tensor. Updates params, moments and steps in place on their device and reads nothing on the host,
-// so a CUDA graph can capture it (step counts and learning rate are tensors for that reason).
+// fp32 tensor; grad_scale: undefined, or a 0-dim fp32 tensor every gradient is divided by before the
+// update (the clipping's 1 / coefficient, so clipping costs no pass of its own over the gradients; since
+// session 12), and the grads are left divided (LibTorch's fused kernel writes them back; the reference
+// does the same, so every backend leaves one state). Updates params, moments and steps in place on their
+// device and reads nothing on the host, so a CUDA graph can capture it (step counts, learning rate and
+// grad_scale are tensors for that reason).
 struct AdamWHyper {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
 };
 using OptimizerFn = std::function<void(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
                                        at::TensorList exp_avg_sqs, at::TensorList steps, const torch::Tensor& lr,
-                                       const AdamWHyper& hyper)>;
+                                       const torch::Tensor& grad_scale, const AdamWHyper& hyper)>;
 
 }  // namespace ablate::kernels

@@ -8,21 +8,22 @@
 
 namespace ablate::harness {
 
-torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+GradNorm measure_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
   // Grouped by dtype: a multi-tensor op takes one dtype a call (fp32 master weights: one group).
   std::map<at::ScalarType, std::vector<torch::Tensor>> grads;
   for (const auto& p : params)
     if (p.grad().defined()) grads[p.grad().scalar_type()].push_back(p.grad().detach());
-  if (grads.empty()) return torch::zeros({}, torch::kFloat);
-  std::vector<torch::Tensor> norms;
-  for (const auto& [dtype, list] : grads)
-    for (const auto& n : at::_foreach_norm(list, 2, torch::kFloat)) norms.push_back(n);
-  const auto norm = torch::stack(norms).square().sum().sqrt();
-  if (max_norm > 0) {
-    const auto coef = (max_norm / (norm + 1e-6)).clamp_max(1.0);
-    for (auto& [dtype, list] : grads) at::_foreach_mul_(list, coef.to(dtype));
+  GradNorm out;
+  if (grads.empty()) {
+    out.norm = torch::zeros({}, torch::kFloat);
+  } else {
+    std::vector<torch::Tensor> norms;
+    for (const auto& [dtype, list] : grads)
+      for (const auto& n : at::_foreach_norm(list, 2, torch::kFloat)) norms.push_back(n);
+    out.norm = torch::stack(norms).square().sum().sqrt();
   }
-  return norm;
+  if (max_norm > 0) out.scale = ((out.norm + 1e-6) / max_norm).clamp_min(1.0);
+  return out;
 }
 
 AdamW::AdamW(const std::vector<torch::Tensor>& params, const TrainSection& t, const kernels::Dispatcher& dispatcher)
@@ -49,7 +50,7 @@ void AdamW::zero_grad() {
     for (auto& p : g.params) p.mutable_grad() = torch::Tensor();
 }
 
-void AdamW::step() {
+void AdamW::step(const torch::Tensor& grad_scale) {
   for (auto& g : groups_) {
     if (g.params.empty()) continue;
     std::vector<torch::Tensor> grads;
@@ -60,7 +61,7 @@ void AdamW::step() {
                                            c10::str(g.params[i].sizes())));
       grads.push_back(g.params[i].grad());
     }
-    dispatcher_.optimizer(g.params, grads, g.exp_avgs, g.exp_avg_sqs, g.steps, lr_, g.hyper);
+    dispatcher_.optimizer(g.params, grads, g.exp_avgs, g.exp_avg_sqs, g.steps, lr_, grad_scale, g.hyper);
   }
 }
 

@@ -6,7 +6,7 @@
 // beside the parameters: moments, one fp32 step count per parameter and the learning rate are tensors,
 // so step() reads nothing on the host and a CUDA graph can capture it. set_lr() writes the rate before
 // each step, outside any graph. Checkpoints store the state as named tensors (save/load).
-// Tests: tests/harness/optimizer_test.cpp (clipping), runner_test.cpp (checkpoint + resume bitwise on
+// Tests: tests/harness/optimizer_test.cpp (clipping through the step), runner_test.cpp (checkpoint + resume bitwise on
 // the CPU), tests/kernels/optimizer_test.cpp and parity_test.cpp (the seam's backends).
 #pragma once
 #include <torch/torch.h>
@@ -19,12 +19,18 @@
 
 namespace ablate::harness {
 
-// Global-norm gradient clipping in place, without a host sync: returns the norm of every gradient
-// together (fp32, a device tensor until the step's one read) and, when max_norm > 0, scales every
-// gradient by min(1, max_norm / (norm + 1e-6)). Multi-tensor ops (_foreach_norm, _foreach_mul_): a
-// launch or two for all parameters, not three a parameter (on the H100 the per-parameter form took
-// 2.6 ms of nam56r-small's step for 89 parameters). Tests: tests/harness/optimizer_test.cpp.
-torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+// Global-norm gradient clipping without a host sync and without a pass of its own over the gradients:
+// `norm` is the norm of every gradient together (fp32, a device tensor until the step's one read);
+// when max_norm > 0, `scale` is what the optimizer divides every gradient by as it reads it,
+// max(1, (norm + 1e-6) / max_norm): 1 / torch's clip coefficient min(1, max_norm / (norm + 1e-6)).
+// The gradients are not touched here (a separate multiply of them all took 0.85 ms of nam56r-small's
+// 47 ms step on the H100; session 12). The norm is one multi-tensor op (_foreach_norm) a dtype, not
+// three launches a parameter. Tests: tests/harness/optimizer_test.cpp.
+struct GradNorm {
+  torch::Tensor norm;   // 0-dim fp32
+  torch::Tensor scale;  // 0-dim fp32, or undefined when max_norm <= 0 (measure only)
+};
+GradNorm measure_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
 
 class AdamW {
  public:
@@ -32,9 +38,11 @@ class AdamW {
 
   void set_lr(double lr);  // on the device, before step(); not inside a captured graph
   void zero_grad();        // gradients to none (the next backward allocates them)
-  // One update of every parameter that has a gradient. Throws std::logic_error when a parameter has
-  // none: every parameter of the model takes part in every step, so a missing gradient is a bug.
-  void step();
+  // One update of every parameter that has a gradient, each gradient divided by grad_scale first when
+  // it is defined (measure_grad_norm's scale: clipping), and left divided. Throws std::logic_error when
+  // a parameter has none: every parameter of the model takes part in every step, so a missing gradient
+  // is a bug.
+  void step(const torch::Tensor& grad_scale = {});
 
   void save(torch::serialize::OutputArchive& archive) const;
   // Throws std::invalid_argument when the archive does not hold this optimizer's state.

@@ -378,8 +378,10 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPo
     torch::Tensor grad_norm;
     {
       kernels::Scope phase("optimizer");
-      grad_norm = clip_grad_norm(state.params, spec.train.grad_clip);
-      optimizer.step();
+      // Clipping rides in the update: the optimizer divides each gradient by the scale as it reads it.
+      auto clipping = measure_grad_norm(state.params, spec.train.grad_clip);
+      grad_norm = clipping.norm;
+      optimizer.step(clipping.scale);
     }
     if (probes) profiler.after_phase(at_step, "optimizer");
     std::vector<torch::Tensor> job_means = {fwd.loss.detach().to(torch::kDouble), grad_norm.to(torch::kDouble)};

@@ -1,6 +1,8 @@
 // kernels/optimizer/bench.cpp: one AdamW update of a parameter set shaped like nam56r-small's (12 layers
 // of four 1024 x 4096 matrices and six small vectors, a 32768 x 1024 embedding: 235 M fp32 parameters in
-// 121 tensors); bytes = 7 x 4 per parameter (read p, g, m, v; write p, m, v).
+// 121 tensors); bytes = 7 x 4 per parameter (read p, g, m, v; write p, m, v), 8 x 4 with a gradient
+// scale (the clipping's, folded into the update: the divided gradient is written back). `clip_then_step`
+// times what that fold replaces: the clipping's separate multiply of every gradient, then the update.
 // Timed with CUDA events after warm-up, an L2 flush before each iteration (kernels/bench_util.h);
 // counters from the median iteration. Run: build/bench/kernels_bench --benchmark_filter=optimizer
 #include "kernels/bench_util.h"
@@ -13,7 +15,9 @@ using torch::Tensor;
 
 // The optimizer seam: the state lives on the GPU, lr and step counts are device tensors (the seam's
 // contract); each timed iteration is one update of every tensor of the set.
-void optimizer_bench(benchmark::State& st, const std::string& backend) {
+enum class Clipping { none, scaled, clip_then_step };
+
+void optimizer_bench(benchmark::State& st, const std::string& backend, Clipping clipping) {
   const auto opts = torch::TensorOptions(torch::kCUDA).dtype(torch::kFloat);
   std::vector<std::vector<int64_t>> shapes = {{32768, 1024}};
   for (int layer = 0; layer < 12; ++layer) {
@@ -33,7 +37,22 @@ void optimizer_bench(benchmark::State& st, const std::string& backend) {
   const auto lr = torch::full({}, 3e-4, opts);
   const ablate::kernels::AdamWHyper hyper{0.9, 0.95, 1e-8, 0.1};
   const auto& update = implementations().optimizer.at(backend);
-  timed(st, 7.0 * 4.0 * elements, [&] { update(params, grads, exp_avgs, exp_avg_sqs, steps, lr, hyper); });
+  // A scale of 1 keeps the gradients as they are across iterations; the kernels divide all the same.
+  const auto one = torch::ones({}, opts);
+  switch (clipping) {
+    case Clipping::none:
+      timed(st, 7.0 * 4.0 * elements, [&] { update(params, grads, exp_avgs, exp_avg_sqs, steps, lr, {}, hyper); });
+      break;
+    case Clipping::scaled:
+      timed(st, 8.0 * 4.0 * elements, [&] { update(params, grads, exp_avgs, exp_avg_sqs, steps, lr, one, hyper); });
+      break;
+    case Clipping::clip_then_step:
+      timed(st, 9.0 * 4.0 * elements, [&] {
+        at::_foreach_mul_(grads, one);
+        update(params, grads, exp_avgs, exp_avg_sqs, steps, lr, {}, hyper);
+      });
+      break;
+  }
   st.counters["parameters_M"] = elements / 1e6;
 }
 
@@ -44,9 +63,11 @@ ABLATE_BENCHMARKS(optimizer) {
   using namespace ablate::kernels::bench;
   if (!torch::cuda::is_available()) return;
   for (const std::string backend : {"reference", "fused_adamw"})
-    benchmark::RegisterBenchmark(("optimizer/" + backend + "/step").c_str(), optimizer_bench, backend)
-        ->UseManualTime()
-        ->Unit(benchmark::kMicrosecond)
-        ->Iterations(20);
+    for (const auto& [label, clipping] : {std::pair{"step", Clipping::none}, std::pair{"step_scaled", Clipping::scaled},
+                                          std::pair{"clip_then_step", Clipping::clip_then_step}})
+      benchmark::RegisterBenchmark(("optimizer/" + backend + "/" + label).c_str(), optimizer_bench, backend, clipping)
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond)
+          ->Iterations(20);
 }
 #endif  // ABLATE_HAVE_CUDA

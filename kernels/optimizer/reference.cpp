@@ -1,7 +1,8 @@
 // kernels/optimizer/reference.cpp: the reference backend of seam `optimizer` (OptimizerFn in
 // kernels/seams.h): AdamW one parameter at a time in LibTorch ops, the arithmetic of
 // torch::optim::AdamW (p *= 1 - lr wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
-// p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)) with t and lr read from device tensors,
+// p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)), g first divided by grad_scale when
+// given, with t, lr and the scale read from device tensors,
 // so it reads nothing on the host and a CUDA graph can capture it.
 // Tests: kernels_tests --gtest_filter='Parity*optimizer*:Optimizer*' (parity_test.cpp: every backend
 // against this one in fp64; optimizer_test.cpp: this one against torch::optim::AdamW in fp64).
@@ -13,12 +14,13 @@ namespace ablate::kernels {
 namespace {
 
 void adamw_reference(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
-           at::TensorList steps, const torch::Tensor& lr, const AdamWHyper& h) {
-  check_optimizer_lists(params, grads, exp_avgs, exp_avg_sqs, steps);
+           at::TensorList steps, const torch::Tensor& lr, const torch::Tensor& grad_scale, const AdamWHyper& h) {
+  check_optimizer_lists(params, grads, exp_avgs, exp_avg_sqs, steps, grad_scale);
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params.size(); ++i) {
     auto p = params[i], m = exp_avgs[i], v = exp_avg_sqs[i], step = steps[i];
     const auto& g = grads[i];
+    if (grad_scale.defined()) g.div_(grad_scale.to(g.scalar_type()));  // left divided, as the contract says
     step.add_(1);
     const auto t = step.to(p.scalar_type()), rate = lr.to(p.scalar_type());
     p.mul_(1 - rate * h.weight_decay);

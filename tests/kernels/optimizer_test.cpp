@@ -47,7 +47,7 @@ TEST(OptimizerReference, MatchesTorchOptimAdamWInFp64) {
     static_cast<torch::optim::AdamWOptions&>(oracle.param_groups()[0].options()).lr(lr);
     oracle.step();
     implementations().optimizer.at("reference")(ours, grads, exp_avgs, exp_avg_sqs, steps,
-                                                torch::full({}, lr, torch::kFloat), hyper);
+                                                torch::full({}, lr, torch::kFloat), {}, hyper);
   }
   for (size_t i = 0; i < shapes.size(); ++i) {
     EXPECT_LE(relative_error(ours[i], theirs[i].detach()), 1e-12) << "parameter " << i;
@@ -57,9 +57,39 @@ TEST(OptimizerReference, MatchesTorchOptimAdamWInFp64) {
   }
 }
 
-TEST(OptimizerReference, RefusesMismatchedLists) {
+// A gradient scale s is the update on the gradients divided by s (how clipping folds into the step),
+// and the gradients are left divided: against the same update on pre-divided gradients, fp64, to 1e-15
+// (one division either way; the updates themselves are the same operations).
+TEST(OptimizerReference, GradScaleIsTheUpdateOnDividedGradients) {
+  auto gen = seeded_generator(12);
+  const std::vector<int64_t> shape = {5, 3};
+  const auto init = random_normal(shape, gen), grad = random_normal(shape, gen, 0.3);
+  const auto scale = torch::full({}, 3.0, torch::kFloat);
+  const AdamWHyper hyper{0.9, 0.95, 1e-8, 0.1};
+  const auto lr = torch::full({}, 1.0 / 64, torch::kFloat);
+  const auto update = [&](const torch::Tensor& g, const torch::Tensor& s) {
+    std::vector<torch::Tensor> p = {init.clone()}, m = {torch::zeros(shape, torch::kDouble)},
+                               v = {torch::zeros(shape, torch::kDouble)}, t = {torch::zeros({}, torch::kFloat)}, gs = {g};
+    implementations().optimizer.at("reference")(p, gs, m, v, t, lr, s, hyper);
+    return torch::cat({p[0].flatten(), m[0].flatten(), v[0].flatten()});  // parameter and moments
+  };
+  const auto scaled_grad = grad.clone();
+  const auto with_scale = update(scaled_grad, scale), pre_divided = update(grad / 3.0, {});
+  EXPECT_LE(relative_error(with_scale, pre_divided), 1e-15);
+  EXPECT_LE(relative_error(scaled_grad, grad / 3.0), 1e-15) << "the gradients are left divided";
+  // The scale took effect: the first moment of an unscaled update is 3x (Adam's first step itself is
+  // nearly scale-free, so the moments are what shows it).
+  const int64_t n = init.numel();
+  const auto m_unscaled = update(grad.clone(), {}).narrow(0, n, n), m_scaled = with_scale.narrow(0, n, n);
+  EXPECT_LE(relative_error(m_unscaled, m_scaled * 3.0), 1e-15);
+}
+
+TEST(OptimizerReference, RefusesMismatchedListsAndBadScales) {
   std::vector<torch::Tensor> one = {torch::ones({2})}, none;
-  EXPECT_THROW(implementations().optimizer.at("reference")(one, none, one, one, one, torch::ones({}), AdamWHyper{}),
+  const auto& update = implementations().optimizer.at("reference");
+  EXPECT_THROW(update(one, none, one, one, one, torch::ones({}), {}, AdamWHyper{}), c10::Error);
+  EXPECT_THROW(update(one, one, one, one, one, torch::ones({}), torch::ones({1}), AdamWHyper{}), c10::Error);
+  EXPECT_THROW(update(one, one, one, one, one, torch::ones({}), torch::ones({}, torch::kDouble), AdamWHyper{}),
                c10::Error);
 }
 

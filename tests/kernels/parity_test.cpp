@@ -386,11 +386,15 @@ ParityCase loss_case(int64_t N, int64_t d, int64_t V, const std::string& mask_mo
 
 // The optimizer seam mutates its state: a case is three AdamW updates (a learning-rate schedule, fresh
 // gradients each time) of two parameters of odd shapes starting from a mid-run state (step 4, non-zero
-// moments); the outputs are the final parameters, moments and step counts. Nothing is differentiated.
-ParityCase optimizer_case(std::vector<int64_t> shape_a, std::vector<int64_t> shape_b) {
+// moments); the outputs are the final parameters, moments and step counts, and with a gradient scale
+// (the clipping's, grad_scale > 0) the last update's gradients too, which the contract leaves divided.
+// Nothing is differentiated.
+ParityCase optimizer_case(std::vector<int64_t> shape_a, std::vector<int64_t> shape_b, double grad_scale = 0) {
   constexpr int kUpdates = 3;
   const std::vector<std::vector<int64_t>> shapes = {shape_a, shape_b};
-  return {"optimizer", shape_label({{"a", shape_a[0]}, {"b", shape_b[0]}}), kFp32Dtypes,
+  auto label = shape_label({{"a", shape_a[0]}, {"b", shape_b[0]}});
+  if (grad_scale > 0) label += "_scaled";
+  return {"optimizer", label, kFp32Dtypes,
           [=](at::Generator& g) {
             std::vector<Input> in;
             for (const auto& shape : shapes) {
@@ -413,15 +417,21 @@ ParityCase optimizer_case(std::vector<int64_t> shape_a, std::vector<int64_t> sha
             }
             const AdamWHyper hyper{0.9, 0.95, 1e-8, 0.1};
             const double schedule[kUpdates] = {1e-2, 3e-2, 2e-2};  // large rates: the update is visible in fp32
+            // The contract's fp32 scale in every dtype (2.5: exact in both).
+            const auto scale =
+                grad_scale > 0 ? torch::full({}, grad_scale, in[0].options().dtype(torch::kFloat)) : Tensor();
+            std::vector<Tensor> grads;
             for (int u = 0; u < kUpdates; ++u) {
-              std::vector<Tensor> grads;
-              for (size_t j = 0; j < shapes.size(); ++j) grads.push_back(in[j * per_param + 3 + u]);
+              grads.clear();
+              // Cloned: a scaled update divides them in place.
+              for (size_t j = 0; j < shapes.size(); ++j) grads.push_back(in[j * per_param + 3 + u].clone());
               const auto lr = torch::full({}, schedule[u], in[0].options().dtype(torch::kFloat));
-              implementations().optimizer.at(name)(params, grads, exp_avgs, exp_avg_sqs, steps, lr, hyper);
+              implementations().optimizer.at(name)(params, grads, exp_avgs, exp_avg_sqs, steps, lr, scale, hyper);
             }
             std::vector<Tensor> out;
             for (size_t j = 0; j < shapes.size(); ++j)
               out.insert(out.end(), {params[j], exp_avgs[j], exp_avg_sqs[j], steps[j].to(params[j].scalar_type())});
+            if (scale.defined()) out.insert(out.end(), grads.begin(), grads.end());
             return out;
           }};
 }
@@ -511,6 +521,7 @@ const std::vector<ParityCase>& parity_cases() {
       loss_case(37, 24, 1000, "mixed"),  // V a multiple of 8: the fused kernel's vectorised rows
       optimizer_case({7, 5}, {13}),
       optimizer_case({1}, {64, 33}),      // a single element; a matrix the multi-tensor kernel splits
+      optimizer_case({7, 5}, {64, 33}, 2.5),  // the clipping's gradient scale folded into the update
   };
   return cases;
 }
