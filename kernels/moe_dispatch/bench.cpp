@@ -7,6 +7,9 @@
 // order (fp32 in both forms), once as index_select + index_add (grouped_mm before 2026-11-25: its
 // backward and its combine scatter-add) and once as grouped_mm moves rows now (gather_slot_rows and
 // combine_slot_rows: a gather one way, a k-row sum the other, fused on CUDA), in one call.
+// moe_dispatch/group_by_expert/{ops,counting_sort}: the slots' grouping by expert alone (the 32768 slots
+// of an E layer, skewed loads): LibTorch's ops (stable radix sort, scatters, cumsum) against the one-launch
+// counting sort; replayed from a CUDA graph, as in the captured step, so launch gaps do not hide it.
 // Timed with CUDA events after warm-up, an L2 flush before each iteration (kernels/bench_util.h);
 // counters from the median iteration; the grouped_mm case also replayed from a CUDA graph (`/graph`: no
 // host launch gaps, as inside the fastest posture's captured step). Run:
@@ -69,6 +72,17 @@ void slot_moves_bench(benchmark::State& st, bool gather) {
   timed(st, bytes, step);
 }
 
+void group_by_expert_bench(benchmark::State& st, bool counting_sort) {
+  const torch::Device cuda(torch::kCUDA, 0);
+  constexpr int64_t T = 16384, E = 16, k = 2;
+  const auto logits = torch::randn({T, E}, torch::TensorOptions(cuda)) + torch::linspace(-1.0, 1.0, E, cuda);
+  const auto top_idx = std::get<1>(logits.topk(k, -1));
+  // Bytes at least: the ids read, by_expert, position and sorted_expert written (int64).
+  timed_graph(st, 4.0 * T * k * 8, [&] {
+    benchmark::DoNotOptimize(counting_sort ? group_by_expert(top_idx, E) : group_by_expert_ops(top_idx, E));
+  });
+}
+
 }  // namespace
 }  // namespace ablate::kernels::bench
 
@@ -86,6 +100,12 @@ ABLATE_BENCHMARKS(moe_dispatch) {
           ->Unit(benchmark::kMicrosecond)
           ->Iterations(20);
     }
+  for (const bool counting_sort : {false, true})
+    benchmark::RegisterBenchmark(counting_sort ? "moe_dispatch/group_by_expert/counting_sort"
+                                               : "moe_dispatch/group_by_expert/ops",
+                                 group_by_expert_bench, counting_sort)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
   for (const bool gather : {false, true})
     benchmark::RegisterBenchmark(gather ? "moe_dispatch/slot_moves/gather" : "moe_dispatch/slot_moves/scatter_add",
                                  slot_moves_bench, gather)

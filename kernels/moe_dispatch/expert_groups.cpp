@@ -18,7 +18,7 @@ void check_moe_dispatch_args(const torch::Tensor& x, const torch::Tensor& topk_i
   TORCH_CHECK(capacity_factor >= 0, "moe_dispatch: capacity_factor must be >= 0");
 }
 
-ExpertGroups group_by_expert(const torch::Tensor& topk_idx, int64_t experts) {
+ExpertGroups group_by_expert_ops(const torch::Tensor& topk_idx, int64_t experts) {
   const auto slot_expert = topk_idx.reshape({-1}).to(torch::kLong);
   ExpertGroups g;
   g.by_expert = std::get<1>(slot_expert.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
@@ -26,7 +26,15 @@ ExpertGroups group_by_expert(const torch::Tensor& topk_idx, int64_t experts) {
   g.sorted_expert = slot_expert.index_select(0, g.by_expert);
   g.load = torch::zeros({experts}, slot_expert.options()).scatter_add_(0, slot_expert, torch::ones_like(slot_expert));
   g.group_start = g.load.cumsum(0) - g.load;
+  g.group_end = (g.group_start + g.load).to(torch::kInt);
   return g;
+}
+
+ExpertGroups group_by_expert(const torch::Tensor& topk_idx, int64_t experts) {
+#if defined(ABLATE_HAVE_CUDA)
+  if (fused::group_by_expert_cuda_supports(topk_idx, experts)) return fused::group_by_expert_cuda(topk_idx, experts);
+#endif
+  return group_by_expert_ops(topk_idx, experts);
 }
 
 namespace {

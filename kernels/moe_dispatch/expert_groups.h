@@ -24,8 +24,14 @@ struct ExpertGroups {
   torch::Tensor sorted_expert;  // [S] the expert of each slot in that order
   torch::Tensor load;           // [E] int64 slots per expert
   torch::Tensor group_start;    // [E] position of each expert's first slot in that order
+  torch::Tensor group_end;      // [E] int32 group_start + load: the grouped GEMM's offsets
 };
+// On CUDA (int32/int64 ids, up to 256 experts) one counting-sort kernel (expert_kernels.cu); elsewhere
+// group_by_expert_ops. Both give the same tensors, element for element (tests/kernels/expert_groups_test.cpp).
 ExpertGroups group_by_expert(const torch::Tensor& topk_idx, int64_t experts);
+// The same grouping in LibTorch ops (a stable sort, scatters, a cumsum): the CPU path and the CUDA
+// kernel's reference in tests and benchmarks.
+ExpertGroups group_by_expert_ops(const torch::Tensor& topk_idx, int64_t experts);
 // Each slot's token row in expert order, out[i] = x[order[i] / k] (x [tokens, d], k slots a token):
 // one gather, without materialising x repeated k times. The backward sums each token's k rows of the
 // gradient (combine_slot_rows' pass): no scatter-add either.
@@ -54,8 +60,8 @@ torch::Tensor rank_in_expert(const ExpertGroups& groups);
 int64_t expert_capacity(double capacity_factor, int64_t slots, int64_t experts);
 
 #if defined(ABLATE_HAVE_CUDA)
-// The CUDA passes behind combine_slot_rows, gather_slot_rows' backward and weighted_swiglu
-// (expert_kernels.cu); their autograd lives in expert_groups.cpp.
+// The CUDA passes behind group_by_expert, combine_slot_rows, gather_slot_rows' backward and
+// weighted_swiglu (expert_kernels.cu); their autograd lives in expert_groups.cpp.
 namespace fused {
 torch::Tensor sum_slot_rows_cuda(const torch::Tensor& src, const torch::Tensor& inverse, int64_t k,
                                  at::ScalarType out_dtype);
@@ -66,6 +72,9 @@ std::pair<torch::Tensor, torch::Tensor> weighted_swiglu_backward_cuda(const torc
                                                                       const torch::Tensor& d_hidden);
 // copy_blocks on CUDA: every pair on one device, one source dtype and one destination dtype (fp32, bf16).
 void copy_blocks_cuda(const std::vector<std::pair<torch::Tensor, torch::Tensor>>& dst_src);
+// group_by_expert's counting sort, for the ids and expert counts group_by_expert_cuda_supports.
+bool group_by_expert_cuda_supports(const torch::Tensor& topk_idx, int64_t experts);
+ExpertGroups group_by_expert_cuda(const torch::Tensor& topk_idx, int64_t experts);
 }  // namespace fused
 #endif
 

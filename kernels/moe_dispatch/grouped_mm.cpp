@@ -1,6 +1,6 @@
 // kernels/moe_dispatch/grouped_mm.cpp: backend `grouped_mm` of seam `moe_dispatch`: dropless MoE without a
-// host sync. The (token, slot) assignments are sorted by expert on the device, the per-expert offsets
-// come from a device cumsum, and LibTorch's grouped GEMM (at::_grouped_mm, CUTLASS on sm90) runs each
+// host sync. The (token, slot) assignments are sorted by expert on the device (one counting-sort
+// kernel on CUDA, group_by_expert), which also gives the per-expert offsets, and LibTorch's grouped GEMM (at::_grouped_mm, CUTLASS on sm90) runs each
 // expert's rows against its weights in one launch per matmul (gate and up projections side by side in
 // one), however uneven the load. Token rows go into expert order by a gather, and come back by a
 // sum of each token's k slot rows (gather_slot_rows, combine_slot_rows: expert_groups.h), each the
@@ -119,7 +119,7 @@ torch::Tensor moe_dispatch_grouped(const torch::Tensor& x, const torch::Tensor& 
 
   // Slots by expert, group offsets on the device (expert_groups.h).
   const auto groups = group_by_expert(topk_idx, experts);
-  const auto offsets = (groups.group_start + groups.load).to(torch::kInt);
+  const auto& offsets = groups.group_end;
   auto sorted_weight = topk_w.reshape({slots}).index_select(0, groups.by_expert);
   torch::Tensor kept;
   if (capacity_factor > 0) {

@@ -2,7 +2,8 @@
 // share (kernels/moe_dispatch/expert_groups.h), against their definitions written with LibTorch's own
 // ops: the stable expert order and its inverse, gather_slot_rows and combine_slot_rows forward and
 // backward (the gradients must equal what index_select's and index_add's own backwards give), the
-// weighted SwiGLU; and, on a GPU, the same entry points through their CUDA passes (expert_kernels.cu).
+// weighted SwiGLU; and, on a GPU, the same entry points through their CUDA passes (expert_kernels.cu),
+// the counting sort against the ops element for element.
 // Run: build/tests/kernels_tests --gtest_filter='ExpertGroups*'
 #include "kernels/moe_dispatch/expert_groups.h"
 
@@ -42,6 +43,7 @@ TEST(ExpertGroups, OrderIsStableByExpertAndPositionIsItsInverse) {
     }
   EXPECT_TRUE(torch::equal(r.groups.position.index_select(0, r.groups.by_expert), torch::arange(100)));
   EXPECT_TRUE(torch::equal(r.groups.load, torch::bincount(slot_expert, {}, 6)));
+  EXPECT_TRUE(torch::equal(r.groups.group_end, (r.groups.load.cumsum(0)).to(torch::kInt)));
 }
 
 // gather_slot_rows(x, order, inverse, k) is x repeated k times, then rows taken in expert order; its
@@ -206,6 +208,42 @@ TEST_P(ExpertGroupsCuda, CopyBlocksEqualsCopyIntoEachSlice) {
   copy_blocks(back);
   for (int i = 0; i < 3; ++i)
     EXPECT_TRUE(torch::equal(got[i], stack.narrow(1, i * fp, f).narrow(2, 0, width).to(dtype))) << "block " << i;
+}
+
+// The counting sort (group_by_expert on CUDA) against the LibTorch ops on the CPU, every tensor equal:
+// slot counts under, at and over a warp's step and the block's 1024-slot sweep, one expert, the most the
+// kernel takes (256), loads skewed to a single expert, int32 and int64 ids, no slots at all.
+TEST(ExpertGroupsCudaSort, CountingSortEqualsTheStableSortOps) {
+#if !defined(ABLATE_HAVE_CUDA)
+  GTEST_SKIP() << "the counting sort needs CUDA: built without it";
+#endif
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "the counting sort needs a CUDA device";
+  struct Shape {
+    int64_t tokens, k, experts;
+    bool skewed;
+  };
+  const std::vector<Shape> shapes = {{1, 1, 1, false},     {5, 2, 6, false},     {16, 2, 3, false},
+                                     {600, 2, 16, false},  {513, 3, 7, true},    {16384, 2, 16, true},
+                                     {4097, 1, 256, false}, {3000, 8, 256, true}, {0, 2, 4, false}};
+  for (const auto& sh : shapes)
+    for (const auto dtype : {torch::kLong, torch::kInt}) {
+      torch::manual_seed(sh.tokens + sh.experts);
+      auto ids = torch::randint(sh.experts, {sh.tokens, sh.k}, torch::kLong);
+      // Skewed: most slots on expert 0, as an untrained router can route them.
+      if (sh.skewed) ids = torch::where(torch::rand({sh.tokens, sh.k}) < 0.8, torch::zeros_like(ids), ids);
+      ids = ids.to(dtype);
+      const auto want = group_by_expert_ops(ids, sh.experts);
+      const auto got = group_by_expert(ids.cuda(), sh.experts);
+      const auto label = ::testing::Message() << sh.tokens << " tokens, k " << sh.k << ", " << sh.experts << " experts, "
+                                             << (dtype == torch::kLong ? "int64" : "int32");
+      EXPECT_TRUE(torch::equal(got.by_expert.cpu(), want.by_expert)) << label;
+      EXPECT_TRUE(torch::equal(got.position.cpu(), want.position)) << label;
+      EXPECT_TRUE(torch::equal(got.sorted_expert.cpu(), want.sorted_expert)) << label;
+      EXPECT_TRUE(torch::equal(got.load.cpu(), want.load)) << label;
+      EXPECT_TRUE(torch::equal(got.group_start.cpu(), want.group_start)) << label;
+      EXPECT_EQ(got.group_end.scalar_type(), torch::kInt) << label;
+      EXPECT_TRUE(torch::equal(got.group_end.cpu(), want.group_end)) << label;
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(DtypesAndWidths, ExpertGroupsCuda,
