@@ -5,6 +5,7 @@
 // per-head softmax loop in fp64, and gradients by central differences).
 #include <cmath>
 
+#include "kernels/join_last_dim.h"
 #include "kernels/numerics.h"
 #include "model/blocks.h"
 
@@ -45,18 +46,20 @@ BlockOutput AttentionBlock::forward(const torch::Tensor& x) {
   const auto q =
       (a.q_lora > 0 ? torch::linear(rms_norm(torch::linear(x, w_dq), q_norm, eps), w_uq) : torch::linear(x, w_q))
           .view({batch, T, a.heads, qk});
-  // Projections are cut into their parts by split, not narrow: split's backward is one cat of the
+  // Projections are cut into their parts by split, not narrow: split's backward is one join of the
   // parts' gradients, where each narrow's zero-fills the whole input, copies its part in, and the two
-  // are then added (6 fills, 6 copies and 3 adds an A layer in the H100 profile of 2026-11-25).
-  const auto q_parts = q.split_with_sizes({a.nope_dim, a.rope_dim}, -1);
+  // are then added (6 fills, 6 copies and 3 adds an A layer in the H100 profile of 2026-11-25). The
+  // join is kernels::join_last_dim (one 16-byte pass over strided parts; LibTorch's cat ran its
+  // element-wise path on them: 0.74 ms a step in session 11's profile).
+  const auto q_parts = kernels::split_last_dim(q, {a.nope_dim, a.rope_dim});
   const auto &q_nope = q_parts[0], &q_rope = q_parts[1];
 
-  const auto kv_down = torch::linear(x, w_dkv).split_with_sizes({a.kv_lora, a.rope_dim}, -1);  // [c_kv ; k_r]
+  const auto kv_down = kernels::split_last_dim(torch::linear(x, w_dkv), {a.kv_lora, a.rope_dim});  // [c_kv ; k_r]
   const auto& c_kv = kv_down[0];
   const auto k_rope = kv_down[1].unsqueeze(2);  // one head, shared by all H
-  const auto kv = torch::linear(rms_norm(c_kv, kv_norm, eps), w_ukv)
-                      .view({batch, T, a.heads, a.nope_dim + a.v_dim})
-                      .split_with_sizes({a.nope_dim, a.v_dim}, -1);
+  const auto kv = kernels::split_last_dim(
+      torch::linear(rms_norm(c_kv, kv_norm, eps), w_ukv).view({batch, T, a.heads, a.nope_dim + a.v_dim}),
+      {a.nope_dim, a.v_dim});
   const auto &k_nope = kv[0], &v = kv[1];
 
   const auto [cos, sin] = rope_tables(T, a.rope_dim, a.rope_base, kernels::compute_dtype(w_dkv), x.device());

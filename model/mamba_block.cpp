@@ -8,6 +8,7 @@
 // fp64, gradients by central differences, and the dt_bias initialisation range).
 #include <cmath>
 
+#include "kernels/join_last_dim.h"
 #include "kernels/numerics.h"
 #include "model/blocks.h"
 
@@ -43,8 +44,9 @@ MambaBlock::MambaBlock(const ModelConfig& config, std::shared_ptr<const kernels:
 
 BlockOutput MambaBlock::forward(const torch::Tensor& u) {
   const int64_t batch = u.size(0), T = u.size(1);
+  // split_last_dim: its backward joins the parts' gradients in one pass (kernels/join_last_dim.h).
   const auto parts =
-      torch::linear(u, w_in).split_with_sizes({d_inner, d_inner, state, state, heads, heads, heads, angles}, -1);
+      kernels::split_last_dim(torch::linear(u, w_in), {d_inner, d_inner, state, state, heads, heads, heads, angles});
   const auto &z = parts[0], &x = parts[1], &b_raw = parts[2], &c_raw = parts[3], &dd_dt = parts[4], &dd_a = parts[5],
              &trap = parts[6], &theta = parts[7];
 

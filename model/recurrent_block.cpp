@@ -7,6 +7,7 @@
 // in fp64, gradients by central differences, the Lambda initialisation range).
 #include <cmath>
 
+#include "kernels/join_last_dim.h"
 #include "kernels/numerics.h"
 #include "model/blocks.h"
 
@@ -38,8 +39,8 @@ RecurrentBlock::RecurrentBlock(const ModelConfig& config, std::shared_ptr<const 
 
 BlockOutput RecurrentBlock::forward(const torch::Tensor& x) {
   const int64_t w = config_.recurrent.width;
-  // split, not two narrows: one cat backward instead of two zero-filled copies and an add.
-  const auto gu = torch::linear(x, w_in).split_with_sizes({w, w}, -1);
+  // split, not two narrows: one join backward instead of two zero-filled copies and an add.
+  const auto gu = kernels::split_last_dim(torch::linear(x, w_in), {w, w});
   const auto& g = gu[0];
   const auto u = dispatcher_->causal_conv(gu[1], conv_weight, conv_bias);  // the `causal_conv` seam
   const auto gate_a = torch::linear(u, w_a, b_a), gate_x = torch::linear(u, w_x, b_x);
