@@ -222,23 +222,29 @@ __global__ void ablate_ssm_rotary_time_scan(Source x, const float* __restrict__ 
 // The angle steps' gradients from theirs, dsteps [B, T, H, S]: d delta[b,t,h] = pi sum_s dsteps
 // tanh(theta)[b,t,s] and d tanh(theta)[b,t,s] = sum_h dsteps delta[b,t,h] pi, one block per row (b, t),
 // the row staged in shared memory, each sum in a fixed order. (Autograd's form: two broadcast products
-// of [B,T,H,S] and two reductions of them, ~0.35 ms an M layer at nam56r-small.)
+// of [B,T,H,S] and two reductions of them, ~0.35 ms an M layer at nam56r-small.) The staged row's lines
+// are S + 1 floats apart: the d delta sums read down a column (thread h at h * stride + s), and with a
+// stride of S = 64 all 32 lanes of a warp hit one bank (109 us an M layer on the H100, session 12).
 __global__ void ablate_ssm_rotary_angle_grads(const float* __restrict__ dsteps, const float* __restrict__ delta,
                                               const float* __restrict__ tanh_theta, float* __restrict__ ddelta,
                                               float* __restrict__ dtanh, int64_t rows, int H, int S) {
-  extern __shared__ float row_grads[];  // [H * S]
+  extern __shared__ float row_grads[];  // [H][S + 1]
+  const int stride = S + 1;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const float* g = dsteps + row * H * S;
-    for (int i = threadIdx.x; i < H * S; i += blockDim.x) row_grads[i] = g[i];
+    for (int i = threadIdx.x; i < H * S; i += blockDim.x) {
+      const int h = i / S;
+      row_grads[h * stride + (i - h * S)] = g[i];
+    }
     __syncthreads();
     for (int h = threadIdx.x; h < H; h += blockDim.x) {
       float sum = 0.f;
-      for (int s = 0; s < S; ++s) sum = fmaf(row_grads[h * S + s], tanh_theta[row * S + s], sum);
+      for (int s = 0; s < S; ++s) sum = fmaf(row_grads[h * stride + s], tanh_theta[row * S + s], sum);
       ddelta[row * H + h] = sum * kPi;
     }
     for (int s = threadIdx.x; s < S; s += blockDim.x) {
       float sum = 0.f;
-      for (int h = 0; h < H; ++h) sum = fmaf(row_grads[h * S + s], __fmul_rn(delta[row * H + h], kPi), sum);
+      for (int h = 0; h < H; ++h) sum = fmaf(row_grads[h * stride + s], __fmul_rn(delta[row * H + h], kPi), sum);
       dtanh[row * S + s] = sum;
     }
     __syncthreads();
@@ -299,7 +305,7 @@ class AngleScanFunction : public torch::autograd::Function<AngleScanFunction> {
     Tensor ddelta = torch::empty_like(delta), dtanh = torch::empty_like(tanh_theta);
     const int64_t rows = B * T;
     if (rows > 0 && H * S > 0) {
-      const size_t smem = sizeof(float) * static_cast<size_t>(H * S);
+      const size_t smem = sizeof(float) * static_cast<size_t>(H * (S + 1));
       TORCH_CHECK(smem <= 48 * 1024, "ssm_rotary fused_cuda: H x S = ", H, " x ", S,
                   " angles a row need more than 48 KB of shared memory; use backend ssm_rotary = \"reference\"");
       const auto grid = static_cast<unsigned>(std::min<int64_t>(rows, int64_t(sm_count()) * 16));

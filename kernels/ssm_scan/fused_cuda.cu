@@ -1778,24 +1778,44 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan
 }
 
 // d log alpha_r = sum_{t >= r} r_t per (b, h), a reverse scan over T in fp64 (one warp per (b, h));
-// 0 where log alpha was floored (the reference's clamp passes no gradient there).
-__global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_dlog_alpha(Params p) {
+// 0 where log alpha was floored (the reference's clamp passes no gradient there). The warp walks T
+// backwards 32 positions a step; the loads of kDlogAlphaSteps steps (r and log alpha: H-strided, one
+// sector each) are issued before their sums, so they are in flight together: one at a time, the walk
+// was ~64 dependent load latencies long (49 us at nam56r-small's shape on the H100, session 11's ncu).
+// Two warps a block: the B x H walks (256 at nam56r-small) spread over 128 SMs, not 32 (8 warps a block
+// left 100 SMs idle).
+constexpr int kDlogAlphaSteps = 8;
+constexpr int kDlogAlphaThreads = 64;
+__global__ void __launch_bounds__(kDlogAlphaThreads) ablate_ssm_scan_bwd_dlog_alpha(Params p) {
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x & 31;
   if (warp >= p.B * p.H) return;
   const int b = warp / p.H, h = warp - b * p.H;
   double carry = p.last_dot[warp];  // the h_last output sits at position T-1
-  for (int base = ((p.T + 31) / 32 - 1) * 32; base >= 0; base -= 32) {
-    const int t = base + lane;
-    const int64_t i = t < p.T ? row_index(p, b, t, h) : 0;
-    double v = t < p.T ? static_cast<double>(p.r[i]) : 0.0;
+  const int last_base = ((p.T + 31) / 32 - 1) * 32;
+  for (int group = last_base; group >= 0; group -= 32 * kDlogAlphaSteps) {
+    float r[kDlogAlphaSteps], log_alpha[kDlogAlphaSteps];
 #pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {  // suffix sum within the warp
-      const double o = __shfl_down_sync(0xffffffffu, v, off);
-      if (lane + off < 32) v += o;
+    for (int s = 0; s < kDlogAlphaSteps; ++s) {
+      const int t = group - 32 * s + lane;
+      const bool in = group - 32 * s >= 0 && t < p.T;
+      const int64_t i = in ? row_index(p, b, t, h) : 0;
+      r[s] = in ? p.r[i] : 0.f;
+      log_alpha[s] = in ? p.log_alpha[i] : 0.f;
     }
-    const double total = __shfl_sync(0xffffffffu, v, 0);
-    if (t < p.T) p.dlog_alpha[i] = p.log_alpha[i] < kLogAlphaFloor ? 0.f : static_cast<float>(v + carry);
-    carry += total;
+#pragma unroll
+    for (int s = 0; s < kDlogAlphaSteps; ++s) {
+      const int base = group - 32 * s, t = base + lane;
+      if (base < 0) break;  // warp-uniform
+      double v = static_cast<double>(r[s]);
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) {  // suffix sum within the warp
+        const double o = __shfl_down_sync(0xffffffffu, v, off);
+        if (lane + off < 32) v += o;
+      }
+      const double total = __shfl_sync(0xffffffffu, v, 0);
+      if (t < p.T) p.dlog_alpha[row_index(p, b, t, h)] = log_alpha[s] < kLogAlphaFloor ? 0.f : static_cast<float>(v + carry);
+      carry += total;
+    }
   }
 }
 
@@ -2025,7 +2045,7 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
         launch_chunks(ablate_ssm_scan_bwd_chunk<TX, TQK>,
                       smem_bytes<TX, TQK, BwdChunkTc>(L, P, N, bwd_chunk_smem_floats(L, P, N)),
                       "the backward chunk kernel", p, stream);
-        ablate_ssm_scan_bwd_dlog_alpha<<<ceil_div(B * H * 32, kThreads), kThreads, 0, stream>>>(p);
+        ablate_ssm_scan_bwd_dlog_alpha<<<ceil_div(B * H * 32, kDlogAlphaThreads), kDlogAlphaThreads, 0, stream>>>(p);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
         ablate_ssm_scan_bwd_boundary<TX, TQK><<<dim3(nC, H, B), 128, 0, stream>>>(p);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
