@@ -1,7 +1,8 @@
 // kernels/optimizer/bench.cpp: one AdamW update of a parameter set shaped like nam56r-small's (12 layers
 // of four 1024 x 4096 matrices and six small vectors, a 32768 x 1024 embedding: 235 M fp32 parameters in
-// 121 tensors); bytes = 7 x 4 per parameter (read p, g, m, v; write p, m, v), 8 x 4 with a gradient
-// scale (the clipping's, folded into the update: the divided gradient is written back). `clip_then_step`
+// 121 tensors); bytes = 7 x 4 per parameter (read p, g, m, v; write p, m, v), counted 8 x 4 with a
+// gradient scale (the clipping's, folded into the update: fused_adamw writes the divided gradient back;
+// fused_cuda does not, so its GB/s there reads 8/7 high). `clip_then_step`
 // times what that fold replaces: the clipping's separate multiply of every gradient, then the update.
 // Timed with CUDA events after warm-up, an L2 flush before each iteration (kernels/bench_util.h);
 // counters from the median iteration. Run: build/bench/kernels_bench --benchmark_filter=optimizer
@@ -62,7 +63,7 @@ void optimizer_bench(benchmark::State& st, const std::string& backend, Clipping 
 ABLATE_BENCHMARKS(optimizer) {
   using namespace ablate::kernels::bench;
   if (!torch::cuda::is_available()) return;
-  for (const std::string backend : {"reference", "fused_adamw"})
+  for (const std::string backend : {"reference", "fused_adamw", "fused_cuda"})
     for (const auto& [label, clipping] : {std::pair{"step", Clipping::none}, std::pair{"step_scaled", Clipping::scaled},
                                           std::pair{"clip_then_step", Clipping::clip_then_step}})
       benchmark::RegisterBenchmark(("optimizer/" + backend + "/" + label).c_str(), optimizer_bench, backend, clipping)

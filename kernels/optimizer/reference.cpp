@@ -19,8 +19,7 @@ void adamw_reference(at::TensorList params, at::TensorList grads, at::TensorList
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params.size(); ++i) {
     auto p = params[i], m = exp_avgs[i], v = exp_avg_sqs[i], step = steps[i];
-    const auto& g = grads[i];
-    if (grad_scale.defined()) g.div_(grad_scale.to(g.scalar_type()));  // left divided, as the contract says
+    const auto g = grad_scale.defined() ? grads[i] / grad_scale.to(grads[i].scalar_type()) : grads[i];
     step.add_(1);
     const auto t = step.to(p.scalar_type()), rate = lr.to(p.scalar_type());
     p.mul_(1 - rate * h.weight_decay);

@@ -158,6 +158,10 @@ const std::vector<Sample>& samples() {
       {"loss/fused_cuda", "loss",
        "_ZN6ablate7kernels5fused56_GLOBAL__N__92fc6e8d_23_linear_cross_entropy_cu_5e8d1a37L16ablate_lce_scaleI13__nv_bfloat16"
        "Li1EEEvPT_lPKf"},
+      // kernels/optimizer/fused_cuda.cu's multi-tensor AdamW (nvcc 13.0, session 12).
+      {"optimizer/fused_cuda", "optimizer",
+       "_ZN6ablate7kernels5fused52_GLOBAL__N__c62d182b_13_fused_cuda_cu_8a41e999_2412412ablate_adamwENS2_11AdamWLaunchENS2_"
+       "12AdamWScalarsE"},
       {"optimizer/fused_adamw", "optimizer",
        "_ZN2at6native52_GLOBAL__N__c815dac0_19_fused_adamw_impl_cu_8b44fa2325multi_tensor_apply_kernelINS1_32FusedOptimizer"
        "TensorListMetadataILi4EEENS1_20FusedAdamMathFunctorIN3c108BFloat16ELi4ELNS0_9ADAM_MODEE1ELb0EEEJPKfdddddbSB_SB_EEEvT_"
