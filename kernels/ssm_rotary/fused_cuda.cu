@@ -48,6 +48,10 @@ struct RotaryShape {
   int turned;    // S: the leading pairs that rotate
 };
 
+// Heads a thread loads before it computes any of them (both kernels walk a row's heads in lanes): one
+// head at a time left the loads' latency exposed (session 11's ncu: the backward ~60 % stalled on it).
+constexpr int kHeadsInFlight = 4;
+
 __device__ __forceinline__ float2 turn(float2 v, float c, float s) { return {v.x * c - v.y * s, v.x * s + v.y * c}; }
 __device__ __forceinline__ float2 add(float2 a, float2 b) { return {a.x + b.x, a.y + b.y}; }
 
@@ -71,19 +75,31 @@ __global__ void ablate_ssm_rotary_fwd(const float2* __restrict__ b, const float2
                                       const float* __restrict__ phi, QK* __restrict__ q, QK* __restrict__ k,
                                       RotaryShape shape) {
   const int p = threadIdx.x;  // blockDim.x == half
+  const int lanes = blockDim.y;
   for (int64_t row = blockIdx.x; row < shape.rows; row += gridDim.x) {
     const float2 bv = b[row * shape.half + p], cv = c[row * shape.half + p];
-    for (int h = threadIdx.y; h < shape.heads; h += blockDim.y) {
-      float2 ku = add(bv, b_bias[h * shape.half + p]), qu = add(cv, c_bias[h * shape.half + p]);
-      const int64_t head_row = row * shape.heads + h;
-      if (p < shape.turned) {
-        float sn, cs;
-        sincosf(phi[head_row * shape.turned + p], &sn, &cs);
-        ku = turn(ku, cs, sn);
-        qu = turn(qu, cs, sn);
+    for (int h0 = threadIdx.y; h0 < shape.heads; h0 += lanes * kHeadsInFlight) {
+      float angle[kHeadsInFlight];  // the angles of kHeadsInFlight heads loaded before any is used
+#pragma unroll
+      for (int u = 0; u < kHeadsInFlight; ++u) {
+        const int h = h0 + u * lanes;
+        angle[u] = h < shape.heads && p < shape.turned ? phi[(row * shape.heads + h) * shape.turned + p] : 0.f;
       }
-      k[head_row * shape.half + p] = pair_from_float2<QK>(ku);
-      q[head_row * shape.half + p] = pair_from_float2<QK>(qu);
+#pragma unroll
+      for (int u = 0; u < kHeadsInFlight; ++u) {
+        const int h = h0 + u * lanes;
+        if (h >= shape.heads) break;
+        float2 ku = add(bv, b_bias[h * shape.half + p]), qu = add(cv, c_bias[h * shape.half + p]);
+        const int64_t head_row = row * shape.heads + h;
+        if (p < shape.turned) {
+          float sn, cs;
+          sincosf(angle[u], &sn, &cs);
+          ku = turn(ku, cs, sn);
+          qu = turn(qu, cs, sn);
+        }
+        k[head_row * shape.half + p] = pair_from_float2<QK>(ku);
+        q[head_row * shape.half + p] = pair_from_float2<QK>(qu);
+      }
     }
   }
 }
@@ -109,25 +125,41 @@ __global__ void ablate_ssm_rotary_bwd(const QK* __restrict__ dq, const QK* __res
   for (int64_t row = blockIdx.x; row < shape.rows; row += gridDim.x) {  // the same trip count in every thread
     const float2 bv = b[row * half + p], cv = c[row * half + p];
     float2 sum_b = zero, sum_c = zero;
-    for (int h = lane; h < shape.heads; h += lanes) {
-      const int64_t head_row = row * shape.heads + h, at = head_row * half + p;
-      const float2 gk = dk != nullptr ? pair_to_float2(dk[at]) : zero;
-      const float2 gq = dq != nullptr ? pair_to_float2(dq[at]) : zero;
-      float2 du_k = gk, du_q = gq;  // d(b + bias), d(c + bias): Rot^T g on turned pairs, g on the rest
-      if (p < shape.turned) {
-        float sn, cs;
-        sincosf(phi[head_row * shape.turned + p], &sn, &cs);
-        const float2 kr = turn(add(bv, b_bias[h * half + p]), cs, sn);
-        const float2 qr = turn(add(cv, c_bias[h * half + p]), cs, sn);
-        // d/dPhi of (u c - v s, u s + v c) is (-(u s + v c), u c - v s) = (-k1, k0).
-        dphi[head_row * shape.turned + p] = (gk.y * kr.x - gk.x * kr.y) + (gq.y * qr.x - gq.x * qr.y);
-        du_k = turn(gk, cs, -sn);
-        du_q = turn(gq, cs, -sn);
+    for (int h0 = lane; h0 < shape.heads; h0 += lanes * kHeadsInFlight) {
+      // kHeadsInFlight heads' gradients and angles loaded before any is used (heads h0, h0 + lanes, ...:
+      // the order the sums below take them in is the one-at-a-time loop's).
+      float2 gk[kHeadsInFlight], gq[kHeadsInFlight];
+      float angle[kHeadsInFlight];
+#pragma unroll
+      for (int u = 0; u < kHeadsInFlight; ++u) {
+        const int h = h0 + u * lanes;
+        const bool in = h < shape.heads;
+        const int64_t head_row = row * shape.heads + h, at = head_row * half + p;
+        gk[u] = in && dk != nullptr ? pair_to_float2(dk[at]) : zero;
+        gq[u] = in && dq != nullptr ? pair_to_float2(dq[at]) : zero;
+        angle[u] = in && p < shape.turned ? phi[head_row * shape.turned + p] : 0.f;
       }
-      sum_b = add(sum_b, du_k);
-      sum_c = add(sum_c, du_q);
-      bias_b[h * half + p] = add(bias_b[h * half + p], du_k);
-      bias_c[h * half + p] = add(bias_c[h * half + p], du_q);
+#pragma unroll
+      for (int u = 0; u < kHeadsInFlight; ++u) {
+        const int h = h0 + u * lanes;
+        if (h >= shape.heads) break;
+        const int64_t head_row = row * shape.heads + h;
+        float2 du_k = gk[u], du_q = gq[u];  // d(b + bias), d(c + bias): Rot^T g on turned pairs, g on the rest
+        if (p < shape.turned) {
+          float sn, cs;
+          sincosf(angle[u], &sn, &cs);
+          const float2 kr = turn(add(bv, b_bias[h * half + p]), cs, sn);
+          const float2 qr = turn(add(cv, c_bias[h * half + p]), cs, sn);
+          // d/dPhi of (u c - v s, u s + v c) is (-(u s + v c), u c - v s) = (-k1, k0).
+          dphi[head_row * shape.turned + p] = (gk[u].y * kr.x - gk[u].x * kr.y) + (gq[u].y * qr.x - gq[u].x * qr.y);
+          du_k = turn(gk[u], cs, -sn);
+          du_q = turn(gq[u], cs, -sn);
+        }
+        sum_b = add(sum_b, du_k);
+        sum_c = add(sum_c, du_q);
+        bias_b[h * half + p] = add(bias_b[h * half + p], du_k);
+        bias_c[h * half + p] = add(bias_c[h * half + p], du_q);
+      }
     }
     row_b[lane * half + p] = sum_b;
     row_c[lane * half + p] = sum_c;
