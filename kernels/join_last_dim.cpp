@@ -4,13 +4,14 @@
 #include <numeric>
 
 namespace ablate::kernels {
-namespace {
 
 const torch::Tensor* first_defined(const std::vector<torch::Tensor>& parts) {
   for (const auto& p : parts)
     if (p.defined()) return &p;
   return nullptr;
 }
+
+namespace {
 
 // The parts as one view of their buffer, or undefined: every part defined, same storage, dtype, sizes
 // but the last and strides, unit last-dim stride, and each part starting where the previous one ends.

@@ -46,9 +46,7 @@ __global__ void ablate_join_last_dim(JoinArgs args, E* __restrict__ out, uint32_
 }  // namespace
 
 bool join_last_dim_cuda_supports(const std::vector<torch::Tensor>& parts, const std::vector<int64_t>& widths) {
-  const torch::Tensor* some = nullptr;
-  for (const auto& p : parts)
-    if (p.defined()) some = &p;
+  const torch::Tensor* some = first_defined(parts);
   if (some == nullptr || !some->is_cuda() || parts.size() > kMaxParts || some->dim() < 1 || some->dim() > 4) return false;
   if (some->element_size() != 2 && some->element_size() != 4) return false;
   int64_t total = 0;
@@ -61,9 +59,7 @@ bool join_last_dim_cuda_supports(const std::vector<torch::Tensor>& parts, const 
 
 torch::Tensor join_last_dim_cuda(const std::vector<torch::Tensor>& parts, const std::vector<int64_t>& widths) {
   TORCH_CHECK(join_last_dim_cuda_supports(parts, widths), "join_last_dim: the CUDA pass does not take these parts");
-  const torch::Tensor* some = nullptr;
-  for (const auto& p : parts)
-    if (p.defined()) some = &p;
+  const torch::Tensor* some = first_defined(parts);
   const int lead = static_cast<int>(some->dim()) - 1;
   JoinArgs args{};
   args.parts = static_cast<int>(parts.size());

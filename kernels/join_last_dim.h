@@ -18,6 +18,8 @@ namespace ablate::kernels {
 // no gradient). The result is contiguous, or a view of the parts' own buffer when they are adjacent
 // views of it (same strides, each starting where the previous ends): then nothing is copied.
 torch::Tensor join_last_dim(const std::vector<torch::Tensor>& parts, const std::vector<int64_t>& widths);
+// The first defined part (the one the others' shapes are checked against), or nullptr.
+const torch::Tensor* first_defined(const std::vector<torch::Tensor>& parts);
 // t.split_with_sizes(sizes, -1) with join_last_dim as the backward.
 std::vector<torch::Tensor> split_last_dim(const torch::Tensor& t, const std::vector<int64_t>& sizes);
 

@@ -115,6 +115,14 @@ void adamw(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
   const auto stream = at::cuda::getCurrentCUDAStream();
   AdamWLaunch launch{};
   int tensors = 0, blocks = 0;
+  const auto place = [&](size_t i) {  // parameter i's tensors into the launch's next slot
+    launch.p[tensors] = params[i].data_ptr<float>();
+    launch.g[tensors] = grads[i].data_ptr<float>();
+    launch.m[tensors] = exp_avgs[i].data_ptr<float>();
+    launch.v[tensors] = exp_avg_sqs[i].data_ptr<float>();
+    launch.step[tensors] = steps[i].data_ptr<float>();
+    launch.n[tensors] = params[i].numel();
+  };
   const auto flush = [&] {
     if (blocks > 0) {
       ablate_adamw<<<blocks, kThreads, 0, stream>>>(launch, scalars);
@@ -129,19 +137,11 @@ void adamw(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
     TORCH_CHECK(steps[i].is_cuda() && steps[i].scalar_type() == torch::kFloat && steps[i].numel() == 1,
                 "optimizer fused_cuda: step ", i, " must be a one-element fp32 CUDA tensor");
     if (tensors == kLaunchTensors) flush();
-    launch.p[tensors] = params[i].data_ptr<float>();
-    launch.g[tensors] = grads[i].data_ptr<float>();
-    launch.m[tensors] = exp_avgs[i].data_ptr<float>();
-    launch.v[tensors] = exp_avg_sqs[i].data_ptr<float>();
-    launch.step[tensors] = steps[i].data_ptr<float>();
-    launch.n[tensors] = n;
+    place(i);
     for (int64_t chunk = 0; chunk * kChunk < n; ++chunk) {
-      if (blocks == kLaunchBlocks) {  // the table is full: launch it and carry this tensor on
-        const auto carried = std::make_tuple(launch.p[tensors], launch.g[tensors], launch.m[tensors],
-                                             launch.v[tensors], launch.step[tensors]);
+      if (blocks == kLaunchBlocks) {  // the table is full: launch it; this tensor goes on in the next
         flush();
-        std::tie(launch.p[0], launch.g[0], launch.m[0], launch.v[0], launch.step[0]) = carried;
-        launch.n[0] = n;
+        place(i);
       }
       launch.tensor_of_block[blocks] = static_cast<uint8_t>(tensors);
       launch.chunk_of_block[blocks] = static_cast<int32_t>(chunk);

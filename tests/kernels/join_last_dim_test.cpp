@@ -92,9 +92,7 @@ TEST(JoinLastDim, CudaPassEqualsCat) {
     for (const auto& c : cases) {
       ASSERT_TRUE(fused::join_last_dim_cuda_supports(c.parts, c.widths)) << c.what;
       std::vector<torch::Tensor> filled;
-      const torch::Tensor* some = nullptr;
-      for (const auto& p : c.parts)
-        if (p.defined()) some = &p;
+      const torch::Tensor* some = first_defined(c.parts);
       for (size_t i = 0; i < c.parts.size(); ++i) {
         auto sizes = some->sizes().vec();
         sizes.back() = c.widths[i];
