@@ -111,7 +111,7 @@ inline double peak_extra_mib(Step step) {
 
 // `forward()` under bf16 autocast on CUDA, as the model's forward runs; the cast cache is cleared after.
 template <class Forward>
-inline torch::Tensor under_bf16_autocast(Forward forward) {
+inline auto under_bf16_autocast(Forward forward) {
   at::autocast::set_autocast_enabled(at::kCUDA, true);
   at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);  // the CUDA default is fp16
   auto out = forward();

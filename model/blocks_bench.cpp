@@ -1,10 +1,12 @@
 // model/blocks_bench.cpp: one block of nam56r-small forward + backward on the GPU, as the model runs it
 // (bf16 autocast, fp32 parameters, 8 x 2048 tokens), replayed from a CUDA graph as the fastest posture's
 // captured step does: what a layer costs with its seams and its glue, beside kernels_bench's seam-only
-// cases. moe_layer/<moe_router backend>: the E layer (its pre-norm, the router, the load-balancing loss,
-// the grouped_mm dispatch),
-// the layer issue #14 measures against 1.8 ms. Counters: median_us, peak_extra_MiB.
-// Timed with CUDA events, an L2 flush before each iteration (kernels/bench_util.h). Run:
+// cases. moe_layer/<moe_router backend>/graph: the E layer (its pre-norm, the router, the load-balancing
+// loss, the grouped_mm dispatch) forward, and backward from a given gradient of its output (random, fixed)
+// and of the aux loss (its coefficient): the layer issue #14 measures against 1.8 ms. .../graph_square_loss:
+// the same with the gradient made by a scalar loss, mean(y^2) in fp32 (what sessions up to 12 timed: its
+// cast, square and mean and their backward, ~0.2 ms, are not the layer's). Counters: median_us,
+// peak_extra_MiB. Timed with CUDA events, an L2 flush before each iteration (kernels/bench_util.h). Run:
 // build/bench/blocks_bench [--benchmark_filter=moe_layer]
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
@@ -23,7 +25,10 @@ namespace {
 
 using namespace ablate;
 
-void moe_layer(benchmark::State& st, const std::string& router) {
+// How the backward gets its output gradient.
+enum class Upstream { given_gradient, square_loss };
+
+void moe_layer(benchmark::State& st, const std::string& router, Upstream upstream) {
   const torch::Device cuda(torch::kCUDA, 0);
   const auto config = *model::named_config("nam56r-small");
   const std::map<std::string, std::string> backends = {
@@ -33,16 +38,28 @@ void moe_layer(benchmark::State& st, const std::string& router) {
   model::SeededInit init(/*seed=*/1234, config.init_std);
   auto block = std::make_shared<model::MoeBlock>(config, dispatcher, init);
   block->to(cuda);
-  auto x = torch::randn({8, 2048, config.d_model}, torch::TensorOptions(cuda).dtype(torch::kBFloat16)).requires_grad_(true);
+  const auto bf16 = torch::TensorOptions(cuda).dtype(torch::kBFloat16);
+  auto x = torch::randn({8, 2048, config.d_model}, bf16).requires_grad_(true);
+  // A loss's gradient of the layer output has the scale 1 / tokens; its values do not change the work.
+  const auto dy = torch::randn({8, 2048, config.d_model}, bf16) / (8.0 * 2048.0);
+  const auto daux = torch::full({}, config.moe.aux_coef, torch::TensorOptions(cuda).dtype(torch::kFloat));
   auto inputs = block->parameters();
   inputs.push_back(x);
   auto step = [&] {
-    const auto loss = kernels::bench::under_bf16_autocast([&] {
-      // The layer's pre-norm (HybridModel applies it with the block's own `norm` weight), then the block.
-      const auto out = block->forward(dispatcher->residual_norm(torch::Tensor(), x, block->norm, config.norm_eps).first);
-      return out.y.to(torch::kFloat).square().mean() + config.moe.aux_coef * out.aux;
-    });
-    torch::autograd::grad({loss}, inputs);
+    // The layer's pre-norm (HybridModel applies it with the block's own `norm` weight), then the block.
+    const auto forward = [&] {
+      return block->forward(dispatcher->residual_norm(torch::Tensor(), x, block->norm, config.norm_eps).first);
+    };
+    if (upstream == Upstream::given_gradient) {
+      const auto out = kernels::bench::under_bf16_autocast(forward);
+      torch::autograd::grad({out.y, out.aux}, inputs, {dy, daux});
+    } else {
+      const auto loss = kernels::bench::under_bf16_autocast([&] {
+        const auto out = forward();
+        return out.y.to(torch::kFloat).square().mean() + config.moe.aux_coef * out.aux;
+      });
+      torch::autograd::grad({loss}, inputs);
+    }
   };
   const double extra_mib = kernels::bench::peak_extra_mib(step);
   kernels::bench::timed_graph(st, 0.0, step);
@@ -57,10 +74,12 @@ int main(int argc, char** argv) {
   if (torch::cuda::is_available())
     for (const std::string router : {"reference", "fused_cuda"})
       if (ablate::kernels::has_implementation("moe_router", router))
-        benchmark::RegisterBenchmark(("moe_layer/" + router + "/graph").c_str(), moe_layer, router)
-            ->UseManualTime()
-            ->Unit(benchmark::kMicrosecond)
-            ->Iterations(20);
+        for (const auto& [label, upstream] : {std::pair{"graph", Upstream::given_gradient},
+                                              std::pair{"graph_square_loss", Upstream::square_loss}})
+          benchmark::RegisterBenchmark(("moe_layer/" + router + "/" + label).c_str(), moe_layer, router, upstream)
+              ->UseManualTime()
+              ->Unit(benchmark::kMicrosecond)
+              ->Iterations(20);
 #endif
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

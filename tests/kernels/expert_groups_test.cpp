@@ -210,6 +210,32 @@ TEST_P(ExpertGroupsCuda, CopyBlocksEqualsCopyIntoEachSlice) {
     EXPECT_TRUE(torch::equal(got[i], stack.narrow(1, i * fp, f).narrow(2, 0, width).to(dtype))) << "block " << i;
 }
 
+// copy_blocks at nam56r-small's E-layer shapes (16 experts, f 768, d 1024: ~9.4 M 8-element units a
+// launch, several grid-stride rounds a thread and a ragged last round), both directions, bit for bit
+// against copy_ into each slice.
+TEST(ExpertGroupsCudaCopy, CopyBlocksAtModelShapesSpansManyRounds) {
+#if !defined(ABLATE_HAVE_CUDA)
+  GTEST_SKIP() << "copy_blocks' CUDA pass needs CUDA: built without it";
+#endif
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "copy_blocks' CUDA pass needs a CUDA device";
+  const int64_t experts = 16, f = 768, d = 1024;
+  const auto fp32 = torch::TensorOptions(torch::kCUDA).dtype(torch::kFloat);
+  torch::manual_seed(9);
+  const auto w1 = torch::randn({experts, f, d}, fp32), w3 = torch::randn({experts, f, d}, fp32);
+  const auto w2 = torch::randn({experts, d, f}, fp32);
+  auto gate_up = torch::empty({experts, 2 * f, d}, fp32.dtype(torch::kBFloat16));
+  auto down = torch::empty({experts, d, f}, fp32.dtype(torch::kBFloat16));
+  copy_blocks({{gate_up.narrow(1, 0, f), w1}, {gate_up.narrow(1, f, f), w3}, {down, w2}});
+  EXPECT_TRUE(torch::equal(gate_up.narrow(1, 0, f), w1.to(torch::kBFloat16)));
+  EXPECT_TRUE(torch::equal(gate_up.narrow(1, f, f), w3.to(torch::kBFloat16)));
+  EXPECT_TRUE(torch::equal(down, w2.to(torch::kBFloat16)));
+  auto d1 = torch::empty_like(w1), d3 = torch::empty_like(w3), d2 = torch::empty_like(w2);
+  copy_blocks({{d1, gate_up.narrow(1, 0, f)}, {d3, gate_up.narrow(1, f, f)}, {d2, down}});
+  EXPECT_TRUE(torch::equal(d1, gate_up.narrow(1, 0, f).to(torch::kFloat)));
+  EXPECT_TRUE(torch::equal(d3, gate_up.narrow(1, f, f).to(torch::kFloat)));
+  EXPECT_TRUE(torch::equal(d2, down.to(torch::kFloat)));
+}
+
 // The counting sort (group_by_expert on CUDA) against the LibTorch ops on the CPU, every tensor equal:
 // slot counts under, at and over a warp's step and the block's 1024-slot sweep, one expert, the most the
 // kernel takes (256), loads skewed to a single expert, int32 and int64 ids, no slots at all.

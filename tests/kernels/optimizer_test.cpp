@@ -93,5 +93,64 @@ TEST(OptimizerReference, RefusesMismatchedListsAndBadScales) {
                c10::Error);
 }
 
+// fused_cuda puts up to 480 tensors in one launch and finds a block's tensor by a binary search of their
+// first blocks: 500 parameters (two launches), sizes from one element to several chunks of 8192 with
+// ragged ends, an empty one, and odd offsets (element-wise path), against the fp64 reference from the
+// same fp32 state, one scaled update. Tolerance 1e-5 relative to each tensor's largest entry: fp32
+// arithmetic, a handful of roundings an element (the reference's are in fp64).
+TEST(OptimizerFusedCuda, ManyTensorsAcrossLaunchesMatchTheReference) {
+#if !defined(ABLATE_HAVE_CUDA)
+  GTEST_SKIP() << "the fused_cuda optimizer needs CUDA: built without it";
+#else
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "the fused_cuda optimizer needs a CUDA device";
+  auto gen = seeded_generator(31);
+  const AdamWHyper hyper{0.9, 0.95, 1e-8, 0.1};
+  std::vector<torch::Tensor> p, g, m, v, t;
+  for (int i = 0; i < 500; ++i) {
+    const int64_t n = i == 7 ? 0 : i % 50 == 3 ? 3 * 8192 + 5 : i % 10 == 1 ? 8193 : 1 + (i * 37) % 700;
+    const int64_t offset = i % 3 == 2 ? 1 : 0;  // a contiguous view 4 bytes past the allocation: no float4
+    const auto state = [&](double scale) { return random_normal({n + offset}, gen, scale).narrow(0, offset, n); };
+    p.push_back(state(1.0));
+    g.push_back(state(0.3));
+    m.push_back(state(0.1));
+    v.push_back(state(0.1).abs());
+    t.push_back(torch::full({}, 4.0, torch::kFloat));
+  }
+  const auto to = [](const std::vector<torch::Tensor>& ts, const torch::TensorOptions& opts) {
+    std::vector<torch::Tensor> out;
+    for (const auto& x : ts) out.push_back(x.to(opts, /*non_blocking=*/false, /*copy=*/true));
+    return out;
+  };
+  const auto cuda = torch::TensorOptions(torch::kCUDA).dtype(torch::kFloat);
+  const auto fp64 = torch::TensorOptions().dtype(torch::kDouble);
+  // The offset views keep their offset on the device: copy into an allocation one element longer.
+  const auto to_cuda_offset = [&](const std::vector<torch::Tensor>& ts) {
+    std::vector<torch::Tensor> out;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      const int64_t offset = i % 3 == 2 ? 1 : 0;
+      auto x = torch::empty({ts[i].numel() + offset}, cuda).narrow(0, offset, ts[i].numel());
+      out.push_back(x.copy_(ts[i]));
+    }
+    return out;
+  };
+  auto cp = to_cuda_offset(p), cg = to_cuda_offset(g), cm = to_cuda_offset(m), cv = to_cuda_offset(v);
+  auto ct = to(t, cuda);
+  auto rp = to(p, fp64), rg = to(g, fp64), rm = to(m, fp64), rv = to(v, fp64), rt = to(t, torch::kFloat);
+  implementations().optimizer.at("fused_cuda")(cp, cg, cm, cv, ct, torch::full({}, 1e-2, cuda),
+                                               torch::full({}, 2.5, cuda), hyper);
+  implementations().optimizer.at("reference")(rp, rg, rm, rv, rt, torch::full({}, 1e-2, torch::kFloat),
+                                              torch::full({}, 2.5, torch::kFloat), hyper);
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i].numel() == 0) continue;
+    EXPECT_LE(relative_error(cp[i].cpu().to(torch::kDouble), rp[i], 1e-3), 1e-5) << "parameter " << i;
+    EXPECT_LE(relative_error(cm[i].cpu().to(torch::kDouble), rm[i], 1e-3), 1e-5) << "exp_avg " << i;
+    EXPECT_LE(relative_error(cv[i].cpu().to(torch::kDouble), rv[i], 1e-3), 1e-5) << "exp_avg_sq " << i;
+    EXPECT_EQ(ct[i].item<float>(), 5.f) << "step " << i;
+    // The update moved the parameter (a kernel that skipped a tensor would leave it as it was).
+    EXPECT_GT((cp[i].cpu() - p[i]).abs().max().item<float>(), 0.f) << "parameter " << i << " unchanged";
+  }
+#endif
+}
+
 }  // namespace
 }  // namespace ablate::kernels
