@@ -3,6 +3,7 @@
 // SwiGLU, small enough to live here). The other blocks have one file each.
 // Tests: model_tests (tests/model/blocks_test.cpp).
 #include "model/blocks.h"
+#include "model/linear.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
@@ -86,7 +87,7 @@ DenseBlock::DenseBlock(const ModelConfig& config, std::shared_ptr<const kernels:
 }
 
 BlockOutput DenseBlock::forward(const torch::Tensor& x) {
-  return {torch::linear(dispatcher_->swiglu(torch::linear(x, w1), torch::linear(x, w3)), w2), {}, {}};
+  return {model::linear(dispatcher_->swiglu(model::linear(x, w1), model::linear(x, w3)), w2), {}, {}};
 }
 
 std::shared_ptr<Block> make_block(char letter, const ModelConfig& config,

@@ -10,6 +10,7 @@
 #include "kernels/join_last_dim.h"
 #include "kernels/numerics.h"
 #include "model/blocks.h"
+#include "model/linear.h"
 
 namespace ablate::model {
 namespace {
@@ -40,10 +41,10 @@ RecurrentBlock::RecurrentBlock(const ModelConfig& config, std::shared_ptr<const 
 BlockOutput RecurrentBlock::forward(const torch::Tensor& x) {
   const int64_t w = config_.recurrent.width;
   // split, not two narrows: one join backward instead of two zero-filled copies and an add.
-  const auto gu = kernels::split_last_dim(torch::linear(x, w_in), {w, w});
+  const auto gu = kernels::split_last_dim(model::linear(x, w_in), {w, w});
   const auto& g = gu[0];
   const auto u = dispatcher_->causal_conv(gu[1], conv_weight, conv_bias);  // the `causal_conv` seam
-  const auto gate_a = torch::linear(u, w_a, b_a), gate_x = torch::linear(u, w_x, b_x);
+  const auto gate_a = model::linear(u, w_a, b_a), gate_x = model::linear(u, w_x, b_x);
 
   // The gates (r, i, a, sqrt(1 - a^2)) and the recurrence are one seam call: it takes the gate logits as
   // the projections hand them over (bf16 under autocast) and computes in fp32.
@@ -53,7 +54,7 @@ BlockOutput RecurrentBlock::forward(const torch::Tensor& x) {
     kernels::NoAutocastScope fp32_arithmetic;
     gated = torch::gelu(g.to(h.scalar_type())) * h;
   }
-  return {torch::linear(gated, w_out), {}, {}};
+  return {model::linear(gated, w_out), {}, {}};
 }
 
 }  // namespace ablate::model

@@ -455,11 +455,12 @@ const std::vector<ParityCase>& parity_cases() {
       swiglu_case(1, 16384),
       // moe_router: fused_cuda gives a warp 64 / EMAX tokens (EMAX = E rounded up to 16, 32, 64) and reads
       // x in 16-byte words when d allows; dW sums blocks of 512 tokens.
-      moe_router_case(37, 24, 8, 2),   // a partial last warp; padded experts; 16-byte words (bf16 and fp32)
-      moe_router_case(1, 20, 5, 1),    // one token; d 20: bf16 element-wise, fp32 in words
-      moe_router_case(33, 40, 24, 3),  // EMAX 32
-      moe_router_case(9, 16, 64, 4),   // EMAX 64: one token a warp
-      moe_router_case(600, 32, 16, 2), // nam56r-small's E and k; two dW token blocks
+      moe_router_case(37, 24, 8, 2),     // a partial last warp; padded experts; 16-byte words (bf16 and fp32)
+      moe_router_case(1, 20, 5, 1),      // one token; d 20: bf16 element-wise, fp32 in words
+      moe_router_case(33, 40, 24, 3),    // EMAX 32
+      moe_router_case(9, 16, 64, 4),     // EMAX 64: one token a warp
+      moe_router_case(600, 32, 16, 2),   // nam56r-small's E and k; two dW token blocks
+      moe_router_case(130, 1000, 16, 2), // a wide d: four column rounds a lane, eight dW column blocks
       moe_case(13, 10, 5, 2, 6, 0.0),
       moe_case(13, 10, 5, 2, 6, 0.6),
       moe_case(1, 7, 3, 1, 5, 0.0),

@@ -12,6 +12,7 @@
 
 #include "model/hybrid_model.h"
 #include "tests/kernels/tensor_checks.h"
+#include "tests/model/bf16_autocast.h"
 
 #if defined(ABLATE_HAVE_CUDA)
 #include <c10/cuda/CUDAFunctions.h>
@@ -302,26 +303,6 @@ TEST(HybridModelCuda, MatchesTheCpuInFp32) {
   EXPECT_LE(relative_error(gpu->head.grad(), cpu->head.grad()), 1e-3);
 }
 
-// While alive, CUDA autocast to bf16 is on (as in training); restores the previous state.
-class Bf16Autocast {
- public:
-  Bf16Autocast()
-      : was_enabled_(at::autocast::is_autocast_enabled(at::kCUDA)),
-        was_dtype_(at::autocast::get_autocast_dtype(at::kCUDA)) {
-    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-    at::autocast::set_autocast_enabled(at::kCUDA, true);
-  }
-  ~Bf16Autocast() {
-    at::autocast::set_autocast_enabled(at::kCUDA, was_enabled_);
-    at::autocast::set_autocast_dtype(at::kCUDA, was_dtype_);
-    at::autocast::clear_cache();
-  }
-
- private:
-  bool was_enabled_;
-  at::ScalarType was_dtype_;
-};
-
 // The training posture: fp32 weights, bf16 autocast forward, backward outside autocast, with every
 // attention backend resolved strictly (so a vendor kernel that cannot run fails the test).
 TEST(HybridModelCuda, Bf16AutocastRunsOnEveryAttentionBackend) {
@@ -346,7 +327,7 @@ TEST(HybridModelCuda, Bf16AutocastRunsOnEveryAttentionBackend) {
     model->to(dev);
     Tensor loss;
     {
-      Bf16Autocast autocast;
+      ablate::testing::Bf16Autocast autocast;
       loss = model->forward(tokens, targets, mask).loss;
     }
     loss.backward();
