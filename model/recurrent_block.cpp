@@ -7,8 +7,8 @@
 // in fp64, gradients by central differences, the Lambda initialisation range).
 #include <cmath>
 
+#include "kernels/gelu_gate.h"
 #include "kernels/join_last_dim.h"
-#include "kernels/numerics.h"
 #include "model/blocks.h"
 #include "model/linear.h"
 
@@ -49,11 +49,8 @@ BlockOutput RecurrentBlock::forward(const torch::Tensor& x) {
   // The gates (r, i, a, sqrt(1 - a^2)) and the recurrence are one seam call: it takes the gate logits as
   // the projections hand them over (bf16 under autocast) and computes in fp32.
   const auto h = dispatcher_->recurrent_scan({.gate_a = gate_a, .gate_x = gate_x, .u = u, .lambda = lambda, .h0 = {}}).h;
-  torch::Tensor gated;  // gelu(g) * h
-  {
-    kernels::NoAutocastScope fp32_arithmetic;
-    gated = torch::gelu(g.to(h.scalar_type())) * h;
-  }
+  // gelu(g) * h in fp32, in g's dtype (bf16 under autocast: what the projection takes); one pass each way on CUDA.
+  const auto gated = kernels::gelu_gate(g, h);
   return {model::linear(gated, w_out), {}, {}};
 }
 
