@@ -25,7 +25,7 @@ class GeluGate : public torch::autograd::Function<GeluGate> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    auto [dg, dh] = fused::gelu_gate_backward_cuda(grads[0].to(saved[0].scalar_type()).contiguous(), saved[0], saved[1]);
+    auto [dg, dh] = fused::gelu_gate_backward_cuda(grads[0], saved[0], saved[1]);  // takes d into g's dtype
     return {dg, dh};
   }
 };
