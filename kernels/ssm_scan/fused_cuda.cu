@@ -7,18 +7,24 @@
 // every exponent a difference cum_t - cum_s with s <= t (a sum of log alphas <= 0: never a positive
 // number exponentiated, never a division by alpha); log alpha floored at log(FLT_MIN) as the reference.
 //
-// Forward (3 launches):
-//   ablate_ssm_scan_fwd_chunk_state  Z_c = sum_j W_{L-1,j} x_j k_j^T (P x N) and Lam_c = cum_{L-1};
-//   ablate_ssm_scan_fwd_state_pass   S_0 = h0 (or 0), S_{c+1} = exp(Lam_c) S_c + Z_c, sequential over
-//                                    chunks, 4 adjacent (p, n) of one (b, h) a thread; S_c kept for the backward (in
-//                                    bf16 on the tensor-core path: the operand precision it is used at),
-//                                    h_last = S_nC (the zero-padded tail has alpha = 1, no inputs);
+// Forward (2 launches on the tensor-core path, bf16 x; 3 on the SIMT path, fp32 x):
+//   ablate_ssm_scan_fwd_state_scan   (tensor cores) S_0 = h0 (or 0), S_{c+1} = exp(Lam_c) S_c + Z_c with
+//                                    Z_c = sum_j W_{L-1,j} x_j k_j^T and Lam_c = cum_{L-1}: a block per (64
+//                                    rows of P, b, h) walks the chunks in order, the state slice in mma
+//                                    accumulators; S_c kept in bf16 (the operand precision it is used
+//                                    at) for the output and the backward; h_last = S_nC (the zero-padded
+//                                    tail has alpha = 1, no inputs);
+//   (SIMT) ablate_ssm_scan_fwd_chunk_state (Z_c, Lam_c per chunk) + ablate_ssm_scan_fwd_state_pass (the
+//                                    same recurrence, 4 adjacent (p, n) of one (b, h) a thread, S_c in place);
 //   ablate_ssm_scan_fwd_output       y_t = sum_j W_tj (q_t.k_j) x_j + exp(cum_t) S_c q_t + D x_t, times
 //                                    silu(z_t) when z is given.
-// Backward (5 launches; recomputes the chunk-local products instead of storing them):
-//   ablate_ssm_scan_bwd_chunk_dstate dZ_c = sum_t exp(cum_t) dy_t q_t^T with dy = dout * silu(z);
-//   ablate_ssm_scan_bwd_state_pass   the adjoint states at chunk ends, in reverse (dh_last enters at the
-//                                    end), dh0 = what leaves chunk 0;
+// Backward (4 launches on the tensor-core path, 5 on the SIMT path; recomputes the chunk-local products
+// instead of storing them):
+//   ablate_ssm_scan_bwd_state_scan   (tensor cores) the adjoint states at chunk ends, in reverse:
+//                                    dS_end(nC-1) = dh_last (or 0), dS_end(c-1) = exp(Lam_c) dS_end(c) + dZ_c
+//                                    with dZ_c = sum_t exp(cum_t) dy_t q_t^T, dy = dout * silu(z); dh0 =
+//                                    what leaves chunk 0; as the forward scan, in reverse;
+//   (SIMT) ablate_ssm_scan_bwd_chunk_dstate (dZ_c per chunk) + ablate_ssm_scan_bwd_state_pass;
 //   ablate_ssm_scan_bwd_chunk        per chunk: dx, dk (with the state term W_{L-1,j} dS_end), dq (with
 //                                    the inter-chunk term), dz, dbeta, dgamma, the column-0 gradients
 //                                    (of the previous chunk's last position, or x_prev / k_prev), dD
@@ -95,13 +101,12 @@ struct Params {
   const float *x_prev, *k_prev;           // [B,H,P], [B,H,N] or null
   int B, T, H, P, N, L, nC;
   RowStrides xs, zs;  // x's and z's (z's unused without z)
-  float* states;  // [B,H,nC,P,N]: Z_c after chunk_state, S_c (the state entering chunk c) after state_pass
-                  // on the SIMT path (the tensor-core path writes S_c to states_lo)
+  float* states;  // SIMT path: [B,H,nC,P,N]: Z_c after chunk_state, S_c (the state entering chunk c) after
+                  // state_pass; null on the tensor-core path
   float* lam;     // [B,H,nC]: sum of (floored) log alpha over each chunk
-  // Tensor-core path (bf16 x): the state passes write S_c and the adjoints dS_end(c) here in bf16, the
-  // operand precision the per-chunk kernels use them at (the same rounding they applied when loading the
-  // fp32 values), instead of back into states / dstates: half the bytes written, read and saved for
-  // backward. Null on the SIMT path (fp32 tiles, fp32 states in place).
+  // Tensor-core path (bf16 x): the state scans write S_c and the adjoints dS_end(c) here in bf16, the
+  // operand precision the per-chunk kernels use them at: half the bytes of fp32, and no fp32 copy at all.
+  // Null on the SIMT path (fp32 tiles, fp32 states in place).
   __nv_bfloat16 *states_lo, *dstates_lo;  // [B,H,nC,P,N]
   // forward outputs
   void* y;  // [B,T,H,P], TX (x's dtype: rounded once, at the store)
@@ -111,7 +116,7 @@ struct Params {
   const float* dh_last;  // [B,H,P,N] or null
   const float* h_last_saved;  // [B,H,P,N]: the forward's h_last
   float* last_dot;            // [B,H]: <dh_last, h_last>, zeroed before the backward state pass
-  float* dstates;        // [B,H,nC,P,N]: dZ_c, then the adjoint at the end of chunk c (SIMT; else dstates_lo)
+  float* dstates;        // [B,H,nC,P,N]: dZ_c, then the adjoint at the end of chunk c (SIMT; null on tensor cores)
   float* dh0;            // [B,H,P,N] or null
   void *dx, *dz, *dq, *dk;                 // input dtypes; dz null without z
   float *dbeta, *dgamma, *r;               // [B,T,H]
@@ -357,11 +362,6 @@ constexpr bool kTensorCores = std::is_same_v<TX, __nv_bfloat16>;
 // more) blocks of 8 warps on an H100, whose warps then hide each other's barrier and load latency.
 template <typename TX, typename TQK>
 constexpr int kMinBlocks = kTensorCores<TX, TQK> ? 2 : 0;  // 0: no directive, as before for SIMT
-// The backward chunk-state kernel's tiles (~27 KB at L 64, P 64, N 128) fit 4 blocks; 4 are asked for
-// (at most 64 registers a thread): with 69 registers it ran 3 blocks a SM and took 452 us instead of
-// ~340 at nam56r-small (H100, Nsight Compute, session 11).
-template <typename TX, typename TQK>
-constexpr int kDstateMinBlocks = kTensorCores<TX, TQK> ? 4 : 0;
 
 // Padded leading dimension of the SIMT path's fp32 tiles: odd, so a warp's column-strided reads hit
 // distinct banks.
@@ -598,70 +598,6 @@ __device__ __forceinline__ void prefetch_l2(const float* src, int count) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(src + i));
 }
 
-// dy_t = dout_t * silu(z_t) (dout_t without z) for chunk rows 0 .. L-1 (0 past the end) into a bf16 tile,
-// times exp(cum_t) when cum is given; a warp per row, a lane per 4 columns, kRows rows' loads in flight.
-// With x (the chunk's x tile, row 0 the column-0 position): the fp32 dots dy_t . x_0 into dot0[t] and
-// dy_t . x_t (row t + 1) into dotx[t], from dy before its rounding.
-__device__ void load_dy_bf16(bf16* dst, int ld, const Params& p, int b, int h, int t0, const float* cum,
-                             const bf16* x = nullptr, int ldx = 0, float* dot0 = nullptr, float* dotx = nullptr) {
-  constexpr int kRows = 4;
-  const bf16* z = static_cast<const bf16*>(p.z);
-  const bf16* dout = static_cast<const bf16*>(p.dout);
-  const int warp = threadIdx.x / 32, warps = blockDim.x / 32, lane = threadIdx.x & 31, col = 4 * lane;
-  const bool active = col < p.P;
-  const bool vector =
-      reinterpret_cast<uintptr_t>(dout) % 8 == 0 && (z == nullptr || reinterpret_cast<uintptr_t>(z) % 8 == 0);
-  // 4 bf16 at src (8 bytes) into fp32: one load when `vector`.
-  auto load4 = [vector](const bf16* src, float (&out)[4]) {
-    if (vector) {
-      const uint2 w = *reinterpret_cast<const uint2*>(src);
-      const float2 lo = unpack_bf16(w.x), hi = unpack_bf16(w.y);
-      out[0] = lo.x, out[1] = lo.y, out[2] = hi.x, out[3] = hi.y;
-    } else {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) out[e] = to_float(src[e]);
-    }
-  };
-  for (int tb = warp; tb < p.L; tb += kRows * warps) {
-    float v[kRows][4], zv[kRows][4];
-#pragma unroll
-    for (int u = 0; u < kRows; ++u) {
-      const int t = tb + u * warps;
-      const bool real = active && t < p.L && t0 + t < p.T;
-      const int64_t o = real ? row_index(p, b, t0 + t, h) * p.P + col : 0;
-      const int64_t zo = real && z ? z_index(p, b, t0 + t, h, col) : 0;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) v[u][e] = zv[u][e] = 0.f;
-      if (real) load4(dout + o, v[u]);
-      if (real && z) load4(z + zo, zv[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < kRows; ++u) {
-      const int t = tb + u * warps;  // warp-uniform: the warp_sum below sees every lane
-      if (t >= p.L) break;
-      float dy[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dy[e] = z ? v[u][e] * zv[u][e] * sigmoid(zv[u][e]) : v[u][e];
-      const float scale = cum != nullptr && t0 + t < p.T ? expf(cum[t]) : 1.f;
-      if (active)
-        *reinterpret_cast<uint2*>(dst + t * ld + col) =
-            make_uint2(pack_bf16(dy[0] * scale, dy[1] * scale), pack_bf16(dy[2] * scale, dy[3] * scale));
-      if (x != nullptr) {
-        float d0 = 0.f, dx = 0.f;
-        if (active)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            d0 = fmaf(dy[e], __bfloat162float(x[col + e]), d0);
-            dx = fmaf(dy[e], __bfloat162float(x[(t + 1) * ldx + col + e]), dx);
-          }
-        d0 = warp_sum(d0);
-        dx = warp_sum(dx);
-        if (lane == 0) dot0[t] = d0, dotx[t] = dx;
-      }
-    }
-  }
-}
-
 // Per row t of the chunk (a warp per row): q_t . k_0 over the bf16 tiles (k_0 = row 0 of the key tile),
 // times W_t0 into sc0[t]: the weighted column 0 of the scores, kept in fp32 beside the bf16 tile of
 // columns 1..L (column 0 would misalign every ldmatrix row). raw0, when given, keeps q_t . k_0 unweighted.
@@ -685,63 +621,11 @@ __host__ __device__ inline size_t chunk_state_smem_floats(int L, int P, int N) {
   return 3 * L + (L + 1) + (L + 1) * ld_of(P) + (L + 1) * ld_of(N);
 }
 
-// Tensor cores: x_j (rows 1..L weighted by W_{L-1,j} and rounded to bf16; row 0 as is) and k_j in bf16.
-struct ChunkStateTc {
-  float *cum, *bet, *gam, *wend;
-  bf16 *xw, *ka;
-  __host__ __device__ ChunkStateTc(Carve& c, int L, int P, int N)
-      : cum(c.take<float>(L)), bet(c.take<float>(L)), gam(c.take<float>(L)), wend(c.take<float>(L + 1)),
-        xw(c.take<bf16>((L + 1) * ld_tc(P))), ka(c.take<bf16>((L + 1) * ld_tc(N))) {}
-};
-
-// Z = sum_{j=1..L} (W_{L-1,j} x_j) k_j^T on tensor cores (K = L) plus the column-0 term W_{L-1,0} x_0 k_0^T
-// in fp32 in the epilogue.
-template <typename TQK>
-__device__ void chunk_state_tc(const Params& p, float* smem) {
-  const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
-  const int t0 = c * L, ldP = ld_tc(P), ldN = ld_tc(N);
-  Carve carve{reinterpret_cast<char*>(smem)};
-  const ChunkStateTc s(carve, L, P, N);
-  const int64_t bh = static_cast<int64_t>(b) * p.H + h;
-  const bool first = c == 0;
-  load_rows_bf16(s.xw, ldP, P, static_cast<const bf16*>(p.x), p.xs, p, b, h, t0 - 1, L + 1,
-                 first && p.x_prev ? p.x_prev + bh * P : nullptr);
-  load_rows_bf16(s.ka, ldN, N, static_cast<const TQK*>(p.k), packed(p, N), p, b, h, t0 - 1, L + 1,
-                 first && p.k_prev ? p.k_prev + bh * N : nullptr);
-  load_coefficients(p, b, h, t0, s.cum, s.bet, s.gam);
-  for (int j = threadIdx.x; j <= L; j += blockDim.x) s.wend[j] = weight(s.cum, s.bet, s.gam, L, L - 1, j);
-  __syncthreads();
-  for (int i = threadIdx.x; i < L * (P / 2); i += blockDim.x) {  // rows 1..L, two columns a thread
-    const int j = 1 + i / (P / 2), col = 2 * (i % (P / 2));
-    uint32_t* pair = reinterpret_cast<uint32_t*>(s.xw + j * ldP + col);
-    const float2 v = unpack_bf16(*pair);
-    *pair = pack_bf16(v.x * s.wend[j], v.y * s.wend[j]);
-  }
-  __syncthreads();
-  float* Z = p.states + (bh * p.nC + c) * P * N;
-  const float w0 = s.wend[0];
-  const int warp = threadIdx.x / 32, warps = blockDim.x / 32, tn = N / 16;
-  for (int task = warp; task < (P / 16) * tn; task += warps) {
-    const int i0 = (task / tn) * 16, j0 = (task % tn) * 16;
-    float acc[2][4] = {};
-    // A(p, j) = xw[1 + j][p], B(j, n) = ka[1 + j][n]: both stored j-major, loaded .trans.
-    mma_block(acc, {s.xw + ldP, ldP, false}, {s.ka + ldN, ldN, false}, i0, j0, 0, L);
-    for_tile_elements(i0, j0, [&](int i, int j, int nt, int e) {
-      if (e & 1) return;  // pairs (e, e + 1) are adjacent columns
-      const float x0 = w0 * __bfloat162float(s.xw[i]);
-      store_pair(Z + i * N + j, fmaf(x0, __bfloat162float(s.ka[j]), acc[nt][e]),
-                 fmaf(x0, __bfloat162float(s.ka[j + 1]), acc[nt][e + 1]));
-    });
-  }
-  if (threadIdx.x == 0) p.lam[bh * p.nC + c] = s.cum[L - 1];
-}
-
+// The SIMT path's chunk state (fp32 tiles); the tensor-core path runs ablate_ssm_scan_fwd_state_scan.
 template <typename TX, typename TQK>
-__global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan_fwd_chunk_state(Params p) {
+__global__ void __launch_bounds__(kThreads) ablate_ssm_scan_fwd_chunk_state(Params p) {
   extern __shared__ float smem[];
-  if constexpr (kTensorCores<TX, TQK>) {
-    chunk_state_tc<TQK>(p, smem);
-  } else {
+  {
     const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
     const int t0 = c * L, ldP = ld_of(P), ldN = ld_of(N);
     float *cum = smem, *bet = cum + L, *gam = bet + L, *wend = gam + L, *xa = wend + (L + 1), *ka = xa + (L + 1) * ldP;
@@ -765,27 +649,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan
   }
 }
 
-// V bf16 values from fp32: one 8-byte store per 4 (dst 8-byte aligned when V is a multiple of 4).
-template <int V>
-__device__ __forceinline__ void store_bf16(bf16* dst, const float (&v)[V]) {
-  if constexpr (V % 4 == 0) {
-#pragma unroll
-    for (int k = 0; k < V; k += 4)
-      *reinterpret_cast<uint2*>(dst + k) = make_uint2(pack_bf16(v[k], v[k + 1]), pack_bf16(v[k + 2], v[k + 3]));
-  } else {
-#pragma unroll
-    for (int e = 0; e < V; ++e) dst[e] = __float2bfloat16_rn(v[e]);
-  }
-}
-
 // The chunk-state recurrence S <- exp(Lam_c) S + Z_c for V adjacent state elements of one (b, h), over the
 // chunks in order (forward) or in reverse (the adjoints): each chunk's slot gets the state entering it (in
-// place of Z_c, or in bf16 to slot_lo when given); s holds the start and returns the state after the last
-// chunk. V = 4: 16-byte loads, enough bytes in flight per SM to run near the copy ceiling (one 4-byte load
-// a thread ran at ~2.4 TB/s).
+// place of Z_c); s holds the start and returns the state after the last chunk (SIMT path). V = 4: 16-byte
+// loads, enough bytes in flight per SM to run near the copy ceiling (one 4-byte load a thread ran at
+// ~2.4 TB/s).
 template <int V, bool kReverse>
-__device__ __forceinline__ void pass_states(const Params& p, int64_t PN, float* slot, bf16* slot_lo, const float* lam,
-                                            float (&s)[V]) {
+__device__ __forceinline__ void pass_states(const Params& p, int64_t PN, float* slot, const float* lam, float (&s)[V]) {
   float next[V];
   load_vec<V>(slot + (kReverse ? p.nC - 1 : 0) * PN, next);
   for (int k = 0; k < p.nC; ++k) {
@@ -794,10 +664,7 @@ __device__ __forceinline__ void pass_states(const Params& p, int64_t PN, float* 
 #pragma unroll
     for (int e = 0; e < V; ++e) z[e] = next[e];
     if (k + 1 < p.nC) load_vec<V>(slot + (kReverse ? c - 1 : c + 1) * PN, next);
-    if (slot_lo)
-      store_bf16<V>(slot_lo + c * PN, s);
-    else
-      store_vec<V>(slot + c * PN, s);
+    store_vec<V>(slot + c * PN, s);
     const float decay = expf(lam[c]);
 #pragma unroll
     for (int e = 0; e < V; ++e) s[e] = fmaf(decay, s[e], z[e]);
@@ -813,8 +680,7 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_fwd_state_pass(Param
   if (e >= PN) return;
   float s[V] = {};
   if (p.h0) load_vec<V>(p.h0 + bh * PN + e, s);
-  pass_states<V, false>(p, PN, p.states + bh * p.nC * PN + e, p.states_lo ? p.states_lo + bh * p.nC * PN + e : nullptr,
-                        p.lam + bh * p.nC, s);
+  pass_states<V, false>(p, PN, p.states + bh * p.nC * PN + e, p.lam + bh * p.nC, s);
   store_vec<V>(p.h_last + bh * PN + e, s);
 }
 
@@ -990,45 +856,11 @@ __host__ __device__ inline size_t chunk_dstate_smem_floats(int L, int P, int N) 
   return 3 * L + static_cast<size_t>(L) * ld_of(P) + static_cast<size_t>(L) * ld_of(N);
 }
 
-// Tensor cores: exp(cum_t) dy_t and q_t in bf16.
-struct ChunkDstateTc {
-  float *cum, *bet, *gam;
-  bf16 *dys, *qs;
-  __host__ __device__ ChunkDstateTc(Carve& c, int L, int P, int N)
-      : cum(c.take<float>(L)), bet(c.take<float>(L)), gam(c.take<float>(L)), dys(c.take<bf16>(L * ld_tc(P))),
-        qs(c.take<bf16>(L * ld_tc(N))) {}
-};
-
-template <typename TQK>
-__device__ void chunk_dstate_tc(const Params& p, float* smem) {
-  const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
-  const int t0 = c * L, ldP = ld_tc(P), ldN = ld_tc(N);
-  Carve carve{reinterpret_cast<char*>(smem)};
-  const ChunkDstateTc s(carve, L, P, N);
-  const int64_t bh = static_cast<int64_t>(b) * p.H + h;
-  load_rows_bf16(s.qs, ldN, N, static_cast<const TQK*>(p.q), packed(p, N), p, b, h, t0, L, nullptr);
-  load_coefficients(p, b, h, t0, s.cum, s.bet, s.gam);
-  load_dy_bf16(s.dys, ldP, p, b, h, t0, s.cum);
-  __syncthreads();
-  float* dZ = p.dstates + (bh * p.nC + c) * P * N;
-  const int warp = threadIdx.x / 32, warps = blockDim.x / 32, tn = N / 16;
-  for (int task = warp; task < (P / 16) * tn; task += warps) {
-    const int i0 = (task / tn) * 16, j0 = (task % tn) * 16;
-    float acc[2][4] = {};
-    // A(p, t) = dys[t][p], B(t, n) = qs[t][n]: both stored t-major, loaded .trans.
-    mma_block(acc, {s.dys, ldP, false}, {s.qs, ldN, false}, i0, j0, 0, L);
-    for_tile_elements(i0, j0, [&](int i, int j, int nt, int e) {
-      if (!(e & 1)) store_pair(dZ + i * N + j, acc[nt][e], acc[nt][e + 1]);
-    });
-  }
-}
-
+// The SIMT path's dZ_c (fp32 tiles); the tensor-core path runs ablate_ssm_scan_bwd_state_scan.
 template <typename TX, typename TQK>
-__global__ void __launch_bounds__(kThreads, kDstateMinBlocks<TX, TQK>) ablate_ssm_scan_bwd_chunk_dstate(Params p) {
+__global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_chunk_dstate(Params p) {
   extern __shared__ float smem[];
-  if constexpr (kTensorCores<TX, TQK>) {
-    chunk_dstate_tc<TQK>(p, smem);
-  } else {
+  {
     const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
     const int t0 = c * L, ldP = ld_of(P), ldN = ld_of(N);
     float *cum = smem, *bet = cum + L, *gam = bet + L, *dys = gam + L, *qs = dys + L * ldP;
@@ -1062,8 +894,7 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_state_pass(Param
 #pragma unroll
     for (int k = 0; k < V; ++k) dot = fmaf(s[k], h[k], dot);
   }
-  pass_states<V, true>(p, PN, p.dstates + bh * p.nC * PN + e,
-                       p.dstates_lo ? p.dstates_lo + bh * p.nC * PN + e : nullptr, p.lam + bh * p.nC, s);
+  pass_states<V, true>(p, PN, p.dstates + bh * p.nC * PN + e, p.lam + bh * p.nC, s);
   if (p.dh0) store_vec<V>(p.dh0 + bh * PN + e, s);
   if (p.dh_last) {
     dot = warp_sum(dot);
@@ -1178,6 +1009,299 @@ __device__ __forceinline__ void bwd_load_matrix(bf16* dst, int ld, int rows, int
   bwd_load_tile(dst, ld, width, src, src, width, 0, rows, rows, nullptr);
 }
 
+// ---- chunk-state scans (tensor cores) ----------------------------------------------------------
+// On the tensor-core path the chunk states do not travel through global memory in fp32: one block per
+// (slice of kScanRows rows of P, head, batch) walks the chunks in order (forward) or in reverse
+// (backward) with its slice of the running state in mma accumulators (fp32), and per chunk
+//   forward:  stores S_c (bf16, states_lo: the operand the output and backward kernels read), then
+//             S <- exp(Lam_c) S + W_{L-1,0} x_0 k_0^T + sum_{j=1..L} (W_{L-1,j} x_j) k_j^T;
+//   backward: stores dS_end(c) (bf16, dstates_lo), then dS <- exp(Lam_c) dS + sum_t (exp(cum_t) dy_t) q_t^T
+// (h_last and dh0 are what leaves the last step, in fp32). The next chunk's tiles are copied (cp.async)
+// while the current chunk is multiplied (three stages: two chunks in flight). This replaces a chunk-state launch plus a state
+// pass each way: the fp32 Z_c / dZ_c (B H nC P N x 4 bytes, 268 MB a layer at nam56r-small) are neither
+// written nor read back. Same operands and roundings as those kernels (x_j W_{L-1,j} and exp(cum_t) dy_t
+// rounded to bf16 once, the column-0 term in fp32); only the fp32 sums run in another order.
+// The chunk loop is a serial chain (32 links at nam56r-small, 2 blocks of 8 warps an SM), so each link
+// is kept short: two barriers a chunk; every warp scans log alpha itself (a few shuffles, no barrier for
+// a shared copy) and weights its own rows of the operand; each warp's tiles share one column block, so
+// a k step loads the B fragment once for all of them.
+constexpr int kScanRows = 64;
+// Accumulator tiles a warp holds: the kScanRows x N slice in 16 x 16 tiles over the block's warps.
+constexpr int kScanTilesPerWarp = (kScanRows / 16) * (kMaxDim / 16) / (kThreads / 32);
+
+// One stage: a chunk's raw tiles. Forward: x's slice and k, rows t0-1 .. t0+L-1 (row 0 the column-0
+// position), log alpha, beta, gamma. Backward: dout's and z's slices and q, rows t0 .. t0+L-1, log alpha.
+struct ScanStage {
+  float *la, *bet, *gam;
+  bf16 *a, *zt, *b;
+};
+
+// One stage's pieces of shared memory.
+__host__ __device__ inline ScanStage take_stage(Carve& c, int L, int rows, int N, bool backward) {
+  const int arows = backward ? L : L + 1;
+  ScanStage st;
+  st.la = c.take<float>(L);
+  st.bet = c.take<float>(backward ? 0 : L);
+  st.gam = c.take<float>(backward ? 0 : L);
+  st.a = c.take<bf16>(arows * ld_tc(rows));
+  st.zt = c.take<bf16>(backward ? L * ld_tc(rows) : 0);
+  st.b = c.take<bf16>(arows * ld_tc(N));
+  return st;
+}
+
+// Three stages: chunk step s uses stage s % 3, so two chunks' copies are in flight while one is used (with
+// two, one chunk's copies had to land within one step: the loop ran at ~half the copy ceiling, ncu).
+// At P 64, N 128, chunk 64: 84 KB forward, 108 KB backward: 2 blocks an SM either way.
+struct StateScanTc {
+  ScanStage s0, s1, s2;
+  __host__ __device__ StateScanTc(Carve& c, int L, int rows, int N, bool backward)
+      : s0(take_stage(c, L, rows, N, backward)), s1(take_stage(c, L, rows, N, backward)),
+        s2(take_stage(c, L, rows, N, backward)) {}
+  // The stage of chunk step `step`, pointer by pointer (choosing among the structs as objects takes their
+  // address: the whole layout then lives on the stack).
+  __device__ ScanStage stage(int step) const {
+    const int k = step % 3;
+    auto pick = [k](auto a, auto b, auto c) { return k == 0 ? a : k == 1 ? b : c; };
+    return {pick(s0.la, s1.la, s2.la), pick(s0.bet, s1.bet, s2.bet), pick(s0.gam, s1.gam, s2.gam),
+            pick(s0.a, s1.a, s2.a),    pick(s0.zt, s1.zt, s2.zt),    pick(s0.b, s1.b, s2.b)};
+  }
+};
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most `kPending` of this thread's most recent copy groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool fill) {
+  const uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(to), "l"(src), "r"(fill ? 4 : 0) : "memory");
+}
+
+// The fp32 [B,T,H] coefficient rows t0 .. t0+L-1 of (b, h) into dst (0 past T), asynchronously.
+__device__ __forceinline__ void scan_coefficients(float* dst, const float* src, const Params& p, int b, int h, int t0) {
+  for (int t = threadIdx.x; t < p.L; t += blockDim.x) {
+    const bool real = t0 + t < p.T;
+    cp_async4(dst + t, real ? src + row_index(p, b, t0 + t, h) : src, real);
+  }
+}
+
+// Chunk c's tiles into `st` (bf16 sources by cp.async; fp32 ones, unaligned rows and x_prev / k_prev
+// through registers), by the backward chunk's inlined tile loader.
+template <bool kBackward, typename TQK>
+__device__ __forceinline__ void scan_prefetch(const Params& p, const ScanStage& st, int b, int h, int c, int p0,
+                                              int rows) {
+  const int L = p.L, N = p.N, t0 = c * L, ldR = ld_tc(rows), ldN = ld_tc(N);
+  const int64_t bh = static_cast<int64_t>(b) * p.H + h;
+  const RowStrides qk = packed(p, N);
+  scan_coefficients(st.la, p.log_alpha, p, b, h, t0);
+  if constexpr (!kBackward) {
+    const bf16* x = static_cast<const bf16*>(p.x);
+    const TQK* k = static_cast<const TQK*>(p.k);
+    const bool first = c == 0;
+    scan_coefficients(st.bet, p.beta, p, b, h, t0);
+    scan_coefficients(st.gam, p.gamma, p, b, h, t0);
+    bwd_load_tile(st.a, ldR, rows, x, x + row_start(p.xs, b, 0, h, p.P) + p0, p.xs.ts, t0 - 1, L + 1, p.T,
+                  first && p.x_prev ? p.x_prev + bh * p.P + p0 : nullptr);
+    bwd_load_tile(st.b, ldN, N, k, k + row_start(qk, b, 0, h, N), qk.ts, t0 - 1, L + 1, p.T,
+                  first && p.k_prev ? p.k_prev + bh * N : nullptr);
+  } else {
+    const bf16* dout = static_cast<const bf16*>(p.dout);
+    const TQK* q = static_cast<const TQK*>(p.q);
+    const RowStrides ys = packed(p, p.P);
+    bwd_load_tile(st.a, ldR, rows, dout, dout + row_start(ys, b, 0, h, p.P) + p0, ys.ts, t0, L, p.T, nullptr);
+    if (p.z) {
+      const bf16* z = static_cast<const bf16*>(p.z);
+      bwd_load_tile(st.zt, ldR, rows, z, z + row_start(p.zs, b, 0, h, p.P) + p0, p.zs.ts, t0, L, p.T, nullptr);
+    }
+    bwd_load_tile(st.b, ldN, N, q, q + row_start(qk, b, 0, h, N), qk.ts, t0, L, p.T, nullptr);
+  }
+}
+
+// Warp w's accumulator tiles of a rows x N slice: column block w % tn (tn = N / 16 column blocks) and
+// row blocks w / tn + per u, u < kScanTilesPerWarp, where per = 8 / tn warps share a column block
+// (warps past tn per hold none): 4 per >= the slice's rows / 16 <= 4 row blocks, so every tile is held.
+struct ScanTiles {
+  int rb0, per, nrb, j0;
+  __device__ ScanTiles(int rows, int N) {
+    const int warp = threadIdx.x / 32, tn = N / 16;
+    per = (kThreads / 32) / tn;
+    nrb = rows / 16;
+    rb0 = warp < tn * per ? warp / tn : nrb;
+    j0 = 16 * (warp % tn);
+  }
+  __device__ bool has(int u) const { return rb0 + per * u < nrb; }
+  __device__ int i0(int u) const { return 16 * (rb0 + per * u); }
+};
+
+template <bool kBackward, typename TQK>
+__device__ __forceinline__ void state_scan_tc(const Params& p, float* smem) {
+  const int h = blockIdx.y, b = blockIdx.z, L = p.L, N = p.N, nC = p.nC;
+  const int p0 = blockIdx.x * kScanRows, rows = min(kScanRows, p.P - p0);
+  const int ldR = ld_tc(rows), ldN = ld_tc(N), warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  Carve carve{reinterpret_cast<char*>(smem)};
+  const StateScanTc s(carve, L, rows, N, kBackward);
+  const ScanTiles tiles(rows, N);
+  const int64_t bh = static_cast<int64_t>(b) * p.H + h, PN = static_cast<int64_t>(p.P) * N;
+  const int64_t slice = bh * PN + static_cast<int64_t>(p0) * N;  // element (p0, 0) of a [B,H,P,N] state
+  // Chunk steps 0 and 1 in flight (a group each; a group may be empty: the waits below count groups).
+  auto chunk_of = [&](int step) { return kBackward ? nC - 1 - step : step; };
+  scan_prefetch<kBackward, TQK>(p, s.stage(0), b, h, chunk_of(0), p0, rows);
+  cp_async_commit();
+  if (nC > 1) scan_prefetch<kBackward, TQK>(p, s.stage(1), b, h, chunk_of(1), p0, rows);
+  cp_async_commit();
+
+  // The running state starts at h0 (forward) or dh_last (backward), or 0. The backward also forms
+  // <dh_last, h_last>: h_last is an output at position T-1, so d/d cum_{T-1} gains it (see
+  // ablate_ssm_scan_bwd_dlog_alpha). Accumulator layout as mma_block's.
+  float acc[kScanTilesPerWarp][2][4] = {};
+  const float* start = kBackward ? p.dh_last : p.h0;
+  float dot = 0.f;
+  if (start)
+#pragma unroll
+    for (int u = 0; u < kScanTilesPerWarp; ++u)
+      if (tiles.has(u))
+        for_tile_elements(tiles.i0(u), tiles.j0, [&](int i, int j, int nt, int e) {
+          acc[u][nt][e] = start[slice + i * N + j];
+          if (kBackward) dot = fmaf(acc[u][nt][e], p.h_last_saved[slice + i * N + j], dot);
+        });
+
+  // [B,H,nC,P,N]: chunk c's slot of this slice at + c P N.
+  bf16* slots = (kBackward ? p.dstates_lo : p.states_lo) + bh * nC * PN + static_cast<int64_t>(p0) * N;
+  for (int step = 0; step < nC; ++step) {
+    const int c = chunk_of(step);
+    const ScanStage st = s.stage(step);
+    // The state entering chunk c (forward) or at its end (backward), in the operand precision.
+    bf16* slot = slots + c * PN;
+#pragma unroll
+    for (int u = 0; u < kScanTilesPerWarp; ++u)
+      if (tiles.has(u))
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const int i = tiles.i0(u) + g, j = tiles.j0 + 8 * nt + 2 * tq;
+          store_pair(slot + i * N + j, acc[u][nt][0], acc[u][nt][1]);
+          store_pair(slot + (i + 8) * N + j, acc[u][nt][2], acc[u][nt][3]);
+        }
+    cp_async_wait_group<1>();  // step's group has landed (step + 1's may still be in flight)
+    __syncthreads();  // chunk c's tiles are in for every thread; every warp is done with step - 1's stage
+    if (step + 2 < nC) scan_prefetch<kBackward, TQK>(p, s.stage(step + 2), b, h, chunk_of(step + 2), p0, rows);
+    cp_async_commit();
+    // cum_t = sum_{s <= t} log alpha_s (floored; 0 past T) in every warp: lane l holds rows l and l + 32.
+    float lo = lane < L ? fmaxf(st.la[lane], kLogAlphaFloor) : 0.f;
+    float hi = lane + 32 < L ? fmaxf(st.la[lane + 32], kLogAlphaFloor) : 0.f;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const float nlo = __shfl_up_sync(0xffffffffu, lo, off), nhi = __shfl_up_sync(0xffffffffu, hi, off);
+      if (lane >= off) lo += nlo, hi += nhi;
+    }
+    hi += __shfl_sync(0xffffffffu, lo, 31);
+    // cum at index t (0 <= t < L; a lane's own t: every lane takes part in both shuffles).
+    auto cum = [&](int t) {
+      const float from_lo = __shfl_sync(0xffffffffu, lo, t & 31), from_hi = __shfl_sync(0xffffffffu, hi, t & 31);
+      return t < 32 ? from_lo : from_hi;
+    };
+    const float lam = cum(L - 1);
+    if (!kBackward && p0 == 0 && threadIdx.x == 0) p.lam[bh * nC + c] = lam;
+    // The weighted, rounded operand, a warp per row (rows warp + 8 m, m < 8: L <= 64), a lane per column
+    // pair: forward x_j W_{L-1,j} for rows j = 1..L in place (row 0, the column-0 position, stays as is);
+    // backward exp(cum_t) dout_t silu(z_t) in place of dout_t. Lane m computes row m's factor once and the
+    // row loop broadcasts it (every lane computing every row's exponentials was most of the loop's
+    // instructions). The factors and the gate use the fast exponential (ex2.approx: ~2 ulp, a few 1e-6
+    // relative at |arguments| ~80): what they scale is rounded to bf16 (4e-3) right after.
+    const int col = 2 * lane, my_row = warp + warps * lane;
+    float factor = 0.f;
+    if constexpr (kBackward) {
+      factor = __expf(cum(min(my_row, L - 1)));
+    } else {
+      const int j = min(my_row + 1, L);  // W_{L-1,j}: the gamma term of position j-1, the beta term of j (j < L)
+      const float cj1 = cum(j - 1), cj = cum(min(j, L - 1));
+      factor = __expf(lam - cj1) * st.gam[j - 1];
+      if (j <= L - 1) factor += __expf(lam - cj) * st.bet[j];
+    }
+    for (int m = 0, r = warp; r < L; ++m, r += warps) {
+      const float f = __shfl_sync(0xffffffffu, factor, m);
+      if (col >= rows) continue;
+      if constexpr (kBackward) {
+        const float2 d = unpack_bf16(*reinterpret_cast<const uint32_t*>(st.a + r * ldR + col));
+        float v0 = d.x, v1 = d.y;
+        if (p.z) {
+          const float2 zv = unpack_bf16(*reinterpret_cast<const uint32_t*>(st.zt + r * ldR + col));
+          v0 *= zv.x * __frcp_rn(1.f + __expf(-zv.x)), v1 *= zv.y * __frcp_rn(1.f + __expf(-zv.y));
+        }
+        *reinterpret_cast<uint32_t*>(st.a + r * ldR + col) = pack_bf16(v0 * f, v1 * f);
+      } else {
+        uint32_t* pair = reinterpret_cast<uint32_t*>(st.a + (r + 1) * ldR + col);
+        const float2 v = unpack_bf16(*pair);
+        *pair = pack_bf16(v.x * f, v.y * f);
+      }
+    }
+    const float w0 = kBackward ? 0.f : __expf(lam - cum(0)) * st.bet[0];  // W_{L-1,0}: position 0's beta term
+    __syncthreads();
+    const float decay = expf(lam);
+    // S <- decay S (+ the column-0 term in fp32), then the chunk's product on tensor cores:
+    // forward A(p, j) = x[1 + j][p] W_{L-1,1+j}, B(j, n) = k[1 + j][n]; backward A(p, t) = dy[t][p] (in
+    // dout's tile), B(t, n) = q[t][n]; all stored j- (t-) major, loaded .trans.
+#pragma unroll
+    for (int u = 0; u < kScanTilesPerWarp; ++u)
+      if (tiles.has(u)) {
+        const int i = tiles.i0(u) + g;
+        const float x0a = kBackward ? 0.f : w0 * __bfloat162float(st.a[i]);
+        const float x0b = kBackward ? 0.f : w0 * __bfloat162float(st.a[i + 8]);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const float2 k0 = kBackward ? make_float2(0.f, 0.f)
+                                      : unpack_bf16(*reinterpret_cast<const uint32_t*>(st.b + tiles.j0 + 8 * nt + 2 * tq));
+          acc[u][nt][0] = fmaf(decay, acc[u][nt][0], x0a * k0.x);
+          acc[u][nt][1] = fmaf(decay, acc[u][nt][1], x0a * k0.y);
+          acc[u][nt][2] = fmaf(decay, acc[u][nt][2], x0b * k0.x);
+          acc[u][nt][3] = fmaf(decay, acc[u][nt][3], x0b * k0.y);
+        }
+      }
+    const Operand A = kBackward ? Operand{st.a, ldR, false} : Operand{st.a + ldR, ldR, false};
+    const Operand B = kBackward ? Operand{st.b, ldN, false} : Operand{st.b + ldN, ldN, false};
+    if (tiles.has(0))
+#pragma unroll 2
+      for (int k0 = 0; k0 < L; k0 += 16) {
+        uint32_t bf[4];
+        load_block(bf, B, tiles.j0, k0, false);
+#pragma unroll
+        for (int u = 0; u < kScanTilesPerWarp; ++u)
+          if (tiles.has(u)) {
+            uint32_t af[4];
+            load_block(af, A, tiles.i0(u), k0, true);
+            mma_bf16(acc[u][0], af, bf[0], bf[1]);
+            mma_bf16(acc[u][1], af, bf[2], bf[3]);
+          }
+      }
+  }
+  float* out = kBackward ? p.dh0 : p.h_last;  // fp32: the state after the last step, [B,H,P,N]
+  if (out)
+#pragma unroll
+    for (int u = 0; u < kScanTilesPerWarp; ++u)
+      if (tiles.has(u))
+        for_tile_elements(tiles.i0(u), tiles.j0, [&](int i, int j, int nt, int e) {
+          if (!(e & 1)) store_pair(out + slice + i * N + j, acc[u][nt][e], acc[u][nt][e + 1]);
+        });
+  if (kBackward && start) {
+    dot = warp_sum(dot);
+    if (lane == 0) atomicAdd(&p.last_dot[bh], dot);
+  }
+}
+
+template <typename TQK>
+__global__ void __launch_bounds__(kThreads, 2) ablate_ssm_scan_fwd_state_scan(Params p) {
+  extern __shared__ float smem[];
+  state_scan_tc<false, TQK>(p, smem);
+}
+
+template <typename TQK>
+__global__ void __launch_bounds__(kThreads, 2) ablate_ssm_scan_bwd_state_scan(Params p) {
+  extern __shared__ float smem[];
+  state_scan_tc<true, TQK>(p, smem);
+}
+
 // The bf16 pairs dout[o], dout[o + 1] (into fp32) and z[zo], z[zo + 1] (as one word, left as is without
 // z): a 4-byte read each when `paired` (the pointers allow it; o and zo are even), else element by element.
 __device__ __forceinline__ void load_dout_z_pair(const bf16* dout, int64_t o, const bf16* z, int64_t zo, bool paired,
@@ -1195,7 +1319,7 @@ __device__ __forceinline__ void load_dout_z_pair(const bf16* dout, int64_t o, co
 }
 
 // dy_t = dout_t * silu(z_t) (dout_t without z; 0 past the end) of chunk rows 0..L-1, rounded into the bf16
-// tile, and the column-0 values of the same row by the same warp (what load_dy_bf16, score_column0 and
+// tile, and the column-0 values of the same row by the same warp (what a dy loader, score_column0 and
 // the weighting of column 0 computed in three passes): from dy before its rounding the fp32 dots
 // d0 = dy_t . x_0 and drow[t] = dy_t . x_t, raw = q_t . k_0 over the bf16 tiles, then sc0[t] = raw W_t0,
 // dx0[t] = d0 W_t0 and db0p[t] = exp(cum_t - cum_0) raw d0 (dbeta_0's terms). A warp per row, a lane per
@@ -1878,7 +2002,7 @@ void launch_chunks(Kernel kernel, size_t bytes, const char* what, const Params& 
 // A state pass (forward or reverse) with 4 state elements a thread when every state pointer it touches is
 // 16-byte aligned (the buffers this file allocates are; h0, dh_last come from the caller), else 1.
 void launch_state_pass(bool forward, const Params& p, cudaStream_t stream) {
-  const void* pointers[] = {p.h0, p.h_last, p.states, p.states_lo, p.dh_last, p.h_last_saved, p.dstates, p.dstates_lo, p.dh0};
+  const void* pointers[] = {p.h0, p.h_last, p.states, p.dh_last, p.h_last_saved, p.dstates, p.dh0};
   const bool aligned = std::all_of(std::begin(pointers), std::end(pointers),
                                    [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; });
   const int V = aligned ? 4 : 1;
@@ -1887,6 +2011,33 @@ void launch_state_pass(bool forward, const Params& p, cudaStream_t stream) {
                          : (aligned ? ablate_ssm_scan_bwd_state_pass<4> : ablate_ssm_scan_bwd_state_pass<1>);
   kernel<<<grid, kThreads, 0, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// One launch of a chunk-state scan (tensor-core path): a block per (slice of kScanRows rows of P, head, batch).
+template <class Kernel>
+void launch_state_scan(Kernel kernel, bool backward, const char* what, const Params& p, cudaStream_t stream) {
+  Carve carve;
+  const StateScanTc layout(carve, p.L, std::min<int>(kScanRows, p.P), p.N, backward);
+  (void)layout;
+  allow_smem(kernel, carve.used, what, p);
+  kernel<<<dim3(ceil_div(p.P, kScanRows), p.H, p.B), kThreads, carve.used, stream>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// The states at chunk boundaries, forward (S_c) or backward (the adjoints dS_end(c)): one state scan on the
+// tensor-core path; per-chunk products then a state pass on the SIMT path.
+template <typename TX, typename TQK>
+void launch_chunk_states(bool backward, const Params& p, cudaStream_t stream) {
+  if constexpr (kTensorCores<TX, TQK>) {
+    launch_state_scan(backward ? ablate_ssm_scan_bwd_state_scan<TQK> : ablate_ssm_scan_fwd_state_scan<TQK>, backward,
+                      backward ? "the backward state scan" : "the forward state scan", p, stream);
+  } else {
+    const size_t floats = backward ? chunk_dstate_smem_floats(p.L, p.P, p.N) : chunk_state_smem_floats(p.L, p.P, p.N);
+    launch_chunks(backward ? ablate_ssm_scan_bwd_chunk_dstate<TX, TQK> : ablate_ssm_scan_fwd_chunk_state<TX, TQK>,
+                  floats * sizeof(float), backward ? "the backward chunk-state kernel" : "the forward chunk-state kernel",
+                  p, stream);
+    launch_state_pass(/*forward=*/!backward, p, stream);
+  }
 }
 
 void check_supported(int64_t P, int64_t N, int64_t L) {
@@ -1947,25 +2098,23 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
     const auto f32 = x.options().dtype(torch::kFloat);
     Tensor y = torch::empty({B, T, H, P}, x.options());  // in x's dtype, as the contract says
     Tensor h_last = torch::empty({B, H, P, N}, f32);
-    Tensor states = torch::empty({B, H, nC, P, N}, f32), lam = torch::empty({B, H, nC}, f32);
-    // The tensor-core path keeps S_c in bf16 (Params::states_lo): the fp32 buffer only carries Z_c.
+    // The tensor-core path keeps S_c in bf16 (Params::states_lo), written by the state scan; the SIMT path
+    // carries Z_c, then S_c, in the fp32 buffer.
     const bool tensor_cores = x.scalar_type() == torch::kBFloat16;
+    Tensor states = tensor_cores ? Tensor() : torch::empty({B, H, nC, P, N}, f32), lam = torch::empty({B, H, nC}, f32);
     Tensor states_lo = tensor_cores ? torch::empty({B, H, nC, P, N}, x.options()) : Tensor();
     if (T == 0) {
       h_last = h0.defined() ? h0.clone() : torch::zeros({B, H, P, N}, f32);
     } else {
       Params p = input_params({x, q, k, log_alpha, beta, gamma, D, z, h0, x_prev, k_prev}, L);
-      p.states = states.data_ptr<float>(), p.lam = lam.data_ptr<float>();
+      p.states = tensor_cores ? nullptr : states.data_ptr<float>(), p.lam = lam.data_ptr<float>();
       p.states_lo = tensor_cores ? static_cast<bf16*>(states_lo.data_ptr()) : nullptr;
       p.y = y.data_ptr(), p.h_last = h_last.data_ptr<float>();
       const auto stream = at::cuda::getCurrentCUDAStream();
       with_io_types(x.scalar_type(), q.scalar_type(), [&](auto xtag, auto qtag) {
         using TX = typename decltype(xtag)::type;
         using TQK = typename decltype(qtag)::type;
-        launch_chunks(ablate_ssm_scan_fwd_chunk_state<TX, TQK>,
-                      smem_bytes<TX, TQK, ChunkStateTc>(L, P, N, chunk_state_smem_floats(L, P, N)),
-                      "the forward chunk-state kernel", p, stream);
-        launch_state_pass(/*forward=*/true, p, stream);
+        launch_chunk_states<TX, TQK>(/*backward=*/false, p, stream);
         launch_chunks(ablate_ssm_scan_fwd_output<TX, TQK>,
                       smem_bytes<TX, TQK, OutputTc>(L, P, N, output_smem_floats(L, P, N)), "the forward output kernel",
                       p, stream);
@@ -2010,8 +2159,10 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
       if (x_prev.defined()) dx_prev.zero_(), dk_prev.zero_();
       dD = torch::zeros_like(D);
     } else {
-      Tensor dstates = torch::empty({B, H, nC, P, N}, f32), r = torch::empty({B, T, H}, f32);
       const bool tensor_cores = states.scalar_type() == torch::kBFloat16;  // saved as S_c in bf16
+      // dZ_c, then the adjoints, in fp32 on the SIMT path; the tensor-core path's state scan writes the
+      // adjoints in bf16 (dstates_lo) only.
+      Tensor dstates = tensor_cores ? Tensor() : torch::empty({B, H, nC, P, N}, f32), r = torch::empty({B, T, H}, f32);
       Tensor dstates_lo = tensor_cores ? torch::empty({B, H, nC, P, N}, states.options()) : Tensor();
       Tensor gprev_x = torch::empty({B, H, nC, P}, f32), gprev_k = torch::empty({B, H, nC, N}, f32);
       Tensor last_x = torch::empty({B, H, nC, P}, f32), last_k = torch::empty({B, H, nC, N}, f32);
@@ -2026,7 +2177,7 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
       p.lam = const_cast<float*>(lam.data_ptr<float>());
       p.dout = dout.data_ptr(), p.dh_last = dh_last.defined() ? dh_last.data_ptr<float>() : nullptr;
       p.h_last_saved = h_last.data_ptr<float>(), p.last_dot = last_dot.data_ptr<float>();
-      p.dstates = dstates.data_ptr<float>(), p.dh0 = dh0.defined() ? dh0.data_ptr<float>() : nullptr;
+      p.dstates = tensor_cores ? nullptr : dstates.data_ptr<float>(), p.dh0 = dh0.defined() ? dh0.data_ptr<float>() : nullptr;
       p.dx = dx.data_ptr(), p.dz = dz.defined() ? dz.data_ptr() : nullptr, p.dq = dq.data_ptr(), p.dk = dk.data_ptr();
       p.dbeta = dbeta.data_ptr<float>(), p.dgamma = dgamma.data_ptr<float>(), p.r = r.data_ptr<float>();
       p.dlog_alpha = dla.data_ptr<float>();
@@ -2038,10 +2189,7 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
       with_io_types(x.scalar_type(), q.scalar_type(), [&](auto xtag, auto qtag) {
         using TX = typename decltype(xtag)::type;
         using TQK = typename decltype(qtag)::type;
-        launch_chunks(ablate_ssm_scan_bwd_chunk_dstate<TX, TQK>,
-                      smem_bytes<TX, TQK, ChunkDstateTc>(L, P, N, chunk_dstate_smem_floats(L, P, N)),
-                      "the backward chunk-state kernel", p, stream);
-        launch_state_pass(/*forward=*/false, p, stream);
+        launch_chunk_states<TX, TQK>(/*backward=*/true, p, stream);
         launch_chunks(ablate_ssm_scan_bwd_chunk<TX, TQK>,
                       smem_bytes<TX, TQK, BwdChunkTc>(L, P, N, bwd_chunk_smem_floats(L, P, N)),
                       "the backward chunk kernel", p, stream);
@@ -2147,10 +2295,11 @@ ABLATE_REGISTER_BACKENDS(ssm_scan_fused_cuda) {
                      .role = Role::experimental,
                      .fallback = "reference",
                      .kernel_patterns = {"ablate_ssm_scan_"},
-                     .description = "kernels/ssm_scan/fused_cuda.cu: chunked SSD-style scan, fp32 state; forward "
-                                    "3 launches (chunk states, state passing, outputs with D skip and silu(z) "
-                                    "gate), backward 5 (recomputes within a chunk); P, N multiples of 16 up to "
-                                    "128, chunk 16-64",
+                     .description = "kernels/ssm_scan/fused_cuda.cu: chunked SSD-style scan, fp32 state; bf16: forward "
+                                    "2 launches (a state scan over the chunks on tensor cores, outputs with D "
+                                    "skip and silu(z) gate), backward 4 (the adjoint scan, then recomputes "
+                                    "within a chunk); fp32: 3 and 5 (SIMT); P, N multiples of 16 up to 128, "
+                                    "chunk 16-64",
                      .unavailable_reason = &ssm_scan_fused_unavailable},
                     ABLATE_CUDA_ONLY(&fused::ssm_scan));
 }

@@ -499,6 +499,8 @@ const std::vector<ParityCase>& parity_cases() {
       ssm_scan_case(2, 100, 2, 32, 48, 48, {.z = true, .h0 = true}),
       ssm_scan_case(1, 70, 2, 128, 16, 32, {.z = true, .prev = true}),
       without_fp32(ssm_scan_case(1, 130, 1, 128, 128, 64, {.h0 = true, .prev = true, .qk_fp32 = true})),
+      // The tensor-core state scans walk P in slices of 64 rows: P 80 is a full slice and a 16-row one.
+      ssm_scan_case(2, 70, 2, 80, 32, 32, {.z = true, .h0 = true, .prev = true}),
       // causal_conv: fused_cuda walks tiles of 32 steps, 4 channels a thread when C and the strides allow
       // (else 1), with the K-1 steps before a tile in registers.
       causal_conv_case(2, 37, 8, 4, false),  // a tile and a tail, 4 channels a thread
