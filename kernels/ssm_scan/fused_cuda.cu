@@ -266,14 +266,31 @@ __device__ __forceinline__ void load_coefficients(const Params& p, int b, int h,
   __syncthreads();
 }
 
+// e^v. kFast: ex2.approx (__expf: at most 2 + 1.2 |v| ulp, ~6e-6 relative at |v| ~ 80, 0 below ~-87; two
+// instructions against expf's ~ten). The tensor-core path takes it where the result scales a value rounded
+// to bf16 (4e-3) before use or enters an fp32 sum whose own error budget is bf16's; the SIMT (fp32) path
+// keeps expf.
+template <bool kFast>
+__device__ __forceinline__ float exp_of(float v) {
+  if constexpr (kFast) {
+    return __expf(v);
+  } else {
+    return expf(v);
+  }
+}
+// sigmoid(v) on the tensor-core path: the fast exponential and a rounded reciprocal (no IEEE division).
+__device__ __forceinline__ float sigmoid_tc(float v) { return __frcp_rn(1.f + __expf(-v)); }
+
 // exp(cum_t - cum_s) for s <= t: the decay from just after position s to position t.
-__device__ __forceinline__ float decay(const float* cum, int t, int s) { return expf(cum[t] - cum[s]); }
+template <bool kFast = false>
+__device__ __forceinline__ float decay(const float* cum, int t, int s) { return exp_of<kFast>(cum[t] - cum[s]); }
 
 // W_tj (column j = position j-1; 0 above the diagonal), see the header.
+template <bool kFast = false>
 __device__ __forceinline__ float weight(const float* cum, const float* bet, const float* gam, int L, int t, int j) {
   float w = 0.f;
-  if (j >= 1 && j - 1 <= t) w += decay(cum, t, j - 1) * gam[j - 1];
-  if (j <= L - 1 && j <= t) w += decay(cum, t, j) * bet[j];
+  if (j >= 1 && j - 1 <= t) w += decay<kFast>(cum, t, j - 1) * gam[j - 1];
+  if (j <= L - 1 && j <= t) w += decay<kFast>(cum, t, j) * bet[j];
   return w;
 }
 
@@ -727,8 +744,8 @@ __device__ void output_tc(const Params& p, float* smem) {
     for_tile_elements(16 * bi, 16 * bj, [&](int t, int j, int nt, int e) {
       if (e & 1) return;
       *reinterpret_cast<uint32_t*>(s.scw + t * ldL + j) =
-          pack_bf16(acc[nt][e] * weight(s.cum, s.bet, s.gam, L, t, j + 1),
-                    acc[nt][e + 1] * weight(s.cum, s.bet, s.gam, L, t, j + 2));
+          pack_bf16(acc[nt][e] * weight<true>(s.cum, s.bet, s.gam, L, t, j + 1),
+                    acc[nt][e + 1] * weight<true>(s.cum, s.bet, s.gam, L, t, j + 2));
     });
   }
   __syncthreads();
@@ -745,16 +762,17 @@ __device__ void output_tc(const Params& p, float* smem) {
     for_tile_elements(i0, j0, [&](int t, int col, int nt, int e) {
       if ((e & 1) || t0 + t >= p.T) return;
       const int64_t o = row_index(p, b, t0 + t, h) * P + col;
-      const float decay_in = expf(s.cum[t]);
+      const float decay_in = exp_of<true>(s.cum[t]);
+      // z's pair (col even; z's rows start 16-byte aligned: rows_in_place, or copied contiguous).
+      const float2 zp = z ? unpack_bf16(*reinterpret_cast<const uint32_t*>(z + z_index(p, b, t0 + t, h, col)))
+                          : make_float2(0.f, 0.f);
+      const float zv[2] = {zp.x, zp.y};
       float v[2];
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
         v[u] = intra[nt][e + u] + s.sc0[t] * __bfloat162float(s.xa[col + u]) + decay_in * inter[nt][e + u] +
                Dh * __bfloat162float(s.xa[(t + 1) * ldP + col + u]);
-        if (z) {
-          const float zv = __bfloat162float(z[z_index(p, b, t0 + t, h, col + u)]);
-          v[u] *= zv * sigmoid(zv);
-        }
+        if (z) v[u] *= zv[u] * sigmoid_tc(zv[u]);
       }
       store_pair(static_cast<bf16*>(p.y) + o, v[0], v[1]);
     });
@@ -1364,7 +1382,7 @@ __device__ __forceinline__ void bwd_dy_column0(const Params& p, const BwdChunkTc
             const float2 zf = unpack_bf16(zw[u][q]);
             const float zv[2] = {zf.x, zf.y};
 #pragma unroll
-            for (int e = 0; e < 2; ++e) dy[e] = dy[e] * zv[e] * sigmoid(zv[e]);
+            for (int e = 0; e < 2; ++e) dy[e] = dy[e] * zv[e] * sigmoid_tc(zv[e]);
           }
           *reinterpret_cast<uint32_t*>(s.dys + t * ldP + col) = pack_bf16(dy[0], dy[1]);
           const float2 x0 = unpack_bf16(*reinterpret_cast<const uint32_t*>(s.xa + col));
@@ -1471,7 +1489,7 @@ __device__ __forceinline__ void bwd_chunk_tc(const Params& p, float* smem) {
           const int jb = j0 + 8 * nt + 2 * tq;
           float dd[3];
 #pragma unroll
-          for (int k = 0; k < 3; ++k) dd[k] = jb + k <= t ? expf(cum_t - s.cum[jb + k]) : 0.f;
+          for (int k = 0; k < 3; ++k) dd[k] = jb + k <= t ? exp_of<true>(cum_t - s.cum[jb + k]) : 0.f;
 #pragma unroll
           for (int u = 0; u < 2; ++u) {
             const int j = jb + u, e = 2 * half + u;
@@ -1549,7 +1567,7 @@ __device__ __forceinline__ void bwd_chunk_tc(const Params& p, float* smem) {
       for (int half = 0; half < 2; ++half) {
         const int t = i0 + g + 8 * half;
         if (t >= rows) continue;
-        const float sc0_t = s.sc0[t], decay_in = expf(s.cum[t]);
+        const float sc0_t = s.sc0[t], decay_in = exp_of<true>(s.cum[t]);
         const int64_t o = row_index(p, b, t0 + t, h) * P;
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
@@ -1566,7 +1584,7 @@ __device__ __forceinline__ void bwd_chunk_tc(const Params& p, float* smem) {
             const float yscan = intra[nt][e] + sc0_t * x0v[u] + decay_in * inter[nt][e];
             float dy = dov[u];
             if (z) {
-              const float sg = sigmoid(zv[u]);
+              const float sg = sigmoid_tc(zv[u]);
               const float y = yscan + Dh * xtv[u];
               dzv[u] = dy * y * sg * (1.f + zv[u] * (1.f - sg));
               dy *= zv[u] * sg;
@@ -1593,7 +1611,7 @@ __device__ __forceinline__ void bwd_chunk_tc(const Params& p, float* smem) {
       for (int half = 0; half < 2; ++half) {
         const int t = i0 + g + 8 * half;
         if (t >= rows) continue;
-        const float dx0_t = s.dx0[t], decay_in = expf(s.cum[t]);
+        const float dx0_t = s.dx0[t], decay_in = exp_of<true>(s.cum[t]);
         TQK* dq = static_cast<TQK*>(p.dq) + row_index(p, b, t0 + t, h) * N;
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
