@@ -304,6 +304,15 @@ ParityCase without_fp32(ParityCase c) {
   return c;
 }
 
+// A long RG-LRU case with extreme decays: T = 2100 fp32-rounded decays and resets summed into each output.
+// The chunked LibTorch reference measured 9.4e-6 (h), 3.5e-5 (h_last) and 8.5e-6 (d lambda) against the fp64
+// per-timestep definition here (H100, session 14), past the seam's fp32 bound of 5e-6 sized for T <= 300;
+// fused_cuda stayed within 5e-6. fp32 bounded at 5e-5 for this case; bf16 keeps the seam's bound.
+ParityCase long_extreme_recurrence(ParityCase c) {
+  c.tolerance[torch::kFloat] = {5e-5, 5e-5};
+  return c;
+}
+
 // The causal_conv inputs {x, weight, bias}: x in the run dtype, the parameters fp32 at least (as the R
 // block's are). `strided`: x reaches the backend as the second half of a [B, T, 2C] tensor, as the block
 // hands it a slice of its input projection (the fused kernel reads it in place).
@@ -517,6 +526,9 @@ const std::vector<ParityCase>& parity_cases() {
       recurrent_scan_case(3, 50, 20, true, false),    // extreme decays without h0
       recurrent_scan_case(2, 100, 18, false, false),  // seven chunks, the last partial; 2 channels a thread
       recurrent_scan_case(1, 300, 8, false, true),    // 19 chunks of carry
+      // 132 chunks: the carry's 16 runs of 9 (the last of 6) composed, then chained.
+      recurrent_scan_case(2, 2100, 8, false, true),
+      long_extreme_recurrence(recurrent_scan_case(1, 2100, 6, true, true)),
       loss_case(11, 9, 37, "mixed"),
       loss_case(1, 5, 23, "all"),
       loss_case(4, 6, 29, "none"),
