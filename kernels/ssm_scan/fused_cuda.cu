@@ -1034,11 +1034,12 @@ __device__ __forceinline__ void bwd_load_matrix(bf16* dst, int ld, int rows, int
 //   forward:  stores S_c (bf16, states_lo: the operand the output and backward kernels read), then
 //             S <- exp(Lam_c) S + W_{L-1,0} x_0 k_0^T + sum_{j=1..L} (W_{L-1,j} x_j) k_j^T;
 //   backward: stores dS_end(c) (bf16, dstates_lo), then dS <- exp(Lam_c) dS + sum_t (exp(cum_t) dy_t) q_t^T
-// (h_last and dh0 are what leaves the last step, in fp32). The next chunk's tiles are copied (cp.async)
-// while the current chunk is multiplied (three stages: two chunks in flight). This replaces a chunk-state launch plus a state
-// pass each way: the fp32 Z_c / dZ_c (B H nC P N x 4 bytes, 268 MB a layer at nam56r-small) are neither
-// written nor read back. Same operands and roundings as those kernels (x_j W_{L-1,j} and exp(cum_t) dy_t
-// rounded to bf16 once, the column-0 term in fp32); only the fp32 sums run in another order.
+// (h_last and dh0 are what leaves the last step, in fp32). The next chunks' tiles are copied (cp.async)
+// while the current chunk is multiplied (three stages: two chunks in flight). This replaces a chunk-state
+// launch plus a state pass each way: the fp32 Z_c / dZ_c (B H nC P N x 4 bytes, 268 MB a layer at
+// nam56r-small) are neither written nor read back. The operands are rounded to bf16 where those kernels
+// rounded them (x_j W_{L-1,j} and exp(cum_t) dy_t, once; the column-0 term stays fp32); the factors come
+// from the fast exponential (exp_of) and the fp32 sums run in another order.
 // The chunk loop is a serial chain (32 links at nam56r-small, 2 blocks of 8 warps an SM), so each link
 // is kept short: two barriers a chunk; every warp scans log alpha itself (a few shuffles, no barrier for
 // a shared copy) and weights its own rows of the operand; each warp's tiles share one column block, so
@@ -1068,8 +1069,9 @@ __host__ __device__ inline ScanStage take_stage(Carve& c, int L, int rows, int N
 }
 
 // Three stages: chunk step s uses stage s % 3, so two chunks' copies are in flight while one is used (with
-// two, one chunk's copies had to land within one step: the loop ran at ~half the copy ceiling, ncu).
-// At P 64, N 128, chunk 64: 84 KB forward, 108 KB backward: 2 blocks an SM either way.
+// two the backward scan took 248 us at nam56r-small on the H100, with three 228; the forward, 217 both
+// ways, is bound by its chain of instructions, not its loads). At P 64, N 128, chunk 64: 84 KB forward,
+// 108 KB backward: 2 blocks an SM either way.
 struct StateScanTc {
   ScanStage s0, s1, s2;
   __host__ __device__ StateScanTc(Carve& c, int L, int rows, int N, bool backward)
@@ -2051,9 +2053,9 @@ void launch_chunk_states(bool backward, const Params& p, cudaStream_t stream) {
                       backward ? "the backward state scan" : "the forward state scan", p, stream);
   } else {
     const size_t floats = backward ? chunk_dstate_smem_floats(p.L, p.P, p.N) : chunk_state_smem_floats(p.L, p.P, p.N);
+    const char* what = backward ? "the backward chunk-state kernel" : "the forward chunk-state kernel";
     launch_chunks(backward ? ablate_ssm_scan_bwd_chunk_dstate<TX, TQK> : ablate_ssm_scan_fwd_chunk_state<TX, TQK>,
-                  floats * sizeof(float), backward ? "the backward chunk-state kernel" : "the forward chunk-state kernel",
-                  p, stream);
+                  floats * sizeof(float), what, p, stream);
     launch_state_pass(/*forward=*/!backward, p, stream);
   }
 }
@@ -2195,7 +2197,8 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
       p.lam = const_cast<float*>(lam.data_ptr<float>());
       p.dout = dout.data_ptr(), p.dh_last = dh_last.defined() ? dh_last.data_ptr<float>() : nullptr;
       p.h_last_saved = h_last.data_ptr<float>(), p.last_dot = last_dot.data_ptr<float>();
-      p.dstates = tensor_cores ? nullptr : dstates.data_ptr<float>(), p.dh0 = dh0.defined() ? dh0.data_ptr<float>() : nullptr;
+      p.dstates = tensor_cores ? nullptr : dstates.data_ptr<float>();
+      p.dh0 = dh0.defined() ? dh0.data_ptr<float>() : nullptr;
       p.dx = dx.data_ptr(), p.dz = dz.defined() ? dz.data_ptr() : nullptr, p.dq = dq.data_ptr(), p.dk = dk.data_ptr();
       p.dbeta = dbeta.data_ptr<float>(), p.dgamma = dgamma.data_ptr<float>(), p.r = r.data_ptr<float>();
       p.dlog_alpha = dla.data_ptr<float>();
