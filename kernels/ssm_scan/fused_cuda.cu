@@ -950,7 +950,8 @@ struct BwdChunkTc {
 
 // The backward chunk's own copies of the tile loaders (load_rows_bf16, load_matrix_bf16: same values),
 // inlined so that their stores are known to be shared, with a thread's runs walked by (row, run) steps
-// instead of a division per run.
+// instead of a division per run; the state scans below load their stages with them too. (Two loaders of
+// the same values: the output kernel's load_tile_bf16 could become this one; not done without a GPU run.)
 // 8 consecutive elements as bf16 (load8_bf16), the element-wise path (unaligned source, or x_prev /
 // k_prev) out of line: it is cold, and the unrolled loaders would otherwise hold a copy per run.
 template <typename T>
