@@ -1,5 +1,5 @@
 // kernels/cuda_common.cuh: what the fused CUDA backends (kernels/<seam>/fused_cuda.cu) share: fp32 <-> storage-type
-// conversion, 16-byte vector loads/stores into fp32 registers, the warp sum, and host helpers
+// conversion, 16-byte vector loads/stores into fp32 registers, cp.async copies, the warp sum, and host helpers
 // (dtype dispatch, alignment, grid sizing). Included only by .cu files, under __CUDACC__.
 #pragma once
 #include <ATen/cuda/CUDAContext.h>
@@ -63,6 +63,16 @@ __device__ __forceinline__ void store_vec(T* __restrict__ p, const float (&in)[V
     for (int i = 0; i < VEC; ++i) p[i] = from_float<T>(in[i]);
   }
 }
+
+// 16 bytes from global to shared memory without a trip through registers (cp.async): the copy proceeds
+// while the thread goes on, so every tile of a kernel is in flight at once. fill = false writes 16 zero
+// bytes (source size 0: nothing is read, src only has to be a valid address). A thread's copies are
+// complete after cp_async_wait_all(); the barrier after it publishes them to the block.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool fill) {
+  const uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(to), "l"(src), "r"(fill ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 // Sum over the 32 lanes, every lane gets the total (butterfly: the same order on every lane).
 __device__ __forceinline__ float warp_sum(float v) {

@@ -4,26 +4,27 @@
 //   m_t = sqrt(1 - a_t^2) = sqrt(-e (2 + e)) with e = a_t - 1, i_t = sigmoid(gate_x_t),
 //   h_t = a_t h_{t-1} + m_t i_t u_t,  h_{-1} = h0 or 0;  outputs h [B,T,W] and h_last [B,W], fp32.
 // The reference (kernels/recurrent_scan/reference.cpp) materialises a, b and a per-channel L x L decay
-// matrix in LibTorch ops; here nothing but h and per-chunk states touches memory.
+// matrix in LibTorch ops; here nothing but h, the gradients and a state per chunk touches memory.
 //
-// Parallel over time by chunks of kChunk = 16 steps (B*W = 8192 channels alone would fill 6 % of an
-// H100). A thread owns VEC adjacent channels (2 when W is even and the pointers are aligned, else 1;
-// 4 on request, see the rule in with_scan_args) of one chunk of one sequence:
-//   forward  ablate_rglru_fwd_chunk: each chunk's scan from a zero state -> (sum of log a, end state);
-//            ablate_rglru_carry: the states entering every chunk, a recurrence over the T/16 chunks per
-//            channel (runs of chunks composed in parallel, then chained), starting from h0;
-//            ablate_rglru_fwd_scan: each chunk again from its entry state, writes h (and h_last).
-//   backward lambda_t = dLoss/dh_t obeys lambda_t = dh_t + a_{t+1} lambda_{t+1}: the same three steps
-//            run backward in time (ablate_rglru_bwd_chunk, ablate_rglru_carry, then
-//            ablate_rglru_bwd_scan, which holds its chunk's lambda in registers, recomputes h from the
-//            saved chunk entry states and writes d gate_a, d gate_x, d u, a per-chunk partial of
-//            d lambda and d h0); ablate_rglru_dlambda sums the partials over B and the chunks.
+// One pass each way, parallel over time by chunks of kChunk = 16 steps (B*W = 8192 channels alone would
+// fill 6 % of an H100). A warp owns 32 * VEC adjacent channels (VEC = 2 when W is even and the
+// pointers are aligned, else 1) of one chunk; a block is kRun = 8 warps, the consecutive chunks of a run.
+//   forward  ablate_rglru_fwd: each warp scans its chunk from a zero state, keeping each step's state
+//            and summed log a in registers; warp 0 composes the run, takes the state entering it from
+//            the previous run's block (a chain through memory, see RunChain), publishes the run's exit
+//            and hands each chunk its entry state; then h_t = local_t + exp(sum of log a) * entry.
+//   backward ablate_rglru_bwd: lambda_t = dLoss/dh_t obeys lambda_t = dh_t + a_{t+1} lambda_{t+1}: the
+//            same chained scan backward in time, then forward over the chunk with h recomputed from
+//            the saved chunk entry state: d gate_a, d gate_x, d u, a per-run partial of d lambda and
+//            d h0; ablate_rglru_dlambda sums the partials over B and the runs.
+// Inputs are read once each way (the former three passes a direction -- chunk scans, carry, rescan --
+// read them twice and computed the gates twice; ~0.43 ms fwd+bwd on the H100 at nam56r-small's R shape).
 // Each step of a chunk scan is h = (h + e h) + b with e = expm1(log a): a = 1 + e rounded to fp32
 // would lose the decay of a near 1 (a = 1 - 1e-5 is off by 0.6 % in fp32). Chunk decays are carried as
-// sums of log a for the same reason. The second pass over a chunk walks the blocks in reverse order,
-// so that the inputs read last by the first pass are still in L2 when it starts.
-// Determinism: no atomics; d lambda is a fixed-order two-stage sum, so results are bitwise
-// reproducible run to run. Graph-capturable: no host synchronisation, sizes from shapes only.
+// sums of log a for the same reason.
+// Determinism: no atomics on values (one ticket counter orders the blocks); every association is
+// fixed, d lambda is a fixed-order two-stage sum: bitwise reproducible run to run. Graph-capturable: no
+// host synchronisation, sizes from shapes only; the chain's flags are zeroed on the stream each call.
 // Tests: kernels_tests --gtest_filter='*Parity*recurrent_scan*:RecurrentScanFused*'.
 // Benchmark: bench/scans_bench --benchmark_filter=rglru.
 // Without a CUDA compiler this file is compiled as C++ with everything but the registration left out
@@ -44,10 +45,7 @@ namespace {
 
 using torch::Tensor;
 
-constexpr int kChunk = 16;     // time steps a thread scans; its lambda array in backward is kChunk * VEC floats
-constexpr int kBatch = 4;      // time steps whose loads a thread issues together
-static_assert(kChunk % kBatch == 0, "a chunk is whole batches");
-constexpr int kThreads = 128;  // channel groups per block
+constexpr int kChunk = 16;  // time steps a thread scans; it keeps 2 x kChunk x VEC floats in registers each way
 constexpr float kDecayScale = float(kRecurrentDecayScale);
 
 // ---- device side -------------------------------------------------------------------------------
@@ -139,34 +137,24 @@ struct ScanArgs {
   const TG* gate_x;
   const TU* u;
   const float* lambda;       // [W]
-  const float* entry;        // [B,nC,W] state entering each chunk (forward h, backward lambda carry)
-  float* chunk_log_decay;    // [B,nC,W] sum of log a over the chunk
-  float* chunk_state;        // [B,nC,W] the chunk's scan from a zero state
   float* h;                  // [B,T,W]
   float* h_last;             // [B,W]
+  float* fwd_entry_out;      // [B,nC,W] (forward) the state entering each chunk, saved for the backward
   const float* dh;           // [B,T,W]
-  const float* fwd_entry;    // [B,nC,W] (backward) forward states entering each chunk
+  const float* fwd_entry;    // [B,nC,W] (backward) the forward's states entering each chunk
   TG* d_gate_a;
   TG* d_gate_x;
   TU* d_u;
-  float* d_lambda_partial;   // [B,nC,W]
-  float* d_h0;               // [B,W] or null
+  float* d_lambda_partial;   // [B,runs,W]
   int64_t B, T, W, chunks, groups, wblocks;
+  bool pieces;               // gate_a, gate_x and u rows are whole 16-byte pieces (stage_tile)
+  bool dh_pieces;            // dh's rows are
 };
 
-// The (batch, chunk, first channel) a thread owns; false for the idle threads past W. `reverse` walks
-// the blocks in the opposite order.
+// The (batch, chunk, first channel) a thread owns.
 struct Position {
   int64_t b, c, w0;
 };
-template <int VEC, typename A>
-__device__ __forceinline__ bool position(const A& p, bool reverse, Position& pos) {
-  const int64_t block = reverse ? int64_t(gridDim.x) - 1 - blockIdx.x : int64_t(blockIdx.x);
-  const int64_t group = (block % p.wblocks) * kThreads + threadIdx.x;
-  const int64_t rest = block / p.wblocks;
-  pos = {rest / p.chunks, rest % p.chunks, group * VEC};
-  return group < p.groups;
-}
 
 // Per-channel constants of lambda: neg_scale_sp = -8 softplus(-lambda) (softplus as LibTorch's, linear
 // above 20) and dlog_dlambda = d(log a)/d(lambda) / r = 8 sigmoid(-lambda).
@@ -178,50 +166,6 @@ __device__ __forceinline__ void channel_constants(const float* __restrict__ lamb
     const float x = -lambda[w0 + v];
     neg_scale_sp[v] = -kDecayScale * (x > 20.f ? x : log1pf(expf(x)));
     dlog_dlambda[v] = kDecayScale * __fdividef(1.f, 1.f + expf(-x));
-  }
-}
-
-// Positions t_first .. t_first + kBatch - 1 (those before T) of `src` [B,T,W] for the thread's channels,
-// every load issued before any is used: kBatch loads of each input in flight per thread.
-template <int VEC, typename E>
-__device__ __forceinline__ void load_steps(const E* __restrict__ src, const Position& pos, int64_t t_first, int64_t T,
-                                           int64_t W, float (&out)[kBatch][VEC]) {
-#pragma unroll
-  for (int j = 0; j < kBatch; ++j)
-    if (t_first + j < T) load_packed<VEC>(src + (pos.b * T + t_first + j) * W + pos.w0, out[j]);
-}
-
-// Visits the thread's chunk forward in time: body(i, t, ga, gx, u) at each position t = chunk start + i
-// before T, with that position's gate_a, gate_x and u (VEC channels each, fp32), loaded kBatch
-// positions at a time (every load of a batch issued before the first use). Fully unrolled: i is a
-// compile-time constant in body after inlining, so arrays indexed by it stay in registers.
-template <int VEC, typename TG, typename TU, class Body>
-__device__ __forceinline__ void forward_over_chunk(const ScanArgs<TG, TU>& p, const Position& pos, Body&& body) {
-  const int64_t t0 = pos.c * kChunk;
-#pragma unroll
-  for (int i0 = 0; i0 < kChunk; i0 += kBatch) {
-    float ga[kBatch][VEC], gx[kBatch][VEC], u[kBatch][VEC];
-    load_steps<VEC>(p.gate_a, pos, t0 + i0, p.T, p.W, ga);
-    load_steps<VEC>(p.gate_x, pos, t0 + i0, p.T, p.W, gx);
-    load_steps<VEC>(p.u, pos, t0 + i0, p.T, p.W, u);
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j)
-      if (t0 + i0 + j < p.T) body(i0 + j, t0 + i0 + j, ga[j], gx[j], u[j]);
-  }
-}
-
-// The same backward in time, with gate_a and dh: body(i, ga, dh).
-template <int VEC, typename TG, typename TU, class Body>
-__device__ __forceinline__ void backward_over_chunk(const ScanArgs<TG, TU>& p, const Position& pos, Body&& body) {
-  const int64_t t0 = pos.c * kChunk;
-#pragma unroll
-  for (int i0 = kChunk - kBatch; i0 >= 0; i0 -= kBatch) {
-    float ga[kBatch][VEC], dh[kBatch][VEC];
-    load_steps<VEC>(p.gate_a, pos, t0 + i0, p.T, p.W, ga);
-    load_steps<VEC>(p.dh, pos, t0 + i0, p.T, p.W, dh);
-#pragma unroll
-    for (int j = kBatch - 1; j >= 0; --j)
-      if (t0 + i0 + j < p.T) body(i0 + j, ga[j], dh[j]);
   }
 }
 
@@ -238,157 +182,323 @@ __device__ __forceinline__ void forward_step(const float (&neg_scale_sp)[VEC], c
   }
 }
 
-// lambda_t = dh_t + carry, then carry = a_t lambda_t (what position t - 1 receives), at one position.
+// ---- the single pass: chunk scans chained by runs --------------------------------------------
+// A block is kRun warps by 32 * VEC channels: warp k scans chunk g * kRun + k of run g, its lanes the
+// channels. The runs of one (batch, channel block) are chained in order (forward in time for the
+// forward, backward for the adjoints) through `RunChain`: each block publishes its run's exit state as
+// soon as its predecessor's is known, and blocks take run-major tickets in the order they start, so the
+// block a run waits for has started (no deadlock) and the chain moves with the wave of resident blocks.
+// Every association is fixed (the run composed from zero, then chained; the chunks inside a run walked
+// in order from the run's entry), so results do not depend on timing: bitwise reproducible.
+constexpr int kRun = 8;
+
+// What the chained kernels share: words [B, runs, W] hold each run's exit as (1 << 32) | float bits
+// (0: not yet published; a 64-bit store is read whole, so value and flag arrive together), zeroed
+// before the launch with the ticket counter.
+struct RunChain {
+  unsigned long long* words;
+  unsigned int* ticket;
+  const float* initial;  // [B,W] state entering the first run in chain order, or null (0)
+  float* final_exit;     // [B,W] the last run's exit in chain order, or null
+  int64_t runs;
+};
+
+// The block's run g, batch b and channel block wb, from the ticket it takes (every thread gets it).
+struct RunTile {
+  int64_t g, b, wb;
+};
+__device__ __forceinline__ RunTile take_ticket(const RunChain& chain, int64_t B, int64_t wblocks, bool reverse) {
+  __shared__ unsigned int ticket;
+  if (threadIdx.x == 0 && threadIdx.y == 0) ticket = atomicAdd(chain.ticket, 1u);
+  __syncthreads();
+  const int64_t per_run = B * wblocks, run = int64_t(ticket) / per_run, rest = int64_t(ticket) % per_run;
+  return {reverse ? chain.runs - 1 - run : run, rest / wblocks, rest % wblocks};
+}
+
+__device__ __forceinline__ float wait_for_exit(const unsigned long long* word) {
+  unsigned long long w;
+  while (((w = *reinterpret_cast<const volatile unsigned long long*>(word)) >> 32) == 0) __nanosleep(32);
+  return __uint_as_float(static_cast<unsigned int>(w));
+}
+
+// Warp 0 of a block, after every warp left its chunk's (sum of log a, end state from zero) in
+// agg_log / agg_state: composes the run from zero, takes the run's entry (from `initial` for the first
+// run in chain order, else from the previous run's published exit), publishes the run's exit, and
+// replaces each chunk's agg_state with the state entering that chunk. Chunks past the sequence are
+// (0, 0): the identity. state <- exp(L) state + S is computed as state + expm1(L) state.
 template <int VEC>
-__device__ __forceinline__ void backward_step(const float (&neg_scale_sp)[VEC], const float (&ga)[VEC],
-                                              const float (&dh)[VEC], float (&lambda)[VEC], float (&carry)[VEC]) {
+__device__ __forceinline__ void chain_run(float (&agg_log)[kRun][32 * VEC], float (&agg_state)[kRun][32 * VEC],
+                                          const RunChain& chain, const RunTile& tile, int64_t W, int64_t groups,
+                                          bool reverse) {
+  const int lane = threadIdx.x;
+  const int64_t group = tile.wb * 32 + lane;
+  if (group >= groups) return;
+  const bool first = reverse ? tile.g == chain.runs - 1 : tile.g == 0;
+  const bool last = reverse ? tile.g == 0 : tile.g == chain.runs - 1;
 #pragma unroll
   for (int v = 0; v < VEC; ++v) {
-    lambda[v] = dh[v] + carry[v];
-    carry[v] = fmaf(decay_gate(ga[v], neg_scale_sp[v]).e, lambda[v], lambda[v]);
+    const int j = lane * VEC + v;
+    const int64_t w = group * VEC + v;
+    float log_sum = 0.f, composed = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kRun; ++kk) {
+      const int k = reverse ? kRun - 1 - kk : kk;
+      composed = fmaf(expm1f(agg_log[k][j]), composed, composed) + agg_state[k][j];
+      log_sum += agg_log[k][j];
+    }
+    float entry = 0.f;
+    if (first)
+      entry = chain.initial != nullptr ? chain.initial[tile.b * W + w] : 0.f;
+    else
+      entry = wait_for_exit(chain.words + (tile.b * chain.runs + (reverse ? tile.g + 1 : tile.g - 1)) * W + w);
+    const float exit = fmaf(expm1f(log_sum), entry, entry) + composed;
+    if (!last)
+      *reinterpret_cast<volatile unsigned long long*>(chain.words + (tile.b * chain.runs + tile.g) * W + w) =
+          (1ull << 32) | __float_as_uint(exit);
+    else if (chain.final_exit != nullptr)
+      chain.final_exit[tile.b * W + w] = exit;
+#pragma unroll
+    for (int kk = 0; kk < kRun; ++kk) {
+      const int k = reverse ? kRun - 1 - kk : kk;
+      const float l = agg_log[k][j], s = agg_state[k][j];
+      agg_state[k][j] = entry;
+      entry = fmaf(expm1f(l), entry, entry) + s;
+    }
   }
 }
 
-// Forward, first pass: each chunk's scan from a zero state -> (its sum of log a, its end state).
-template <int VEC, typename TG, typename TU>
-__global__ void __launch_bounds__(kThreads) ablate_rglru_fwd_chunk(ScanArgs<TG, TU> p) {
-  Position pos;
-  if (!position<VEC>(p, false, pos)) return;
-  float neg_scale_sp[VEC], unused[VEC], state[VEC] = {}, log_decay[VEC] = {};
-  channel_constants<VEC>(p.lambda, pos.w0, neg_scale_sp, unused);
-  forward_over_chunk<VEC>(p, pos, [&](int, int64_t, const float(&ga)[VEC], const float(&gx)[VEC], const float(&u)[VEC]) {
-    forward_step<VEC>(neg_scale_sp, ga, gx, u, state, log_decay);
-  });
-  const int64_t at = (pos.b * p.chunks + pos.c) * p.W + pos.w0;
-  store_packed<VEC>(p.chunk_state + at, state);
-  store_packed<VEC>(p.chunk_log_decay + at, log_decay);
+// The block's tiles in shared memory: its run's kRunSteps time steps (rows) by its 32 * VEC channels
+// (columns) of each input it reads, row-major, staged once at the start: every load of the block in
+// flight together (loads issued a few steps at a time from the scan loop left the SMs waiting on
+// memory at half an instruction a cycle) and no per-step address arithmetic.
+constexpr int kRunSteps = kRun * kChunk;
+
+template <int VEC, typename E>
+__device__ __forceinline__ E* carve_tile(unsigned char*& at) {
+  E* tile = reinterpret_cast<E*>(at);
+  at += kRunSteps * 32 * VEC * sizeof(E);
+  return tile;
 }
 
-// Forward, second pass: each chunk from its entry state; writes h (and h_last from the last chunk).
-template <int VEC, typename TG, typename TU>
-__global__ void __launch_bounds__(kThreads) ablate_rglru_fwd_scan(ScanArgs<TG, TU> p) {
-  Position pos;
-  if (!position<VEC>(p, true, pos)) return;
-  float neg_scale_sp[VEC], unused[VEC], h[VEC], log_decay[VEC] = {};  // log_decay: not needed here
-  channel_constants<VEC>(p.lambda, pos.w0, neg_scale_sp, unused);
-  load_packed<VEC>(p.entry + (pos.b * p.chunks + pos.c) * p.W + pos.w0, h);
-  forward_over_chunk<VEC>(p, pos, [&](int, int64_t t, const float(&ga)[VEC], const float(&gx)[VEC], const float(&u)[VEC]) {
-    forward_step<VEC>(neg_scale_sp, ga, gx, u, h, log_decay);
-    store_packed<VEC>(p.h + (pos.b * p.T + t) * p.W + pos.w0, h);
-  });
-  if (pos.c == p.chunks - 1) store_packed<VEC>(p.h_last + pos.b * p.W + pos.w0, h);
+// Rows t_first .. (kRunSteps of them, those before T) and the block's channels (those before W) of `src`
+// [B,T,W] into `tile`; the rest of the tile is left as it was (nothing reads it). `pieces`: every row of
+// `src` is whole 16-byte pieces (W * sizeof(E) a multiple of 16, the pointer 16-byte aligned; decided
+// per launch), copied by cp.async; else element by element. The caller waits (cp_async_wait_all) and
+// syncs before reading.
+template <int VEC, typename E>
+__device__ __forceinline__ void stage_tile(E* tile, const E* __restrict__ src, const Position& first, int64_t T,
+                                           int64_t W, bool pieces) {
+  constexpr int kCols = 32 * VEC;
+  const int thread = threadIdx.y * 32 + threadIdx.x;
+  const int64_t t_first = first.c * kChunk, w_first = first.w0;
+  const E* base = src + (first.b * T + t_first) * W + w_first;
+  if (pieces) {
+    constexpr int kPer = 16 / sizeof(E), kPieces = kCols / kPer;  // pieces a row
+    static_assert(kCols % kPer == 0, "a tile row is whole 16-byte pieces");
+    for (int i = thread; i < kRunSteps * kPieces; i += 32 * kRun) {
+      const int r = i / kPieces, col = i % kPieces * kPer;
+      if (t_first + r < T && w_first + col < W) cp_async16(tile + r * kCols + col, base + r * W + col, true);
+    }
+  } else {
+    for (int i = thread; i < kRunSteps * kCols; i += 32 * kRun) {
+      const int r = i / kCols, col = i % kCols;
+      if (t_first + r < T && w_first + col < W) tile[r * kCols + col] = base[r * W + col];
+    }
+  }
 }
 
-// Backward, first pass: each chunk's adjoint scan from a zero carry, run backward in time; the chunk's
-// state is a_{first} lambda_{first} (what it hands to the chunk before it).
-template <int VEC, typename TG, typename TU>
-__global__ void __launch_bounds__(kThreads) ablate_rglru_bwd_chunk(ScanArgs<TG, TU> p) {
-  Position pos;
-  if (!position<VEC>(p, false, pos)) return;
-  float neg_scale_sp[VEC], unused[VEC], carry[VEC] = {};
-  channel_constants<VEC>(p.lambda, pos.w0, neg_scale_sp, unused);
-  backward_over_chunk<VEC>(p, pos, [&](int, const float(&ga)[VEC], const float(&dh)[VEC]) {
-    float lambda[VEC];
-    backward_step<VEC>(neg_scale_sp, ga, dh, lambda, carry);
-  });
-  store_packed<VEC>(p.chunk_state + (pos.b * p.chunks + pos.c) * p.W + pos.w0, carry);
+// The thread's VEC channels at row i of its warp's chunk in a tile.
+template <int VEC, typename E>
+__device__ __forceinline__ void tile_at(const E* tile, int i, float (&out)[VEC]) {
+  load_packed<VEC>(tile + (threadIdx.y * kChunk + i) * 32 * VEC + threadIdx.x * VEC, out);
 }
 
-// Backward, second pass: lambda over the chunk from its carry (kept in registers), then forward in time
-// with h recomputed from the chunk's saved entry state: every gradient at each position.
-template <int VEC, typename TG, typename TU>
-__global__ void __launch_bounds__(kThreads) ablate_rglru_bwd_scan(ScanArgs<TG, TU> p) {
-  Position pos;
-  if (!position<VEC>(p, true, pos)) return;
-  float neg_scale_sp[VEC], dlog_dlambda[VEC], carry[VEC], h[VEC];
-  channel_constants<VEC>(p.lambda, pos.w0, neg_scale_sp, dlog_dlambda);
-  const int64_t chunk_at = (pos.b * p.chunks + pos.c) * p.W + pos.w0;
-  load_packed<VEC>(p.entry + chunk_at, carry);
-  float lambda[kChunk][VEC];  // dLoss/dh_t of the chunk; compile-time indices only (registers)
-  backward_over_chunk<VEC>(p, pos, [&](int i, const float(&ga)[VEC], const float(&dh)[VEC]) {
-    backward_step<VEC>(neg_scale_sp, ga, dh, lambda[i], carry);
-  });
-  if (pos.c == 0 && p.d_h0 != nullptr) store_packed<VEC>(p.d_h0 + pos.b * p.W + pos.w0, carry);  // a_0 lambda_0
+// The thread's chunk and channels inside its block's run (c = the chunk, w0 = its first channel), and
+// the block's first (warp 0 lane 0's); false for the idle threads (past W or past the last chunk), which
+// still take part in the block's barriers.
+template <int VEC, typename A>
+__device__ __forceinline__ bool run_position(const A& p, const RunTile& tile, Position& pos, Position& first) {
+  first = {tile.b, tile.g * kRun, tile.wb * 32 * VEC};
+  pos = {tile.b, first.c + threadIdx.y, first.w0 + threadIdx.x * VEC};
+  return pos.w0 < p.groups * VEC && pos.c < p.chunks;
+}
 
-  load_packed<VEC>(p.fwd_entry + chunk_at, h);
+template <int VEC>
+__device__ __forceinline__ void put_aggregate(float (&agg_log)[kRun][32 * VEC], float (&agg_state)[kRun][32 * VEC],
+                                              const float (&log_sum)[VEC], const float (&state)[VEC]) {
+#pragma unroll
+  for (int v = 0; v < VEC; ++v) {
+    agg_log[threadIdx.y][threadIdx.x * VEC + v] = log_sum[v];
+    agg_state[threadIdx.y][threadIdx.x * VEC + v] = state[v];
+  }
+}
+
+// Shared-memory bytes of a chained kernel: its tiles (gate_a, gate_x, u; the backward also dh).
+template <int VEC, typename TG, typename TU>
+constexpr size_t tile_bytes(bool backward) {
+  return size_t(kRunSteps) * 32 * VEC * (2 * sizeof(TG) + sizeof(TU) + (backward ? sizeof(float) : 0));
+}
+
+// Forward: each warp scans its chunk from a zero state, keeping every step's state and summed log a;
+// with the chunk's entry state from the chain, h_t = local_t + exp(sum of log a through t) * entry.
+// Writes h, h_last and each chunk's entry state (for the backward).
+template <int VEC, typename TG, typename TU>
+__global__ void __launch_bounds__(32 * kRun) ablate_rglru_fwd(ScanArgs<TG, TU> p, RunChain chain) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ float agg_log[kRun][32 * VEC], agg_state[kRun][32 * VEC];
+  const RunTile tile = take_ticket(chain, p.B, p.wblocks, /*reverse=*/false);
+  Position pos, first;
+  const bool active = run_position<VEC>(p, tile, pos, first);
+  unsigned char* at = smem;
+  TG* const ga_tile = carve_tile<VEC, TG>(at);
+  TG* const gx_tile = carve_tile<VEC, TG>(at);
+  TU* const u_tile = carve_tile<VEC, TU>(at);
+  stage_tile<VEC>(ga_tile, p.gate_a, first, p.T, p.W, p.pieces);
+  stage_tile<VEC>(gx_tile, p.gate_x, first, p.T, p.W, p.pieces);
+  stage_tile<VEC>(u_tile, p.u, first, p.T, p.W, p.pieces);
+  cp_async_wait_all();
+  __syncthreads();
+  const int64_t t0 = pos.c * kChunk;
+  const int steps = int(p.T - t0 < kChunk ? p.T - t0 : kChunk);  // <= 0 for an idle chunk
+  float local[kChunk][VEC], log_through[kChunk][VEC];      // compile-time indices only (registers)
+  float state[VEC] = {}, log_sum[VEC] = {};
+  if (active) {
+    float neg_scale_sp[VEC], unused[VEC];
+    channel_constants<VEC>(p.lambda, pos.w0, neg_scale_sp, unused);
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) {
+      if (i >= steps) break;
+      float ga[VEC], gx[VEC], u[VEC];
+      tile_at<VEC>(ga_tile, i, ga);
+      tile_at<VEC>(gx_tile, i, gx);
+      tile_at<VEC>(u_tile, i, u);
+      forward_step<VEC>(neg_scale_sp, ga, gx, u, state, log_sum);
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) {
+        local[i][v] = state[v];
+        log_through[i][v] = log_sum[v];
+      }
+    }
+  }
+  put_aggregate<VEC>(agg_log, agg_state, log_sum, state);
+  __syncthreads();
+  if (threadIdx.y == 0) chain_run<VEC>(agg_log, agg_state, chain, tile, p.W, p.groups, /*reverse=*/false);
+  __syncthreads();
+  if (!active) return;
+  float entry[VEC];
+#pragma unroll
+  for (int v = 0; v < VEC; ++v) entry[v] = agg_state[threadIdx.y][threadIdx.x * VEC + v];
+  store_packed<VEC>(p.fwd_entry_out + (pos.b * p.chunks + pos.c) * p.W + pos.w0, entry);
+  float* h = p.h + (pos.b * p.T + t0) * p.W + pos.w0;
+#pragma unroll
+  for (int i = 0; i < kChunk; ++i) {
+    if (i >= steps) break;
+    float out[VEC];
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) out[v] = fmaf(expf(log_through[i][v]), entry[v], local[i][v]);
+    store_packed<VEC>(h + i * p.W, out);
+    if (t0 + i == p.T - 1) store_packed<VEC>(p.h_last + pos.b * p.W + pos.w0, out);
+  }
+}
+
+// Backward: lambda_t = dLoss/dh_t obeys lambda_t = dh_t + a_{t+1} lambda_{t+1}. Each warp runs its chunk's
+// adjoint backward in time from a zero carry, keeping every step's lambda and the summed log a after
+// it; with the carry entering the chunk from the chain (a_{t+1} lambda_{t+1} of the chunk after it),
+// lambda_t = local_t + exp(sum of log a after t) * carry. Then forward in time with h recomputed from
+// the chunk's saved entry state: every gradient at each position, d h0 (the carry out of chunk 0) and
+// the run's d lambda partial (its chunks summed in order).
+template <int VEC, typename TG, typename TU>
+__global__ void __launch_bounds__(32 * kRun) ablate_rglru_bwd(ScanArgs<TG, TU> p, RunChain chain) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ float agg_log[kRun][32 * VEC], agg_state[kRun][32 * VEC];
+  const RunTile tile = take_ticket(chain, p.B, p.wblocks, /*reverse=*/true);
+  Position pos, first;
+  const bool active = run_position<VEC>(p, tile, pos, first);
+  unsigned char* at = smem;
+  TG* const ga_tile = carve_tile<VEC, TG>(at);
+  TG* const gx_tile = carve_tile<VEC, TG>(at);
+  TU* const u_tile = carve_tile<VEC, TU>(at);
+  float* const dh_tile = carve_tile<VEC, float>(at);
+  stage_tile<VEC>(ga_tile, p.gate_a, first, p.T, p.W, p.pieces);
+  stage_tile<VEC>(dh_tile, p.dh, first, p.T, p.W, p.dh_pieces);
+  stage_tile<VEC>(gx_tile, p.gate_x, first, p.T, p.W, p.pieces);
+  stage_tile<VEC>(u_tile, p.u, first, p.T, p.W, p.pieces);
+  cp_async_wait_all();
+  __syncthreads();
+  const int64_t t0 = pos.c * kChunk;
+  const int steps = int(p.T - t0 < kChunk ? p.T - t0 : kChunk);  // <= 0 for an idle chunk
+  float lambda[kChunk][VEC], log_after[kChunk][VEC];       // compile-time indices only (registers)
+  float carry[VEC] = {}, log_sum[VEC] = {}, neg_scale_sp[VEC], dlog_dlambda[VEC];
+  if (active) {
+    channel_constants<VEC>(p.lambda, pos.w0, neg_scale_sp, dlog_dlambda);
+#pragma unroll
+    for (int i = kChunk - 1; i >= 0; --i) {
+      if (i >= steps) continue;
+      float ga[VEC], dh[VEC];
+      tile_at<VEC>(ga_tile, i, ga);
+      tile_at<VEC>(dh_tile, i, dh);
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) {
+        const Decay d = decay_gate(ga[v], neg_scale_sp[v]);
+        log_after[i][v] = log_sum[v];
+        lambda[i][v] = dh[v] + carry[v];
+        carry[v] = fmaf(d.e, lambda[i][v], lambda[i][v]);
+        log_sum[v] += d.log_a;
+      }
+    }
+  }
+  put_aggregate<VEC>(agg_log, agg_state, log_sum, carry);
+  __syncthreads();
+  if (threadIdx.y == 0) chain_run<VEC>(agg_log, agg_state, chain, tile, p.W, p.groups, /*reverse=*/true);
+  __syncthreads();
   float d_lambda[VEC] = {};
-  forward_over_chunk<VEC>(p, pos, [&](int i, int64_t t, const float(&ga)[VEC], const float(&gx)[VEC],
-                                      const float(&u)[VEC]) {
-    float dga[VEC], dgx[VEC], du[VEC];
+  if (active) {
+    float entering[VEC], h[VEC];
 #pragma unroll
-    for (int v = 0; v < VEC; ++v) {
-      const Decay d = decay_gate(ga[v], neg_scale_sp[v]);
-      const InputScale s = input_scale(d.e);
-      const Sigmoid in = sigmoid_pair(gx[v]);
-      const float lam = lambda[i][v], a = 1.f + d.e;
-      const float dm = lam * in.s * u[v];                          // dLoss/dm
-      const float dlog_a = lam * h[v] * a - dm * a * a * s.inv_m;  // through a, and through m (dm/dlog a = -a^2/m)
-      dga[v] = dlog_a * d.log_a * d.one_minus_r;                   // dlog a/dgate_a = log a (1 - r)
-      dgx[v] = lam * s.m * u[v] * in.s * in.one_minus_s;
-      du[v] = lam * s.m * in.s;
-      d_lambda[v] += dlog_a * d.r;
-      h[v] = recur(d.e, h[v], s.m * (in.s * u[v]));
-    }
-    const int64_t at = (pos.b * p.T + t) * p.W + pos.w0;
-    store_packed<VEC>(p.d_gate_a + at, dga);
-    store_packed<VEC>(p.d_gate_x + at, dgx);
-    store_packed<VEC>(p.d_u + at, du);
-  });
+    for (int v = 0; v < VEC; ++v) entering[v] = agg_state[threadIdx.y][threadIdx.x * VEC + v];
+    load_packed<VEC>(p.fwd_entry + (pos.b * p.chunks + pos.c) * p.W + pos.w0, h);
+    const int64_t row0 = (pos.b * p.T + t0) * p.W + pos.w0;
 #pragma unroll
-  for (int v = 0; v < VEC; ++v) d_lambda[v] *= dlog_dlambda[v];
-  store_packed<VEC>(p.d_lambda_partial + chunk_at, d_lambda);
-}
-
-// The states entering each chunk, per channel: forward (reverse = false) from `initial` (h0, or 0 when
-// null) in increasing chunk order, backward from `initial` (dLoss/dh_last) in decreasing order;
-// state <- exp(L_c) state + S_c, as state + expm1(L_c) state. A block is 32 channels (x: coalesced rows)
-// by kCarryGroups runs of consecutive chunks (y). Each thread composes its run from a zero state (the
-// run's summed log decay and end state), row y = 0 chains the runs' entries in order, and each thread
-// walks its run again from its entry, writing entry[]: a serial chain of 2 chunks / kCarryGroups +
-// kCarryGroups steps instead of `chunks` (a thread a channel over all 128 chunks of nam56r-small ran
-// 79 us forward and 96 us backward on the H100 for 12 MB: latency, on 64 SMs). The composed form is the
-// same recurrence in another association: fp32 sums of log decays (exact to ~1e-7 of their size) and the
-// same expm1 step.
-constexpr int kCarryGroups = 16;
-__global__ void __launch_bounds__(32 * kCarryGroups)
-    ablate_rglru_carry(const float* __restrict__ chunk_log_decay, const float* __restrict__ chunk_state,
-                       const float* __restrict__ initial, float* __restrict__ entry, int64_t B, int64_t chunks,
-                       int64_t W, bool reverse) {
-  __shared__ float run_log[kCarryGroups][32], run_state[kCarryGroups][32];
-  const int x = threadIdx.x, y = threadIdx.y;
-  const int64_t channel = int64_t(blockIdx.x) * 32 + x;
-  const bool active = channel < B * W;
-  const int64_t b = active ? channel / W : 0, w = active ? channel % W : 0;
-  const int64_t per = (chunks + kCarryGroups - 1) / kCarryGroups;
-  const int64_t k_begin = min(chunks, y * per), k_end = min(chunks, k_begin + per);
-  auto at = [&](int64_t k) { return (b * chunks + (reverse ? chunks - 1 - k : k)) * W + w; };
-  float log_sum = 0.f, state = 0.f;
-  if (active)
-#pragma unroll 4
-    for (int64_t k = k_begin; k < k_end; ++k) {
-      const float l = chunk_log_decay[at(k)];
-      state = fmaf(expm1f(l), state, state) + chunk_state[at(k)];
-      log_sum += l;
+    for (int i = 0; i < kChunk; ++i) {
+      if (i >= steps) break;
+      float ga[VEC], gx[VEC], u[VEC], dga[VEC], dgx[VEC], du[VEC];
+      tile_at<VEC>(ga_tile, i, ga);
+      tile_at<VEC>(gx_tile, i, gx);
+      tile_at<VEC>(u_tile, i, u);
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) {
+        const Decay d = decay_gate(ga[v], neg_scale_sp[v]);
+        const InputScale s = input_scale(d.e);
+        const Sigmoid in = sigmoid_pair(gx[v]);
+        const float lam = fmaf(expf(log_after[i][v]), entering[v], lambda[i][v]), a = 1.f + d.e;
+        const float dm = lam * in.s * u[v];                          // dLoss/dm
+        const float dlog_a = lam * h[v] * a - dm * a * a * s.inv_m;  // through a, and through m (dm/dlog a = -a^2/m)
+        dga[v] = dlog_a * d.log_a * d.one_minus_r;                   // dlog a/dgate_a = log a (1 - r)
+        dgx[v] = lam * s.m * u[v] * in.s * in.one_minus_s;
+        du[v] = lam * s.m * in.s;
+        d_lambda[v] += dlog_a * d.r;
+        h[v] = recur(d.e, h[v], s.m * (in.s * u[v]));
+      }
+      const int64_t at_row = row0 + i * p.W;
+      store_packed<VEC>(p.d_gate_a + at_row, dga);
+      store_packed<VEC>(p.d_gate_x + at_row, dgx);
+      store_packed<VEC>(p.d_u + at_row, du);
     }
-  run_log[y][x] = log_sum;
-  run_state[y][x] = state;
-  __syncthreads();
-  if (y == 0) {  // run g's entry replaces its composed end state
-    float carried = active && initial != nullptr ? initial[channel] : 0.f;
-    for (int g = 0; g < kCarryGroups; ++g) {
-      const float l = run_log[g][x], s = run_state[g][x];
-      run_state[g][x] = carried;
-      carried = fmaf(expm1f(l), carried, carried) + s;
-    }
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) d_lambda[v] *= dlog_dlambda[v];
   }
+  // The run's d lambda partial: its chunks' sums added in chunk order.
   __syncthreads();
-  state = run_state[y][x];
-  if (active)
-#pragma unroll 4
-    for (int64_t k = k_begin; k < k_end; ++k) {
-      entry[at(k)] = state;
-      state = fmaf(expm1f(chunk_log_decay[at(k)]), state, state) + chunk_state[at(k)];
-    }
+#pragma unroll
+  for (int v = 0; v < VEC; ++v) agg_log[threadIdx.y][threadIdx.x * VEC + v] = d_lambda[v];
+  __syncthreads();
+  if (threadIdx.y != 0 || pos.w0 >= p.groups * VEC) return;
+  float partial[VEC] = {};
+#pragma unroll
+  for (int k = 0; k < kRun; ++k)
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) partial[v] += agg_log[k][threadIdx.x * VEC + v];
+  store_packed<VEC>(p.d_lambda_partial + (tile.b * chain.runs + tile.g) * p.W + pos.w0, partial);
 }
 
 // d lambda[w] = sum over rows (batch x chunk) of the partials, in a fixed order: each of 32 row lanes
@@ -410,8 +520,21 @@ __global__ void __launch_bounds__(1024)
 
 // ---- host side ---------------------------------------------------------------------------------
 
-// tuning::recurrent_scan_channels_per_thread's choice (0: the built-in rule).
+// tuning::recurrent_scan_channels_per_thread's choice (0: kDefaultVec). 1 by default: a thread keeps
+// 2 x kChunk floats a channel in registers each way, and with 2 channels the backward needs ~170
+// registers (one block of 8 warps an SM), with 1 about 100.
 int g_forced_vec = 0;
+constexpr int kDefaultVec = 1;
+
+// Whether stage_tile may copy t's rows ([B,T,W], contiguous) as 16-byte pieces.
+bool rows_in_pieces(const Tensor& t) { return aligned16(t.data_ptr()) && t.size(2) * t.element_size() % 16 == 0; }
+
+// Dynamic shared memory of a chained launch (its tiles), allowed above the default 48 KB where needed.
+template <class Kernel>
+size_t allow_tiles(Kernel kernel, size_t bytes) {
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  return bytes;
+}
 
 template <typename TG, typename TU>
 ScanArgs<TG, TU> make_args(const Tensor& gate_a, const Tensor& gate_x, const Tensor& u, const Tensor& lambda, int vec) {
@@ -425,40 +548,35 @@ ScanArgs<TG, TU> make_args(const Tensor& gate_a, const Tensor& gate_x, const Ten
   p.W = gate_a.size(2);
   p.chunks = ceil_div(p.T, kChunk);
   p.groups = p.W / vec;
-  p.wblocks = ceil_div(p.groups, kThreads);
+  p.wblocks = ceil_div(p.groups, 32);
+  p.pieces = rows_in_pieces(gate_a) && rows_in_pieces(gate_x) && rows_in_pieces(u);
   return p;
 }
 
+int64_t runs_of(int64_t T) { return ceil_div(ceil_div(T, kChunk), kRun); }
+
 // Calls fn(args, integral_constant<VEC>, grid) with the ScanArgs of the gate and u dtypes (inputs set,
-// outputs null) and the launch's block count. VEC = the widest of 4 and 2 channels a thread that
-// divides W, when every pointer is 16-byte aligned, else 1 (or the tuning override, where W and the
-// pointers allow it).
+// outputs null) and the launch's block count. VEC = kDefaultVec channels a thread (or the tuning
+// override's), 2 only where W is even and every pointer is 16-byte aligned.
 template <class Fn>
 void with_scan_args(const Tensor& gate_a, const Tensor& gate_x, const Tensor& u, const Tensor& lambda,
                     std::initializer_list<const Tensor*> pointers, Fn&& fn) {
   const int64_t W = gate_a.size(2);
   bool aligned = true;
   for (const Tensor* t : pointers) aligned = aligned && (!t->defined() || aligned16(t->data_ptr()));
-  int vec = 1;
-  // 2 by default: at nam56r-small's R shape on an H100, 4 ties in the forward (0.254 vs 0.248 ms) but its
-  // backward holds kChunk * 4 lambdas per thread and runs 1.67x slower (fwd+bwd 0.98 vs 0.59 ms); 4 stays
-  // selectable (tuning::recurrent_scan_channels_per_thread) for the tests and the benchmark.
-  for (const int candidate : {4, 2})
-    if (vec == 1 && aligned && W % candidate == 0 && (g_forced_vec == candidate || (g_forced_vec == 0 && candidate == 2)))
-      vec = candidate;
+  const int wanted = g_forced_vec != 0 ? g_forced_vec : kDefaultVec;
+  const int vec = wanted == 2 && aligned && W % 2 == 0 ? 2 : 1;
   with_float_or_bf16(gate_a.scalar_type(), "gate_a", [&](auto tg) {
     with_float_or_bf16(u.scalar_type(), "u", [&](auto tu) {
       auto run = [&](auto vec_tag) {
         auto p = make_args<typename decltype(tg)::type, typename decltype(tu)::type>(gate_a, gate_x, u, lambda,
                                                                                    decltype(vec_tag)::value);
-        const int64_t blocks = p.wblocks * p.chunks * p.B;
+        const int64_t blocks = p.wblocks * runs_of(p.T) * p.B;
         TORCH_CHECK(blocks <= int64_t(std::numeric_limits<int32_t>::max()), "recurrent_scan fused_cuda: B*T*W = ",
                     p.B, "*", p.T, "*", p.W, " is too large for one launch");
         fn(p, vec_tag, blocks);
       };
-      if (vec == 4)
-        run(std::integral_constant<int, 4>{});
-      else if (vec == 2)
+      if (vec == 2)
         run(std::integral_constant<int, 2>{});
       else
         run(std::integral_constant<int, 1>{});
@@ -466,12 +584,14 @@ void with_scan_args(const Tensor& gate_a, const Tensor& gate_x, const Tensor& u,
   });
 }
 
-void launch_carry(const Tensor& log_decay, const Tensor& state, const Tensor& initial, Tensor& entry, bool reverse) {
-  const int64_t B = entry.size(0), chunks = entry.size(1), W = entry.size(2);
-  ablate_rglru_carry<<<ceil_div(B * W, 32), dim3(32, kCarryGroups), 0, at::cuda::getCurrentCUDAStream()>>>(
-      log_decay.data_ptr<float>(), state.data_ptr<float>(), initial.defined() ? initial.data_ptr<float>() : nullptr,
-      entry.data_ptr<float>(), B, chunks, W, reverse);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+// The zeroed words and ticket of one chained launch (`storage` keeps them alive until the launch is
+// queued; the caching allocator orders their reuse on the stream).
+RunChain make_chain(Tensor& storage, const Tensor& like, const Tensor& initial, float* final_exit) {
+  const int64_t B = like.size(0), runs = runs_of(like.size(1)), W = like.size(2);
+  storage = torch::zeros({B * runs * W + 1}, like.options().dtype(torch::kLong));
+  auto* words = reinterpret_cast<unsigned long long*>(storage.data_ptr<int64_t>());
+  return {words, reinterpret_cast<unsigned int*>(words + B * runs * W),
+          initial.defined() ? initial.data_ptr<float>() : nullptr, final_exit, runs};
 }
 
 class RecurrentScanFunction : public torch::autograd::Function<RecurrentScanFunction> {
@@ -486,23 +606,21 @@ class RecurrentScanFunction : public torch::autograd::Function<RecurrentScanFunc
     const int64_t B = gate_a.size(0), T = gate_a.size(1), W = gate_a.size(2), chunks = ceil_div(T, kChunk);
     const auto f32 = gate_a.options().dtype(torch::kFloat);
     Tensor h = torch::empty({B, T, W}, f32), h_last = torch::empty({B, W}, f32);
-    Tensor log_decay = torch::empty({B, chunks, W}, f32), state = torch::empty({B, chunks, W}, f32);
-    Tensor entry = torch::empty({B, chunks, W}, f32);
+    Tensor entry = torch::empty({B, chunks, W}, f32), chain_storage;
+    const RunChain chain = make_chain(chain_storage, gate_a, h0, nullptr);
     const auto stream = at::cuda::getCurrentCUDAStream();
     with_scan_args(gate_a, gate_x, u, lambda, {&gate_a, &gate_x, &u, &h, &h_last}, [&](auto p, auto vec, int64_t grid) {
       constexpr int VEC = decltype(vec)::value;
-      p.chunk_log_decay = log_decay.data_ptr<float>();
-      p.chunk_state = state.data_ptr<float>();
-      ablate_rglru_fwd_chunk<VEC><<<grid, kThreads, 0, stream>>>(p);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-      launch_carry(log_decay, state, h0, entry, /*reverse=*/false);
-      p.entry = entry.data_ptr<float>();
       p.h = h.data_ptr<float>();
       p.h_last = h_last.data_ptr<float>();
-      ablate_rglru_fwd_scan<VEC><<<grid, kThreads, 0, stream>>>(p);
+      p.fwd_entry_out = entry.data_ptr<float>();
+      using Args = decltype(p);
+      auto* kernel = ablate_rglru_fwd<VEC, typename Args::Gate, typename Args::Input>;
+      const size_t bytes = allow_tiles(kernel, tile_bytes<VEC, typename Args::Gate, typename Args::Input>(false));
+      kernel<<<grid, dim3(32, kRun), bytes, stream>>>(p, chain);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
-    ctx->save_for_backward({gate_a, gate_x, u, lambda, log_decay, entry});
+    ctx->save_for_backward({gate_a, gate_x, u, lambda, entry});
     ctx->saved_data["has_h0"] = has_h0;
     return {h, h_last};
   }
@@ -511,40 +629,36 @@ class RecurrentScanFunction : public torch::autograd::Function<RecurrentScanFunc
                                                  torch::autograd::variable_list grads) {
     TORCH_CHECK(!torch::GradMode::is_enabled(), "recurrent_scan fused_cuda: double backward is not implemented");
     const auto saved = ctx->get_saved_variables();
-    const Tensor &gate_a = saved[0], &gate_x = saved[1], &u = saved[2], &lambda = saved[3];
-    const Tensor &log_decay = saved[4], &fwd_entry = saved[5];
-    const int64_t B = gate_a.size(0), T = gate_a.size(1), W = gate_a.size(2), chunks = log_decay.size(1);
+    const Tensor &gate_a = saved[0], &gate_x = saved[1], &u = saved[2], &lambda = saved[3], &fwd_entry = saved[4];
+    const int64_t B = gate_a.size(0), T = gate_a.size(1), W = gate_a.size(2), runs = runs_of(T);
     const auto f32 = gate_a.options().dtype(torch::kFloat);
     const Tensor dh = grads[0].defined() ? on_device(grads[0].to(torch::kFloat), gate_a, "dh")
                                          : torch::zeros({B, T, W}, f32);
     const Tensor dh_last = grads[1].defined() ? on_device(grads[1].to(torch::kFloat), gate_a, "dh_last") : Tensor();
     Tensor d_gate_a = torch::empty_like(gate_a), d_gate_x = torch::empty_like(gate_x), d_u = torch::empty_like(u);
-    Tensor state = torch::empty({B, chunks, W}, f32), entry = torch::empty({B, chunks, W}, f32);
-    Tensor partial = torch::empty({B, chunks, W}, f32), d_lambda = torch::empty({W}, f32);
+    Tensor partial = torch::empty({B, runs, W}, f32), d_lambda = torch::empty({W}, f32);
     const bool has_h0 = ctx->saved_data["has_h0"].toBool();
-    Tensor d_h0 = has_h0 ? torch::empty({B, W}, f32) : Tensor();
+    Tensor d_h0 = has_h0 ? torch::empty({B, W}, f32) : Tensor(), chain_storage;
+    const RunChain chain = make_chain(chain_storage, gate_a, dh_last, has_h0 ? d_h0.data_ptr<float>() : nullptr);
     const auto stream = at::cuda::getCurrentCUDAStream();
     with_scan_args(gate_a, gate_x, u, lambda, {&gate_a, &gate_x, &u, &dh, &d_gate_a, &d_gate_x, &d_u, &d_h0},
                    [&](auto p, auto vec, int64_t grid) {
                      using Args = decltype(p);
                      constexpr int VEC = decltype(vec)::value;
                      p.dh = dh.data_ptr<float>();
-                     p.chunk_state = state.data_ptr<float>();
-                     ablate_rglru_bwd_chunk<VEC><<<grid, kThreads, 0, stream>>>(p);
-                     C10_CUDA_KERNEL_LAUNCH_CHECK();
-                     launch_carry(log_decay, state, dh_last, entry, /*reverse=*/true);
-                     p.entry = entry.data_ptr<float>();
                      p.fwd_entry = fwd_entry.data_ptr<float>();
                      p.d_gate_a = static_cast<typename Args::Gate*>(d_gate_a.data_ptr());
                      p.d_gate_x = static_cast<typename Args::Gate*>(d_gate_x.data_ptr());
                      p.d_u = static_cast<typename Args::Input*>(d_u.data_ptr());
                      p.d_lambda_partial = partial.data_ptr<float>();
-                     p.d_h0 = has_h0 ? d_h0.data_ptr<float>() : nullptr;
-                     ablate_rglru_bwd_scan<VEC><<<grid, kThreads, 0, stream>>>(p);
+                     p.dh_pieces = rows_in_pieces(dh);
+                     auto* kernel = ablate_rglru_bwd<VEC, typename Args::Gate, typename Args::Input>;
+                     const size_t bytes = allow_tiles(kernel, tile_bytes<VEC, typename Args::Gate, typename Args::Input>(true));
+                     kernel<<<grid, dim3(32, kRun), bytes, stream>>>(p, chain);
                      C10_CUDA_KERNEL_LAUNCH_CHECK();
                    });
     ablate_rglru_dlambda<<<ceil_div(W, 32), dim3(32, 32), 0, stream>>>(partial.data_ptr<float>(),
-                                                                       d_lambda.data_ptr<float>(), B * chunks, W);
+                                                                       d_lambda.data_ptr<float>(), B * runs, W);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return {d_gate_a, d_gate_x, d_u, d_lambda, d_h0, Tensor()};
   }
@@ -560,8 +674,7 @@ void check_float_or_bf16(const Tensor& t, const char* what) {
 
 namespace tuning {
 void recurrent_scan_channels_per_thread(int vec) {
-  TORCH_CHECK(vec == 0 || vec == 1 || vec == 2 || vec == 4, "recurrent_scan_channels_per_thread: 0, 1, 2 or 4, got ",
-              vec);
+  TORCH_CHECK(vec == 0 || vec == 1 || vec == 2, "recurrent_scan_channels_per_thread: 0, 1 or 2, got ", vec);
   g_forced_vec = vec;
 }
 }  // namespace tuning
@@ -605,7 +718,7 @@ ABLATE_REGISTER_BACKENDS(recurrent_scan_fused_cuda) {
                            .fallback = "reference",
                            .kernel_patterns = {"ablate_rglru_"},
                            .description = "kernels/recurrent_scan/fused_cuda.cu: gates and recurrence fused, "
-                                          "chunked over time (chunk scans, carry, rescan) forward and "
+                                          "chunk scans chained by runs in one pass forward and one "
                                           "backward; deterministic d lambda",
                            .unavailable_reason = &availability::hopper_fp32_or_bf16},
                           ABLATE_CUDA_ONLY(&fused::recurrent_scan));

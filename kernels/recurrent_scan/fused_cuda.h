@@ -12,8 +12,8 @@ namespace ablate::kernels::fused {
 RecurrentScanOutputs recurrent_scan(const RecurrentScanInputs& inputs);
 
 namespace tuning {
-// For the benchmark and the tests: channels a thread of recurrent_scan owns (1, 2 or 4, used where W and
-// the alignment allow; 0 restores the built-in rule: 2 where allowed). Not thread-safe.
+// For the benchmark and the tests: channels a thread of recurrent_scan owns (1, or 2 where W is even and
+// the pointers are aligned; 0 restores the built-in rule). Not thread-safe.
 void recurrent_scan_channels_per_thread(int vec);
 }  // namespace tuning
 

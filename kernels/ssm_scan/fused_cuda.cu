@@ -224,16 +224,6 @@ __device__ void load_matrix(float* dst, int ld, int rows, int width, const float
   }
 }
 
-// 16 bytes from global to shared memory without a trip through registers (cp.async): the copy proceeds
-// while the thread goes on, so every tile of a kernel is in flight at once. fill = false writes 16 zero
-// bytes (source size 0: nothing is read, src only has to be a valid address). A thread's copies are
-// complete after cp_async_wait_all(); the barrier after it publishes them to the block.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool fill) {
-  const uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(to), "l"(src), "r"(fill ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-
 // log alpha (floored; 0 past the end), beta, gamma (0 past the end) of chunk rows 0..L-1, and the
 // inclusive cumulative sum of log alpha in `cum` (warp 0: lane holds rows lane and lane + 32). Its first
 // barrier also completes the caller's asynchronous tile copies (every caller loads its tiles first). Inlined:
