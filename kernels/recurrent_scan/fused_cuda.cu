@@ -339,27 +339,51 @@ constexpr size_t tile_bytes(bool backward) {
   return size_t(kRunSteps) * 32 * VEC * (2 * sizeof(TG) + sizeof(TU) + (backward ? sizeof(float) : 0));
 }
 
+// What both chained kernels start with: the block's ticket (its run, batch and channel block), the
+// thread's position in it, and the block's input tiles staged (gate_a, gate_x, u; dh for the backward),
+// complete and visible to the block once constructed.
+template <int VEC, typename TG, typename TU>
+struct BlockRun {
+  RunTile tile;
+  Position pos;
+  bool active;  // the thread has channels and a chunk (run_position)
+  int steps;    // time steps of its chunk before T (<= 0 for an idle chunk)
+  TG *ga, *gx;
+  TU* u;
+  float* dh;
+  __device__ __forceinline__ BlockRun(const ScanArgs<TG, TU>& p, const RunChain& chain, bool backward)
+      : tile(take_ticket(chain, p.B, p.wblocks, /*reverse=*/backward)) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    Position first;
+    active = run_position<VEC>(p, tile, pos, first);
+    const int64_t t0 = pos.c * kChunk;
+    steps = int(p.T - t0 < kChunk ? p.T - t0 : kChunk);
+    unsigned char* at = smem;
+    ga = carve_tile<VEC, TG>(at);
+    gx = carve_tile<VEC, TG>(at);
+    u = carve_tile<VEC, TU>(at);
+    dh = backward ? carve_tile<VEC, float>(at) : nullptr;
+    stage_tile<VEC>(ga, p.gate_a, first, p.T, p.W, p.pieces);
+    if (backward) stage_tile<VEC>(dh, p.dh, first, p.T, p.W, p.dh_pieces);
+    stage_tile<VEC>(gx, p.gate_x, first, p.T, p.W, p.pieces);
+    stage_tile<VEC>(u, p.u, first, p.T, p.W, p.pieces);
+    cp_async_wait_all();
+    __syncthreads();
+  }
+};
+
 // Forward: each warp scans its chunk from a zero state, keeping every step's state and summed log a;
 // with the chunk's entry state from the chain, h_t = local_t + exp(sum of log a through t) * entry.
 // Writes h, h_last and each chunk's entry state (for the backward).
 template <int VEC, typename TG, typename TU>
 __global__ void __launch_bounds__(32 * kRun) ablate_rglru_fwd(ScanArgs<TG, TU> p, RunChain chain) {
-  extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float agg_log[kRun][32 * VEC], agg_state[kRun][32 * VEC];
-  const RunTile tile = take_ticket(chain, p.B, p.wblocks, /*reverse=*/false);
-  Position pos, first;
-  const bool active = run_position<VEC>(p, tile, pos, first);
-  unsigned char* at = smem;
-  TG* const ga_tile = carve_tile<VEC, TG>(at);
-  TG* const gx_tile = carve_tile<VEC, TG>(at);
-  TU* const u_tile = carve_tile<VEC, TU>(at);
-  stage_tile<VEC>(ga_tile, p.gate_a, first, p.T, p.W, p.pieces);
-  stage_tile<VEC>(gx_tile, p.gate_x, first, p.T, p.W, p.pieces);
-  stage_tile<VEC>(u_tile, p.u, first, p.T, p.W, p.pieces);
-  cp_async_wait_all();
-  __syncthreads();
+  const BlockRun<VEC, TG, TU> run(p, chain, /*backward=*/false);
+  const RunTile& tile = run.tile;
+  const Position& pos = run.pos;
+  const bool active = run.active;
   const int64_t t0 = pos.c * kChunk;
-  const int steps = int(p.T - t0 < kChunk ? p.T - t0 : kChunk);  // <= 0 for an idle chunk
+  const int steps = run.steps;
   float local[kChunk][VEC], log_through[kChunk][VEC];      // compile-time indices only (registers)
   float state[VEC] = {}, log_sum[VEC] = {};
   if (active) {
@@ -369,9 +393,9 @@ __global__ void __launch_bounds__(32 * kRun) ablate_rglru_fwd(ScanArgs<TG, TU> p
     for (int i = 0; i < kChunk; ++i) {
       if (i >= steps) break;
       float ga[VEC], gx[VEC], u[VEC];
-      tile_at<VEC>(ga_tile, i, ga);
-      tile_at<VEC>(gx_tile, i, gx);
-      tile_at<VEC>(u_tile, i, u);
+      tile_at<VEC>(run.ga, i, ga);
+      tile_at<VEC>(run.gx, i, gx);
+      tile_at<VEC>(run.u, i, u);
       forward_step<VEC>(neg_scale_sp, ga, gx, u, state, log_sum);
 #pragma unroll
       for (int v = 0; v < VEC; ++v) {
@@ -409,24 +433,13 @@ __global__ void __launch_bounds__(32 * kRun) ablate_rglru_fwd(ScanArgs<TG, TU> p
 // the run's d lambda partial (its chunks summed in order).
 template <int VEC, typename TG, typename TU>
 __global__ void __launch_bounds__(32 * kRun) ablate_rglru_bwd(ScanArgs<TG, TU> p, RunChain chain) {
-  extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float agg_log[kRun][32 * VEC], agg_state[kRun][32 * VEC];
-  const RunTile tile = take_ticket(chain, p.B, p.wblocks, /*reverse=*/true);
-  Position pos, first;
-  const bool active = run_position<VEC>(p, tile, pos, first);
-  unsigned char* at = smem;
-  TG* const ga_tile = carve_tile<VEC, TG>(at);
-  TG* const gx_tile = carve_tile<VEC, TG>(at);
-  TU* const u_tile = carve_tile<VEC, TU>(at);
-  float* const dh_tile = carve_tile<VEC, float>(at);
-  stage_tile<VEC>(ga_tile, p.gate_a, first, p.T, p.W, p.pieces);
-  stage_tile<VEC>(dh_tile, p.dh, first, p.T, p.W, p.dh_pieces);
-  stage_tile<VEC>(gx_tile, p.gate_x, first, p.T, p.W, p.pieces);
-  stage_tile<VEC>(u_tile, p.u, first, p.T, p.W, p.pieces);
-  cp_async_wait_all();
-  __syncthreads();
+  const BlockRun<VEC, TG, TU> run(p, chain, /*backward=*/true);
+  const RunTile& tile = run.tile;
+  const Position& pos = run.pos;
+  const bool active = run.active;
   const int64_t t0 = pos.c * kChunk;
-  const int steps = int(p.T - t0 < kChunk ? p.T - t0 : kChunk);  // <= 0 for an idle chunk
+  const int steps = run.steps;
   float lambda[kChunk][VEC], log_after[kChunk][VEC];       // compile-time indices only (registers)
   float carry[VEC] = {}, log_sum[VEC] = {}, neg_scale_sp[VEC], dlog_dlambda[VEC];
   if (active) {
@@ -435,8 +448,8 @@ __global__ void __launch_bounds__(32 * kRun) ablate_rglru_bwd(ScanArgs<TG, TU> p
     for (int i = kChunk - 1; i >= 0; --i) {
       if (i >= steps) continue;
       float ga[VEC], dh[VEC];
-      tile_at<VEC>(ga_tile, i, ga);
-      tile_at<VEC>(dh_tile, i, dh);
+      tile_at<VEC>(run.ga, i, ga);
+      tile_at<VEC>(run.dh, i, dh);
 #pragma unroll
       for (int v = 0; v < VEC; ++v) {
         const Decay d = decay_gate(ga[v], neg_scale_sp[v]);
@@ -462,9 +475,9 @@ __global__ void __launch_bounds__(32 * kRun) ablate_rglru_bwd(ScanArgs<TG, TU> p
     for (int i = 0; i < kChunk; ++i) {
       if (i >= steps) break;
       float ga[VEC], gx[VEC], u[VEC], dga[VEC], dgx[VEC], du[VEC];
-      tile_at<VEC>(ga_tile, i, ga);
-      tile_at<VEC>(gx_tile, i, gx);
-      tile_at<VEC>(u_tile, i, u);
+      tile_at<VEC>(run.ga, i, ga);
+      tile_at<VEC>(run.gx, i, gx);
+      tile_at<VEC>(run.u, i, u);
 #pragma unroll
       for (int v = 0; v < VEC; ++v) {
         const Decay d = decay_gate(ga[v], neg_scale_sp[v]);
@@ -652,8 +665,10 @@ class RecurrentScanFunction : public torch::autograd::Function<RecurrentScanFunc
                      p.d_u = static_cast<typename Args::Input*>(d_u.data_ptr());
                      p.d_lambda_partial = partial.data_ptr<float>();
                      p.dh_pieces = rows_in_pieces(dh);
-                     auto* kernel = ablate_rglru_bwd<VEC, typename Args::Gate, typename Args::Input>;
-                     const size_t bytes = allow_tiles(kernel, tile_bytes<VEC, typename Args::Gate, typename Args::Input>(true));
+                     using TG = typename Args::Gate;
+                     using TU = typename Args::Input;
+                     auto* kernel = ablate_rglru_bwd<VEC, TG, TU>;
+                     const size_t bytes = allow_tiles(kernel, tile_bytes<VEC, TG, TU>(true));
                      kernel<<<grid, dim3(32, kRun), bytes, stream>>>(p, chain);
                      C10_CUDA_KERNEL_LAUNCH_CHECK();
                    });

@@ -103,7 +103,7 @@ struct Params {
   RowStrides xs, zs;  // x's and z's (z's unused without z)
   float* states;  // SIMT path: [B,H,nC,P,N]: Z_c after chunk_state, S_c (the state entering chunk c) after
                   // state_pass; null on the tensor-core path
-  float* lam;     // [B,H,nC]: sum of (floored) log alpha over each chunk
+  float* lam;     // [B,H,nC]: sum of (floored) log alpha over each chunk (SIMT path; null on tensor cores)
   // Tensor-core path (bf16 x): the state scans write S_c and the adjoints dS_end(c) here in bf16, the
   // operand precision the per-chunk kernels use them at: half the bytes of fp32, and no fp32 copy at all.
   // Null on the SIMT path (fp32 tiles, fp32 states in place).
@@ -742,25 +742,39 @@ __device__ void output_tc(const Params& p, float* smem) {
   const float Dh = p.D[h];
   const bf16* z = static_cast<const bf16*>(p.z);
   const int tn = P / 16;
+  const int g = (threadIdx.x & 31) >> 2, tq = threadIdx.x & 3;  // the lane's accumulator rows and column pair
   for (int task = warp; task < nL * tn; task += warps) {
     const int i0 = (task / tn) * 16, j0 = (task % tn) * 16;
+    // z's pairs at the lane's accumulator positions ([nt][row half]: rows i0 + g + 8 half, columns
+    // j0 + 8 nt + 2 tq; col even and z's rows 16-byte aligned: rows_in_place, or copied contiguous),
+    // requested before the products so their latency overlaps them (read in the epilogue, after the
+    // stores of y, they waited one round trip a pair: the compiler cannot move a load of z above a
+    // store to y).
+    uint32_t zw[2][2] = {};
+    if (z)
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int t = i0 + g + 8 * half, col = j0 + 8 * nt + 2 * tq;
+          if (t0 + t < p.T) zw[nt][half] = *reinterpret_cast<const uint32_t*>(z + z_index(p, b, t0 + t, h, col));
+        }
     float intra[2][4] = {}, inter[2][4] = {};
     // intra: sum_{j >= 1} scw[t][j - 1] x_j (x_j = xa row j, stored j-major); zero past the diagonal block.
     mma_block(intra, {s.scw, ldL, true}, {s.xa + ldP, ldP, false}, i0, j0, 0, i0 + 16);
     // inter: q_t . S_c[col, :]
     mma_block(inter, {s.qs, ldN, true}, {s.state, ldN, true}, i0, j0, 0, N);
+    const float decay_in[2] = {exp_of<true>(s.cum[i0 + g]), exp_of<true>(s.cum[i0 + g + 8])};  // per row half
     for_tile_elements(i0, j0, [&](int t, int col, int nt, int e) {
       if ((e & 1) || t0 + t >= p.T) return;
       const int64_t o = row_index(p, b, t0 + t, h) * P + col;
-      const float decay_in = exp_of<true>(s.cum[t]);
-      // z's pair (col even; z's rows start 16-byte aligned: rows_in_place, or copied contiguous).
-      const float2 zp = z ? unpack_bf16(*reinterpret_cast<const uint32_t*>(z + z_index(p, b, t0 + t, h, col)))
-                          : make_float2(0.f, 0.f);
+      const float2 zp = unpack_bf16(zw[nt][e >> 1]);
       const float zv[2] = {zp.x, zp.y};
       float v[2];
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
-        v[u] = intra[nt][e + u] + s.sc0[t] * __bfloat162float(s.xa[col + u]) + decay_in * inter[nt][e + u] +
+        v[u] = intra[nt][e + u] + s.sc0[t] * __bfloat162float(s.xa[col + u]) +
+               decay_in[e >> 1] * inter[nt][e + u] +
                Dh * __bfloat162float(s.xa[(t + 1) * ldP + col + u]);
         if (z) v[u] *= zv[u] * sigmoid_tc(zv[u]);
       }
@@ -1214,7 +1228,6 @@ __device__ __forceinline__ void state_scan_tc(const Params& p, float* smem) {
       return t < 32 ? from_lo : from_hi;
     };
     const float lam = cum(L - 1);
-    if (!kBackward && p0 == 0 && threadIdx.x == 0) p.lam[bh * nC + c] = lam;
     // The weighted, rounded operand, a warp per row (rows warp + 8 m, m < 8: L <= 64), a lane per column
     // pair: forward x_j W_{L-1,j} for rows j = 1..L in place (row 0, the column-0 position, stays as is);
     // backward exp(cum_t) dout_t silu(z_t) in place of dout_t. Lane m computes row m's factor once and the
@@ -2112,13 +2125,15 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
     // The tensor-core path keeps S_c in bf16 (Params::states_lo), written by the state scan; the SIMT path
     // carries Z_c, then S_c, in the fp32 buffer.
     const bool tensor_cores = x.scalar_type() == torch::kBFloat16;
-    Tensor states = tensor_cores ? Tensor() : torch::empty({B, H, nC, P, N}, f32), lam = torch::empty({B, H, nC}, f32);
+    // Lam_c (the chunks' summed log alpha) only for the SIMT path's state passes: the state scans form it.
+    Tensor states = tensor_cores ? Tensor() : torch::empty({B, H, nC, P, N}, f32);
+    Tensor lam = tensor_cores ? Tensor() : torch::empty({B, H, nC}, f32);
     Tensor states_lo = tensor_cores ? torch::empty({B, H, nC, P, N}, x.options()) : Tensor();
     if (T == 0) {
       h_last = h0.defined() ? h0.clone() : torch::zeros({B, H, P, N}, f32);
     } else {
       Params p = input_params({x, q, k, log_alpha, beta, gamma, D, z, h0, x_prev, k_prev}, L);
-      p.states = tensor_cores ? nullptr : states.data_ptr<float>(), p.lam = lam.data_ptr<float>();
+      p.states = tensor_cores ? nullptr : states.data_ptr<float>(), p.lam = const_cast<float*>(ptr_or_null(lam));
       p.states_lo = tensor_cores ? static_cast<bf16*>(states_lo.data_ptr()) : nullptr;
       p.y = y.data_ptr(), p.h_last = h_last.data_ptr<float>();
       const auto stream = at::cuda::getCurrentCUDAStream();
@@ -2185,7 +2200,7 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
       } else {
         p.states = const_cast<float*>(states.data_ptr<float>());
       }
-      p.lam = const_cast<float*>(lam.data_ptr<float>());
+      p.lam = const_cast<float*>(ptr_or_null(lam));
       p.dout = dout.data_ptr(), p.dh_last = dh_last.defined() ? dh_last.data_ptr<float>() : nullptr;
       p.h_last_saved = h_last.data_ptr<float>(), p.last_dot = last_dot.data_ptr<float>();
       p.dstates = tensor_cores ? nullptr : dstates.data_ptr<float>();
