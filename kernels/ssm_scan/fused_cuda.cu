@@ -540,61 +540,85 @@ __device__ __forceinline__ uint4 load8_bf16(const T* src, bool vector) {
 // tile (row stride ld, width a multiple of 8): rows outside [0, rows_end) are zero, except row -1, which is
 // `before` when given; src is the tensor's own pointer (its 16-byte alignment decides the vector path,
 // every row start being a multiple of 32 bytes past it). bf16 sources are copied asynchronously (cp.async:
-// complete after load_coefficients' first barrier, which every caller reaches before reading the tile);
-// fp32 ones converted through registers, kLoadsInFlight 16-byte runs per thread in flight.
+// complete after the caller's wait and barrier, e.g. load_coefficients' first, which every caller reaches
+// before reading the tile); fp32 ones converted through registers, kLoadsInFlight 16-byte runs per thread in
+// flight. Inlined, so that its stores are known to be shared, with a thread's runs walked by (row, run)
+// steps instead of a division per run; the element-wise path (unaligned source, or x_prev / k_prev) out of
+// line: it is cold, and the unrolled loader would otherwise hold a copy per run. The output kernel, the
+// backward chunk and the state scans all load with it.
 template <typename T>
-__device__ void load_tile_bf16(bf16* dst, int ld, int width, const T* src, const T* base, int64_t row_stride,
-                               int t_first, int nrows, int rows_end, const float* before) {
+__device__ __noinline__ uint4 load8_bf16_scalar(const T* src) {
+  return load8_bf16(src, false);
+}
+
+template <typename T>
+__device__ __forceinline__ uint4 load8_bf16_any(const T* src, bool vector) {
+  return vector ? load8_bf16(src, true) : load8_bf16_scalar(src);
+}
+
+__device__ __forceinline__ void next_run(int& r, int& run, int runs_per_row, int step_r, int step_c) {
+  run += step_c;
+  r += step_r;
+  if (run >= runs_per_row) run -= runs_per_row, ++r;
+}
+
+template <typename T>
+__device__ __forceinline__ void load_tile_bf16(bf16* dst, int ld, int width, const T* src, const T* base,
+                                               int64_t row_stride, int t_first, int nrows, int rows_end,
+                                               const float* before) {
   constexpr int V = 8;
   const int runs_per_row = width / V, total = nrows * runs_per_row;
-  const bool vector = is_aligned16(src);
+  const bool vector = is_aligned16(src);  // every row start is a multiple of 32 bytes past src
+  const int step_r = blockDim.x / runs_per_row, step_c = blockDim.x - step_r * runs_per_row;
+  int r = threadIdx.x / runs_per_row, run = threadIdx.x - r * runs_per_row;  // of run i0
   if constexpr (std::is_same_v<T, bf16>) {
-    if (vector) {
+    if (vector) {  // asynchronously (the caller waits before its barrier)
       for (int i = threadIdx.x; i < total; i += blockDim.x) {
-        const int r = i / runs_per_row, col = (i - r * runs_per_row) * V, t = t_first + r;
+        const int col = run * V, t = t_first + r;
         bf16* to = dst + r * ld + col;
         if (t == -1 && before != nullptr) {
-          *reinterpret_cast<uint4*>(to) = load8_bf16(before + col, false);
+          *reinterpret_cast<uint4*>(to) = load8_bf16_scalar(before + col);
         } else {
           const bool real = t >= 0 && t < rows_end;
           cp_async16(to, real ? base + t * row_stride + col : src, real);
         }
+        next_run(r, run, runs_per_row, step_r, step_c);
       }
       return;
     }
   }
   for (int i0 = threadIdx.x; i0 < total; i0 += kLoadsInFlight * blockDim.x) {
     uint4 v[kLoadsInFlight];
+    int at[kLoadsInFlight];
 #pragma unroll
     for (int u = 0; u < kLoadsInFlight; ++u) {
-      const int i = i0 + u * blockDim.x, r = i / runs_per_row, col = (i - r * runs_per_row) * V, t = t_first + r;
+      const int i = i0 + u * blockDim.x, col = run * V, t = t_first + r;
+      at[u] = r * ld + col;
       if (i < total && t >= 0 && t < rows_end)
-        v[u] = load8_bf16(base + t * row_stride + col, vector);
+        v[u] = load8_bf16_any(base + t * row_stride + col, vector);
       else if (i < total && t == -1 && before != nullptr)
-        v[u] = load8_bf16(before + col, false);
+        v[u] = load8_bf16_scalar(before + col);
       else
         v[u] = make_uint4(0, 0, 0, 0);
+      next_run(r, run, runs_per_row, step_r, step_c);
     }
 #pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u) {
-      const int i = i0 + u * blockDim.x, r = i / runs_per_row, col = (i - r * runs_per_row) * V;
-      if (i < total) *reinterpret_cast<uint4*>(dst + r * ld + col) = v[u];
-    }
+    for (int u = 0; u < kLoadsInFlight; ++u)
+      if (i0 + u * blockDim.x < total) *reinterpret_cast<uint4*>(dst + at[u]) = v[u];
   }
 }
 
-// load_rows into a bf16 tile: rows t_first .. t_first + nrows - 1 of one (b, h) slice (0 outside [0, T),
-// row -1 from `before` when given).
+// Rows t_first .. t_first + nrows - 1 of one (b, h) slice (0 outside [0, T), row -1 from `before` when given).
 template <typename T>
-__device__ void load_rows_bf16(bf16* dst, int ld, int width, const T* src, RowStrides rs, const Params& p, int b, int h,
-                               int t_first, int nrows, const float* before) {
+__device__ __forceinline__ void load_rows_bf16(bf16* dst, int ld, int width, const T* src, RowStrides rs,
+                                               const Params& p, int b, int h, int t_first, int nrows,
+                                               const float* before) {
   load_tile_bf16(dst, ld, width, src, src + row_start(rs, b, 0, h, width), rs.ts, t_first, nrows, p.T, before);
 }
 
-// A contiguous rows x width matrix (a chunk state: fp32, or bf16 from states_lo, copied as is) into a bf16
-// tile.
+// A contiguous rows x width matrix (a chunk state: fp32, or bf16 copied as is).
 template <typename T>
-__device__ void load_matrix_bf16(bf16* dst, int ld, int rows, int width, const T* src) {
+__device__ __forceinline__ void load_matrix_bf16(bf16* dst, int ld, int rows, int width, const T* src) {
   load_tile_bf16(dst, ld, width, src, src, width, 0, rows, rows, nullptr);
 }
 
@@ -708,12 +732,12 @@ struct OutputTc {
         scw(c.take<bf16>(L * ld_tc(L))), state(c.take<bf16>(P * ld_tc(N))) {}
 };
 
-template <typename TQK>
-__device__ void output_tc(const Params& p, float* smem) {
-  const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
-  const int t0 = c * L, ldP = ld_tc(P), ldN = ld_tc(N), ldL = ld_tc(L);
-  Carve carve{reinterpret_cast<char*>(smem)};
-  const OutputTc s(carve, L, P, N);
+// The tiles the output and backward chunk kernels both start from (their layouts name them alike): q
+// (rows t0 .., L of them), k and x (rows t0 - 1 .., the first from k_prev / x_prev on chunk 0) and the
+// chunk's state S_c, all in bf16, asynchronously where the source allows (the caller waits).
+template <typename TQK, class Tiles>
+__device__ __forceinline__ void load_chunk_tiles(const Params& p, const Tiles& s, int b, int h, int c) {
+  const int L = p.L, P = p.P, N = p.N, t0 = c * L, ldP = ld_tc(P), ldN = ld_tc(N);
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   const bool first = c == 0;
   load_rows_bf16(s.qs, ldN, N, static_cast<const TQK*>(p.q), packed(p, N), p, b, h, t0, L, nullptr);
@@ -722,6 +746,15 @@ __device__ void output_tc(const Params& p, float* smem) {
   load_rows_bf16(s.xa, ldP, P, static_cast<const bf16*>(p.x), p.xs, p, b, h, t0 - 1, L + 1,
                  first && p.x_prev ? p.x_prev + bh * P : nullptr);
   load_matrix_bf16(s.state, ldN, P, N, p.states_lo + (bh * p.nC + c) * P * N);
+}
+
+template <typename TQK>
+__device__ void output_tc(const Params& p, float* smem) {
+  const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
+  const int t0 = c * L, ldP = ld_tc(P), ldN = ld_tc(N), ldL = ld_tc(L);
+  Carve carve{reinterpret_cast<char*>(smem)};
+  const OutputTc s(carve, L, P, N);
+  load_chunk_tiles<TQK>(p, s, b, h, c);
   load_coefficients(p, b, h, t0, s.cum, s.bet, s.gam);  // ends with a barrier
   score_column0(s.qs, ldN, s.ka, N, L, s.cum, s.bet, s.gam, s.sc0);
   // Weighted scores W_tj (q_t . k_j) for columns j = 1..L: scw[t][j - 1], lower-triangular tiles.
@@ -952,86 +985,6 @@ struct BwdChunkTc {
         dxw(c.take<bf16>(L * ld_tc(L))), state(c.take<bf16>(P * ld_tc(N))) {}
 };
 
-// The backward chunk's own copies of the tile loaders (load_rows_bf16, load_matrix_bf16: same values),
-// inlined so that their stores are known to be shared, with a thread's runs walked by (row, run) steps
-// instead of a division per run; the state scans below load their stages with them too. (Two loaders of
-// the same values: the output kernel's load_tile_bf16 could become this one; not done without a GPU run.)
-// 8 consecutive elements as bf16 (load8_bf16), the element-wise path (unaligned source, or x_prev /
-// k_prev) out of line: it is cold, and the unrolled loaders would otherwise hold a copy per run.
-template <typename T>
-__device__ __noinline__ uint4 load8_bf16_scalar(const T* src) {
-  return load8_bf16(src, false);
-}
-
-template <typename T>
-__device__ __forceinline__ uint4 bwd_load8(const T* src, bool vector) {
-  return vector ? load8_bf16(src, true) : load8_bf16_scalar(src);
-}
-
-__device__ __forceinline__ void next_run(int& r, int& run, int runs_per_row, int step_r, int step_c) {
-  run += step_c;
-  r += step_r;
-  if (run >= runs_per_row) run -= runs_per_row, ++r;
-}
-
-// load_tile_bf16's backward copy: the same values, a thread's runs walked by (row, run) steps.
-template <typename T>
-__device__ __forceinline__ void bwd_load_tile(bf16* dst, int ld, int width, const T* src, const T* base,
-                                              int64_t row_stride, int t_first, int nrows, int rows_end,
-                                              const float* before) {
-  constexpr int V = 8;
-  const int runs_per_row = width / V, total = nrows * runs_per_row;
-  const bool vector = is_aligned16(src);  // every row start is a multiple of 32 bytes past src
-  const int step_r = blockDim.x / runs_per_row, step_c = blockDim.x - step_r * runs_per_row;
-  int r = threadIdx.x / runs_per_row, run = threadIdx.x - r * runs_per_row;  // of run i0
-  if constexpr (std::is_same_v<T, bf16>) {
-    if (vector) {  // asynchronously, as load_tile_bf16 (the caller waits before its barrier)
-      for (int i = threadIdx.x; i < total; i += blockDim.x) {
-        const int col = run * V, t = t_first + r;
-        bf16* to = dst + r * ld + col;
-        if (t == -1 && before != nullptr) {
-          *reinterpret_cast<uint4*>(to) = load8_bf16_scalar(before + col);
-        } else {
-          const bool real = t >= 0 && t < rows_end;
-          cp_async16(to, real ? base + t * row_stride + col : src, real);
-        }
-        next_run(r, run, runs_per_row, step_r, step_c);
-      }
-      return;
-    }
-  }
-  for (int i0 = threadIdx.x; i0 < total; i0 += kLoadsInFlight * blockDim.x) {
-    uint4 v[kLoadsInFlight];
-    int at[kLoadsInFlight];
-#pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u) {
-      const int i = i0 + u * blockDim.x, col = run * V, t = t_first + r;
-      at[u] = r * ld + col;
-      if (i < total && t >= 0 && t < rows_end)
-        v[u] = bwd_load8(base + t * row_stride + col, vector);
-      else if (i < total && t == -1 && before != nullptr)
-        v[u] = load8_bf16_scalar(before + col);
-      else
-        v[u] = make_uint4(0, 0, 0, 0);
-      next_run(r, run, runs_per_row, step_r, step_c);
-    }
-#pragma unroll
-    for (int u = 0; u < kLoadsInFlight; ++u)
-      if (i0 + u * blockDim.x < total) *reinterpret_cast<uint4*>(dst + at[u]) = v[u];
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ void bwd_load_rows(bf16* dst, int ld, int width, const T* src, RowStrides rs, const Params& p,
-                                              int b, int h, int t_first, int nrows, const float* before) {
-  bwd_load_tile(dst, ld, width, src, src + row_start(rs, b, 0, h, width), rs.ts, t_first, nrows, p.T, before);
-}
-
-template <typename T>
-__device__ __forceinline__ void bwd_load_matrix(bf16* dst, int ld, int rows, int width, const T* src) {
-  bwd_load_tile(dst, ld, width, src, src, width, 0, rows, rows, nullptr);
-}
-
 // ---- chunk-state scans (tensor cores) ----------------------------------------------------------
 // On the tensor-core path the chunk states do not travel through global memory in fp32: one block per
 // (slice of kScanRows rows of P, head, batch) walks the chunks in order (forward) or in reverse
@@ -1127,20 +1080,20 @@ __device__ __forceinline__ void scan_prefetch(const Params& p, const ScanStage& 
     const bool first = c == 0;
     scan_coefficients(st.bet, p.beta, p, b, h, t0);
     scan_coefficients(st.gam, p.gamma, p, b, h, t0);
-    bwd_load_tile(st.a, ldR, rows, x, x + row_start(p.xs, b, 0, h, p.P) + p0, p.xs.ts, t0 - 1, L + 1, p.T,
-                  first && p.x_prev ? p.x_prev + bh * p.P + p0 : nullptr);
-    bwd_load_tile(st.b, ldN, N, k, k + row_start(qk, b, 0, h, N), qk.ts, t0 - 1, L + 1, p.T,
-                  first && p.k_prev ? p.k_prev + bh * N : nullptr);
+    load_tile_bf16(st.a, ldR, rows, x, x + row_start(p.xs, b, 0, h, p.P) + p0, p.xs.ts, t0 - 1, L + 1, p.T,
+                   first && p.x_prev ? p.x_prev + bh * p.P + p0 : nullptr);
+    load_tile_bf16(st.b, ldN, N, k, k + row_start(qk, b, 0, h, N), qk.ts, t0 - 1, L + 1, p.T,
+                   first && p.k_prev ? p.k_prev + bh * N : nullptr);
   } else {
     const bf16* dout = static_cast<const bf16*>(p.dout);
     const TQK* q = static_cast<const TQK*>(p.q);
     const RowStrides ys = packed(p, p.P);
-    bwd_load_tile(st.a, ldR, rows, dout, dout + row_start(ys, b, 0, h, p.P) + p0, ys.ts, t0, L, p.T, nullptr);
+    load_tile_bf16(st.a, ldR, rows, dout, dout + row_start(ys, b, 0, h, p.P) + p0, ys.ts, t0, L, p.T, nullptr);
     if (p.z) {
       const bf16* z = static_cast<const bf16*>(p.z);
-      bwd_load_tile(st.zt, ldR, rows, z, z + row_start(p.zs, b, 0, h, p.P) + p0, p.zs.ts, t0, L, p.T, nullptr);
+      load_tile_bf16(st.zt, ldR, rows, z, z + row_start(p.zs, b, 0, h, p.P) + p0, p.zs.ts, t0, L, p.T, nullptr);
     }
-    bwd_load_tile(st.b, ldN, N, q, q + row_start(qk, b, 0, h, N), qk.ts, t0, L, p.T, nullptr);
+    load_tile_bf16(st.b, ldN, N, q, q + row_start(qk, b, 0, h, N), qk.ts, t0, L, p.T, nullptr);
   }
 }
 
@@ -1450,18 +1403,13 @@ __device__ __forceinline__ void bwd_chunk_tc(const Params& p, float* smem) {
   Carve carve{reinterpret_cast<char*>(smem)};
   const BwdChunkTc s(carve, L, P, N);
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
-  const bool first = c == 0, last = c == p.nC - 1;
+  const bool last = c == p.nC - 1;
   const int rows = min(L, p.T - t0);  // real rows of this chunk
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32, lane = threadIdx.x & 31, nL = L / 16;
   const int g = lane >> 2, tq = lane & 3;  // accumulator rows g, g + 8; columns 2 tq + {0, 1} (+ 8)
   const bf16* dS = p.dstates_lo + (bh * p.nC + c) * P * N;  // adjoint at the end of this chunk
 
-  bwd_load_rows(s.qs, ldN, N, static_cast<const TQK*>(p.q), packed(p, N), p, b, h, t0, L, nullptr);
-  bwd_load_rows(s.ka, ldN, N, static_cast<const TQK*>(p.k), packed(p, N), p, b, h, t0 - 1, L + 1,
-                first && p.k_prev ? p.k_prev + bh * N : nullptr);
-  bwd_load_rows(s.xa, ldP, P, static_cast<const bf16*>(p.x), p.xs, p, b, h, t0 - 1, L + 1,
-                first && p.x_prev ? p.x_prev + bh * P : nullptr);
-  bwd_load_matrix(s.state, ldN, P, N, p.states_lo + (bh * p.nC + c) * P * N);
+  load_chunk_tiles<TQK>(p, s, b, h, c);
   for (int i = threadIdx.x; i < L / 16 * L; i += blockDim.x) s.dgp[i] = s.dbp[i] = 0.f;  // tiles above the diagonal
   load_coefficients(p, b, h, t0, s.cum, s.bet, s.gam);  // ends with a barrier
   for (int j = threadIdx.x; j <= L; j += blockDim.x) s.wend[j] = weight(s.cum, s.bet, s.gam, L, L - 1, j);
@@ -1630,7 +1578,7 @@ __device__ __forceinline__ void bwd_chunk_tc(const Params& p, float* smem) {
     }
   }
   __syncthreads();
-  bwd_load_matrix(s.state, ldN, P, N, dS);
+  load_matrix_bf16(s.state, ldN, P, N, dS);
   cp_async_wait_all();
   __syncthreads();
 
