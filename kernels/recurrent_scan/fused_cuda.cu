@@ -64,10 +64,6 @@ template <>
 struct Packed<8> {
   using type = uint2;
 };
-template <>
-struct Packed<16> {
-  using type = uint4;
-};
 
 // VEC consecutive elements as one access of VEC * sizeof(T) bytes (the caller guarantees alignment).
 template <int VEC, typename T>
@@ -323,14 +319,24 @@ __device__ __forceinline__ bool run_position(const A& p, const RunTile& tile, Po
   return pos.w0 < p.groups * VEC && pos.c < p.chunks;
 }
 
+// The block's step through the chain, every thread: leaves its chunk's (summed log a, end state from
+// zero) for warp 0, which runs chain_run, and returns the state entering its chunk (forward h, backward
+// the carry from the chunk after it).
 template <int VEC>
-__device__ __forceinline__ void put_aggregate(float (&agg_log)[kRun][32 * VEC], float (&agg_state)[kRun][32 * VEC],
-                                              const float (&log_sum)[VEC], const float (&state)[VEC]) {
+__device__ __forceinline__ void chunk_entry(float (&agg_log)[kRun][32 * VEC], float (&agg_state)[kRun][32 * VEC],
+                                            const float (&log_sum)[VEC], const float (&state)[VEC],
+                                            const RunChain& chain, const RunTile& tile, int64_t W, int64_t groups,
+                                            bool reverse, float (&entry)[VEC]) {
 #pragma unroll
   for (int v = 0; v < VEC; ++v) {
     agg_log[threadIdx.y][threadIdx.x * VEC + v] = log_sum[v];
     agg_state[threadIdx.y][threadIdx.x * VEC + v] = state[v];
   }
+  __syncthreads();
+  if (threadIdx.y == 0) chain_run<VEC>(agg_log, agg_state, chain, tile, W, groups, reverse);
+  __syncthreads();
+#pragma unroll
+  for (int v = 0; v < VEC; ++v) entry[v] = agg_state[threadIdx.y][threadIdx.x * VEC + v];
 }
 
 // Shared-memory bytes of a chained kernel: its tiles (gate_a, gate_x, u; the backward also dh).
@@ -404,14 +410,9 @@ __global__ void __launch_bounds__(32 * kRun) ablate_rglru_fwd(ScanArgs<TG, TU> p
       }
     }
   }
-  put_aggregate<VEC>(agg_log, agg_state, log_sum, state);
-  __syncthreads();
-  if (threadIdx.y == 0) chain_run<VEC>(agg_log, agg_state, chain, tile, p.W, p.groups, /*reverse=*/false);
-  __syncthreads();
-  if (!active) return;
   float entry[VEC];
-#pragma unroll
-  for (int v = 0; v < VEC; ++v) entry[v] = agg_state[threadIdx.y][threadIdx.x * VEC + v];
+  chunk_entry<VEC>(agg_log, agg_state, log_sum, state, chain, tile, p.W, p.groups, /*reverse=*/false, entry);
+  if (!active) return;
   store_packed<VEC>(p.fwd_entry_out + (pos.b * p.chunks + pos.c) * p.W + pos.w0, entry);
   float* h = p.h + (pos.b * p.T + t0) * p.W + pos.w0;
 #pragma unroll
@@ -460,15 +461,11 @@ __global__ void __launch_bounds__(32 * kRun) ablate_rglru_bwd(ScanArgs<TG, TU> p
       }
     }
   }
-  put_aggregate<VEC>(agg_log, agg_state, log_sum, carry);
-  __syncthreads();
-  if (threadIdx.y == 0) chain_run<VEC>(agg_log, agg_state, chain, tile, p.W, p.groups, /*reverse=*/true);
-  __syncthreads();
+  float entering[VEC];
+  chunk_entry<VEC>(agg_log, agg_state, log_sum, carry, chain, tile, p.W, p.groups, /*reverse=*/true, entering);
   float d_lambda[VEC] = {};
   if (active) {
-    float entering[VEC], h[VEC];
-#pragma unroll
-    for (int v = 0; v < VEC; ++v) entering[v] = agg_state[threadIdx.y][threadIdx.x * VEC + v];
+    float h[VEC];
     load_packed<VEC>(p.fwd_entry + (pos.b * p.chunks + pos.c) * p.W + pos.w0, h);
     const int64_t row0 = (pos.b * p.T + t0) * p.W + pos.w0;
 #pragma unroll
