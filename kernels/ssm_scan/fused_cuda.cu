@@ -998,6 +998,9 @@ struct BwdChunkTc {
 // nam56r-small) are neither written nor read back. The operands are rounded to bf16 where those kernels
 // rounded them (x_j W_{L-1,j} and exp(cum_t) dy_t, once; the column-0 term stays fp32); the factors come
 // from the fast exponential (exp_of) and the fp32 sums run in another order.
+// Measured and not kept (session 16, experiments/results/2026-11-26-h100-s16/, patches there): no scans,
+// the states passed block to block by the output and backward chunk kernels (fwd+bwd 2.07 ms at best
+// against 2.04: +58% instructions in the output kernel); 32-row slices at 4 blocks an SM (2.19 ms).
 // The chunk loop is a serial chain (32 links at nam56r-small, 2 blocks of 8 warps an SM), so each link
 // is kept short: two barriers a chunk; every warp scans log alpha itself (a few shuffles, no barrier for
 // a shared copy) and weights its own rows of the operand; each warp's tiles share one column block, so
