@@ -18,7 +18,7 @@
 //                                    same recurrence, 4 adjacent (p, n) of one (b, h) a thread, S_c in place);
 //   ablate_ssm_scan_fwd_output       y_t = sum_j W_tj (q_t.k_j) x_j + exp(cum_t) S_c q_t + D x_t, times
 //                                    silu(z_t) when z is given.
-// Backward (4 launches on the tensor-core path, 5 on the SIMT path; recomputes the chunk-local products
+// Backward (3 launches on the tensor-core path, 4 on the SIMT path; recomputes the chunk-local products
 // instead of storing them):
 //   ablate_ssm_scan_bwd_state_scan   (tensor cores) the adjoint states at chunk ends, in reverse:
 //                                    dS_end(nC-1) = dh_last (or 0), dS_end(c-1) = exp(Lam_c) dS_end(c) + dZ_c
@@ -31,10 +31,11 @@
 //                                    partial sums, and r_t = dy_t.yscan_t - beta_t dbeta_t - gamma_t
 //                                    dgamma_t, with d log alpha_r = sum_{t >= r} r_t (the exact identity
 //                                    for d/d cum_t, summed back to log alpha);
-//   ablate_ssm_scan_bwd_dlog_alpha   that reverse cumulative sum over the whole sequence (in fp64),
-//                                    starting from <dh_last, h_last> (h_last is an output at T-1);
-//   ablate_ssm_scan_bwd_boundary     the last row of each chunk (its own part plus the next chunk's
-//                                    column 0, rounded once) and dx_prev / dk_prev.
+//   ablate_ssm_scan_bwd_finish       three independent jobs in one grid: that reverse cumulative sum over
+//                                    the whole sequence (in fp64), starting from <dh_last, h_last> (h_last
+//                                    is an output at T-1); dD from the partial sums; the last row of each
+//                                    chunk (its own part plus the next chunk's column 0, rounded once) and
+//                                    dx_prev / dk_prev.
 // State and accumulation in fp32; x, z (one dtype) and q, k (one dtype) fp32 or bf16; y written in x's
 // dtype (rounded once, at the store). With fp32 x every product runs SIMT over fp32 shared-memory tiles (4 x 4 register tiles per thread, exact). With bf16 x
 // (q/k bf16 or fp32) the per-chunk products run on tensor cores: mma.sync m16n8k16 with bf16 operands and
@@ -124,6 +125,7 @@ struct Params {
   float *gprev_x, *gprev_k;                // [B,H,nC,P], [B,H,nC,N]: column-0 gradients of each chunk
   float *last_x, *last_k;                  // [B,H,nC,P], [B,H,nC,N]: own gradient of each chunk's last row
   float* dD_part;                          // [B,H,nC]
+  float* dD;                               // [H]: dD_part summed over (b, c)
   float *dx_prev, *dk_prev;                // [B,H,P], [B,H,N] or null
 };
 
@@ -1136,7 +1138,7 @@ __device__ __forceinline__ void state_scan_tc(const Params& p, float* smem) {
 
   // The running state starts at h0 (forward) or dh_last (backward), or 0. The backward also forms
   // <dh_last, h_last>: h_last is an output at position T-1, so d/d cum_{T-1} gains it (see
-  // ablate_ssm_scan_bwd_dlog_alpha). Accumulator layout as mma_block's.
+  // dlog_alpha_walk). Accumulator layout as mma_block's.
   float acc[kScanTilesPerWarp][2][4] = {};
   const float* start = kBackward ? p.dh_last : p.h0;
   float dot = 0.f;
@@ -1303,7 +1305,9 @@ __device__ __forceinline__ void load_dout_z_pair(const bf16* dout, int64_t o, co
 // the weighting of column 0 computed in three passes): from dy before its rounding the fp32 dots
 // d0 = dy_t . x_0 and drow[t] = dy_t . x_t, raw = q_t . k_0 over the bf16 tiles, then sc0[t] = raw W_t0,
 // dx0[t] = d0 W_t0 and db0p[t] = exp(cum_t - cum_0) raw d0 (dbeta_0's terms). A warp per row, a lane per
-// 2 adjacent columns (2 lane + 64 u, u < 2: P <= 128), kRows rows' loads in flight.
+// 2 adjacent columns (2 lane + 64 u, u < 2: P <= 128), kRows rows' loads in flight. Measured and not
+// kept (session 17, experiments/results/2026-11-27-h100-s17/): dout and z staged in shared memory by
+// cp.async with the tiles, 1.35 ms for the kernel against 1.23 where the benchmark runs it.
 __device__ __forceinline__ void bwd_dy_column0(const Params& p, const BwdChunkTc& s, int b, int h, int t0, int ldP,
                                                int ldN) {
   constexpr int kRows = 4, kPairs = 2;
@@ -1876,6 +1880,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan
   }
 }
 
+// The backward's last launch, after the chunk kernel: three independent jobs that read only what it
+// wrote, in one grid (as three launches they ran one after another, 24 + 10 + 5 us at nam56r-small on
+// the H100, the last torch's sum; the boundary rows now fill the SMs while the walks, which occupy few,
+// wait on their loads). Blocks of kFinishThreads; the walks take the first blocks so they start first.
+constexpr int kFinishThreads = 64;
+__host__ __device__ inline int finish_walk_blocks(int B, int H) { return (B * H * 32 + kFinishThreads - 1) / kFinishThreads; }
+__host__ __device__ inline int finish_sum_blocks(int H) { return (H * 32 + kFinishThreads - 1) / kFinishThreads; }
+
 // d log alpha_r = sum_{t >= r} r_t per (b, h), a reverse scan over T in fp64 (one warp per (b, h));
 // 0 where log alpha was floored (the reference's clamp passes no gradient there). The warp walks T
 // backwards 32 positions a step; the loads of kDlogAlphaSteps steps (r and log alpha: H-strided, one
@@ -1884,9 +1896,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan
 // Two warps a block: the B x H walks (256 at nam56r-small) spread over 128 SMs, not 32 (8 warps a block
 // left 100 SMs idle).
 constexpr int kDlogAlphaSteps = 8;
-constexpr int kDlogAlphaThreads = 64;
-__global__ void __launch_bounds__(kDlogAlphaThreads) ablate_ssm_scan_bwd_dlog_alpha(Params p) {
-  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x & 31;
+__device__ __forceinline__ void dlog_alpha_walk(const Params& p, int block) {
+  const int warp = (block * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x & 31;
   if (warp >= p.B * p.H) return;
   const int b = warp / p.H, h = warp - b * p.H;
   double carry = p.last_dot[warp];  // the h_last output sits at position T-1
@@ -1918,11 +1929,25 @@ __global__ void __launch_bounds__(kDlogAlphaThreads) ablate_ssm_scan_bwd_dlog_al
   }
 }
 
+// dD[h] = sum over (b, c) of the chunk kernel's dD_part, a warp per head, each lane a fixed set of
+// partial sums, then the butterfly: a fixed order (deterministic).
+__device__ __forceinline__ void dD_sum(const Params& p, int block) {
+  const int h = (block * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x & 31;
+  if (h >= p.H) return;
+  float v = 0.f;
+  for (int i = lane; i < p.B * p.nC; i += 32) {
+    const int b = i / p.nC, c = i - b * p.nC;
+    v += p.dD_part[(static_cast<int64_t>(b) * p.H + h) * p.nC + c];
+  }
+  v = warp_sum(v);
+  if (lane == 0) p.dD[h] = v;
+}
+
 // The last row of chunk c < nC-1: its own gradient plus chunk c+1's column 0, rounded once; chunk 0's
-// column 0 is dx_prev / dk_prev.
+// column 0 is dx_prev / dk_prev. `block` numbers (c, h, b), c fastest.
 template <typename TX, typename TQK>
-__global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_boundary(Params p) {
-  const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+__device__ __forceinline__ void boundary_rows(const Params& p, int block) {
+  const int c = block % p.nC, bh_index = block / p.nC, h = bh_index % p.H, b = bh_index / p.H;
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   if (c + 1 < p.nC) {
     const int t = (c + 1) * p.L - 1;
@@ -1937,6 +1962,17 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_boundary(Params 
     for (int col = threadIdx.x; col < p.P; col += blockDim.x) p.dx_prev[bh * p.P + col] = p.gprev_x[bh * p.nC * p.P + col];
     for (int n = threadIdx.x; n < p.N; n += blockDim.x) p.dk_prev[bh * p.N + n] = p.gprev_k[bh * p.nC * p.N + n];
   }
+}
+
+template <typename TX, typename TQK>
+__global__ void __launch_bounds__(kFinishThreads) ablate_ssm_scan_bwd_finish(Params p) {
+  const int walks = finish_walk_blocks(p.B, p.H), sums = finish_sum_blocks(p.H);
+  if (blockIdx.x < walks)
+    dlog_alpha_walk(p, blockIdx.x);
+  else if (blockIdx.x < walks + sums)
+    dD_sum(p, blockIdx.x - walks);
+  else
+    boundary_rows<TX, TQK>(p, blockIdx.x - walks - sums);
 }
 
 // ---- host side ---------------------------------------------------------------------------------
@@ -2144,6 +2180,7 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
       Tensor gprev_x = torch::empty({B, H, nC, P}, f32), gprev_k = torch::empty({B, H, nC, N}, f32);
       Tensor last_x = torch::empty({B, H, nC, P}, f32), last_k = torch::empty({B, H, nC, N}, f32);
       Tensor dD_part = torch::empty({B, H, nC}, f32), last_dot = torch::zeros({B, H}, f32);
+      dD = torch::empty_like(D);
       Params p = input_params({x, q, k, log_alpha, beta, gamma, D, z, h0, x_prev, k_prev}, L);
       if (tensor_cores) {
         p.states_lo = static_cast<bf16*>(const_cast<void*>(states.data_ptr()));
@@ -2161,6 +2198,7 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
       p.dlog_alpha = dla.data_ptr<float>();
       p.gprev_x = gprev_x.data_ptr<float>(), p.gprev_k = gprev_k.data_ptr<float>();
       p.last_x = last_x.data_ptr<float>(), p.last_k = last_k.data_ptr<float>(), p.dD_part = dD_part.data_ptr<float>();
+      p.dD = dD.data_ptr<float>();
       p.dx_prev = dx_prev.defined() ? dx_prev.data_ptr<float>() : nullptr;
       p.dk_prev = dk_prev.defined() ? dk_prev.data_ptr<float>() : nullptr;
       const auto stream = at::cuda::getCurrentCUDAStream();
@@ -2171,12 +2209,10 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
         launch_chunks(ablate_ssm_scan_bwd_chunk<TX, TQK>,
                       smem_bytes<TX, TQK, BwdChunkTc>(L, P, N, bwd_chunk_smem_floats(L, P, N)),
                       "the backward chunk kernel", p, stream);
-        ablate_ssm_scan_bwd_dlog_alpha<<<ceil_div(B * H * 32, kDlogAlphaThreads), kDlogAlphaThreads, 0, stream>>>(p);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-        ablate_ssm_scan_bwd_boundary<TX, TQK><<<dim3(nC, H, B), 128, 0, stream>>>(p);
+        const int64_t finish_blocks = finish_walk_blocks(B, H) + finish_sum_blocks(H) + B * H * nC;
+        ablate_ssm_scan_bwd_finish<TX, TQK><<<static_cast<unsigned>(finish_blocks), kFinishThreads, 0, stream>>>(p);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
-      dD = dD_part.sum(at::IntArrayRef{0, 2});
     }
     return {dx, dq, dk, dla, dbeta, dgamma, dD, dz, dh0, dx_prev, dk_prev, Tensor(), Tensor(), Tensor(), Tensor()};
   }
