@@ -15,9 +15,7 @@
 # metric, one pass, caches left as the previous kernel left them), COUNT launches (default 60) after
 # SKIP, into OUT/ncu-times-<tag>.csv with a median per kernel printed. The sections' default replay
 # flushes the caches before the kernel and replays it: that duration can rank two versions of a kernel
-# the wrong way round. Session 17 (experiments/results/2026-11-27-h100-s17/): a backward chunk kernel
-# that staged dout and z by cp.async measured 1.16 ms there against 1.23, and 1.35 ms against 1.23 in
-# the benchmark's sequence, which its end-to-end time (+0.13 ms) confirmed. Judge a change by this.
+# the wrong way round (session 17: docs/gpu.md). Judge a change to a kernel by this.
 #   device run: IN_CONTEXT=1 SKIP=400 bash scripts/gpu-ncu.sh $OUT ablate_ssm_scan
 #   (REGEX '.' times every kernel of the program)
 # The default program expects build-gpu from gpu-check.sh, or a carried .gpu-prebuilt (ensure_gpu_build).
@@ -45,19 +43,35 @@ tag=$(echo "$REGEX" | tr -c 'A-Za-z0-9_\n' '_')
 if [ "${IN_CONTEXT:-0}" = 1 ]; then
   COUNT=${COUNT:-60}
   [[ "$COUNT" =~ ^[1-9][0-9]*$ ]] || { echo "gpu-ncu: COUNT='$COUNT' is not a count of launches: give a whole number above 0" >&2; exit 2; }
-  cmd=("$NCU" --kernel-name "regex:$REGEX" --launch-skip "$SKIP" --launch-count "$COUNT" --clock-control none
-       --cache-control none --metrics gpu__time_duration.sum --csv --print-units base "$@")
-  if [ "${DRY_RUN:-0}" = 1 ]; then
-    printf '%q ' "${cmd[@]}"; echo
-    exit 0
-  fi
-  mkdir -p "$OUT"
-  source scripts/gpu-env.sh
-  "${cmd[@]}" > "$OUT/ncu-times-$tag.csv" 2> "$OUT/ncu-times-$tag.err"
+  what=(--cache-control none --metrics gpu__time_duration.sum --csv --print-units base)
+  report="$OUT/ncu-times-$tag.csv"
+else
+  COUNT=1
+  what=(--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
+        --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis
+        --section SourceCounters --import-source yes --print-details all)
+  report="$OUT/ncu-$tag.txt"
+fi
+cmd=("$NCU" --kernel-name "regex:$REGEX" --launch-skip "$SKIP" --launch-count "$COUNT" --clock-control none
+     "${what[@]}" "$@")
+if [ "${DRY_RUN:-0}" = 1 ]; then
+  printf '%q ' "${cmd[@]}"; echo
+  exit 0
+fi
+mkdir -p "$OUT"
+source scripts/gpu-env.sh
+if [ "${IN_CONTEXT:-0}" != 1 ]; then
+  "${cmd[@]}" > "$report" 2>&1
   rc=$?
-  echo "== ncu in context on '$REGEX': rc $rc, $OUT/ncu-times-$tag.csv"
-  # The program's own output shares stdout with ncu's CSV: rows with ncu's columns only.
-  python3 - "$OUT/ncu-times-$tag.csv" <<'PY'
+  echo "== ncu on '$REGEX': rc $rc, $report"
+  grep -E "Duration|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Shared Memory Configuration Size|Stall|Compute \(SM\) Throughput|Memory Throughput" "$report" | head -30
+  exit $rc
+fi
+"${cmd[@]}" > "$report" 2> "${report%.csv}.err"
+rc=$?
+echo "== ncu in context on '$REGEX': rc $rc, $report"
+# The program's own output shares stdout with ncu's CSV: rows with ncu's columns only.
+python3 - "$report" <<'PY'
 import collections, csv, sys
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 if not rows or 'Kernel Name' not in rows[0]:
@@ -73,22 +87,6 @@ for name, v in sorted(times.items(), key=lambda kv: -sum(kv[1])):
     v.sort()
     print(f"{name:60s} launches {len(v):4d}  median {v[len(v) // 2]:9.1f} us  min {v[0]:9.1f} us")
 PY
-  summary_rc=$?
-  [ $rc = 0 ] && rc=$summary_rc
-  exit $rc
-fi
-cmd=("$NCU" --kernel-name "regex:$REGEX" --launch-skip "$SKIP" --launch-count 1 --clock-control none
-     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
-     --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis
-     --section SourceCounters --import-source yes --print-details all "$@")
-if [ "${DRY_RUN:-0}" = 1 ]; then
-  printf '%q ' "${cmd[@]}"; echo
-  exit 0
-fi
-mkdir -p "$OUT"
-source scripts/gpu-env.sh
-"${cmd[@]}" > "$OUT/ncu-$tag.txt" 2>&1
-rc=$?
-echo "== ncu on '$REGEX': rc $rc, $OUT/ncu-$tag.txt"
-grep -E "Duration|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Shared Memory Configuration Size|Stall|Compute \(SM\) Throughput|Memory Throughput" "$OUT/ncu-$tag.txt" | head -30
+summary_rc=$?
+[ $rc = 0 ] && rc=$summary_rc
 exit $rc

@@ -1881,12 +1881,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan
 }
 
 // The backward's last launch, after the chunk kernel: three independent jobs that read only what it
-// wrote, in one grid (as three launches they ran one after another, 24 + 10 + 5 us at nam56r-small on
-// the H100, the last torch's sum; the boundary rows now fill the SMs while the walks, which occupy few,
-// wait on their loads). Blocks of kFinishThreads; the walks take the first blocks so they start first.
+// wrote, in one grid (as three launches, d log alpha, the boundary rows and torch's sum for dD, they ran
+// one after another: 24 + 10 + 5 us at nam56r-small on the H100; the boundary rows now fill the SMs
+// while the walks, which occupy few, wait on their loads). Blocks of kFinishThreads, in this order: the
+// walks (first, so they start first), dD's sums, a boundary item each.
 constexpr int kFinishThreads = 64;
 __host__ __device__ inline int finish_walk_blocks(int B, int H) { return (B * H * 32 + kFinishThreads - 1) / kFinishThreads; }
 __host__ __device__ inline int finish_sum_blocks(int H) { return (H * 32 + kFinishThreads - 1) / kFinishThreads; }
+inline int64_t finish_blocks(int64_t B, int64_t H, int64_t nC) {
+  return finish_walk_blocks(static_cast<int>(B), static_cast<int>(H)) + finish_sum_blocks(static_cast<int>(H)) + B * H * nC;
+}
 
 // d log alpha_r = sum_{t >= r} r_t per (b, h), a reverse scan over T in fp64 (one warp per (b, h));
 // 0 where log alpha was floored (the reference's clamp passes no gradient there). The warp walks T
@@ -2209,8 +2213,7 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
         launch_chunks(ablate_ssm_scan_bwd_chunk<TX, TQK>,
                       smem_bytes<TX, TQK, BwdChunkTc>(L, P, N, bwd_chunk_smem_floats(L, P, N)),
                       "the backward chunk kernel", p, stream);
-        const int64_t finish_blocks = finish_walk_blocks(B, H) + finish_sum_blocks(H) + B * H * nC;
-        ablate_ssm_scan_bwd_finish<TX, TQK><<<static_cast<unsigned>(finish_blocks), kFinishThreads, 0, stream>>>(p);
+        ablate_ssm_scan_bwd_finish<TX, TQK><<<static_cast<unsigned>(finish_blocks(B, H, nC)), kFinishThreads, 0, stream>>>(p);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
     }
