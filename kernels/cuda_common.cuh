@@ -75,7 +75,8 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool fill
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 // Sum over the 32 lanes, every lane gets the total (butterfly: the same order on every lane).
-__device__ __forceinline__ float warp_sum(float v) {
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;

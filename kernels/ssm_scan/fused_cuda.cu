@@ -30,12 +30,13 @@
 //                                    (of the previous chunk's last position, or x_prev / k_prev), dD
 //                                    partial sums, and r_t = dy_t.yscan_t - beta_t dbeta_t - gamma_t
 //                                    dgamma_t, with d log alpha_r = sum_{t >= r} r_t (the exact identity
-//                                    for d/d cum_t, summed back to log alpha);
-//   ablate_ssm_scan_bwd_finish       three independent jobs in one grid: that reverse cumulative sum over
-//                                    the whole sequence (in fp64), starting from <dh_last, h_last> (h_last
-//                                    is an output at T-1); dD from the partial sums; the last row of each
-//                                    chunk (its own part plus the next chunk's column 0, rounded once) and
-//                                    dx_prev / dk_prev.
+//                                    for d/d cum_t, summed back to log alpha), and r's sums over the
+//                                    chunk's 32-row halves (fp64);
+//   ablate_ssm_scan_bwd_finish       what needs other chunks, in one grid: dD from the partial sums; per
+//                                    chunk, that reverse cumulative sum over the whole sequence (fp64,
+//                                    from <dh_last, h_last> (h_last is an output at T-1) plus the later
+//                                    halves' sums), the last row of each chunk (its own part plus the
+//                                    next chunk's column 0, rounded once) and dx_prev / dk_prev.
 // State and accumulation in fp32; x, z (one dtype) and q, k (one dtype) fp32 or bf16; y written in x's
 // dtype (rounded once, at the store). With fp32 x every product runs SIMT over fp32 shared-memory tiles (4 x 4 register tiles per thread, exact). With bf16 x
 // (q/k bf16 or fp32) the per-chunk products run on tensor cores: mma.sync m16n8k16 with bf16 operands and
@@ -116,11 +117,17 @@ struct Params {
   const void* dout;      // [B,T,H,P] TX: the gradient of y, in y's dtype
   const float* dh_last;  // [B,H,P,N] or null
   const float* h_last_saved;  // [B,H,P,N]: the forward's h_last
-  float* last_dot;            // [B,H]: <dh_last, h_last>, zeroed before the backward state pass
+  // <dh_last, h_last> in parts: [B,H,dot_parts], part w written once by warp w of the (b, h)'s backward
+  // state pass or scan (no atomics: added in a fixed order by d log alpha's walk); null without dh_last.
+  float* last_dot;
+  int dot_parts;
   float* dstates;        // [B,H,nC,P,N]: dZ_c, then the adjoint at the end of chunk c (SIMT; null on tensor cores)
   float* dh0;            // [B,H,P,N] or null
   void *dx, *dz, *dq, *dk;                 // input dtypes; dz null without z
   float *dbeta, *dgamma, *r;               // [B,T,H]
+  // [B,H,nC,kRowHalves]: r_t summed over each chunk's 32-row halves (fp64, a fixed order; 0 past the
+  // chunk's rows), by the chunk kernel: the finish launch's walks start from them.
+  double* r_half_sums;
   float* dlog_alpha;                       // [B,T,H]
   float *gprev_x, *gprev_k;                // [B,H,nC,P], [B,H,nC,N]: column-0 gradients of each chunk
   float *last_x, *last_k;                  // [B,H,nC,P], [B,H,nC,N]: own gradient of each chunk's last row
@@ -955,7 +962,7 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_state_pass(Param
   if (p.dh0) store_vec<V>(p.dh0 + bh * PN + e, s);
   if (p.dh_last) {
     dot = warp_sum(dot);
-    if ((threadIdx.x & 31) == 0) atomicAdd(&p.last_dot[bh], dot);
+    if ((threadIdx.x & 31) == 0) p.last_dot[bh * p.dot_parts + e / (32 * V)] = dot;  // warp e / 32 V of the (b, h)
   }
 }
 
@@ -1268,7 +1275,7 @@ __device__ __forceinline__ void state_scan_tc(const Params& p, float* smem) {
         });
   if (kBackward && start) {
     dot = warp_sum(dot);
-    if (lane == 0) atomicAdd(&p.last_dot[bh], dot);
+    if (lane == 0) p.last_dot[bh * p.dot_parts + blockIdx.x * warps + warp] = dot;
   }
 }
 
@@ -1394,6 +1401,19 @@ __device__ __forceinline__ void bwd_dy_column0(const Params& p, const BwdChunkTc
 // quotient (an integer division by a run-time d is some twenty instructions).
 __device__ __forceinline__ int small_div(int a, float inv_d) {
   return static_cast<int>((static_cast<float>(a) + 0.5f) * inv_d);
+}
+
+// r_t over each 32-row half of chunk c (rows 0-31, 32-63; a half past the chunk's rows sums to 0), in
+// fp64 by a fixed butterfly: the finish launch walks a chunk's rows from its own halves' and the later
+// chunks' sums, so the reverse scan over T needs no sequential pass. Every thread of the chunk kernel
+// calls it with its row's r_t (thread t has row t; 0 for threads past the rows).
+constexpr int kRowHalves = kMaxChunk / 32;
+static_assert(kThreads >= 32 * kRowHalves, "a thread per row of the chunk");
+__device__ __forceinline__ void store_r_half_sums(const Params& p, int64_t bh, int c, float r_t) {
+  const int half = threadIdx.x / 32;
+  if (half >= kRowHalves) return;  // warp-uniform
+  const double sum = warp_sum(static_cast<double>(r_t));
+  if ((threadIdx.x & 31) == 0) p.r_half_sums[(bh * p.nC + c) * kRowHalves + half] = sum;
 }
 
 // The backward chunk on tensor cores: the SIMT path's phases (see ablate_ssm_scan_bwd_chunk) with every
@@ -1685,8 +1705,10 @@ __device__ __forceinline__ void bwd_chunk_tc(const Params& p, float* smem) {
   }
   __syncthreads();
 
-  // State parts of dgamma / dbeta, and r_t for d log alpha, from the partial sums in a fixed order.
-  for (int t = threadIdx.x; t < rows; t += blockDim.x) {
+  // State parts of dgamma / dbeta, and r_t for d log alpha, from the partial sums in a fixed order: a
+  // thread per row (L <= 64 rows, kThreads threads).
+  float r_t = 0.f;
+  if (const int t = threadIdx.x; t < rows) {
     float dg = 0.f, db = 0.f, e_t = 0.f, e_next = 0.f, r1 = 0.f;
     for (int bi = 0; bi < nL; ++bi) dg += s.dgp[bi * L + t], db += s.dbp[bi * L + t];
     if (t == 0) {
@@ -1703,8 +1725,10 @@ __device__ __forceinline__ void bwd_chunk_tc(const Params& p, float* smem) {
     const int64_t i = row_index(p, b, t0 + t, h);
     p.dgamma[i] = g;
     p.dbeta[i] = be;
-    p.r[i] = r1 - s.bet[t] * be - s.gam[t] * g;
+    r_t = r1 - s.bet[t] * be - s.gam[t] * g;
+    p.r[i] = r_t;
   }
+  store_r_half_sums(p, bh, c, r_t);
   if (warp == 0) {  // dD partial: sum over the chunk's rows of dy_t . x_t (0 past the end)
     float v = 0.f;
     for (int t = lane; t < L; t += 32) v += s.drow[t];
@@ -1867,70 +1891,58 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan
       if ((threadIdx.x & 31) == 0 && base + (threadIdx.x & ~31) < N) atomicAdd(&ecol[0], e_part);
     }
     __syncthreads();
-    // State parts of dgamma / dbeta, and r_t for d log alpha.
-    for (int s = threadIdx.x; s < rows; s += blockDim.x) {
+    // State parts of dgamma / dbeta, and r_t for d log alpha: a thread per row.
+    float r_t = 0.f;
+    if (const int s = threadIdx.x; s < rows) {
       const float d = decay(cum, L - 1, s);
       const float g = fmaf(d, ecol[s + 1], dg[s]), be = fmaf(d, ecol[s], db[s]);
       const int64_t i = row_index(p, b, t0 + s, h);
       p.dgamma[i] = g;
       p.dbeta[i] = be;
-      p.r[i] = r1[s] - bet[s] * be - gam[s] * g;
+      r_t = r1[s] - bet[s] * be - gam[s] * g;
+      p.r[i] = r_t;
     }
+    store_r_half_sums(p, bh, c, r_t);
     if (threadIdx.x == 0) p.dD_part[bh * p.nC + c] = *dsum;
   }
 }
 
-// The backward's last launch, after the chunk kernel: three independent jobs that read only what it
-// wrote, in one grid (as three launches, d log alpha, the boundary rows and torch's sum for dD, they ran
-// one after another: 24 + 10 + 5 us at nam56r-small on the H100; the boundary rows now fill the SMs
-// while the walks, which occupy few, wait on their loads). Blocks of kFinishThreads, in this order: the
-// walks (first, so they start first), dD's sums, a boundary item each.
-constexpr int kFinishThreads = 64;
-__host__ __device__ inline int finish_walk_blocks(int B, int H) { return (B * H * 32 + kFinishThreads - 1) / kFinishThreads; }
+// The backward's last launch, after the chunk kernel: what needs other chunks' results, in one grid of
+// kFinishThreads-thread blocks: dD's sums (a warp per head) first, then a block per chunk (b, h, c) for
+// its rows' d log alpha and its boundary rows. (As three launches, d log alpha's walk over T, the
+// boundary rows and torch's sum for dD took 24 + 10 + 5 us at nam56r-small on the H100; as one grid
+// with a warp walking each (b, h)'s whole sequence, 27.7 us, the walks' latency chains the long pole.)
+constexpr int kFinishThreads = 32 * kRowHalves;
 __host__ __device__ inline int finish_sum_blocks(int H) { return (H * 32 + kFinishThreads - 1) / kFinishThreads; }
-inline int64_t finish_blocks(int64_t B, int64_t H, int64_t nC) {
-  return finish_walk_blocks(static_cast<int>(B), static_cast<int>(H)) + finish_sum_blocks(static_cast<int>(H)) + B * H * nC;
-}
+inline int64_t finish_blocks(int64_t B, int64_t H, int64_t nC) { return finish_sum_blocks(static_cast<int>(H)) + B * H * nC; }
 
-// d log alpha_r = sum_{t >= r} r_t per (b, h), a reverse scan over T in fp64 (one warp per (b, h));
-// 0 where log alpha was floored (the reference's clamp passes no gradient there). The warp walks T
-// backwards 32 positions a step; the loads of kDlogAlphaSteps steps (r and log alpha: H-strided, one
-// sector each) are issued before their sums, so they are in flight together: one at a time, the walk
-// was ~64 dependent load latencies long (49 us at nam56r-small's shape on the H100, session 11's ncu).
-// Two warps a block: the B x H walks (256 at nam56r-small) spread over 128 SMs, not 32 (8 warps a block
-// left 100 SMs idle).
-constexpr int kDlogAlphaSteps = 8;
-__device__ __forceinline__ void dlog_alpha_walk(const Params& p, int block) {
-  const int warp = (block * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x & 31;
-  if (warp >= p.B * p.H) return;
-  const int b = warp / p.H, h = warp - b * p.H;
-  double carry = p.last_dot[warp];  // the h_last output sits at position T-1
-  const int last_base = ((p.T + 31) / 32 - 1) * 32;
-  for (int group = last_base; group >= 0; group -= 32 * kDlogAlphaSteps) {
-    float r[kDlogAlphaSteps], log_alpha[kDlogAlphaSteps];
+// d log alpha_t = sum_{t' >= t} r_t' per (b, h), in fp64, starting from <dh_last, h_last> (h_last is an
+// output at T-1); 0 where log alpha was floored (the reference's clamp passes no gradient there). Warp
+// `half` of chunk c's block takes the half's rows, a lane each: its start is the dot plus every later
+// half's sum (the chunk kernel's r_half_sums: the later chunks' and, for half 0, its own chunk's half
+// 1), lane l adding terms l, l + 32, ... and the butterfly the lanes (a fixed order: deterministic);
+// then a suffix sum across the lanes. Every load is independent of the others: a chunk costs one load
+// latency, where one warp walking a whole (b, h) sequence waited T / 256 of them.
+__device__ __forceinline__ void dlog_alpha_rows(const Params& p, int b, int h, int c) {
+  const int half = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int row = 32 * half + lane, rows = min(p.L, p.T - c * p.L);
+  if (32 * half >= rows) return;  // warp-uniform: a half past the chunk's rows (L 48, or a short last chunk)
+  const int64_t bh = static_cast<int64_t>(b) * p.H + h;
+  const int64_t i = row_index(p, b, c * p.L + min(row, rows - 1), h);
+  const float r = row < rows ? p.r[i] : 0.f, log_alpha = p.log_alpha[i];
+  double start = 0.0;
+  const double* half_sums = p.r_half_sums + bh * p.nC * kRowHalves;
+  for (int k = c * kRowHalves + half + 1 + lane; k < p.nC * kRowHalves; k += 32) start += half_sums[k];
+  if (p.last_dot)
+    for (int part = lane; part < p.dot_parts; part += 32) start += p.last_dot[bh * p.dot_parts + part];
+  start = warp_sum(start);
+  double v = r;
 #pragma unroll
-    for (int s = 0; s < kDlogAlphaSteps; ++s) {
-      const int t = group - 32 * s + lane;
-      const bool in = group - 32 * s >= 0 && t < p.T;
-      const int64_t i = in ? row_index(p, b, t, h) : 0;
-      r[s] = in ? p.r[i] : 0.f;
-      log_alpha[s] = in ? p.log_alpha[i] : 0.f;
-    }
-#pragma unroll
-    for (int s = 0; s < kDlogAlphaSteps; ++s) {
-      const int base = group - 32 * s, t = base + lane;
-      if (base < 0) break;  // warp-uniform
-      double v = static_cast<double>(r[s]);
-#pragma unroll
-      for (int off = 1; off < 32; off <<= 1) {  // suffix sum within the warp
-        const double o = __shfl_down_sync(0xffffffffu, v, off);
-        if (lane + off < 32) v += o;
-      }
-      const double total = __shfl_sync(0xffffffffu, v, 0);
-      if (t < p.T) p.dlog_alpha[row_index(p, b, t, h)] = log_alpha[s] < kLogAlphaFloor ? 0.f : static_cast<float>(v + carry);
-      carry += total;
-    }
+  for (int off = 1; off < 32; off <<= 1) {  // suffix sum across the lanes
+    const double o = __shfl_down_sync(0xffffffffu, v, off);
+    if (lane + off < 32) v += o;
   }
+  if (row < rows) p.dlog_alpha[i] = log_alpha < kLogAlphaFloor ? 0.f : static_cast<float>(v + start);
 }
 
 // dD[h] = sum over (b, c) of the chunk kernel's dD_part, a warp per head, each lane a fixed set of
@@ -1948,10 +1960,9 @@ __device__ __forceinline__ void dD_sum(const Params& p, int block) {
 }
 
 // The last row of chunk c < nC-1: its own gradient plus chunk c+1's column 0, rounded once; chunk 0's
-// column 0 is dx_prev / dk_prev. `block` numbers (c, h, b), c fastest.
+// column 0 is dx_prev / dk_prev.
 template <typename TX, typename TQK>
-__device__ __forceinline__ void boundary_rows(const Params& p, int block) {
-  const int c = block % p.nC, bh_index = block / p.nC, h = bh_index % p.H, b = bh_index / p.H;
+__device__ __forceinline__ void boundary_rows(const Params& p, int b, int h, int c) {
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   if (c + 1 < p.nC) {
     const int t = (c + 1) * p.L - 1;
@@ -1970,13 +1981,15 @@ __device__ __forceinline__ void boundary_rows(const Params& p, int block) {
 
 template <typename TX, typename TQK>
 __global__ void __launch_bounds__(kFinishThreads) ablate_ssm_scan_bwd_finish(Params p) {
-  const int walks = finish_walk_blocks(p.B, p.H), sums = finish_sum_blocks(p.H);
-  if (blockIdx.x < walks)
-    dlog_alpha_walk(p, blockIdx.x);
-  else if (blockIdx.x < walks + sums)
-    dD_sum(p, blockIdx.x - walks);
-  else
-    boundary_rows<TX, TQK>(p, blockIdx.x - walks - sums);
+  const int sums = finish_sum_blocks(p.H);
+  if (static_cast<int>(blockIdx.x) < sums) {
+    dD_sum(p, blockIdx.x);
+    return;
+  }
+  const int chunk = blockIdx.x - sums;  // (c, h, b), c fastest
+  const int c = chunk % p.nC, bh = chunk / p.nC, h = bh % p.H, b = bh / p.H;
+  dlog_alpha_rows(p, b, h, c);
+  boundary_rows<TX, TQK>(p, b, h, c);
 }
 
 // ---- host side ---------------------------------------------------------------------------------
@@ -2016,11 +2029,18 @@ void launch_chunks(Kernel kernel, size_t bytes, const char* what, const Params& 
 // One launch of a state-passing kernel: a thread per state element (b, h, p, n).
 // A state pass (forward or reverse) with 4 state elements a thread when every state pointer it touches is
 // 16-byte aligned (the buffers this file allocates are; h0, dh_last come from the caller), else 1.
-void launch_state_pass(bool forward, const Params& p, cudaStream_t stream) {
+// The state elements a thread of a SIMT state pass takes: 4 (16-byte accesses) when every state pointer
+// allows it, else 1.
+int state_pass_width(const Params& p) {
   const void* pointers[] = {p.h0, p.h_last, p.states, p.dh_last, p.h_last_saved, p.dstates, p.dh0};
   const bool aligned = std::all_of(std::begin(pointers), std::end(pointers),
                                    [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; });
-  const int V = aligned ? 4 : 1;
+  return aligned ? 4 : 1;
+}
+
+void launch_state_pass(bool forward, const Params& p, cudaStream_t stream) {
+  const int V = state_pass_width(p);
+  const bool aligned = V == 4;
   const dim3 grid(ceil_div(int64_t(p.P) * p.N / V, kThreads), p.B * p.H);
   auto* kernel = forward ? (aligned ? ablate_ssm_scan_fwd_state_pass<4> : ablate_ssm_scan_fwd_state_pass<1>)
                          : (aligned ? ablate_ssm_scan_bwd_state_pass<4> : ablate_ssm_scan_bwd_state_pass<1>);
@@ -2110,6 +2130,9 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
     const Tensor x_prev = has_prev ? x_prev_in : Tensor(), k_prev = has_prev ? k_prev_in : Tensor();
     const int64_t B = x.size(0), T = x.size(1), H = x.size(2), P = x.size(3), N = q.size(3);
     const int64_t L = chunk, nC = (T + L - 1) / L;
+    // An output without a gradient reaches the backward undefined, not as zeros: the model never uses
+    // h_last, and autograd would otherwise fill a [B,H,P,N] fp32 zero gradient for it on every call.
+    ctx->set_materialize_grads(false);
     const auto f32 = x.options().dtype(torch::kFloat);
     Tensor y = torch::empty({B, T, H, P}, x.options());  // in x's dtype, as the contract says
     Tensor h_last = torch::empty({B, H, P, N}, f32);
@@ -2183,7 +2206,9 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
       Tensor dstates_lo = tensor_cores ? torch::empty({B, H, nC, P, N}, states.options()) : Tensor();
       Tensor gprev_x = torch::empty({B, H, nC, P}, f32), gprev_k = torch::empty({B, H, nC, N}, f32);
       Tensor last_x = torch::empty({B, H, nC, P}, f32), last_k = torch::empty({B, H, nC, N}, f32);
-      Tensor dD_part = torch::empty({B, H, nC}, f32), last_dot = torch::zeros({B, H}, f32);
+      // <dh_last, h_last> (d log alpha's start) only when h_last has a gradient (below).
+      Tensor dD_part = torch::empty({B, H, nC}, f32), last_dot;
+      Tensor r_half_sums = torch::empty({B, H, nC, kRowHalves}, f32.dtype(torch::kDouble));
       dD = torch::empty_like(D);
       Params p = input_params({x, q, k, log_alpha, beta, gamma, D, z, h0, x_prev, k_prev}, L);
       if (tensor_cores) {
@@ -2194,15 +2219,22 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
       }
       p.lam = const_cast<float*>(ptr_or_null(lam));
       p.dout = dout.data_ptr(), p.dh_last = dh_last.defined() ? dh_last.data_ptr<float>() : nullptr;
-      p.h_last_saved = h_last.data_ptr<float>(), p.last_dot = last_dot.data_ptr<float>();
+      p.h_last_saved = h_last.data_ptr<float>();
       p.dstates = tensor_cores ? nullptr : dstates.data_ptr<float>();
       p.dh0 = dh0.defined() ? dh0.data_ptr<float>() : nullptr;
       p.dx = dx.data_ptr(), p.dz = dz.defined() ? dz.data_ptr() : nullptr, p.dq = dq.data_ptr(), p.dk = dk.data_ptr();
       p.dbeta = dbeta.data_ptr<float>(), p.dgamma = dgamma.data_ptr<float>(), p.r = r.data_ptr<float>();
+      p.r_half_sums = r_half_sums.data_ptr<double>();
       p.dlog_alpha = dla.data_ptr<float>();
       p.gprev_x = gprev_x.data_ptr<float>(), p.gprev_k = gprev_k.data_ptr<float>();
       p.last_x = last_x.data_ptr<float>(), p.last_k = last_k.data_ptr<float>(), p.dD_part = dD_part.data_ptr<float>();
       p.dD = dD.data_ptr<float>();
+      if (dh_last.defined()) {  // <dh_last, h_last> in parts, one per warp of the backward state scan or pass
+        p.dot_parts = tensor_cores ? static_cast<int>(ceil_div(P, kScanRows)) * (kThreads / 32)
+                                   : static_cast<int>(P * N / state_pass_width(p) / 32);
+        last_dot = torch::empty({B, H, p.dot_parts}, f32);
+        p.last_dot = last_dot.data_ptr<float>();
+      }
       p.dx_prev = dx_prev.defined() ? dx_prev.data_ptr<float>() : nullptr;
       p.dk_prev = dk_prev.defined() ? dk_prev.data_ptr<float>() : nullptr;
       const auto stream = at::cuda::getCurrentCUDAStream();

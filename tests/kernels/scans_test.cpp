@@ -464,6 +464,52 @@ TEST(FusedSsmScan, RejectsUnsupportedShapes) {
   EXPECT_NO_THROW(fused(on_gpu(ssm_inputs(1, 20, 2, 16, 16, 903))));
 }
 
+// An output without a gradient (the model never uses h_last; a caller may use h_last alone) reaches the
+// backward undefined (set_materialize_grads(false)): the gradients must equal those of a zero cotangent
+// for it, i.e. the paths without dh_last (no <dh_last, h_last>, the adjoint scan from zero) and without
+// dy (a zero dout) against the same kernels fed zeros. Both paths, every optional input, T not a
+// multiple of the chunk. The tensor-core path (bf16 x) adds every partial sum in a fixed order: bit for
+// bit. The SIMT path (fp32 x) adds some row sums with shared-memory atomics, in any order: to 1e-5 of
+// the gradient's largest element (fp32 rounding of sums of at most a few hundred terms, ~1e-7 each).
+TEST(FusedSsmScan, AnAbsentOutputGradientEqualsAZeroOne) {
+  if (!kernels::has_implementation("ssm_scan", "fused_cuda")) GTEST_SKIP() << "built without CUDA";
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible to LibTorch";
+  const int64_t B = 2, T = 37, H = 3, P = 16, N = 32, L = 16;
+  const auto& fused = kernels::implementations().ssm_scan.at("fused_cuda");
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat);
+  const auto gy = torch::randn({B, T, H, P}, cuda), gh = torch::randn({B, H, P, N}, cuda);
+  for (const auto x_dtype : {torch::kFloat, torch::kBFloat16}) {
+    auto in = cast(ssm_inputs(B, T, H, P, N, 910, kAllOptions), torch::kFloat, torch::kCUDA);
+    for (const int i : {0, 1, 2, 7}) in[i] = in[i].to(x_dtype);  // x, q, k, z
+    // Gradients of <y, wy> + <h_last, wh>; a null weight leaves that output out of the loss altogether.
+    auto gradients = [&](const Tensor& wy, const Tensor& wh) {
+      std::vector<Tensor> leaves, wrt;
+      for (const auto& t : in) {
+        leaves.push_back(t.defined() ? t.detach().clone().requires_grad_(true) : Tensor());
+        if (t.defined()) wrt.push_back(leaves.back());
+      }
+      const auto out = fused(as_scan_inputs(leaves, L));
+      Tensor loss = torch::zeros({}, cuda);
+      if (wy.defined()) loss = loss + (out.y.to(torch::kFloat) * wy).sum();
+      if (wh.defined()) loss = loss + (out.h_last * wh).sum();
+      return torch::autograd::grad({loss}, wrt);
+    };
+    const std::string path = x_dtype == torch::kFloat ? "fp32 " : "bf16 ";
+    auto same = [&](const Tensor& a, const Tensor& b) {
+      if (x_dtype == torch::kBFloat16) return torch::equal(a, b);
+      return (a - b).abs().max().item<double>() <= 1e-5 * b.abs().max().item<double>();
+    };
+    const auto y_only = gradients(gy, Tensor()), y_zero_h = gradients(gy, torch::zeros_like(gh));
+    const auto h_only = gradients(Tensor(), gh), h_zero_y = gradients(torch::zeros_like(gy), gh);
+    ASSERT_EQ(y_only.size(), y_zero_h.size());
+    for (size_t i = 0; i < y_only.size(); ++i) {
+      EXPECT_TRUE(same(y_only[i], y_zero_h[i])) << path << "y alone, input " << i;
+      EXPECT_TRUE(same(h_only[i], h_zero_y[i])) << path << "h_last alone, input " << i;
+      EXPECT_GT(y_only[i].abs().sum().item<double>(), 0.0) << path << "input " << i;  // a real gradient
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // RG-LRU: the linear recurrence alone (linear_recurrence_*), then the seam with its gates.
 
