@@ -128,6 +128,9 @@ struct Params {
   // [B,H,nC,kRowHalves]: r_t summed over each chunk's 32-row halves (fp64, a fixed order; 0 past the
   // chunk's rows), by the chunk kernel: the finish launch's walks start from them.
   double* r_half_sums;
+  // [B,H]: the chunk blocks of (b, h) that have finished (zeroed before the chunk kernel): the finish
+  // launch overlaps the chunk kernel's last wave and waits on these, not on the whole grid.
+  int* chunks_done;
   float* dlog_alpha;                       // [B,T,H]
   float *gprev_x, *gprev_k;                // [B,H,nC,P], [B,H,nC,N]: column-0 gradients of each chunk
   float *last_x, *last_k;                  // [B,H,nC,P], [B,H,nC,N]: own gradient of each chunk's last row
@@ -1403,6 +1406,32 @@ __device__ __forceinline__ int small_div(int a, float inv_d) {
   return static_cast<int>((static_cast<float>(a) + 0.5f) * inv_d);
 }
 
+// The chunk kernel and the finish launch overlap (programmatic dependent launch, sm_90): at nam56r-small
+// the chunk kernel's 8192 blocks run 264 at a time on an H100 (2 an SM), so its last wave holds 8 blocks
+// and leaves the other SMs idle for a whole block's time; the finish launch's blocks run there instead.
+// Every chunk block lets the finish grid launch when it starts (the finish grid launches once every
+// chunk block has started, so a waiting finish block never keeps a chunk block off the GPU), and counts
+// itself done per (b, h) when its writes are visible device-wide; a finish block waits for its (b, h)'s
+// count, then reads the chunk kernel's outputs past L1 (__ldcg: L1 is not coherent, and an earlier
+// finish block on the SM may have brought in a line of r or dD_part before this (b, h) wrote its part).
+// Without the overlap (a launch that ignores the attribute), the counts are complete before the finish
+// grid starts: the same results.
+__device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void signal_chunk_done(const Params& p) {
+  __threadfence();  // this thread's writes, device-wide, before the count says so
+  __syncthreads();
+  if (threadIdx.x == 0) atomicAdd(p.chunks_done + static_cast<int64_t>(blockIdx.z) * p.H + blockIdx.y, 1);
+}
+__device__ __forceinline__ void wait_for_chunks(const Params& p, int64_t bh) {
+  const int* count = p.chunks_done + bh;
+  int done;
+  while (true) {
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(done) : "l"(count) : "memory");
+    if (done >= p.nC) break;
+    __nanosleep(500);
+  }
+}
+
 // r_t over each 32-row half of chunk c (rows 0-31, 32-63; a half past the chunk's rows sums to 0), in
 // fp64 by a fixed butterfly: the finish launch walks a chunk's rows from its own halves' and the later
 // chunks' sums, so the reverse scan over T needs no sequential pass. Every thread of the chunk kernel
@@ -1740,6 +1769,7 @@ __device__ __forceinline__ void bwd_chunk_tc(const Params& p, float* smem) {
 template <typename TX, typename TQK>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan_bwd_chunk(Params p) {
   extern __shared__ float smem[];
+  allow_dependent_launch();
   if constexpr (kTensorCores<TX, TQK>) {
     bwd_chunk_tc<TQK>(p, smem);
   } else {
@@ -1905,16 +1935,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan
     store_r_half_sums(p, bh, c, r_t);
     if (threadIdx.x == 0) p.dD_part[bh * p.nC + c] = *dsum;
   }
+  signal_chunk_done(p);
 }
 
-// The backward's last launch, after the chunk kernel: what needs other chunks' results, in one grid of
-// kFinishThreads-thread blocks: dD's sums (a warp per head) first, then a block per chunk (b, h, c) for
-// its rows' d log alpha and its boundary rows. (As three launches, d log alpha's walk over T, the
+// The backward's last launch, after the chunk kernel (overlapping its last wave: see
+// allow_dependent_launch): what needs other chunks' results, in one grid of kFinishThreads-thread
+// blocks: a block per chunk (b, h, c) for its rows' d log alpha and its boundary rows, then dD's sums (a
+// warp per head; last, as they wait for every b). (As three launches, d log alpha's walk over T, the
 // boundary rows and torch's sum for dD took 24 + 10 + 5 us at nam56r-small on the H100; as one grid
 // with a warp walking each (b, h)'s whole sequence, 27.7 us, the walks' latency chains the long pole.)
 constexpr int kFinishThreads = 32 * kRowHalves;
 __host__ __device__ inline int finish_sum_blocks(int H) { return (H * 32 + kFinishThreads - 1) / kFinishThreads; }
-inline int64_t finish_blocks(int64_t B, int64_t H, int64_t nC) { return finish_sum_blocks(static_cast<int>(H)) + B * H * nC; }
+inline int64_t finish_blocks(int64_t B, int64_t H, int64_t nC) { return B * H * nC + finish_sum_blocks(static_cast<int>(H)); }
 
 // d log alpha_t = sum_{t' >= t} r_t' per (b, h), in fp64, starting from <dh_last, h_last> (h_last is an
 // output at T-1); 0 where log alpha was floored (the reference's clamp passes no gradient there). Warp
@@ -1929,10 +1961,10 @@ __device__ __forceinline__ void dlog_alpha_rows(const Params& p, int b, int h, i
   if (32 * half >= rows) return;  // warp-uniform: a half past the chunk's rows (L 48, or a short last chunk)
   const int64_t bh = static_cast<int64_t>(b) * p.H + h;
   const int64_t i = row_index(p, b, c * p.L + min(row, rows - 1), h);
-  const float r = row < rows ? p.r[i] : 0.f, log_alpha = p.log_alpha[i];
+  const float r = row < rows ? __ldcg(p.r + i) : 0.f, log_alpha = p.log_alpha[i];
   double start = 0.0;
   const double* half_sums = p.r_half_sums + bh * p.nC * kRowHalves;
-  for (int k = c * kRowHalves + half + 1 + lane; k < p.nC * kRowHalves; k += 32) start += half_sums[k];
+  for (int k = c * kRowHalves + half + 1 + lane; k < p.nC * kRowHalves; k += 32) start += __ldcg(half_sums + k);
   if (p.last_dot)
     for (int part = lane; part < p.dot_parts; part += 32) start += p.last_dot[bh * p.dot_parts + part];
   start = warp_sum(start);
@@ -1953,7 +1985,7 @@ __device__ __forceinline__ void dD_sum(const Params& p, int block) {
   float v = 0.f;
   for (int i = lane; i < p.B * p.nC; i += 32) {
     const int b = i / p.nC, c = i - b * p.nC;
-    v += p.dD_part[(static_cast<int64_t>(b) * p.H + h) * p.nC + c];
+    v += __ldcg(p.dD_part + (static_cast<int64_t>(b) * p.H + h) * p.nC + c);
   }
   v = warp_sum(v);
   if (lane == 0) p.dD[h] = v;
@@ -1968,26 +2000,32 @@ __device__ __forceinline__ void boundary_rows(const Params& p, int b, int h, int
     const int t = (c + 1) * p.L - 1;
     for (int col = threadIdx.x; col < p.P; col += blockDim.x)
       static_cast<TX*>(p.dx)[row_index(p, b, t, h) * p.P + col] =
-          from_float<TX>(p.last_x[(bh * p.nC + c) * p.P + col] + p.gprev_x[(bh * p.nC + c + 1) * p.P + col]);
+          from_float<TX>(__ldcg(p.last_x + (bh * p.nC + c) * p.P + col) + __ldcg(p.gprev_x + (bh * p.nC + c + 1) * p.P + col));
     for (int n = threadIdx.x; n < p.N; n += blockDim.x)
       static_cast<TQK*>(p.dk)[row_index(p, b, t, h) * p.N + n] =
-          from_float<TQK>(p.last_k[(bh * p.nC + c) * p.N + n] + p.gprev_k[(bh * p.nC + c + 1) * p.N + n]);
+          from_float<TQK>(__ldcg(p.last_k + (bh * p.nC + c) * p.N + n) + __ldcg(p.gprev_k + (bh * p.nC + c + 1) * p.N + n));
   }
   if (c == 0 && p.dx_prev) {
-    for (int col = threadIdx.x; col < p.P; col += blockDim.x) p.dx_prev[bh * p.P + col] = p.gprev_x[bh * p.nC * p.P + col];
-    for (int n = threadIdx.x; n < p.N; n += blockDim.x) p.dk_prev[bh * p.N + n] = p.gprev_k[bh * p.nC * p.N + n];
+    for (int col = threadIdx.x; col < p.P; col += blockDim.x) p.dx_prev[bh * p.P + col] = __ldcg(p.gprev_x + bh * p.nC * p.P + col);
+    for (int n = threadIdx.x; n < p.N; n += blockDim.x) p.dk_prev[bh * p.N + n] = __ldcg(p.gprev_k + bh * p.nC * p.N + n);
   }
 }
 
 template <typename TX, typename TQK>
 __global__ void __launch_bounds__(kFinishThreads) ablate_ssm_scan_bwd_finish(Params p) {
-  const int sums = finish_sum_blocks(p.H);
-  if (static_cast<int>(blockIdx.x) < sums) {
-    dD_sum(p, blockIdx.x);
+  const int chunks = p.B * p.H * p.nC;
+  if (static_cast<int>(blockIdx.x) >= chunks) {  // dD's sums: a warp per head, over every b
+    const int first_head = (blockIdx.x - chunks) * (kFinishThreads / 32);
+    if (threadIdx.x == 0)
+      for (int h = first_head; h < min(first_head + kFinishThreads / 32, p.H); ++h)
+        for (int b = 0; b < p.B; ++b) wait_for_chunks(p, static_cast<int64_t>(b) * p.H + h);
+    __syncthreads();
+    dD_sum(p, blockIdx.x - chunks);
     return;
   }
-  const int chunk = blockIdx.x - sums;  // (c, h, b), c fastest
-  const int c = chunk % p.nC, bh = chunk / p.nC, h = bh % p.H, b = bh / p.H;
+  const int c = blockIdx.x % p.nC, bh = blockIdx.x / p.nC, h = bh % p.H, b = bh / p.H;  // c fastest
+  if (threadIdx.x == 0) wait_for_chunks(p, bh);
+  __syncthreads();
   dlog_alpha_rows(p, b, h, c);
   boundary_rows<TX, TQK>(p, b, h, c);
 }
@@ -2026,11 +2064,26 @@ void launch_chunks(Kernel kernel, size_t bytes, const char* what, const Params& 
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// One launch of a state-passing kernel: a thread per state element (b, h, p, n).
-// A state pass (forward or reverse) with 4 state elements a thread when every state pointer it touches is
-// 16-byte aligned (the buffers this file allocates are; h0, dh_last come from the caller), else 1.
-// The state elements a thread of a SIMT state pass takes: 4 (16-byte accesses) when every state pointer
-// allows it, else 1.
+// A launch that may start while the kernel before it on the stream still runs (programmatic dependent
+// launch: once every block of that kernel has run griddepcontrol.launch_dependents); the kernel itself
+// waits for what it reads (the finish launch: wait_for_chunks). Capturable in a CUDA graph.
+template <class Kernel>
+void launch_overlapping_previous(Kernel kernel, int64_t blocks, int threads, const Params& p, cudaStream_t stream) {
+  cudaLaunchAttribute overlap{};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(threads);
+  config.stream = stream;
+  config.attrs = &overlap;
+  config.numAttrs = 1;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
+}
+
+// The state elements a thread of a SIMT state pass takes (a thread per state element (b, h, p, n) or
+// four): 4 (16-byte accesses) when every state pointer it touches is 16-byte aligned (the buffers this
+// file allocates are; h0, dh_last come from the caller), else 1.
 int state_pass_width(const Params& p) {
   const void* pointers[] = {p.h0, p.h_last, p.states, p.dh_last, p.h_last_saved, p.dstates, p.dh0};
   const bool aligned = std::all_of(std::begin(pointers), std::end(pointers),
@@ -2038,6 +2091,7 @@ int state_pass_width(const Params& p) {
   return aligned ? 4 : 1;
 }
 
+// One launch of a state-passing kernel (forward or reverse).
 void launch_state_pass(bool forward, const Params& p, cudaStream_t stream) {
   const int V = state_pass_width(p);
   const bool aligned = V == 4;
@@ -2209,6 +2263,7 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
       // <dh_last, h_last> (d log alpha's start) only when h_last has a gradient (below).
       Tensor dD_part = torch::empty({B, H, nC}, f32), last_dot;
       Tensor r_half_sums = torch::empty({B, H, nC, kRowHalves}, f32.dtype(torch::kDouble));
+      Tensor chunks_done = torch::empty({B, H}, f32.dtype(torch::kInt));  // zeroed on the stream below
       dD = torch::empty_like(D);
       Params p = input_params({x, q, k, log_alpha, beta, gamma, D, z, h0, x_prev, k_prev}, L);
       if (tensor_cores) {
@@ -2224,7 +2279,7 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
       p.dh0 = dh0.defined() ? dh0.data_ptr<float>() : nullptr;
       p.dx = dx.data_ptr(), p.dz = dz.defined() ? dz.data_ptr() : nullptr, p.dq = dq.data_ptr(), p.dk = dk.data_ptr();
       p.dbeta = dbeta.data_ptr<float>(), p.dgamma = dgamma.data_ptr<float>(), p.r = r.data_ptr<float>();
-      p.r_half_sums = r_half_sums.data_ptr<double>();
+      p.r_half_sums = r_half_sums.data_ptr<double>(), p.chunks_done = chunks_done.data_ptr<int>();
       p.dlog_alpha = dla.data_ptr<float>();
       p.gprev_x = gprev_x.data_ptr<float>(), p.gprev_k = gprev_k.data_ptr<float>();
       p.last_x = last_x.data_ptr<float>(), p.last_k = last_k.data_ptr<float>(), p.dD_part = dD_part.data_ptr<float>();
@@ -2242,11 +2297,11 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
         using TX = typename decltype(xtag)::type;
         using TQK = typename decltype(qtag)::type;
         launch_chunk_states<TX, TQK>(/*backward=*/true, p, stream);
+        C10_CUDA_CHECK(cudaMemsetAsync(p.chunks_done, 0, chunks_done.nbytes(), stream));
         launch_chunks(ablate_ssm_scan_bwd_chunk<TX, TQK>,
                       smem_bytes<TX, TQK, BwdChunkTc>(L, P, N, bwd_chunk_smem_floats(L, P, N)),
                       "the backward chunk kernel", p, stream);
-        ablate_ssm_scan_bwd_finish<TX, TQK><<<static_cast<unsigned>(finish_blocks(B, H, nC)), kFinishThreads, 0, stream>>>(p);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        launch_overlapping_previous(ablate_ssm_scan_bwd_finish<TX, TQK>, finish_blocks(B, H, nC), kFinishThreads, p, stream);
       });
     }
     return {dx, dq, dk, dla, dbeta, dgamma, dD, dz, dh0, dx_prev, dk_prev, Tensor(), Tensor(), Tensor(), Tensor()};
