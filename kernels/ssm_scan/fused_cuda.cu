@@ -426,6 +426,20 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// One row of a warp's two accumulator column blocks (nt = 0, 1: columns 8 nt + 2 tq, + 1 of lane tq of
+// the row's quad) stored as 16 bf16 at `row`, 8 bytes a lane: lanes tq and tq ^ 1 swap a pair first, so
+// lane tq holds four adjacent columns and the quad fills whole 32-byte sectors (a 4-byte store per column
+// block half-writes every sector it touches: the state scans' stores were 39 % excess L2 sectors).
+// Every lane of the warp calls it; `row` 8-byte aligned.
+__device__ __forceinline__ void store_row16_bf16(bf16* row, int tq, float a0, float a1, float b0, float b1) {
+  const uint32_t nt0 = pack_bf16(a0, a1), nt1 = pack_bf16(b0, b1);
+  const uint32_t swapped = __shfl_xor_sync(0xffffffffu, (tq & 1) ? nt0 : nt1, 1);
+  if (tq & 1)  // columns 8 + 2 (tq - 1) ..: the even neighbour's nt1 pair, then its own
+    *reinterpret_cast<uint2*>(row + 6 + 2 * tq) = make_uint2(swapped, nt1);
+  else  // columns 2 tq ..: its own nt0 pair, then the odd neighbour's
+    *reinterpret_cast<uint2*>(row + 2 * tq) = make_uint2(nt0, swapped);
+}
+
 __device__ __forceinline__ float2 unpack_bf16(uint32_t v) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
 }
@@ -1170,13 +1184,11 @@ __device__ __forceinline__ void state_scan_tc(const Params& p, float* smem) {
     bf16* slot = slots + c * PN;
 #pragma unroll
     for (int u = 0; u < kScanTilesPerWarp; ++u)
-      if (tiles.has(u))
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          const int i = tiles.i0(u) + g, j = tiles.j0 + 8 * nt + 2 * tq;
-          store_pair(slot + i * N + j, acc[u][nt][0], acc[u][nt][1]);
-          store_pair(slot + (i + 8) * N + j, acc[u][nt][2], acc[u][nt][3]);
-        }
+      if (tiles.has(u)) {  // warp-uniform
+        bf16* row = slot + (tiles.i0(u) + g) * N + tiles.j0;
+        store_row16_bf16(row, tq, acc[u][0][0], acc[u][0][1], acc[u][1][0], acc[u][1][1]);
+        store_row16_bf16(row + 8 * N, tq, acc[u][0][2], acc[u][0][3], acc[u][1][2], acc[u][1][3]);
+      }
     cp_async_wait_group<1>();  // step's group has landed (step + 1's may still be in flight)
     __syncthreads();  // chunk c's tiles are in for every thread; every warp is done with step - 1's stage
     if (step + 2 < nC) scan_prefetch<kBackward, TQK>(p, s.stage(step + 2), b, h, chunk_of(step + 2), p0, rows);
