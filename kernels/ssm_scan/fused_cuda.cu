@@ -1162,7 +1162,7 @@ __device__ __forceinline__ void state_scan_tc(const Params& p, float* smem) {
 
   // The running state starts at h0 (forward) or dh_last (backward), or 0. The backward also forms
   // <dh_last, h_last>: h_last is an output at position T-1, so d/d cum_{T-1} gains it (see
-  // dlog_alpha_walk). Accumulator layout as mma_block's.
+  // dlog_alpha_rows, which starts from it). Accumulator layout as mma_block's.
   float acc[kScanTilesPerWarp][2][4] = {};
   const float* start = kBackward ? p.dh_last : p.h0;
   float dot = 0.f;
