@@ -3,7 +3,8 @@
 // fp32 and the product rounded once to g's dtype, which is what the output projection takes. LibTorch
 // ran it as g cast to fp32, gelu, a product in fp32 and autocast's cast of the product for the
 // projection, and backward as two products, gelu's backward and two casts: ~0.45 ms of nam56r-small's
-// step on the H100 for its one R layer (session 13's profile). On CUDA (g bf16 or fp32, h fp32) one pass
+// step on the H100 for its one R layer (profiled before 3d32509, 2026-11-26,
+// experiments/results/2026-11-26-h100-s13/). On CUDA (g bf16 or fp32, h fp32) one pass
 // each way (gelu_gate.cu), with LibTorch's arithmetic (its gelu and gelu-backward formulas, the same
 // order of products); elsewhere the LibTorch ops. Not a seam: model glue, with a test against fp64 and
 // a benchmark. Tests: kernels_tests --gtest_filter='GeluGate*'. Benchmark: kernels_bench

@@ -2,7 +2,8 @@
 // whose backward joins the parts' gradients again (join_last_dim). LibTorch's split backward is at::cat,
 // which runs its element-wise path (~1 TB/s on the H100) whenever a part is a strided view, and in the
 // A block every part is one (the rope seam's d(q_nope) is a narrow of dq, dv a narrow of the padded
-// attention gradient): 0.74 ms of nam56r-small's step in session 11's profile. join_last_dim is one
+// attention gradient): 0.74 ms of nam56r-small's step on the H100 before 835f4a1 (2026-11-26,
+// experiments/results/2026-11-26-h100-cudnn/). join_last_dim is one
 // 16-byte-access pass on CUDA (join_last_dim.cu), and no pass at all when the gradients already sit
 // side by side in one buffer; elsewhere at::cat. Tests: kernels_tests --gtest_filter='JoinLastDim*'.
 // Benchmark: kernels_bench --benchmark_filter=join_last_dim.

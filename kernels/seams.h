@@ -117,7 +117,7 @@ using LossFn = std::function<torch::Tensor(const torch::Tensor& hidden, const to
 // exp_avg_sqs: equal-length lists of same-shape tensors of the params' dtype (fp32 master weights; fp64
 // in tests); steps: one 0-dim fp32 tensor per parameter, incremented by 1 before the update; lr: 0-dim
 // fp32 tensor; grad_scale: undefined, or a 0-dim fp32 tensor every gradient is divided by before the
-// update (the clipping's 1 / coefficient: no pass of its own over the gradients; since session 12);
+// update (the clipping's 1 / coefficient: no pass of its own over the gradients);
 // with it the grads' values after the call are unspecified (fused_adamw stores them divided, the other
 // backends leave them; the step drops them). Updates params, moments and steps in place on their
 // device and reads nothing on the host, so a CUDA graph can capture it (step counts, learning rate and

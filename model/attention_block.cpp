@@ -51,7 +51,8 @@ BlockOutput AttentionBlock::forward(const torch::Tensor& x) {
   // parts' gradients, where each narrow's zero-fills the whole input, copies its part in, and the two
   // are then added (6 fills, 6 copies and 3 adds an A layer in the H100 profile of 2026-11-25). The
   // join is kernels::join_last_dim (one 16-byte pass over strided parts; LibTorch's cat ran its
-  // element-wise path on them: 0.74 ms a step in session 11's profile).
+  // element-wise path on them: 0.74 ms a step on the H100 before 835f4a1, 2026-11-26,
+  // experiments/results/2026-11-26-h100-cudnn/).
   const auto q_parts = kernels::split_last_dim(q, {a.nope_dim, a.rope_dim});
   const auto &q_nope = q_parts[0], &q_rope = q_parts[1];
 

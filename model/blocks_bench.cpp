@@ -4,7 +4,7 @@
 // cases. moe_layer/<moe_router backend>/graph: the E layer (its pre-norm, the router, the load-balancing
 // loss, the grouped_mm dispatch) forward, and backward from a given gradient of its output (random, fixed)
 // and of the aux loss (its coefficient): the layer issue #14 measures against 1.8 ms. .../graph_square_loss:
-// the same with the gradient made by a scalar loss, mean(y^2) in fp32 (what sessions up to 12 timed: its
+// the same with the gradient made by a scalar loss, mean(y^2) in fp32 (what this benchmark timed before b465fde: its
 // cast, square and mean and their backward, ~0.38 ms on the H100, are not the layer's). Counters: median_us,
 // peak_extra_MiB. Timed with CUDA events, an L2 flush before each iteration (kernels/bench_util.h). Run:
 // build/bench/blocks_bench [--benchmark_filter=moe_layer]

@@ -4,7 +4,8 @@
 # launch statistics, warp stall reasons, scheduler, memory and compute workload; with every section's
 # details, and the source counters: the hottest stall sites by source line, the kernels carry line
 # tables), as OUT/ncu-<tag>.txt (tag: the regex's letters). For a kernel that a benchmark shows far
-# above its floor, before rewriting it: e.g. ssm_scan's backward chunk, latency bound in session 9.
+# above its floor, before rewriting it: e.g. ssm_scan's backward chunk, latency bound at 925f5fd
+# (2026-11-25, experiments/results/2026-11-25-h100x2-58ms/).
 # PROGRAM defaults to the ssm_scan benchmark at nam56r-small's shape in the model's dtype mix:
 #   device run: bash scripts/gpu-check.sh $OUT 0; bash scripts/gpu-ncu.sh $OUT ablate_ssm_scan_bwd_chunk
 #   device run: bash scripts/gpu-ncu.sh $OUT ablate_causal_conv_bwd build-gpu/bench/kernels_bench --benchmark_filter=causal_conv
@@ -15,7 +16,8 @@
 # metric, one pass, caches left as the previous kernel left them), COUNT launches (default 60) after
 # SKIP, into OUT/ncu-times-<tag>.csv with a median per kernel printed. The sections' default replay
 # flushes the caches before the kernel and replays it: that duration can rank two versions of a kernel
-# the wrong way round (session 17: docs/gpu.md). Judge a change to a kernel by this.
+# the wrong way round (2026-11-27, experiments/results/2026-11-27-h100-s17/; docs/gpu.md). Judge a
+# change to a kernel by this.
 #   device run: IN_CONTEXT=1 SKIP=400 bash scripts/gpu-ncu.sh $OUT ablate_ssm_scan
 #   (REGEX '.' times every kernel of the program)
 # The default program expects build-gpu from gpu-check.sh, or a carried .gpu-prebuilt (ensure_gpu_build).

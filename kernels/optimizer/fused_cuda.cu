@@ -31,7 +31,8 @@ constexpr int64_t kChunk = int64_t{kThreads} * 4 * 8;  // elements a block: 8 fl
 // so one launch a group). Tensor t owns the grid's blocks [first_block[t], first_block[t + 1]), a chunk
 // each; a block finds its tensor by a binary search of first_block. An earlier table of 768 blocks a
 // launch (a block -> tensor entry each) ran nam56r-small's update in 48 launches of under one wave:
-// 3.20 ms in the step (2.1 TB/s), 2.79 ms as one launch of ~29 k blocks (H100, session 13).
+// 3.20 ms in the step (2.1 TB/s), 2.79 ms as one launch of ~29 k blocks (H100, b465fde, 2026-11-26,
+// experiments/results/2026-11-26-h100-s13/).
 constexpr int kLaunchTensors = 480;
 
 struct AdamWLaunch {

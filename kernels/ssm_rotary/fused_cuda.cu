@@ -49,7 +49,8 @@ struct RotaryShape {
 };
 
 // Heads a thread loads before it computes any of them (both kernels walk a row's heads in lanes): one
-// head at a time left the loads' latency exposed (session 11's ncu: the backward ~60 % stalled on it).
+// head at a time left the loads' latency exposed (Nsight Compute on the H100 before b5d73cb, 2026-11-26: the
+// backward ~60 % stalled on it; experiments/results/2026-11-26-h100-scan-io/).
 constexpr int kHeadsInFlight = 4;
 
 __device__ __forceinline__ float2 turn(float2 v, float c, float s) { return {v.x * c - v.y * s, v.x * s + v.y * c}; }
@@ -256,7 +257,8 @@ __global__ void ablate_ssm_rotary_time_scan(Source x, const float* __restrict__ 
 // the row staged in shared memory, each sum in a fixed order. (Autograd's form: two broadcast products
 // of [B,T,H,S] and two reductions of them, ~0.35 ms an M layer at nam56r-small.) The staged row's lines
 // are S + 1 floats apart: the d delta sums read down a column (thread h at h * stride + s), and with a
-// stride of S = 64 all 32 lanes of a warp hit one bank (109 us an M layer on the H100, session 12).
+// stride of S = 64 all 32 lanes of a warp hit one bank (109 us an M layer on the H100 before 5a7a8d2,
+// 2026-11-26, experiments/results/2026-11-26-h100-cudnn/).
 __global__ void ablate_ssm_rotary_angle_grads(const float* __restrict__ dsteps, const float* __restrict__ delta,
                                               const float* __restrict__ tanh_theta, float* __restrict__ ddelta,
                                               float* __restrict__ dtanh, int64_t rows, int H, int S) {

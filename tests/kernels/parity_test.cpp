@@ -306,8 +306,9 @@ ParityCase without_fp32(ParityCase c) {
 
 // A long RG-LRU case with extreme decays: T = 2100 fp32-rounded decays and resets summed into each output.
 // The chunked LibTorch reference measured 9.4e-6 (h), 3.5e-5 (h_last) and 8.5e-6 (d lambda) against the fp64
-// per-timestep definition here (H100, session 14), past the seam's fp32 bound of 5e-6 sized for T <= 300;
-// fused_cuda stayed within 5e-6. fp32 bounded at 5e-5 for this case; bf16 keeps the seam's bound.
+// per-timestep definition here (H100, 78db415, 2026-11-26, experiments/results/2026-11-26-h100-s14/), past
+// the seam's fp32 bound of 5e-6 sized for T <= 300; fused_cuda stayed within 5e-6. fp32 bounded at 5e-5
+// for this case; bf16 keeps the seam's bound.
 ParityCase long_extreme_recurrence(ParityCase c) {
   c.tolerance[torch::kFloat] = {5e-5, 5e-5};
   return c;

@@ -154,7 +154,7 @@ TEST(Scope, NoObserverRecordsNothingAndChangesNothing) {
 }
 
 // The Dispatcher re-marks a seam's tensors for its scope; every other field of the inputs must reach the
-// backend unchanged. (Session 11: ssm_rotary's qk_dtype was dropped here, so the M block's bf16 request
+// backend unchanged. (Before e7bff09 ssm_rotary's qk_dtype was dropped here, so the M block's bf16 request
 // never reached the kernel: the parity rows call backends directly and could not see it.)
 TEST(Scope, SeamCallsPassEveryInputFieldThrough) {
   RecordingObserver obs(/*markers=*/true);

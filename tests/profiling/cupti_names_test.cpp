@@ -126,7 +126,7 @@ const std::vector<Sample>& samples() {
       {"ssm_rotary/fused_cuda", "rope",
        "_ZN6ablate7kernels5fused51_GLOBAL__N__7b8dbb3e_13_fused_cuda_cu_d01f589f_651221ablate_ssm_rotary_bwdEPK6float2S5_"
        "S5_S5_S5_S5_PKfPS3_S8_PfS8_S8_NS2_11RotaryShapeE"},
-      // Since session 11 q, k (and their gradients) are fp32 or bf16 pairs: the kernels are templates.
+      // q, k (and their gradients) are fp32 or bf16 pairs: the kernels are templates.
       {"ssm_rotary/fused_cuda", "rope",
        "_ZN6ablate7kernels5fused52_GLOBAL__N__7b8dbb3e_13_fused_cuda_cu_fc8e3c36_3088721ablate_ssm_rotary_fwdI14__nv_bfloat1"
        "62EEvPK6float2S7_S7_S7_PKfPT_SB_NS2_11RotaryShapeE"},
@@ -158,7 +158,7 @@ const std::vector<Sample>& samples() {
       {"loss/fused_cuda", "loss",
        "_ZN6ablate7kernels5fused56_GLOBAL__N__92fc6e8d_23_linear_cross_entropy_cu_5e8d1a37L16ablate_lce_scaleI13__nv_bfloat16"
        "Li1EEEvPT_lPKf"},
-      // kernels/optimizer/fused_cuda.cu's multi-tensor AdamW (nvcc 13.0, session 12).
+      // kernels/optimizer/fused_cuda.cu's multi-tensor AdamW, as nvcc 13.0 mangles it.
       {"optimizer/fused_cuda", "optimizer",
        "_ZN6ablate7kernels5fused52_GLOBAL__N__c62d182b_13_fused_cuda_cu_8a41e999_2412412ablate_adamwENS2_11AdamWLaunchENS2_"
        "12AdamWScalarsE"},
