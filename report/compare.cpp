@@ -90,6 +90,21 @@ std::map<std::string, std::string> comparable_fields(receipts::Store& store, std
   return fields;
 }
 
+std::vector<BackendShortfall> backend_shortfalls(receipts::Store& store, const std::vector<std::int64_t>& run_ids,
+                                                 const std::string& seam) {
+  std::vector<BackendShortfall> out;
+  for (const auto& row : store.query("SELECT run_id, requested, chosen, observed, mismatch FROM run_backends WHERE "
+                                     "seam = ? AND run_id IN (SELECT value FROM json_each(?)) ORDER BY run_id",
+                                     {seam, json(run_ids).dump()})) {
+    BackendShortfall s{row["run_id"].get<std::int64_t>(), seam, row["requested"].get<std::string>(),
+                       row["chosen"].get<std::string>(), std::nullopt,
+                       !row["mismatch"].is_null() && row["mismatch"].get<std::int64_t>() == 1};
+    if (row["observed"].is_string()) s.observed = row["observed"].get<std::string>();
+    if (s.fell_back() || s.mismatch) out.push_back(std::move(s));
+  }
+  return out;
+}
+
 Side load_side(receipts::Store& store, const std::vector<std::int64_t>& ids) {
   Side side;
   for (const std::int64_t id : ids) {
@@ -138,6 +153,46 @@ std::string describe(const FieldDifference& d) {
                      fmt::join(d.a_values, " / "), fmt::join(d.b_values, " / "));
 }
 
+// The seams the factor under test names: spec.backends.<seam> fields that differ between the sides.
+std::vector<std::string> factor_seams(const Comparison& c) {
+  constexpr std::string_view prefix = "spec.backends.";
+  std::vector<std::string> seams;
+  for (const auto& d : c.factor)
+    if (d.field.starts_with(prefix)) seams.push_back(d.field.substr(prefix.size()));
+  return seams;
+}
+
+std::string shortfall_text(const BackendShortfall& s) {
+  if (s.fell_back()) return fmt::format("requested {} at {} but ran {}", s.requested, s.seam, s.chosen);
+  return fmt::format("chose {} at {} but its kernels matched {}", s.chosen, s.seam, s.observed.value_or("another backend"));
+}
+
+// Moves the side's evidence runs that did not run what they requested at a factor seam to its
+// excluded runs, with why, and recomputes its medians.
+void set_aside_shortfalls(receipts::Store& store, Side& side, const std::vector<std::string>& seams,
+                          std::vector<BackendShortfall>& shortfalls) {
+  std::map<std::int64_t, std::vector<std::string>> why;
+  for (const auto& seam : seams) {
+    for (auto& s : backend_shortfalls(store, side.evidence_ids(), seam)) {
+      why[s.run_id].push_back(fmt::format("{} (run_backends.{})", shortfall_text(s), s.fell_back() ? "chosen" : "mismatch"));
+      shortfalls.push_back(std::move(s));
+    }
+  }
+  if (why.empty()) return;
+  std::vector<RunFacts> kept;
+  for (auto& run : side.evidence) {
+    const auto it = why.find(run.row.id);
+    if (it == why.end()) {
+      kept.push_back(std::move(run));
+      continue;
+    }
+    side.excluded.push_back({run.row.id, run.row.status,
+                             fmt::format("{}: no evidence about the factor under test", fmt::join(it->second, "; "))});
+  }
+  side.evidence = std::move(kept);
+  summarize(side);
+}
+
 void require_disjoint_sides(const std::vector<std::int64_t>& a_ids, const std::vector<std::int64_t>& b_ids) {
   if (a_ids.empty() || b_ids.empty()) throw std::invalid_argument("compare needs at least one run on each side");
   const std::set<std::int64_t> a_set(a_ids.begin(), a_ids.end()), b_set(b_ids.begin(), b_ids.end());
@@ -174,6 +229,14 @@ json differences_json(const std::vector<FieldDifference>& diffs) {
   json out = json::array();
   for (const auto& d : diffs)
     out.push_back({{"field", d.field}, {"a", d.a_values}, {"b", d.b_values}, {"within_side", d.within_side}});
+  return out;
+}
+
+json shortfalls_json(const std::vector<BackendShortfall>& shortfalls) {
+  json out = json::array();
+  for (const auto& s : shortfalls)
+    out.push_back({{"run_id", s.run_id}, {"seam", s.seam}, {"requested", s.requested}, {"chosen", s.chosen},
+                   {"observed", value_or_null(s.observed)}, {"mismatch", s.mismatch}});
   return out;
 }
 
@@ -262,6 +325,9 @@ Comparison compare_runs(receipts::Store& store, const std::vector<std::int64_t>&
     }
     c.mismatch_allowed = true;
   }
+  const auto seams = factor_seams(c);
+  set_aside_shortfalls(store, c.a, seams, c.a_shortfalls);
+  set_aside_shortfalls(store, c.b, seams, c.b_shortfalls);
   if (!c.a.evidence.empty() && !c.b.evidence.empty()) {
     const auto a_ms = c.a.step_ms(), b_ms = c.b.step_ms();
     c.step_ratio = ratio_of_medians(a_ms, b_ms, options.bootstrap);
@@ -346,6 +412,8 @@ json to_json(const Comparison& c) {
               {"factor", differences_json(c.factor)},
               {"mismatches", differences_json(c.mismatches)},
               {"mismatch_allowed", c.mismatch_allowed},
+              {"a_backend_shortfalls", shortfalls_json(c.a_shortfalls)},
+              {"b_backend_shortfalls", shortfalls_json(c.b_shortfalls)},
               {"deltas",
                {{"tokens_per_s_pct", value_or_null(c.tokens_per_s_delta_pct)},
                 {"goodput_points", value_or_null(c.goodput_delta_points)},
@@ -380,6 +448,14 @@ std::string render_text(const Comparison& c) {
                                 : "factor under test: none in the specs (they are identical); the sides differ only "
                                   "where marked MISMATCH below\n";
   for (const auto& d : c.factor) out += fmt::format("factor under test: {}\n", describe(d));
+  for (const auto& [label, shortfalls] : {std::pair{'A', &c.a_shortfalls}, std::pair{'B', &c.b_shortfalls}}) {
+    // One line per distinct shortfall, naming its runs.
+    std::map<std::string, std::vector<std::int64_t>> runs_by_text;
+    for (const auto& s : *shortfalls) runs_by_text[shortfall_text(s)].push_back(s.run_id);
+    for (const auto& [text, ids] : runs_by_text)
+      out += fmt::format("WARNING: {} {} in run(s) {}: no evidence about the factor, not counted\n", label, text,
+                         fmt::join(ids, ", "));
+  }
   for (const auto& d : c.mismatches) out += fmt::format("MISMATCH (allowed): {}\n", describe(d));
   out += fmt::format("median step time: A {} ms  B {} ms", fixed(c.a.median_step_ms, 3), fixed(c.b.median_step_ms, 3));
   if (c.step_ratio) {

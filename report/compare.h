@@ -5,7 +5,9 @@
 // Comparability: environment fields and the spec are compared field by field. Spec fields that differ
 // between the sides are the factor under test; any other difference (environment, harness revision, or
 // anything differing among the runs of one side) is a mismatch, refused with MismatchError unless
-// allowed, and then marked in the output.
+// allowed, and then marked in the output. Where the factor is a backend (spec.backends.<seam>), what
+// ran is read too (run_backends): a run that fell back or ran another backend's kernels at that seam
+// is no evidence about the factor and is excluded with that reason (as the gate judges it).
 // Tests: tests/report/compare_test.cpp (report_tests).
 #pragma once
 
@@ -55,6 +57,22 @@ struct ExcludedRun {
   std::string reason;
 };
 
+// A run that did not run, at a seam, the backend its spec requested there: its chosen backend is
+// another (a fallback, run_backends.chosen), or its profiled kernels matched another backend than the
+// chosen one (run_backends.mismatch). Requested is not observed.
+struct BackendShortfall {
+  std::int64_t run_id = 0;
+  std::string seam, requested, chosen;
+  std::optional<std::string> observed;
+  bool mismatch = false;  // observed disagrees with chosen
+  bool fell_back() const { return chosen != requested; }
+};
+
+// The runs among `run_ids` whose run_backends row at `seam` records a fallback or a mismatch, by run
+// id (a run without a row there, e.g. an old receipt, is not judged).
+std::vector<BackendShortfall> backend_shortfalls(receipts::Store& store, const std::vector<std::int64_t>& run_ids,
+                                                 const std::string& seam);
+
 struct Side {
   std::vector<RunFacts> evidence;     // in the order the ids were given
   std::vector<ExcludedRun> excluded;  // not evidence, with why
@@ -94,6 +112,9 @@ struct Comparison {
   std::optional<double> peak_memory_delta_bytes;      // B - A
   std::vector<FamilyTime> family_times;     // by family, when either side has profiled runs
   std::vector<FieldDifference> factor;      // spec fields that differ between the sides
+  // Complete ok runs that did not run the backend they requested at a seam of the factor: no evidence
+  // about that factor, for or against, so moved out of the side's evidence (listed in its excluded).
+  std::vector<BackendShortfall> a_shortfalls, b_shortfalls;
   std::vector<FieldDifference> mismatches;  // every other difference
   bool mismatch_allowed = false;            // mismatches non-empty and --allow-mismatch given
 };

@@ -155,6 +155,56 @@ TEST(Compare, NonEvidenceRunsAreExcludedWithTheReason) {
   EXPECT_NE(render_text(c).find(fmt::format("excluded from A: run {}: status failed", a[3])), std::string::npos);
 }
 
+// A run whose receipt says another backend ran at the seam under test (a fallback, or kernels that
+// matched another backend) is no evidence about the factor: excluded with why, and the text warns. A
+// fallback at a seam that is not the factor does not matter here.
+TEST(Compare, RunsThatRanAnotherBackendAreNoEvidenceForTheFactor) {
+  FixtureStore f;
+  FixtureRun reference;
+  reference.backends = {{"loss", "chunked", "reference", std::nullopt, "chunked unavailable", std::nullopt}};
+  auto a = f.add_group("ref", {100, 101, 99}, reference);
+  FixtureRun observed_other;  // A's reference chose itself, but its kernels matched another backend
+  observed_other.backends = {{"attention", "reference", "reference", std::string("sdpa_math"), "", true}};
+  a.push_back(f.add("ref", observed_other));
+  FixtureRun fell_back = with_backend("fused_cuda");
+  fell_back.backends = {{"attention", "fused_cuda", "reference", std::nullopt, "fused_cuda needs a CUDA device", std::nullopt}};
+  const auto b_fell_back = f.add_group("fused", {100.5, 99.5, 100}, fell_back);
+  FixtureRun ran = with_backend("fused_cuda");
+  ran.backends = {{"attention", "fused_cuda", "fused_cuda", std::string("fused_cuda"), "", false}};
+  const auto b_ran = f.add("fused", ran);
+  auto b = b_fell_back;
+  b.push_back(b_ran);
+
+  const auto c = compare_runs(f.store(), a, b);
+  EXPECT_EQ(c.a.evidence_ids(), (std::vector<std::int64_t>{a[0], a[1], a[2]}));
+  EXPECT_EQ(c.b.evidence_ids(), std::vector<std::int64_t>{b_ran});
+  ASSERT_EQ(c.factor.size(), 1u);  // the factor is what the runs requested
+  EXPECT_EQ(c.factor[0].field, "spec.backends.attention");
+  ASSERT_EQ(c.b_shortfalls.size(), 3u);
+  EXPECT_TRUE(c.b_shortfalls[0].fell_back());
+  ASSERT_EQ(c.a_shortfalls.size(), 1u);
+  EXPECT_TRUE(c.a_shortfalls[0].mismatch);
+  ASSERT_EQ(c.b.excluded.size(), 3u);
+  EXPECT_EQ(c.b.excluded[0].reason,
+            "requested fused_cuda at attention but ran reference (run_backends.chosen): no evidence about the factor "
+            "under test");
+  EXPECT_EQ(c.verdict, Difference::unreliable);  // one run of B really ran fused_cuda
+  EXPECT_DOUBLE_EQ(*c.b.median_step_ms, 100);
+  const auto text = render_text(c);
+  EXPECT_NE(text.find(fmt::format("WARNING: B requested fused_cuda at attention but ran reference in run(s) {}, {}, {}: "
+                                  "no evidence about the factor, not counted",
+                                  b[0], b[1], b[2])),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(fmt::format("WARNING: A chose reference at attention but its kernels matched sdpa_math in run(s) {}",
+                                  a[3])),
+            std::string::npos)
+      << text;
+  const auto j = to_json(c);
+  EXPECT_EQ(j["b_backend_shortfalls"].size(), 3u);
+  EXPECT_EQ(j["b_backend_shortfalls"][0]["chosen"], "reference");
+}
+
 TEST(Compare, EnvironmentMismatchIsRefusedUnlessAllowed) {
   FixtureStore f;
   const auto a = f.add_group("ref", {100, 101, 99});
