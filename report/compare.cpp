@@ -290,8 +290,9 @@ std::string side_line(char label, const Side& side) {
 }  // namespace
 
 const std::vector<std::string>& compared_env_keys() {
-  static const std::vector<std::string> keys = {"gpu_model", "nvidia_driver", "cuda_runtime", "libtorch",
-                                                "nccl",      "git_revision",  "compiler"};
+  static const std::vector<std::string> keys = {
+      "gpu_model", "nvidia_driver", "cuda_runtime",  "cudnn",          "libtorch",  "nccl",      "cpu_model",
+      "git_revision", "git_dirty",  "compiler",      "build_type",     "build_flags", "cuda_arch_list"};
   return keys;
 }
 

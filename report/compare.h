@@ -37,9 +37,15 @@ class MismatchError : public std::invalid_argument {
   std::vector<std::string> fields_;
 };
 
-// Environment keys whose difference makes step times incomparable (run_env keys; git_revision is the
-// harness revision, compiler what built it: a GPU machine's own build and a carried prebuilt one,
-// docs/gpu.md, are different harness binaries).
+// Environment keys whose difference makes step times incomparable (run_env keys; harness/env.cpp,
+// harness/train/device.cpp). git_revision, git_dirty, compiler, build_type, build_flags and
+// cuda_arch_list say which harness binary ran: a GPU machine's own build and a carried prebuilt one
+// (docs/gpu.md) differ, and so do a clean tree and a dirty one at the same revision. git_dirty
+// compares as recorded: "unknown" differs from "false" (a tree not known to be clean), and two dirty
+// trees at one revision pass though their changes may differ (the receipt has no hash of the changes).
+// cpu_model: the host feeds the GPU. Not compared: gpu_count (the devices the process could see,
+// which `matrix run --gpus` narrows per child; the devices a run used are spec.distributed.nproc),
+// host, os, memory and the per-device details that gpu_model already determines.
 const std::vector<std::string>& compared_env_keys();
 
 // One run as the comparison sees it: its row and its comparable fields, "env.<key>" and

@@ -270,6 +270,39 @@ TEST(Compare, AnotherCompilerIsAMismatch) {
   EXPECT_EQ(compare_runs(f.store(), a, b, allowing_mismatch()).mismatches.size(), 1u);
 }
 
+// Every recorded fact about the harness binary and the machine that can move step times is compared:
+// each differing alone is refused naming it. A dirty tree against a clean one at the same revision, and
+// an unknown dirty flag against a known clean one, are different trees; two clean trees are the same.
+TEST(Compare, BuildTreeAndHostKeysAreCompared) {
+  const std::vector<std::pair<std::string, std::pair<std::string, std::string>>> cases = {
+      {"git_dirty", {"false", "true"}},
+      {"git_dirty", {"false", "unknown"}},
+      {"build_type", {"Release", "Debug"}},
+      {"build_flags", {"-O3", "-O3 -march=native"}},
+      {"cudnn", {"91002", "90800"}},
+      {"cuda_arch_list", {"90a", "90"}},
+      {"cpu_model", {"AMD EPYC 9654", "Intel Xeon Platinum 8480+"}},
+  };
+  for (const auto& [key, values] : cases) {
+    FixtureStore f;
+    FixtureRun a_run, b_run = with_backend("sdpa_flash");
+    a_run.env[key] = values.first;
+    b_run.env[key] = values.second;
+    const auto a = f.add_group("ref", {100, 101, 99}, a_run);
+    const auto b = f.add_group("flash", {80, 81, 79}, b_run);
+    SCOPED_TRACE(key + ": " + values.first + " vs " + values.second);
+    refusal_of(f, a, b, "env." + key);
+  }
+  // The devices a process could see are not what it used: no mismatch.
+  FixtureStore f;
+  FixtureRun clean, clean_other_host = with_backend("sdpa_flash");
+  clean.env = {{"git_dirty", "false"}, {"gpu_count", "8"}};
+  clean_other_host.env = {{"git_dirty", "false"}, {"gpu_count", "1"}};
+  const auto c = compare_runs(f.store(), f.add_group("ref", {100, 101, 99}, clean),
+                              f.add_group("flash", {80, 81, 79}, clean_other_host));
+  EXPECT_TRUE(c.mismatches.empty());
+}
+
 TEST(Compare, BadSidesThrow) {
   FixtureStore f;
   const auto a = f.add_group("ref", {100, 101, 99});

@@ -44,6 +44,7 @@ struct FixtureRun {
   nlohmann::json moe;  // summary.extra.moe as the runner writes it for models with E blocks (null: none)
   nlohmann::json cuda_graphs;            // summary.extra.cuda_graphs (null: not recorded)
   std::optional<double> first_step_ms;   // summary.extra.first_step_ms
+  std::map<std::string, std::string> env;  // further run_env keys, or replacements of the defaults
 };
 
 class FixtureStore {
@@ -65,6 +66,7 @@ class FixtureStore {
     start.env = {{"gpu_model", run.gpu_model}, {"nvidia_driver", "550.54"}, {"cuda_runtime", "12.4"},
                  {"libtorch", "2.4.0"},        {"nccl", "2.20.5"},          {"git_revision", run.git_revision},
                  {"host", "fixture-host"},     {"compiler", run.compiler}};
+    for (const auto& [key, value] : run.env) start.env[key] = value;
     if (run.matrix_id) {
       start.matrix_id = run.matrix_id;
       start.cell = run.cell;
