@@ -23,7 +23,7 @@ using receipts::RunRow;
 using receipts::RunStatus;
 using nlohmann::json;
 
-constexpr const char* kAbsent = "(absent)";
+constexpr const char* kAbsent = kAbsentField;
 
 // Spec fields that name or describe an experiment without changing what it measures.
 const std::set<std::string>& descriptive_spec_fields() {
@@ -85,6 +85,12 @@ std::map<std::string, std::string> comparable_fields(receipts::Store& store, std
     const auto it = env.find(key);
     fields["env." + key] = it == env.end() ? kAbsent : it->second;
   }
+  fields.merge(spec_fields(store, run_id));
+  return fields;
+}
+
+std::map<std::string, std::string> spec_fields(receipts::Store& store, std::int64_t run_id) {
+  std::map<std::string, std::string> fields;
   const json spec = store.query("SELECT spec_json FROM run_spec WHERE run_id = ?", {run_id});
   if (!spec.empty()) flatten_spec(json::parse(spec[0]["spec_json"].get<std::string>()), "spec", fields);
   return fields;

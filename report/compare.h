@@ -56,6 +56,10 @@ struct RunFacts {
 };
 // A run's comparable fields as RunFacts holds them (its run_env and run_spec rows).
 std::map<std::string, std::string> comparable_fields(receipts::Store& store, std::int64_t run_id);
+// Only its spec's: "spec.<dotted.path>" -> JSON text, without the fields that merely name or describe it.
+std::map<std::string, std::string> spec_fields(receipts::Store& store, std::int64_t run_id);
+// How a run lacking a field shows in RunFacts::fields and FieldDifference values.
+inline constexpr const char* kAbsentField = "(absent)";
 
 struct ExcludedRun {
   std::int64_t run_id = 0;

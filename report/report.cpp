@@ -505,7 +505,9 @@ Section environment_section(const Report& r) {
 
 }  // namespace
 
-Report build_report(receipts::Store& store, const RunSelection& selection, const ReportOptions& options) {
+Report build_report(receipts::Store& store, const RunSelection& chosen, const ReportOptions& options) {
+  RunSelection selection = chosen;
+  split_groups_by_spec(store, selection);
   Report report;
   report.title = selection.title;
   report.matrix_id = selection.matrix_id;

@@ -109,6 +109,7 @@ struct ReportOptions {
   BootstrapOptions bootstrap;
 };
 
+// A cell whose runs ran different specs becomes one cell per spec (split_groups_by_spec), with a note.
 // Throws StoreError for an unknown run.
 Report build_report(receipts::Store& store, const RunSelection& selection, const ReportOptions& options = {});
 

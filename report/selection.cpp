@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include "report/compare.h"
@@ -103,6 +104,64 @@ RunSelection select_cells(receipts::Store& store, const std::string& selector, c
   if (selector.empty())
     throw std::invalid_argument("which runs? give --matrix NAME or a run selector: 12 | 12,13,14 | tag:NAME | name:GLOB");
   return select_grouped(store, selector);
+}
+
+namespace {
+
+// "model.d_model=128" from "spec.model.d_model" and its JSON text; strings without their quotes.
+std::string spec_setting(const std::string& field, const std::string& value) {
+  const json parsed = json::parse(value, nullptr, /*allow_exceptions=*/false);
+  const std::string shown = parsed.is_string() ? parsed.get<std::string>() : value;  // (absent) is not JSON
+  return fmt::format("{}={}", std::string_view(field).substr(std::string_view("spec.").size()), shown);
+}
+
+}  // namespace
+
+void split_groups_by_spec(receipts::Store& store, RunSelection& selection) {
+  std::vector<RunGroup> groups;
+  for (const auto& group : selection.groups) {
+    std::vector<std::map<std::string, std::string>> specs;  // in the order of their oldest run
+    std::vector<std::vector<std::int64_t>> runs;
+    for (const std::int64_t id : group.run_ids) {
+      auto spec = spec_fields(store, id);
+      spec.erase("spec.experiment.seed");
+      const auto it = std::find(specs.begin(), specs.end(), spec);
+      if (it == specs.end()) {
+        specs.push_back(std::move(spec));
+        runs.push_back({id});
+      } else {
+        runs[static_cast<std::size_t>(it - specs.begin())].push_back(id);
+      }
+    }
+    if (specs.size() <= 1) {
+      groups.push_back(group);
+      continue;
+    }
+    std::set<std::string> fields;
+    for (const auto& spec : specs)
+      for (const auto& [field, value] : spec) fields.insert(field);
+    std::vector<std::string> differing;
+    for (const auto& field : fields) {
+      std::set<std::string> values;
+      for (const auto& spec : specs) values.insert(spec.count(field) ? spec.at(field) : kAbsentField);
+      if (values.size() > 1) differing.push_back(field);
+    }
+    std::vector<std::string> parts;
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      std::vector<std::string> settings;
+      for (const auto& field : differing)
+        settings.push_back(spec_setting(field, specs[i].count(field) ? specs[i].at(field) : kAbsentField));
+      groups.push_back({fmt::format("{} [{}]", group.name, fmt::join(settings, ", ")), runs[i]});
+      parts.push_back(fmt::format("{} (run(s) {})", groups.back().name, fmt::join(runs[i], ", ")));
+    }
+    std::vector<std::string> keys;
+    for (const auto& field : differing) keys.push_back(field.substr(std::string_view("spec.").size()));
+    selection.notes.push_back(fmt::format("Cell {} holds runs of {} different specs (they differ in {}): reported as "
+                                          "{} cells, never pooled: {}.",
+                                          group.name, specs.size(), fmt::join(keys, ", "), specs.size(),
+                                          fmt::join(parts, "; ")));
+  }
+  selection.groups = std::move(groups);
 }
 
 void set_baseline(RunSelection& selection, std::string_view baseline) {

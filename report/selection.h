@@ -43,6 +43,13 @@ RunSelection select_grouped(receipts::Store& store, std::string_view selector);
 // --matrix NAME. Throws std::invalid_argument when both or neither are given.
 RunSelection select_cells(receipts::Store& store, const std::string& selector, const std::string& matrix_name);
 
+// Splits every group whose runs ran different specs into one group per spec, so that no cell pools
+// two configurations. A spec here is every spec leaf but the descriptive ones (compare.h) and
+// experiment.seed, which a matrix varies per repeat. The parts keep the group's place, in the order
+// of their oldest run, each labelled with the keys that differ among them ("tiny [model.d_model=128]");
+// a note names each split group, the keys and the runs of each part.
+void split_groups_by_spec(receipts::Store& store, RunSelection& selection);
+
 // Moves the group called `baseline` to the front. Throws std::invalid_argument naming the groups
 // when there is none of that name.
 void set_baseline(RunSelection& selection, std::string_view baseline);

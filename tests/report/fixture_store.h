@@ -25,6 +25,7 @@ struct FixtureRun {
   receipts::RunStatus status = receipts::RunStatus::ok;
   bool with_goodput = true;  // false: an ok run missing a required summary field (not evidence)
   std::int64_t train_steps = 100;          // a spec field other than the backend
+  std::int64_t seed = 1234;                 // experiment.seed
   std::optional<std::string> catalog_role;  // recorded for attention/<backend> when set
   // Optional detail for report tests: losses of steps 0..n-1 (rank 0), kernel rows, backend rows,
   // goodput seconds per category, and the run name (default fixture-<tag>).
@@ -58,7 +59,7 @@ class FixtureStore {
     start.name = run.name.empty() ? "fixture-" + tag : run.name;
     start.tags = {tag};
     start.lane = "tiny/1gpu/" + run.backend;
-    start.spec_json = nlohmann::json{{"experiment", {{"name", start.name}, {"seed", 1234}, {"tags", {tag}}}},
+    start.spec_json = nlohmann::json{{"experiment", {{"name", start.name}, {"seed", run.seed}, {"tags", {tag}}}},
                                      {"model", {{"config", "tiny"}}},
                                      {"train", {{"steps", run.train_steps}}},
                                      {"backends", {{"attention", run.backend}, {"strict", false}}}}

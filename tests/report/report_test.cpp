@@ -162,6 +162,37 @@ TEST(Report, MoeRouterColumnsInTheLossSection) {
   EXPECT_TRUE(to_json(report)["cells"][2]["moe"].is_null());
 }
 
+// A cell whose runs ran different specs (a --set run joining a cell by name) is never pooled: it is
+// split by spec, each part labelled with the keys that differ, and a note says so. Seeds, which a
+// matrix varies per repeat, do not split.
+TEST(Report, CellsOfDifferentSpecsAreSplitAndLabelled) {
+  FixtureStore f;
+  FixtureRun small;
+  small.name = "tiny";
+  for (const std::int64_t seed : {1, 2, 3}) {
+    small.seed = seed;
+    small.step_ms = 60 + static_cast<double>(seed);
+    f.add("mixed", small);
+  }
+  FixtureRun wide = small;
+  wide.train_steps = 200;
+  const auto wide_id = f.add_group("mixed", {3600}, wide)[0];
+  const auto report = build_report(f.store(), select_grouped(f.store(), "tag:mixed"));
+  ASSERT_EQ(report.cells.size(), 2u);
+  EXPECT_EQ(report.cells[0].name, "tiny [train.steps=100]");
+  EXPECT_EQ(report.cells[0].side.evidence.size(), 3u);
+  EXPECT_DOUBLE_EQ(*report.cells[0].side.median_step_ms, 62);
+  EXPECT_EQ(report.cells[1].name, "tiny [train.steps=200]");
+  EXPECT_EQ(report.cells[1].side.evidence_ids(), std::vector<std::int64_t>{wide_id});
+  ASSERT_EQ(report.notes.size(), 1u);
+  EXPECT_EQ(report.notes[0], fmt::format("Cell tiny holds runs of 2 different specs (they differ in train.steps): "
+                                         "reported as 2 cells, never pooled: tiny [train.steps=100] (run(s) 1, 2, 3); "
+                                         "tiny [train.steps=200] (run(s) {}).",
+                                         wide_id));
+  const std::string markdown = render_markdown(to_document(report, {}, ""));
+  EXPECT_NE(markdown.find("| tiny \\[train.steps=200\\] | 1 |"), std::string::npos) << markdown;  // [ ] escaped
+}
+
 TEST(Report, FailedRunsAreListedButNeverCounted) {
   FixtureStore f;
   build_fixture(f);
