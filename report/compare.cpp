@@ -32,7 +32,10 @@ const std::set<std::string>& descriptive_spec_fields() {
   return fields;
 }
 
-std::string exclusion_reason(const RunRow& run) {
+}  // namespace
+
+std::string not_evidence_reason(const RunRow& run) {
+  if (receipts::is_evidence(run)) return "";
   if (run.status != RunStatus::ok) {
     return fmt::format("status {}{}", receipts::to_string(run.status), run.error ? ": " + *run.error : "");
   }
@@ -46,6 +49,8 @@ std::string exclusion_reason(const RunRow& run) {
   if (!s.peak_memory_bytes) missing.push_back("peak memory");
   return missing.empty() ? "not evidence" : fmt::format("incomplete summary: no {}", fmt::join(missing, ", "));
 }
+
+namespace {
 
 // Spec leaves as "spec.a.b" -> JSON text; a non-empty object is descended, anything else is a leaf.
 void flatten_spec(const json& node, const std::string& path, std::map<std::string, std::string>& out) {
@@ -118,7 +123,7 @@ Side load_side(receipts::Store& store, const std::vector<std::int64_t>& ids) {
     if (receipts::is_evidence(row)) {
       side.evidence.push_back({std::move(row), comparable_fields(store, id)});
     } else {
-      side.excluded.push_back({id, row.status, exclusion_reason(row)});
+      side.excluded.push_back({id, row.status, not_evidence_reason(row)});
     }
   }
   summarize(side);

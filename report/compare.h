@@ -61,6 +61,10 @@ std::map<std::string, std::string> spec_fields(receipts::Store& store, std::int6
 // How a run lacking a field shows in RunFacts::fields and FieldDifference values.
 inline constexpr const char* kAbsentField = "(absent)";
 
+// Why a run is not evidence (receipts::is_evidence): its status and error, or the summary fields it
+// lacks; "" for an evidence run.
+std::string not_evidence_reason(const receipts::RunRow& run);
+
 struct ExcludedRun {
   std::int64_t run_id = 0;
   receipts::RunStatus status = receipts::RunStatus::running;
