@@ -270,6 +270,23 @@ json cell_json(const CellReport& c) {
           {"mismatches_vs_baseline", mismatches}};
 }
 
+// A matrix's declared cells that have no run appear in no other table: every declared cell is listed
+// with its runs, or why it has none.
+void add_declared_cells(Section& s, const Report& r) {
+  std::vector<std::string> without_runs;
+  for (const auto& d : r.declared_cells)
+    if (d.run_ids.empty()) without_runs.push_back(d.name);
+  if (without_runs.empty()) return;
+  s.blocks.push_back(Paragraph{fmt::format("The matrix declares {} cells; {} of them have no run and appear in no other "
+                                           "table: {}.",
+                                           r.declared_cells.size(), without_runs.size(), fmt::join(without_runs, ", ")),
+                               true});
+  Table t{{"declared cell", "runs", "why no runs"}, {}};
+  for (const auto& d : r.declared_cells)
+    t.rows.push_back({d.name, d.run_ids.empty() ? "none" : ids_text(d.run_ids), d.run_ids.empty() ? d.no_runs_reason : "-"});
+  s.blocks.push_back(std::move(t));
+}
+
 Section summary_section(const Report& r, const std::vector<std::string>& plot_notes) {
   Section s{"Summary", {}};
   for (const auto& note : r.notes) s.blocks.push_back(Paragraph{note, true});
@@ -290,6 +307,7 @@ Section summary_section(const Report& r, const std::vector<std::string>& plot_no
                       fixed(c.side.median_goodput_pct, 1, " %"), gib(c.side.median_peak_memory_bytes)});
   }
   s.blocks.push_back(std::move(t));
+  add_declared_cells(s, r);
   for (const auto& c : r.cells) {
     if (c.side.evidence.size() < kMinRepeats)
       s.blocks.push_back(Paragraph{fmt::format("Cell {} has {} ok run(s): its numbers are unreliable (needs >= {}).",
@@ -509,6 +527,12 @@ Report build_report(receipts::Store& store, const RunSelection& chosen, const Re
   RunSelection selection = chosen;
   split_groups_by_spec(store, selection);
   Report report;
+  for (const auto& declared : chosen.declared_cells) {
+    const auto group = std::find_if(chosen.groups.begin(), chosen.groups.end(),
+                                    [&](const RunGroup& g) { return g.name == declared.name; });
+    report.declared_cells.push_back(
+        {declared.name, group == chosen.groups.end() ? std::vector<std::int64_t>{} : group->run_ids, declared.no_runs_reason});
+  }
   report.title = selection.title;
   report.matrix_id = selection.matrix_id;
   report.notes = selection.notes;
@@ -566,8 +590,14 @@ json to_json(const Report& r) {
     env[key] = json::array();
     for (const auto& v : values) env[key].push_back({{"value", v.value}, {"run_ids", v.run_ids}});
   }
+  json declared = json::array();
+  for (const auto& d : r.declared_cells)
+    declared.push_back({{"name", d.name},
+                        {"run_ids", d.run_ids},
+                        {"no_runs_reason", d.no_runs_reason.empty() ? json(nullptr) : json(d.no_runs_reason)}});
   return {{"title", r.title},
           {"matrix_id", value_or_null(r.matrix_id)},
+          {"declared_cells", declared},
           {"baseline", r.baseline().name},
           {"min_repeats", kMinRepeats},
           {"notes", r.notes},

@@ -92,10 +92,18 @@ struct EnvValue {
   std::vector<std::int64_t> run_ids;
 };
 
+// A cell a matrix declares, with its runs (every status) or why it has none.
+struct DeclaredCellRuns {
+  std::string name;
+  std::vector<std::int64_t> run_ids;
+  std::string no_runs_reason;  // "" when it has runs
+};
+
 struct Report {
   std::string title;
   std::optional<std::int64_t> matrix_id;
   std::vector<CellReport> cells;        // the baseline first
+  std::vector<DeclaredCellRuns> declared_cells;  // a matrix report's every declared cell, in its order; else empty
   std::vector<BackendIssue> backend_issues;
   std::size_t runs_without_observed_backends = 0;  // not profiled: mismatches cannot be checked
   std::map<std::string, std::vector<EnvValue>> environment;  // key -> distinct values

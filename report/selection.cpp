@@ -30,6 +30,33 @@ std::vector<std::string> group_names(const RunSelection& selection) {
   return names;
 }
 
+// The world size a matrix cell asks for through its own or the matrix's --set overrides (1 when neither
+// sets distributed.nproc: the base file's value is not in the matrix identity).
+std::int64_t declared_nproc(const json& identity, const json& cell) {
+  std::int64_t nproc = 1;
+  for (const json* sets : {&identity, &cell}) {
+    if (!sets->contains("set") || !(*sets)["set"].is_array()) continue;
+    for (const auto& arg : (*sets)["set"]) {
+      constexpr std::string_view key = "distributed.nproc=";
+      if (!arg.is_string() || !arg.get<std::string>().starts_with(key)) continue;
+      try {
+        nproc = std::stoll(arg.get<std::string>().substr(key.size()));
+      } catch (const std::exception&) {  // not a number: the matrix could not have run it either
+      }
+    }
+  }
+  return nproc;
+}
+
+std::string no_runs_reason(const json& identity, const json& cell) {
+  const std::int64_t nproc = declared_nproc(identity, cell);
+  if (nproc > 1)
+    return fmt::format("no run recorded: the cell asks for distributed.nproc = {}, and `ablate matrix run` refuses it "
+                       "without a run unless --gpus lists {} GPUs (or it was never started)",
+                       nproc, nproc);
+  return "no run recorded: never started (`ablate matrix run` of the same file resumes the matrix)";
+}
+
 }  // namespace
 
 std::vector<std::int64_t> RunSelection::run_ids() const {
@@ -58,11 +85,16 @@ RunSelection select_matrix(receipts::Store& store, std::string_view name) {
   // Cell order from the matrix's identity (baseline first), then any cell it does not list.
   std::vector<std::string> order;
   const json identity = json::parse(rows[0]["spec_json"].get<std::string>());
-  if (identity.contains("cells") && identity["cells"].is_array())
-    for (const auto& cell : identity["cells"])
-      if (cell.contains("name") && cell["name"].is_string()) order.push_back(cell["name"].get<std::string>());
   std::map<std::string, std::vector<std::int64_t>> by_cell;
   for (const auto& cell : store.matrix_cells(*selection.matrix_id)) by_cell[cell.cell].push_back(cell.run_id);
+  if (identity.contains("cells") && identity["cells"].is_array()) {
+    for (const auto& cell : identity["cells"]) {
+      if (!cell.contains("name") || !cell["name"].is_string()) continue;
+      const std::string cell_name = cell["name"].get<std::string>();
+      order.push_back(cell_name);
+      selection.declared_cells.push_back({cell_name, by_cell.count(cell_name) ? "" : no_runs_reason(identity, cell)});
+    }
+  }
   for (const auto& [cell, ids] : by_cell)
     if (std::find(order.begin(), order.end(), cell) == order.end()) order.push_back(cell);
   for (const auto& cell : order) {

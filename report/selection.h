@@ -21,16 +21,25 @@ struct RunGroup {
   std::vector<std::int64_t> run_ids;   // oldest first
 };
 
+// A cell a matrix declares, and why it has no run when it has none ("" when it has runs).
+struct DeclaredCell {
+  std::string name;
+  std::string no_runs_reason;
+};
+
 struct RunSelection {
   std::string title;                    // "matrix tiny_cpu (id 3)" or "runs tag:nightly"
   std::optional<std::int64_t> matrix_id;
   std::vector<RunGroup> groups;         // the baseline first
+  std::vector<DeclaredCell> declared_cells;  // a matrix's cells in its order, with or without runs; else empty
   std::vector<std::string> notes;       // e.g. other matrices sharing the name
   std::vector<std::int64_t> run_ids() const;  // every group's, in group order
 };
 
 // The newest matrix called `name`. Cells follow the matrix's own order (its identity_json), so the
-// baseline cell comes first; a cell without runs yet is left out. Throws std::invalid_argument for an
+// baseline cell comes first; a cell without runs is not a group but is in declared_cells, with why:
+// `matrix run` refuses a cell wider than its --gpus without recording a run, and an interrupted
+// matrix has cells it never started. Throws std::invalid_argument for an
 // unknown name (listing the names the store knows) or a matrix without runs.
 RunSelection select_matrix(receipts::Store& store, std::string_view name);
 

@@ -193,6 +193,49 @@ TEST(Report, CellsOfDifferentSpecsAreSplitAndLabelled) {
   EXPECT_NE(markdown.find("| tiny \\[train.steps=200\\] | 1 |"), std::string::npos) << markdown;  // [ ] escaped
 }
 
+// Every cell a matrix declares is listed, with its runs or why it has none: a cell wider than the
+// GPUs given to `matrix run` is refused without a run, and an interrupted matrix leaves cells unstarted.
+TEST(Report, DeclaredCellsWithoutRunsAreListedWithWhy) {
+  FixtureStore f;
+  auto& store = f.store();
+  const std::int64_t matrix = store.create_matrix(
+      "scaling", R"({"set":["train.steps=60"],"cells":[)"
+                 R"({"name":"distributed.nproc=1","set":["distributed.nproc=1"]},)"
+                 R"({"name":"distributed.nproc=2","set":["distributed.nproc=2"]},)"
+                 R"({"name":"distributed.nproc=4","set":["distributed.nproc=4"]},{"name":"later","set":[]}]})");
+  std::vector<std::vector<std::int64_t>> ran;
+  for (const char* cell : {"distributed.nproc=1", "distributed.nproc=2"}) {
+    FixtureRun run;
+    run.matrix_id = matrix;
+    run.cell = cell;
+    ran.push_back(f.add_group("scaling", {100, 101, 99}, run));
+  }
+  const auto report = build_report(store, select_matrix(store, "scaling"));
+  EXPECT_EQ(report.cells.size(), 2u);
+  ASSERT_EQ(report.declared_cells.size(), 4u);
+  EXPECT_EQ(report.declared_cells[1].run_ids, ran[1]);
+  EXPECT_EQ(report.declared_cells[1].no_runs_reason, "");
+  EXPECT_EQ(report.declared_cells[2].name, "distributed.nproc=4");
+  EXPECT_TRUE(report.declared_cells[2].run_ids.empty());
+  EXPECT_NE(report.declared_cells[2].no_runs_reason.find("asks for distributed.nproc = 4, and `ablate matrix run` refuses "
+                                                          "it without a run unless --gpus lists 4 GPUs"),
+            std::string::npos)
+      << report.declared_cells[2].no_runs_reason;
+  EXPECT_EQ(report.declared_cells[3].no_runs_reason,
+            "no run recorded: never started (`ablate matrix run` of the same file resumes the matrix)");
+  const std::string markdown = render_markdown(to_document(report, {}, ""));
+  EXPECT_NE(markdown.find("The matrix declares 4 cells; 2 of them have no run and appear in no other table: "
+                          "distributed.nproc=4, later."),
+            std::string::npos)
+      << markdown;
+  EXPECT_NE(markdown.find("| later | none | no run recorded: never started"), std::string::npos) << markdown;
+  const auto j = to_json(report);
+  EXPECT_TRUE(j["declared_cells"][0]["no_runs_reason"].is_null());
+  EXPECT_EQ(j["declared_cells"][2]["run_ids"].size(), 0u);
+  // A selector-based report has no declared cells.
+  EXPECT_TRUE(build_report(store, select_grouped(store, "tag:scaling")).declared_cells.empty());
+}
+
 TEST(Report, FailedRunsAreListedButNeverCounted) {
   FixtureStore f;
   build_fixture(f);
