@@ -72,11 +72,27 @@ std::optional<double> median_over(const std::vector<RunFacts>& runs, Getter get)
   return median(values);
 }
 
+// Median over the evidence runs with a goodput ledger of one of its SteadyGoodput values.
+template <typename Getter>
+std::optional<double> median_goodput(const std::vector<RunFacts>& runs, Getter get) {
+  std::vector<double> values;
+  for (const auto& run : runs)
+    if (run.goodput)
+      if (const std::optional<double> value = get(*run.goodput)) values.push_back(*value);
+  if (values.empty()) return std::nullopt;
+  return median(values);
+}
+
 void summarize(Side& side) {
   side.median_step_ms = median_over(side.evidence, [](const auto& s) { return s.median_step_ms; });
   side.median_tokens_per_s = median_over(side.evidence, [](const auto& s) { return s.tokens_per_s; });
   side.median_goodput_pct = median_over(side.evidence, [](const auto& s) { return s.goodput_pct; });
   side.median_peak_memory_bytes = median_over(side.evidence, [](const auto& s) { return s.peak_memory_bytes; });
+  side.median_fixed_seconds =
+      median_goodput(side.evidence, [](const SteadyGoodput& g) { return std::optional<double>(g.fixed_seconds); });
+  side.median_fixed_share =
+      median_goodput(side.evidence, [](const SteadyGoodput& g) { return std::optional<double>(g.fixed_share); });
+  side.median_steady_goodput_pct = median_goodput(side.evidence, [](const SteadyGoodput& g) { return g.steady_pct; });
 }
 
 }  // namespace
@@ -101,6 +117,26 @@ std::map<std::string, std::string> spec_fields(receipts::Store& store, std::int6
   return fields;
 }
 
+std::map<std::string, double> goodput_seconds(receipts::Store& store, std::int64_t run_id) {
+  std::map<std::string, double> seconds;
+  for (const auto& row : store.query("SELECT category, seconds FROM goodput WHERE run_id = ?", {run_id}))
+    seconds[row["category"].get<std::string>()] = row["seconds"].get<double>();
+  return seconds;
+}
+
+std::optional<SteadyGoodput> steady_goodput(const std::map<std::string, double>& seconds) {
+  double wall = 0, fixed = 0;
+  for (const auto& [category, s] : seconds) {
+    wall += s;
+    if (category == "startup" || category == "data_prep" || category == "warmup") fixed += s;
+  }
+  if (!(wall > 0)) return std::nullopt;
+  SteadyGoodput g{fixed, fixed / wall, std::nullopt};
+  const auto productive = seconds.find("productive");
+  if (wall - fixed > 0) g.steady_pct = (productive == seconds.end() ? 0.0 : productive->second) / (wall - fixed) * 100;
+  return g;
+}
+
 std::vector<BackendShortfall> backend_shortfalls(receipts::Store& store, const std::vector<std::int64_t>& run_ids,
                                                  const std::string& seam) {
   std::vector<BackendShortfall> out;
@@ -121,7 +157,7 @@ Side load_side(receipts::Store& store, const std::vector<std::int64_t>& ids) {
   for (const std::int64_t id : ids) {
     RunRow row = store.get_run(id);
     if (receipts::is_evidence(row)) {
-      side.evidence.push_back({std::move(row), comparable_fields(store, id)});
+      side.evidence.push_back({std::move(row), comparable_fields(store, id), steady_goodput(goodput_seconds(store, id))});
     } else {
       side.excluded.push_back({id, row.status, not_evidence_reason(row)});
     }
@@ -233,6 +269,10 @@ json side_json(const Side& side) {
           {"median_tokens_per_s", value_or_null(side.median_tokens_per_s)},
           {"median_goodput_pct", value_or_null(side.median_goodput_pct)},
           {"median_peak_memory_bytes", value_or_null(side.median_peak_memory_bytes)},
+          {"median_fixed_cost_seconds", value_or_null(side.median_fixed_seconds)},
+          {"median_fixed_cost_share", value_or_null(side.median_fixed_share)},
+          {"median_steady_goodput_pct", value_or_null(side.median_steady_goodput_pct)},
+          {"fixed_cost_dominates", side.fixed_cost_dominates()},
           {"excluded", excluded}};
 }
 
@@ -349,6 +389,8 @@ Comparison compare_runs(receipts::Store& store, const std::vector<std::int64_t>&
       c.tokens_per_s_delta_pct = (*c.b.median_tokens_per_s / *c.a.median_tokens_per_s - 1) * 100;
     if (c.a.median_goodput_pct && c.b.median_goodput_pct)
       c.goodput_delta_points = *c.b.median_goodput_pct - *c.a.median_goodput_pct;
+    if (c.a.median_steady_goodput_pct && c.b.median_steady_goodput_pct)
+      c.steady_goodput_delta_points = *c.b.median_steady_goodput_pct - *c.a.median_steady_goodput_pct;
     if (c.a.median_peak_memory_bytes && c.b.median_peak_memory_bytes)
       c.peak_memory_delta_bytes = *c.b.median_peak_memory_bytes - *c.a.median_peak_memory_bytes;
   }
@@ -429,6 +471,7 @@ json to_json(const Comparison& c) {
               {"deltas",
                {{"tokens_per_s_pct", value_or_null(c.tokens_per_s_delta_pct)},
                 {"goodput_points", value_or_null(c.goodput_delta_points)},
+                {"steady_goodput_points", value_or_null(c.steady_goodput_delta_points)},
                 {"peak_memory_bytes", value_or_null(c.peak_memory_delta_bytes)}}}};
   out["step_ratio"] = c.step_ratio ? json{{"ratio", c.step_ratio->ratio},
                                           {"low", c.step_ratio->low},
@@ -484,6 +527,23 @@ std::string render_text(const Comparison& c) {
   out += fmt::format("goodput: A {} %  B {} %  ({} points)\n", fixed(c.a.median_goodput_pct, 1),
                      fixed(c.b.median_goodput_pct, 1),
                      c.goodput_delta_points ? fmt::format("{:+.2f}", *c.goodput_delta_points) : "-");
+  if (c.a.median_steady_goodput_pct || c.b.median_steady_goodput_pct) {
+    auto fixed_cost = [](const Side& side) {
+      return side.median_fixed_seconds ? fmt::format("{:.1f} s ({:.0f} % of wall)", *side.median_fixed_seconds,
+                                                     *side.median_fixed_share * 100)
+                                       : std::string("-");
+    };
+    out += fmt::format("steady goodput (start-up, data prep and warm-up set apart): A {} %  B {} %  ({} points); fixed "
+                       "cost A {}  B {}\n",
+                       fixed(c.a.median_steady_goodput_pct, 1), fixed(c.b.median_steady_goodput_pct, 1),
+                       c.steady_goodput_delta_points ? fmt::format("{:+.2f}", *c.steady_goodput_delta_points) : "-",
+                       fixed_cost(c.a), fixed_cost(c.b));
+    for (const auto& [label, side] : {std::pair{'A', &c.a}, std::pair{'B', &c.b}})
+      if (side->fixed_cost_dominates())
+        out += fmt::format("NOTE: fixed cost is {:.0f} % of {}'s wall time: its goodput measures start-up, not "
+                           "training; read the steady goodput\n",
+                           *side->median_fixed_share * 100, label);
+  }
   out += fmt::format("peak memory: A {}  B {}  ({})\n", gib(c.a.median_peak_memory_bytes), gib(c.b.median_peak_memory_bytes),
                      c.peak_memory_delta_bytes ? fmt::format("{:+.3f} GiB", *c.peak_memory_delta_bytes / (1024.0 * 1024 * 1024)) : "-");
   if (!c.family_times.empty()) {

@@ -48,11 +48,29 @@ class MismatchError : public std::invalid_argument {
 // host, os, memory and the per-device details that gpu_model already determines.
 const std::vector<std::string>& compared_env_keys();
 
+// A run's goodput ledger (table goodput): seconds per category; a category without a row is absent.
+std::map<std::string, double> goodput_seconds(receipts::Store& store, std::int64_t run_id);
+
+// Goodput with the fixed cost set apart. Start-up, data preparation and the warm-up steps do not grow
+// with the run's steps: in a short run they dominate wall time, and a posture that pays more of them
+// up front (compilation, graph capture, autotuning) reads worse on plain goodput though its steps are
+// faster. Steady goodput = productive / (wall - fixed), wall = the sum of every category.
+struct SteadyGoodput {
+  double fixed_seconds = 0;          // startup + data_prep + warmup
+  double fixed_share = 0;            // of wall time
+  std::optional<double> steady_pct;  // absent when nothing but fixed cost was charged
+};
+// Absent when the run has no ledger rows (or a zero wall time).
+std::optional<SteadyGoodput> steady_goodput(const std::map<std::string, double>& seconds);
+// Fixed cost above this share of wall time dominates: plain goodput then measures start-up, not training.
+inline constexpr double kFixedCostDominates = 0.5;
+
 // One run as the comparison sees it: its row and its comparable fields, "env.<key>" and
 // "spec.<dotted.path>" -> value (JSON text for spec leaves, "(absent)" when the run lacks it).
 struct RunFacts {
   receipts::RunRow row;
   std::map<std::string, std::string> fields;
+  std::optional<SteadyGoodput> goodput;  // from its ledger rows
 };
 // A run's comparable fields as RunFacts holds them (its run_env and run_spec rows).
 std::map<std::string, std::string> comparable_fields(receipts::Store& store, std::int64_t run_id);
@@ -94,6 +112,10 @@ struct Side {
   std::vector<double> step_ms() const;  // per evidence run, its median_step_ms
   // Medians over the evidence runs; absent when the side has none.
   std::optional<double> median_step_ms, median_tokens_per_s, median_goodput_pct, median_peak_memory_bytes;
+  // Over the evidence runs with goodput ledger rows (SteadyGoodput): fixed cost in seconds and as a share
+  // of wall time, and steady goodput in percent.
+  std::optional<double> median_fixed_seconds, median_fixed_share, median_steady_goodput_pct;
+  bool fixed_cost_dominates() const { return median_fixed_share && *median_fixed_share > kFixedCostDominates; }
 };
 
 // The runs `ids` sorted into evidence and excluded (with why), with the evidence medians filled in.
@@ -123,6 +145,7 @@ struct Comparison {
   Difference verdict = Difference::unreliable;  // of B against A, for step time
   std::optional<double> tokens_per_s_delta_pct;       // (B/A - 1) * 100
   std::optional<double> goodput_delta_points;         // B - A, percentage points
+  std::optional<double> steady_goodput_delta_points;  // B - A, percentage points
   std::optional<double> peak_memory_delta_bytes;      // B - A
   std::vector<FamilyTime> family_times;     // by family, when either side has profiled runs
   std::vector<FieldDifference> factor;      // spec fields that differ between the sides

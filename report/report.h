@@ -3,7 +3,8 @@
 // Per cell: runs counted (evidence) and not counted (failed, killed, abandoned, incomplete: listed with
 // why, never used), median step time with a bootstrap 95 % interval, the ratio to the baseline cell
 // with its interval, U test and verdict (compare_runs; fewer than 3 evidence runs a side reads
-// "unreliable", never a win), tokens/s, MFU, goodput (and its ledger), peak memory, the median loss
+// "unreliable", never a win), tokens/s, MFU, goodput (and its ledger, with the fixed start-up cost set
+// apart: steady goodput, compare.h), peak memory, the median loss
 // curve, kernel time per family (when traced), backend fallbacks/mismatches, and the environment; when
 // a cell ran data parallel, a Scaling section (tokens/s per GPU, efficiency against the 1-GPU cell,
 // communication share, straggler ratio per world size).

@@ -303,6 +303,44 @@ TEST(Compare, BuildTreeAndHostKeysAreCompared) {
   EXPECT_TRUE(c.mismatches.empty());
 }
 
+// A short run's goodput is mostly its fixed start-up cost: steady goodput sets start-up, data prep and
+// warm-up apart, and the text says when fixed cost dominates, so a posture that pays more up front
+// for faster steps does not read as worse.
+TEST(Compare, GoodputSetsTheFixedCostApart) {
+  FixtureStore f;
+  FixtureRun eager;
+  eager.goodput = {{"startup", 2.0}, {"data_prep", 0.5}, {"warmup", 1.0}, {"productive", 6.0}, {"other", 0.5}};
+  const auto a = f.add_group("ref", {100, 101, 99}, eager);  // fixed 3.5 s of 10 s; steady 6 / 6.5
+  FixtureRun captured = with_backend("sdpa_flash");
+  captured.goodput = {{"startup", 5.0}, {"data_prep", 0.5}, {"warmup", 3.0}, {"productive", 4.9}, {"other", 0.1}};
+  const auto b = f.add_group("flash", {80, 81, 79}, captured);  // fixed 8.5 s of 13.5 s; steady 4.9 / 5
+  const auto c = compare_runs(f.store(), a, b);
+  EXPECT_NEAR(*c.a.median_steady_goodput_pct, 600.0 / 6.5, 1e-9);
+  EXPECT_NEAR(*c.b.median_steady_goodput_pct, 98, 1e-9);
+  EXPECT_NEAR(*c.steady_goodput_delta_points, 98 - 600.0 / 6.5, 1e-9);
+  EXPECT_DOUBLE_EQ(*c.a.median_fixed_seconds, 3.5);
+  EXPECT_NEAR(*c.b.median_fixed_share, 8.5 / 13.5, 1e-12);
+  EXPECT_FALSE(c.a.fixed_cost_dominates());
+  EXPECT_TRUE(c.b.fixed_cost_dominates());
+  const auto text = render_text(c);
+  EXPECT_NE(text.find("steady goodput (start-up, data prep and warm-up set apart): A 92.3 %  B 98.0 %  (+5.69 points); "
+                      "fixed cost A 3.5 s (35 % of wall)  B 8.5 s (63 % of wall)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("NOTE: fixed cost is 63 % of B's wall time: its goodput measures start-up, not training"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("of A's wall time"), std::string::npos) << text;
+  const auto j = to_json(c);
+  EXPECT_EQ(j["b"]["fixed_cost_dominates"], true);
+  EXPECT_NEAR(j["deltas"]["steady_goodput_points"].get<double>(), 98 - 600.0 / 6.5, 1e-9);
+  // Runs without ledger rows have no steady goodput and no such line.
+  FixtureStore plain;
+  const auto p = compare_runs(plain.store(), plain.add_group("r", {100, 101, 99}), plain.add_group("s", {90, 91, 89}));
+  EXPECT_FALSE(p.a.median_steady_goodput_pct);
+  EXPECT_EQ(render_text(p).find("steady goodput"), std::string::npos);
+}
+
 TEST(Compare, BadSidesThrow) {
   FixtureStore f;
   const auto a = f.add_group("ref", {100, 101, 99});

@@ -236,6 +236,25 @@ TEST(Report, DeclaredCellsWithoutRunsAreListedWithWhy) {
   EXPECT_TRUE(build_report(store, select_grouped(store, "tag:scaling")).declared_cells.empty());
 }
 
+// The report shows steady goodput next to goodput and says when a cell's fixed cost dominates.
+TEST(Report, FixedCostDominatingGoodputIsSaid) {
+  FixtureStore f;
+  FixtureRun run;
+  run.name = "short";
+  run.goodput = {{"startup", 6.0}, {"warmup", 1.0}, {"productive", 2.9}, {"other", 0.1}};  // fixed 70 % of 10 s
+  f.add_group("g", {100, 101, 99}, run);
+  const auto report = build_report(f.store(), select_grouped(f.store(), "tag:g"));
+  EXPECT_NEAR(*report.cells[0].side.median_steady_goodput_pct, 96.6667, 1e-4);
+  const std::string markdown = render_markdown(to_document(report, {}, ""));
+  EXPECT_NE(markdown.find("Cell short: start-up, data prep and warm-up are 70 % of its wall time: its goodput measures "
+                          "that fixed cost, not training; read its steady goodput."),
+            std::string::npos)
+      << markdown;
+  EXPECT_NE(markdown.find("| 70.0 % | 96.7 % |"), std::string::npos) << markdown;
+  EXPECT_EQ(summary_table(report).columns.back(), "median_fixed_cost_share");
+  EXPECT_NEAR(to_json(report)["cells"][0]["median_fixed_cost_share"].get<double>(), 0.7, 1e-12);
+}
+
 TEST(Report, FailedRunsAreListedButNeverCounted) {
   FixtureStore f;
   build_fixture(f);
