@@ -414,6 +414,10 @@ std::vector<std::int64_t> select_runs(receipts::Store& store, std::string_view s
       if (group.name == cell) return group.run_ids;  // failed runs too: compare lists them as excluded
       names.push_back(group.name);
     }
+    for (const auto& declared : selection.declared_cells)
+      if (declared.name == cell)
+        throw std::invalid_argument(fmt::format("run selector '{}': cell '{}' of {} has no runs ({})", selector, cell,
+                                                selection.title, declared.no_runs_reason));
     throw std::invalid_argument(
         fmt::format("run selector '{}': {} has no cell '{}'; cells: {}", selector, selection.title, cell, fmt::join(names, ", ")));
   }

@@ -388,6 +388,15 @@ TEST(CompareSelect, LaneSinceCombinedFiltersAndMatrixCells) {
     cell_runs.push_back(f.add("m", run));
   }
   EXPECT_EQ(select_runs(s, "cell:m/backends.attention=sdpa_flash"), cell_runs);
+  // A declared cell without runs is named as such, with why, not as an unknown cell.
+  try {
+    select_runs(s, "cell:m/baseline");
+    ADD_FAILURE() << "a cell without runs selects nothing";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("cell 'baseline' of matrix m (id 1) has no runs (no run recorded: never started"),
+              std::string::npos)
+        << e.what();
+  }
   for (const char* bad : {"cell:m", "cell:/x", "cell:m/", "cell:m/nosuchcell", "cell:nosuchmatrix/baseline"})
     EXPECT_THROW(select_runs(s, bad), std::invalid_argument) << bad;
 }
