@@ -118,22 +118,17 @@ std::optional<std::string> recorded_role(receipts::Store& store, const std::vect
   return rows[0]["role"].get<std::string>();
 }
 
-// Fills the fallback and mismatch lists from the evidence runs' run_backends rows at the seam (a run
-// without a row there, e.g. an old receipt, is not judged on this).
-void check_backends_ran(receipts::Store& store, GateResult& r, const GateOptions& o) {
-  auto rows_of = [&](const Side& side) {
-    return store.query("SELECT run_id, chosen, mismatch FROM run_backends WHERE seam = ? AND run_id IN "
-                       "(SELECT value FROM json_each(?)) ORDER BY run_id",
-                       {o.seam, json(side.evidence_ids()).dump()});
-  };
-  for (const auto& row : rows_of(r.comparison.b)) {
-    if (row["chosen"].get<std::string>() != o.backend) r.fallback_candidate_runs.push_back(row["run_id"].get<std::int64_t>());
-    if (!row["mismatch"].is_null() && row["mismatch"].get<std::int64_t>() == 1)
-      r.mismatched_runs.push_back(row["run_id"].get<std::int64_t>());
+// Fills the fallback and mismatch lists from what compare_runs set aside at the seam (it reads the
+// run_backends rows of every complete ok run; a run without a row there, e.g. an old receipt, is not
+// judged on this).
+void check_backends_ran(GateResult& r, const GateOptions& o) {
+  for (const auto& s : r.comparison.b_shortfalls) {
+    if (s.seam != o.seam) continue;
+    if (s.chosen != o.backend) r.fallback_candidate_runs.push_back(s.run_id);
+    if (s.mismatch) r.mismatched_runs.push_back(s.run_id);
   }
-  for (const auto& row : rows_of(r.comparison.a))
-    if (!row["mismatch"].is_null() && row["mismatch"].get<std::int64_t>() == 1)
-      r.mismatched_runs.push_back(row["run_id"].get<std::int64_t>());
+  for (const auto& s : r.comparison.a_shortfalls)
+    if (s.seam == o.seam && s.mismatch) r.mismatched_runs.push_back(s.run_id);
   std::sort(r.mismatched_runs.begin(), r.mismatched_runs.end());
 }
 
@@ -291,7 +286,7 @@ GateResult evaluate_gate(receipts::Store& store, const std::vector<std::int64_t>
   r.candidate_peak_memory = r.comparison.b.median_peak_memory_bytes;
   if (r.baseline_peak_memory && r.candidate_peak_memory && *r.baseline_peak_memory > 0)
     r.memory_relative_increase = (*r.candidate_peak_memory - *r.baseline_peak_memory) / *r.baseline_peak_memory;
-  check_backends_ran(store, r, options);
+  check_backends_ran(r, options);
   check_capture(r);
   r.baseline_first_step_ms = median_extra(r.comparison.a, "first_step_ms");
   r.candidate_first_step_ms = median_extra(r.comparison.b, "first_step_ms");
@@ -339,6 +334,12 @@ receipts::Decision GateResult::decision() const {
   d.evidence_run_ids = comparison.a.evidence_ids();
   for (const auto id : comparison.b.evidence_ids()) d.evidence_run_ids.push_back(id);
   for (const auto id : failed_candidate_runs) d.evidence_run_ids.push_back(id);
+  // Runs that did not run what they asked for are not in the comparison's evidence, but the verdict rests on them.
+  for (const auto* shortfalls : {&comparison.a_shortfalls, &comparison.b_shortfalls}) {
+    for (const auto& s : *shortfalls)
+      if (s.seam == seam && std::find(d.evidence_run_ids.begin(), d.evidence_run_ids.end(), s.run_id) == d.evidence_run_ids.end())
+        d.evidence_run_ids.push_back(s.run_id);
+  }
   d.matrix_id = matrix_id;
   d.details = fmt::format("{}", fmt::join(reasons, "; "));
   return d;

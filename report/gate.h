@@ -70,9 +70,10 @@ struct GateResult {
   std::optional<double> baseline_peak_memory, candidate_peak_memory;  // medians over evidence runs, bytes
   std::optional<double> memory_relative_increase;                     // (candidate - baseline) / baseline
   double memory_tolerance = 0;
-  // From run_backends at the seam (evidence runs): candidate runs whose chosen backend is not the
-  // candidate (a fallback), and profiled runs of either side whose observed kernels contradict the
-  // chosen backend. Either makes the speed and memory comparison say nothing about the backend.
+  // From run_backends at the seam (complete ok runs; compare_runs sets them aside from the evidence,
+  // the decision keeps them): candidate runs whose chosen backend is not the candidate (a fallback),
+  // and profiled runs of either side whose observed kernels contradict the chosen backend. Either
+  // makes the speed and memory comparison say nothing about the backend.
   std::vector<std::int64_t> fallback_candidate_runs, mismatched_runs;
   // Candidate runs that requested a whole-step CUDA graph and did not get one while every baseline run
   // did (summary.extra.cuda_graphs), with the first one's reason.

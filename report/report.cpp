@@ -44,8 +44,7 @@ std::map<std::string, double> goodput_medians(receipts::Store& store, const Side
   std::map<std::string, std::vector<double>> per_category;
   for (const auto& category : receipts::goodput_categories()) per_category[category].assign(side.evidence.size(), 0.0);
   for (std::size_t i = 0; i < side.evidence.size(); ++i)
-    for (const auto& row : store.query("SELECT category, seconds FROM goodput WHERE run_id = ?", {side.evidence[i].row.id}))
-      per_category[row["category"].get<std::string>()][i] = row["seconds"].get<double>();
+    for (const auto& [category, seconds] : goodput_seconds(store, side.evidence[i].row.id)) per_category[category][i] = seconds;
   std::map<std::string, double> out;
   if (side.evidence.empty()) return out;
   for (auto& [category, seconds] : per_category) out[category] = median(seconds);
@@ -254,6 +253,10 @@ json cell_json(const CellReport& c) {
           {"median_tokens_per_s", value_or_null(c.side.median_tokens_per_s)},
           {"median_mfu", value_or_null(c.median_mfu)},
           {"median_goodput_pct", value_or_null(c.side.median_goodput_pct)},
+          {"median_steady_goodput_pct", value_or_null(c.side.median_steady_goodput_pct)},
+          {"median_fixed_cost_seconds", value_or_null(c.side.median_fixed_seconds)},
+          {"median_fixed_cost_share", value_or_null(c.side.median_fixed_share)},
+          {"fixed_cost_dominates", c.side.fixed_cost_dominates()},
           {"median_peak_memory_bytes", value_or_null(c.side.median_peak_memory_bytes)},
           {"goodput_seconds", c.goodput_seconds},
           {"loss_curve", loss},
@@ -270,6 +273,23 @@ json cell_json(const CellReport& c) {
           {"mismatches_vs_baseline", mismatches}};
 }
 
+// A matrix's declared cells that have no run appear in no other table: every declared cell is listed
+// with its runs, or why it has none.
+void add_declared_cells(Section& s, const Report& r) {
+  std::vector<std::string> without_runs;
+  for (const auto& d : r.declared_cells)
+    if (d.run_ids.empty()) without_runs.push_back(d.name);
+  if (without_runs.empty()) return;
+  s.blocks.push_back(Paragraph{fmt::format("The matrix declares {} cells; {} of them have no run and appear in no other "
+                                           "table: {}.",
+                                           r.declared_cells.size(), without_runs.size(), fmt::join(without_runs, ", ")),
+                               true});
+  Table t{{"declared cell", "runs", "why no runs"}, {}};
+  for (const auto& d : r.declared_cells)
+    t.rows.push_back({d.name, d.run_ids.empty() ? "none" : ids_text(d.run_ids), d.run_ids.empty() ? d.no_runs_reason : "-"});
+  s.blocks.push_back(std::move(t));
+}
+
 Section summary_section(const Report& r, const std::vector<std::string>& plot_notes) {
   Section s{"Summary", {}};
   for (const auto& note : r.notes) s.blocks.push_back(Paragraph{note, true});
@@ -280,16 +300,24 @@ Section summary_section(const Report& r, const std::vector<std::string>& plot_no
       "are evidence; fewer than {} a side is unreliable, never a win.",
       r.baseline().name, (r.baseline().step_ms ? r.baseline().step_ms->level : 0.95) * 100, kMinRepeats)});
   Table t{{"cell", "ok runs", "not counted", "median step ms [95 % CI]", "vs baseline [95 % CI]", "tokens/s", "MFU",
-           "goodput", "peak memory"},
+           "goodput", "steady goodput", "peak memory"},
           {}};
   for (std::size_t i = 0; i < r.cells.size(); ++i) {
     const auto& c = r.cells[i];
     t.rows.push_back({c.name, std::to_string(c.side.evidence.size()), std::to_string(c.side.excluded.size()),
                       c.step_ms ? interval_text(*c.step_ms, 3) : "-", verdict_text(c, i == 0),
                       fixed(c.side.median_tokens_per_s, 0), c.median_mfu ? fmt::format("{:.1f} %", *c.median_mfu * 100) : "-",
-                      fixed(c.side.median_goodput_pct, 1, " %"), gib(c.side.median_peak_memory_bytes)});
+                      fixed(c.side.median_goodput_pct, 1, " %"), fixed(c.side.median_steady_goodput_pct, 1, " %"),
+                      gib(c.side.median_peak_memory_bytes)});
   }
   s.blocks.push_back(std::move(t));
+  for (const auto& c : r.cells)
+    if (c.side.fixed_cost_dominates())
+      s.blocks.push_back(Paragraph{fmt::format("Cell {}: start-up, data prep and warm-up are {:.0f} % of its wall time: its "
+                                               "goodput measures that fixed cost, not training; read its steady goodput.",
+                                               c.name, *c.side.median_fixed_share * 100),
+                                   true});
+  add_declared_cells(s, r);
   for (const auto& c : r.cells) {
     if (c.side.evidence.size() < kMinRepeats)
       s.blocks.push_back(Paragraph{fmt::format("Cell {} has {} ok run(s): its numbers are unreliable (needs >= {}).",
@@ -409,6 +437,7 @@ Section goodput_section(const Report& r, const std::vector<Plot>& plots) {
   add_plot(s, plots, "goodput.svg");
   std::vector<std::string> header = {"cell"};
   for (const auto& category : receipts::goodput_categories()) header.push_back(category + " s");
+  header.insert(header.end(), {"fixed cost share", "steady goodput"});
   Table t{header, {}};
   for (const auto& c : r.cells) {
     std::vector<std::string> row = {c.name};
@@ -416,9 +445,14 @@ Section goodput_section(const Report& r, const std::vector<Plot>& plots) {
       const auto it = c.goodput_seconds.find(category);
       row.push_back(it == c.goodput_seconds.end() ? "-" : fmt::format("{:.3f}", it->second));
     }
+    row.push_back(c.side.median_fixed_share ? fmt::format("{:.1f} %", *c.side.median_fixed_share * 100) : "-");
+    row.push_back(fixed(c.side.median_steady_goodput_pct, 1, " %"));
     t.rows.push_back(std::move(row));
   }
-  s.blocks.push_back(Paragraph{"Seconds of wall time per ledger category, median over each cell's ok runs."});
+  s.blocks.push_back(Paragraph{"Seconds of wall time per ledger category, median over each cell's ok runs. Fixed cost: "
+                               "start-up, data prep and warm-up, which do not grow with the steps; steady goodput: "
+                               "productive time over the wall time without them (per run, then the median), so a "
+                               "short run's goodput does not just measure its start-up."});
   s.blocks.push_back(std::move(t));
   return s;
 }
@@ -505,8 +539,16 @@ Section environment_section(const Report& r) {
 
 }  // namespace
 
-Report build_report(receipts::Store& store, const RunSelection& selection, const ReportOptions& options) {
+Report build_report(receipts::Store& store, const RunSelection& chosen, const ReportOptions& options) {
+  RunSelection selection = chosen;
+  split_groups_by_spec(store, selection);
   Report report;
+  for (const auto& declared : chosen.declared_cells) {
+    const auto group = std::find_if(chosen.groups.begin(), chosen.groups.end(),
+                                    [&](const RunGroup& g) { return g.name == declared.name; });
+    report.declared_cells.push_back(
+        {declared.name, group == chosen.groups.end() ? std::vector<std::int64_t>{} : group->run_ids, declared.no_runs_reason});
+  }
   report.title = selection.title;
   report.matrix_id = selection.matrix_id;
   report.notes = selection.notes;
@@ -564,8 +606,14 @@ json to_json(const Report& r) {
     env[key] = json::array();
     for (const auto& v : values) env[key].push_back({{"value", v.value}, {"run_ids", v.run_ids}});
   }
+  json declared = json::array();
+  for (const auto& d : r.declared_cells)
+    declared.push_back({{"name", d.name},
+                        {"run_ids", d.run_ids},
+                        {"no_runs_reason", d.no_runs_reason.empty() ? json(nullptr) : json(d.no_runs_reason)}});
   return {{"title", r.title},
           {"matrix_id", value_or_null(r.matrix_id)},
+          {"declared_cells", declared},
           {"baseline", r.baseline().name},
           {"min_repeats", kMinRepeats},
           {"notes", r.notes},
@@ -597,7 +645,7 @@ RowTable summary_table(const Report& r) {
   out.columns = {"cell",           "baseline",          "ok_runs",           "not_counted_runs",  "median_step_ms",
                  "median_step_ms_low", "median_step_ms_high", "ratio_vs_baseline", "ratio_low",        "ratio_high",
                  "u_test_p_value", "verdict",           "median_tokens_per_s", "median_mfu",       "median_goodput_pct",
-                 "median_peak_memory_bytes"};
+                 "median_peak_memory_bytes", "median_steady_goodput_pct", "median_fixed_cost_share"};
   auto value = [](const std::optional<double>& v) { return value_or_null(v); };
   for (std::size_t i = 0; i < r.cells.size(); ++i) {
     const auto& c = r.cells[i];
@@ -608,7 +656,8 @@ RowTable summary_table(const Report& r) {
                         v ? json(v->ratio) : json(nullptr), v ? json(v->low) : json(nullptr), v ? json(v->high) : json(nullptr),
                         c.u_test ? json(c.u_test->p_value) : json(nullptr),
                         i == 0 ? json("baseline") : json(to_string(c.verdict)), value(c.side.median_tokens_per_s),
-                        value(c.median_mfu), value(c.side.median_goodput_pct), value(c.side.median_peak_memory_bytes)});
+                        value(c.median_mfu), value(c.side.median_goodput_pct), value(c.side.median_peak_memory_bytes),
+                        value(c.side.median_steady_goodput_pct), value(c.side.median_fixed_share)});
   }
   return out;
 }

@@ -3,7 +3,8 @@
 // Per cell: runs counted (evidence) and not counted (failed, killed, abandoned, incomplete: listed with
 // why, never used), median step time with a bootstrap 95 % interval, the ratio to the baseline cell
 // with its interval, U test and verdict (compare_runs; fewer than 3 evidence runs a side reads
-// "unreliable", never a win), tokens/s, MFU, goodput (and its ledger), peak memory, the median loss
+// "unreliable", never a win), tokens/s, MFU, goodput (and its ledger, with the fixed start-up cost set
+// apart: steady goodput, compare.h), peak memory, the median loss
 // curve, kernel time per family (when traced), backend fallbacks/mismatches, and the environment; when
 // a cell ran data parallel, a Scaling section (tokens/s per GPU, efficiency against the 1-GPU cell,
 // communication share, straggler ratio per world size).
@@ -92,10 +93,18 @@ struct EnvValue {
   std::vector<std::int64_t> run_ids;
 };
 
+// A cell a matrix declares, with its runs (every status) or why it has none.
+struct DeclaredCellRuns {
+  std::string name;
+  std::vector<std::int64_t> run_ids;
+  std::string no_runs_reason;  // "" when it has runs
+};
+
 struct Report {
   std::string title;
   std::optional<std::int64_t> matrix_id;
   std::vector<CellReport> cells;        // the baseline first
+  std::vector<DeclaredCellRuns> declared_cells;  // a matrix report's every declared cell, in its order; else empty
   std::vector<BackendIssue> backend_issues;
   std::size_t runs_without_observed_backends = 0;  // not profiled: mismatches cannot be checked
   std::map<std::string, std::vector<EnvValue>> environment;  // key -> distinct values
@@ -109,6 +118,7 @@ struct ReportOptions {
   BootstrapOptions bootstrap;
 };
 
+// A cell whose runs ran different specs becomes one cell per spec (split_groups_by_spec), with a note.
 // Throws StoreError for an unknown run.
 Report build_report(receipts::Store& store, const RunSelection& selection, const ReportOptions& options = {});
 

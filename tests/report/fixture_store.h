@@ -25,6 +25,7 @@ struct FixtureRun {
   receipts::RunStatus status = receipts::RunStatus::ok;
   bool with_goodput = true;  // false: an ok run missing a required summary field (not evidence)
   std::int64_t train_steps = 100;          // a spec field other than the backend
+  std::int64_t seed = 1234;                 // experiment.seed
   std::optional<std::string> catalog_role;  // recorded for attention/<backend> when set
   // Optional detail for report tests: losses of steps 0..n-1 (rank 0), kernel rows, backend rows,
   // goodput seconds per category, and the run name (default fixture-<tag>).
@@ -44,6 +45,7 @@ struct FixtureRun {
   nlohmann::json moe;  // summary.extra.moe as the runner writes it for models with E blocks (null: none)
   nlohmann::json cuda_graphs;            // summary.extra.cuda_graphs (null: not recorded)
   std::optional<double> first_step_ms;   // summary.extra.first_step_ms
+  std::map<std::string, std::string> env;  // further run_env keys, or replacements of the defaults
 };
 
 class FixtureStore {
@@ -57,7 +59,7 @@ class FixtureStore {
     start.name = run.name.empty() ? "fixture-" + tag : run.name;
     start.tags = {tag};
     start.lane = "tiny/1gpu/" + run.backend;
-    start.spec_json = nlohmann::json{{"experiment", {{"name", start.name}, {"seed", 1234}, {"tags", {tag}}}},
+    start.spec_json = nlohmann::json{{"experiment", {{"name", start.name}, {"seed", run.seed}, {"tags", {tag}}}},
                                      {"model", {{"config", "tiny"}}},
                                      {"train", {{"steps", run.train_steps}}},
                                      {"backends", {{"attention", run.backend}, {"strict", false}}}}
@@ -65,6 +67,7 @@ class FixtureStore {
     start.env = {{"gpu_model", run.gpu_model}, {"nvidia_driver", "550.54"}, {"cuda_runtime", "12.4"},
                  {"libtorch", "2.4.0"},        {"nccl", "2.20.5"},          {"git_revision", run.git_revision},
                  {"host", "fixture-host"},     {"compiler", run.compiler}};
+    for (const auto& [key, value] : run.env) start.env[key] = value;
     if (run.matrix_id) {
       start.matrix_id = run.matrix_id;
       start.cell = run.cell;
