@@ -5,8 +5,11 @@
 //                                        there against that cell (report::matrix_gates);
 //   ablate gate --baseline SEL --candidate SEL --seam S --backend B [--role keep]   one backend.
 // Exit 1 when the verdict is not KEEP for a backend whose role is `keep` (--role, or else the role the
-// candidate runs recorded in their catalog snapshot), so the command can guard CI; exit 2 for bad input.
-// Tests: report/gate.cpp in tests/report/gate_test.cpp (report_tests); --matrix end to end in
+// candidate runs recorded in their catalog snapshot), so the command can guard CI. Exit 2 for bad input,
+// and for a run still running (then nothing is stored). Every gate is evaluated before any decision is
+// stored, so a refusal leaves no decision behind.
+// Tests: report/gate.cpp in tests/report/gate_test.cpp (report_tests); refusals end to end in
+// tests/harness/gate_cli_test.cpp (harness_tests); --matrix end to end in
 // tests/ablations/matrix_cli_test.cpp (ablations_tests).
 #include <fmt/core.h>
 
@@ -72,13 +75,20 @@ void register_gate(CLI::App& app, Globals& g) {
                       options.seam, options.backend});
     }
 
-    bool keep_backend_failed = false;
-    nlohmann::json all = nlohmann::json::array();
+    // Every gate first: one refused (a run still running, a mismatch) stores nothing at all.
+    std::vector<report::GateResult> results;
     for (const auto& job : jobs) {
       report::GateOptions job_options = options;
       job_options.seam = job.seam;
       job_options.backend = job.backend;
-      const auto result = report::evaluate_gate(store, job.baseline, job.candidate, job_options);
+      results.push_back(report::evaluate_gate(store, job.baseline, job.candidate, job_options));
+    }
+
+    bool keep_backend_failed = false;
+    nlohmann::json all = nlohmann::json::array();
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      const auto& job = jobs[i];
+      const auto& result = results[i];
       const std::int64_t decision_id = store.record_decision(result.decision());
       if (as_json) {
         auto j = report::to_json(result);
