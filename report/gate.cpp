@@ -1,7 +1,8 @@
 // report/gate.cpp: the keep/drop gate (see gate.h): backend checks, windowed loss check, failures, the
-// minimum evidence, verdict.
+// minimum evidence, verdict, and the standing decisions that make a backend `keep` on a lane.
 // Tests: tests/report/gate_test.cpp (report_tests), tests/harness/gate_cli_test.cpp (harness_tests).
 #include "report/gate.h"
+#include "receipts/clock.h"
 #include "report/json_fields.h"
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <map>
 #include <stdexcept>
+#include <tuple>
 
 namespace ablate::report {
 namespace {
@@ -192,6 +194,20 @@ std::vector<std::string> overrides_of(const GateOptions& o, const Comparison& c)
   return out;
 }
 
+// The standing decisions on the lanes of the candidate runs (every status: a failed run has its lane).
+std::vector<StandingDecision> standing_on_candidate_lanes(receipts::Store& store,
+                                                          const std::vector<std::int64_t>& candidate_ids,
+                                                          const GateOptions& o) {
+  std::vector<StandingDecision> out;
+  for (const auto& row : store.query("SELECT DISTINCT lane FROM runs WHERE id IN (SELECT value FROM json_each(?)) "
+                                     "ORDER BY lane",
+                                     {json(candidate_ids).dump()})) {
+    const auto on_lane = standing_decisions(store, o.seam, o.backend, row["lane"].get<std::string>());
+    out.insert(out.end(), on_lane.begin(), on_lane.end());
+  }
+  return out;
+}
+
 // The docs/architecture.md rules, in order: any DROP condition with the minimum evidence wins; a DROP
 // condition on fewer runs is reported and leaves the verdict INCONCLUSIVE; KEEP needs every KEEP condition.
 void decide(GateResult& r) {
@@ -365,9 +381,53 @@ GateResult evaluate_gate(receipts::Store& store, const std::vector<std::int64_t>
   r.baseline_first_step_ms = median_extra(r.comparison.a, "first_step_ms");
   r.candidate_first_step_ms = median_extra(r.comparison.b, "first_step_ms");
   r.catalog_role = recorded_role(store, candidate_ids, options);
+  r.standing_before = standing_on_candidate_lanes(store, candidate_ids, options);
   r.matrix_id = common_matrix(r.comparison);
   decide(r);
   return r;
+}
+
+std::vector<StandingDecision> standing_decisions(receipts::Store& store, const std::string& seam,
+                                                 const std::string& backend, const std::string& lane) {
+  // Per KEEP/DROP decision and lane of its candidate runs (cited runs whose spec requests the backend at
+  // the seam): the candidate runs there that finished ok or failed, and the decision's ok baseline runs.
+  const json rows = store.query(R"(
+    WITH cited AS (
+      SELECT d.id AS decision_id, d.seam, d.backend, d.verdict, d.decided_at, r.lane, r.status,
+             json_extract(s.spec_json, '$.backends.' || d.seam) IS d.backend AS candidate
+      FROM decisions d, json_each(d.evidence_run_ids) e JOIN runs r ON r.id = e.value JOIN run_spec s ON s.run_id = r.id
+      WHERE d.verdict IN ('KEEP', 'DROP') AND (?1 = '' OR d.seam = ?1) AND (?2 = '' OR d.backend = ?2))
+    SELECT c.decision_id, c.seam, c.backend, c.verdict, c.decided_at, c.lane,
+           SUM(c.status = 'ok') AS ok_runs, SUM(c.status = 'failed') AS failed_runs,
+           (SELECT COUNT(*) FROM cited b WHERE b.decision_id = c.decision_id AND NOT b.candidate AND b.status = 'ok')
+             AS baseline_ok_runs
+    FROM cited c WHERE c.candidate AND (?3 = '' OR c.lane = ?3)
+    GROUP BY c.decision_id, c.lane ORDER BY c.decision_id)",
+                                {seam, backend, lane});
+  std::map<std::tuple<std::string, std::string, std::string>, StandingDecision> newest;
+  for (const auto& row : rows) {
+    const Verdict verdict = receipts::parse_verdict(row["verdict"].get<std::string>());
+    const auto ok_runs = row["ok_runs"].get<std::size_t>(), failed_runs = row["failed_runs"].get<std::size_t>();
+    const std::size_t candidate_runs = verdict == Verdict::keep ? ok_runs : ok_runs + failed_runs;
+    if (row["baseline_ok_runs"].get<std::size_t>() < kMinRepeats || candidate_runs < kMinRepeats) continue;
+    StandingDecision d{row["seam"].get<std::string>(), row["backend"].get<std::string>(), row["lane"].get<std::string>(),
+                       row["decision_id"].get<std::int64_t>(), verdict, row["decided_at"].get<double>()};
+    newest[{d.seam, d.backend, d.lane}] = std::move(d);  // rows come oldest decision first
+  }
+  std::vector<StandingDecision> out;
+  for (auto& [key, d] : newest) out.push_back(std::move(d));
+  return out;
+}
+
+std::string describe(const StandingDecision& d) {
+  return fmt::format("decision {} ({} on lane {}, {} UTC)", d.decision_id, receipts::to_string(d.verdict), d.lane,
+                     receipts::format_utc(d.decided_at));
+}
+
+bool GateResult::kept_before() const {
+  if (standing_before.empty()) return catalog_role == "keep";
+  return std::any_of(standing_before.begin(), standing_before.end(),
+                     [](const StandingDecision& d) { return d.verdict == Verdict::keep; });
 }
 
 std::vector<GateJob> matrix_gates(receipts::Store& store, const RunSelection& selection,
@@ -415,6 +475,10 @@ receipts::Decision GateResult::decision() const {
 }
 
 nlohmann::json to_json(const GateResult& r) {
+  json standing = json::array();
+  for (const auto& d : r.standing_before)
+    standing.push_back({{"decision_id", d.decision_id}, {"verdict", receipts::to_string(d.verdict)}, {"lane", d.lane},
+                        {"decided_at", d.decided_at}});
   return {{"seam", r.seam},
           {"backend", r.backend},
           {"verdict", receipts::to_string(r.verdict)},
@@ -440,6 +504,8 @@ nlohmann::json to_json(const GateResult& r) {
           {"baseline_first_step_ms", value_or_null(r.baseline_first_step_ms)},
           {"candidate_first_step_ms", value_or_null(r.candidate_first_step_ms)},
           {"catalog_role", value_or_null(r.catalog_role)},
+          {"standing_before", standing},
+          {"kept_before", r.kept_before()},
           {"matrix_id", value_or_null(r.matrix_id)},
           {"evidence_run_ids", r.decision().evidence_run_ids},
           {"comparison", to_json(r.comparison)}};
@@ -449,6 +515,7 @@ std::string render_text(const GateResult& r) {
   std::string out = fmt::format("gate {} / {}: {}\n", r.seam, r.backend, receipts::to_string(r.verdict));
   if (!r.overrides.empty()) out += fmt::format("made under: {}\n", fmt::join(r.overrides, ", "));
   for (const auto& reason : r.reasons) out += fmt::format("  - {}\n", reason);
+  for (const auto& d : r.standing_before) out += fmt::format("standing before this gate: {}\n", describe(d));
   out += fmt::format("evidence runs: {}\n", fmt::join(r.decision().evidence_run_ids, ","));
   out += "A = baseline, B = candidate:\n" + render_text(r.comparison);
   return out;

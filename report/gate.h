@@ -28,6 +28,10 @@
 // their means over the last 10 steps 4.787 / 4.791 / 4.803, 0.3 %).
 // The first step's time (warm-up: lazy init, autotuning) is reported, not judged. Parity tests are not
 // in the receipts yet, so they are not judged here.
+// Roles follow the gate: the newest KEEP or DROP stored for a seam/backend whose candidate runs ran on
+// a lane (runs.lane), with the minimum evidence, is that backend's standing decision there; a standing
+// KEEP makes the backend `keep` on the lane (`ablate catalog --lane`), and a later gate there that does
+// not say KEEP fails (`ablate gate` exit 1) until a DROP demotes it.
 // Tests: tests/report/gate_test.cpp (report_tests), tests/harness/gate_cli_test.cpp (harness_tests).
 #pragma once
 
@@ -48,6 +52,22 @@ constexpr std::int64_t kDefaultLossWindow = 10;
 // neither are left out.
 std::vector<double> windowed_run_losses(receipts::Store& store, const Side& side, std::int64_t window,
                                         std::vector<std::int64_t>* from_summary = nullptr);
+
+// The newest KEEP or DROP decision on a seam/backend for one lane: the lane of its candidate runs (the
+// cited runs whose spec requests the backend at the seam). Only decisions with the minimum evidence
+// stand: kMinRepeats baseline runs with status ok, and kMinRepeats candidate runs on the lane, ok ones
+// for a KEEP, ok or failed for a DROP. INCONCLUSIVE decisions leave the standing one as it was.
+struct StandingDecision {
+  std::string seam, backend, lane;
+  std::int64_t decision_id = 0;
+  receipts::Verdict verdict = receipts::Verdict::inconclusive;
+  double decided_at = 0;
+};
+// Every standing decision, by seam, backend and lane; empty arguments do not filter.
+std::vector<StandingDecision> standing_decisions(receipts::Store& store, const std::string& seam = "",
+                                                 const std::string& backend = "", const std::string& lane = "");
+// "decision 12 (KEEP on lane L, 2026-11-27 11:02:03 UTC)".
+std::string describe(const StandingDecision& decision);
 
 struct GateOptions {
   std::string seam;
@@ -91,8 +111,13 @@ struct GateResult {
   std::string capture_lost_reason;
   std::optional<double> baseline_first_step_ms, candidate_first_step_ms;  // medians over evidence runs
   std::optional<std::string> catalog_role;          // role of seam/backend in the candidate runs' catalog
+  // The standing decisions (see standing_decisions) on the candidate runs' lanes before this gate.
+  std::vector<StandingDecision> standing_before;
   std::optional<std::int64_t> matrix_id;            // when every evidence run comes from one matrix
 
+  // Whether the backend was `keep` before this gate: a standing KEEP on a candidate lane, else (no
+  // standing decision there) the role the candidate runs' catalog snapshot recorded.
+  bool kept_before() const;
   // The decision to store: evidence = both sides' evidence runs plus the failed candidate runs; its
   // details start with the overrides it was made under.
   receipts::Decision decision() const;

@@ -4,14 +4,16 @@
 //                                        cell that turns a seam back to `reference`, the baseline's backend
 //                                        there against that cell (report::matrix_gates);
 //   ablate gate --baseline SEL --candidate SEL --seam S --backend B [--role keep]   one backend.
-// Exit 1 when the verdict is not KEEP for a backend whose role is `keep` (--role, or else the role the
-// candidate runs recorded in their catalog snapshot), so the command can guard CI. Exit 2 for bad input,
+// Exit 1 when the verdict is not KEEP for a backend whose role is `keep`: --role, else its standing
+// decision on the candidate runs' lane (a stored KEEP, report::standing_decisions), else the role the
+// candidate runs recorded in their catalog snapshot; so the command can guard CI. Exit 2 for bad input,
 // and for a run still running (then nothing is stored). Every gate is evaluated before any decision is
 // stored, so a refusal leaves no decision behind.
-// Tests: report/gate.cpp in tests/report/gate_test.cpp (report_tests); refusals end to end in
-// tests/harness/gate_cli_test.cpp (harness_tests); --matrix end to end in
+// Tests: report/gate.cpp in tests/report/gate_test.cpp (report_tests); kept backends, regressions and
+// refusals end to end in tests/harness/gate_cli_test.cpp (harness_tests); --matrix end to end in
 // tests/ablations/matrix_cli_test.cpp (ablations_tests).
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <stdexcept>
 
@@ -22,6 +24,25 @@
 namespace ablate::cli {
 namespace {
 
+// Why a gate that did not say KEEP fails: the backend was `keep` before it, and by what.
+std::string kept_backend_regressed(const report::GateJob& job, const report::GateResult& result,
+                                   std::int64_t decision_id, const std::string& role_option) {
+  const std::string verdict(receipts::to_string(result.verdict));
+  if (!role_option.empty())
+    return fmt::format("{}/{} is marked keep (--role keep) but its gate says {} (decision {})", job.seam, job.backend,
+                       verdict, decision_id);
+  std::vector<std::string> kept_by;
+  for (const auto& d : result.standing_before)
+    if (d.verdict == receipts::Verdict::keep) kept_by.push_back(report::describe(d));
+  if (kept_by.empty())
+    return fmt::format("{}/{} is marked keep in the candidate runs' catalog snapshot but its gate says {} (decision {})",
+                       job.seam, job.backend, verdict, decision_id);
+  return fmt::format("kept backend {}/{} regressed: kept by {}, its gate now says {} (decision {}){}", job.seam,
+                     job.backend, fmt::join(kept_by, ", "), verdict, decision_id,
+                     result.verdict == receipts::Verdict::drop
+                         ? "; this DROP demotes it on that lane"
+                         : "; it stays kept there until a gate with the minimum evidence says DROP");
+}
 
 }  // namespace
 
@@ -35,7 +56,9 @@ void register_gate(CLI::App& app, Globals& g) {
   cmd->add_option("--candidate", candidate, "runs with the backend under test, same forms");
   cmd->add_option("--seam", options.seam, "dispatch seam, e.g. attention");
   cmd->add_option("--backend", options.backend, "the candidate backend at that seam");
-  cmd->add_option("--role", role, "catalog role of the backend (default: as the candidate runs recorded it)")
+  cmd->add_option("--role", role,
+                  "role of the backend (default: keep when a stored KEEP stands on the candidate runs' lane, else as "
+                  "the candidate runs' catalog snapshot recorded it)")
       ->check(CLI::IsMember(receipts::backend_roles()));
   cmd->add_option("--loss-tolerance", options.loss_tolerance,
                   "relative difference of the runs' loss allowed (default 0.02); a larger one within the baseline "
@@ -97,11 +120,10 @@ void register_gate(CLI::App& app, Globals& g) {
       } else {
         fmt::print("{}decision {} stored in {}\n", report::render_text(result), decision_id, g.db);
       }
-      const std::string effective_role = role.empty() ? result.catalog_role.value_or("") : role;
-      if (effective_role == "keep" && result.verdict != receipts::Verdict::keep) {
+      const bool kept = role.empty() ? result.kept_before() : role == "keep";
+      if (kept && result.verdict != receipts::Verdict::keep) {
         keep_backend_failed = true;
-        fmt::print(stderr, "ablate: gate: {}/{} is marked keep but its gate says {}\n", job.seam, job.backend,
-                   receipts::to_string(result.verdict));
+        fmt::print(stderr, "ablate: gate: {}\n", kept_backend_regressed(job, result, decision_id, role));
       }
     }
     if (as_json) fmt::print("{}\n", (matrix.empty() ? all.at(0) : all).dump(2));

@@ -3,7 +3,8 @@
 // over the last steps, against the tolerance and the baseline's own spread),
 // peak memory growth, runs that did not run the backend they asked for (fallback, observed mismatch),
 // backend and spec checks, the minimum evidence behind every verdict, killed / abandoned / running runs,
-// the overrides a decision was made under, and the stored decision.
+// the overrides a decision was made under, the stored decision, and the standing decisions that make a
+// backend `keep` on a lane.
 // Build and run: ninja -C build-report report_tests && build-report/tests/report_tests --gtest_filter='Gate*'
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -422,6 +423,64 @@ TEST(Gate, DecisionCarriesTheOverridesItWasMadeUnder) {
   EXPECT_EQ(to_json(r)["overrides"].size(), 3u);
 }
 
+// Roles follow the gate: a stored KEEP with its evidence makes the backend `keep` on the candidate
+// runs' lane (no other lane); a later gate there sees it kept; a stored DROP demotes it. A KEEP that
+// cites too few runs, and INCONCLUSIVE decisions, change nothing.
+TEST(Gate, StoredKeepMakesTheBackendKeptOnItsLaneUntilADrop) {
+  FixtureStore f;
+  auto& s = f.store();
+  const std::string lane = "tiny/1gpu/sdpa_flash";  // the fixture's lane for the backend
+  const auto baseline = f.add_group("ref", {100, 101, 99});
+  const auto fast = f.add_group("flash", {80, 81, 79}, with_backend("sdpa_flash"));
+  EXPECT_TRUE(standing_decisions(s).empty());
+
+  // A hand-made KEEP citing one run a side is no evidence.
+  receipts::Decision thin;
+  thin.seam = "attention";
+  thin.backend = "sdpa_flash";
+  thin.verdict = Verdict::keep;
+  thin.evidence_run_ids = {baseline[0], fast[0]};
+  s.record_decision(thin);
+  EXPECT_TRUE(standing_decisions(s).empty());
+
+  const auto first = evaluate_gate(s, baseline, fast, attention_flash());
+  ASSERT_EQ(first.verdict, Verdict::keep);
+  EXPECT_FALSE(first.kept_before());
+  const auto keep_id = s.record_decision(first.decision());
+  auto standing = standing_decisions(s, "attention", "sdpa_flash", lane);
+  ASSERT_EQ(standing.size(), 1u);
+  EXPECT_EQ(standing[0].decision_id, keep_id);
+  EXPECT_EQ(standing[0].verdict, Verdict::keep);
+  EXPECT_EQ(standing[0].lane, lane);
+  EXPECT_TRUE(standing_decisions(s, "attention", "sdpa_flash", "tiny/1gpu/reference").empty());
+  EXPECT_TRUE(standing_decisions(s, "attention", "sdpa_cudnn").empty());
+
+  // Noise on the same lane: the backend was kept before this gate; INCONCLUSIVE leaves it kept.
+  const auto noisy = evaluate_gate(s, baseline, f.add_group("flash-noisy", {100, 101, 99.5}, with_backend("sdpa_flash")),
+                                   attention_flash());
+  EXPECT_EQ(noisy.verdict, Verdict::inconclusive);
+  EXPECT_TRUE(noisy.kept_before());
+  ASSERT_EQ(noisy.standing_before.size(), 1u);
+  EXPECT_EQ(noisy.standing_before[0].decision_id, keep_id);
+  EXPECT_NE(render_text(noisy).find(fmt::format("standing before this gate: decision {} (KEEP on lane {}", keep_id, lane)),
+            std::string::npos)
+      << render_text(noisy);
+  s.record_decision(noisy.decision());
+  EXPECT_EQ(standing_decisions(s, "attention", "sdpa_flash", lane).at(0).decision_id, keep_id);
+
+  // A regression: DROP, seen as kept before it; stored, it demotes the backend on the lane.
+  const auto slow = evaluate_gate(s, baseline, f.add_group("flash-slow", {120, 121, 119}, with_backend("sdpa_flash")),
+                                  attention_flash());
+  EXPECT_EQ(slow.verdict, Verdict::drop);
+  EXPECT_TRUE(slow.kept_before());
+  const auto drop_id = s.record_decision(slow.decision());
+  standing = standing_decisions(s, "attention", "sdpa_flash", lane);
+  ASSERT_EQ(standing.size(), 1u);
+  EXPECT_EQ(standing[0].decision_id, drop_id);
+  EXPECT_EQ(standing[0].verdict, Verdict::drop);
+  EXPECT_FALSE(evaluate_gate(s, baseline, fast, attention_flash()).kept_before());
+}
+
 TEST(Gate, CatalogRoleComesFromTheCandidateRuns) {
   FixtureStore f;
   const auto baseline = f.add_group("ref", {100, 101, 99});
@@ -430,6 +489,7 @@ TEST(Gate, CatalogRoleComesFromTheCandidateRuns) {
   const auto candidate = f.add_group("flash", {100, 101, 99.5}, kept);
   const auto r = evaluate_gate(f.store(), baseline, candidate, attention_flash());
   EXPECT_EQ(r.catalog_role, std::optional<std::string>("keep"));
+  EXPECT_TRUE(r.kept_before());  // no stored decision on the lane: the snapshot's role stands
   EXPECT_EQ(r.verdict, Verdict::inconclusive);
 }
 
