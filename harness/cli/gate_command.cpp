@@ -93,9 +93,15 @@ void register_gate(CLI::App& app, Globals& g) {
       jobs = report::matrix_gates(store, selection, &skipped);
       for (const auto& why : skipped) fmt::print("{}\n", why);
     } else {
-      // Tag and name selectors include failed runs: a candidate that failed is evidence against it.
-      jobs.push_back({"", report::select_runs(store, baseline, true), report::select_runs(store, candidate, true),
-                      options.seam, options.backend});
+      // Tag and name selectors include failed runs: a candidate that failed is evidence against it. Their
+      // runs still running join the sides, so that the gate refuses them rather than decide without them.
+      auto side = [&](const std::string& selector) {
+        std::vector<std::int64_t> running;
+        auto ids = report::select_runs(store, selector, true, &running);
+        ids.insert(ids.end(), running.begin(), running.end());
+        return ids;
+      };
+      jobs.push_back({"", side(baseline), side(candidate), options.seam, options.backend});
     }
 
     // Every gate first: one refused (a run still running, a mismatch) stores nothing at all.

@@ -1,9 +1,9 @@
 // tests/harness/gate_cli_test.cpp: roles follow the gate, end to end through the built binary on a
 // fixture store: `ablate gate` KEEP is stored, `ablate catalog --db --lane` shows the backend `keep` on
 // that lane (only there), a regressed candidate set makes `ablate gate` exit 1 naming the kept backend
-// and the decision that kept it, and the stored DROP demotes it; a running run is refused (exit 2) and
-// nothing is stored, not even the gates of a matrix evaluated before it; `catalog --lane` without a
-// store or with an unknown lane is exit 2.
+// and the decision that kept it, and the stored DROP demotes it; a running run (given by id, matched by
+// a tag, in a matrix) is refused (exit 2) and nothing is stored, not even the gates of a matrix
+// evaluated before it; `catalog --lane` without a store or with an unknown lane is exit 2.
 // Build and run: cmake --build build --target ablate harness_tests && build/tests/harness_tests --gtest_filter='GateCli*'
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -94,6 +94,20 @@ TEST(GateCli, RunningRunIsRefusedAndNothingIsStored) {
   const auto r = run_cli(gate_args(fmt::format("{}", fmt::join(baseline, ",")), fmt::format("{}", fmt::join(candidate, ",")), db));
   EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find(fmt::format("run(s) {} (candidate) still running", candidate.back())), std::string::npos) << r.out;
+  EXPECT_TRUE(f.store().list_decisions().empty());
+}
+
+// A tag selector's run still running is refused too, not silently left out.
+TEST(GateCli, RunningRunMatchedByATagIsRefused) {
+  FixtureStore f;
+  f.add_group("ref", {100, 101, 99});
+  f.add_group("flash", {80, 81, 79}, with_backend("sdpa_flash"));
+  FixtureRun still = with_backend("sdpa_flash");
+  still.status = ablate::receipts::RunStatus::running;
+  const auto running_id = f.add("flash", still);
+  const auto r = run_cli(gate_args("tag:ref", "tag:flash", f.store().path()));
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find(fmt::format("run(s) {} (candidate) still running", running_id)), std::string::npos) << r.out;
   EXPECT_TRUE(f.store().list_decisions().empty());
 }
 
