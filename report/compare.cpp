@@ -398,7 +398,8 @@ Comparison compare_runs(receipts::Store& store, const std::vector<std::int64_t>&
   return c;
 }
 
-std::vector<std::int64_t> select_runs(receipts::Store& store, std::string_view selector, bool include_unsuccessful) {
+std::vector<std::int64_t> select_runs(receipts::Store& store, std::string_view selector, bool include_unsuccessful,
+                                      std::vector<std::int64_t>* running) {
   std::vector<std::int64_t> ids;
   if (selector.starts_with("cell:")) {  // cell:MATRIX/CELL, the newest matrix of that name
     const std::string_view rest = selector.substr(5);
@@ -447,7 +448,10 @@ std::vector<std::int64_t> select_runs(receipts::Store& store, std::string_view s
     if (!include_unsuccessful) filter.status = "ok";
     const auto rows = store.list_runs(filter);
     for (auto it = rows.rbegin(); it != rows.rend(); ++it)  // list_runs is newest first
-      if (it->status != RunStatus::running) ids.push_back(it->id);
+      if (it->status != RunStatus::running)
+        ids.push_back(it->id);
+      else if (running != nullptr)
+        running->push_back(it->id);
     if (ids.empty())
       throw std::invalid_argument(fmt::format("run selector '{}' matches no {}runs in {}", selector,
                                               include_unsuccessful ? "finished " : "ok ", store.path()));

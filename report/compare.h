@@ -171,10 +171,11 @@ Comparison compare_runs(receipts::Store& store, const std::vector<std::int64_t>&
 // ("lane:nam56r-small/1gpu&since:30d"); "cell:MATRIX/CELL" (that cell of the newest matrix of the
 // name, every finished run: compare lists the failed ones as excluded). Filters pick runs with status
 // ok, or, with include_unsuccessful, every finished or abandoned run too (the gate needs to see
-// failures). Ids are returned oldest first. Throws std::invalid_argument for a malformed selector or
-// one that matches nothing.
+// failures). Ids are returned oldest first. A filter's runs still running are left out (into *running
+// when given, oldest first: the gate refuses them). Throws std::invalid_argument for a malformed
+// selector or one that matches nothing.
 std::vector<std::int64_t> select_runs(receipts::Store& store, std::string_view selector,
-                                      bool include_unsuccessful = false);
+                                      bool include_unsuccessful = false, std::vector<std::int64_t>* running = nullptr);
 
 
 nlohmann::json to_json(const Comparison& comparison);

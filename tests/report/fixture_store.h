@@ -1,5 +1,6 @@
 // tests/report/fixture_store.h: receipt stores built through the Store API for the report_tests suites:
-// groups of finished runs with a chosen step time, backend, environment, final loss and status.
+// groups of runs with a chosen step time, backend, environment, final loss and status (running and
+// abandoned runs are left unfinished, the abandoned ones with a stale heartbeat).
 // Build and run: ninja -C build-report report_tests && build-report/tests/report_tests
 #pragma once
 
@@ -101,6 +102,13 @@ class FixtureStore {
     if (!run.moe.is_null()) summary.extra["moe"] = run.moe;
     if (!run.cuda_graphs.is_null()) summary.extra["cuda_graphs"] = run.cuda_graphs;
     if (run.first_step_ms) summary.extra["first_step_ms"] = *run.first_step_ms;
+    // Still running, or abandoned: never finished, the abandoned one's heartbeat a day old.
+    if (run.status == receipts::RunStatus::running) return id;
+    if (run.status == receipts::RunStatus::abandoned) {
+      receipts::testing::RawDb(store_.path())
+          .exec_ok(fmt::format("UPDATE runs SET heartbeat_at = heartbeat_at - 86400 WHERE id = {}", id));
+      return id;
+    }
     const bool ok = run.status == receipts::RunStatus::ok;
     store_.finish_run(id, run.status, ok ? "" : "CUDA out of memory", summary);
     return id;
