@@ -64,7 +64,7 @@ void flatten_spec(const json& node, const std::string& path, std::map<std::strin
 
 // Median of a summary value over the evidence runs that have it.
 template <typename Getter>
-std::optional<double> median_over(const std::vector<RunFacts>& runs, Getter get) {
+std::optional<double> median_over(const std::vector<ComparedRun>& runs, Getter get) {
   std::vector<double> values;
   for (const auto& run : runs)
     if (const auto value = get(run.row.summary)) values.push_back(static_cast<double>(*value));
@@ -74,7 +74,7 @@ std::optional<double> median_over(const std::vector<RunFacts>& runs, Getter get)
 
 // Median over the evidence runs with a goodput ledger of one of its SteadyGoodput values.
 template <typename Getter>
-std::optional<double> median_goodput(const std::vector<RunFacts>& runs, Getter get) {
+std::optional<double> median_goodput(const std::vector<ComparedRun>& runs, Getter get) {
   std::vector<double> values;
   for (const auto& run : runs)
     if (run.goodput)
@@ -226,7 +226,7 @@ void set_aside_shortfalls(receipts::Store& store, Side& side, const std::vector<
     }
   }
   if (why.empty()) return;
-  std::vector<RunFacts> kept;
+  std::vector<ComparedRun> kept;
   for (auto& run : side.evidence) {
     const auto it = why.find(run.row.id);
     if (it == why.end()) {

@@ -67,16 +67,16 @@ inline constexpr double kFixedCostDominates = 0.5;
 
 // One run as the comparison sees it: its row and its comparable fields, "env.<key>" and
 // "spec.<dotted.path>" -> value (JSON text for spec leaves, "(absent)" when the run lacks it).
-struct RunFacts {
+struct ComparedRun {
   receipts::RunRow row;
   std::map<std::string, std::string> fields;
   std::optional<SteadyGoodput> goodput;  // from its ledger rows
 };
-// A run's comparable fields as RunFacts holds them (its run_env and run_spec rows).
+// A run's comparable fields as ComparedRun holds them (its run_env and run_spec rows).
 std::map<std::string, std::string> comparable_fields(receipts::Store& store, std::int64_t run_id);
 // Only its spec's: "spec.<dotted.path>" -> JSON text, without the fields that merely name or describe it.
 std::map<std::string, std::string> spec_fields(receipts::Store& store, std::int64_t run_id);
-// How a run lacking a field shows in RunFacts::fields and FieldDifference values.
+// How a run lacking a field shows in ComparedRun::fields and FieldDifference values.
 inline constexpr const char* kAbsentField = "(absent)";
 
 // Why a run is not evidence (receipts::is_evidence): its status and error, or the summary fields it
@@ -106,7 +106,7 @@ std::vector<BackendShortfall> backend_shortfalls(receipts::Store& store, const s
                                                  const std::string& seam);
 
 struct Side {
-  std::vector<RunFacts> evidence;     // in the order the ids were given
+  std::vector<ComparedRun> evidence;     // in the order the ids were given
   std::vector<ExcludedRun> excluded;  // not evidence, with why
   std::vector<std::int64_t> evidence_ids() const;
   std::vector<double> step_ms() const;  // per evidence run, its median_step_ms

@@ -30,15 +30,13 @@ RowTable export_runs(receipts::Store& store, const std::vector<std::int64_t>& ru
   for (const std::int64_t id : run_ids) {
     const auto r = store.get_run(id);
     const auto& s = r.summary;
-    const json member = member_or_null(s.extra, "final_loss");
-    const json final_loss = member.is_number() ? member : json(nullptr);
     out.rows.push_back({r.id, r.name, std::string(receipts::to_string(r.status)), value_or_null(r.error), r.started_at,
                         value_or_null(r.ended_at), r.host, fmt::format("{}", fmt::join(r.tags, ",")), r.lane, r.spec_hash,
                         value_or_null(r.matrix_id), value_or_null(r.cell), value_or_null(r.repeat),
                         receipts::is_evidence(r), value_or_null(s.steps), value_or_null(s.median_step_ms),
                         value_or_null(s.tokens_per_s), value_or_null(s.mfu), value_or_null(s.goodput_pct),
                         value_or_null(s.peak_memory_bytes),
-                        s.flops_version.empty() ? json(nullptr) : json(s.flops_version), final_loss});
+                        s.flops_version.empty() ? json(nullptr) : json(s.flops_version), value_or_null(s.facts.final_loss)});
   }
   return out;
 }

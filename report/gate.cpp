@@ -63,11 +63,11 @@ void restrict_factor_to_seam(Comparison& c, const GateOptions& o) {
   c.mismatch_allowed = true;
 }
 
-// The median over a side's evidence runs of the number at summary.extra[key] (absent when no run has one).
-std::optional<double> median_extra(const Side& side, const char* key) {
+// The median over a side's evidence runs of one optional fact (absent when no run has it).
+std::optional<double> median_fact(const Side& side, std::optional<double> receipts::RunFacts::*fact) {
   std::vector<double> values;
   for (const auto& run : side.evidence) {
-    if (auto v = number_at(run.row.summary.extra, key)) values.push_back(*v);
+    if (const auto& v = run.row.summary.facts.*fact) values.push_back(*v);
   }
   if (values.empty()) return std::nullopt;
   return median(values);
@@ -88,27 +88,24 @@ void measure_loss(receipts::Store& store, GateResult& r) {
   }
 }
 
-// summary.extra[section][key] of a run, or null.
-json extra_at(const RunFacts& run, const char* section, const char* key) {
-  return member_or_null(member_or_null(run.row.summary.extra, section), key);
+bool captured(const ComparedRun& run) {
+  const auto& c = run.row.summary.facts.cuda_graphs;
+  return c && c->outcome == receipts::CaptureOutcome::captured;
 }
 
 // A whole-step CUDA graph that every baseline run captured and a candidate run (which asked for one)
 // did not: the backend breaks capture.
 void check_capture(GateResult& r) {
   const auto& a = r.comparison.a.evidence;
-  const bool baseline_captured = !a.empty() && std::all_of(a.begin(), a.end(), [](const RunFacts& run) {
-    return extra_at(run, "cuda_graphs", "achieved") == json(true);
+  const bool baseline_captured = !a.empty() && std::all_of(a.begin(), a.end(), [](const ComparedRun& run) {
+    return captured(run);
   });
   if (!baseline_captured) return;
   for (const auto& run : r.comparison.b.evidence) {
-    if (extra_at(run, "cuda_graphs", "requested") != json(true) || extra_at(run, "cuda_graphs", "achieved") == json(true))
-      continue;
+    const auto& c = run.row.summary.facts.cuda_graphs;
+    if (!c || !c->requested || captured(run)) continue;
     r.capture_lost_runs.push_back(run.row.id);
-    if (r.capture_lost_reason.empty()) {
-      const json reason = extra_at(run, "cuda_graphs", "reason");
-      r.capture_lost_reason = reason.is_string() ? reason.get<std::string>() : "no reason recorded";
-    }
+    if (r.capture_lost_reason.empty()) r.capture_lost_reason = c->reason.empty() ? "no reason recorded" : c->reason;
   }
 }
 
@@ -340,7 +337,7 @@ std::vector<double> windowed_run_losses(receipts::Store& store, const Side& side
   for (const auto& run : side.evidence) {
     if (const auto it = windowed.find(run.row.id); it != windowed.end()) {
       losses.push_back(it->second);
-    } else if (const auto v = number_at(run.row.summary.extra, "final_loss")) {
+    } else if (const auto& v = run.row.summary.facts.final_loss) {
       losses.push_back(*v);
       if (from_summary != nullptr) from_summary->push_back(run.row.id);
     }
@@ -373,8 +370,8 @@ GateResult evaluate_gate(receipts::Store& store, const std::vector<std::int64_t>
     r.memory_relative_increase = (*r.candidate_peak_memory - *r.baseline_peak_memory) / *r.baseline_peak_memory;
   check_backends_ran(r, options);
   check_capture(r);
-  r.baseline_first_step_ms = median_extra(r.comparison.a, "first_step_ms");
-  r.candidate_first_step_ms = median_extra(r.comparison.b, "first_step_ms");
+  r.baseline_first_step_ms = median_fact(r.comparison.a, &receipts::RunFacts::first_step_ms);
+  r.candidate_first_step_ms = median_fact(r.comparison.b, &receipts::RunFacts::first_step_ms);
   r.catalog_role = recorded_role(store, candidate_ids, options);
   r.standing_before = standing_on_candidate_lanes(store, candidate_ids, options);
   r.matrix_id = common_matrix(r.comparison);

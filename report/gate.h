@@ -107,7 +107,7 @@ struct GateResult {
   // makes the speed and memory comparison say nothing about the backend.
   std::vector<std::int64_t> fallback_candidate_runs, mismatched_runs;
   // Candidate runs that requested a whole-step CUDA graph and did not get one while every baseline run
-  // did (summary.extra.cuda_graphs), with the first one's reason.
+  // did (facts.cuda_graphs), with the first one's reason.
   std::vector<std::int64_t> capture_lost_runs;
   std::string capture_lost_reason;
   std::optional<double> baseline_first_step_ms, candidate_first_step_ms;  // medians over evidence runs

@@ -104,15 +104,17 @@ void add_memory(receipts::Store& store, CellReport& cell) {
 
 void add_scaling(CellReport& cell) {
   std::set<std::int64_t> worlds;
-  std::vector<double> per_gpu, comm, wait, straggler;
+  std::vector<double> per_gpu, comm, wait, straggler, straggler_wait;
   for (const auto& run : cell.side.evidence) {
-    const json distributed = member_or_null(run.row.summary.extra, "distributed");
-    const auto world = static_cast<std::int64_t>(number_at(distributed, "world_size").value_or(1));
+    const auto& distributed = run.row.summary.facts.distributed;
+    const std::int64_t world = distributed ? distributed->world_size : 1;
     worlds.insert(world);
     if (run.row.summary.tokens_per_s) per_gpu.push_back(*run.row.summary.tokens_per_s / static_cast<double>(world));
-    if (auto v = number_at(distributed, "comm_share")) comm.push_back(*v);
-    if (auto v = number_at(distributed, "comm_wait_share")) wait.push_back(*v);
-    if (auto v = number_at(distributed, "straggler_ratio")) straggler.push_back(*v);
+    if (!distributed) continue;
+    if (distributed->comm_share) comm.push_back(*distributed->comm_share);
+    if (distributed->comm_wait_share) wait.push_back(*distributed->comm_wait_share);
+    if (distributed->step_time_ratio) straggler.push_back(*distributed->step_time_ratio);
+    if (distributed->straggler_wait_share) straggler_wait.push_back(*distributed->straggler_wait_share);
   }
   if (worlds.size() == 1) cell.scaling.world_size = *worlds.begin();
   cell.scaling.mixed_world = worlds.size() > 1;
@@ -120,17 +122,28 @@ void add_scaling(CellReport& cell) {
   cell.scaling.comm_share = median_of(std::move(comm));
   cell.scaling.comm_wait_share = median_of(std::move(wait));
   cell.scaling.straggler_ratio = median_of(std::move(straggler));
+  cell.scaling.straggler_wait_share = median_of(std::move(straggler_wait));
 }
 
 void add_moe(CellReport& cell) {
   std::vector<double> drop_rate, aux;
   for (const auto& run : cell.side.evidence) {
-    const json moe = member_or_null(run.row.summary.extra, "moe");
-    if (auto v = number_at(moe, "drop_rate")) drop_rate.push_back(*v);
-    if (auto v = number_at(moe, "final_aux_loss")) aux.push_back(*v);
+    const auto& moe = run.row.summary.facts.moe;
+    if (!moe) continue;
+    if (moe->drop_rate) drop_rate.push_back(*moe->drop_rate);
+    if (moe->final_aux_loss) aux.push_back(*moe->final_aux_loss);
   }
   cell.moe_drop_rate = median_of(std::move(drop_rate));
   cell.moe_final_aux_loss = median_of(std::move(aux));
+}
+
+void add_model(CellReport& cell) {
+  for (const auto& run : cell.side.evidence) {
+    if (!run.row.summary.facts.model)
+      ++cell.runs_without_model;
+    else if (!cell.model)
+      cell.model = run.row.summary.facts.model;
+  }
 }
 
 // Efficiencies against the first cell (baseline first) that ran on one GPU.
@@ -221,6 +234,7 @@ json scaling_json(const ScalingFacts& s) {
           {"efficiency_vs_1_gpu", value_or_null(s.efficiency)},
           {"comm_share", value_or_null(s.comm_share)},
           {"comm_wait_share", value_or_null(s.comm_wait_share)},
+          {"straggler_wait_share", value_or_null(s.straggler_wait_share)},
           {"straggler_ratio", value_or_null(s.straggler_ratio)}};
 }
 
@@ -242,7 +256,18 @@ json cell_json(const CellReport& c) {
               {"max_reserved_bytes", value_or_null(c.memory->max_reserved)},
               {"alloc_retries", c.memory->alloc_retries},
               {"ooms", c.memory->ooms}};
+  json model = nullptr;
+  if (c.model)
+    model = {{"config", c.model->config},
+             {"config_overridden", c.model->config_overridden},
+             {"overrides", c.model->overrides},
+             {"pattern", c.model->pattern},
+             {"d_model", c.model->d_model},
+             {"layers", c.model->layers},
+             {"seq_len", c.model->seq_len},
+             {"parameters", value_or_null(c.model->parameters)}};
   return {{"name", c.name},
+          {"model", model},
           {"evidence_run_ids", c.side.evidence_ids()},
           {"excluded", excluded},
           {"step_ms", c.side.step_ms()},
@@ -327,23 +352,47 @@ Section summary_section(const Report& r, const std::vector<std::string>& plot_no
   return s;
 }
 
+// What each cell trained: a named configuration a --set changed is marked, so a name never stands
+// for a shape it no longer has.
+Section model_section(const Report& r) {
+  Section s{"Model", {}};
+  Table t{{"cell", "config", "pattern", "d_model", "layers", "T", "parameters"}, {}};
+  for (const auto& c : r.cells) {
+    if (!c.model) {
+      t.rows.push_back({c.name, "not recorded", "-", "-", "-", "-", "-"});
+      continue;
+    }
+    const auto& m = *c.model;
+    t.rows.push_back({c.name, m.config_overridden ? m.config + " (changed by --set)" : m.config, m.pattern,
+                      std::to_string(m.d_model), std::to_string(m.layers), std::to_string(m.seq_len),
+                      m.parameters ? fmt::format("{:.1f} M", static_cast<double>(*m.parameters) / 1e6) : "-"});
+  }
+  s.blocks.push_back(std::move(t));
+  for (const auto& c : r.cells)
+    if (c.model && c.model->config_overridden)
+      s.blocks.push_back(Paragraph{fmt::format("Cell {}: {} with --set {}.", c.name, c.model->config,
+                                               fmt::join(c.model->overrides, " --set "))});
+  return s;
+}
+
 Section scaling_section(const Report& r) {
   Section s{"Scaling", {}};
   s.blocks.push_back(Paragraph{fmt::format(
       "Data parallel, median over each cell's ok runs. Efficiency: tokens/s per GPU over {}. Communication share: "
       "the gradient all-reduces' own time over the step (NCCL's timing; '-' on Gloo, which cannot time them); wait "
-      "share: host time blocked on them after backward; straggler ratio: the slowest rank's median step over the "
-      "fastest's (1.000 = an even job).",
+      "share: host time blocked on them after backward; straggler wait: the longest a rank's collectives waited for "
+      "the slowest rank, over the step ('-' for runs recorded before it was measured; the ratio of the ranks' "
+      "step-time medians is no measure: synchronous training makes it ~1).",
       r.scaling_reference ? "the 1-GPU cell " + *r.scaling_reference : std::string("a 1-GPU cell (none here: no efficiency)"))});
   auto share = [](const std::optional<double>& v) { return v ? fmt::format("{:.1f} %", *v * 100) : "-"; };
-  Table t{{"cell", "GPUs", "tokens/s", "tokens/s per GPU", "efficiency", "comm share", "comm wait share", "straggler ratio"},
+  Table t{{"cell", "GPUs", "tokens/s", "tokens/s per GPU", "efficiency", "comm share", "comm wait share", "straggler wait"},
           {}};
   for (const auto& c : r.cells) {
     const auto& f = c.scaling;
     t.rows.push_back({c.name, f.world_size ? std::to_string(*f.world_size) : (f.mixed_world ? "mixed" : "-"),
                       fixed(c.side.median_tokens_per_s, 0),
                       fixed(f.tokens_per_s_per_gpu, 0), share(f.efficiency), share(f.comm_share),
-                      share(f.comm_wait_share), fixed(f.straggler_ratio, 3)});
+                      share(f.comm_wait_share), share(f.straggler_wait_share)});
   }
   s.blocks.push_back(std::move(t));
   for (const auto& c : r.cells)
@@ -584,6 +633,7 @@ Report build_report(receipts::Store& store, const RunSelection& chosen, const Re
     add_environment(store, cell, report);
     add_scaling(cell);
     add_moe(cell);
+    add_model(cell);
     report.cells.push_back(std::move(cell));
   }
   add_efficiencies(report);
@@ -628,6 +678,7 @@ Document to_document(const Report& r, const std::vector<Plot>& plots, const std:
   Document d;
   d.title = "ablate report: " + r.title;
   d.sections.push_back(summary_section(r, plot_note.empty() ? std::vector<std::string>{} : std::vector{plot_note}));
+  d.sections.push_back(model_section(r));
   if (r.has_multi_gpu) d.sections.push_back(scaling_section(r));
   d.sections.push_back(step_time_section(r, plots));
   d.sections.push_back(loss_section(r, plots));

@@ -38,14 +38,17 @@ struct FixtureRun {
   std::string name;
   std::optional<std::int64_t> matrix_id;  // with cell: the run belongs to that matrix cell (repeat 0)
   std::string cell;
-  // Data parallel: summary.extra.distributed as the runner writes it (null: one process), and the
+  // Data parallel: summary_json's "distributed" as the runner writes it (null: one process), and the
   // job's tokens/s (default: 1000 tokens a step over step_ms).
   nlohmann::json distributed;
   std::optional<double> tokens_per_s;
   std::int64_t peak_memory_bytes = std::int64_t{1} << 30;
-  nlohmann::json moe;  // summary.extra.moe as the runner writes it for models with E blocks (null: none)
-  nlohmann::json cuda_graphs;            // summary.extra.cuda_graphs (null: not recorded)
-  std::optional<double> first_step_ms;   // summary.extra.first_step_ms
+  nlohmann::json moe;  // summary_json's "moe" as the runner writes it for models with E blocks (null: none)
+  nlohmann::json cuda_graphs;            // summary_json's "cuda_graphs" (null: not recorded)
+  std::optional<double> first_step_ms;   // summary_json's "first_step_ms"
+  bool profiled = false;                 // a traced profile window (summary_json's "profile" status ok)
+  nlohmann::json model;                  // summary_json's "model" (null: not recorded)
+  std::int64_t summary_steps = 100;      // the run's length (runs.steps)
   std::map<std::string, std::string> env;  // further run_env keys, or replacements of the defaults
 };
 
@@ -91,17 +94,21 @@ class FixtureStore {
     if (!run.backends.empty()) store_.record_backends(id, run.backends);
     if (!run.goodput.empty()) store_.record_goodput(id, run.goodput);
     receipts::RunSummary summary;
-    summary.steps = 100;
+    summary.steps = run.summary_steps;
     summary.median_step_ms = run.step_ms;
     summary.tokens_per_s = run.tokens_per_s.value_or(1e6 / run.step_ms);  // default: 1000 tokens a step
     if (run.with_goodput) summary.goodput_pct = 90.0;
     summary.peak_memory_bytes = run.peak_memory_bytes;
     summary.flops_version = "v1";
-    summary.extra = {{"final_loss", run.final_loss}};
-    if (!run.distributed.is_null()) summary.extra["distributed"] = run.distributed;
-    if (!run.moe.is_null()) summary.extra["moe"] = run.moe;
-    if (!run.cuda_graphs.is_null()) summary.extra["cuda_graphs"] = run.cuda_graphs;
-    if (run.first_step_ms) summary.extra["first_step_ms"] = *run.first_step_ms;
+    // The facts as the store holds them (summary_json), read through the typed reader as every report does.
+    nlohmann::json facts = {{"final_loss", run.final_loss}};
+    if (!run.distributed.is_null()) facts["distributed"] = run.distributed;
+    if (!run.moe.is_null()) facts["moe"] = run.moe;
+    if (!run.cuda_graphs.is_null()) facts["cuda_graphs"] = run.cuda_graphs;
+    if (run.first_step_ms) facts["first_step_ms"] = *run.first_step_ms;
+    if (run.profiled) facts["profile"] = {{"status", "ok"}, {"reason", ""}};
+    if (!run.model.is_null()) facts["model"] = run.model;
+    summary.facts = receipts::run_facts_from_json(facts, "fixture summary");
     // Still running, or abandoned: never finished, the abandoned one's heartbeat a day old.
     if (run.status == receipts::RunStatus::running) return id;
     if (run.status == receipts::RunStatus::abandoned) {

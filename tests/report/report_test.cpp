@@ -71,7 +71,7 @@ TEST(Report, MarkdownMatchesTheGoldenFile) {
 }
 
 // Data parallel cells: tokens/s per GPU against the 1-GPU cell, communication share (null on Gloo)
-// and straggler ratio as medians of the runs' summary.extra.distributed; a report without a
+// and straggler wait as medians of the runs' facts.distributed; a report without a
 // multi-GPU cell has no Scaling section.
 TEST(Report, ScalingSectionForDataParallelCells) {
   FixtureStore f;
@@ -84,7 +84,7 @@ TEST(Report, ScalingSectionForDataParallelCells) {
   two.tokens_per_s = 2000 / 0.105;  // the job's 2000 tokens a step at 105 ms: 9523.8 per GPU
   for (const double share : {0.08, 0.10, 0.12}) {
     two.distributed = {{"world_size", 2}, {"backend", "nccl"}, {"comm_share", share}, {"comm_wait_share", 0.01},
-                       {"straggler_ratio", 1.0 + share / 5}};
+                       {"straggler_ratio", 1.0 + share / 5}, {"straggler_wait_share", share / 2}};
     f.add("dp", two);
   }
   FixtureRun gloo = two;
@@ -108,11 +108,12 @@ TEST(Report, ScalingSectionForDataParallelCells) {
   EXPECT_NEAR(*dp2.efficiency, 0.952381, 1e-6);
   EXPECT_DOUBLE_EQ(*dp2.comm_share, 0.10);
   EXPECT_DOUBLE_EQ(*dp2.straggler_ratio, 1.02);
+  EXPECT_DOUBLE_EQ(*dp2.straggler_wait_share, 0.05);
 
   const std::string markdown = render_markdown(to_document(report, {}, ""));
   EXPECT_NE(markdown.find("## Scaling"), std::string::npos) << markdown;
-  EXPECT_NE(markdown.find("| dp2 | 2 | 19048 | 9524 | 95.2 % | 10.0 % | 1.0 % | 1.020 |"), std::string::npos) << markdown;
-  EXPECT_NE(markdown.find("| gloo2 | 2 | 19048 | 9524 | 95.2 % | - | 20.0 % | 1.500 |"), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find("| dp2 | 2 | 19048 | 9524 | 95.2 % | 10.0 % | 1.0 % | 5.0 % |"), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find("| gloo2 | 2 | 19048 | 9524 | 95.2 % | - | 20.0 % | - |"), std::string::npos) << markdown;
   EXPECT_EQ(to_json(report)["cells"][0]["scaling"]["efficiency_vs_1_gpu"], 1.0);
   EXPECT_EQ(to_json(report)["scaling_reference"], "dp1");
 
@@ -134,7 +135,7 @@ TEST(Report, ScalingSectionForDataParallelCells) {
 }
 
 // A capacity-factor ablation: the Loss section gains the MoE drop rate and final aux loss (medians of
-// summary.extra.moe) when a cell has them; cells without (no E blocks) show "-".
+// facts.moe) when a cell has them; cells without (no E blocks) show "-".
 TEST(Report, MoeRouterColumnsInTheLossSection) {
   FixtureStore f;
   FixtureRun dropless = detailed("dropless", "reference", 3.0);
@@ -191,6 +192,32 @@ TEST(Report, CellsOfDifferentSpecsAreSplitAndLabelled) {
                                          wide_id));
   const std::string markdown = render_markdown(to_document(report, {}, ""));
   EXPECT_NE(markdown.find("| tiny \\[train.steps=200\\] | 1 |"), std::string::npos) << markdown;  // [ ] escaped
+}
+
+// A cell whose runs changed the named configuration with --set says so, with the shape it really
+// trained; receipts older than the model facts say "not recorded".
+TEST(Report, ModelSectionShowsTheShapeAndMarksOverriddenConfigs) {
+  FixtureStore f;
+  FixtureRun big;
+  big.name = "big";
+  big.model = {{"config", "nam56r-small"},  {"overrides", {"model.d_model=2048"}}, {"config_overridden", true},
+               {"pattern", "AEMEAEMEAEMR"}, {"d_model", 2048},                      {"layers", 12},
+               {"seq_len", 4096},           {"batch_size", 8},                      {"parameters", 1820000000}};
+  f.add_group("m", {100, 101, 102}, big);
+  FixtureRun old;
+  old.name = "old";
+  f.add_group("m", {100, 101, 102}, old);
+  const auto report = build_report(f.store(), select_grouped(f.store(), "tag:m"));
+  ASSERT_EQ(report.cells.size(), 2u);
+  ASSERT_TRUE(report.cells[0].model);
+  EXPECT_TRUE(report.cells[0].model->config_overridden);
+  EXPECT_EQ(report.cells[1].runs_without_model, 3u);
+  const std::string markdown = render_markdown(to_document(report, {}, ""));
+  EXPECT_NE(markdown.find("| big | nam56r-small (changed by --set) | AEMEAEMEAEMR | 2048 | 12 | 4096 | 1820.0 M |"),
+            std::string::npos)
+      << markdown;
+  EXPECT_NE(markdown.find("Cell big: nam56r-small with --set model.d\\_model=2048."), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find("| old | not recorded |"), std::string::npos) << markdown;
 }
 
 // Every cell a matrix declares is listed, with its runs or why it has none: a cell wider than the
