@@ -58,7 +58,8 @@
 // SIMT path's backward chunk needs 234,516 bytes there, over the H100's 232,448: fp32 x at that shape
 // takes chunk 48); anything else is a TORCH_CHECK error that says so. No host synchronisation:
 // capturable in a CUDA graph.
-// Tests: kernels_tests --gtest_filter='*Parity*ssm_scan*:FusedSsmScan*'. Benchmark: bench/scans_bench.
+// Tests: kernels_tests --gtest_filter='*Parity*ssm_scan*:FusedSsmScan*'.
+// Benchmark: bench/kernels_bench --benchmark_filter='ssm/fused_cuda' (kernels/ssm_scan/bench.cpp).
 // Without a CUDA compiler this file is compiled as C++ with everything but the registration left out
 // (kernels/registry.h): the row stays listed, unavailable as "built without CUDA".
 #include "kernels/registry.h"
