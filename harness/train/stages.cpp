@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "data/loader.h"
+#include "harness/lane.h"
 #include "harness/step_stats.h"
 #include "harness/train/checkpoint.h"
 #include "harness/train/device.h"
@@ -90,22 +91,9 @@ data::DataOptions data_options(const ExperimentSpec& spec) {
   return d;
 }
 
-// Seams added after the lane key was fixed join it only off their reference backend, so the runs
-// recorded before a seam existed stay in the same lane as today's runs that leave it on the reference.
-// The seams added since: optimizer (session 3), ssm_rotary (the M block's rotation, split out of the block
-// with the same arithmetic on its reference), causal_conv (the R block's convolution, likewise), moe_router
-// (the E block's router, likewise).
-bool in_lane_key(const kernels::Resolution& r) {
-  static const std::set<std::string> late_seams = {"optimizer", "ssm_rotary", "causal_conv", "moe_router"};
-  return !late_seams.contains(r.seam) || r.chosen != "reference";
-}
-
+// The lane (harness/lane.h) of the run's resolved backends.
 std::string lane_of(const ExperimentSpec& spec, const kernels::Dispatcher& d, const std::string& device_kind) {
-  std::string backends;
-  for (const auto& r : d.resolutions())
-    if (in_lane_key(r)) backends += r.seam + "=" + r.chosen + ";";
-  return fmt::format("{}:{}:{}x{}:{}", spec.model.name, model_hash(spec).substr(0, 8), spec.distributed.nproc, device_kind,
-                     receipts::sha256_hex(backends).substr(0, 8));
+  return harness::lane_of(spec, d.resolutions(), device_kind);
 }
 
 // Test-only fault injection for the multi-process tests (tests/harness/distributed_test.cpp):
