@@ -1,8 +1,9 @@
 // kernels/seam_list.h: the one list of seams, in model order, each with the type of its function
 // (declared in kernels/seams.h) and how its chosen backend enters a run's lane key. Plain preprocessor
-// data, so that the LibTorch-free catalog (kernels/catalog.cpp: seams(), lane_key_of()) and the registry
-// (kernels/registry.h: one table per seam) expand it, and CMake (kernels/CMakeLists.txt: one folder per
-// seam) reads it from the lines below.
+// data, so that the LibTorch-free catalog (kernels/catalog.cpp: seams(), lane_key_of()), the registry
+// (kernels/registry.h: one table per seam) and the Dispatcher (kernels/dispatch.h: one bound function
+// per seam) expand it, and CMake (kernels/CMakeLists.txt: one folder per seam) reads it from the lines
+// below.
 // Adding a seam: one line here, its function type in seams.h, its folder with a reference backend, a
 // Dispatcher method, parity cases.
 #pragma once

@@ -175,7 +175,10 @@ RunPosture choose_posture(const ExperimentSpec& spec, const RunOptions& opt) {
   info.cuda = info.cuda && p.device.is_cuda();
   info.dtype = p.bf16 ? "bf16" : "fp32";
   info.model = model_dims(spec.model);
-  p.dispatcher = std::make_shared<const kernels::Dispatcher>(spec.backends.requested, info, spec.backends.strict);
+  kernels::Dispatcher dispatcher(spec.backends.requested, info, spec.backends.strict);
+  for (const auto& [seam, implementation] : opt.implementations_for_testing)
+    dispatcher = dispatcher.with_implementation_for_testing(seam, implementation);
+  p.dispatcher = std::make_shared<const kernels::Dispatcher>(std::move(dispatcher));
 
   auto& ctx = at::globalContext();
   ctx.setBenchmarkCuDNN(spec.compile.cudnn_benchmark);

@@ -424,5 +424,31 @@ TEST(Dispatcher, DescribesTheDevice) {
   }
 }
 
+// A test builds a Dispatcher whose seam calls another implementation while reporting its chosen
+// backend: here loss reports reference and runs chunked (whose autograd node is its own Function).
+TEST(Dispatcher, WithImplementationForTestingCallsItUnderTheChosenName) {
+  const Dispatcher chosen;
+  const Dispatcher forced = chosen.with_implementation_for_testing("loss", "chunked");
+  EXPECT_EQ(forced.chosen("loss"), "reference");
+  ASSERT_EQ(forced.resolutions().size(), chosen.resolutions().size());
+  for (size_t i = 0; i < chosen.resolutions().size(); ++i)
+    EXPECT_EQ(forced.resolutions()[i].chosen, chosen.resolutions()[i].chosen) << chosen.resolutions()[i].seam;
+
+  const auto hidden = torch::randn({6, 4}).requires_grad_();
+  const auto head = torch::randn({10, 4});
+  const auto targets = torch::randint(0, 10, {6}, torch::kLong);
+  const auto mask = torch::ones({6});
+  const auto node = [](const torch::Tensor& loss) { return loss.grad_fn()->name(); };
+  const auto by_reference = chosen.loss(hidden, head, targets, mask);
+  const auto by_chunked = forced.loss(hidden, head, targets, mask);
+  EXPECT_THAT(node(by_chunked), HasSubstr("ChunkedLinearCrossEntropy"));
+  EXPECT_THAT(node(by_reference), ::testing::Not(HasSubstr("ChunkedLinearCrossEntropy")));
+  EXPECT_NEAR(by_chunked.item<double>(), by_reference.item<double>(), 1e-5);
+  // The original is unchanged; unknown seams and implementations are refused.
+  EXPECT_THAT(node(chosen.loss(hidden, head, targets, mask)), ::testing::Not(HasSubstr("ChunkedLinearCrossEntropy")));
+  EXPECT_THROW(chosen.with_implementation_for_testing("no_such_seam", "reference"), std::invalid_argument);
+  EXPECT_THROW(chosen.with_implementation_for_testing("loss", "no_such_backend"), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace ablate::kernels
