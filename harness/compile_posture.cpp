@@ -27,15 +27,18 @@ std::string capture_advice(const kernels::BackendInfo& row) {
 
 }  // namespace
 
-GraphCapturePosture decide_graph_capture(bool requested, bool cuda_device,
-                                         const std::map<std::string, std::string>& chosen,
-                                         const model::ModelConfig& model) {
-  GraphCapturePosture p;
+receipts::CaptureFacts decide_graph_capture(bool requested, bool cuda_device,
+                                            const std::map<std::string, std::string>& chosen,
+                                            const model::ModelConfig& model) {
+  using receipts::CaptureOutcome;
+  receipts::CaptureFacts p;
   p.requested = requested;
   if (!requested) {
+    p.outcome = CaptureOutcome::not_requested;
     p.reason = "not requested";
     return p;
   }
+  p.outcome = CaptureOutcome::refused;
   if (!cuda_device) {
     p.reason = "refused: CUDA graphs need a CUDA device (the run is on the CPU); the step ran eager";
     return p;
@@ -55,6 +58,7 @@ GraphCapturePosture decide_graph_capture(bool requested, bool cuda_device,
     return p;
   }
   p.eligible = true;
+  p.outcome = CaptureOutcome::not_reached;
   p.reason = "eligible: the step is captured after the eager warm-up steps";
   return p;
 }

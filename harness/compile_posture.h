@@ -11,6 +11,7 @@
 #include <string>
 
 #include "model/config.h"
+#include "receipts/run_facts.h"
 
 namespace ablate::harness {
 
@@ -18,15 +19,10 @@ namespace ablate::harness {
 // workspaces, cuDNN autotuning, first-launch module loading) must not happen inside the graph.
 inline constexpr int64_t kGraphWarmupEagerSteps = 3;
 
-struct GraphCapturePosture {
-  bool requested = false;
-  bool eligible = false;  // nothing known up front prevents capture: the runner tries
-  bool achieved = false;  // set by the runner once the step was captured and replayed
-  std::string reason;     // why not eligible or not achieved; how it was captured when achieved
-};
-
+// The decision up front: outcome not_requested or refused (with the reason), or eligible (outcome
+// not_reached until the step executor captures: captured or failed, with how or why).
 // `chosen`: seam -> chosen backend of the run's Dispatcher.
-GraphCapturePosture decide_graph_capture(bool requested, bool cuda_device,
+receipts::CaptureFacts decide_graph_capture(bool requested, bool cuda_device,
                                          const std::map<std::string, std::string>& chosen,
                                          const model::ModelConfig& model);
 

@@ -1,11 +1,12 @@
 // kernels/bench_util.h: what every seam's benchmark (kernels/<seam>/bench.cpp, one program:
-// build/bench/kernels_bench) shares: the CUDA-event timed loop with an L2 flush, the allocator-peak
-// probe, the bf16 autocast bracket, nam56r-small's shapes and the H100 ceilings (docs/gpu.md), and the
-// registration of a seam's cases (ABLATE_BENCHMARKS), run by kernels/bench_main.cpp before the
-// command line is parsed. CUDA cases register only when a GPU is visible.
+// build/bench/kernels_bench) shares: the CUDA-event timed loop with an L2 flush, the host-clock loop
+// (CPU or GPU, tokens/s), the allocator-peak probe, the bf16 autocast bracket, nam56r-small's shapes
+// and the H100 ceilings (docs/gpu.md), and the registration of a seam's cases (ABLATE_BENCHMARKS), run
+// by kernels/bench_main.cpp before the command line is parsed. CUDA cases register only when a GPU is visible.
 // Run: build/bench/kernels_bench [--benchmark_filter=<seam>/...]
 #pragma once
 #include <benchmark/benchmark.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -16,7 +17,6 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -35,6 +35,31 @@ inline double size_of(torch::ScalarType t) { return static_cast<double>(c10::ele
 
 // Adds a seam's benchmark cases; called by ABLATE_BENCHMARKS during static initialisation.
 bool add_registrar(void (*register_cases)());
+
+// Runs `step` (one forward, or forward+backward) in the timed loop on the host clock, the device
+// synchronised after each iteration (CPU or GPU): counters tokens/s (`tokens` an iteration) and, on
+// CUDA, peak_GiB (the caching allocator's peak allocated bytes during the loop). For cases that compare
+// CPU and GPU forms, or whole calls with their host work (the reference scans' cases).
+template <class Step>
+inline void timed_host(benchmark::State& st, torch::Device dev, int64_t tokens, Step step) {
+  auto sync = [&] {
+    if (dev.is_cuda()) torch::cuda::synchronize(dev.index());
+  };
+  step();  // warm-up: allocator pools, cuBLAS handles, one-time dispatch
+  sync();
+  if (dev.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(dev.index());
+  for (auto _ : st) {
+    step();
+    sync();
+  }
+  st.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsIterationInvariantRate);
+  if (dev.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(dev.index());
+    const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    st.counters["peak_GiB"] = static_cast<double>(stats.allocated_bytes[agg].peak) / (1 << 30);
+  }
+}
 
 #if defined(ABLATE_HAVE_CUDA)
 // Runs `step` in the timed loop: CUDA events around each iteration on the current stream, reported

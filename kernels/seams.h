@@ -90,7 +90,7 @@ using SsmScanFn = std::function<SsmScanOutputs(const SsmScanInputs&)>;
 // out[b,t,c] = bias[c] + sum_{j<K} x[b, t-K+1+j, c] weight[c,j], x before the first step 0. x [B,T,C]
 // (strided: the R block hands a slice of its input projection), weight [C,K], bias [C] (the
 // parameters' dtype). out [B,T,C] in the promoted dtype of x and weight (fp32 for bf16 x under
-// autocast), with bias taken in x's dtype: the arithmetic the block had before it was a seam.
+// autocast), with bias taken in x's dtype.
 using CausalConvFn =
     std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias)>;
 // recurrent_scan (RG-LRU, docs/model.md "R"), gates fused: log a_t = -8 sigmoid(gate_a_t) softplus(-lambda),

@@ -27,6 +27,14 @@ constexpr std::array<std::pair<Verdict, std::string_view>, 3> kVerdicts = {{
     {Verdict::inconclusive, "INCONCLUSIVE"},
 }};
 
+constexpr std::array<std::pair<CaptureOutcome, std::string_view>, 5> kCaptureOutcomes = {{
+    {CaptureOutcome::not_requested, "not_requested"},
+    {CaptureOutcome::refused, "refused"},
+    {CaptureOutcome::not_reached, "not_reached"},
+    {CaptureOutcome::failed, "failed"},
+    {CaptureOutcome::captured, "captured"},
+}};
+
 // Shared lookup for the small enum <-> name tables above.
 template <typename Enum, std::size_t N>
 std::string_view name_of(const std::array<std::pair<Enum, std::string_view>, N>& table, Enum value) {
@@ -52,6 +60,10 @@ std::string_view to_string(RunStatus status) { return name_of(kStatuses, status)
 RunStatus parse_run_status(std::string_view text) { return value_of(kStatuses, text, "run status"); }
 std::string_view to_string(Verdict verdict) { return name_of(kVerdicts, verdict); }
 Verdict parse_verdict(std::string_view text) { return value_of(kVerdicts, text, "verdict"); }
+std::string_view to_string(CaptureOutcome outcome) { return name_of(kCaptureOutcomes, outcome); }
+CaptureOutcome parse_capture_outcome(std::string_view text) {
+  return value_of(kCaptureOutcomes, text, "CUDA graph capture outcome");
+}
 
 const std::vector<std::string>& goodput_categories() {
   static const std::vector<std::string> names = {"startup",    "data_prep", "warmup",    "productive", "data_wait",

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "receipts/run_facts.h"
+
 namespace ablate::receipts {
 
 // Stored statuses are running/ok/failed/killed; `abandoned` is derived when reading: a `running` run
@@ -162,7 +164,7 @@ struct RunSummary {
   std::optional<double> goodput_pct;
   std::optional<std::int64_t> peak_memory_bytes;
   std::string flops_version;
-  nlohmann::json extra;  // anything else worth keeping (stored as summary_json); null: nothing
+  RunFacts facts;  // everything else known about the run (receipts/run_facts.h), stored as summary_json
 };
 
 struct RunRow {

@@ -528,7 +528,7 @@ void Store::finish_run(std::int64_t run_id, RunStatus status, const std::string&
   }
   const double now = unix_now();
   const std::optional<std::string> summary_json =
-      summary.extra.is_null() ? std::nullopt : std::optional<std::string>(summary.extra.dump());
+      summary.facts.empty() ? std::nullopt : std::optional<std::string>(to_json(summary.facts).dump());
   const std::optional<std::string> error_text = error.empty() ? std::nullopt : std::optional<std::string>(error);
   write_run(run_id, "finish", [&] {
     sql::Lease st = db_->prepare(

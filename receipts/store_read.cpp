@@ -95,7 +95,12 @@ RunRow read_run(const sql::Statement& st) {
   r.summary.goodput_pct = st.opt_double(20);
   r.summary.peak_memory_bytes = st.opt_int(21);
   r.summary.flops_version = st.opt_text(22).value_or("");
-  if (const auto extra = st.opt_text(23)) r.summary.extra = nlohmann::json::parse(*extra);
+  if (const auto facts = st.opt_text(23)) {
+    const auto what = fmt::format("run {} summary_json", r.id);
+    const auto j = nlohmann::json::parse(*facts, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) throw StoreError(fmt::format("{} is not valid JSON: the store is damaged", what));
+    r.summary.facts = run_facts_from_json(j, what);
+  }
   return r;
 }
 
@@ -127,7 +132,7 @@ nlohmann::json run_row_json(const RunRow& r) {
         {"goodput_pct", opt(s.goodput_pct)},
         {"peak_memory_bytes", opt(s.peak_memory_bytes)},
         {"flops_version", s.flops_version},
-        {"extra", s.extra}}},
+        {"facts", to_json(s.facts)}}},
   };
 }
 

@@ -23,7 +23,7 @@ using receipts::RunRow;
 using receipts::RunStatus;
 using nlohmann::json;
 
-constexpr const char* kAbsent = "(absent)";
+constexpr const char* kAbsent = kAbsentField;
 
 // Spec fields that name or describe an experiment without changing what it measures.
 const std::set<std::string>& descriptive_spec_fields() {
@@ -32,7 +32,10 @@ const std::set<std::string>& descriptive_spec_fields() {
   return fields;
 }
 
-std::string exclusion_reason(const RunRow& run) {
+}  // namespace
+
+std::string not_evidence_reason(const RunRow& run) {
+  if (receipts::is_evidence(run)) return "";
   if (run.status != RunStatus::ok) {
     return fmt::format("status {}{}", receipts::to_string(run.status), run.error ? ": " + *run.error : "");
   }
@@ -47,6 +50,8 @@ std::string exclusion_reason(const RunRow& run) {
   return missing.empty() ? "not evidence" : fmt::format("incomplete summary: no {}", fmt::join(missing, ", "));
 }
 
+namespace {
+
 // Spec leaves as "spec.a.b" -> JSON text; a non-empty object is descended, anything else is a leaf.
 void flatten_spec(const json& node, const std::string& path, std::map<std::string, std::string>& out) {
   if (node.is_object() && !node.empty()) {
@@ -59,10 +64,21 @@ void flatten_spec(const json& node, const std::string& path, std::map<std::strin
 
 // Median of a summary value over the evidence runs that have it.
 template <typename Getter>
-std::optional<double> median_over(const std::vector<RunFacts>& runs, Getter get) {
+std::optional<double> median_over(const std::vector<ComparedRun>& runs, Getter get) {
   std::vector<double> values;
   for (const auto& run : runs)
     if (const auto value = get(run.row.summary)) values.push_back(static_cast<double>(*value));
+  if (values.empty()) return std::nullopt;
+  return median(values);
+}
+
+// Median over the evidence runs with a goodput ledger of one of its SteadyGoodput values.
+template <typename Getter>
+std::optional<double> median_goodput(const std::vector<ComparedRun>& runs, Getter get) {
+  std::vector<double> values;
+  for (const auto& run : runs)
+    if (run.goodput)
+      if (const std::optional<double> value = get(*run.goodput)) values.push_back(*value);
   if (values.empty()) return std::nullopt;
   return median(values);
 }
@@ -72,6 +88,11 @@ void summarize(Side& side) {
   side.median_tokens_per_s = median_over(side.evidence, [](const auto& s) { return s.tokens_per_s; });
   side.median_goodput_pct = median_over(side.evidence, [](const auto& s) { return s.goodput_pct; });
   side.median_peak_memory_bytes = median_over(side.evidence, [](const auto& s) { return s.peak_memory_bytes; });
+  side.median_fixed_seconds =
+      median_goodput(side.evidence, [](const SteadyGoodput& g) { return std::optional<double>(g.fixed_seconds); });
+  side.median_fixed_share =
+      median_goodput(side.evidence, [](const SteadyGoodput& g) { return std::optional<double>(g.fixed_share); });
+  side.median_steady_goodput_pct = median_goodput(side.evidence, [](const SteadyGoodput& g) { return g.steady_pct; });
 }
 
 }  // namespace
@@ -85,9 +106,50 @@ std::map<std::string, std::string> comparable_fields(receipts::Store& store, std
     const auto it = env.find(key);
     fields["env." + key] = it == env.end() ? kAbsent : it->second;
   }
+  fields.merge(spec_fields(store, run_id));
+  return fields;
+}
+
+std::map<std::string, std::string> spec_fields(receipts::Store& store, std::int64_t run_id) {
+  std::map<std::string, std::string> fields;
   const json spec = store.query("SELECT spec_json FROM run_spec WHERE run_id = ?", {run_id});
   if (!spec.empty()) flatten_spec(json::parse(spec[0]["spec_json"].get<std::string>()), "spec", fields);
   return fields;
+}
+
+std::map<std::string, double> goodput_seconds(receipts::Store& store, std::int64_t run_id) {
+  std::map<std::string, double> seconds;
+  for (const auto& row : store.query("SELECT category, seconds FROM goodput WHERE run_id = ?", {run_id}))
+    seconds[row["category"].get<std::string>()] = row["seconds"].get<double>();
+  return seconds;
+}
+
+std::optional<SteadyGoodput> steady_goodput(const std::map<std::string, double>& seconds) {
+  double wall = 0, fixed = 0;
+  for (const auto& [category, s] : seconds) {
+    wall += s;
+    if (category == "startup" || category == "data_prep" || category == "warmup") fixed += s;
+  }
+  if (!(wall > 0)) return std::nullopt;
+  SteadyGoodput g{fixed, fixed / wall, std::nullopt};
+  const auto productive = seconds.find("productive");
+  if (wall - fixed > 0) g.steady_pct = (productive == seconds.end() ? 0.0 : productive->second) / (wall - fixed) * 100;
+  return g;
+}
+
+std::vector<BackendShortfall> backend_shortfalls(receipts::Store& store, const std::vector<std::int64_t>& run_ids,
+                                                 const std::string& seam) {
+  std::vector<BackendShortfall> out;
+  for (const auto& row : store.query("SELECT run_id, requested, chosen, observed, mismatch FROM run_backends WHERE "
+                                     "seam = ? AND run_id IN (SELECT value FROM json_each(?)) ORDER BY run_id",
+                                     {seam, json(run_ids).dump()})) {
+    BackendShortfall s{row["run_id"].get<std::int64_t>(), seam, row["requested"].get<std::string>(),
+                       row["chosen"].get<std::string>(), std::nullopt,
+                       !row["mismatch"].is_null() && row["mismatch"].get<std::int64_t>() == 1};
+    if (row["observed"].is_string()) s.observed = row["observed"].get<std::string>();
+    if (s.fell_back() || s.mismatch) out.push_back(std::move(s));
+  }
+  return out;
 }
 
 Side load_side(receipts::Store& store, const std::vector<std::int64_t>& ids) {
@@ -95,9 +157,9 @@ Side load_side(receipts::Store& store, const std::vector<std::int64_t>& ids) {
   for (const std::int64_t id : ids) {
     RunRow row = store.get_run(id);
     if (receipts::is_evidence(row)) {
-      side.evidence.push_back({std::move(row), comparable_fields(store, id)});
+      side.evidence.push_back({std::move(row), comparable_fields(store, id), steady_goodput(goodput_seconds(store, id))});
     } else {
-      side.excluded.push_back({id, row.status, exclusion_reason(row)});
+      side.excluded.push_back({id, row.status, not_evidence_reason(row)});
     }
   }
   summarize(side);
@@ -138,6 +200,46 @@ std::string describe(const FieldDifference& d) {
                      fmt::join(d.a_values, " / "), fmt::join(d.b_values, " / "));
 }
 
+// The seams the factor under test names: spec.backends.<seam> fields that differ between the sides.
+std::vector<std::string> factor_seams(const Comparison& c) {
+  constexpr std::string_view prefix = "spec.backends.";
+  std::vector<std::string> seams;
+  for (const auto& d : c.factor)
+    if (d.field.starts_with(prefix)) seams.push_back(d.field.substr(prefix.size()));
+  return seams;
+}
+
+std::string shortfall_text(const BackendShortfall& s) {
+  if (s.fell_back()) return fmt::format("requested {} at {} but ran {}", s.requested, s.seam, s.chosen);
+  return fmt::format("chose {} at {} but its kernels matched {}", s.chosen, s.seam, s.observed.value_or("another backend"));
+}
+
+// Moves the side's evidence runs that did not run what they requested at a factor seam to its
+// excluded runs, with why, and recomputes its medians.
+void set_aside_shortfalls(receipts::Store& store, Side& side, const std::vector<std::string>& seams,
+                          std::vector<BackendShortfall>& shortfalls) {
+  std::map<std::int64_t, std::vector<std::string>> why;
+  for (const auto& seam : seams) {
+    for (auto& s : backend_shortfalls(store, side.evidence_ids(), seam)) {
+      why[s.run_id].push_back(fmt::format("{} (run_backends.{})", shortfall_text(s), s.fell_back() ? "chosen" : "mismatch"));
+      shortfalls.push_back(std::move(s));
+    }
+  }
+  if (why.empty()) return;
+  std::vector<ComparedRun> kept;
+  for (auto& run : side.evidence) {
+    const auto it = why.find(run.row.id);
+    if (it == why.end()) {
+      kept.push_back(std::move(run));
+      continue;
+    }
+    side.excluded.push_back({run.row.id, run.row.status,
+                             fmt::format("{}: no evidence about the factor under test", fmt::join(it->second, "; "))});
+  }
+  side.evidence = std::move(kept);
+  summarize(side);
+}
+
 void require_disjoint_sides(const std::vector<std::int64_t>& a_ids, const std::vector<std::int64_t>& b_ids) {
   if (a_ids.empty() || b_ids.empty()) throw std::invalid_argument("compare needs at least one run on each side");
   const std::set<std::int64_t> a_set(a_ids.begin(), a_ids.end()), b_set(b_ids.begin(), b_ids.end());
@@ -167,6 +269,10 @@ json side_json(const Side& side) {
           {"median_tokens_per_s", value_or_null(side.median_tokens_per_s)},
           {"median_goodput_pct", value_or_null(side.median_goodput_pct)},
           {"median_peak_memory_bytes", value_or_null(side.median_peak_memory_bytes)},
+          {"median_fixed_cost_seconds", value_or_null(side.median_fixed_seconds)},
+          {"median_fixed_cost_share", value_or_null(side.median_fixed_share)},
+          {"median_steady_goodput_pct", value_or_null(side.median_steady_goodput_pct)},
+          {"fixed_cost_dominates", side.fixed_cost_dominates()},
           {"excluded", excluded}};
 }
 
@@ -174,6 +280,14 @@ json differences_json(const std::vector<FieldDifference>& diffs) {
   json out = json::array();
   for (const auto& d : diffs)
     out.push_back({{"field", d.field}, {"a", d.a_values}, {"b", d.b_values}, {"within_side", d.within_side}});
+  return out;
+}
+
+json shortfalls_json(const std::vector<BackendShortfall>& shortfalls) {
+  json out = json::array();
+  for (const auto& s : shortfalls)
+    out.push_back({{"run_id", s.run_id}, {"seam", s.seam}, {"requested", s.requested}, {"chosen", s.chosen},
+                   {"observed", value_or_null(s.observed)}, {"mismatch", s.mismatch}});
   return out;
 }
 
@@ -227,8 +341,9 @@ std::string side_line(char label, const Side& side) {
 }  // namespace
 
 const std::vector<std::string>& compared_env_keys() {
-  static const std::vector<std::string> keys = {"gpu_model", "nvidia_driver", "cuda_runtime", "libtorch",
-                                                "nccl",      "git_revision",  "compiler"};
+  static const std::vector<std::string> keys = {
+      "gpu_model", "nvidia_driver", "cuda_runtime",  "cudnn",          "libtorch",  "nccl",      "cpu_model",
+      "git_revision", "git_dirty",  "compiler",      "build_type",     "build_flags", "cuda_arch_list"};
   return keys;
 }
 
@@ -262,6 +377,9 @@ Comparison compare_runs(receipts::Store& store, const std::vector<std::int64_t>&
     }
     c.mismatch_allowed = true;
   }
+  const auto seams = factor_seams(c);
+  set_aside_shortfalls(store, c.a, seams, c.a_shortfalls);
+  set_aside_shortfalls(store, c.b, seams, c.b_shortfalls);
   if (!c.a.evidence.empty() && !c.b.evidence.empty()) {
     const auto a_ms = c.a.step_ms(), b_ms = c.b.step_ms();
     c.step_ratio = ratio_of_medians(a_ms, b_ms, options.bootstrap);
@@ -271,6 +389,8 @@ Comparison compare_runs(receipts::Store& store, const std::vector<std::int64_t>&
       c.tokens_per_s_delta_pct = (*c.b.median_tokens_per_s / *c.a.median_tokens_per_s - 1) * 100;
     if (c.a.median_goodput_pct && c.b.median_goodput_pct)
       c.goodput_delta_points = *c.b.median_goodput_pct - *c.a.median_goodput_pct;
+    if (c.a.median_steady_goodput_pct && c.b.median_steady_goodput_pct)
+      c.steady_goodput_delta_points = *c.b.median_steady_goodput_pct - *c.a.median_steady_goodput_pct;
     if (c.a.median_peak_memory_bytes && c.b.median_peak_memory_bytes)
       c.peak_memory_delta_bytes = *c.b.median_peak_memory_bytes - *c.a.median_peak_memory_bytes;
   }
@@ -278,7 +398,8 @@ Comparison compare_runs(receipts::Store& store, const std::vector<std::int64_t>&
   return c;
 }
 
-std::vector<std::int64_t> select_runs(receipts::Store& store, std::string_view selector, bool include_unsuccessful) {
+std::vector<std::int64_t> select_runs(receipts::Store& store, std::string_view selector, bool include_unsuccessful,
+                                      std::vector<std::int64_t>* running) {
   std::vector<std::int64_t> ids;
   if (selector.starts_with("cell:")) {  // cell:MATRIX/CELL, the newest matrix of that name
     const std::string_view rest = selector.substr(5);
@@ -294,6 +415,10 @@ std::vector<std::int64_t> select_runs(receipts::Store& store, std::string_view s
       if (group.name == cell) return group.run_ids;  // failed runs too: compare lists them as excluded
       names.push_back(group.name);
     }
+    for (const auto& declared : selection.declared_cells)
+      if (declared.name == cell)
+        throw std::invalid_argument(fmt::format("run selector '{}': cell '{}' of {} has no runs ({})", selector, cell,
+                                                selection.title, declared.no_runs_reason));
     throw std::invalid_argument(
         fmt::format("run selector '{}': {} has no cell '{}'; cells: {}", selector, selection.title, cell, fmt::join(names, ", ")));
   }
@@ -323,7 +448,10 @@ std::vector<std::int64_t> select_runs(receipts::Store& store, std::string_view s
     if (!include_unsuccessful) filter.status = "ok";
     const auto rows = store.list_runs(filter);
     for (auto it = rows.rbegin(); it != rows.rend(); ++it)  // list_runs is newest first
-      if (it->status != RunStatus::running) ids.push_back(it->id);
+      if (it->status != RunStatus::running)
+        ids.push_back(it->id);
+      else if (running != nullptr)
+        running->push_back(it->id);
     if (ids.empty())
       throw std::invalid_argument(fmt::format("run selector '{}' matches no {}runs in {}", selector,
                                               include_unsuccessful ? "finished " : "ok ", store.path()));
@@ -346,9 +474,12 @@ json to_json(const Comparison& c) {
               {"factor", differences_json(c.factor)},
               {"mismatches", differences_json(c.mismatches)},
               {"mismatch_allowed", c.mismatch_allowed},
+              {"a_backend_shortfalls", shortfalls_json(c.a_shortfalls)},
+              {"b_backend_shortfalls", shortfalls_json(c.b_shortfalls)},
               {"deltas",
                {{"tokens_per_s_pct", value_or_null(c.tokens_per_s_delta_pct)},
                 {"goodput_points", value_or_null(c.goodput_delta_points)},
+                {"steady_goodput_points", value_or_null(c.steady_goodput_delta_points)},
                 {"peak_memory_bytes", value_or_null(c.peak_memory_delta_bytes)}}}};
   out["step_ratio"] = c.step_ratio ? json{{"ratio", c.step_ratio->ratio},
                                           {"low", c.step_ratio->low},
@@ -380,6 +511,14 @@ std::string render_text(const Comparison& c) {
                                 : "factor under test: none in the specs (they are identical); the sides differ only "
                                   "where marked MISMATCH below\n";
   for (const auto& d : c.factor) out += fmt::format("factor under test: {}\n", describe(d));
+  for (const auto& [label, shortfalls] : {std::pair{'A', &c.a_shortfalls}, std::pair{'B', &c.b_shortfalls}}) {
+    // One line per distinct shortfall, naming its runs.
+    std::map<std::string, std::vector<std::int64_t>> runs_by_text;
+    for (const auto& s : *shortfalls) runs_by_text[shortfall_text(s)].push_back(s.run_id);
+    for (const auto& [text, ids] : runs_by_text)
+      out += fmt::format("WARNING: {} {} in run(s) {}: no evidence about the factor, not counted\n", label, text,
+                         fmt::join(ids, ", "));
+  }
   for (const auto& d : c.mismatches) out += fmt::format("MISMATCH (allowed): {}\n", describe(d));
   out += fmt::format("median step time: A {} ms  B {} ms", fixed(c.a.median_step_ms, 3), fixed(c.b.median_step_ms, 3));
   if (c.step_ratio) {
@@ -396,6 +535,23 @@ std::string render_text(const Comparison& c) {
   out += fmt::format("goodput: A {} %  B {} %  ({} points)\n", fixed(c.a.median_goodput_pct, 1),
                      fixed(c.b.median_goodput_pct, 1),
                      c.goodput_delta_points ? fmt::format("{:+.2f}", *c.goodput_delta_points) : "-");
+  if (c.a.median_steady_goodput_pct || c.b.median_steady_goodput_pct) {
+    auto fixed_cost = [](const Side& side) {
+      return side.median_fixed_seconds ? fmt::format("{:.1f} s ({:.0f} % of wall)", *side.median_fixed_seconds,
+                                                     *side.median_fixed_share * 100)
+                                       : std::string("-");
+    };
+    out += fmt::format("steady goodput (start-up, data prep and warm-up set apart): A {} %  B {} %  ({} points); fixed "
+                       "cost A {}  B {}\n",
+                       fixed(c.a.median_steady_goodput_pct, 1), fixed(c.b.median_steady_goodput_pct, 1),
+                       c.steady_goodput_delta_points ? fmt::format("{:+.2f}", *c.steady_goodput_delta_points) : "-",
+                       fixed_cost(c.a), fixed_cost(c.b));
+    for (const auto& [label, side] : {std::pair{'A', &c.a}, std::pair{'B', &c.b}})
+      if (side->fixed_cost_dominates())
+        out += fmt::format("NOTE: fixed cost is {:.0f} % of {}'s wall time: its goodput measures start-up, not "
+                           "training; read the steady goodput\n",
+                           *side->median_fixed_share * 100, label);
+  }
   out += fmt::format("peak memory: A {}  B {}  ({})\n", gib(c.a.median_peak_memory_bytes), gib(c.b.median_peak_memory_bytes),
                      c.peak_memory_delta_bytes ? fmt::format("{:+.3f} GiB", *c.peak_memory_delta_bytes / (1024.0 * 1024 * 1024)) : "-");
   if (!c.family_times.empty()) {

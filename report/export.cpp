@@ -7,6 +7,7 @@
 
 #include <stdexcept>
 
+#include "report/compare.h"
 #include "report/json_fields.h"
 
 namespace ablate::report {
@@ -29,29 +30,39 @@ RowTable export_runs(receipts::Store& store, const std::vector<std::int64_t>& ru
   for (const std::int64_t id : run_ids) {
     const auto r = store.get_run(id);
     const auto& s = r.summary;
-    const json member = member_or_null(s.extra, "final_loss");
-    const json final_loss = member.is_number() ? member : json(nullptr);
     out.rows.push_back({r.id, r.name, std::string(receipts::to_string(r.status)), value_or_null(r.error), r.started_at,
                         value_or_null(r.ended_at), r.host, fmt::format("{}", fmt::join(r.tags, ",")), r.lane, r.spec_hash,
                         value_or_null(r.matrix_id), value_or_null(r.cell), value_or_null(r.repeat),
                         receipts::is_evidence(r), value_or_null(s.steps), value_or_null(s.median_step_ms),
                         value_or_null(s.tokens_per_s), value_or_null(s.mfu), value_or_null(s.goodput_pct),
                         value_or_null(s.peak_memory_bytes),
-                        s.flops_version.empty() ? json(nullptr) : json(s.flops_version), final_loss});
+                        s.flops_version.empty() ? json(nullptr) : json(s.flops_version), value_or_null(s.facts.final_loss)});
   }
   return out;
 }
 
-RowTable export_steps(receipts::Store& store, const std::vector<std::int64_t>& run_ids) {
+RowTable export_steps(receipts::Store& store, const std::vector<std::int64_t>& run_ids, bool include_non_evidence,
+                      std::vector<std::int64_t>* left_out) {
+  const std::vector<std::string> step_columns = {"rank",      "step",          "wall_ms",           "tokens",
+                                                 "loss",      "grad_norm",     "lr",                "mem_allocated_peak",
+                                                 "mem_reserved_peak", "rss_bytes", "data_wait_ms", "outlier",
+                                                 "moe_aux_loss", "moe_dropped_slots"};
   RowTable out;
-  out.columns = {"run_id", "rank", "step", "wall_ms", "tokens", "loss", "grad_norm", "lr", "mem_allocated_peak",
-                 "mem_reserved_peak", "rss_bytes", "data_wait_ms", "outlier", "moe_aux_loss", "moe_dropped_slots"};
-  const std::string sql = fmt::format("SELECT {} FROM steps WHERE run_id = ? ORDER BY rank, step", fmt::join(out.columns, ", "));
+  out.columns = {"run_id", "status", "evidence", "not_evidence_reason"};
+  out.columns.insert(out.columns.end(), step_columns.begin(), step_columns.end());
+  const std::string sql =
+      fmt::format("SELECT {} FROM steps WHERE run_id = ? ORDER BY rank, step", fmt::join(step_columns, ", "));
   for (const std::int64_t id : run_ids) {
-    store.get_run(id);  // an unknown run is an error, not an empty table
+    const auto run = store.get_run(id);  // an unknown run is an error, not an empty table
+    const std::string reason = not_evidence_reason(run);
+    if (!reason.empty() && !include_non_evidence) {
+      if (left_out != nullptr) left_out->push_back(id);
+      continue;
+    }
     for (const auto& row : store.query(sql, {id})) {
-      std::vector<json> values;
-      for (const auto& column : out.columns)
+      std::vector<json> values = {id, std::string(receipts::to_string(run.status)), reason.empty(),
+                                  reason.empty() ? json(nullptr) : json(reason)};
+      for (const auto& column : step_columns)
         values.push_back(column == "outlier" ? json(row[column].get<std::int64_t>() != 0) : row[column]);  // 0/1 in SQLite
       out.rows.push_back(std::move(values));
     }

@@ -1,6 +1,8 @@
-// report/gate.cpp: the keep/drop gate (see gate.h): backend checks, windowed loss check, failures, verdict.
-// Tests: tests/report/gate_test.cpp (report_tests).
+// report/gate.cpp: the keep/drop gate (see gate.h): backend checks, windowed loss check, failures, the
+// minimum evidence, verdict, and the standing decisions that make a backend `keep` on a lane.
+// Tests: tests/report/gate_test.cpp (report_tests), tests/harness/gate_cli_test.cpp (harness_tests).
 #include "report/gate.h"
+#include "receipts/clock.h"
 #include "report/json_fields.h"
 
 #include <fmt/format.h>
@@ -10,11 +12,13 @@
 #include <cmath>
 #include <map>
 #include <stdexcept>
+#include <tuple>
 
 namespace ablate::report {
 namespace {
 
 using nlohmann::json;
+using receipts::RunStatus;
 using receipts::Verdict;
 
 std::string backend_field(const std::string& seam) { return "spec.backends." + seam; }
@@ -59,11 +63,11 @@ void restrict_factor_to_seam(Comparison& c, const GateOptions& o) {
   c.mismatch_allowed = true;
 }
 
-// The median over a side's evidence runs of the number at summary.extra[key] (absent when no run has one).
-std::optional<double> median_extra(const Side& side, const char* key) {
+// The median over a side's evidence runs of one optional fact (absent when no run has it).
+std::optional<double> median_fact(const Side& side, std::optional<double> receipts::RunFacts::*fact) {
   std::vector<double> values;
   for (const auto& run : side.evidence) {
-    if (auto v = number_at(run.row.summary.extra, key)) values.push_back(*v);
+    if (const auto& v = run.row.summary.facts.*fact) values.push_back(*v);
   }
   if (values.empty()) return std::nullopt;
   return median(values);
@@ -84,27 +88,24 @@ void measure_loss(receipts::Store& store, GateResult& r) {
   }
 }
 
-// summary.extra[section][key] of a run, or null.
-json extra_at(const RunFacts& run, const char* section, const char* key) {
-  return member_or_null(member_or_null(run.row.summary.extra, section), key);
+bool captured(const ComparedRun& run) {
+  const auto& c = run.row.summary.facts.cuda_graphs;
+  return c && c->outcome == receipts::CaptureOutcome::captured;
 }
 
 // A whole-step CUDA graph that every baseline run captured and a candidate run (which asked for one)
 // did not: the backend breaks capture.
 void check_capture(GateResult& r) {
   const auto& a = r.comparison.a.evidence;
-  const bool baseline_captured = !a.empty() && std::all_of(a.begin(), a.end(), [](const RunFacts& run) {
-    return extra_at(run, "cuda_graphs", "achieved") == json(true);
+  const bool baseline_captured = !a.empty() && std::all_of(a.begin(), a.end(), [](const ComparedRun& run) {
+    return captured(run);
   });
   if (!baseline_captured) return;
   for (const auto& run : r.comparison.b.evidence) {
-    if (extra_at(run, "cuda_graphs", "requested") != json(true) || extra_at(run, "cuda_graphs", "achieved") == json(true))
-      continue;
+    const auto& c = run.row.summary.facts.cuda_graphs;
+    if (!c || !c->requested || captured(run)) continue;
     r.capture_lost_runs.push_back(run.row.id);
-    if (r.capture_lost_reason.empty()) {
-      const json reason = extra_at(run, "cuda_graphs", "reason");
-      r.capture_lost_reason = reason.is_string() ? reason.get<std::string>() : "no reason recorded";
-    }
+    if (r.capture_lost_reason.empty()) r.capture_lost_reason = c->reason.empty() ? "no reason recorded" : c->reason;
   }
 }
 
@@ -118,22 +119,17 @@ std::optional<std::string> recorded_role(receipts::Store& store, const std::vect
   return rows[0]["role"].get<std::string>();
 }
 
-// Fills the fallback and mismatch lists from the evidence runs' run_backends rows at the seam (a run
-// without a row there, e.g. an old receipt, is not judged on this).
-void check_backends_ran(receipts::Store& store, GateResult& r, const GateOptions& o) {
-  auto rows_of = [&](const Side& side) {
-    return store.query("SELECT run_id, chosen, mismatch FROM run_backends WHERE seam = ? AND run_id IN "
-                       "(SELECT value FROM json_each(?)) ORDER BY run_id",
-                       {o.seam, json(side.evidence_ids()).dump()});
-  };
-  for (const auto& row : rows_of(r.comparison.b)) {
-    if (row["chosen"].get<std::string>() != o.backend) r.fallback_candidate_runs.push_back(row["run_id"].get<std::int64_t>());
-    if (!row["mismatch"].is_null() && row["mismatch"].get<std::int64_t>() == 1)
-      r.mismatched_runs.push_back(row["run_id"].get<std::int64_t>());
+// Fills the fallback and mismatch lists from what compare_runs set aside at the seam (it reads the
+// run_backends rows of every complete ok run; a run without a row there, e.g. an old receipt, is not
+// judged on this).
+void check_backends_ran(GateResult& r, const GateOptions& o) {
+  for (const auto& s : r.comparison.b_shortfalls) {
+    if (s.seam != o.seam) continue;
+    if (s.chosen != o.backend) r.fallback_candidate_runs.push_back(s.run_id);
+    if (s.mismatch) r.mismatched_runs.push_back(s.run_id);
   }
-  for (const auto& row : rows_of(r.comparison.a))
-    if (!row["mismatch"].is_null() && row["mismatch"].get<std::int64_t>() == 1)
-      r.mismatched_runs.push_back(row["run_id"].get<std::int64_t>());
+  for (const auto& s : r.comparison.a_shortfalls)
+    if (s.seam == o.seam && s.mismatch) r.mismatched_runs.push_back(s.run_id);
   std::sort(r.mismatched_runs.begin(), r.mismatched_runs.end());
 }
 
@@ -148,13 +144,89 @@ std::optional<std::int64_t> common_matrix(const Comparison& c) {
   return matrix;
 }
 
-// The docs/architecture.md rules, in order: any DROP condition wins; KEEP needs every KEEP condition.
+// A run still running would be left out of a decision stored now (it is no evidence yet): refused.
+void refuse_running_runs(receipts::Store& store, const std::vector<std::int64_t>& baseline_ids,
+                         const std::vector<std::int64_t>& candidate_ids) {
+  std::vector<std::string> running;
+  for (const auto& [side, ids] : {std::pair{"baseline", &baseline_ids}, std::pair{"candidate", &candidate_ids}})
+    for (const std::int64_t id : *ids)
+      if (store.get_run(id).status == RunStatus::running) running.push_back(fmt::format("{} ({})", id, side));
+  if (running.empty()) return;
+  throw std::invalid_argument(fmt::format(
+      "run(s) {} still running: a decision stored now would leave them out. Wait until they finish (`ablate runs "
+      "--status running` lists them; a run whose process died reads as abandoned once its heartbeat is {:.0f} s "
+      "old), or leave them out of --baseline/--candidate. No decision was stored",
+      fmt::join(running, ", "), store.heartbeat_stale_s()));
+}
+
+// Sorts the candidate runs that are not evidence: failed ones count against the backend; killed and
+// abandoned ones were interrupted from outside and count neither way.
+void sort_unfinished_candidates(GateResult& r) {
+  for (const auto& e : r.comparison.b.excluded) {
+    if (e.status == RunStatus::failed) r.failed_candidate_runs.push_back(e.run_id);
+    if (e.status == RunStatus::killed) r.killed_candidate_runs.push_back(e.run_id);
+    if (e.status == RunStatus::abandoned) r.abandoned_candidate_runs.push_back(e.run_id);
+  }
+}
+
+// The options that moved the gate off its defaults, as the command line spells them.
+std::vector<std::string> overrides_of(const GateOptions& o, const Comparison& c) {
+  const GateOptions defaults;
+  std::vector<std::string> out;
+  if (o.compare.allow_mismatch) {
+    std::vector<std::string> fields;
+    for (const auto& d : c.mismatches) fields.push_back(d.field);
+    out.push_back(fields.empty() ? "--allow-mismatch (nothing differed beyond the backend)"
+                                 : fmt::format("--allow-mismatch ({} differ)", fmt::join(fields, ", ")));
+  }
+  if (o.loss_tolerance != defaults.loss_tolerance) out.push_back(fmt::format("--loss-tolerance {}", o.loss_tolerance));
+  if (o.loss_window != defaults.loss_window) out.push_back(fmt::format("--loss-window {}", o.loss_window));
+  if (o.memory_tolerance != defaults.memory_tolerance)
+    out.push_back(fmt::format("--memory-tolerance {}", o.memory_tolerance));
+  return out;
+}
+
+// The standing decisions on the lanes of the candidate runs (every status: a failed run has its lane).
+std::vector<StandingDecision> standing_on_candidate_lanes(receipts::Store& store,
+                                                          const std::vector<std::int64_t>& candidate_ids,
+                                                          const GateOptions& o) {
+  std::vector<StandingDecision> out;
+  for (const auto& row : store.query("SELECT DISTINCT lane FROM runs WHERE id IN (SELECT value FROM json_each(?)) "
+                                     "ORDER BY lane",
+                                     {json(candidate_ids).dump()})) {
+    const auto on_lane = standing_decisions(store, o.seam, o.backend, row["lane"].get<std::string>());
+    out.insert(out.end(), on_lane.begin(), on_lane.end());
+  }
+  return out;
+}
+
+// The docs/architecture.md rules, in order: any DROP condition with the minimum evidence wins; a DROP
+// condition on fewer runs is reported and leaves the verdict INCONCLUSIVE; KEEP needs every KEEP condition.
 void decide(GateResult& r) {
   const Comparison& c = r.comparison;
-  bool drop = false;
+  const std::size_t baseline_runs = c.a.evidence.size(), candidate_runs = c.b.evidence.size();
+  const std::size_t candidate_attempts = candidate_runs + r.failed_candidate_runs.size();
+  const bool enough_runs = baseline_runs >= kMinRepeats && candidate_runs >= kMinRepeats;
+  // A failure is judged over attempts: failing on each of kMinRepeats attempts beside a baseline that
+  // ran kMinRepeats times is evidence; one failure beside one baseline run is not.
+  const bool enough_attempts = baseline_runs >= kMinRepeats && candidate_attempts >= kMinRepeats;
+  bool drop = false;           // a DROP condition with the evidence to decide it
+  bool drop_too_few = false;   // a DROP condition seen on too few runs to decide it
+  auto drop_if = [&](bool enough) { (enough ? drop : drop_too_few) = true; };
   if (!r.failed_candidate_runs.empty()) {
-    drop = true;
-    r.reasons.push_back(fmt::format("candidate run(s) {} failed", fmt::join(r.failed_candidate_runs, ", ")));
+    drop_if(enough_attempts);
+    r.reasons.push_back(fmt::format("candidate run(s) {} failed ({} of {} attempt(s))",
+                                    fmt::join(r.failed_candidate_runs, ", "), r.failed_candidate_runs.size(),
+                                    candidate_attempts));
+  }
+  if (!r.killed_candidate_runs.empty() || !r.abandoned_candidate_runs.empty()) {
+    std::vector<std::string> interrupted;
+    if (!r.killed_candidate_runs.empty())
+      interrupted.push_back(fmt::format("{} killed", fmt::join(r.killed_candidate_runs, ", ")));
+    if (!r.abandoned_candidate_runs.empty())
+      interrupted.push_back(fmt::format("{} abandoned (their heartbeat stopped)", fmt::join(r.abandoned_candidate_runs, ", ")));
+    r.reasons.push_back(fmt::format("candidate run(s) {}: interrupted, not evidence for or against the backend",
+                                    fmt::join(interrupted, "; ")));
   }
   // The loss: within tolerance is ok; beyond it but within the baseline runs' own spread is noise the
   // repeats cannot resolve (no KEEP, no DROP); beyond both is a DROP.
@@ -163,7 +235,7 @@ void decide(GateResult& r) {
   const bool loss_within_spread =
       loss_known && !loss_ok && r.baseline_loss_spread && *r.loss_relative_difference <= *r.baseline_loss_spread;
   if (loss_known) {
-    drop = drop || (!loss_ok && !loss_within_spread);
+    if (!loss_ok && !loss_within_spread) drop_if(enough_runs);
     const std::string spread =
         r.baseline_loss_spread ? fmt::format(", the baseline runs' own spread {:.2f} %", *r.baseline_loss_spread * 100) : "";
     r.reasons.push_back(fmt::format("loss over the last {} steps {:.4f} vs baseline {:.4f}: {:.2f} % apart, tolerance "
@@ -183,7 +255,7 @@ void decide(GateResult& r) {
   // Runs that did not run what they asked for at the seam: no verdict on speed or memory either way.
   const bool ran_as_asked = r.fallback_candidate_runs.empty() && r.mismatched_runs.empty();
   if (!r.capture_lost_runs.empty()) {
-    drop = true;
+    drop_if(enough_runs);
     r.reasons.push_back(fmt::format("candidate run(s) {} could not use the whole-step CUDA graph every baseline run "
                                     "captured ({})",
                                     fmt::join(r.capture_lost_runs, ", "), r.capture_lost_reason));
@@ -211,11 +283,17 @@ void decide(GateResult& r) {
                                     *r.candidate_peak_memory / 1073741824.0, *r.baseline_peak_memory / 1073741824.0,
                                     *r.memory_relative_increase * 100, r.memory_tolerance * 100,
                                     memory_ok ? "ok" : "grew beyond tolerance"));
-    if (!memory_ok && ran_as_asked) drop = true;
+    if (!memory_ok && ran_as_asked) drop_if(enough_runs);
   }
-  if (c.verdict == Difference::unreliable) {
-    r.reasons.push_back(fmt::format("{} baseline and {} candidate evidence run(s): at least {} a side are needed",
-                                    c.a.evidence.size(), c.b.evidence.size(), kMinRepeats));
+  if (!drop && (drop_too_few || c.verdict == Difference::unreliable)) {
+    std::string text = fmt::format("{} baseline and {} candidate evidence run(s): at least {} a side are needed",
+                                   baseline_runs, candidate_runs, kMinRepeats);
+    if (!r.failed_candidate_runs.empty())
+      text += fmt::format(" (a failure decides over at least {} candidate attempts beside as many baseline evidence "
+                          "runs; {} attempt(s) here)",
+                          kMinRepeats, candidate_attempts);
+    if (drop_too_few) text += ": the DROP condition(s) above are reported, not decided";
+    r.reasons.push_back(std::move(text));
   }
   if (drop) {
     r.verdict = Verdict::drop;
@@ -259,7 +337,7 @@ std::vector<double> windowed_run_losses(receipts::Store& store, const Side& side
   for (const auto& run : side.evidence) {
     if (const auto it = windowed.find(run.row.id); it != windowed.end()) {
       losses.push_back(it->second);
-    } else if (const auto v = number_at(run.row.summary.extra, "final_loss")) {
+    } else if (const auto& v = run.row.summary.facts.final_loss) {
       losses.push_back(*v);
       if (from_summary != nullptr) from_summary->push_back(run.row.id);
     }
@@ -278,27 +356,70 @@ GateResult evaluate_gate(receipts::Store& store, const std::vector<std::int64_t>
   r.backend = options.backend;
   r.loss_tolerance = options.loss_tolerance;
   r.loss_window = options.loss_window;
+  refuse_running_runs(store, baseline_ids, candidate_ids);
   r.comparison = compare_runs(store, baseline_ids, candidate_ids, options.compare);
   require_backend_sides(r.comparison, options);
   restrict_factor_to_seam(r.comparison, options);
-  for (const auto& e : r.comparison.b.excluded) {
-    if (e.status == receipts::RunStatus::failed || e.status == receipts::RunStatus::abandoned)
-      r.failed_candidate_runs.push_back(e.run_id);
-  }
+  r.overrides = overrides_of(options, r.comparison);
+  sort_unfinished_candidates(r);
   measure_loss(store, r);
   r.memory_tolerance = options.memory_tolerance;
   r.baseline_peak_memory = r.comparison.a.median_peak_memory_bytes;
   r.candidate_peak_memory = r.comparison.b.median_peak_memory_bytes;
   if (r.baseline_peak_memory && r.candidate_peak_memory && *r.baseline_peak_memory > 0)
     r.memory_relative_increase = (*r.candidate_peak_memory - *r.baseline_peak_memory) / *r.baseline_peak_memory;
-  check_backends_ran(store, r, options);
+  check_backends_ran(r, options);
   check_capture(r);
-  r.baseline_first_step_ms = median_extra(r.comparison.a, "first_step_ms");
-  r.candidate_first_step_ms = median_extra(r.comparison.b, "first_step_ms");
+  r.baseline_first_step_ms = median_fact(r.comparison.a, &receipts::RunFacts::first_step_ms);
+  r.candidate_first_step_ms = median_fact(r.comparison.b, &receipts::RunFacts::first_step_ms);
   r.catalog_role = recorded_role(store, candidate_ids, options);
+  r.standing_before = standing_on_candidate_lanes(store, candidate_ids, options);
   r.matrix_id = common_matrix(r.comparison);
   decide(r);
   return r;
+}
+
+std::vector<StandingDecision> standing_decisions(receipts::Store& store, const std::string& seam,
+                                                 const std::string& backend, const std::string& lane) {
+  // Per KEEP/DROP decision and lane of its candidate runs (cited runs whose spec requests the backend at
+  // the seam): the candidate runs there that finished ok or failed, and the decision's ok baseline runs.
+  const json rows = store.query(R"(
+    WITH cited AS (
+      SELECT d.id AS decision_id, d.seam, d.backend, d.verdict, d.decided_at, r.lane, r.status,
+             json_extract(s.spec_json, '$.backends.' || d.seam) IS d.backend AS candidate
+      FROM decisions d, json_each(d.evidence_run_ids) e JOIN runs r ON r.id = e.value JOIN run_spec s ON s.run_id = r.id
+      WHERE d.verdict IN ('KEEP', 'DROP') AND (?1 = '' OR d.seam = ?1) AND (?2 = '' OR d.backend = ?2))
+    SELECT c.decision_id, c.seam, c.backend, c.verdict, c.decided_at, c.lane,
+           SUM(c.status = 'ok') AS ok_runs, SUM(c.status = 'failed') AS failed_runs,
+           (SELECT COUNT(*) FROM cited b WHERE b.decision_id = c.decision_id AND NOT b.candidate AND b.status = 'ok')
+             AS baseline_ok_runs
+    FROM cited c WHERE c.candidate AND (?3 = '' OR c.lane = ?3)
+    GROUP BY c.decision_id, c.lane ORDER BY c.decision_id)",
+                                {seam, backend, lane});
+  std::map<std::tuple<std::string, std::string, std::string>, StandingDecision> newest;
+  for (const auto& row : rows) {
+    const Verdict verdict = receipts::parse_verdict(row["verdict"].get<std::string>());
+    const auto ok_runs = row["ok_runs"].get<std::size_t>(), failed_runs = row["failed_runs"].get<std::size_t>();
+    const std::size_t candidate_runs = verdict == Verdict::keep ? ok_runs : ok_runs + failed_runs;
+    if (row["baseline_ok_runs"].get<std::size_t>() < kMinRepeats || candidate_runs < kMinRepeats) continue;
+    StandingDecision d{row["seam"].get<std::string>(), row["backend"].get<std::string>(), row["lane"].get<std::string>(),
+                       row["decision_id"].get<std::int64_t>(), verdict, row["decided_at"].get<double>()};
+    newest[{d.seam, d.backend, d.lane}] = std::move(d);  // rows come oldest decision first
+  }
+  std::vector<StandingDecision> out;
+  for (auto& [key, d] : newest) out.push_back(std::move(d));
+  return out;
+}
+
+std::string describe(const StandingDecision& d) {
+  return fmt::format("decision {} ({} on lane {}, {} UTC)", d.decision_id, receipts::to_string(d.verdict), d.lane,
+                     receipts::format_utc(d.decided_at));
+}
+
+bool GateResult::kept_before() const {
+  if (standing_before.empty()) return catalog_role == "keep";
+  return std::any_of(standing_before.begin(), standing_before.end(),
+                     [](const StandingDecision& d) { return d.verdict == Verdict::keep; });
 }
 
 std::vector<GateJob> matrix_gates(receipts::Store& store, const RunSelection& selection,
@@ -339,12 +460,23 @@ receipts::Decision GateResult::decision() const {
   d.evidence_run_ids = comparison.a.evidence_ids();
   for (const auto id : comparison.b.evidence_ids()) d.evidence_run_ids.push_back(id);
   for (const auto id : failed_candidate_runs) d.evidence_run_ids.push_back(id);
+  // Runs that did not run what they asked for are not in the comparison's evidence, but the verdict rests on them.
+  for (const auto* shortfalls : {&comparison.a_shortfalls, &comparison.b_shortfalls}) {
+    for (const auto& s : *shortfalls)
+      if (s.seam == seam && std::find(d.evidence_run_ids.begin(), d.evidence_run_ids.end(), s.run_id) == d.evidence_run_ids.end())
+        d.evidence_run_ids.push_back(s.run_id);
+  }
   d.matrix_id = matrix_id;
-  d.details = fmt::format("{}", fmt::join(reasons, "; "));
+  d.details = fmt::format("{}{}", overrides.empty() ? "" : fmt::format("made under {}; ", fmt::join(overrides, ", ")),
+                          fmt::join(reasons, "; "));
   return d;
 }
 
 nlohmann::json to_json(const GateResult& r) {
+  json standing = json::array();
+  for (const auto& d : r.standing_before)
+    standing.push_back({{"decision_id", d.decision_id}, {"verdict", receipts::to_string(d.verdict)}, {"lane", d.lane},
+                        {"decided_at", d.decided_at}});
   return {{"seam", r.seam},
           {"backend", r.backend},
           {"verdict", receipts::to_string(r.verdict)},
@@ -357,6 +489,9 @@ nlohmann::json to_json(const GateResult& r) {
           {"loss_tolerance", r.loss_tolerance},
           {"loss_from_summary_runs", r.loss_from_summary_runs},
           {"failed_candidate_runs", r.failed_candidate_runs},
+          {"killed_candidate_runs", r.killed_candidate_runs},
+          {"abandoned_candidate_runs", r.abandoned_candidate_runs},
+          {"overrides", r.overrides},
           {"baseline_peak_memory_bytes", value_or_null(r.baseline_peak_memory)},
           {"candidate_peak_memory_bytes", value_or_null(r.candidate_peak_memory)},
           {"memory_relative_increase", value_or_null(r.memory_relative_increase)},
@@ -367,6 +502,8 @@ nlohmann::json to_json(const GateResult& r) {
           {"baseline_first_step_ms", value_or_null(r.baseline_first_step_ms)},
           {"candidate_first_step_ms", value_or_null(r.candidate_first_step_ms)},
           {"catalog_role", value_or_null(r.catalog_role)},
+          {"standing_before", standing},
+          {"kept_before", r.kept_before()},
           {"matrix_id", value_or_null(r.matrix_id)},
           {"evidence_run_ids", r.decision().evidence_run_ids},
           {"comparison", to_json(r.comparison)}};
@@ -374,7 +511,9 @@ nlohmann::json to_json(const GateResult& r) {
 
 std::string render_text(const GateResult& r) {
   std::string out = fmt::format("gate {} / {}: {}\n", r.seam, r.backend, receipts::to_string(r.verdict));
+  if (!r.overrides.empty()) out += fmt::format("made under: {}\n", fmt::join(r.overrides, ", "));
   for (const auto& reason : r.reasons) out += fmt::format("  - {}\n", reason);
+  for (const auto& d : r.standing_before) out += fmt::format("standing before this gate: {}\n", describe(d));
   out += fmt::format("evidence runs: {}\n", fmt::join(r.decision().evidence_run_ids, ","));
   out += "A = baseline, B = candidate:\n" + render_text(r.comparison);
   return out;

@@ -1,9 +1,13 @@
 // report/gate.h: the keep/drop gate (docs/architecture.md "Keep/drop gate") for one backend of one seam, decided
 // from receipts: baseline runs against candidate runs that differ only in backends.<seam>.
+// Every verdict other than INCONCLUSIVE needs the minimum evidence: kMinRepeats evidence runs a side, or,
+// for a candidate failure, kMinRepeats baseline evidence runs and kMinRepeats candidate attempts (its
+// evidence runs plus its failed ones). A DROP condition seen on fewer runs is reported and the verdict is
+// INCONCLUSIVE: one failure beside one baseline run says nothing about the backend.
 //   KEEP          the candidate is faster on median step time with the 95 % interval of the ratio
-//                 excluding 1 (>= 3 evidence runs a side), its loss is within the tolerance of the
-//                 baseline's, its median peak memory grew by no more than the memory tolerance, none of
-//                 its runs failed, and every run really ran what it asked for at the seam;
+//                 excluding 1, its loss is within the tolerance of the baseline's, its median peak
+//                 memory grew by no more than the memory tolerance, none of its runs failed, and every
+//                 run really ran what it asked for at the seam;
 //   DROP          a candidate run failed, or the loss is out of tolerance and out of the baseline runs'
 //                 own spread, or a candidate run could
 //                 not use the whole-step CUDA graph that every baseline run captured, or (the candidate
@@ -15,6 +19,8 @@
 //                 chosen backend is not the candidate), or a profiled run of either side whose kernels
 //                 matched another backend than the chosen one (run_backends.mismatch). Requested is
 //                 not observed: such runs are no evidence about the backend, for or against.
+// Killed and abandoned runs are no evidence either way (reported, never a failure); a run still
+// running is refused (std::invalid_argument): a decision stored now would leave it out.
 // The loss of a run is the mean over its last `loss_window` steps (rank 0's step rows; a run without
 // step rows falls back to its summary's final_loss): one step's loss is one batch, and short runs of
 // the same seed drift apart by a few percent there from reduction-order noise alone (fast_paths on an
@@ -22,7 +28,11 @@
 // their means over the last 10 steps 4.787 / 4.791 / 4.803, 0.3 %).
 // The first step's time (warm-up: lazy init, autotuning) is reported, not judged. Parity tests are not
 // in the receipts yet, so they are not judged here.
-// Tests: tests/report/gate_test.cpp (report_tests).
+// Roles follow the gate: the newest KEEP or DROP stored for a seam/backend whose candidate runs ran on
+// a lane (runs.lane), with the minimum evidence, is that backend's standing decision there; a standing
+// KEEP makes the backend `keep` on the lane (`ablate catalog --lane`), and a later gate there that does
+// not say KEEP fails (`ablate gate` exit 1) until a DROP demotes it.
+// Tests: tests/report/gate_test.cpp (report_tests), tests/harness/gate_cli_test.cpp (harness_tests).
 #pragma once
 
 #include <optional>
@@ -42,6 +52,22 @@ constexpr std::int64_t kDefaultLossWindow = 10;
 // neither are left out.
 std::vector<double> windowed_run_losses(receipts::Store& store, const Side& side, std::int64_t window,
                                         std::vector<std::int64_t>* from_summary = nullptr);
+
+// The newest KEEP or DROP decision on a seam/backend for one lane: the lane of its candidate runs (the
+// cited runs whose spec requests the backend at the seam). Only decisions with the minimum evidence
+// stand: kMinRepeats baseline runs with status ok, and kMinRepeats candidate runs on the lane, ok ones
+// for a KEEP, ok or failed for a DROP. INCONCLUSIVE decisions leave the standing one as it was.
+struct StandingDecision {
+  std::string seam, backend, lane;
+  std::int64_t decision_id = 0;
+  receipts::Verdict verdict = receipts::Verdict::inconclusive;
+  double decided_at = 0;
+};
+// Every standing decision, by seam, backend and lane; empty arguments do not filter.
+std::vector<StandingDecision> standing_decisions(receipts::Store& store, const std::string& seam = "",
+                                                 const std::string& backend = "", const std::string& lane = "");
+// "decision 12 (KEEP on lane L, 2026-11-27 11:02:03 UTC)".
+std::string describe(const StandingDecision& decision);
 
 struct GateOptions {
   std::string seam;
@@ -66,28 +92,41 @@ struct GateResult {
   double loss_tolerance = 0;
   std::int64_t loss_window = 0;
   std::vector<std::int64_t> loss_from_summary_runs;  // evidence runs without step rows (final_loss used)
-  std::vector<std::int64_t> failed_candidate_runs;  // status failed or abandoned
+  std::vector<std::int64_t> failed_candidate_runs;  // status failed: evidence against the backend
+  // Killed or abandoned (heartbeat stopped) candidate runs: interrupted, no evidence either way.
+  std::vector<std::int64_t> killed_candidate_runs, abandoned_candidate_runs;
+  // Options that loosen or change the gate from its defaults (--allow-mismatch with the fields it let
+  // through, non-default tolerances or loss window), one each, as the command line spells them.
+  std::vector<std::string> overrides;
   std::optional<double> baseline_peak_memory, candidate_peak_memory;  // medians over evidence runs, bytes
   std::optional<double> memory_relative_increase;                     // (candidate - baseline) / baseline
   double memory_tolerance = 0;
-  // From run_backends at the seam (evidence runs): candidate runs whose chosen backend is not the
-  // candidate (a fallback), and profiled runs of either side whose observed kernels contradict the
-  // chosen backend. Either makes the speed and memory comparison say nothing about the backend.
+  // From run_backends at the seam (complete ok runs; compare_runs sets them aside from the evidence,
+  // the decision keeps them): candidate runs whose chosen backend is not the candidate (a fallback),
+  // and profiled runs of either side whose observed kernels contradict the chosen backend. Either
+  // makes the speed and memory comparison say nothing about the backend.
   std::vector<std::int64_t> fallback_candidate_runs, mismatched_runs;
   // Candidate runs that requested a whole-step CUDA graph and did not get one while every baseline run
-  // did (summary.extra.cuda_graphs), with the first one's reason.
+  // did (facts.cuda_graphs), with the first one's reason.
   std::vector<std::int64_t> capture_lost_runs;
   std::string capture_lost_reason;
   std::optional<double> baseline_first_step_ms, candidate_first_step_ms;  // medians over evidence runs
   std::optional<std::string> catalog_role;          // role of seam/backend in the candidate runs' catalog
+  // The standing decisions (see standing_decisions) on the candidate runs' lanes before this gate.
+  std::vector<StandingDecision> standing_before;
   std::optional<std::int64_t> matrix_id;            // when every evidence run comes from one matrix
 
-  // The decision to store: evidence = both sides' evidence runs plus the failed candidate runs.
+  // Whether the backend was `keep` before this gate: a standing KEEP on a candidate lane, else (no
+  // standing decision there) the role the candidate runs' catalog snapshot recorded.
+  bool kept_before() const;
+  // The decision to store: evidence = both sides' evidence runs plus the failed candidate runs; its
+  // details start with the overrides it was made under.
   receipts::Decision decision() const;
 };
 
-// Throws what compare_runs throws, std::invalid_argument when the candidate runs do not request
-// `backend` at `seam` or the baseline runs do, and MismatchError when the specs differ in more than
+// Throws what compare_runs throws, std::invalid_argument when a run of either side is still running
+// (naming them) or the candidate runs do not request `backend` at `seam` or the baseline runs do, and
+// MismatchError when the specs differ in more than
 // backends.<seam> (unless options.compare.allow_mismatch).
 GateResult evaluate_gate(receipts::Store& store, const std::vector<std::int64_t>& baseline_ids,
                          const std::vector<std::int64_t>& candidate_ids, const GateOptions& options);

@@ -44,8 +44,7 @@ std::map<std::string, double> goodput_medians(receipts::Store& store, const Side
   std::map<std::string, std::vector<double>> per_category;
   for (const auto& category : receipts::goodput_categories()) per_category[category].assign(side.evidence.size(), 0.0);
   for (std::size_t i = 0; i < side.evidence.size(); ++i)
-    for (const auto& row : store.query("SELECT category, seconds FROM goodput WHERE run_id = ?", {side.evidence[i].row.id}))
-      per_category[row["category"].get<std::string>()][i] = row["seconds"].get<double>();
+    for (const auto& [category, seconds] : goodput_seconds(store, side.evidence[i].row.id)) per_category[category][i] = seconds;
   std::map<std::string, double> out;
   if (side.evidence.empty()) return out;
   for (auto& [category, seconds] : per_category) out[category] = median(seconds);
@@ -105,15 +104,17 @@ void add_memory(receipts::Store& store, CellReport& cell) {
 
 void add_scaling(CellReport& cell) {
   std::set<std::int64_t> worlds;
-  std::vector<double> per_gpu, comm, wait, straggler;
+  std::vector<double> per_gpu, comm, wait, straggler, straggler_wait;
   for (const auto& run : cell.side.evidence) {
-    const json distributed = member_or_null(run.row.summary.extra, "distributed");
-    const auto world = static_cast<std::int64_t>(number_at(distributed, "world_size").value_or(1));
+    const auto& distributed = run.row.summary.facts.distributed;
+    const std::int64_t world = distributed ? distributed->world_size : 1;
     worlds.insert(world);
     if (run.row.summary.tokens_per_s) per_gpu.push_back(*run.row.summary.tokens_per_s / static_cast<double>(world));
-    if (auto v = number_at(distributed, "comm_share")) comm.push_back(*v);
-    if (auto v = number_at(distributed, "comm_wait_share")) wait.push_back(*v);
-    if (auto v = number_at(distributed, "straggler_ratio")) straggler.push_back(*v);
+    if (!distributed) continue;
+    if (distributed->comm_share) comm.push_back(*distributed->comm_share);
+    if (distributed->comm_wait_share) wait.push_back(*distributed->comm_wait_share);
+    if (distributed->step_time_ratio) straggler.push_back(*distributed->step_time_ratio);
+    if (distributed->straggler_wait_share) straggler_wait.push_back(*distributed->straggler_wait_share);
   }
   if (worlds.size() == 1) cell.scaling.world_size = *worlds.begin();
   cell.scaling.mixed_world = worlds.size() > 1;
@@ -121,17 +122,28 @@ void add_scaling(CellReport& cell) {
   cell.scaling.comm_share = median_of(std::move(comm));
   cell.scaling.comm_wait_share = median_of(std::move(wait));
   cell.scaling.straggler_ratio = median_of(std::move(straggler));
+  cell.scaling.straggler_wait_share = median_of(std::move(straggler_wait));
 }
 
 void add_moe(CellReport& cell) {
   std::vector<double> drop_rate, aux;
   for (const auto& run : cell.side.evidence) {
-    const json moe = member_or_null(run.row.summary.extra, "moe");
-    if (auto v = number_at(moe, "drop_rate")) drop_rate.push_back(*v);
-    if (auto v = number_at(moe, "final_aux_loss")) aux.push_back(*v);
+    const auto& moe = run.row.summary.facts.moe;
+    if (!moe) continue;
+    if (moe->drop_rate) drop_rate.push_back(*moe->drop_rate);
+    if (moe->final_aux_loss) aux.push_back(*moe->final_aux_loss);
   }
   cell.moe_drop_rate = median_of(std::move(drop_rate));
   cell.moe_final_aux_loss = median_of(std::move(aux));
+}
+
+void add_model(CellReport& cell) {
+  for (const auto& run : cell.side.evidence) {
+    if (!run.row.summary.facts.model)
+      ++cell.runs_without_model;
+    else if (!cell.model)
+      cell.model = run.row.summary.facts.model;
+  }
 }
 
 // Efficiencies against the first cell (baseline first) that ran on one GPU.
@@ -222,6 +234,7 @@ json scaling_json(const ScalingFacts& s) {
           {"efficiency_vs_1_gpu", value_or_null(s.efficiency)},
           {"comm_share", value_or_null(s.comm_share)},
           {"comm_wait_share", value_or_null(s.comm_wait_share)},
+          {"straggler_wait_share", value_or_null(s.straggler_wait_share)},
           {"straggler_ratio", value_or_null(s.straggler_ratio)}};
 }
 
@@ -243,7 +256,18 @@ json cell_json(const CellReport& c) {
               {"max_reserved_bytes", value_or_null(c.memory->max_reserved)},
               {"alloc_retries", c.memory->alloc_retries},
               {"ooms", c.memory->ooms}};
+  json model = nullptr;
+  if (c.model)
+    model = {{"config", c.model->config},
+             {"config_overridden", c.model->config_overridden},
+             {"overrides", c.model->overrides},
+             {"pattern", c.model->pattern},
+             {"d_model", c.model->d_model},
+             {"layers", c.model->layers},
+             {"seq_len", c.model->seq_len},
+             {"parameters", value_or_null(c.model->parameters)}};
   return {{"name", c.name},
+          {"model", model},
           {"evidence_run_ids", c.side.evidence_ids()},
           {"excluded", excluded},
           {"step_ms", c.side.step_ms()},
@@ -254,6 +278,10 @@ json cell_json(const CellReport& c) {
           {"median_tokens_per_s", value_or_null(c.side.median_tokens_per_s)},
           {"median_mfu", value_or_null(c.median_mfu)},
           {"median_goodput_pct", value_or_null(c.side.median_goodput_pct)},
+          {"median_steady_goodput_pct", value_or_null(c.side.median_steady_goodput_pct)},
+          {"median_fixed_cost_seconds", value_or_null(c.side.median_fixed_seconds)},
+          {"median_fixed_cost_share", value_or_null(c.side.median_fixed_share)},
+          {"fixed_cost_dominates", c.side.fixed_cost_dominates()},
           {"median_peak_memory_bytes", value_or_null(c.side.median_peak_memory_bytes)},
           {"goodput_seconds", c.goodput_seconds},
           {"loss_curve", loss},
@@ -270,6 +298,23 @@ json cell_json(const CellReport& c) {
           {"mismatches_vs_baseline", mismatches}};
 }
 
+// A matrix's declared cells that have no run appear in no other table: every declared cell is listed
+// with its runs, or why it has none.
+void add_declared_cells(Section& s, const Report& r) {
+  std::vector<std::string> without_runs;
+  for (const auto& d : r.declared_cells)
+    if (d.run_ids.empty()) without_runs.push_back(d.name);
+  if (without_runs.empty()) return;
+  s.blocks.push_back(Paragraph{fmt::format("The matrix declares {} cells; {} of them have no run and appear in no other "
+                                           "table: {}.",
+                                           r.declared_cells.size(), without_runs.size(), fmt::join(without_runs, ", ")),
+                               true});
+  Table t{{"declared cell", "runs", "why no runs"}, {}};
+  for (const auto& d : r.declared_cells)
+    t.rows.push_back({d.name, d.run_ids.empty() ? "none" : ids_text(d.run_ids), d.run_ids.empty() ? d.no_runs_reason : "-"});
+  s.blocks.push_back(std::move(t));
+}
+
 Section summary_section(const Report& r, const std::vector<std::string>& plot_notes) {
   Section s{"Summary", {}};
   for (const auto& note : r.notes) s.blocks.push_back(Paragraph{note, true});
@@ -280,16 +325,24 @@ Section summary_section(const Report& r, const std::vector<std::string>& plot_no
       "are evidence; fewer than {} a side is unreliable, never a win.",
       r.baseline().name, (r.baseline().step_ms ? r.baseline().step_ms->level : 0.95) * 100, kMinRepeats)});
   Table t{{"cell", "ok runs", "not counted", "median step ms [95 % CI]", "vs baseline [95 % CI]", "tokens/s", "MFU",
-           "goodput", "peak memory"},
+           "goodput", "steady goodput", "peak memory"},
           {}};
   for (std::size_t i = 0; i < r.cells.size(); ++i) {
     const auto& c = r.cells[i];
     t.rows.push_back({c.name, std::to_string(c.side.evidence.size()), std::to_string(c.side.excluded.size()),
                       c.step_ms ? interval_text(*c.step_ms, 3) : "-", verdict_text(c, i == 0),
                       fixed(c.side.median_tokens_per_s, 0), c.median_mfu ? fmt::format("{:.1f} %", *c.median_mfu * 100) : "-",
-                      fixed(c.side.median_goodput_pct, 1, " %"), gib(c.side.median_peak_memory_bytes)});
+                      fixed(c.side.median_goodput_pct, 1, " %"), fixed(c.side.median_steady_goodput_pct, 1, " %"),
+                      gib(c.side.median_peak_memory_bytes)});
   }
   s.blocks.push_back(std::move(t));
+  for (const auto& c : r.cells)
+    if (c.side.fixed_cost_dominates())
+      s.blocks.push_back(Paragraph{fmt::format("Cell {}: start-up, data prep and warm-up are {:.0f} % of its wall time: its "
+                                               "goodput measures that fixed cost, not training; read its steady goodput.",
+                                               c.name, *c.side.median_fixed_share * 100),
+                                   true});
+  add_declared_cells(s, r);
   for (const auto& c : r.cells) {
     if (c.side.evidence.size() < kMinRepeats)
       s.blocks.push_back(Paragraph{fmt::format("Cell {} has {} ok run(s): its numbers are unreliable (needs >= {}).",
@@ -299,23 +352,47 @@ Section summary_section(const Report& r, const std::vector<std::string>& plot_no
   return s;
 }
 
+// What each cell trained: a named configuration a --set changed is marked, so a name never stands
+// for a shape it no longer has.
+Section model_section(const Report& r) {
+  Section s{"Model", {}};
+  Table t{{"cell", "config", "pattern", "d_model", "layers", "T", "parameters"}, {}};
+  for (const auto& c : r.cells) {
+    if (!c.model) {
+      t.rows.push_back({c.name, "not recorded", "-", "-", "-", "-", "-"});
+      continue;
+    }
+    const auto& m = *c.model;
+    t.rows.push_back({c.name, m.config_overridden ? m.config + " (changed by --set)" : m.config, m.pattern,
+                      std::to_string(m.d_model), std::to_string(m.layers), std::to_string(m.seq_len),
+                      m.parameters ? fmt::format("{:.1f} M", static_cast<double>(*m.parameters) / 1e6) : "-"});
+  }
+  s.blocks.push_back(std::move(t));
+  for (const auto& c : r.cells)
+    if (c.model && c.model->config_overridden)
+      s.blocks.push_back(Paragraph{fmt::format("Cell {}: {} with --set {}.", c.name, c.model->config,
+                                               fmt::join(c.model->overrides, " --set "))});
+  return s;
+}
+
 Section scaling_section(const Report& r) {
   Section s{"Scaling", {}};
   s.blocks.push_back(Paragraph{fmt::format(
       "Data parallel, median over each cell's ok runs. Efficiency: tokens/s per GPU over {}. Communication share: "
       "the gradient all-reduces' own time over the step (NCCL's timing; '-' on Gloo, which cannot time them); wait "
-      "share: host time blocked on them after backward; straggler ratio: the slowest rank's median step over the "
-      "fastest's (1.000 = an even job).",
+      "share: host time blocked on them after backward; straggler wait: the longest a rank's collectives waited for "
+      "the slowest rank, over the step ('-' for runs recorded before it was measured; the ratio of the ranks' "
+      "step-time medians is no measure: synchronous training makes it ~1).",
       r.scaling_reference ? "the 1-GPU cell " + *r.scaling_reference : std::string("a 1-GPU cell (none here: no efficiency)"))});
   auto share = [](const std::optional<double>& v) { return v ? fmt::format("{:.1f} %", *v * 100) : "-"; };
-  Table t{{"cell", "GPUs", "tokens/s", "tokens/s per GPU", "efficiency", "comm share", "comm wait share", "straggler ratio"},
+  Table t{{"cell", "GPUs", "tokens/s", "tokens/s per GPU", "efficiency", "comm share", "comm wait share", "straggler wait"},
           {}};
   for (const auto& c : r.cells) {
     const auto& f = c.scaling;
     t.rows.push_back({c.name, f.world_size ? std::to_string(*f.world_size) : (f.mixed_world ? "mixed" : "-"),
                       fixed(c.side.median_tokens_per_s, 0),
                       fixed(f.tokens_per_s_per_gpu, 0), share(f.efficiency), share(f.comm_share),
-                      share(f.comm_wait_share), fixed(f.straggler_ratio, 3)});
+                      share(f.comm_wait_share), share(f.straggler_wait_share)});
   }
   s.blocks.push_back(std::move(t));
   for (const auto& c : r.cells)
@@ -409,6 +486,7 @@ Section goodput_section(const Report& r, const std::vector<Plot>& plots) {
   add_plot(s, plots, "goodput.svg");
   std::vector<std::string> header = {"cell"};
   for (const auto& category : receipts::goodput_categories()) header.push_back(category + " s");
+  header.insert(header.end(), {"fixed cost share", "steady goodput"});
   Table t{header, {}};
   for (const auto& c : r.cells) {
     std::vector<std::string> row = {c.name};
@@ -416,9 +494,14 @@ Section goodput_section(const Report& r, const std::vector<Plot>& plots) {
       const auto it = c.goodput_seconds.find(category);
       row.push_back(it == c.goodput_seconds.end() ? "-" : fmt::format("{:.3f}", it->second));
     }
+    row.push_back(c.side.median_fixed_share ? fmt::format("{:.1f} %", *c.side.median_fixed_share * 100) : "-");
+    row.push_back(fixed(c.side.median_steady_goodput_pct, 1, " %"));
     t.rows.push_back(std::move(row));
   }
-  s.blocks.push_back(Paragraph{"Seconds of wall time per ledger category, median over each cell's ok runs."});
+  s.blocks.push_back(Paragraph{"Seconds of wall time per ledger category, median over each cell's ok runs. Fixed cost: "
+                               "start-up, data prep and warm-up, which do not grow with the steps; steady goodput: "
+                               "productive time over the wall time without them (per run, then the median), so a "
+                               "short run's goodput does not just measure its start-up."});
   s.blocks.push_back(std::move(t));
   return s;
 }
@@ -505,8 +588,16 @@ Section environment_section(const Report& r) {
 
 }  // namespace
 
-Report build_report(receipts::Store& store, const RunSelection& selection, const ReportOptions& options) {
+Report build_report(receipts::Store& store, const RunSelection& chosen, const ReportOptions& options) {
+  RunSelection selection = chosen;
+  split_groups_by_spec(store, selection);
   Report report;
+  for (const auto& declared : chosen.declared_cells) {
+    const auto group = std::find_if(chosen.groups.begin(), chosen.groups.end(),
+                                    [&](const RunGroup& g) { return g.name == declared.name; });
+    report.declared_cells.push_back(
+        {declared.name, group == chosen.groups.end() ? std::vector<std::int64_t>{} : group->run_ids, declared.no_runs_reason});
+  }
   report.title = selection.title;
   report.matrix_id = selection.matrix_id;
   report.notes = selection.notes;
@@ -542,6 +633,7 @@ Report build_report(receipts::Store& store, const RunSelection& selection, const
     add_environment(store, cell, report);
     add_scaling(cell);
     add_moe(cell);
+    add_model(cell);
     report.cells.push_back(std::move(cell));
   }
   add_efficiencies(report);
@@ -564,8 +656,14 @@ json to_json(const Report& r) {
     env[key] = json::array();
     for (const auto& v : values) env[key].push_back({{"value", v.value}, {"run_ids", v.run_ids}});
   }
+  json declared = json::array();
+  for (const auto& d : r.declared_cells)
+    declared.push_back({{"name", d.name},
+                        {"run_ids", d.run_ids},
+                        {"no_runs_reason", d.no_runs_reason.empty() ? json(nullptr) : json(d.no_runs_reason)}});
   return {{"title", r.title},
           {"matrix_id", value_or_null(r.matrix_id)},
+          {"declared_cells", declared},
           {"baseline", r.baseline().name},
           {"min_repeats", kMinRepeats},
           {"notes", r.notes},
@@ -580,6 +678,7 @@ Document to_document(const Report& r, const std::vector<Plot>& plots, const std:
   Document d;
   d.title = "ablate report: " + r.title;
   d.sections.push_back(summary_section(r, plot_note.empty() ? std::vector<std::string>{} : std::vector{plot_note}));
+  d.sections.push_back(model_section(r));
   if (r.has_multi_gpu) d.sections.push_back(scaling_section(r));
   d.sections.push_back(step_time_section(r, plots));
   d.sections.push_back(loss_section(r, plots));
@@ -597,7 +696,7 @@ RowTable summary_table(const Report& r) {
   out.columns = {"cell",           "baseline",          "ok_runs",           "not_counted_runs",  "median_step_ms",
                  "median_step_ms_low", "median_step_ms_high", "ratio_vs_baseline", "ratio_low",        "ratio_high",
                  "u_test_p_value", "verdict",           "median_tokens_per_s", "median_mfu",       "median_goodput_pct",
-                 "median_peak_memory_bytes"};
+                 "median_peak_memory_bytes", "median_steady_goodput_pct", "median_fixed_cost_share"};
   auto value = [](const std::optional<double>& v) { return value_or_null(v); };
   for (std::size_t i = 0; i < r.cells.size(); ++i) {
     const auto& c = r.cells[i];
@@ -608,7 +707,8 @@ RowTable summary_table(const Report& r) {
                         v ? json(v->ratio) : json(nullptr), v ? json(v->low) : json(nullptr), v ? json(v->high) : json(nullptr),
                         c.u_test ? json(c.u_test->p_value) : json(nullptr),
                         i == 0 ? json("baseline") : json(to_string(c.verdict)), value(c.side.median_tokens_per_s),
-                        value(c.median_mfu), value(c.side.median_goodput_pct), value(c.side.median_peak_memory_bytes)});
+                        value(c.median_mfu), value(c.side.median_goodput_pct), value(c.side.median_peak_memory_bytes),
+                        value(c.side.median_steady_goodput_pct), value(c.side.median_fixed_share)});
   }
   return out;
 }

@@ -3,7 +3,8 @@
 // Per cell: runs counted (evidence) and not counted (failed, killed, abandoned, incomplete: listed with
 // why, never used), median step time with a bootstrap 95 % interval, the ratio to the baseline cell
 // with its interval, U test and verdict (compare_runs; fewer than 3 evidence runs a side reads
-// "unreliable", never a win), tokens/s, MFU, goodput (and its ledger), peak memory, the median loss
+// "unreliable", never a win), tokens/s, MFU, goodput (and its ledger, with the fixed start-up cost set
+// apart: steady goodput, compare.h), peak memory, the median loss
 // curve, kernel time per family (when traced), backend fallbacks/mismatches, and the environment; when
 // a cell ran data parallel, a Scaling section (tokens/s per GPU, efficiency against the 1-GPU cell,
 // communication share, straggler ratio per world size).
@@ -46,14 +47,18 @@ struct MemoryProbes {  // from the `memory` table, over the cell's evidence runs
   std::int64_t alloc_retries = 0, ooms = 0;
 };
 
-// Data parallel (summary.extra.distributed of each evidence run): throughput per GPU and where a
+// Data parallel (facts.distributed of each evidence run): throughput per GPU and where a
 // multi-GPU step's time went. A single-process run counts as 1 GPU.
 struct ScalingFacts {
   std::optional<std::int64_t> world_size;       // absent without evidence runs, or when they differ (mixed)
   bool mixed_world = false;
   std::optional<double> tokens_per_s_per_gpu;   // median over evidence runs of tokens/s / world size
   std::optional<double> efficiency;             // per-GPU tokens/s over the 1-GPU cell's
-  std::optional<double> comm_share, comm_wait_share, straggler_ratio;  // medians over evidence runs
+  std::optional<double> comm_share, comm_wait_share;  // medians over evidence runs
+  // The largest time a rank's collectives waited for the slowest rank, over the step (median over
+  // evidence runs): the straggler measure. The ratio of the ranks' step-time medians is kept for the
+  // record only: synchronous data parallel makes every rank's step as long as the slowest's (~1).
+  std::optional<double> straggler_wait_share, straggler_ratio;
 };
 
 struct CellReport {
@@ -74,9 +79,13 @@ struct CellReport {
   std::optional<MemoryProbes> memory;          // absent when no memory rows
   std::vector<FieldDifference> mismatches;     // against the baseline, other than the factor
   ScalingFacts scaling;
-  // The MoE router (summary.extra.moe, models with E blocks): medians over evidence runs of the share
+  // The MoE router (facts.moe, models with E blocks): medians over evidence runs of the share
   // of expert slots the capacity factor dropped and of the final load-balancing loss.
   std::optional<double> moe_drop_rate, moe_final_aux_loss;
+  // The model as its evidence runs ran it (facts.model; absent in receipts older than the section),
+  // and how many evidence runs recorded none. One spec per cell, so one model.
+  std::optional<receipts::ModelFacts> model;
+  std::size_t runs_without_model = 0;
 };
 
 // A backend whose chosen or observed implementation is not what was asked for.
@@ -92,10 +101,18 @@ struct EnvValue {
   std::vector<std::int64_t> run_ids;
 };
 
+// A cell a matrix declares, with its runs (every status) or why it has none.
+struct DeclaredCellRuns {
+  std::string name;
+  std::vector<std::int64_t> run_ids;
+  std::string no_runs_reason;  // "" when it has runs
+};
+
 struct Report {
   std::string title;
   std::optional<std::int64_t> matrix_id;
   std::vector<CellReport> cells;        // the baseline first
+  std::vector<DeclaredCellRuns> declared_cells;  // a matrix report's every declared cell, in its order; else empty
   std::vector<BackendIssue> backend_issues;
   std::size_t runs_without_observed_backends = 0;  // not profiled: mismatches cannot be checked
   std::map<std::string, std::vector<EnvValue>> environment;  // key -> distinct values
@@ -109,6 +126,7 @@ struct ReportOptions {
   BootstrapOptions bootstrap;
 };
 
+// A cell whose runs ran different specs becomes one cell per spec (split_groups_by_spec), with a note.
 // Throws StoreError for an unknown run.
 Report build_report(receipts::Store& store, const RunSelection& selection, const ReportOptions& options = {});
 

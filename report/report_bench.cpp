@@ -78,7 +78,7 @@ class BenchStore {
       summary.tokens_per_s = 4096 / (step_ms / 1000);
       summary.goodput_pct = 90;
       summary.peak_memory_bytes = std::int64_t{1} << 30;
-      summary.extra = {{"final_loss", 3.0}};
+      summary.facts.final_loss = 3.0;
       store_->finish_run(id, receipts::RunStatus::ok, "", summary);
     }
   }

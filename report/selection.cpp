@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include "report/compare.h"
@@ -27,6 +28,33 @@ std::vector<std::string> group_names(const RunSelection& selection) {
   std::vector<std::string> names;
   for (const auto& g : selection.groups) names.push_back(g.name);
   return names;
+}
+
+// The world size a matrix cell asks for through its own or the matrix's --set overrides (1 when neither
+// sets distributed.nproc: the base file's value is not in the matrix identity).
+std::int64_t declared_nproc(const json& identity, const json& cell) {
+  std::int64_t nproc = 1;
+  for (const json* sets : {&identity, &cell}) {
+    if (!sets->contains("set") || !(*sets)["set"].is_array()) continue;
+    for (const auto& arg : (*sets)["set"]) {
+      constexpr std::string_view key = "distributed.nproc=";
+      if (!arg.is_string() || !arg.get<std::string>().starts_with(key)) continue;
+      try {
+        nproc = std::stoll(arg.get<std::string>().substr(key.size()));
+      } catch (const std::exception&) {  // not a number: the matrix could not have run it either
+      }
+    }
+  }
+  return nproc;
+}
+
+std::string no_runs_reason(const json& identity, const json& cell) {
+  const std::int64_t nproc = declared_nproc(identity, cell);
+  if (nproc > 1)
+    return fmt::format("no run recorded: the cell asks for distributed.nproc = {}, and `ablate matrix run` refuses it "
+                       "without a run unless --gpus lists {} GPUs (or it was never started)",
+                       nproc, nproc);
+  return "no run recorded: never started (`ablate matrix run` of the same file resumes the matrix)";
 }
 
 }  // namespace
@@ -57,11 +85,16 @@ RunSelection select_matrix(receipts::Store& store, std::string_view name) {
   // Cell order from the matrix's identity (baseline first), then any cell it does not list.
   std::vector<std::string> order;
   const json identity = json::parse(rows[0]["spec_json"].get<std::string>());
-  if (identity.contains("cells") && identity["cells"].is_array())
-    for (const auto& cell : identity["cells"])
-      if (cell.contains("name") && cell["name"].is_string()) order.push_back(cell["name"].get<std::string>());
   std::map<std::string, std::vector<std::int64_t>> by_cell;
   for (const auto& cell : store.matrix_cells(*selection.matrix_id)) by_cell[cell.cell].push_back(cell.run_id);
+  if (identity.contains("cells") && identity["cells"].is_array()) {
+    for (const auto& cell : identity["cells"]) {
+      if (!cell.contains("name") || !cell["name"].is_string()) continue;
+      const std::string cell_name = cell["name"].get<std::string>();
+      order.push_back(cell_name);
+      selection.declared_cells.push_back({cell_name, by_cell.count(cell_name) ? "" : no_runs_reason(identity, cell)});
+    }
+  }
   for (const auto& [cell, ids] : by_cell)
     if (std::find(order.begin(), order.end(), cell) == order.end()) order.push_back(cell);
   for (const auto& cell : order) {
@@ -103,6 +136,64 @@ RunSelection select_cells(receipts::Store& store, const std::string& selector, c
   if (selector.empty())
     throw std::invalid_argument("which runs? give --matrix NAME or a run selector: 12 | 12,13,14 | tag:NAME | name:GLOB");
   return select_grouped(store, selector);
+}
+
+namespace {
+
+// "model.d_model=128" from "spec.model.d_model" and its JSON text; strings without their quotes.
+std::string spec_setting(const std::string& field, const std::string& value) {
+  const json parsed = json::parse(value, nullptr, /*allow_exceptions=*/false);
+  const std::string shown = parsed.is_string() ? parsed.get<std::string>() : value;  // (absent) is not JSON
+  return fmt::format("{}={}", std::string_view(field).substr(std::string_view("spec.").size()), shown);
+}
+
+}  // namespace
+
+void split_groups_by_spec(receipts::Store& store, RunSelection& selection) {
+  std::vector<RunGroup> groups;
+  for (const auto& group : selection.groups) {
+    std::vector<std::map<std::string, std::string>> specs;  // in the order of their oldest run
+    std::vector<std::vector<std::int64_t>> runs;
+    for (const std::int64_t id : group.run_ids) {
+      auto spec = spec_fields(store, id);
+      spec.erase("spec.experiment.seed");
+      const auto it = std::find(specs.begin(), specs.end(), spec);
+      if (it == specs.end()) {
+        specs.push_back(std::move(spec));
+        runs.push_back({id});
+      } else {
+        runs[static_cast<std::size_t>(it - specs.begin())].push_back(id);
+      }
+    }
+    if (specs.size() <= 1) {
+      groups.push_back(group);
+      continue;
+    }
+    std::set<std::string> fields;
+    for (const auto& spec : specs)
+      for (const auto& [field, value] : spec) fields.insert(field);
+    std::vector<std::string> differing;
+    for (const auto& field : fields) {
+      std::set<std::string> values;
+      for (const auto& spec : specs) values.insert(spec.count(field) ? spec.at(field) : kAbsentField);
+      if (values.size() > 1) differing.push_back(field);
+    }
+    std::vector<std::string> parts;
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      std::vector<std::string> settings;
+      for (const auto& field : differing)
+        settings.push_back(spec_setting(field, specs[i].count(field) ? specs[i].at(field) : kAbsentField));
+      groups.push_back({fmt::format("{} [{}]", group.name, fmt::join(settings, ", ")), runs[i]});
+      parts.push_back(fmt::format("{} (run(s) {})", groups.back().name, fmt::join(runs[i], ", ")));
+    }
+    std::vector<std::string> keys;
+    for (const auto& field : differing) keys.push_back(field.substr(std::string_view("spec.").size()));
+    selection.notes.push_back(fmt::format("Cell {} holds runs of {} different specs (they differ in {}): reported as "
+                                          "{} cells, never pooled: {}.",
+                                          group.name, specs.size(), fmt::join(keys, ", "), specs.size(),
+                                          fmt::join(parts, "; ")));
+  }
+  selection.groups = std::move(groups);
 }
 
 void set_baseline(RunSelection& selection, std::string_view baseline) {

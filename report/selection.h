@@ -21,16 +21,25 @@ struct RunGroup {
   std::vector<std::int64_t> run_ids;   // oldest first
 };
 
+// A cell a matrix declares, and why it has no run when it has none ("" when it has runs).
+struct DeclaredCell {
+  std::string name;
+  std::string no_runs_reason;
+};
+
 struct RunSelection {
   std::string title;                    // "matrix tiny_cpu (id 3)" or "runs tag:nightly"
   std::optional<std::int64_t> matrix_id;
   std::vector<RunGroup> groups;         // the baseline first
+  std::vector<DeclaredCell> declared_cells;  // a matrix's cells in its order, with or without runs; else empty
   std::vector<std::string> notes;       // e.g. other matrices sharing the name
   std::vector<std::int64_t> run_ids() const;  // every group's, in group order
 };
 
 // The newest matrix called `name`. Cells follow the matrix's own order (its identity_json), so the
-// baseline cell comes first; a cell without runs yet is left out. Throws std::invalid_argument for an
+// baseline cell comes first; a cell without runs is not a group but is in declared_cells, with why:
+// `matrix run` refuses a cell wider than its --gpus without recording a run, and an interrupted
+// matrix has cells it never started. Throws std::invalid_argument for an
 // unknown name (listing the names the store knows) or a matrix without runs.
 RunSelection select_matrix(receipts::Store& store, std::string_view name);
 
@@ -42,6 +51,13 @@ RunSelection select_grouped(receipts::Store& store, std::string_view selector);
 // The command-line form shared by `ablate report` and `ablate export`: exactly one of a selector or
 // --matrix NAME. Throws std::invalid_argument when both or neither are given.
 RunSelection select_cells(receipts::Store& store, const std::string& selector, const std::string& matrix_name);
+
+// Splits every group whose runs ran different specs into one group per spec, so that no cell pools
+// two configurations. A spec here is every spec leaf but the descriptive ones (compare.h) and
+// experiment.seed, which a matrix varies per repeat. The parts keep the group's place, in the order
+// of their oldest run, each labelled with the keys that differ among them ("tiny [model.d_model=128]");
+// a note names each split group, the keys and the runs of each part.
+void split_groups_by_spec(receipts::Store& store, RunSelection& selection);
 
 // Moves the group called `baseline` to the front. Throws std::invalid_argument naming the groups
 // when there is none of that name.

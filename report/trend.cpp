@@ -100,6 +100,18 @@ void segment(const std::vector<double>& values, const std::vector<double>& logs,
   }
 }
 
+// How a run's median was measured: with the profiler's window traced or not, over how many steps.
+struct MeasurementKey {
+  bool profiled = false;
+  std::int64_t steps = 0;
+  bool operator==(const MeasurementKey&) const = default;
+};
+
+MeasurementKey measurement_key(const receipts::RunRow& run) {
+  const auto& profile = run.summary.facts.profile;
+  return {profile && profile->status == "ok", run.summary.steps.value_or(0)};
+}
+
 std::vector<std::string> known_lanes(receipts::Store& store) {
   std::vector<std::string> lanes;
   for (const auto& row : store.query("SELECT lane, MAX(started_at) AS last FROM runs WHERE lane <> '' GROUP BY lane "
@@ -183,6 +195,7 @@ Trend build_trend(receipts::Store& store, const std::string& lane, const TrendOp
   filter.since = options.since;
   std::size_t not_evidence = 0, not_ok = 0;
   const auto rows = store.list_runs(filter);
+  std::vector<const receipts::RunRow*> evidence;
   for (auto it = rows.rbegin(); it != rows.rend(); ++it) {  // list_runs is newest first
     if (it->status != receipts::RunStatus::ok) {
       not_ok += it->status != receipts::RunStatus::running;
@@ -192,7 +205,24 @@ Trend build_trend(receipts::Store& store, const std::string& lane, const TrendOp
       ++not_evidence;
       continue;
     }
-    t.points.push_back({it->id, it->started_at, *it->summary.median_step_ms, it->summary.tokens_per_s});
+    evidence.push_back(&*it);
+  }
+  // Like with like: a traced run pays the tracer, and a run's length moves its median (the MoE load
+  // evens out as training goes), so the trend keeps the runs measured as the newest one was.
+  std::size_t other_measurement = 0;
+  if (!evidence.empty()) {
+    const MeasurementKey newest = measurement_key(*evidence.back());
+    for (const auto* run : evidence) {
+      if (measurement_key(*run) != newest) {
+        ++other_measurement;
+        continue;
+      }
+      t.points.push_back({run->id, run->started_at, *run->summary.median_step_ms, run->summary.tokens_per_s});
+    }
+    if (other_measurement)
+      t.notes.push_back(fmt::format("{} ok run(s) measured otherwise are left out: the trend keeps {} runs of {} steps, "
+                                    "as the newest run is",
+                                    other_measurement, newest.profiled ? "profiled" : "unprofiled", newest.steps));
   }
   if (not_ok) t.notes.push_back(fmt::format("{} failed, killed or abandoned run(s) in the lane are left out", not_ok));
   if (not_evidence) t.notes.push_back(fmt::format("{} ok run(s) with an incomplete summary are left out", not_evidence));

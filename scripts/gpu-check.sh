@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu-check.sh OUT [STEPS]: the GPU machine's lane in one call (see docs/gpu.md).
 # Configures and builds with the machine's own LibTorch (python3's torch) plus the carried headers in
-# .gpu-deps/include (SQLite, toml++), runs every test suite (GPU tests run for real there), the
+# .gpu-deps/include (SQLite, toml++, Gloo), runs every test suite (GPU tests run for real there), the
 # benchmarks, and the default GPU experiment; writes logs, benchmark JSON and receipts.db to OUT and
 # prints a short summary last.
 #   device run: bash scripts/gpu-check.sh $OUT        (carry .gpu-deps)

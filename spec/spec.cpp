@@ -7,6 +7,7 @@
 #include "spec/spec.h"
 #include "spec/toml_types.h"
 
+#include <algorithm>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -213,6 +214,7 @@ class Parser {
     ExperimentSpec spec;
     spec.source_path = source_;
     spec.source_text = text;
+    spec.overrides = overrides;
     for (const auto& seam : kernels::seams()) spec.backends.requested[seam] = "reference";
 
     auto result = toml::parse(std::string_view(text), std::string_view(source_));
@@ -462,6 +464,10 @@ ExperimentSpec parse_spec_file(const std::string& path, const std::vector<std::s
   const std::string text = read_file(path);
   refuse_empty_file(path, text);
   return parse_spec_string(text, path, overrides);
+}
+
+bool ExperimentSpec::model_overridden() const {
+  return std::any_of(overrides.begin(), overrides.end(), [](const std::string& o) { return o.rfind("model.", 0) == 0; });
 }
 
 ExperimentSpec default_spec(bool gpu, const std::vector<std::string>& overrides) {

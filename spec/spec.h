@@ -89,6 +89,11 @@ struct ExperimentSpec {
 
   std::string source_path;  // "<embedded defaults>" when not from a file
   std::string source_text;
+  // The "section.key=value" overrides (`--set`) applied on top of the source, in order. Not part of the
+  // spec's identity (the canonical JSON holds their effect), but recorded: a named configuration
+  // changed by a --set no longer describes the model by its name.
+  std::vector<std::string> overrides;
+  bool model_overridden() const;  // an override set a model.* key
 };
 
 // One problem in a spec: where (file:line:column, or the --set that caused it) and what.

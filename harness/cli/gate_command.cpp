@@ -4,11 +4,16 @@
 //                                        cell that turns a seam back to `reference`, the baseline's backend
 //                                        there against that cell (report::matrix_gates);
 //   ablate gate --baseline SEL --candidate SEL --seam S --backend B [--role keep]   one backend.
-// Exit 1 when the verdict is not KEEP for a backend whose role is `keep` (--role, or else the role the
-// candidate runs recorded in their catalog snapshot), so the command can guard CI; exit 2 for bad input.
-// Tests: report/gate.cpp in tests/report/gate_test.cpp (report_tests); --matrix end to end in
+// Exit 1 when the verdict is not KEEP for a backend whose role is `keep`: --role, else its standing
+// decision on the candidate runs' lane (a stored KEEP, report::standing_decisions), else the role the
+// candidate runs recorded in their catalog snapshot; so the command can guard CI. Exit 2 for bad input,
+// and for a run still running (then nothing is stored). Every gate is evaluated before any decision is
+// stored, so a refusal leaves no decision behind.
+// Tests: report/gate.cpp in tests/report/gate_test.cpp (report_tests); kept backends, regressions and
+// refusals end to end in tests/harness/gate_cli_test.cpp (harness_tests); --matrix end to end in
 // tests/ablations/matrix_cli_test.cpp (ablations_tests).
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <stdexcept>
 
@@ -19,6 +24,25 @@
 namespace ablate::cli {
 namespace {
 
+// Why a gate that did not say KEEP fails: the backend was `keep` before it, and by what.
+std::string kept_backend_regressed(const report::GateJob& job, const report::GateResult& result,
+                                   std::int64_t decision_id, const std::string& role_option) {
+  const std::string verdict(receipts::to_string(result.verdict));
+  if (!role_option.empty())
+    return fmt::format("{}/{} is marked keep (--role keep) but its gate says {} (decision {})", job.seam, job.backend,
+                       verdict, decision_id);
+  std::vector<std::string> kept_by;
+  for (const auto& d : result.standing_before)
+    if (d.verdict == receipts::Verdict::keep) kept_by.push_back(report::describe(d));
+  if (kept_by.empty())
+    return fmt::format("{}/{} is marked keep in the candidate runs' catalog snapshot but its gate says {} (decision {})",
+                       job.seam, job.backend, verdict, decision_id);
+  return fmt::format("kept backend {}/{} regressed: kept by {}, its gate now says {} (decision {}){}", job.seam,
+                     job.backend, fmt::join(kept_by, ", "), verdict, decision_id,
+                     result.verdict == receipts::Verdict::drop
+                         ? "; this DROP demotes it on that lane"
+                         : "; it stays kept there until a gate with the minimum evidence says DROP");
+}
 
 }  // namespace
 
@@ -32,7 +56,9 @@ void register_gate(CLI::App& app, Globals& g) {
   cmd->add_option("--candidate", candidate, "runs with the backend under test, same forms");
   cmd->add_option("--seam", options.seam, "dispatch seam, e.g. attention");
   cmd->add_option("--backend", options.backend, "the candidate backend at that seam");
-  cmd->add_option("--role", role, "catalog role of the backend (default: as the candidate runs recorded it)")
+  cmd->add_option("--role", role,
+                  "role of the backend (default: keep when a stored KEEP stands on the candidate runs' lane, else as "
+                  "the candidate runs' catalog snapshot recorded it)")
       ->check(CLI::IsMember(receipts::backend_roles()));
   cmd->add_option("--loss-tolerance", options.loss_tolerance,
                   "relative difference of the runs' loss allowed (default 0.02); a larger one within the baseline "
@@ -67,18 +93,31 @@ void register_gate(CLI::App& app, Globals& g) {
       jobs = report::matrix_gates(store, selection, &skipped);
       for (const auto& why : skipped) fmt::print("{}\n", why);
     } else {
-      // Tag and name selectors include failed runs: a candidate that failed is evidence against it.
-      jobs.push_back({"", report::select_runs(store, baseline, true), report::select_runs(store, candidate, true),
-                      options.seam, options.backend});
+      // Tag and name selectors include failed runs: a candidate that failed is evidence against it. Their
+      // runs still running join the sides, so that the gate refuses them rather than decide without them.
+      auto side = [&](const std::string& selector) {
+        std::vector<std::int64_t> running;
+        auto ids = report::select_runs(store, selector, true, &running);
+        ids.insert(ids.end(), running.begin(), running.end());
+        return ids;
+      };
+      jobs.push_back({"", side(baseline), side(candidate), options.seam, options.backend});
     }
 
-    bool keep_backend_failed = false;
-    nlohmann::json all = nlohmann::json::array();
+    // Every gate first: one refused (a run still running, a mismatch) stores nothing at all.
+    std::vector<report::GateResult> results;
     for (const auto& job : jobs) {
       report::GateOptions job_options = options;
       job_options.seam = job.seam;
       job_options.backend = job.backend;
-      const auto result = report::evaluate_gate(store, job.baseline, job.candidate, job_options);
+      results.push_back(report::evaluate_gate(store, job.baseline, job.candidate, job_options));
+    }
+
+    bool keep_backend_failed = false;
+    nlohmann::json all = nlohmann::json::array();
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      const auto& job = jobs[i];
+      const auto& result = results[i];
       const std::int64_t decision_id = store.record_decision(result.decision());
       if (as_json) {
         auto j = report::to_json(result);
@@ -87,11 +126,10 @@ void register_gate(CLI::App& app, Globals& g) {
       } else {
         fmt::print("{}decision {} stored in {}\n", report::render_text(result), decision_id, g.db);
       }
-      const std::string effective_role = role.empty() ? result.catalog_role.value_or("") : role;
-      if (effective_role == "keep" && result.verdict != receipts::Verdict::keep) {
+      const bool kept = role.empty() ? result.kept_before() : role == "keep";
+      if (kept && result.verdict != receipts::Verdict::keep) {
         keep_backend_failed = true;
-        fmt::print(stderr, "ablate: gate: {}/{} is marked keep but its gate says {}\n", job.seam, job.backend,
-                   receipts::to_string(result.verdict));
+        fmt::print(stderr, "ablate: gate: {}\n", kept_backend_regressed(job, result, decision_id, role));
       }
     }
     if (as_json) fmt::print("{}\n", (matrix.empty() ? all.at(0) : all).dump(2));

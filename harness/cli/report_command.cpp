@@ -6,6 +6,7 @@
 // Tests: tests/harness/report_cli_test.cpp (harness_tests), tests/ablations/matrix_cli_test.cpp.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "harness/cli/commands.h"
@@ -46,8 +47,12 @@ void register_report(CLI::App& app, Globals& g) {
     const std::string dir = out_dir.empty() ? default_out_dir(matrix.empty() ? selector : matrix) : out_dir;
     report::write_files_atomically(dir, files);
     if (!plots.note.empty()) fmt::print(stderr, "ablate: report: {}\n", plots.note);
-    fmt::print("report of {}: {} cell(s), baseline {}; wrote {}/report.md, report.html, report.json and {} plot(s)\n",
-               rep.title, rep.cells.size(), rep.baseline().name, dir, plots.plots.size());
+    const auto without_runs = std::count_if(rep.declared_cells.begin(), rep.declared_cells.end(),
+                                            [](const auto& d) { return d.run_ids.empty(); });
+    const std::string declared =
+        without_runs == 0 ? "" : fmt::format(" ({} declared, {} without runs: see report.md)", rep.declared_cells.size(), without_runs);
+    fmt::print("report of {}: {} cell(s){}, baseline {}; wrote {}/report.md, report.html, report.json and {} plot(s)\n",
+               rep.title, rep.cells.size(), declared, rep.baseline().name, dir, plots.plots.size());
     return kExitOk;
   }});
 }

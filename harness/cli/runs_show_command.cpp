@@ -10,7 +10,6 @@
 #include "harness/cli/commands.h"
 #include "receipts/clock.h"
 #include "receipts/store.h"
-#include "report/json_fields.h"
 
 namespace ablate::cli {
 namespace {
@@ -23,6 +22,13 @@ std::string opt(const std::optional<T>& v, const char* format = "{}") {
 std::string human_bytes(const std::optional<int64_t>& b) {
   if (!b) return "-";
   return fmt::format("{:.2f} GiB", static_cast<double>(*b) / (1024.0 * 1024 * 1024));
+}
+
+// A parameter count as people say it: 290.1 M, 1.82 B.
+std::string human_count(const std::optional<int64_t>& n) {
+  if (!n) return "-";
+  const double v = static_cast<double>(*n);
+  return v >= 1e9 ? fmt::format("{:.2f} B", v / 1e9) : fmt::format("{:.1f} M", v / 1e6);
 }
 
 // The kernels that took the most GPU time a step in the run's profiled window (rank 0), summed over
@@ -128,21 +134,35 @@ void register_receipt_queries(CLI::App& app, Globals& g) {
     auto shown = [](std::optional<double> v, const char* fmt_spec, double scale = 1.0) {
       return v ? fmt::format(fmt::runtime(fmt_spec), *v * scale) : std::string("-");
     };
-    // Data parallel: the job's shape and where its time went (summary.extra.distributed).
-    if (const auto d = report::member_or_null(s.extra, "distributed"); d.is_object()) {
-      fmt::print("data parallel: {} ranks over {} ({})  straggler ratio {}  comm share {}  comm wait share {}\n",
-                 d.value("world_size", 0), d.value("backend", "?"), d.value("launcher", "?"),
-                 shown(report::number_at(d, "straggler_ratio"), "{:.3f}"),
-                 shown(report::number_at(d, "comm_share"), "{:.1f}%", 100),
-                 shown(report::number_at(d, "comm_wait_share"), "{:.1f}%", 100));
+    const auto& facts = s.facts;
+    // The model as it ran: a --set may have changed the named configuration's shape.
+    if (const auto& m = facts.model) {
+      fmt::print("model: {}{}  pattern {}  d_model {}  {} layers  T {}  batch {} a rank  {} parameters ({} active)\n",
+                 m->config.empty() ? "(no named config)" : m->config,
+                 m->config_overridden ? " (overridden by --set: its name no longer tells the shape)" : "", m->pattern,
+                 m->d_model, m->layers, m->seq_len, m->batch_size, human_count(m->parameters),
+                 human_count(m->active_parameters));
     }
-    // The MoE router over the run (summary.extra.moe; models with E blocks).
-    if (const auto m = report::member_or_null(s.extra, "moe"); m.is_object()) {
-      fmt::print("moe: {} E layers, top-{}, capacity factor {}  dropped {} of {} slots ({})  final aux loss {}\n",
-                 m.value("e_layers", 0), m.value("top_k", 0), shown(report::number_at(m, "capacity_factor"), "{:g}"),
-                 m.value("dropped_slots", int64_t{0}), m.value("routed_slots", int64_t{0}),
-                 shown(report::number_at(m, "drop_rate"), "{:.2f}%", 100),
-                 shown(report::number_at(m, "final_aux_loss"), "{:.4f}"));
+    if (const auto& m = facts.model; m && !m->overrides.empty())
+      fmt::print("overrides: {}\n", fmt::join(m->overrides, " "));
+    if (const auto& p = facts.precision)
+      fmt::print("precision: {}  MFU peak {}\n", p->dtype,
+                 p->mfu_peak_flops ? fmt::format("{:.1f} TFLOP/s ({})", *p->mfu_peak_flops / 1e12, p->mfu_peak_source)
+                                   : fmt::format("none ({})", p->mfu_peak_source));
+    // Data parallel: the job's shape and where its time went.
+    if (const auto& d = facts.distributed) {
+      fmt::print("data parallel: {} ranks over {} ({})  straggler {}  comm share {}  comm wait share {}\n", d->world_size,
+                 d->backend, d->launcher,
+                 d->straggler_rank ? fmt::format("rank {} (others waited {} of the step for it)", *d->straggler_rank,
+                                                 shown(d->straggler_wait_share, "{:.1f}%", 100))
+                                   : std::string("-"),
+                 shown(d->comm_share, "{:.1f}%", 100), shown(d->comm_wait_share, "{:.1f}%", 100));
+    }
+    // The MoE router over the run (models with E blocks).
+    if (const auto& m = facts.moe) {
+      fmt::print("moe: {} E layers, top-{}, capacity factor {:g}  dropped {} of {} slots ({})  final aux loss {}\n",
+                 m->e_layers, m->top_k, m->capacity_factor, m->dropped_slots, m->routed_slots,
+                 shown(m->drop_rate, "{:.2f}%", 100), shown(m->final_aux_loss, "{:.4f}"));
     }
     // Requested is not achieved: a requested CUDA graph says which it was, and why.
     if (j["env"].value("compile.cuda_graphs_requested", "") == "true")

@@ -24,7 +24,7 @@ namespace ablate::harness {
 // when max_norm > 0, `scale` is what the optimizer divides every gradient by as it reads it,
 // max(1, (norm + 1e-6) / max_norm): 1 / torch's clip coefficient min(1, max_norm / (norm + 1e-6)).
 // The gradients are not touched here (a separate multiply of them all took 0.85 ms of nam56r-small's
-// 47 ms step on the H100; session 12). The norm is one multi-tensor op (_foreach_norm) a dtype, not
+// 47 ms step on the H100, 2026-11-26, 6ca02c1). The norm is one multi-tensor op (_foreach_norm) a dtype, not
 // three launches a parameter. Tests: tests/harness/optimizer_test.cpp.
 struct GradNorm {
   torch::Tensor norm;   // 0-dim fp32

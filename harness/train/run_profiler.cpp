@@ -85,6 +85,8 @@ RunProfiler::~RunProfiler() {
   if (recorder_) kernels::set_scope_observer(nullptr);
 }
 
+bool RunProfiler::traced(int64_t step) const { return status_ == "ok" && in_window(step); }
+
 bool RunProfiler::in_window(int64_t step) const {
   return spec_.profile.enabled && step >= spec_.profile.start_step &&
          step < spec_.profile.start_step + spec_.profile.steps;
@@ -202,7 +204,9 @@ std::string RunProfiler::trace_stem(int64_t run_id, const std::string& db_path) 
   return (dir / fmt::format("run{}_rank{}.pt.trace", run_id, rank_)).string();
 }
 
-nlohmann::json RunProfiler::record(receipts::Store& store, int64_t run_id, const std::string& db_path) {
+receipts::ProfileFacts RunProfiler::record(receipts::RunRecorder& rec) {
+  auto& store = rec.store();
+  const int64_t run_id = rec.run_id();
   if (status_ == "ok" && !window_done_) {
     if (window_open_) {
       close_window();
@@ -212,9 +216,11 @@ nlohmann::json RunProfiler::record(receipts::Store& store, int64_t run_id, const
                             spec_.profile.start_step, spec_.profile.start_step + spec_.profile.steps);
     }
   }
-  nlohmann::json out = {{"status", status_}, {"reason", reason_}};
-  const bool run_facts = rank_ == 0;  // the run's env and observed backends are rank 0's
-  if (run_facts) store.record_env(run_id, {{"profiling", status_text()}});
+  receipts::ProfileFacts out;
+  out.status = status_;
+  out.reason = reason_;
+  const bool run_facts = rec.owns_run();  // the run's env and observed backends are rank 0's
+  if (run_facts) rec.env({{"profiling", status_text()}});
   if (status_ == "disabled") return out;
 
   receipts::ProfileWindowRow window;
@@ -253,18 +259,17 @@ nlohmann::json RunProfiler::record(receipts::Store& store, int64_t run_id, const
     const auto observed = profiling::observe_backends(summary, chosen, kernels::catalog());
     std::vector<receipts::BackendRow> backends;
     std::vector<receipts::BackendEvidenceRow> evidence;
-    nlohmann::json mismatches = nlohmann::json::array();
+
     for (const auto& r : dispatcher_.resolutions()) {
       for (const auto& o : observed) {
         if (o.seam != r.seam) continue;
         backends.push_back({r.seam, r.requested, r.chosen, o.observed, r.reason, o.mismatch});
         for (const auto& e : o.evidence) evidence.push_back({o.seam, e.kernel, e.matches, e.calls, e.total_ns});
-        if (o.mismatch.value_or(false))
-          mismatches.push_back({{"seam", o.seam}, {"chosen", o.chosen}, {"observed", *o.observed}, {"note", o.note}});
+        if (o.mismatch.value_or(false)) out.backend_mismatches.push_back({o.seam, o.chosen, *o.observed, o.note});
       }
     }
     if (run_facts) {
-      store.record_backends(run_id, backends);
+      rec.backends(backends);
       store.record_backend_evidence(run_id, evidence);
     }
 
@@ -274,24 +279,23 @@ nlohmann::json RunProfiler::record(receipts::Store& store, int64_t run_id, const
     meta.backend = spec_.distributed.backend;
     meta.device_properties = device_properties(device_index_);
     meta.trace_name = fmt::format("ablate run {} ({}) rank {}", run_id, spec_.experiment.name, rank_);
-    const auto path = profiling::write_trace_file(profiling::chrome_trace(log_, meta), trace_stem(run_id, db_path));
+    const auto path = profiling::write_trace_file(profiling::chrome_trace(log_, meta), trace_stem(run_id, rec.db_path()));
     store.add_artifact(run_id, "trace", path);
 
-    out["trace"] = path;
-    out["records"] = summary.records;
-    out["dropped_records"] = log_.dropped_records;
-    out["flush_s"] = flush_s_;
-    out["unmatched_scope_pops"] = recorder_ ? recorder_->unmatched_pops() : 0;
-    out["cupti_detached_after_window"] = cupti_detached_;
-    out["backend_mismatches"] = mismatches;
+    out.trace = path;
+    out.records = static_cast<int64_t>(summary.records);
+    out.dropped_records = static_cast<int64_t>(log_.dropped_records);
+    out.flush_s = flush_s_;
+    out.unmatched_scope_pops = recorder_ ? static_cast<int64_t>(recorder_->unmatched_pops()) : 0;
+    out.cupti_detached_after_window = cupti_detached_;
     if (!graph_node_tags_.empty()) {
-      out["graph_node_tags"] = graph_node_tags_;
-      out["graph_nodes_tagged"] = log_.graph_node_scope.size();
+      out.graph_node_tags = graph_node_tags_;
+      out.graph_nodes_tagged = static_cast<int64_t>(log_.graph_node_scope.size());
     }
   }
   store.record_profile_window(run_id, window);
   if (!memory_.empty()) store.record_memory(run_id, memory_);
-  out["memory_by_phase"] =
+  out.memory_by_phase =
       !cuda_ ? "unavailable: not a CUDA device (process RSS per step is in steps.rss_bytes)"
       : graph_node_tags_.empty()
           ? "recorded (memory table: allocator peaks after forward, backward, optimizer)"
@@ -303,14 +307,13 @@ nlohmann::json RunProfiler::record(receipts::Store& store, int64_t run_id, const
   const auto inside = median_or_null(inside_ms_), outside = median_or_null(outside_ms_),
              around = median_or_null(around_ms_);
   const auto baseline = around ? around : outside;
-  auto number_or_null = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
-  out["window"] = {spec_.profile.start_step, spec_.profile.start_step + spec_.profile.steps};
-  out["median_step_ms_inside_window"] = number_or_null(inside);
-  out["median_step_ms_outside_window"] = number_or_null(outside);
-  out["median_step_ms_around_window"] = number_or_null(around);
-  out["overhead_pct"] = inside && baseline && *baseline > 0 ? nlohmann::json(100.0 * (*inside / *baseline - 1.0))
-                                                            : nlohmann::json(nullptr);
-  out["overhead_baseline"] = around ? "steady steps around the window" : "all steady steps outside the window";
+  out.window_start = spec_.profile.start_step;
+  out.window_end = spec_.profile.start_step + spec_.profile.steps;
+  out.median_step_ms_inside_window = inside;
+  out.median_step_ms_outside_window = outside;
+  out.median_step_ms_around_window = around;
+  if (inside && baseline && *baseline > 0) out.overhead_pct = 100.0 * (*inside / *baseline - 1.0);
+  out.overhead_baseline = around ? "steady steps around the window" : "all steady steps outside the window";
   return out;
 }
 

@@ -7,7 +7,7 @@
 //
 //   RunProfiler prof(spec, options.no_profile, device, *dispatcher);
 //   prof.begin_step(step); ... prof.after_phase(step, "forward"); ... prof.end_step(step, wall_ms, steady);
-//   prof.record(store, run_id, db_path);   // while the run is still `running`
+//   prof.record(recorder);                 // while the run is still `running`
 //
 // When CUPTI cannot trace (no CUDA device, built without CUPTI, nsys/ncu holds it) the run goes on and
 // the receipt says `unavailable (<reason>)`. Tests: tests/harness/runner_test.cpp (CPU: unavailable
@@ -27,6 +27,7 @@
 #include "kernels/dispatch.h"
 #include "profiling/activity.h"
 #include "receipts/records.h"
+#include "receipts/run_recorder.h"
 #include "receipts/store.h"
 
 namespace ablate::profiling {
@@ -47,6 +48,8 @@ class RunProfiler {
   RunProfiler& operator=(const RunProfiler&) = delete;
 
   bool in_window(int64_t step) const;
+  // In the window and traced (CUPTI on): such a step's time carries the tracing overhead.
+  bool traced(int64_t step) const;
   // "ok" | "unavailable (<reason>)" | "off (...)" | "disabled (...)": what run_env "profiling" says.
   std::string status_text() const;
 
@@ -66,9 +69,10 @@ class RunProfiler {
   int64_t step_allocated_peak() const { return step_allocated_peak_; }
   int64_t step_reserved_peak() const { return step_reserved_peak_; }
 
-  // Writes the profiling evidence of the run (the run must still be running). Returns the summary
-  // fields (status, overhead, window) for RunSummary::extra["profile"].
-  nlohmann::json record(receipts::Store& store, int64_t run_id, const std::string& db_path);
+  // Writes the profiling evidence of the run through its recorder (the run must still be running;
+  // the run-wide rows, env "profiling" and observed backends, only when the recorder owns the run).
+  // Returns the run's profile facts.
+  receipts::ProfileFacts record(receipts::RunRecorder& recorder);
 
  private:
   void close_window();

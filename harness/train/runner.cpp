@@ -11,26 +11,24 @@ namespace ablate::harness {
 RunResult run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
   GoodputLedger ledger(opt.process_start);
   ledger.begin(Goodput::startup, opt.process_start);
-  // Stages 1-3 can still reject the run as bad input: nothing is written before open_receipt.
+  // Stages 1-3 can still reject the run as bad input: nothing is written before open_recorder.
   RunPosture posture = choose_posture(spec, opt);
   const auto source = open_run_data(spec, ledger);
   ModelState state = build_model(spec, opt, posture, *source, ledger);
-  if (!posture.writes_receipt()) {
-    // A data-parallel rank other than 0: trains its slice, records its own profiling rows into rank 0's
-    // run, and hands its step rows and medians to rank 0.
-    RunProfiler profiler(spec, opt.no_profile, posture.device, *posture.dispatcher, posture.group->rank());
-    const TrainOutcome outcome = train_loop(spec, opt, posture, state, *source, nullptr, profiler, ledger);
-    record_rank_profile(opt, posture, profiler);
+  // From here the run always ends ok, failed or killed (rank 0 owns its status).
+  const auto recorder = open_recorder(spec, opt, posture, state);
+  RunProfiler profiler(spec, opt.no_profile, posture.device, *posture.dispatcher, recorder->rank());
+  const TrainOutcome outcome = train_loop(spec, opt, posture, state, *source, *recorder, profiler, ledger);
+  if (!recorder->owns_run()) {
+    // A data-parallel rank other than 0: its profiling rows into rank 0's run, its medians to rank 0.
+    record_rank_profile(*recorder, profiler);
     RunResult result = publish_rank_outcome(posture, outcome);
     if (!outcome.failure) posture.group->shutdown();
     return result;
   }
-  // From here the run always ends ok, failed or killed.
-  OpenReceipt receipt = open_receipt(spec, opt, posture, state);
-  RunProfiler profiler(spec, opt.no_profile, posture.device, *posture.dispatcher);
-  const TrainOutcome outcome = train_loop(spec, opt, posture, state, *source, &receipt, profiler, ledger);
-  if (outcome.failure) return fail_receipt(opt, receipt, ledger, *outcome.failure);
-  RunResult result = finalise_receipt(spec, opt, posture, state, *source, receipt, profiler, ledger, outcome);
+  if (outcome.failure)
+    return fail_receipt(spec, opt, posture, state, *source, *recorder, ledger, outcome, *outcome.failure);
+  RunResult result = finalise_receipt(spec, opt, posture, state, *source, *recorder, profiler, ledger, outcome);
   if (posture.group && result.status == "ok") posture.group->shutdown();
   return result;
 }

@@ -1,10 +1,11 @@
 // harness/train/stages.cpp: see stages.h. The goodput ledger is charged as the run goes (startup until
 // the first step, data_prep for the corpus, warmup/productive per step with loader waits moved to
 // data_wait, checkpoint saves and restores, profiling around the CUPTI window and the evidence export).
+// Everything the run writes goes through its RunRecorder; the facts of the run are assembled once, in
+// run_facts, for the ok and the failed run alike.
 // Tests: tests/harness/stages_test.cpp, tests/harness/runner_test.cpp.
 #include "harness/train/stages.h"
 
-#include <ATen/autocast_mode.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <signal.h>
@@ -26,10 +27,10 @@
 #include "harness/train/checkpoint.h"
 #include "harness/train/device.h"
 #include "harness/train/run_profiler.h"
+#include "harness/train/step_executor.h"
 #include "harness/train/step_graph.h"
-#include "kernels/scope.h"
+#include "receipts/schema.h"
 #include "receipts/sha256.h"
-#include "receipts/step_buffer.h"
 
 namespace ablate::harness {
 namespace {
@@ -51,25 +52,6 @@ int64_t rss_bytes() {
   in >> pages_total >> pages_resident;
   return pages_resident * sysconf(_SC_PAGESIZE);
 }
-
-// bf16 autocast for the forward pass on the run's device type; fp32 master weights stay untouched.
-class AutocastScope {
- public:
-  AutocastScope(bool enabled, c10::DeviceType type) : enabled_(enabled), type_(type) {
-    if (!enabled_) return;
-    at::autocast::set_autocast_enabled(type_, true);
-    at::autocast::set_autocast_dtype(type_, at::kBFloat16);
-  }
-  ~AutocastScope() {
-    if (!enabled_) return;
-    at::autocast::set_autocast_enabled(type_, false);
-    at::autocast::clear_cache();
-  }
-
- private:
-  bool enabled_;
-  c10::DeviceType type_;
-};
 
 // Data parallel: every rank reads the same global batch of nproc * batch_size rows (the stream of a
 // single process at that batch) and trains on its own slice of batch_size rows (train_loop), so the
@@ -191,9 +173,13 @@ RunPosture choose_posture(const ExperimentSpec& spec, const RunOptions& opt) {
   std::map<std::string, std::string> chosen_backends;
   for (const auto& r : p.dispatcher->resolutions()) chosen_backends[r.seam] = r.chosen;
   p.graphs = decide_graph_capture(spec.compile.cuda_graphs, p.device.is_cuda(), chosen_backends, spec.model);
-  if (opt.attempt_graph_capture_for_testing && spec.compile.cuda_graphs && p.device.is_cuda()) p.graphs.eligible = true;
+  if (opt.attempt_graph_capture_for_testing && spec.compile.cuda_graphs && p.device.is_cuda()) {
+    p.graphs.eligible = true;
+    p.graphs.outcome = receipts::CaptureOutcome::not_reached;
+  }
   if (data_parallel && p.graphs.eligible) {
     p.graphs.eligible = false;
+    p.graphs.outcome = receipts::CaptureOutcome::refused;
     p.graphs.reason = "refused: data parallel launches its gradient all-reduces from autograd hooks as buckets "
                       "fill, which a whole-step capture would freeze; the step runs eager";
   }
@@ -243,16 +229,16 @@ ModelState build_model(const ExperimentSpec& spec, const RunOptions& opt, const 
 
 // ---- 4 -----------------------------------------------------------------------------------------
 
-OpenReceipt open_receipt(const ExperimentSpec& spec, const RunOptions& opt, const RunPosture& posture,
-                         const ModelState& state) {
-  auto store = receipts::Store::open(opt.db_path);
-  store.check_can_record();  // a damaged or read-only store: exit 2 with the file as it was
-  Fingerprint env = host_fingerprint(store.schema_version());
+namespace {
+
+Fingerprint run_fingerprint(const ExperimentSpec& spec, const RunPosture& posture, int schema_version) {
+  Fingerprint env = host_fingerprint(schema_version);
   for (const auto& [k, v] : device_fingerprint()) env[k] = v;
   env["device"] = posture.device_kind;
   env["dtype"] = posture.bf16 ? "bf16-autocast" : "fp32";
   env["compile.cuda_graphs_requested"] = spec.compile.cuda_graphs ? "true" : "false";
-  env["compile.cuda_graphs_achieved"] = posture.graphs.achieved ? "true" : "false";
+  env["compile.cuda_graphs_achieved"] = "false";
+  env["compile.cuda_graphs_outcome"] = std::string(receipts::to_string(posture.graphs.outcome));
   env["compile.cuda_graphs_reason"] = posture.graphs.reason;
   env["compile.cudnn_benchmark"] = spec.compile.cudnn_benchmark ? "true" : "false";
   env["compile.tf32"] = spec.compile.tf32 ? "true" : "false";
@@ -268,10 +254,22 @@ OpenReceipt open_receipt(const ExperimentSpec& spec, const RunOptions& opt, cons
     env["distributed.bucket_mb"] = std::to_string(spec.distributed.bucket_mb);
     // Topology: each rank's host and device, as the ranks published them when they joined.
     nlohmann::json ranks = nlohmann::json::array();
-    for (int64_t r = 0; r < posture.group->world_size(); ++r) ranks.push_back(nlohmann::json::parse(posture.group->fetch(fmt::format("where/{}", r))));
+    for (int64_t r = 0; r < posture.group->world_size(); ++r)
+      ranks.push_back(nlohmann::json::parse(posture.group->fetch(fmt::format("where/{}", r))));
     env["distributed.ranks"] = ranks.dump();
   }
+  return env;
+}
 
+}  // namespace
+
+std::unique_ptr<receipts::RunRecorder> open_recorder(const ExperimentSpec& spec, const RunOptions& opt,
+                                                     const RunPosture& posture, const ModelState& state) {
+  if (!posture.writes_receipt()) {
+    // Rank 0 publishes the run id once the run exists: this rank's rows go into that run.
+    const int64_t run_id = std::stoll(posture.group->fetch("run_id"));
+    return receipts::RunRecorder::attach(opt.db_path, run_id, posture.group->rank());
+  }
   receipts::RunStart rs;
   rs.name = spec.experiment.name;
   rs.tags = spec.experiment.tags;
@@ -280,118 +278,158 @@ OpenReceipt open_receipt(const ExperimentSpec& spec, const RunOptions& opt, cons
   rs.spec_hash = spec_hash(spec);
   rs.source_path = spec.source_path;
   rs.source_text = spec.source_text;
-  rs.env = env;
+  rs.env = run_fingerprint(spec, posture, receipts::schema::latest_version());  // Store::open migrates to it
+  if (!spec.overrides.empty()) rs.env["spec.overrides"] = nlohmann::json(spec.overrides).dump();
   if (opt.matrix_id) {
     rs.matrix_id = opt.matrix_id;
     rs.cell = opt.cell;
     rs.repeat = opt.repeat;
   }
-  const int64_t run_id = store.begin_run(rs);
-  auto life = std::make_unique<receipts::RunLifecycle>(opt.db_path, run_id);
+  auto recorder = receipts::RunRecorder::begin(opt.db_path, rs);
+  const int64_t run_id = recorder->run_id();
   // `ablate launch` closes the run itself when rank 0 dies before it could (harness/cli/launch_command.cpp).
   if (const char* f = std::getenv("ABLATE_LAUNCH_RUN_ID_FILE"); f && *f && posture.group) {
     std::ofstream(f) << run_id << "\n";
   }
-  if (posture.group) posture.group->publish("run_id", std::to_string(run_id));  // for the ranks' profiles
+  if (posture.group) posture.group->publish("run_id", std::to_string(run_id));  // for the other ranks' recorders
 
   std::vector<receipts::BackendRow> backend_rows;
   for (const auto& r : posture.dispatcher->resolutions())
     backend_rows.push_back({r.seam, r.requested, r.chosen, std::nullopt, r.reason, std::nullopt});
-  store.record_backends(run_id, backend_rows);
+  recorder->backends(backend_rows);
   std::vector<receipts::CatalogRow> catalog_rows;
   for (const auto& b : kernels::catalog())
     catalog_rows.push_back({b.seam, b.name, kernels::role_name(b.role),
                             b.fallback.empty() ? std::nullopt : std::optional<std::string>(b.fallback), b.kernel_patterns});
-  store.record_catalog(run_id, catalog_rows);
+  recorder->catalog(catalog_rows);
 
   const Progress say{opt.quiet};
   const auto counts = model::parameter_count(spec.model);
-  say(fmt::format("run {}: {} ({} layers {}, {:.1f} M parameters, {:.1f} M active) on {} {}, {} steps{}", run_id,
+  say(fmt::format("run {}: {} ({} layers {}, {:.1f} M parameters, {:.1f} M active) on {} {}, {} steps{}{}", run_id,
                   spec.experiment.name, spec.model.pattern.size(), spec.model.pattern, counts.total / 1e6,
                   counts.active_per_token / 1e6, posture.device_kind, posture.bf16 ? "bf16" : "fp32", spec.train.steps,
-                  state.resumed_from.empty() ? "" : fmt::format(", resumed at step {}", state.start_step)));
+                  state.resumed_from.empty() ? "" : fmt::format(", resumed at step {}", state.start_step),
+                  spec.model_overridden() ? fmt::format(" (model.config {} changed by --set)", spec.model.name) : ""));
   for (const auto& r : posture.dispatcher->resolutions())
     if (r.requested != r.chosen) say(fmt::format("  {}: {}", r.seam, r.reason));
-  return {std::move(store), run_id, std::move(env), std::move(life)};
+  return recorder;
 }
 
 // ---- 5 -----------------------------------------------------------------------------------------
 
-TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPosture& posture, ModelState& state,
-                        const data::DataSource& source, OpenReceipt* receipt, RunProfiler& profiler,
-                        GoodputLedger& ledger) {
-  const Progress say{opt.quiet};
-  const torch::Device device = posture.device;
-  auto& graphs = posture.graphs;
-  auto& model = state.model;
-  auto& optimizer = *state.optimizer;
-  const int64_t B = spec.model.batch_size, T = spec.model.seq_len, tokens_per_step = B * T;
-  const int64_t start_step = state.start_step;
-  const int cuda_index = cuda_index_of(device);
-  TrainOutcome out;
-  ProcessGroup* group = posture.group.get();
-  const int64_t rank = group ? group->rank() : 0;
-  // Step rows reach the store every 64 steps or 2 s, whichever comes first (receipts/step_buffer.h).
-  // A data-parallel rank other than 0 writes its rows, with its rank, into rank 0's run through a
-  // connection of its own (rank 0 publishes the run id once its receipt is open).
-  std::optional<receipts::Store> rank_store;
-  if (!receipt) rank_store.emplace(receipts::Store::open(opt.db_path));
-  receipts::StepBuffer rows(receipt ? receipt->store : *rank_store,
-                            receipt ? receipt->run_id : std::stoll(group->fetch("run_id")));
-  std::unique_ptr<GradientSync> sync;
-  if (group) sync = std::make_unique<GradientSync>(*group, state.params, spec.distributed.bucket_mb << 20);
+namespace {
 
-  // Static device buffers for the batch: a captured graph reads these addresses on every replay, and
-  // eager steps use them too (one code path, no per-step allocation).
-  const auto ids = torch::empty({B, T + 1}, torch::TensorOptions(device).dtype(torch::kLong));
-  const auto mask = torch::empty({B, T}, torch::TensorOptions(device).dtype(torch::kFloat));
-  const auto inputs = ids.slice(1, 0, T), targets = ids.slice(1, 1, T + 1);
-  // MoE router evidence rides along with the loss when the model has E blocks (schema v4).
-  const bool has_moe = spec.model.pattern.find('E') != std::string::npos;
-  // forward, backward, clipping, optimizer; returns [loss, grad norm(, aux loss, dropped slots)] on the
-  // device, fp64 (a drop count stays exact). The allocator probes run in eager steps only (not inside a
-  // graph capture).
-  auto step_body = [&](int64_t at_step, bool probes) {
-    model::ModelOutput fwd;
-    {
-      kernels::Scope phase("forward");  // launch scope: NVTX range, CUPTI external id (kernels/scope.h)
-      AutocastScope autocast(posture.bf16, device.type());
-      fwd = model->forward(inputs, targets, mask);
-    }
-    if (probes) profiler.after_phase(at_step, "forward");
-    {
-      kernels::Scope phase("backward");
-      if (sync) sync->begin_step();
-      fwd.loss.backward();
-      if (sync) sync->finish();  // every .grad is now the mean over the ranks
-    }
-    if (probes) profiler.after_phase(at_step, "backward");
-    torch::Tensor grad_norm;
-    {
-      kernels::Scope phase("optimizer");
-      // Clipping rides in the update: the optimizer divides each gradient by the scale as it reads it.
-      auto clipping = measure_grad_norm(state.params, spec.train.grad_clip);
-      grad_norm = clipping.norm;
-      optimizer.step(clipping.scale);
-    }
-    if (probes) profiler.after_phase(at_step, "optimizer");
-    std::vector<torch::Tensor> job_means = {fwd.loss.detach().to(torch::kDouble), grad_norm.to(torch::kDouble)};
-    if (has_moe) job_means.push_back(fwd.aux.detach().to(torch::kDouble));
-    auto stats = torch::stack(job_means);
-    // The job's losses are the mean of the ranks' (equal row counts); the norm is already the same
-    // everywhere. The drop count stays the rank's own (each rank writes its own step rows).
-    if (group) group->allreduce_mean_(stats);
-    if (has_moe) stats = torch::cat({stats, fwd.dropped_slots.to(torch::kDouble).view({1})});
-    return stats;
-  };
-  std::shared_ptr<StepGraph> graph;
-  out.warmup_steps = spec.train.warmup_steps;
-  if (graphs.eligible) {
-    graph = std::make_shared<StepGraph>(device);  // the loop runs on its side stream from here on
-    out.capture_step = start_step + kGraphWarmupEagerSteps;
-    out.warmup_steps = std::max(out.warmup_steps, kGraphWarmupEagerSteps + 1);  // the capture step is not steady
+// One step's row: its numbers, and the memory high-water marks since the last row.
+receipts::StepRow step_row(int64_t step, double wall_ms, int64_t tokens, double lr, double data_wait_ms,
+                           const StepExecutor::Result& r, const torch::Device& device, const RunProfiler& profiler) {
+  receipts::StepRow row;
+  row.step = step;
+  row.wall_ms = wall_ms;
+  row.tokens = tokens;
+  row.loss = r.loss;
+  row.grad_norm = r.grad_norm;
+  row.lr = lr;
+  row.data_wait_ms = data_wait_ms;
+  row.moe_aux_loss = r.moe_aux_loss;
+  row.moe_dropped_slots = r.moe_dropped_slots;
+  row.rss_bytes = rss_bytes();
+  if (device.is_cuda()) {
+    const int index = cuda_index_of(device);
+    const auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+    // Profiled steps reset the peaks after each phase probe: their step peak is the largest probe.
+    row.mem_allocated_peak = std::max(s.allocated_bytes[0].peak, profiler.step_allocated_peak());
+    row.mem_reserved_peak = std::max(s.reserved_bytes[0].peak, profiler.step_reserved_peak());
+    c10::cuda::CUDACachingAllocator::resetPeakStats(index);
   }
-  out.graph = graph;
+  return row;
+}
+
+// What the loop keeps of each finished step: its row in the receipt, and the outcome's series.
+class StepTally {
+ public:
+  StepTally(TrainOutcome& out, receipts::RunRecorder& recorder, const RunProfiler& profiler)
+      : out_(out), recorder_(recorder), profiler_(profiler) {}
+
+  // The row goes to the recorder first: a non-finite step is recorded too (the failed run keeps its
+  // evidence), then fails the run.
+  void add(const receipts::StepRow& row, bool warm, const GradientSync* sync) {
+    recorder_.step(row);
+    if (!std::isfinite(*row.loss))
+      throw TrainingFailure(fmt::format("non-finite loss at step {} (loss {})", row.step, *row.loss));
+    out_.last_loss = row.loss;
+    out_.peak_memory = std::max(out_.peak_memory, row.mem_allocated_peak.value_or(*row.rss_bytes));
+    if (sync) {
+      out_.comm_wait_ms.push_back(sync->last_wait_ms());
+      out_.comm_ms.push_back(sync->comm_ms());  // after the step's host read: the all-reduces are done
+    }
+    if (warm) return;
+    if (profiler_.traced(row.step)) {
+      window_.emplace_back(row.step, row.wall_ms);
+    } else {
+      out_.steady_ms.push_back(row.wall_ms);
+      out_.steady_steps.push_back(row.step);
+    }
+  }
+
+  // Steady steps outside the traced window; the window's own steps only when nothing else is steady.
+  void close() {
+    if (!out_.steady_ms.empty()) {
+      out_.window_steps_excluded = static_cast<int64_t>(window_.size());
+      return;
+    }
+    for (const auto& [step, ms] : window_) {
+      out_.steady_steps.push_back(step);
+      out_.steady_ms.push_back(ms);
+    }
+  }
+
+ private:
+  TrainOutcome& out_;
+  receipts::RunRecorder& recorder_;
+  const RunProfiler& profiler_;
+  std::vector<std::pair<int64_t, double>> window_;  // steady steps inside the traced window
+};
+
+// After the last step (or the failing one): a failure names the ranks behind; every completed row is
+// flushed; each rank flags its own slow outliers.
+void close_loop(TrainOutcome& out, receipts::RunRecorder& recorder, ProcessGroup* group, int64_t step) {
+  if (out.failure && group) {
+    // A collective that failed or timed out: name the ranks that did not get this far.
+    std::string behind;
+    try {
+      behind = group->ranks_behind(step);
+    } catch (const std::exception& e) {
+      behind = fmt::format("the store is unreachable too ({})", e.what());
+    }
+    if (!behind.empty()) *out.failure += fmt::format(" [rank {} was at step {}; {}]", group->rank(), step, behind);
+  }
+  try {
+    recorder.flush_steps();  // ok or failed, every completed step is in the receipt
+    if (!out.failure) {
+      std::vector<int64_t> outliers;
+      for (size_t i : slow_outliers(out.steady_ms)) outliers.push_back(out.steady_steps[i]);
+      recorder.outliers(outliers);
+    }
+  } catch (const std::exception& e) {
+    if (recorder.owns_run()) throw;
+    // Another rank's run that rank 0 already closed (it failed first): this rank's failure stands.
+    if (!out.failure) out.failure = fmt::format("its last step rows could not be written: {}", e.what());
+  }
+}
+
+}  // namespace
+
+TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const RunPosture& posture,
+                        ModelState& state, const data::DataSource& source, receipts::RunRecorder& recorder,
+                        RunProfiler& profiler, GoodputLedger& ledger) {
+  const Progress say{opt.quiet};
+  ProcessGroup* group = posture.group.get();
+  const int64_t start_step = state.start_step, tokens_per_step = spec.model.batch_size * spec.model.seq_len;
+  TrainOutcome out;
+  out.capture = posture.graphs;
+  StepExecutor executor(spec, posture, state, profiler);
+  out.warmup_steps = executor.warmup_steps();
+  StepTally tally(out, recorder, profiler);
   int64_t step = start_step;
   try {
     data::Loader loader(source, state.data_state, spec.data.prefetch);
@@ -399,7 +437,7 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPo
     for (; step < spec.train.steps; ++step) {
       const bool warm = step - start_step < out.warmup_steps;
       if (group) {
-        inject_test_fault(rank, step);
+        inject_test_fault(group->rank(), step);
         group->report_progress(step);
       }
       {
@@ -412,133 +450,46 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPo
       ledger.begin(warm ? Goodput::warmup : Goodput::productive, t0);
       auto loaded = loader.next();
       ledger.move_to(Goodput::data_wait, loaded.wait_ns / 1e9);
-
-      auto& batch = loaded.batch;
-      // This rank's rows of the global batch (all of it in a single process).
-      ids.copy_(torch::from_blob(batch.tokens.data(), {B * spec.distributed.nproc, T + 1}, torch::kInt32).narrow(0, rank * B, B));
-      mask.copy_(torch::from_blob(batch.loss_mask.data(), {B * spec.distributed.nproc, T}, torch::kUInt8).narrow(0, rank * B, B));
+      executor.load(loaded.batch);
       const double lr = learning_rate(step, spec.train.steps, spec.train.lr_warmup_steps, spec.train.lr, spec.train.min_lr_ratio);
-      optimizer.set_lr(lr);
-      torch::Tensor stats;
-      if (graph && graph->captured()) {
-        stats = graph->replay();
-        profiler.after_phase(step, "graph replay");
-      } else if (graph && step == out.capture_step) {
-        optimizer.zero_grad();  // the captured backward allocates the gradients in the graph's pool
-        const auto t_capture = Clock::now();
-        profiler.begin_capture();
-        const auto failure = graph->capture([&] { return step_body(step, false); });
-        profiler.end_capture();
-        const double capture_ms = ms_between(t_capture, Clock::now());
-        if (failure.empty()) {
-          graphs.achieved = true;
-          graphs.reason = fmt::format("captured at step {} after {} eager warm-up steps on a side stream ({:.0f} ms to "
-                                      "capture and instantiate); every later step replays the graph",
-                                      step, kGraphWarmupEagerSteps, capture_ms);
-          stats = graph->replay();
-        } else {
-          graphs.reason = fmt::format("capture failed at step {}: {}; the run went on eager", step, failure);
-          graph.reset();
-          out.graph.reset();
-          optimizer.zero_grad();
-          stats = step_body(step, true);
-        }
-        if (receipt)
-          receipt->store.record_env(receipt->run_id, {{"compile.cuda_graphs_achieved", graphs.achieved ? "true" : "false"},
-                                                  {"compile.cuda_graphs_reason", graphs.reason},
-                                                  {"compile.cuda_graphs_capture_step", std::to_string(step)},
-                                                  {"compile.cuda_graphs_capture_ms", fmt::format("{:.3f}", capture_ms)}});
-        say("  " + graphs.reason);
-      } else {
-        optimizer.zero_grad();
-        stats = step_body(step, true);
-      }
-      // The step's one host read: loss, gradient norm and the router's evidence together.
-      const auto host = stats.cpu();
-      const double loss = host[0].item<double>(), gnorm = host[1].item<double>();
-      std::optional<double> aux_loss;
-      std::optional<int64_t> dropped_slots;
-      if (has_moe) {
-        aux_loss = host[2].item<double>();
-        dropped_slots = static_cast<int64_t>(std::llround(host[3].item<double>()));
-      }
+      const auto result = executor.run(step, lr);
       const auto t1 = Clock::now();
       ledger.end(t1);
       const double wall_ms = ms_between(t0, t1);
       if (step == start_step) out.first_step_ms = wall_ms;
+      if (result.capture) {
+        out.capture = *result.capture;
+        if (recorder.owns_run()) recorder.capture(out.capture);  // as it happens, not inferred later
+        say("  " + out.capture.reason);
+      }
       {
         GoodputLedger::Scope flush(ledger, Goodput::profiling);  // closing the window syncs and flushes CUPTI
         profiler.end_step(step, wall_ms, !warm);
       }
-      if (!std::isfinite(loss)) throw TrainingFailure(fmt::format("non-finite loss at step {} (loss {})", step, loss));
-      out.last_loss = loss;
-
-      receipts::StepRow row;
-      row.step = step;
-      row.wall_ms = wall_ms;
-      row.tokens = tokens_per_step;
-      row.loss = loss;
-      row.grad_norm = gnorm;
-      row.lr = lr;
-      row.data_wait_ms = loaded.wait_ns / 1e6;
-      row.moe_aux_loss = aux_loss;
-      row.moe_dropped_slots = dropped_slots;
-      row.rss_bytes = rss_bytes();
-      if (device.is_cuda()) {
-        const auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(cuda_index);
-        // Profiled steps reset the peaks after each phase probe: their step peak is the largest probe.
-        row.mem_allocated_peak = std::max(s.allocated_bytes[0].peak, profiler.step_allocated_peak());
-        row.mem_reserved_peak = std::max(s.reserved_bytes[0].peak, profiler.step_reserved_peak());
-        out.peak_memory = std::max(out.peak_memory, *row.mem_allocated_peak);
-        c10::cuda::CUDACachingAllocator::resetPeakStats(cuda_index);
-      } else {
-        out.peak_memory = std::max(out.peak_memory, *row.rss_bytes);
-      }
-      row.rank = rank;
-      rows.add(row);
-      if (sync) {
-        out.comm_wait_ms.push_back(sync->last_wait_ms());
-        out.comm_ms.push_back(sync->comm_ms());  // after the host read above: the all-reduces are done
-      }
-      if (!warm) {
-        out.steady_ms.push_back(wall_ms);
-        out.steady_steps.push_back(step);
-      }
+      tally.add(step_row(step, wall_ms, tokens_per_step, lr, loaded.wait_ns / 1e6, result, posture.device, profiler), warm,
+                executor.sync());
       if (spec.train.log_every > 0 && (step % spec.train.log_every == 0 || step + 1 == spec.train.steps))
-        say(fmt::format("  step {:>5}/{}  loss {:.4f}  grad norm {:.3f}  lr {:.2e}  {:.1f} ms{}", step, spec.train.steps, loss,
-                        gnorm, lr, wall_ms, warm ? "  (warm-up)" : ""));
+        say(fmt::format("  step {:>5}/{}  loss {:.4f}  grad norm {:.3f}  lr {:.2e}  {:.1f} ms{}", step, spec.train.steps,
+                        result.loss, result.grad_norm, lr, wall_ms, warm ? "  (warm-up)" : ""));
       if (posture.writes_receipt() && spec.train.checkpoint_every > 0 && (step + 1) % spec.train.checkpoint_every == 0 &&
           step + 1 < spec.train.steps) {
         GoodputLedger::Scope save(ledger, Goodput::checkpoint);
-        save_checkpoint(state.checkpoint_dir, *model, optimizer,
-                        {step + 1, batch.state_after, state.model_hash, source.description().fingerprint});
+        save_checkpoint(state.checkpoint_dir, *state.model, *state.optimizer,
+                        {step + 1, loaded.batch.state_after, state.model_hash, source.description().fingerprint});
       }
     }
   } catch (const TrainingFailure& e) {
     out.failure = e.what();
   } catch (const c10::OutOfMemoryError& e) {
+    const int index = cuda_index_of(posture.device);
     out.failure = fmt::format("CUDA out of memory at step {}: {}", step,
-                              cuda_index >= 0 ? allocator_stats(cuda_index) : std::string("no allocator stats"));
+                              index >= 0 ? allocator_stats(index) : std::string("no allocator stats"));
   } catch (const std::exception& e) {
     out.failure = fmt::format("at step {}: {}", step, e.what());
   }
-  if (out.failure && group) {
-    // A collective that failed or timed out: name the ranks that did not get this far.
-    std::string behind;
-    try {
-      behind = group->ranks_behind(step);
-    } catch (const std::exception& e) {
-      behind = fmt::format("the store is unreachable too ({})", e.what());
-    }
-    if (!behind.empty()) *out.failure += fmt::format(" [rank {} was at step {}; {}]", rank, step, behind);
-  }
-  try {
-    rows.flush();  // ok or failed, every completed step is in the receipt
-  } catch (const std::exception& e) {
-    if (receipt) throw;
-    // Another rank's run that rank 0 already closed (it failed first): this rank's failure stands.
-    if (!out.failure) out.failure = fmt::format("its last step rows could not be written: {}", e.what());
-  }
+  out.graph = executor.graph();
+  tally.close();
+  close_loop(out, recorder, group, step);
   return out;
 }
 
@@ -547,14 +498,6 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, RunPo
 namespace {
 std::string outcome_key(int64_t rank) { return fmt::format("outcome/{}", rank); }
 
-// A per-step series (one entry per step, warm-up included): the median of its finite steady entries.
-double steady_part_median(const std::vector<double>& per_step, int64_t warmup_steps) {
-  std::vector<double> v;
-  for (size_t i = static_cast<size_t>(std::max<int64_t>(0, warmup_steps)); i < per_step.size(); ++i)
-    if (std::isfinite(per_step[i])) v.push_back(per_step[i]);
-  return median(v);
-}
-
 // A JSON series whose NaN entries were written as null.
 std::vector<double> series(const nlohmann::json& j) {
   std::vector<double> out;
@@ -562,15 +505,21 @@ std::vector<double> series(const nlohmann::json& j) {
   return out;
 }
 
-nlohmann::json number_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+nlohmann::json series_json(const std::vector<double>& v) {
+  nlohmann::json out = nlohmann::json::array();
+  for (double x : v) out.push_back(std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr));
+  return out;
+}
+
+std::optional<double> finite_or_none(double v) { return std::isfinite(v) ? std::optional<double>(v) : std::nullopt; }
 }  // namespace
 
 RunResult publish_rank_outcome(const RunPosture& posture, const TrainOutcome& outcome) {
   // The step rows are in the store already (train_loop); this is what rank 0 summarises.
   const nlohmann::json j = {{"failure", outcome.failure ? nlohmann::json(*outcome.failure) : nlohmann::json(nullptr)},
                             {"steady_ms", outcome.steady_ms},
-                            {"comm_wait_ms", outcome.comm_wait_ms},
-                            {"comm_ms", outcome.comm_ms},  // NaN -> null
+                            {"comm_wait_ms", series_json(outcome.comm_wait_ms)},
+                            {"comm_ms", series_json(outcome.comm_ms)},
                             {"peak_memory", outcome.peak_memory},
                             {"warmup_steps", outcome.warmup_steps}};
   posture.group->publish(outcome_key(posture.group->rank()), j.dump());
@@ -578,79 +527,115 @@ RunResult publish_rank_outcome(const RunPosture& posture, const TrainOutcome& ou
   return RunResult{0, "ok", "", 0};
 }
 
-void record_rank_profile(const RunOptions& opt, const RunPosture& posture, RunProfiler& profiler) {
+void record_rank_profile(receipts::RunRecorder& recorder, RunProfiler& profiler) {
   if (profiler.status_text().rfind("disabled", 0) == 0) return;
   try {
-    const int64_t run_id = std::stoll(posture.group->fetch("run_id"));
-    auto store = receipts::Store::open(opt.db_path);
-    profiler.record(store, run_id, opt.db_path);
+    profiler.record(recorder);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "ablate: rank {}: its profiling rows were not recorded: {}\n", posture.group->rank(), e.what());
+    fmt::print(stderr, "ablate: rank {}: its profiling rows were not recorded: {}\n", recorder.rank(), e.what());
   }
 }
 
 namespace {
 
+// What one rank reported: its step times and per-step collective timings (warm-up steps included).
+struct RankSeries {
+  std::vector<double> steady_ms, comm_wait_ms, comm_ms;
+  int64_t peak_memory = 0, warmup_steps = 0;
+};
+
+// The median of a per-step series' finite steady entries.
+std::optional<double> steady_median(const std::vector<double>& per_step, int64_t warmup_steps) {
+  std::vector<double> v;
+  for (size_t i = static_cast<size_t>(std::max<int64_t>(0, warmup_steps)); i < per_step.size(); ++i)
+    if (std::isfinite(per_step[i])) v.push_back(per_step[i]);
+  return v.empty() ? std::nullopt : finite_or_none(median(v));
+}
+
+// Per step, how long each rank's collectives ran beyond the quickest rank's: under synchronous data
+// parallel the rank that arrives last waits least, so the difference is the time a rank waited for
+// the slowest. The collectives' own timing where the backend has it (NCCL), else the host wait (Gloo).
+std::vector<std::optional<double>> collective_waits(const std::vector<RankSeries>& ranks) {
+  const bool timed = std::all_of(ranks.begin(), ranks.end(), [](const RankSeries& r) {
+    return std::any_of(r.comm_ms.begin(), r.comm_ms.end(), [](double v) { return std::isfinite(v); });
+  });
+  auto per_step = [&](const RankSeries& r) -> const std::vector<double>& { return timed ? r.comm_ms : r.comm_wait_ms; };
+  size_t steps = SIZE_MAX;
+  for (const auto& r : ranks) steps = std::min(steps, per_step(r).size());
+  std::vector<std::vector<double>> waits(ranks.size());
+  for (size_t i = 0; i < steps; ++i) {
+    double quickest = INFINITY;
+    for (const auto& r : ranks) quickest = std::min(quickest, per_step(r)[i]);
+    for (size_t k = 0; k < ranks.size(); ++k) waits[k].push_back(per_step(ranks[k])[i] - quickest);
+  }
+  std::vector<std::optional<double>> out;
+  for (size_t k = 0; k < ranks.size(); ++k) out.push_back(steady_median(waits[k], ranks[k].warmup_steps));
+  return out;
+}
+
 // Rank 0, after its own loop: waits for every other rank's outcome (their step and profiling rows are
-// in the run by then) and works out the job's distributed facts (per-rank medians, straggler ratio,
-// communication). A rank that failed fails the run.
+// in the run by then) and works out the job's distributed facts. A rank that failed fails the run.
 struct JobOutcome {
-  nlohmann::json facts;
+  std::optional<receipts::DistributedFacts> facts;
   std::optional<std::string> failure;
 };
 JobOutcome collect_rank_outcomes(ProcessGroup& group, const TrainOutcome& own) {
   JobOutcome job;
-  nlohmann::json per_rank = nlohmann::json::array();
-  double slowest = 0, fastest = INFINITY;
-  std::vector<double> comm_share, wait_share;
+  std::vector<RankSeries> ranks;
   for (int64_t r = 0; r < group.world_size(); ++r) {
-    std::vector<double> steady = own.steady_ms, wait = own.comm_wait_ms, comm = own.comm_ms;
-    int64_t peak = own.peak_memory, warm = own.warmup_steps;
+    RankSeries s{own.steady_ms, own.comm_wait_ms, own.comm_ms, own.peak_memory, own.warmup_steps};
     if (r != 0) {
       const auto j = nlohmann::json::parse(group.fetch(outcome_key(r)));
       if (!j.at("failure").is_null() && !job.failure)
         job.failure = fmt::format("rank {} failed: {}", r, j.at("failure").get<std::string>());
-      steady = j.at("steady_ms").get<std::vector<double>>();
-      wait = series(j.at("comm_wait_ms"));
-      comm = series(j.at("comm_ms"));
-      peak = j.at("peak_memory").get<int64_t>();
-      warm = j.at("warmup_steps").get<int64_t>();
+      s = {j.at("steady_ms").get<std::vector<double>>(), series(j.at("comm_wait_ms")), series(j.at("comm_ms")),
+           j.at("peak_memory").get<int64_t>(), j.at("warmup_steps").get<int64_t>()};
     }
-    const double step_ms = median(steady), wait_ms = steady_part_median(wait, warm),
-                 comm_ms = steady_part_median(comm, warm);
-    if (std::isfinite(step_ms)) {
-      slowest = std::max(slowest, step_ms);
-      fastest = std::min(fastest, step_ms);
-    }
-    if (std::isfinite(step_ms) && std::isfinite(wait_ms) && step_ms > 0) wait_share.push_back(wait_ms / step_ms);
-    if (std::isfinite(step_ms) && std::isfinite(comm_ms) && step_ms > 0) comm_share.push_back(comm_ms / step_ms);
-    per_rank.push_back({{"rank", r},
-                        {"median_step_ms", number_or_null(step_ms)},
-                        {"median_comm_ms", number_or_null(comm_ms)},
-                        {"median_comm_wait_ms", number_or_null(wait_ms)},
-                        {"peak_memory_bytes", peak}});
+    ranks.push_back(std::move(s));
   }
-  job.facts = {{"world_size", group.world_size()},
-               {"backend", group.backend_name()},
-               {"launcher", group.world().launcher},
-               {"per_rank", per_rank},
-               // Slowest rank's median step over the fastest's: 1.0 is a perfectly even job.
-               {"straggler_ratio", fastest < INFINITY && fastest > 0 ? nlohmann::json(slowest / fastest) : nlohmann::json(nullptr)},
-               // The gradient all-reduces' own time over the step (median of the ranks): on NCCL the
-               // collectives' kernel time from CUDA events on its stream (overlapped with backward or
-               // not); null on Gloo, which cannot time them.
-               {"comm_share", comm_share.empty() ? nlohmann::json(nullptr) : nlohmann::json(median(comm_share))},
-               // Host time waiting for them after backward, over the step: the exposed communication
-               // on Gloo; on NCCL the wait is on the stream (~0 on the host).
-               {"comm_wait_share", wait_share.empty() ? nlohmann::json(nullptr) : nlohmann::json(median(wait_share))}};
+  receipts::DistributedFacts d;
+  d.world_size = group.world_size();
+  d.backend = group.backend_name();
+  d.launcher = group.world().launcher;
+  const auto waits = collective_waits(ranks);
+  double slowest = 0, fastest = INFINITY, largest_wait = -1;
+  std::vector<double> comm_share, wait_share, step_ms_all;
+  for (int64_t r = 0; r < group.world_size(); ++r) {
+    const auto& s = ranks[static_cast<size_t>(r)];
+    receipts::RankFacts f;
+    f.rank = r;
+    f.median_step_ms = s.steady_ms.empty() ? std::nullopt : finite_or_none(median(s.steady_ms));
+    f.median_comm_ms = steady_median(s.comm_ms, s.warmup_steps);
+    f.median_comm_wait_ms = steady_median(s.comm_wait_ms, s.warmup_steps);
+    f.collective_wait_ms = waits[static_cast<size_t>(r)];
+    f.peak_memory_bytes = s.peak_memory;
+    if (f.median_step_ms && *f.median_step_ms > 0) {
+      slowest = std::max(slowest, *f.median_step_ms);
+      fastest = std::min(fastest, *f.median_step_ms);
+      step_ms_all.push_back(*f.median_step_ms);
+      if (f.median_comm_wait_ms) wait_share.push_back(*f.median_comm_wait_ms / *f.median_step_ms);
+      if (f.median_comm_ms) comm_share.push_back(*f.median_comm_ms / *f.median_step_ms);
+    }
+    if (f.collective_wait_ms && *f.collective_wait_ms > largest_wait) largest_wait = *f.collective_wait_ms;
+    d.per_rank.push_back(f);
+  }
+  if (fastest < INFINITY) d.step_time_ratio = slowest / fastest;
+  if (!comm_share.empty()) d.comm_share = median(comm_share);
+  if (!wait_share.empty()) d.comm_wait_share = median(wait_share);
+  // The straggler is the rank the others waited for: the one whose collectives waited least.
+  std::optional<double> least;
+  for (const auto& f : d.per_rank)
+    if (f.collective_wait_ms && (!least || *f.collective_wait_ms < *least)) least = f.collective_wait_ms, d.straggler_rank = f.rank;
+  if (d.straggler_rank && largest_wait >= 0 && !step_ms_all.empty()) d.straggler_wait_share = largest_wait / median(step_ms_all);
+  job.facts = d;
   return job;
 }
 
-// What the MoE router did over the run, from every rank's step rows (null without E blocks): slots the
+// What the MoE router did over the run, from every rank's step rows (none without E blocks): slots the
 // capacity factor dropped against the slots routed (tokens x top_k x E layers of the recorded steps).
-nlohmann::json moe_summary(receipts::Store& store, int64_t run_id, const model::ModelConfig& m) {
+std::optional<receipts::MoeFacts> moe_facts(receipts::Store& store, int64_t run_id, const model::ModelConfig& m) {
   const auto layers = static_cast<int64_t>(std::count(m.pattern.begin(), m.pattern.end(), 'E'));
-  if (layers == 0) return nullptr;
+  if (layers == 0) return std::nullopt;
   const auto row = store.query(
       "SELECT count(moe_dropped_slots) AS rows, coalesce(sum(moe_dropped_slots), 0) AS dropped FROM steps "
       "WHERE run_id = ?",
@@ -659,36 +644,92 @@ nlohmann::json moe_summary(receipts::Store& store, int64_t run_id, const model::
       "SELECT moe_aux_loss FROM steps WHERE run_id = ? AND rank = 0 AND moe_aux_loss IS NOT NULL ORDER BY step DESC "
       "LIMIT 1",
       {run_id});
-  const int64_t routed = row["rows"].get<int64_t>() * m.batch_size * m.seq_len * m.moe.top_k * layers;
-  const int64_t dropped = row["dropped"].get<int64_t>();
-  return {{"e_layers", layers},
-          {"top_k", m.moe.top_k},
-          {"capacity_factor", m.moe.capacity_factor},
-          {"dropped_slots", dropped},
-          {"routed_slots", routed},
-          {"drop_rate", routed > 0 ? nlohmann::json(static_cast<double>(dropped) / static_cast<double>(routed))
-                                   : nlohmann::json(nullptr)},
-          {"final_aux_loss", last.empty() ? nlohmann::json(nullptr) : last[0]["moe_aux_loss"]}};
+  receipts::MoeFacts f;
+  f.e_layers = layers;
+  f.top_k = m.moe.top_k;
+  f.capacity_factor = m.moe.capacity_factor;
+  f.routed_slots = row["rows"].get<int64_t>() * m.batch_size * m.seq_len * m.moe.top_k * layers;
+  f.dropped_slots = row["dropped"].get<int64_t>();
+  if (f.routed_slots > 0) f.drop_rate = static_cast<double>(f.dropped_slots) / static_cast<double>(f.routed_slots);
+  if (!last.empty()) f.final_aux_loss = last[0]["moe_aux_loss"].get<double>();
+  return f;
 }
 
 }  // namespace
 
 // ---- 6 -----------------------------------------------------------------------------------------
 
-RunResult fail_receipt(const RunOptions& opt, OpenReceipt& receipt, GoodputLedger& ledger, const std::string& error) {
-  receipt.store.record_goodput(receipt.run_id, ledger.totals());
-  receipt.life->finish(receipts::RunStatus::failed, error, {});
-  Progress{opt.quiet}(fmt::format("run {} failed: {}", receipt.run_id, error));
-  return RunResult{receipt.run_id, "failed", error, 1};
+namespace {
+std::string gpu_model() { return device_fingerprint()["gpu_model"]; }
+}  // namespace
+
+receipts::RunFacts run_facts(const ExperimentSpec& spec, const RunPosture& posture, const ModelState& state,
+                             const data::DataSource& source, const TrainOutcome& outcome) {
+  receipts::RunFacts f;
+  const auto counts = model::parameter_count(spec.model);
+  const double train_flops = model::training_flops_per_token(spec.model);
+  f.final_loss = outcome.last_loss;
+  f.first_step_ms = outcome.first_step_ms;
+  f.warmup_steps = outcome.warmup_steps;
+  f.steady_steps = static_cast<int64_t>(outcome.steady_ms.size());
+  f.window_steps_excluded = outcome.window_steps_excluded;
+  f.parameters = counts.total;
+  f.active_parameters = counts.active_per_token;
+  f.training_flops_per_token = train_flops;
+  f.tokens_per_step = spec.model.batch_size * spec.model.seq_len * spec.distributed.nproc;  // the job's
+  f.start_step = state.start_step;
+  f.resumed_from = state.resumed_from;
+  f.peak_memory_kind = posture.device.is_cuda() ? "cuda allocator allocated peak" : "process RSS";
+  f.data = data::to_json(source.description());
+  f.cuda_graphs = outcome.capture;
+  if (f.cuda_graphs->eligible && f.cuda_graphs->outcome == receipts::CaptureOutcome::not_reached) {
+    f.cuda_graphs->capture_step = state.start_step + kGraphWarmupEagerSteps;
+    f.cuda_graphs->reason = fmt::format("eligible, but the run ended before its capture step {} ({} eager warm-up steps "
+                                        "come first); the step ran eager: raise train.steps",
+                                        *f.cuda_graphs->capture_step, kGraphWarmupEagerSteps);
+  }
+  receipts::ModelFacts m;
+  m.config = spec.model.name;
+  m.overrides = spec.overrides;
+  m.config_overridden = spec.model_overridden();
+  m.pattern = spec.model.pattern;
+  m.d_model = spec.model.d_model;
+  m.layers = static_cast<int64_t>(spec.model.pattern.size());
+  m.seq_len = spec.model.seq_len;
+  m.batch_size = spec.model.batch_size;
+  m.parameters = counts.total;
+  m.active_parameters = counts.active_per_token;
+  m.training_flops_per_token = train_flops;
+  f.model = m;
+  receipts::PrecisionFacts p;
+  p.dtype = posture.bf16 ? "bf16-autocast" : "fp32";
+  p.flops_version = model::kFlopsVersion;
+  if (posture.device.is_cuda()) {
+    const std::string gpu = gpu_model();
+    p.mfu_peak_flops = dense_bf16_peak_flops(gpu);
+    p.mfu_peak_source = p.mfu_peak_flops ? fmt::format("{} dense bf16", gpu)
+                                         : fmt::format("no known dense peak for '{}': MFU is null", gpu);
+  } else {
+    p.mfu_peak_source = "a CPU run: MFU is null";
+  }
+  f.precision = p;
+  return f;
 }
 
-RunResult finalise_receipt(const ExperimentSpec& spec, const RunOptions& opt, RunPosture& posture,
-                           const ModelState& state, const data::DataSource& source, OpenReceipt& receipt,
+RunResult fail_receipt(const ExperimentSpec& spec, const RunOptions& opt, const RunPosture& posture,
+                       const ModelState& state, const data::DataSource& source, receipts::RunRecorder& recorder,
+                       GoodputLedger& ledger, const TrainOutcome& outcome, const std::string& error) {
+  recorder.goodput(ledger.totals());
+  recorder.finish_failed(error, run_facts(spec, posture, state, source, outcome));
+  Progress{opt.quiet}(fmt::format("run {} failed: {}", recorder.run_id(), error));
+  return RunResult{recorder.run_id(), "failed", error, 1};
+}
+
+RunResult finalise_receipt(const ExperimentSpec& spec, const RunOptions& opt, const RunPosture& posture,
+                           const ModelState& state, const data::DataSource& source, receipts::RunRecorder& recorder,
                            RunProfiler& profiler, GoodputLedger& ledger, const TrainOutcome& outcome) {
-  auto& store = receipt.store;
-  const int64_t run_id = receipt.run_id;
-  auto& graphs = posture.graphs;
-  nlohmann::json distributed = nullptr;
+  const int64_t run_id = recorder.run_id();
+  receipts::RunFacts facts = run_facts(spec, posture, state, source, outcome);
   if (posture.group) {
     JobOutcome job;
     try {
@@ -696,76 +737,42 @@ RunResult finalise_receipt(const ExperimentSpec& spec, const RunOptions& opt, Ru
     } catch (const std::exception& e) {
       job.failure = fmt::format("collecting the other ranks' results failed: {}", e.what());
     }
-    if (job.failure) return fail_receipt(opt, receipt, ledger, *job.failure);
-    distributed = job.facts;
+    if (job.failure) return fail_receipt(spec, opt, posture, state, source, recorder, ledger, outcome, *job.failure);
+    facts.distributed = job.facts;
   }
-  std::vector<int64_t> outlier_steps;
-  for (size_t i : slow_outliers(outcome.steady_ms)) outlier_steps.push_back(outcome.steady_steps[i]);
-  if (!outlier_steps.empty()) store.flag_outliers(run_id, 0, outlier_steps);
+  for (size_t i : slow_outliers(outcome.steady_ms)) facts.outlier_steps.push_back(outcome.steady_steps[i]);
   // Compile posture known only after the run: the first step (autotune, allocator growth, lazy init).
-  store.record_env(run_id, {{"compile.first_step_ms", fmt::format("{:.3f}", outcome.first_step_ms)},
-                            {"compile.warmup_steps", std::to_string(outcome.warmup_steps)}});
-  if (graphs.eligible && outcome.capture_step >= 0 && !graphs.achieved && graphs.reason.rfind("capture failed", 0) != 0) {
-    graphs.reason = fmt::format("eligible, but the run ended before its capture step {} ({} eager warm-up steps "
-                                "come first); the step ran eager: raise train.steps",
-                                outcome.capture_step, kGraphWarmupEagerSteps);
-    store.record_env(run_id, {{"compile.cuda_graphs_reason", graphs.reason}});
-  }
-  nlohmann::json profile_summary;
+  recorder.env({{"compile.first_step_ms", fmt::format("{:.3f}", outcome.first_step_ms.value_or(NAN))},
+                {"compile.warmup_steps", std::to_string(outcome.warmup_steps)}});
+  if (facts.cuda_graphs->outcome == receipts::CaptureOutcome::not_reached) recorder.capture(*facts.cuda_graphs);
   {
     GoodputLedger::Scope export_scope(ledger, Goodput::profiling);  // attribution, trace export, receipt rows
-    profile_summary = profiler.record(store, run_id, opt.db_path);
+    facts.profile = profiler.record(recorder);
   }
-  const auto totals = ledger.totals();
-  store.record_goodput(run_id, totals);
+  recorder.goodput(ledger.totals());
+  facts.moe = moe_facts(recorder.store(), run_id, spec.model);
 
-  const auto counts = model::parameter_count(spec.model);
-  const double train_flops = model::training_flops_per_token(spec.model);
   const int64_t world = spec.distributed.nproc;
-  const nlohmann::json moe = moe_summary(store, run_id, spec.model);
-  const int64_t tokens_per_step = spec.model.batch_size * spec.model.seq_len * world;  // the job's
-  const bool cuda = posture.device.is_cuda();
   receipts::RunSummary summary;
   summary.steps = spec.train.steps - state.start_step;
   summary.flops_version = model::kFlopsVersion;
   if (!outcome.steady_ms.empty()) {
     summary.median_step_ms = median(outcome.steady_ms);
-    summary.tokens_per_s = tokens_per_step / (*summary.median_step_ms / 1000.0);
-    // Per GPU: the job's tokens over its GPUs against one GPU's peak.
-    summary.mfu = cuda ? model_flops_utilization(train_flops, *summary.tokens_per_s / static_cast<double>(world),
-                                                 receipt.env["gpu_model"])
-                       : std::nullopt;
+    summary.tokens_per_s = static_cast<double>(*facts.tokens_per_step) / (*summary.median_step_ms / 1000.0);
+    // Per GPU: the job's tokens over its GPUs against one GPU's peak (the peak is in facts.precision).
+    if (posture.device.is_cuda())
+      summary.mfu = model_flops_utilization(*facts.training_flops_per_token,
+                                            *summary.tokens_per_s / static_cast<double>(world), gpu_model());
   }
   summary.goodput_pct = 100.0 * ledger.goodput();
   summary.peak_memory_bytes = outcome.peak_memory;
-  summary.extra = {{"final_loss", outcome.last_loss},
-                   {"first_step_ms", outcome.first_step_ms},
-                   {"warmup_steps", outcome.warmup_steps},
-                   {"steady_steps", outcome.steady_ms.size()},
-                   {"outlier_steps", outlier_steps},
-                   {"parameters", counts.total},
-                   {"active_parameters", counts.active_per_token},
-                   {"training_flops_per_token", train_flops},
-                   {"tokens_per_step", tokens_per_step},
-                   {"distributed", distributed},
-                   {"moe", moe},
-                   {"resumed_from", state.resumed_from},
-                   {"start_step", state.start_step},
-                   {"data", data::to_json(source.description())},
-                   {"peak_memory_kind", cuda ? "cuda allocator allocated peak" : "process RSS"},
-                   {"profile", profile_summary},
-                   {"cuda_graphs",
-                    {{"requested", graphs.requested},
-                     {"eligible", graphs.eligible},
-                     {"achieved", graphs.achieved},
-                     {"capture_step", graphs.achieved ? nlohmann::json(outcome.capture_step) : nlohmann::json(nullptr)},
-                     {"reason", graphs.reason}}}};
-  receipt.life->finish(receipts::RunStatus::ok, "", summary);
+  summary.facts = std::move(facts);
+  recorder.finish_ok(summary);
   Progress{opt.quiet}(fmt::format(
       "run {} ok: median step {:.2f} ms, {:.0f} tokens/s, MFU {}, goodput {:.1f} %, peak memory {:.1f} MiB, final loss {:.4f}",
       run_id, summary.median_step_ms.value_or(NAN), summary.tokens_per_s.value_or(NAN),
       summary.mfu ? fmt::format("{:.1f} %", *summary.mfu * 100) : "null", *summary.goodput_pct,
-      outcome.peak_memory / 1048576.0, outcome.last_loss));
+      outcome.peak_memory / 1048576.0, outcome.last_loss.value_or(NAN)));
   return {run_id, "ok", "", 0};
 }
 

@@ -6,13 +6,14 @@
 //   2. open_run_data     the data source (corpus read or cached, or synthetic), charged to data_prep.
 //   3. build_model       seeded model and optimizer; resume from the latest checkpoint. Throws when the
 //                        checkpoint leaves nothing to train. Still nothing written.
-//   4. open_receipt      the run row (fingerprint, backends, catalog) and its lifecycle (heartbeat,
-//                        SIGINT/SIGTERM -> killed). From here the run always ends ok, failed or killed.
-//   5. train_loop        the steps: profiler window, CUDA-graph capture, step rows to the store (by
-//                        count or time: receipts/step_buffer.h), checkpoints. A training failure is
-//                        returned, not thrown.
-//   6. finalise_receipt  outliers, compile facts, profiling evidence, goodput, summary, status ok; or
-//      fail_receipt      goodput and status failed with the reason.
+//   4. open_recorder     the run's one writer (receipts/run_recorder.h): rank 0 begins the run
+//                        (fingerprint, backends, catalog, lifecycle: heartbeat, SIGINT/SIGTERM -> killed);
+//                        another rank attaches to it. From here the run always ends ok, failed or killed.
+//   5. train_loop        the steps (harness/train/step_executor.h: eager, capturing, replaying), each
+//                        step's row and the capture outcome to the recorder as they happen, the profiler
+//                        window, checkpoints. A training failure is returned, not thrown.
+//   6. finalise_receipt  outliers, profiling evidence, goodput, the typed facts (receipts/run_facts.h),
+//      fail_receipt      status ok; or status failed with the reason and the facts known by then.
 // Tests: tests/harness/stages_test.cpp (stages on their own), tests/harness/runner_test.cpp (the chain).
 #pragma once
 #include <torch/torch.h>
@@ -34,8 +35,8 @@
 #include "harness/train/runner.h"
 #include "kernels/dispatch.h"
 #include "model/hybrid_model.h"
-#include "receipts/lifecycle.h"
-#include "receipts/store.h"
+#include "receipts/run_facts.h"
+#include "receipts/run_recorder.h"
 
 namespace ablate::harness {
 
@@ -54,7 +55,7 @@ struct RunPosture {
   torch::Device device{torch::kCPU};
   bool bf16 = false;  // bf16 autocast for the forward pass; fp32 master weights
   std::shared_ptr<const kernels::Dispatcher> dispatcher;
-  GraphCapturePosture graphs;  // the train loop sets achieved / reason
+  receipts::CaptureFacts graphs;  // the decision up front (harness/compile_posture.h)
   // Data parallel (distributed.nproc > 1): this rank's membership; null for a single process. Rank 0
   // alone writes the receipt, with every rank's step rows.
   std::shared_ptr<ProcessGroup> group;
@@ -88,27 +89,25 @@ struct ModelState {
 ModelState build_model(const ExperimentSpec& spec, const RunOptions& options, const RunPosture& posture,
                        const data::DataSource& source, GoodputLedger& ledger);
 
-// ---- 4. the receipt
-struct OpenReceipt {
-  receipts::Store store;
-  int64_t run_id = 0;
-  Fingerprint env;  // as recorded at begin_run
-  std::unique_ptr<receipts::RunLifecycle> life;  // declared after store: ends first
-};
-// Creates the store when missing (StoreError for a store that is damaged or cannot be written).
-OpenReceipt open_receipt(const ExperimentSpec& spec, const RunOptions& options, const RunPosture& posture,
-                         const ModelState& state);
+// ---- 4. the run's recorder
+// Rank 0 (or a single process) creates the store when missing (StoreError for a store that is damaged
+// or cannot be written) and begins the run; another rank attaches to the run rank 0 publishes.
+std::unique_ptr<receipts::RunRecorder> open_recorder(const ExperimentSpec& spec, const RunOptions& options,
+                                                     const RunPosture& posture, const ModelState& state);
 
 // ---- 5. the train loop
 struct TrainOutcome {
   std::optional<std::string> failure;  // why training stopped early; the run is then `failed`
-  std::vector<double> steady_ms;       // step times after the warm-up steps
-  std::vector<int64_t> steady_steps;   // their step indices
+  // Steady step times (after the warm-up steps), and their step indices. Steps inside the profiled
+  // window are left out when steady steps outside it remain: tracing slows them.
+  std::vector<double> steady_ms;
+  std::vector<int64_t> steady_steps;
+  int64_t window_steps_excluded = 0;
   int64_t peak_memory = 0;             // CUDA allocator peak, or process RSS on the CPU
-  double first_step_ms = 0;
-  double last_loss = NAN;
-  int64_t warmup_steps = 0;    // train.warmup_steps, raised to cover the graph capture step
-  int64_t capture_step = -1;   // the step a CUDA graph is captured at (-1: none planned)
+  std::optional<double> first_step_ms;
+  std::optional<double> last_loss;
+  int64_t warmup_steps = 0;            // train.warmup_steps, raised to cover the graph capture step
+  receipts::CaptureFacts capture;      // the posture's decision, then what the capture step did
   // Kept alive until the receipt is closed: while it lives the thread works on the graph's side stream.
   std::shared_ptr<StepGraph> graph;
   std::vector<double> comm_wait_ms;  // data parallel: host wait for the gradient all-reduces, per step
@@ -116,23 +115,28 @@ struct TrainOutcome {
 };
 // `ledger` comes with the startup charge open (run_experiment opens it at process start): the loop
 // closes it where the first step begins.
-// `receipt` is null on ranks other than 0.
-TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& options, RunPosture& posture, ModelState& state,
-                        const data::DataSource& source, OpenReceipt* receipt, RunProfiler& profiler,
-                        GoodputLedger& ledger);
+TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& options, const RunPosture& posture,
+                        ModelState& state, const data::DataSource& source, receipts::RunRecorder& recorder,
+                        RunProfiler& profiler, GoodputLedger& ledger);
 
-// ---- 5b. ranks other than 0: their step rows are in rank 0's run (train_loop); their medians and
-// failure go to rank 0 through the rendezvous store
+// ---- 5b. ranks other than 0: their step rows and outliers are in rank 0's run (train_loop, through
+// their own recorder); their medians and failure go to rank 0 through the rendezvous store
 RunResult publish_rank_outcome(const RunPosture& posture, const TrainOutcome& outcome);
 // Their profiling rows (window, kernels, trace artifact) straight into rank 0's run, which stays open
 // until every rank's outcome is in: the store must be reachable from every node (always on one node).
 // A store that cannot be written is a warning on stderr, not a failure of the rank.
-void record_rank_profile(const RunOptions& options, const RunPosture& posture, RunProfiler& profiler);
+void record_rank_profile(receipts::RunRecorder& recorder, RunProfiler& profiler);
 
 // ---- 6. closing the receipt
-RunResult finalise_receipt(const ExperimentSpec& spec, const RunOptions& options, RunPosture& posture,
-                           const ModelState& state, const data::DataSource& source, OpenReceipt& receipt,
+RunResult finalise_receipt(const ExperimentSpec& spec, const RunOptions& options, const RunPosture& posture,
+                           const ModelState& state, const data::DataSource& source, receipts::RunRecorder& recorder,
                            RunProfiler& profiler, GoodputLedger& ledger, const TrainOutcome& outcome);
-RunResult fail_receipt(const RunOptions& options, OpenReceipt& receipt, GoodputLedger& ledger, const std::string& error);
+RunResult fail_receipt(const ExperimentSpec& spec, const RunOptions& options, const RunPosture& posture,
+                       const ModelState& state, const data::DataSource& source, receipts::RunRecorder& recorder,
+                       GoodputLedger& ledger, const TrainOutcome& outcome, const std::string& error);
+
+// The typed facts of the run as far as they are known (the ok and the failed run alike).
+receipts::RunFacts run_facts(const ExperimentSpec& spec, const RunPosture& posture, const ModelState& state,
+                             const data::DataSource& source, const TrainOutcome& outcome);
 
 }  // namespace ablate::harness

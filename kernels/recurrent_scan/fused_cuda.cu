@@ -26,7 +26,7 @@
 // fixed, d lambda is a fixed-order two-stage sum: bitwise reproducible run to run. Graph-capturable: no
 // host synchronisation, sizes from shapes only; the chain's flags are zeroed on the stream each call.
 // Tests: kernels_tests --gtest_filter='*Parity*recurrent_scan*:RecurrentScanFused*'.
-// Benchmark: bench/scans_bench --benchmark_filter=rglru.
+// Benchmark: bench/kernels_bench --benchmark_filter=rglru (kernels/recurrent_scan/bench.cpp).
 // Without a CUDA compiler this file is compiled as C++ with everything but the registration left out
 // (kernels/registry.h): the row stays listed, unavailable as "built without CUDA".
 #include "kernels/registry.h"

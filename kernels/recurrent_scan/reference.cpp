@@ -6,7 +6,7 @@
 // definition the chunked form and the fused CUDA backend are checked against), and the linear
 // recurrence alone in both forms. Contract: RecurrentScanFn in kernels/seams.h.
 // Test: kernels_tests --gtest_filter='RecurrentScan*' (tests/kernels/scans_test.cpp);
-// time: scans_bench --benchmark_filter=rglru (kernels/bench/scans_bench.cpp).
+// time: kernels_bench --benchmark_filter=rglru (kernels/recurrent_scan/bench.cpp).
 //
 // Chunked form: inside a chunk of length L, h_t = exp(c_t) h_in + sum_{s<=t} exp(c_t - c_s) b_s with
 // c_t the chunk-local cumulative sum of log a (so c is non-increasing and c_t - c_s <= 0 for s <= t).

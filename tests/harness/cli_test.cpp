@@ -231,18 +231,29 @@ TEST_F(CliTest, ShowPrintsTheDataParallelShapeAndTheMoeRouter) {
     start.spec_json = "{}";
     const auto id = store.begin_run(start);
     ablate::receipts::RunSummary summary;
-    summary.extra = {{"distributed",
-                      {{"world_size", 2}, {"backend", "nccl"}, {"launcher", "torchrun"}, {"straggler_ratio", 1.0126},
-                       {"comm_share", 0.0831}, {"comm_wait_share", nullptr}}},
-                     {"moe",
-                      {{"e_layers", 4}, {"top_k", 2}, {"capacity_factor", 1.25}, {"dropped_slots", 123},
-                       {"routed_slots", 10000}, {"drop_rate", 0.0123}, {"final_aux_loss", 1.0456}}}};
+    ablate::receipts::DistributedFacts d;
+    d.world_size = 2;
+    d.backend = "nccl";
+    d.launcher = "torchrun";
+    d.step_time_ratio = 1.0126;
+    d.straggler_rank = 1;
+    d.straggler_wait_share = 0.1234;
+    d.comm_share = 0.0831;
+    summary.facts.distributed = d;
+    summary.facts.moe = ablate::receipts::MoeFacts{4, 2, 1.25, 123, 10000, 0.0123, 1.0456};
+    summary.facts.model = ablate::receipts::ModelFacts{
+        "nam56r-small", {"model.d_model=2048"}, true, "AEMEAEMEAEMR", 2048, 12, 4096, 8, 1'820'000'000, 900'000'000, 1e10};
     store.finish_run(id, ablate::receipts::RunStatus::ok, "", summary);
   }
   const auto r = run_cli("show 1 --db " + db);
   ASSERT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("data parallel: 2 ranks over nccl (torchrun)  straggler ratio 1.013  comm share 8.3%  "
-                       "comm wait share -"),
+  EXPECT_NE(r.out.find("model: nam56r-small (overridden by --set: its name no longer tells the shape)  pattern "
+                       "AEMEAEMEAEMR  d_model 2048  12 layers  T 4096  batch 8 a rank  1.82 B parameters (900.0 M active)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("overrides: model.d_model=2048"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("data parallel: 2 ranks over nccl (torchrun)  straggler rank 1 (others waited 12.3% of the "
+                       "step for it)  comm share 8.3%  comm wait share -"),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("moe: 4 E layers, top-2, capacity factor 1.25  dropped 123 of 10000 slots (1.23%)  final aux "

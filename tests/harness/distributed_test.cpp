@@ -119,7 +119,7 @@ TEST_F(DistributedTest, TwoRanksTrainLikeOneRankOnTheSameGlobalBatch) {
   for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(dp.loss[i], single.loss[i], 1e-5 * std::abs(single.loss[i])) << "step " << i;
   EXPECT_EQ(dp.rows_per_rank.at(0), 6);
   EXPECT_EQ(dp.rows_per_rank.at(1), 6);
-  const auto& d = dp.summary["extra"]["distributed"];
+  const auto& d = dp.summary["facts"]["distributed"];
   EXPECT_EQ(d["world_size"], 2);
   EXPECT_EQ(d["backend"], "gloo");
   EXPECT_EQ(d["launcher"], "ablate launch");
@@ -129,7 +129,16 @@ TEST_F(DistributedTest, TwoRanksTrainLikeOneRankOnTheSameGlobalBatch) {
   EXPECT_TRUE(d["comm_share"].is_null()) << d.dump();
   EXPECT_GE(d["comm_wait_share"].get<double>(), 0.0);
   EXPECT_GE(d["per_rank"][1]["median_comm_wait_ms"].get<double>(), 0.0);
-  EXPECT_EQ(dp.summary["extra"]["tokens_per_step"], 2 * 2 * 128);  // the job's: 2 ranks x 2 rows x T 128
+  // Stragglers by collective wait: every rank's wait beyond the quickest is >= 0, and the rank named
+  // as the straggler (the one the other waited for) waited least.
+  ASSERT_TRUE(d["straggler_rank"].is_number_integer()) << d.dump();
+  const auto straggler = d["straggler_rank"].get<size_t>();
+  for (const auto& r : d["per_rank"]) {
+    EXPECT_GE(r["collective_wait_ms"].get<double>(), 0.0) << d.dump();
+    EXPECT_LE(d["per_rank"][straggler]["collective_wait_ms"].get<double>(), r["collective_wait_ms"].get<double>());
+  }
+  EXPECT_GE(d["straggler_wait_share"].get<double>(), 0.0);
+  EXPECT_EQ(dp.summary["facts"]["tokens_per_step"], 2 * 2 * 128);  // the job's: 2 ranks x 2 rows x T 128
   expect_no_rank_left(two.out);
 }
 
@@ -185,7 +194,7 @@ TEST_F(DistributedTest, TorchrunLaunchesTheSameJob) {
   const auto rec = newest();
   EXPECT_EQ(rec.status, "ok") << rec.error;
   EXPECT_EQ(rec.rows_per_rank.at(1), 6);
-  EXPECT_EQ(rec.summary["extra"]["distributed"]["launcher"], "torchrun");
+  EXPECT_EQ(rec.summary["facts"]["distributed"]["launcher"], "torchrun");
 }
 
 // ablations/scaling.toml's shape on the CPU: a matrix over distributed.nproc runs its 2-rank cell through

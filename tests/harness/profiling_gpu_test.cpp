@@ -88,7 +88,7 @@ TEST_F(ProfilingGpuTest, WindowIsTracedAttributedAndStored) {
   EXPECT_GT(w["records"].get<int64_t>(), 100);
   EXPECT_EQ(w["dropped_records"], 0);
   EXPECT_EQ(doc["env"]["profiling"], "ok");
-  EXPECT_EQ(doc["run"]["summary"]["extra"]["profile"]["cupti_detached_after_window"], "yes");
+  EXPECT_EQ(doc["run"]["summary"]["facts"]["profile"]["cupti_detached_after_window"], "yes");
 
   // Per-family time over the window's steps sums to the GPU busy time (compute + non-compute).
   int64_t family_ns = 0;
@@ -160,7 +160,7 @@ TEST_F(ProfilingGpuTest, WindowIsTracedAttributedAndStored) {
   }
   EXPECT_EQ(phases, (std::map<std::string, int>{{"backward", 2}, {"forward", 2}, {"optimizer", 2}}));
 
-  const auto& profile = doc["run"]["summary"]["extra"]["profile"];
+  const auto& profile = doc["run"]["summary"]["facts"]["profile"];
   EXPECT_TRUE(profile["median_step_ms_inside_window"].is_number()) << profile.dump();
   EXPECT_TRUE(profile["median_step_ms_outside_window"].is_number()) << profile.dump();
   std::cout << "[ overhead ] median step inside the window " << profile["median_step_ms_inside_window"]
@@ -180,7 +180,7 @@ TEST_F(ProfilingGpuTest, ForcedReferenceUnderAFusedChoiceIsAMismatch) {
   size_t evidence = 0;
   for (const auto& e : doc["profile"]["backend_evidence"]) evidence += e["seam"] == "residual_norm";
   EXPECT_GT(evidence, 0u);
-  const auto& mismatches = doc["run"]["summary"]["extra"]["profile"]["backend_mismatches"];
+  const auto& mismatches = doc["run"]["summary"]["facts"]["profile"]["backend_mismatches"];
   ASSERT_EQ(mismatches.size(), 1u) << mismatches.dump();
   EXPECT_EQ(mismatches[0]["seam"], "residual_norm");
 }
@@ -192,7 +192,7 @@ TEST_F(ProfilingGpuTest, GraphCaptureIsRefusedOnTheStandardMoeLane) {
   const std::string reason = doc["env"]["compile.cuda_graphs_reason"];
   EXPECT_NE(reason.find("moe_dispatch = reference"), std::string::npos) << reason;
   EXPECT_NE(reason.find("host sync"), std::string::npos) << reason;
-  EXPECT_EQ(doc["run"]["summary"]["extra"]["cuda_graphs"]["achieved"], false);
+  EXPECT_EQ(doc["run"]["summary"]["facts"]["cuda_graphs"]["achieved"], false);
 }
 
 // Capacity factor 1.25: the standard MoE path has no host sync, so the whole step is captured at step
@@ -209,7 +209,7 @@ TEST_F(ProfilingGpuTest, GraphCaptureIsAchievedOnTheCapacityFactorLaneAndMatches
 
   EXPECT_EQ(graphed["env"]["compile.cuda_graphs_achieved"], "true") << graphed["env"].dump();
   EXPECT_EQ(graphed["env"]["compile.cuda_graphs_capture_step"], "3");
-  const auto& posture = graphed["run"]["summary"]["extra"]["cuda_graphs"];
+  const auto& posture = graphed["run"]["summary"]["facts"]["cuda_graphs"];
   EXPECT_EQ(posture["achieved"], true) << posture.dump();
   EXPECT_EQ(posture["capture_step"], 3);
   EXPECT_EQ(eager["env"]["compile.cuda_graphs_achieved"], "false");
@@ -238,7 +238,7 @@ TEST_F(ProfilingGpuTest, GraphCaptureIsAchievedOnTheCapacityFactorLaneAndMatches
   ASSERT_EQ(w["status"], "ok") << w.dump();
   EXPECT_GT(w["records"].get<int64_t>(), 1000);
   EXPECT_EQ(w["dropped_records"], 0);
-  const auto& summary = graphed["run"]["summary"]["extra"]["profile"];
+  const auto& summary = graphed["run"]["summary"]["facts"]["profile"];
   EXPECT_EQ(summary["graph_node_tags"], "ok") << summary.dump();
   // CUPTI was detached after the capture and attached again for the window: the tags still hold.
   EXPECT_EQ(summary["cupti_detached_after_window"], "yes") << summary.dump();

@@ -108,7 +108,7 @@ TEST_F(ReportCli, TrendFailOnRegressionExitsOneOnlyForARegression) {
 TEST_F(ReportCli, ExportCsvToStdoutAndJsonToAFile) {
   const auto csv = run_cli("export --format csv --what steps tag:ref --db " + db());
   ASSERT_EQ(csv.rc, 0) << csv.out;
-  EXPECT_EQ(csv.out.rfind("run_id,rank,step,wall_ms,", 0), 0u) << csv.out;
+  EXPECT_EQ(csv.out.rfind("run_id,status,evidence,not_evidence_reason,rank,step,wall_ms,", 0), 0u) << csv.out;
   EXPECT_EQ(std::count(csv.out.begin(), csv.out.end(), '\n'), 7) << csv.out;  // header + 3 runs x 2 steps
   const std::string file = out("runs.json");
   const auto json = run_cli("export --format json --db " + db() + " --out " + file);
@@ -120,6 +120,30 @@ TEST_F(ReportCli, ExportCsvToStdoutAndJsonToAFile) {
   EXPECT_NE(summaries.out.find("fixture-flash,false,3,0,80,"), std::string::npos) << summaries.out;
   const auto bad = run_cli("export --format xml --db " + db());
   EXPECT_EQ(bad.rc, 2) << bad.out;
+}
+
+// Steps of a failed run are left out (named on stderr) unless --all; --all means nothing for the
+// other tables and is refused there.
+TEST_F(ReportCli, ExportStepsOfEvidenceRunsUnlessAll) {
+  ablate::report::testing::FixtureRun crashed;
+  crashed.losses = {4.0, 3.0};
+  crashed.status = ablate::receipts::RunStatus::failed;
+  const auto crashed_id = fixture.add("ref", crashed);
+  const auto evidence = run_cli("export --format csv --what steps name:fixture-ref --db " + db());
+  ASSERT_EQ(evidence.rc, 0) << evidence.out;
+  EXPECT_NE(evidence.out.find(fmt::format("left out the steps of 1 run(s) that are not evidence ({}); --all includes them",
+                                          crashed_id)),
+            std::string::npos)
+      << evidence.out;
+  EXPECT_EQ(evidence.out.find(fmt::format("\n{},failed,", crashed_id)), std::string::npos) << evidence.out;
+  const auto every = run_cli("export --format csv --what steps --all name:fixture-ref --db " + db());
+  ASSERT_EQ(every.rc, 0) << every.out;
+  EXPECT_NE(every.out.find(fmt::format("\n{},failed,false,status failed: CUDA out of memory,0,0,", crashed_id)),
+            std::string::npos)
+      << every.out;
+  const auto misplaced = run_cli("export --format csv --what runs --all --db " + db());
+  EXPECT_EQ(misplaced.rc, 2) << misplaced.out;
+  EXPECT_NE(misplaced.out.find("--all applies to --what steps only"), std::string::npos) << misplaced.out;
 }
 
 }  // namespace

@@ -99,17 +99,18 @@ TEST_F(RunnerTest, MoeRouterEvidenceInEveryStepRowAndTheSummary) {
     EXPECT_GT(st["moe_aux_loss"].get<double>(), 0.5);  // E * sum f_e P_e is 1 for a uniform router
     dropped += st["moe_dropped_slots"].get<int64_t>();
   }
-  const auto moe = store.get_run(capped.run_id).summary.extra["moe"];
-  EXPECT_EQ(moe["e_layers"], 1);
-  EXPECT_EQ(moe["dropped_slots"], dropped);
-  EXPECT_EQ(moe["routed_slots"], 3 * 4 * 128 * 2);
-  EXPECT_DOUBLE_EQ(moe["drop_rate"].get<double>(), dropped / double(3 * 4 * 128 * 2));
-  EXPECT_EQ(moe["final_aux_loss"], j["steps"][2]["moe_aux_loss"]);
+  const auto moe = store.get_run(capped.run_id).summary.facts.moe;
+  ASSERT_TRUE(moe);
+  EXPECT_EQ(moe->e_layers, 1);
+  EXPECT_EQ(moe->dropped_slots, dropped);
+  EXPECT_EQ(moe->routed_slots, 3 * 4 * 128 * 2);
+  EXPECT_DOUBLE_EQ(*moe->drop_rate, dropped / double(3 * 4 * 128 * 2));
+  EXPECT_EQ(moe->final_aux_loss, j["steps"][2]["moe_aux_loss"].get<double>());
 
   const auto dropless = run(spec({"train.steps=2", "train.warmup_steps=1"}));
   ASSERT_EQ(dropless.status, "ok") << dropless.error;
   for (const auto& st : store.run_json(dropless.run_id)["steps"]) EXPECT_EQ(st["moe_dropped_slots"], 0);
-  EXPECT_EQ(store.get_run(dropless.run_id).summary.extra["moe"]["drop_rate"], 0.0);
+  EXPECT_EQ(store.get_run(dropless.run_id).summary.facts.moe->drop_rate, 0.0);
 
   const auto no_moe = run(spec({"train.steps=2", "train.warmup_steps=1", "model.pattern=\"AMR\""}));
   ASSERT_EQ(no_moe.status, "ok") << no_moe.error;
@@ -117,7 +118,7 @@ TEST_F(RunnerTest, MoeRouterEvidenceInEveryStepRowAndTheSummary) {
     EXPECT_TRUE(st["moe_aux_loss"].is_null());
     EXPECT_TRUE(st["moe_dropped_slots"].is_null());
   }
-  EXPECT_TRUE(store.get_run(no_moe.run_id).summary.extra["moe"].is_null());
+  EXPECT_FALSE(store.get_run(no_moe.run_id).summary.facts.moe.has_value());
 }
 
 TEST_F(RunnerTest, SameSeedSameLosses) {
@@ -193,7 +194,7 @@ TEST_F(RunnerTest, ProfilingOnTheCpuIsRecordedAsUnavailableNotFatal) {
   EXPECT_TRUE(doc["memory"].empty());
   for (const auto& b : doc["backends"]) EXPECT_TRUE(b["observed"].is_null()) << b.dump();
 
-  const auto& profile = doc["run"]["summary"]["extra"]["profile"];
+  const auto& profile = doc["run"]["summary"]["facts"]["profile"];
   EXPECT_EQ(profile["status"], "unavailable");
   EXPECT_NE(profile["memory_by_phase"].get<std::string>().find("unavailable"), std::string::npos);
   EXPECT_TRUE(profile["median_step_ms_inside_window"].is_number()) << profile.dump();

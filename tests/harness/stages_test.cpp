@@ -55,13 +55,14 @@ struct UpToTraining {
         posture(choose_posture(spec, opt)),
         source(open_run_data(spec, ledger)),
         state(build_model(spec, opt, posture, *source, ledger)),
-        receipt(open_receipt(spec, opt, posture, state)),
+        recorder(open_recorder(spec, opt, posture, state)),
         profiler(spec, opt.no_profile, posture.device, *posture.dispatcher) {}
-  TrainOutcome train() { return train_loop(spec, opt, posture, state, *source, &receipt, profiler, ledger); }
+  TrainOutcome train() { return train_loop(spec, opt, posture, state, *source, *recorder, profiler, ledger); }
   int64_t stored_steps() {
-    return receipt.store.query("SELECT count(*) AS n FROM steps WHERE run_id = ?", {receipt.run_id})[0]["n"].get<int64_t>();
+    return store().query("SELECT count(*) AS n FROM steps WHERE run_id = ?", {recorder->run_id()})[0]["n"].get<int64_t>();
   }
-  receipts::RunRow row() { return receipt.store.get_run(receipt.run_id); }
+  receipts::Store& store() { return recorder->store(); }
+  receipts::RunRow row() { return store().get_run(recorder->run_id()); }
 
   ExperimentSpec spec;
   RunOptions opt;
@@ -69,7 +70,7 @@ struct UpToTraining {
   RunPosture posture;
   std::unique_ptr<data::DataSource> source;
   ModelState state;
-  OpenReceipt receipt;
+  std::unique_ptr<receipts::RunRecorder> recorder;
   RunProfiler profiler;
 };
 
@@ -142,7 +143,7 @@ TEST_F(StagesTest, BuildModelResumesFromTheLatestCheckpointAndRefusesOneWithNoth
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("already at step 4 of train.steps = 4"), std::string::npos) << e.what();
   }
-  EXPECT_FALSE(fs::exists(opt.db_path)) << "stages before open_receipt write nothing";
+  EXPECT_FALSE(fs::exists(opt.db_path)) << "stages before open_recorder write nothing";
 }
 
 // The train loop on its own: every step row is in the store when it returns, while the run is still
@@ -153,16 +154,64 @@ TEST_F(StagesTest, TrainLoopStoresEveryStepBeforeTheReceiptIsClosed) {
   ASSERT_FALSE(outcome.failure.has_value()) << *outcome.failure;
   EXPECT_EQ(outcome.steady_ms.size(), 4u);  // 6 steps, 2 warm-up
   EXPECT_EQ(outcome.steady_steps, (std::vector<int64_t>{2, 3, 4, 5}));
-  EXPECT_TRUE(std::isfinite(outcome.last_loss));
+  ASSERT_TRUE(outcome.last_loss.has_value());
+  EXPECT_TRUE(std::isfinite(*outcome.last_loss));
   EXPECT_GT(outcome.peak_memory, 0);  // process RSS on the CPU
   EXPECT_EQ(run.stored_steps(), 6);
   EXPECT_EQ(run.row().status, receipts::RunStatus::running);
 
-  const auto result = finalise_receipt(run.spec, run.opt, run.posture, run.state, *run.source, run.receipt, run.profiler,
-                                       run.ledger, outcome);
+  const auto result = finalise_receipt(run.spec, run.opt, run.posture, run.state, *run.source, *run.recorder,
+                                       run.profiler, run.ledger, outcome);
   EXPECT_EQ(result.status, "ok");
-  EXPECT_EQ(run.row().status, receipts::RunStatus::ok);
-  EXPECT_EQ(run.row().summary.steps, 6);
+  const auto row = run.row();
+  EXPECT_EQ(row.status, receipts::RunStatus::ok);
+  EXPECT_EQ(row.summary.steps, 6);
+  // The typed facts the report and the gate read.
+  const auto& facts = row.summary.facts;
+  EXPECT_EQ(facts.warmup_steps, 2);
+  EXPECT_EQ(facts.steady_steps, 4);
+  ASSERT_TRUE(facts.cuda_graphs);
+  EXPECT_EQ(facts.cuda_graphs->outcome, receipts::CaptureOutcome::not_requested);
+  ASSERT_TRUE(facts.model);
+  EXPECT_EQ(facts.model->config, "tiny");
+  EXPECT_FALSE(facts.model->config_overridden);
+  ASSERT_TRUE(facts.precision);
+  EXPECT_EQ(facts.precision->dtype, "fp32");
+  EXPECT_FALSE(facts.precision->mfu_peak_flops);  // a CPU run has no peak: MFU null, and the receipt says why
+  EXPECT_NE(facts.precision->mfu_peak_source.find("CPU"), std::string::npos) << facts.precision->mfu_peak_source;
+}
+
+// A --set that changes the model is recorded: the overrides, and the named configuration marked as
+// no longer describing the shape (the shape itself is in the facts).
+TEST_F(StagesTest, ModelOverridesAreRecordedWithTheShape) {
+  UpToTraining run(spec({"model.d_model=96"}), options());
+  const auto outcome = run.train();
+  ASSERT_FALSE(outcome.failure.has_value()) << *outcome.failure;
+  finalise_receipt(run.spec, run.opt, run.posture, run.state, *run.source, *run.recorder, run.profiler, run.ledger,
+                   outcome);
+  const auto facts = run.row().summary.facts;
+  ASSERT_TRUE(facts.model);
+  EXPECT_TRUE(facts.model->config_overridden);
+  EXPECT_EQ(facts.model->d_model, 96);
+  EXPECT_EQ(facts.model->overrides.back(), "model.d_model=96");
+  const auto env = run.store().run_json(run.recorder->run_id())["env"];
+  EXPECT_NE(env.value("spec.overrides", "").find("model.d_model=96"), std::string::npos) << env.dump();
+}
+
+// Steps inside a traced profile window carry the tracer's overhead: they stay out of the median while
+// steady steps outside the window remain. Untraced (CUPTI unavailable on the CPU), nothing is left out.
+TEST_F(StagesTest, UntracedWindowStepsStayInTheMedian) {
+  UpToTraining run(spec({"profile.enabled=true", "profile.start_step=3", "profile.steps=2"}),
+                   [&] {
+                     auto o = options();
+                     o.no_profile = false;
+                     return o;
+                   }());
+  const auto outcome = run.train();
+  ASSERT_FALSE(outcome.failure.has_value()) << *outcome.failure;
+  if (torch::cuda::is_available()) GTEST_SKIP() << "the CPU case: a CUDA machine traces the window";
+  EXPECT_EQ(outcome.window_steps_excluded, 0);
+  EXPECT_EQ(outcome.steady_steps, (std::vector<int64_t>{2, 3, 4, 5}));
 }
 
 TEST_F(StagesTest, ATrainingFailureIsReturnedWithItsStepsStoredAndClosesTheReceiptAsFailed) {
@@ -173,11 +222,19 @@ TEST_F(StagesTest, ATrainingFailureIsReturnedWithItsStepsStoredAndClosesTheRecei
   ASSERT_TRUE(outcome.failure.has_value());
   const std::string prefix = "non-finite loss at step ";
   ASSERT_EQ(outcome.failure->rfind(prefix, 0), 0u) << *outcome.failure;
-  // The steps before the failing one are in the store (the failing step has no finite loss to record).
-  EXPECT_EQ(run.stored_steps(), std::stoll(outcome.failure->substr(prefix.size())));
+  // Every step up to the failing one is in the store, the failing step included (its loss NULL).
+  const int64_t failed_at = std::stoll(outcome.failure->substr(prefix.size()));
+  EXPECT_EQ(run.stored_steps(), failed_at + 1);
+  const auto last = run.store().query("SELECT step, loss FROM steps WHERE run_id = ? ORDER BY step DESC LIMIT 1",
+                                      {run.recorder->run_id()});
+  EXPECT_EQ(last[0]["step"], failed_at);
+  EXPECT_TRUE(last[0]["loss"].is_null());
 
-  const auto result = fail_receipt(run.opt, run.receipt, run.ledger, *outcome.failure);
+  const auto result = fail_receipt(run.spec, run.opt, run.posture, run.state, *run.source, *run.recorder, run.ledger,
+                                   outcome, *outcome.failure);
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_EQ(run.row().status, receipts::RunStatus::failed);
   EXPECT_EQ(run.row().error, outcome.failure);
+  // The failed run keeps the facts known when it failed.
+  EXPECT_TRUE(run.row().summary.facts.model.has_value());
 }

@@ -154,7 +154,7 @@ TEST_F(QueryTest, RunJsonRoundTrip) {
   EXPECT_EQ(doc["run"]["tags"], nlohmann::json::array({"roundtrip"}));
   EXPECT_EQ(doc["run"]["summary"]["median_step_ms"], 104.5);
   EXPECT_TRUE(doc["run"]["summary"]["mfu"].is_null());
-  EXPECT_EQ(doc["run"]["summary"]["extra"]["warmup_steps"], 2);
+  EXPECT_EQ(doc["run"]["summary"]["facts"]["warmup_steps"], 2);
   EXPECT_TRUE(doc["run"]["evidence"].get<bool>());
   EXPECT_EQ(doc["env"]["git_dirty"], "false");
   EXPECT_EQ(doc["env"].size(), 3u);

@@ -81,7 +81,7 @@ TEST_F(StoreTest, FinishOkStoresTheSummary) {
   EXPECT_EQ(run.summary.tokens_per_s, 78392.3);
   EXPECT_FALSE(run.summary.mfu.has_value());
   EXPECT_EQ(run.summary.peak_memory_bytes, std::int64_t{1} << 31);
-  EXPECT_EQ(run.summary.extra["warmup_steps"], 2);
+  EXPECT_EQ(run.summary.facts.warmup_steps, 2);
   EXPECT_TRUE(is_evidence(run));
 }
 

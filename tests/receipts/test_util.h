@@ -150,7 +150,7 @@ inline RunSummary sample_summary(std::int64_t steps = 20) {
   s.goodput_pct = 87.5;
   s.peak_memory_bytes = std::int64_t{1} << 31;
   s.flops_version = "v1";
-  s.extra = {{"warmup_steps", 2}};
+  s.facts.warmup_steps = 2;
   return s;
 }
 

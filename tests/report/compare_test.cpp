@@ -155,6 +155,56 @@ TEST(Compare, NonEvidenceRunsAreExcludedWithTheReason) {
   EXPECT_NE(render_text(c).find(fmt::format("excluded from A: run {}: status failed", a[3])), std::string::npos);
 }
 
+// A run whose receipt says another backend ran at the seam under test (a fallback, or kernels that
+// matched another backend) is no evidence about the factor: excluded with why, and the text warns. A
+// fallback at a seam that is not the factor does not matter here.
+TEST(Compare, RunsThatRanAnotherBackendAreNoEvidenceForTheFactor) {
+  FixtureStore f;
+  FixtureRun reference;
+  reference.backends = {{"loss", "chunked", "reference", std::nullopt, "chunked unavailable", std::nullopt}};
+  auto a = f.add_group("ref", {100, 101, 99}, reference);
+  FixtureRun observed_other;  // A's reference chose itself, but its kernels matched another backend
+  observed_other.backends = {{"attention", "reference", "reference", std::string("sdpa_math"), "", true}};
+  a.push_back(f.add("ref", observed_other));
+  FixtureRun fell_back = with_backend("fused_cuda");
+  fell_back.backends = {{"attention", "fused_cuda", "reference", std::nullopt, "fused_cuda needs a CUDA device", std::nullopt}};
+  const auto b_fell_back = f.add_group("fused", {100.5, 99.5, 100}, fell_back);
+  FixtureRun ran = with_backend("fused_cuda");
+  ran.backends = {{"attention", "fused_cuda", "fused_cuda", std::string("fused_cuda"), "", false}};
+  const auto b_ran = f.add("fused", ran);
+  auto b = b_fell_back;
+  b.push_back(b_ran);
+
+  const auto c = compare_runs(f.store(), a, b);
+  EXPECT_EQ(c.a.evidence_ids(), (std::vector<std::int64_t>{a[0], a[1], a[2]}));
+  EXPECT_EQ(c.b.evidence_ids(), std::vector<std::int64_t>{b_ran});
+  ASSERT_EQ(c.factor.size(), 1u);  // the factor is what the runs requested
+  EXPECT_EQ(c.factor[0].field, "spec.backends.attention");
+  ASSERT_EQ(c.b_shortfalls.size(), 3u);
+  EXPECT_TRUE(c.b_shortfalls[0].fell_back());
+  ASSERT_EQ(c.a_shortfalls.size(), 1u);
+  EXPECT_TRUE(c.a_shortfalls[0].mismatch);
+  ASSERT_EQ(c.b.excluded.size(), 3u);
+  EXPECT_EQ(c.b.excluded[0].reason,
+            "requested fused_cuda at attention but ran reference (run_backends.chosen): no evidence about the factor "
+            "under test");
+  EXPECT_EQ(c.verdict, Difference::unreliable);  // one run of B really ran fused_cuda
+  EXPECT_DOUBLE_EQ(*c.b.median_step_ms, 100);
+  const auto text = render_text(c);
+  EXPECT_NE(text.find(fmt::format("WARNING: B requested fused_cuda at attention but ran reference in run(s) {}, {}, {}: "
+                                  "no evidence about the factor, not counted",
+                                  b[0], b[1], b[2])),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(fmt::format("WARNING: A chose reference at attention but its kernels matched sdpa_math in run(s) {}",
+                                  a[3])),
+            std::string::npos)
+      << text;
+  const auto j = to_json(c);
+  EXPECT_EQ(j["b_backend_shortfalls"].size(), 3u);
+  EXPECT_EQ(j["b_backend_shortfalls"][0]["chosen"], "reference");
+}
+
 TEST(Compare, EnvironmentMismatchIsRefusedUnlessAllowed) {
   FixtureStore f;
   const auto a = f.add_group("ref", {100, 101, 99});
@@ -220,6 +270,77 @@ TEST(Compare, AnotherCompilerIsAMismatch) {
   EXPECT_EQ(compare_runs(f.store(), a, b, allowing_mismatch()).mismatches.size(), 1u);
 }
 
+// Every recorded fact about the harness binary and the machine that can move step times is compared:
+// each differing alone is refused naming it. A dirty tree against a clean one at the same revision, and
+// an unknown dirty flag against a known clean one, are different trees; two clean trees are the same.
+TEST(Compare, BuildTreeAndHostKeysAreCompared) {
+  const std::vector<std::pair<std::string, std::pair<std::string, std::string>>> cases = {
+      {"git_dirty", {"false", "true"}},
+      {"git_dirty", {"false", "unknown"}},
+      {"build_type", {"Release", "Debug"}},
+      {"build_flags", {"-O3", "-O3 -march=native"}},
+      {"cudnn", {"91002", "90800"}},
+      {"cuda_arch_list", {"90a", "90"}},
+      {"cpu_model", {"AMD EPYC 9654", "Intel Xeon Platinum 8480+"}},
+  };
+  for (const auto& [key, values] : cases) {
+    FixtureStore f;
+    FixtureRun a_run, b_run = with_backend("sdpa_flash");
+    a_run.env[key] = values.first;
+    b_run.env[key] = values.second;
+    const auto a = f.add_group("ref", {100, 101, 99}, a_run);
+    const auto b = f.add_group("flash", {80, 81, 79}, b_run);
+    SCOPED_TRACE(key + ": " + values.first + " vs " + values.second);
+    refusal_of(f, a, b, "env." + key);
+  }
+  // The devices a process could see are not what it used: no mismatch.
+  FixtureStore f;
+  FixtureRun clean, clean_other_host = with_backend("sdpa_flash");
+  clean.env = {{"git_dirty", "false"}, {"gpu_count", "8"}};
+  clean_other_host.env = {{"git_dirty", "false"}, {"gpu_count", "1"}};
+  const auto c = compare_runs(f.store(), f.add_group("ref", {100, 101, 99}, clean),
+                              f.add_group("flash", {80, 81, 79}, clean_other_host));
+  EXPECT_TRUE(c.mismatches.empty());
+}
+
+// A short run's goodput is mostly its fixed start-up cost: steady goodput sets start-up, data prep and
+// warm-up apart, and the text says when fixed cost dominates, so a posture that pays more up front
+// for faster steps does not read as worse.
+TEST(Compare, GoodputSetsTheFixedCostApart) {
+  FixtureStore f;
+  FixtureRun eager;
+  eager.goodput = {{"startup", 2.0}, {"data_prep", 0.5}, {"warmup", 1.0}, {"productive", 6.0}, {"other", 0.5}};
+  const auto a = f.add_group("ref", {100, 101, 99}, eager);  // fixed 3.5 s of 10 s; steady 6 / 6.5
+  FixtureRun captured = with_backend("sdpa_flash");
+  captured.goodput = {{"startup", 5.0}, {"data_prep", 0.5}, {"warmup", 3.0}, {"productive", 4.9}, {"other", 0.1}};
+  const auto b = f.add_group("flash", {80, 81, 79}, captured);  // fixed 8.5 s of 13.5 s; steady 4.9 / 5
+  const auto c = compare_runs(f.store(), a, b);
+  EXPECT_NEAR(*c.a.median_steady_goodput_pct, 600.0 / 6.5, 1e-9);
+  EXPECT_NEAR(*c.b.median_steady_goodput_pct, 98, 1e-9);
+  EXPECT_NEAR(*c.steady_goodput_delta_points, 98 - 600.0 / 6.5, 1e-9);
+  EXPECT_DOUBLE_EQ(*c.a.median_fixed_seconds, 3.5);
+  EXPECT_NEAR(*c.b.median_fixed_share, 8.5 / 13.5, 1e-12);
+  EXPECT_FALSE(c.a.fixed_cost_dominates());
+  EXPECT_TRUE(c.b.fixed_cost_dominates());
+  const auto text = render_text(c);
+  EXPECT_NE(text.find("steady goodput (start-up, data prep and warm-up set apart): A 92.3 %  B 98.0 %  (+5.69 points); "
+                      "fixed cost A 3.5 s (35 % of wall)  B 8.5 s (63 % of wall)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("NOTE: fixed cost is 63 % of B's wall time: its goodput measures start-up, not training"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("of A's wall time"), std::string::npos) << text;
+  const auto j = to_json(c);
+  EXPECT_EQ(j["b"]["fixed_cost_dominates"], true);
+  EXPECT_NEAR(j["deltas"]["steady_goodput_points"].get<double>(), 98 - 600.0 / 6.5, 1e-9);
+  // Runs without ledger rows have no steady goodput and no such line.
+  FixtureStore plain;
+  const auto p = compare_runs(plain.store(), plain.add_group("r", {100, 101, 99}), plain.add_group("s", {90, 91, 89}));
+  EXPECT_FALSE(p.a.median_steady_goodput_pct);
+  EXPECT_EQ(render_text(p).find("steady goodput"), std::string::npos);
+}
+
 TEST(Compare, BadSidesThrow) {
   FixtureStore f;
   const auto a = f.add_group("ref", {100, 101, 99});
@@ -267,6 +388,15 @@ TEST(CompareSelect, LaneSinceCombinedFiltersAndMatrixCells) {
     cell_runs.push_back(f.add("m", run));
   }
   EXPECT_EQ(select_runs(s, "cell:m/backends.attention=sdpa_flash"), cell_runs);
+  // A declared cell without runs is named as such, with why, not as an unknown cell.
+  try {
+    select_runs(s, "cell:m/baseline");
+    ADD_FAILURE() << "a cell without runs selects nothing";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("cell 'baseline' of matrix m (id 1) has no runs (no run recorded: never started"),
+              std::string::npos)
+        << e.what();
+  }
   for (const char* bad : {"cell:m", "cell:/x", "cell:m/", "cell:m/nosuchcell", "cell:nosuchmatrix/baseline"})
     EXPECT_THROW(select_runs(s, bad), std::invalid_argument) << bad;
 }

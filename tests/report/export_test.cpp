@@ -110,13 +110,41 @@ TEST(Export, StepsKeepNullsAndColumnOrder) {
   ASSERT_EQ(records.rows.size(), 2u);
   const std::string csv = to_csv(records);
   EXPECT_EQ(csv.substr(0, csv.find('\n')),
-            "run_id,rank,step,wall_ms,tokens,loss,grad_norm,lr,mem_allocated_peak,mem_reserved_peak,rss_bytes,"
-            "data_wait_ms,outlier,moe_aux_loss,moe_dropped_slots");
-  EXPECT_NE(csv.find(fmt::format("\n{},0,1,100,1000,3.25,,,,,,,false,,\n", id)), std::string::npos) << csv;
+            "run_id,status,evidence,not_evidence_reason,rank,step,wall_ms,tokens,loss,grad_norm,lr,mem_allocated_peak,"
+            "mem_reserved_peak,rss_bytes,data_wait_ms,outlier,moe_aux_loss,moe_dropped_slots");
+  EXPECT_NE(csv.find(fmt::format("\n{},ok,true,,0,1,100,1000,3.25,,,,,,,false,,\n", id)), std::string::npos) << csv;
   const auto json = nlohmann::json::parse(to_json_text(records));
   EXPECT_TRUE(json[1]["grad_norm"].is_null());
   EXPECT_EQ(json[1]["loss"], 3.25);
   EXPECT_THROW(export_steps(f.store(), {id + 100}), receipts::StoreError);
+}
+
+// Steps of runs that are not evidence (failed, incomplete) are left out unless asked for, and then
+// carry their status and why they are not evidence.
+TEST(Export, StepsAreOfEvidenceRunsUnlessAllAreAsked) {
+  FixtureStore f;
+  FixtureRun run;
+  run.losses = {4.0, 3.25};
+  const auto ok = f.add("t", run);
+  run.status = receipts::RunStatus::failed;
+  const auto failed = f.add("t", run);
+  run.status = receipts::RunStatus::ok;
+  run.with_goodput = false;
+  const auto incomplete = f.add("t", run);
+  std::vector<std::int64_t> left_out;
+  const RowTable evidence = export_steps(f.store(), {ok, failed, incomplete}, false, &left_out);
+  EXPECT_EQ(evidence.rows.size(), 2u);
+  EXPECT_EQ(left_out, (std::vector<std::int64_t>{failed, incomplete}));
+  const auto every = nlohmann::json::parse(to_json_text(export_steps(f.store(), {ok, failed, incomplete}, true)));
+  ASSERT_EQ(every.size(), 6u);
+  EXPECT_EQ(every[0]["evidence"], true);
+  EXPECT_TRUE(every[0]["not_evidence_reason"].is_null());
+  EXPECT_EQ(every[2]["run_id"], failed);
+  EXPECT_EQ(every[2]["status"], "failed");
+  EXPECT_EQ(every[2]["evidence"], false);
+  EXPECT_EQ(every[2]["not_evidence_reason"], "status failed: CUDA out of memory");
+  EXPECT_EQ(every[4]["status"], "ok");
+  EXPECT_EQ(every[4]["not_evidence_reason"], "incomplete summary: no goodput");
 }
 
 TEST(Export, EmptyTablesAndBadTableNames) {

@@ -1,5 +1,6 @@
 // tests/report/fixture_store.h: receipt stores built through the Store API for the report_tests suites:
-// groups of finished runs with a chosen step time, backend, environment, final loss and status.
+// groups of runs with a chosen step time, backend, environment, final loss and status (running and
+// abandoned runs are left unfinished, the abandoned ones with a stale heartbeat).
 // Build and run: ninja -C build-report report_tests && build-report/tests/report_tests
 #pragma once
 
@@ -25,6 +26,7 @@ struct FixtureRun {
   receipts::RunStatus status = receipts::RunStatus::ok;
   bool with_goodput = true;  // false: an ok run missing a required summary field (not evidence)
   std::int64_t train_steps = 100;          // a spec field other than the backend
+  std::int64_t seed = 1234;                 // experiment.seed
   std::optional<std::string> catalog_role;  // recorded for attention/<backend> when set
   // Optional detail for report tests: losses of steps 0..n-1 (rank 0), kernel rows, backend rows,
   // goodput seconds per category, and the run name (default fixture-<tag>).
@@ -36,14 +38,18 @@ struct FixtureRun {
   std::string name;
   std::optional<std::int64_t> matrix_id;  // with cell: the run belongs to that matrix cell (repeat 0)
   std::string cell;
-  // Data parallel: summary.extra.distributed as the runner writes it (null: one process), and the
+  // Data parallel: summary_json's "distributed" as the runner writes it (null: one process), and the
   // job's tokens/s (default: 1000 tokens a step over step_ms).
   nlohmann::json distributed;
   std::optional<double> tokens_per_s;
   std::int64_t peak_memory_bytes = std::int64_t{1} << 30;
-  nlohmann::json moe;  // summary.extra.moe as the runner writes it for models with E blocks (null: none)
-  nlohmann::json cuda_graphs;            // summary.extra.cuda_graphs (null: not recorded)
-  std::optional<double> first_step_ms;   // summary.extra.first_step_ms
+  nlohmann::json moe;  // summary_json's "moe" as the runner writes it for models with E blocks (null: none)
+  nlohmann::json cuda_graphs;            // summary_json's "cuda_graphs" (null: not recorded)
+  std::optional<double> first_step_ms;   // summary_json's "first_step_ms"
+  bool profiled = false;                 // a traced profile window (summary_json's "profile" status ok)
+  nlohmann::json model;                  // summary_json's "model" (null: not recorded)
+  std::int64_t summary_steps = 100;      // the run's length (runs.steps)
+  std::map<std::string, std::string> env;  // further run_env keys, or replacements of the defaults
 };
 
 class FixtureStore {
@@ -57,7 +63,7 @@ class FixtureStore {
     start.name = run.name.empty() ? "fixture-" + tag : run.name;
     start.tags = {tag};
     start.lane = "tiny/1gpu/" + run.backend;
-    start.spec_json = nlohmann::json{{"experiment", {{"name", start.name}, {"seed", 1234}, {"tags", {tag}}}},
+    start.spec_json = nlohmann::json{{"experiment", {{"name", start.name}, {"seed", run.seed}, {"tags", {tag}}}},
                                      {"model", {{"config", "tiny"}}},
                                      {"train", {{"steps", run.train_steps}}},
                                      {"backends", {{"attention", run.backend}, {"strict", false}}}}
@@ -65,6 +71,7 @@ class FixtureStore {
     start.env = {{"gpu_model", run.gpu_model}, {"nvidia_driver", "550.54"}, {"cuda_runtime", "12.4"},
                  {"libtorch", "2.4.0"},        {"nccl", "2.20.5"},          {"git_revision", run.git_revision},
                  {"host", "fixture-host"},     {"compiler", run.compiler}};
+    for (const auto& [key, value] : run.env) start.env[key] = value;
     if (run.matrix_id) {
       start.matrix_id = run.matrix_id;
       start.cell = run.cell;
@@ -87,17 +94,28 @@ class FixtureStore {
     if (!run.backends.empty()) store_.record_backends(id, run.backends);
     if (!run.goodput.empty()) store_.record_goodput(id, run.goodput);
     receipts::RunSummary summary;
-    summary.steps = 100;
+    summary.steps = run.summary_steps;
     summary.median_step_ms = run.step_ms;
     summary.tokens_per_s = run.tokens_per_s.value_or(1e6 / run.step_ms);  // default: 1000 tokens a step
     if (run.with_goodput) summary.goodput_pct = 90.0;
     summary.peak_memory_bytes = run.peak_memory_bytes;
     summary.flops_version = "v1";
-    summary.extra = {{"final_loss", run.final_loss}};
-    if (!run.distributed.is_null()) summary.extra["distributed"] = run.distributed;
-    if (!run.moe.is_null()) summary.extra["moe"] = run.moe;
-    if (!run.cuda_graphs.is_null()) summary.extra["cuda_graphs"] = run.cuda_graphs;
-    if (run.first_step_ms) summary.extra["first_step_ms"] = *run.first_step_ms;
+    // The facts as the store holds them (summary_json), read through the typed reader as every report does.
+    nlohmann::json facts = {{"final_loss", run.final_loss}};
+    if (!run.distributed.is_null()) facts["distributed"] = run.distributed;
+    if (!run.moe.is_null()) facts["moe"] = run.moe;
+    if (!run.cuda_graphs.is_null()) facts["cuda_graphs"] = run.cuda_graphs;
+    if (run.first_step_ms) facts["first_step_ms"] = *run.first_step_ms;
+    if (run.profiled) facts["profile"] = {{"status", "ok"}, {"reason", ""}};
+    if (!run.model.is_null()) facts["model"] = run.model;
+    summary.facts = receipts::run_facts_from_json(facts, "fixture summary");
+    // Still running, or abandoned: never finished, the abandoned one's heartbeat a day old.
+    if (run.status == receipts::RunStatus::running) return id;
+    if (run.status == receipts::RunStatus::abandoned) {
+      receipts::testing::RawDb(store_.path())
+          .exec_ok(fmt::format("UPDATE runs SET heartbeat_at = heartbeat_at - 86400 WHERE id = {}", id));
+      return id;
+    }
     const bool ok = run.status == receipts::RunStatus::ok;
     store_.finish_run(id, run.status, ok ? "" : "CUDA out of memory", summary);
     return id;

@@ -2,9 +2,14 @@
 // loss and failed candidate runs (DROP), noise and missing repeats (INCONCLUSIVE), a loss mismatch (the mean
 // over the last steps, against the tolerance and the baseline's own spread),
 // peak memory growth, runs that did not run the backend they asked for (fallback, observed mismatch),
-// backend and spec checks, and the stored decision.
+// backend and spec checks, the minimum evidence behind every verdict, killed / abandoned / running runs,
+// the overrides a decision was made under, the stored decision, and the standing decisions that make a
+// backend `keep` on a lane.
 // Build and run: ninja -C build-report report_tests && build-report/tests/report_tests --gtest_filter='Gate*'
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "report/gate.h"
 #include "tests/report/fixture_store.h"
@@ -23,6 +28,22 @@ GateOptions attention_flash(double loss_tolerance = 0.02) {
   options.backend = "sdpa_flash";
   options.loss_tolerance = loss_tolerance;
   return options;
+}
+
+// `count` sdpa_flash runs tagged "flash" that ended with `status` (running, abandoned: never finished).
+std::vector<std::int64_t> add_flash_runs(FixtureStore& f, receipts::RunStatus status, int count) {
+  FixtureRun run = with_backend("sdpa_flash");
+  run.status = status;
+  std::vector<std::int64_t> ids;
+  for (int i = 0; i < count; ++i) ids.push_back(f.add("flash", run));
+  return ids;
+}
+std::int64_t add_flash_run(FixtureStore& f, receipts::RunStatus status) { return add_flash_runs(f, status, 1)[0]; }
+// Three clearly faster sdpa_flash runs (80 ms against the baseline's 100), then one run per `then` status.
+std::vector<std::int64_t> fast_flash_runs_then(FixtureStore& f, const std::vector<receipts::RunStatus>& then) {
+  auto ids = f.add_group("flash", {80, 81, 79}, with_backend("sdpa_flash"));
+  for (const auto status : then) ids.push_back(add_flash_run(f, status));
+  return ids;
 }
 
 bool mentions(const GateResult& r, const std::string& text) {
@@ -152,11 +173,8 @@ TEST(Gate, LossBeyondToleranceWithinTheBaselinesOwnSpreadIsInconclusive) {
 TEST(Gate, FailedCandidateRunIsDropAndCitedAsEvidence) {
   FixtureStore f;
   const auto baseline = f.add_group("ref", {100, 101, 99});
-  auto candidate = f.add_group("flash", {80, 81, 79}, with_backend("sdpa_flash"));
-  FixtureRun crashed = with_backend("sdpa_flash");
-  crashed.status = receipts::RunStatus::failed;
-  const auto crashed_id = f.add("flash", crashed);
-  candidate.push_back(crashed_id);
+  const auto candidate = fast_flash_runs_then(f, {receipts::RunStatus::failed});
+  const auto crashed_id = candidate.back();
   const auto r = evaluate_gate(f.store(), baseline, candidate, attention_flash());
   EXPECT_EQ(r.verdict, Verdict::drop);
   EXPECT_EQ(r.failed_candidate_runs, std::vector<std::int64_t>{crashed_id});
@@ -284,6 +302,183 @@ TEST(Gate, OtherSpecDifferencesAreRefusedUnlessAllowed) {
   ASSERT_EQ(r.comparison.factor.size(), 1u);
   EXPECT_EQ(r.comparison.factor[0].field, "spec.backends.attention");
   EXPECT_EQ(r.comparison.mismatches[0].field, "spec.train.steps");
+  EXPECT_EQ(r.overrides, std::vector<std::string>{"--allow-mismatch (spec.train.steps differ)"});
+  EXPECT_EQ(r.decision().details.rfind("made under --allow-mismatch (spec.train.steps differ); ", 0), 0u)
+      << r.decision().details;
+}
+
+// Every verdict needs the minimum evidence: a failure beside one baseline run, or a loss or memory
+// difference on two runs a side, is reported and INCONCLUSIVE, not DROP.
+TEST(Gate, DropNeedsTheMinimumEvidence) {
+  FixtureStore f;
+  const auto lone_baseline = f.add_group("ref-1", {100});
+  const auto crashed_id = add_flash_run(f, receipts::RunStatus::failed);
+  const auto one_failure = evaluate_gate(f.store(), lone_baseline, {crashed_id}, attention_flash());
+  EXPECT_EQ(one_failure.verdict, Verdict::inconclusive) << render_text(one_failure);
+  EXPECT_EQ(one_failure.failed_candidate_runs, std::vector<std::int64_t>{crashed_id});
+  EXPECT_TRUE(mentions(one_failure, fmt::format("candidate run(s) {} failed (1 of 1 attempt(s))", crashed_id)))
+      << render_text(one_failure);
+  EXPECT_TRUE(mentions(one_failure, "the DROP condition(s) above are reported, not decided")) << render_text(one_failure);
+
+  const auto baseline = f.add_group("ref", {100, 101});
+  FixtureRun diverging = with_backend("sdpa_flash");
+  diverging.final_loss = 3.5;
+  const auto loss_off = evaluate_gate(f.store(), baseline, f.add_group("off", {80, 81}, diverging), attention_flash());
+  EXPECT_EQ(loss_off.verdict, Verdict::inconclusive) << render_text(loss_off);
+  EXPECT_TRUE(mentions(loss_off, "out of tolerance"));
+  EXPECT_TRUE(mentions(loss_off, "2 baseline and 2 candidate evidence run(s): at least 3 a side are needed"));
+
+  FixtureRun hungry = with_backend("sdpa_flash");
+  hungry.peak_memory_bytes = std::int64_t{2} << 30;
+  const auto memory = evaluate_gate(f.store(), baseline, f.add_group("hungry", {80, 81}, hungry), attention_flash());
+  EXPECT_EQ(memory.verdict, Verdict::inconclusive) << render_text(memory);
+  EXPECT_TRUE(mentions(memory, "grew beyond tolerance"));
+}
+
+// A candidate that failed on every one of three attempts beside three baseline runs is a DROP: the
+// attempts are the evidence.
+TEST(Gate, CandidateThatFailedEveryAttemptIsDrop) {
+  FixtureStore f;
+  const auto baseline = f.add_group("ref", {100, 101, 99});
+  const auto candidate = add_flash_runs(f, receipts::RunStatus::failed, 3);
+  const auto r = evaluate_gate(f.store(), baseline, candidate, attention_flash());
+  EXPECT_EQ(r.verdict, Verdict::drop) << render_text(r);
+  EXPECT_EQ(r.failed_candidate_runs, candidate);
+  EXPECT_TRUE(mentions(r, "failed (3 of 3 attempt(s))")) << render_text(r);
+  EXPECT_FALSE(mentions(r, "at least 3 a side are needed")) << render_text(r);
+  // Beside two baseline runs the same failures decide nothing.
+  const auto short_baseline = std::vector<std::int64_t>(baseline.begin(), baseline.begin() + 2);
+  EXPECT_EQ(evaluate_gate(f.store(), short_baseline, candidate, attention_flash()).verdict, Verdict::inconclusive);
+}
+
+// Killed and abandoned candidate runs were interrupted from outside: said so, never "failed", never a
+// DROP, and not cited as evidence.
+TEST(Gate, KilledAndAbandonedCandidateRunsAreNotEvidenceEitherWay) {
+  FixtureStore f;
+  const auto baseline = f.add_group("ref", {100, 101, 99});
+  const auto candidate = fast_flash_runs_then(f, {receipts::RunStatus::abandoned, receipts::RunStatus::killed});
+  const auto abandoned_id = candidate[3], killed_id = candidate[4];
+  const auto r = evaluate_gate(f.store(), baseline, candidate, attention_flash());
+  EXPECT_EQ(r.verdict, Verdict::keep) << render_text(r);
+  EXPECT_TRUE(r.failed_candidate_runs.empty());
+  EXPECT_EQ(r.abandoned_candidate_runs, std::vector<std::int64_t>{abandoned_id});
+  EXPECT_EQ(r.killed_candidate_runs, std::vector<std::int64_t>{killed_id});
+  EXPECT_TRUE(mentions(r, fmt::format("{} abandoned (their heartbeat stopped)", abandoned_id))) << render_text(r);
+  EXPECT_FALSE(mentions(r, "failed")) << render_text(r);
+  const auto cited = r.decision().evidence_run_ids;
+  EXPECT_EQ(std::count(cited.begin(), cited.end(), abandoned_id), 0);
+  EXPECT_EQ(std::count(cited.begin(), cited.end(), killed_id), 0);
+
+  // Abandoned on every attempt: no evidence at all, INCONCLUSIVE.
+  const auto all_abandoned = add_flash_runs(f, receipts::RunStatus::abandoned, 3);
+  const auto none = evaluate_gate(f.store(), baseline, all_abandoned, attention_flash());
+  EXPECT_EQ(none.verdict, Verdict::inconclusive) << render_text(none);
+  EXPECT_EQ(none.abandoned_candidate_runs, all_abandoned);
+}
+
+// A run still running is refused, naming it and its side: a decision now would leave it out.
+TEST(Gate, RunningRunsAreRefused) {
+  FixtureStore f;
+  const auto baseline = f.add_group("ref", {100, 101, 99});
+  const auto candidate = fast_flash_runs_then(f, {receipts::RunStatus::running});
+  const auto running_id = candidate.back();
+  try {
+    evaluate_gate(f.store(), baseline, candidate, attention_flash());
+    FAIL() << "a running candidate run must be refused";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(fmt::format("run(s) {} (candidate) still running", running_id)),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("Wait until they finish"), std::string::npos) << e.what();
+  }
+}
+
+// The stored decision says what it was made under: --allow-mismatch (here nothing differed; the
+// fields it lets through: OtherSpecDifferencesAreRefusedUnlessAllowed) and tolerances off their
+// defaults. At the defaults nothing is claimed.
+TEST(Gate, DecisionCarriesTheOverridesItWasMadeUnder) {
+  FixtureStore f;
+  const auto baseline = f.add_group("ref", {100, 101, 99});
+  const auto candidate = f.add_group("flash", {80, 81, 79}, with_backend("sdpa_flash"));
+  const auto plain = evaluate_gate(f.store(), baseline, candidate, attention_flash());
+  EXPECT_TRUE(plain.overrides.empty());
+  EXPECT_EQ(plain.decision().details.find("made under"), std::string::npos);
+
+  GateOptions options = attention_flash(0.05);
+  options.memory_tolerance = 0.5;
+  options.compare.allow_mismatch = true;
+  const auto r = evaluate_gate(f.store(), baseline, candidate, options);
+  EXPECT_EQ(r.overrides, (std::vector<std::string>{"--allow-mismatch (nothing differed beyond the backend)",
+                                                   "--loss-tolerance 0.05", "--memory-tolerance 0.5"}));
+  const auto id = f.store().record_decision(r.decision());
+  const auto stored = f.store().list_decisions("attention", "sdpa_flash");
+  ASSERT_EQ(stored.size(), 1u);
+  EXPECT_EQ(stored[0].id, id);
+  EXPECT_EQ(stored[0].details.rfind("made under --allow-mismatch (nothing differed beyond the backend), "
+                                    "--loss-tolerance 0.05, --memory-tolerance 0.5; ",
+                                    0),
+            0u)
+      << stored[0].details;
+  EXPECT_NE(render_text(r).find("made under: --allow-mismatch"), std::string::npos) << render_text(r);
+  EXPECT_EQ(to_json(r)["overrides"].size(), 3u);
+}
+
+// Roles follow the gate: a stored KEEP with its evidence makes the backend `keep` on the candidate
+// runs' lane (no other lane); a later gate there sees it kept; a stored DROP demotes it. A KEEP that
+// cites too few runs, and INCONCLUSIVE decisions, change nothing.
+TEST(Gate, StoredKeepMakesTheBackendKeptOnItsLaneUntilADrop) {
+  FixtureStore f;
+  auto& s = f.store();
+  const std::string lane = "tiny/1gpu/sdpa_flash";  // the fixture's lane for the backend
+  const auto baseline = f.add_group("ref", {100, 101, 99});
+  const auto fast = f.add_group("flash", {80, 81, 79}, with_backend("sdpa_flash"));
+  EXPECT_TRUE(standing_decisions(s).empty());
+
+  // A hand-made KEEP citing one run a side is no evidence.
+  receipts::Decision thin;
+  thin.seam = "attention";
+  thin.backend = "sdpa_flash";
+  thin.verdict = Verdict::keep;
+  thin.evidence_run_ids = {baseline[0], fast[0]};
+  s.record_decision(thin);
+  EXPECT_TRUE(standing_decisions(s).empty());
+
+  const auto first = evaluate_gate(s, baseline, fast, attention_flash());
+  ASSERT_EQ(first.verdict, Verdict::keep);
+  EXPECT_FALSE(first.kept_before());
+  const auto keep_id = s.record_decision(first.decision());
+  auto standing = standing_decisions(s, "attention", "sdpa_flash", lane);
+  ASSERT_EQ(standing.size(), 1u);
+  EXPECT_EQ(standing[0].decision_id, keep_id);
+  EXPECT_EQ(standing[0].verdict, Verdict::keep);
+  EXPECT_EQ(standing[0].lane, lane);
+  EXPECT_TRUE(standing_decisions(s, "attention", "sdpa_flash", "tiny/1gpu/reference").empty());
+  EXPECT_TRUE(standing_decisions(s, "attention", "sdpa_cudnn").empty());
+
+  // Noise on the same lane: the backend was kept before this gate; INCONCLUSIVE leaves it kept.
+  const auto noisy = evaluate_gate(s, baseline, f.add_group("flash-noisy", {100, 101, 99.5}, with_backend("sdpa_flash")),
+                                   attention_flash());
+  EXPECT_EQ(noisy.verdict, Verdict::inconclusive);
+  EXPECT_TRUE(noisy.kept_before());
+  ASSERT_EQ(noisy.standing_before.size(), 1u);
+  EXPECT_EQ(noisy.standing_before[0].decision_id, keep_id);
+  EXPECT_NE(render_text(noisy).find(fmt::format("standing before this gate: decision {} (KEEP on lane {}", keep_id, lane)),
+            std::string::npos)
+      << render_text(noisy);
+  s.record_decision(noisy.decision());
+  EXPECT_EQ(standing_decisions(s, "attention", "sdpa_flash", lane).at(0).decision_id, keep_id);
+
+  // A regression: DROP, seen as kept before it; stored, it demotes the backend on the lane.
+  const auto slow = evaluate_gate(s, baseline, f.add_group("flash-slow", {120, 121, 119}, with_backend("sdpa_flash")),
+                                  attention_flash());
+  EXPECT_EQ(slow.verdict, Verdict::drop);
+  EXPECT_TRUE(slow.kept_before());
+  const auto drop_id = s.record_decision(slow.decision());
+  standing = standing_decisions(s, "attention", "sdpa_flash", lane);
+  ASSERT_EQ(standing.size(), 1u);
+  EXPECT_EQ(standing[0].decision_id, drop_id);
+  EXPECT_EQ(standing[0].verdict, Verdict::drop);
+  EXPECT_FALSE(evaluate_gate(s, baseline, fast, attention_flash()).kept_before());
 }
 
 TEST(Gate, CatalogRoleComesFromTheCandidateRuns) {
@@ -294,6 +489,7 @@ TEST(Gate, CatalogRoleComesFromTheCandidateRuns) {
   const auto candidate = f.add_group("flash", {100, 101, 99.5}, kept);
   const auto r = evaluate_gate(f.store(), baseline, candidate, attention_flash());
   EXPECT_EQ(r.catalog_role, std::optional<std::string>("keep"));
+  EXPECT_TRUE(r.kept_before());  // no stored decision on the lane: the snapshot's role stands
   EXPECT_EQ(r.verdict, Verdict::inconclusive);
 }
 

@@ -71,7 +71,7 @@ TEST(Report, MarkdownMatchesTheGoldenFile) {
 }
 
 // Data parallel cells: tokens/s per GPU against the 1-GPU cell, communication share (null on Gloo)
-// and straggler ratio as medians of the runs' summary.extra.distributed; a report without a
+// and straggler wait as medians of the runs' facts.distributed; a report without a
 // multi-GPU cell has no Scaling section.
 TEST(Report, ScalingSectionForDataParallelCells) {
   FixtureStore f;
@@ -84,7 +84,7 @@ TEST(Report, ScalingSectionForDataParallelCells) {
   two.tokens_per_s = 2000 / 0.105;  // the job's 2000 tokens a step at 105 ms: 9523.8 per GPU
   for (const double share : {0.08, 0.10, 0.12}) {
     two.distributed = {{"world_size", 2}, {"backend", "nccl"}, {"comm_share", share}, {"comm_wait_share", 0.01},
-                       {"straggler_ratio", 1.0 + share / 5}};
+                       {"straggler_ratio", 1.0 + share / 5}, {"straggler_wait_share", share / 2}};
     f.add("dp", two);
   }
   FixtureRun gloo = two;
@@ -108,11 +108,12 @@ TEST(Report, ScalingSectionForDataParallelCells) {
   EXPECT_NEAR(*dp2.efficiency, 0.952381, 1e-6);
   EXPECT_DOUBLE_EQ(*dp2.comm_share, 0.10);
   EXPECT_DOUBLE_EQ(*dp2.straggler_ratio, 1.02);
+  EXPECT_DOUBLE_EQ(*dp2.straggler_wait_share, 0.05);
 
   const std::string markdown = render_markdown(to_document(report, {}, ""));
   EXPECT_NE(markdown.find("## Scaling"), std::string::npos) << markdown;
-  EXPECT_NE(markdown.find("| dp2 | 2 | 19048 | 9524 | 95.2 % | 10.0 % | 1.0 % | 1.020 |"), std::string::npos) << markdown;
-  EXPECT_NE(markdown.find("| gloo2 | 2 | 19048 | 9524 | 95.2 % | - | 20.0 % | 1.500 |"), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find("| dp2 | 2 | 19048 | 9524 | 95.2 % | 10.0 % | 1.0 % | 5.0 % |"), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find("| gloo2 | 2 | 19048 | 9524 | 95.2 % | - | 20.0 % | - |"), std::string::npos) << markdown;
   EXPECT_EQ(to_json(report)["cells"][0]["scaling"]["efficiency_vs_1_gpu"], 1.0);
   EXPECT_EQ(to_json(report)["scaling_reference"], "dp1");
 
@@ -134,7 +135,7 @@ TEST(Report, ScalingSectionForDataParallelCells) {
 }
 
 // A capacity-factor ablation: the Loss section gains the MoE drop rate and final aux loss (medians of
-// summary.extra.moe) when a cell has them; cells without (no E blocks) show "-".
+// facts.moe) when a cell has them; cells without (no E blocks) show "-".
 TEST(Report, MoeRouterColumnsInTheLossSection) {
   FixtureStore f;
   FixtureRun dropless = detailed("dropless", "reference", 3.0);
@@ -160,6 +161,125 @@ TEST(Report, MoeRouterColumnsInTheLossSection) {
       << markdown;
   EXPECT_EQ(to_json(report)["cells"][0]["moe"]["median_final_aux_loss"], 1.02);
   EXPECT_TRUE(to_json(report)["cells"][2]["moe"].is_null());
+}
+
+// A cell whose runs ran different specs (a --set run joining a cell by name) is never pooled: it is
+// split by spec, each part labelled with the keys that differ, and a note says so. Seeds, which a
+// matrix varies per repeat, do not split.
+TEST(Report, CellsOfDifferentSpecsAreSplitAndLabelled) {
+  FixtureStore f;
+  FixtureRun small;
+  small.name = "tiny";
+  for (const std::int64_t seed : {1, 2, 3}) {
+    small.seed = seed;
+    small.step_ms = 60 + static_cast<double>(seed);
+    f.add("mixed", small);
+  }
+  FixtureRun wide = small;
+  wide.train_steps = 200;
+  const auto wide_id = f.add_group("mixed", {3600}, wide)[0];
+  const auto report = build_report(f.store(), select_grouped(f.store(), "tag:mixed"));
+  ASSERT_EQ(report.cells.size(), 2u);
+  EXPECT_EQ(report.cells[0].name, "tiny [train.steps=100]");
+  EXPECT_EQ(report.cells[0].side.evidence.size(), 3u);
+  EXPECT_DOUBLE_EQ(*report.cells[0].side.median_step_ms, 62);
+  EXPECT_EQ(report.cells[1].name, "tiny [train.steps=200]");
+  EXPECT_EQ(report.cells[1].side.evidence_ids(), std::vector<std::int64_t>{wide_id});
+  ASSERT_EQ(report.notes.size(), 1u);
+  EXPECT_EQ(report.notes[0], fmt::format("Cell tiny holds runs of 2 different specs (they differ in train.steps): "
+                                         "reported as 2 cells, never pooled: tiny [train.steps=100] (run(s) 1, 2, 3); "
+                                         "tiny [train.steps=200] (run(s) {}).",
+                                         wide_id));
+  const std::string markdown = render_markdown(to_document(report, {}, ""));
+  EXPECT_NE(markdown.find("| tiny \\[train.steps=200\\] | 1 |"), std::string::npos) << markdown;  // [ ] escaped
+}
+
+// A cell whose runs changed the named configuration with --set says so, with the shape it really
+// trained; receipts older than the model facts say "not recorded".
+TEST(Report, ModelSectionShowsTheShapeAndMarksOverriddenConfigs) {
+  FixtureStore f;
+  FixtureRun big;
+  big.name = "big";
+  big.model = {{"config", "nam56r-small"},  {"overrides", {"model.d_model=2048"}}, {"config_overridden", true},
+               {"pattern", "AEMEAEMEAEMR"}, {"d_model", 2048},                      {"layers", 12},
+               {"seq_len", 4096},           {"batch_size", 8},                      {"parameters", 1820000000}};
+  f.add_group("m", {100, 101, 102}, big);
+  FixtureRun old;
+  old.name = "old";
+  f.add_group("m", {100, 101, 102}, old);
+  const auto report = build_report(f.store(), select_grouped(f.store(), "tag:m"));
+  ASSERT_EQ(report.cells.size(), 2u);
+  ASSERT_TRUE(report.cells[0].model);
+  EXPECT_TRUE(report.cells[0].model->config_overridden);
+  EXPECT_EQ(report.cells[1].runs_without_model, 3u);
+  const std::string markdown = render_markdown(to_document(report, {}, ""));
+  EXPECT_NE(markdown.find("| big | nam56r-small (changed by --set) | AEMEAEMEAEMR | 2048 | 12 | 4096 | 1820.0 M |"),
+            std::string::npos)
+      << markdown;
+  EXPECT_NE(markdown.find("Cell big: nam56r-small with --set model.d\\_model=2048."), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find("| old | not recorded |"), std::string::npos) << markdown;
+}
+
+// Every cell a matrix declares is listed, with its runs or why it has none: a cell wider than the
+// GPUs given to `matrix run` is refused without a run, and an interrupted matrix leaves cells unstarted.
+TEST(Report, DeclaredCellsWithoutRunsAreListedWithWhy) {
+  FixtureStore f;
+  auto& store = f.store();
+  const std::int64_t matrix = store.create_matrix(
+      "scaling", R"({"set":["train.steps=60"],"cells":[)"
+                 R"({"name":"distributed.nproc=1","set":["distributed.nproc=1"]},)"
+                 R"({"name":"distributed.nproc=2","set":["distributed.nproc=2"]},)"
+                 R"({"name":"distributed.nproc=4","set":["distributed.nproc=4"]},{"name":"later","set":[]}]})");
+  std::vector<std::vector<std::int64_t>> ran;
+  for (const char* cell : {"distributed.nproc=1", "distributed.nproc=2"}) {
+    FixtureRun run;
+    run.matrix_id = matrix;
+    run.cell = cell;
+    ran.push_back(f.add_group("scaling", {100, 101, 99}, run));
+  }
+  const auto report = build_report(store, select_matrix(store, "scaling"));
+  EXPECT_EQ(report.cells.size(), 2u);
+  ASSERT_EQ(report.declared_cells.size(), 4u);
+  EXPECT_EQ(report.declared_cells[1].run_ids, ran[1]);
+  EXPECT_EQ(report.declared_cells[1].no_runs_reason, "");
+  EXPECT_EQ(report.declared_cells[2].name, "distributed.nproc=4");
+  EXPECT_TRUE(report.declared_cells[2].run_ids.empty());
+  EXPECT_NE(report.declared_cells[2].no_runs_reason.find("asks for distributed.nproc = 4, and `ablate matrix run` refuses "
+                                                          "it without a run unless --gpus lists 4 GPUs"),
+            std::string::npos)
+      << report.declared_cells[2].no_runs_reason;
+  EXPECT_EQ(report.declared_cells[3].no_runs_reason,
+            "no run recorded: never started (`ablate matrix run` of the same file resumes the matrix)");
+  const std::string markdown = render_markdown(to_document(report, {}, ""));
+  EXPECT_NE(markdown.find("The matrix declares 4 cells; 2 of them have no run and appear in no other table: "
+                          "distributed.nproc=4, later."),
+            std::string::npos)
+      << markdown;
+  EXPECT_NE(markdown.find("| later | none | no run recorded: never started"), std::string::npos) << markdown;
+  const auto j = to_json(report);
+  EXPECT_TRUE(j["declared_cells"][0]["no_runs_reason"].is_null());
+  EXPECT_EQ(j["declared_cells"][2]["run_ids"].size(), 0u);
+  // A selector-based report has no declared cells.
+  EXPECT_TRUE(build_report(store, select_grouped(store, "tag:scaling")).declared_cells.empty());
+}
+
+// The report shows steady goodput next to goodput and says when a cell's fixed cost dominates.
+TEST(Report, FixedCostDominatingGoodputIsSaid) {
+  FixtureStore f;
+  FixtureRun run;
+  run.name = "short";
+  run.goodput = {{"startup", 6.0}, {"warmup", 1.0}, {"productive", 2.9}, {"other", 0.1}};  // fixed 70 % of 10 s
+  f.add_group("g", {100, 101, 99}, run);
+  const auto report = build_report(f.store(), select_grouped(f.store(), "tag:g"));
+  EXPECT_NEAR(*report.cells[0].side.median_steady_goodput_pct, 96.6667, 1e-4);
+  const std::string markdown = render_markdown(to_document(report, {}, ""));
+  EXPECT_NE(markdown.find("Cell short: start-up, data prep and warm-up are 70 % of its wall time: its goodput measures "
+                          "that fixed cost, not training; read its steady goodput."),
+            std::string::npos)
+      << markdown;
+  EXPECT_NE(markdown.find("| 70.0 % | 96.7 % |"), std::string::npos) << markdown;
+  EXPECT_EQ(summary_table(report).columns.back(), "median_fixed_cost_share");
+  EXPECT_NEAR(to_json(report)["cells"][0]["median_fixed_cost_share"].get<double>(), 0.7, 1e-12);
 }
 
 TEST(Report, FailedRunsAreListedButNeverCounted) {

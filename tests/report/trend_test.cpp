@@ -114,6 +114,26 @@ TEST_F(TrendStore, RegressionIsListedWithRunsOnEachSide) {
   EXPECT_EQ(j["shifts"][0]["runs_after"].get<std::vector<std::int64_t>>(), after_ids);
 }
 
+// Profiled runs (the tracer's cost) and runs of another length sit in the same lane; pooled with
+// today's unprofiled runs they read as a regression. The trend keeps the runs measured as the newest.
+TEST_F(TrendStore, ProfiledAndShorterRunsAreNotPooledWithTheOthers) {
+  const auto plain = f.add_group("nightly", blocks({100}, 12, 0.01, 31));
+  FixtureRun traced;
+  traced.profiled = true;
+  f.add_group("nightly", blocks({118}, 8, 0.01, 32), traced);
+  FixtureRun short_run;
+  short_run.summary_steps = 30;
+  f.add_group("nightly", blocks({125}, 8, 0.01, 33), short_run);
+  const auto newest = f.add_group("nightly", blocks({100}, 4, 0.01, 34));
+  const auto t = build_trend(f.store(), lane);
+  EXPECT_EQ(t.points.size(), plain.size() + newest.size());
+  EXPECT_EQ(t.regressions(), 0u) << render_text(t);
+  ASSERT_FALSE(t.notes.empty());
+  EXPECT_NE(t.notes[0].find("16 ok run(s) measured otherwise are left out: the trend keeps unprofiled runs of 100 steps"),
+            std::string::npos)
+      << t.notes[0];
+}
+
 TEST_F(TrendStore, ShiftSmallerThanTheThresholdIsNoRegression) {
   add_series(103);
   TrendOptions options;

@@ -7,27 +7,27 @@
 #   bash tests/scripts/gpu_ncu_test.sh     (ctest: gpu_ncu)
 source "$(dirname "$0")/checks.sh"
 cd "$work" && mkdir -p scripts build-gpu/bench && cp "$src"/scripts/{gpu-ncu,gpu-env,gpu-prebuilt-lane}.sh scripts/
-for f in build-gpu/ablate build-gpu/bench/scans_bench fake-ncu; do printf '#!/bin/sh\n' > $f && chmod +x $f; done
+for f in build-gpu/ablate build-gpu/bench/kernels_bench fake-ncu; do printf '#!/bin/sh\n' > $f && chmod +x $f; done
 run() { DRY_RUN=1 NCU="$work/fake-ncu" bash scripts/gpu-ncu.sh "$@" 2>&1; }
 
 out=$(run out ablate_ssm_scan_bwd_chunk)
 contains "default program: the scan benchmark in the model's mix" \
-  "build-gpu/bench/scans_bench --benchmark_filter=ssm_fused_cuda_fwd_bwd_autocast" "$out"
+  "build-gpu/bench/kernels_bench --benchmark_filter=ssm_fused_cuda_fwd_bwd_autocast" "$out"
 contains "one launch after 3, clocks left alone" "--launch-skip 3 --launch-count 1 --clock-control none" "$out"
 contains "the kernel by regex" "--kernel-name regex:ablate_ssm_scan_bwd_chunk" "$out"
 contains "stall reasons asked for" "--section WarpStateStats" "$out"
 contains "... and where, by source line" "--section SourceCounters --import-source yes --print-details all" "$out"
-out=$(SKIP=0 run out 'ablate_causal_conv_(fwd|bwd)' build-gpu/bench/scans_bench --x=1)
-contains "a given program and its arguments, last" "build-gpu/bench/scans_bench --x=1" "$out"
+out=$(SKIP=0 run out 'ablate_causal_conv_(fwd|bwd)' build-gpu/bench/kernels_bench --x=1)
+contains "a given program and its arguments, last" "build-gpu/bench/kernels_bench --x=1" "$out"
 contains "SKIP passed through" "--launch-skip 0" "$out"
 out=$(run out 'ablate_ssm_scan_bwd_chunk($|[^_])'); check "a bracket expression: accepted" 0 "$?"
 contains "... passed through whole (shell-quoted)" 'regex:ablate_ssm_scan_bwd_chunk\(\$\|\[\^_\]\)' "$out"
 
-out=$(IN_CONTEXT=1 SKIP=400 run out ablate_ssm_scan build-gpu/bench/scans_bench --x=1)
+out=$(IN_CONTEXT=1 SKIP=400 run out ablate_ssm_scan build-gpu/bench/kernels_bench --x=1)
 contains "in context: one metric, caches as they are" \
   "--cache-control none --metrics gpu__time_duration.sum --csv --print-units base" "$out"
 contains "... COUNT launches (default 60) after SKIP" "--launch-skip 400 --launch-count 60" "$out"
-contains "... then the program" "build-gpu/bench/scans_bench --x=1" "$out"
+contains "... then the program" "build-gpu/bench/kernels_bench --x=1" "$out"
 out=$(IN_CONTEXT=1 COUNT=0 run out k); check "COUNT 0: exit 2" 2 "$?"; contains "... says what to give" "above 0" "$out"
 # A fake ncu that prints what ncu --csv prints (and a program line between): kernel a twice, b once.
 cat > fake-ncu-csv <<'SH'
@@ -39,14 +39,14 @@ echo '"1","1","p","h","void ns::ablate_b(P)","1","7","(64, 1, 1)","(8, 1, 1)","0
 echo '"2","1","p","h","void ns::ablate_a<float>(P)","1","7","(256, 1, 1)","(8, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","1,000"'
 SH
 chmod +x fake-ncu-csv
-out=$(IN_CONTEXT=1 NCU="$work/fake-ncu-csv" bash scripts/gpu-ncu.sh out ablate build-gpu/bench/scans_bench 2>&1)
+out=$(IN_CONTEXT=1 NCU="$work/fake-ncu-csv" bash scripts/gpu-ncu.sh out ablate build-gpu/bench/kernels_bench 2>&1)
 check "in context, run: exit 0" 0 "$?"
 contains "... the CSV kept" "out/ncu-times-ablate.csv" "$out"
 contains "... a kernel's launches and median (of 1 and 3 us: the upper middle)" "ablate_a  " "$out"
 contains "... ... its numbers" "launches    2  median       3.0 us  min       1.0 us" "$out"
 contains "... the other kernel" "launches    1  median       0.5 us" "$out"
 printf '#!/bin/sh\necho no rows\n' > fake-ncu-empty && chmod +x fake-ncu-empty
-out=$(IN_CONTEXT=1 NCU="$work/fake-ncu-empty" bash scripts/gpu-ncu.sh out ablate build-gpu/bench/scans_bench 2>&1)
+out=$(IN_CONTEXT=1 NCU="$work/fake-ncu-empty" bash scripts/gpu-ncu.sh out ablate build-gpu/bench/kernels_bench 2>&1)
 check "in context, nothing matched: fails" 1 "$?"; contains "... says why" "no kernel rows" "$out"
 
 out=$(SKIP=two run out k); check "bad SKIP: exit 2" 2 "$?"; contains "... says what to give" "give a whole number" "$out"

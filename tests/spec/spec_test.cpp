@@ -179,6 +179,11 @@ TEST(Spec, OverridesApplyAndFailClosed) {
   EXPECT_EQ(spec.model.attention.heads, 4);
   EXPECT_EQ(spec.experiment.tags, std::vector<std::string>{"x"});
   EXPECT_EQ(spec.data.corpus_dir, "/tmp");
+  // Kept, in order, for the receipt; a model.* override marks the named configuration as changed.
+  EXPECT_EQ(spec.overrides, (std::vector<std::string>{"train.steps=20", "model.pattern=AMD", "model.attention.heads=4",
+                                                      "experiment.tags=[\"x\"]", "data.corpus_dir=/tmp"}));
+  EXPECT_TRUE(spec.model_overridden());
+  EXPECT_FALSE(parse_spec_string("", "o.toml", {"train.steps=20"}).model_overridden());
 
   EXPECT_EQ(first_error("", "o.toml", {"train.lr=-1"}),
             "--set train.lr=-1: error: train.lr: value -1 is out of range: must be > 0 and <= 1e+300");

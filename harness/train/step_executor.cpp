@@ -1,0 +1,159 @@
+// harness/train/step_executor.cpp: see step_executor.h.
+#include "harness/train/step_executor.h"
+
+#include <ATen/autocast_mode.h>
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "harness/train/data_parallel.h"
+#include "harness/train/run_profiler.h"
+#include "harness/train/step_graph.h"
+#include "kernels/scope.h"
+
+namespace ablate::harness {
+namespace {
+
+// bf16 autocast for the forward pass on the run's device type; fp32 master weights stay untouched.
+class AutocastScope {
+ public:
+  AutocastScope(bool enabled, c10::DeviceType type) : enabled_(enabled), type_(type) {
+    if (!enabled_) return;
+    at::autocast::set_autocast_enabled(type_, true);
+    at::autocast::set_autocast_dtype(type_, at::kBFloat16);
+  }
+  ~AutocastScope() {
+    if (!enabled_) return;
+    at::autocast::set_autocast_enabled(type_, false);
+    at::autocast::clear_cache();
+  }
+
+ private:
+  bool enabled_;
+  c10::DeviceType type_;
+};
+
+}  // namespace
+
+StepExecutor::StepExecutor(const ExperimentSpec& spec, const RunPosture& posture, ModelState& state,
+                           RunProfiler& profiler)
+    : spec_(spec), posture_(posture), state_(state), profiler_(profiler) {
+  rank_ = posture.group ? posture.group->rank() : 0;
+  has_moe_ = spec.model.pattern.find('E') != std::string::npos;
+  if (posture.group)
+    sync_ = std::make_unique<GradientSync>(*posture.group, state.params, spec.distributed.bucket_mb << 20);
+  const int64_t B = spec.model.batch_size, T = spec.model.seq_len;
+  ids_ = torch::empty({B, T + 1}, torch::TensorOptions(posture.device).dtype(torch::kLong));
+  mask_ = torch::empty({B, T}, torch::TensorOptions(posture.device).dtype(torch::kFloat));
+  inputs_ = ids_.slice(1, 0, T);
+  targets_ = ids_.slice(1, 1, T + 1);
+  warmup_steps_ = spec.train.warmup_steps;
+  if (posture.graphs.eligible) {
+    graph_ = std::make_shared<StepGraph>(posture.device);  // the thread runs on its side stream from here on
+    capture_step_ = state.start_step + kGraphWarmupEagerSteps;
+    warmup_steps_ = std::max(warmup_steps_, kGraphWarmupEagerSteps + 1);  // the capture step is not steady
+  }
+}
+
+StepExecutor::~StepExecutor() = default;
+
+void StepExecutor::load(const data::Batch& batch) {
+  const int64_t B = spec_.model.batch_size, T = spec_.model.seq_len, rows = B * spec_.distributed.nproc;
+  // This rank's rows of the global batch (all of it in a single process).
+  ids_.copy_(torch::from_blob(const_cast<int32_t*>(batch.tokens.data()), {rows, T + 1}, torch::kInt32).narrow(0, rank_ * B, B));
+  mask_.copy_(
+      torch::from_blob(const_cast<uint8_t*>(batch.loss_mask.data()), {rows, T}, torch::kUInt8).narrow(0, rank_ * B, B));
+}
+
+// forward, backward, clipping, optimizer; returns [loss, grad norm(, aux loss, dropped slots)] on the
+// device, fp64 (a drop count stays exact). The allocator probes run in eager steps only (not inside a
+// graph capture).
+torch::Tensor StepExecutor::body(int64_t step, bool probes) {
+  model::ModelOutput fwd;
+  {
+    kernels::Scope phase("forward");  // launch scope: NVTX range, CUPTI external id (kernels/scope.h)
+    AutocastScope autocast(posture_.bf16, posture_.device.type());
+    fwd = state_.model->forward(inputs_, targets_, mask_);
+  }
+  if (probes) profiler_.after_phase(step, "forward");
+  {
+    kernels::Scope phase("backward");
+    if (sync_) sync_->begin_step();
+    fwd.loss.backward();
+    if (sync_) sync_->finish();  // every .grad is now the mean over the ranks
+  }
+  if (probes) profiler_.after_phase(step, "backward");
+  torch::Tensor grad_norm;
+  {
+    kernels::Scope phase("optimizer");
+    // Clipping rides in the update: the optimizer divides each gradient by the scale as it reads it.
+    auto clipping = measure_grad_norm(state_.params, spec_.train.grad_clip);
+    grad_norm = clipping.norm;
+    state_.optimizer->step(clipping.scale);
+  }
+  if (probes) profiler_.after_phase(step, "optimizer");
+  std::vector<torch::Tensor> job_means = {fwd.loss.detach().to(torch::kDouble), grad_norm.to(torch::kDouble)};
+  if (has_moe_) job_means.push_back(fwd.aux.detach().to(torch::kDouble));
+  auto stats = torch::stack(job_means);
+  // The job's losses are the mean of the ranks' (equal row counts); the norm is already the same
+  // everywhere. The drop count stays the rank's own (each rank writes its own step rows).
+  if (posture_.group) posture_.group->allreduce_mean_(stats);
+  if (has_moe_) stats = torch::cat({stats, fwd.dropped_slots.to(torch::kDouble).view({1})});
+  return stats;
+}
+
+// The step's one host read: loss, gradient norm and the router's evidence together.
+StepExecutor::Result StepExecutor::read(const torch::Tensor& stats, Mode mode) const {
+  const auto host = stats.cpu();
+  Result r;
+  r.mode = mode;
+  r.loss = host[0].item<double>();
+  r.grad_norm = host[1].item<double>();
+  if (has_moe_) {
+    r.moe_aux_loss = host[2].item<double>();
+    r.moe_dropped_slots = static_cast<int64_t>(std::llround(host[3].item<double>()));
+  }
+  return r;
+}
+
+StepExecutor::Result StepExecutor::run(int64_t step, double lr) {
+  state_.optimizer->set_lr(lr);
+  if (graph_ && graph_->captured()) {
+    const auto stats = graph_->replay();
+    profiler_.after_phase(step, "graph replay");
+    return read(stats, Mode::replaying);
+  }
+  if (!graph_ || step != capture_step_) {
+    state_.optimizer->zero_grad();
+    return read(body(step, true), Mode::eager);
+  }
+  // The capturing step.
+  receipts::CaptureFacts facts = posture_.graphs;
+  facts.capture_step = step;
+  state_.optimizer->zero_grad();  // the captured backward allocates the gradients in the graph's pool
+  const auto t0 = std::chrono::steady_clock::now();
+  profiler_.begin_capture();
+  const std::string failure = graph_->capture([&] { return body(step, false); });
+  profiler_.end_capture();
+  facts.capture_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  Result r;
+  if (failure.empty()) {
+    facts.achieved = true;
+    facts.outcome = receipts::CaptureOutcome::captured;
+    facts.reason = fmt::format("captured at step {} after {} eager warm-up steps on a side stream ({:.0f} ms to "
+                               "capture and instantiate); every later step replays the graph",
+                               step, kGraphWarmupEagerSteps, *facts.capture_ms);
+    r = read(graph_->replay(), Mode::capturing);
+  } else {
+    facts.outcome = receipts::CaptureOutcome::failed;
+    facts.reason = fmt::format("capture failed at step {}: {}; the run went on eager", step, failure);
+    graph_.reset();  // back on the previous stream; every later step is eager
+    state_.optimizer->zero_grad();
+    r = read(body(step, true), Mode::eager);
+  }
+  r.capture = facts;
+  return r;
+}
+
+}  // namespace ablate::harness

@@ -1,0 +1,77 @@
+// harness/train/step_executor.h: one training step (forward, backward, gradient sync, clipping,
+// optimizer) in the mode the run's posture gives it, as a small state machine:
+//   eager      every step of a run without a whole-step CUDA graph, and a graphed run's warm-up steps;
+//   capturing  the one step a graph is recorded at (kGraphWarmupEagerSteps eager steps come first);
+//              a capture that fails is dropped and the step runs eager, and every later step too;
+//   replaying  every step after a successful capture.
+// run() returns the step's numbers (one host read) and, on the capturing step, the typed capture
+// outcome (receipts::CaptureFacts: captured, or failed with why), so the loop records the fact as it
+// happens instead of inferring it from a sentence later.
+// Batches go into static device buffers (a captured graph reads the same addresses on every replay).
+// Tests: tests/harness/stages_test.cpp (eager, CPU), tests/harness/profiling_gpu_test.cpp (capture,
+// replay and the failed-capture fallback on a GPU, self-skipping).
+#pragma once
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "data/source.h"
+#include "harness/train/stages.h"
+#include "receipts/run_facts.h"
+
+namespace ablate::harness {
+
+class GradientSync;
+
+class StepExecutor {
+ public:
+  enum class Mode { eager, capturing, replaying };
+
+  struct Result {
+    double loss = 0;
+    double grad_norm = 0;
+    std::optional<double> moe_aux_loss;          // models with E blocks
+    std::optional<int64_t> moe_dropped_slots;    // this rank's
+    Mode mode = Mode::eager;
+    std::optional<receipts::CaptureFacts> capture;  // set on the step whose capture was decided
+  };
+
+  // `posture.graphs` says whether to capture (eligible); the executor never changes the posture.
+  StepExecutor(const ExperimentSpec& spec, const RunPosture& posture, ModelState& state, RunProfiler& profiler);
+  ~StepExecutor();
+  StepExecutor(const StepExecutor&) = delete;
+  StepExecutor& operator=(const StepExecutor&) = delete;
+
+  // train.warmup_steps, raised to cover the eager steps and the capture step of a graphed run.
+  int64_t warmup_steps() const { return warmup_steps_; }
+  // The step the graph is captured at; none when the run does not capture.
+  std::optional<int64_t> capture_step() const { return capture_step_; }
+  // This rank's rows of the global batch into the static buffers.
+  void load(const data::Batch& batch);
+  Result run(int64_t step, double lr);
+  // Data parallel: the gradient all-reduces (their per-step timings); null in a single process.
+  const GradientSync* sync() const { return sync_.get(); }
+  // The captured graph (null when none): the run keeps it until its receipt is closed, so the thread
+  // stays on the graph's side stream and its pool stays allocated while the profiler reads the window.
+  std::shared_ptr<StepGraph> graph() const { return graph_; }
+
+ private:
+  torch::Tensor body(int64_t step, bool probes);
+  Result read(const torch::Tensor& stats, Mode mode) const;
+
+  const ExperimentSpec& spec_;
+  const RunPosture& posture_;
+  ModelState& state_;
+  RunProfiler& profiler_;
+  int64_t rank_ = 0;
+  bool has_moe_ = false;
+  int64_t warmup_steps_ = 0;
+  std::optional<int64_t> capture_step_;
+  std::unique_ptr<GradientSync> sync_;
+  torch::Tensor ids_, mask_, inputs_, targets_;
+  std::shared_ptr<StepGraph> graph_;  // while it lives, the thread works on the graph's side stream
+};
+
+}  // namespace ablate::harness

@@ -1,0 +1,158 @@
+// receipts/run_facts.h: the typed facts of one run, stored as `runs.summary_json` and read back by
+// `show`, `report`, `compare`, `gate` and `export` through these types only. Each section has one
+// to_json / from_json pair here, so a key written by the runner and read by the gate cannot drift
+// apart (a misspelt key is a compile error, not a silent null).
+//
+// Layout: the training facts sit at the top level of the JSON object ("final_loss", "warmup_steps",
+// ...), the sections under their own keys ("cuda_graphs", "moe", "distributed", "profile", "model",
+// "precision", "data"), as receipts written before these types existed have them: old stores read
+// back unchanged. A key absent or null reads as unknown (std::nullopt or the section left empty); a
+// value of the wrong type is a StoreError naming the key. Keys this version does not know are kept in
+// `unknown` and written back, so nothing stored is lost by reading it.
+// Tests: tests/receipts/run_facts_test.cpp (receipts_tests).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ablate::receipts {
+
+// How a requested whole-step CUDA graph ended up (docs/architecture.md "Compile posture").
+enum class CaptureOutcome {
+  not_requested,  // [compile] cuda_graphs = false
+  refused,        // decided up front (CPU, a host sync in a seam, data parallel): the reason says which
+  not_reached,    // eligible, but the run ended before its capture step
+  failed,         // the capture was tried and failed; the run went on eager
+  captured,       // captured and replayed
+};
+std::string_view to_string(CaptureOutcome outcome);
+// Throws StoreError naming the valid outcomes. Both in records.cpp, with the other enum names.
+CaptureOutcome parse_capture_outcome(std::string_view text);
+
+struct CaptureFacts {
+  bool requested = false;
+  bool eligible = false;
+  bool achieved = false;  // true exactly when outcome == captured
+  CaptureOutcome outcome = CaptureOutcome::not_requested;
+  std::optional<std::int64_t> capture_step;  // the step it was captured (or tried) at
+  std::optional<double> capture_ms;          // capture + instantiation time
+  std::string reason;
+};
+
+// The MoE router over the run (models with E blocks).
+struct MoeFacts {
+  std::int64_t e_layers = 0;
+  std::int64_t top_k = 0;
+  double capacity_factor = 0;  // 0: dropless
+  std::int64_t dropped_slots = 0;
+  std::int64_t routed_slots = 0;
+  std::optional<double> drop_rate;  // dropped / routed; unknown when nothing was routed
+  std::optional<double> final_aux_loss;
+};
+
+// One data-parallel rank's medians over its steady steps.
+struct RankFacts {
+  std::int64_t rank = 0;
+  std::optional<double> median_step_ms;
+  std::optional<double> median_comm_ms;       // its collectives' own (stream) time a step; NCCL only
+  std::optional<double> median_comm_wait_ms;  // host time blocked on them after backward
+  std::optional<double> collective_wait_ms;   // time this rank's collectives waited for the slowest rank
+  std::int64_t peak_memory_bytes = 0;
+};
+
+struct DistributedFacts {
+  std::int64_t world_size = 1;
+  std::string backend;   // nccl | gloo
+  std::string launcher;  // ablate launch | torchrun | slurm | ...
+  std::vector<RankFacts> per_rank;
+  // Slowest rank's median step over the fastest's. Under synchronous data parallel every rank waits
+  // for the slowest at each collective, so this is ~1 by construction: it is kept for the record, and
+  // stragglers are judged by the collective waits below.
+  std::optional<double> step_time_ratio;
+  // The straggler: the rank whose collectives waited least (the others waited for it), and the
+  // largest collective wait a step any rank had for it, over the step time (median of the ranks).
+  std::optional<std::int64_t> straggler_rank;
+  std::optional<double> straggler_wait_share;
+  std::optional<double> comm_share;       // collectives' own time over the step (NCCL), median of ranks
+  std::optional<double> comm_wait_share;  // host wait for them over the step, median of ranks
+};
+
+// A backend whose kernels contradicted its chosen backend in the profiled window.
+struct BackendMismatchFact {
+  std::string seam, chosen, observed, note;
+};
+
+// What the profiler did (harness/train/run_profiler.h); the rows themselves are in their tables.
+struct ProfileFacts {
+  std::string status;  // ok | unavailable | off | disabled
+  std::string reason;
+  std::optional<std::string> trace;  // the trace artifact's path
+  std::optional<std::int64_t> records, dropped_records, unmatched_scope_pops, graph_nodes_tagged;
+  std::optional<double> flush_s;
+  std::optional<std::string> cupti_detached_after_window, graph_node_tags;
+  std::vector<BackendMismatchFact> backend_mismatches;
+  std::string memory_by_phase;
+  std::optional<std::int64_t> window_start, window_end;  // [start, end) steps
+  std::optional<double> median_step_ms_inside_window, median_step_ms_outside_window, median_step_ms_around_window;
+  std::optional<double> overhead_pct;
+  std::string overhead_baseline;
+};
+
+// The model as it ran: the named configuration it started from, and whether `--set` changed it.
+struct ModelFacts {
+  std::string config;                   // model.config of the spec ("" for none)
+  std::vector<std::string> overrides;   // the run's --set arguments, in order ("" none)
+  bool config_overridden = false;       // a --set changed a model.* key: the name no longer tells the shape
+  std::string pattern;
+  std::int64_t d_model = 0;
+  std::int64_t layers = 0;
+  std::int64_t seq_len = 0;
+  std::int64_t batch_size = 0;  // per rank
+  std::optional<std::int64_t> parameters, active_parameters;
+  std::optional<double> training_flops_per_token;
+};
+
+// The precision the run computed in, and what its MFU was measured against.
+struct PrecisionFacts {
+  std::string dtype;  // bf16-autocast | fp32
+  std::string flops_version;
+  std::optional<double> mfu_peak_flops;  // the dense peak (FLOP/s) MFU divides by; unknown GPU: none
+  std::string mfu_peak_source;           // which GPU the peak is for, or why there is none
+};
+
+struct RunFacts {
+  // Training, at the top level of the JSON.
+  std::optional<double> final_loss;
+  std::optional<double> first_step_ms;
+  std::optional<std::int64_t> warmup_steps;
+  std::optional<std::int64_t> steady_steps;
+  std::optional<std::int64_t> window_steps_excluded;  // profiled steps left out of the median
+  std::vector<std::int64_t> outlier_steps;
+  std::optional<std::int64_t> parameters, active_parameters;  // as "model", kept for older readers
+  std::optional<double> training_flops_per_token;
+  std::optional<std::int64_t> tokens_per_step;
+  std::optional<std::int64_t> start_step;
+  std::string resumed_from;
+  std::string peak_memory_kind;
+
+  std::optional<CaptureFacts> cuda_graphs;  // receipts older than the section have none
+  std::optional<MoeFacts> moe;
+  std::optional<DistributedFacts> distributed;
+  std::optional<ProfileFacts> profile;
+  std::optional<ModelFacts> model;
+  std::optional<PrecisionFacts> precision;
+  nlohmann::json data;     // data::to_json(DataDescription): the corpus or synthetic source (data/)
+  nlohmann::json unknown;  // keys this version does not know, kept as read
+
+  bool empty() const;  // nothing recorded (a run that ended before any fact was known)
+};
+
+nlohmann::json to_json(const RunFacts& facts);
+// `what` names the object in errors ("run 12 summary").
+RunFacts run_facts_from_json(const nlohmann::json& j, std::string_view what = "run summary");
+
+}  // namespace ablate::receipts
