@@ -92,7 +92,8 @@ void register_catalog(CLI::App& app, Globals& g) {
       const std::string why = kernels::why_unavailable(b, dev);
       add_row(b.seam, b.name, kernels::role_name(b.role),
               {{"fallback", b.fallback}, {"kernel_patterns", b.kernel_patterns}, {"available", why.empty()},
-               {"unavailable_reason", why}, {"description", b.description}});
+               {"unavailable_reason", why}, {"capture", kernels::capture_name(b.capture)},
+               {"capture_reason", kernels::why_not_capturable(b, /*dropless_moe=*/true)}, {"description", b.description}});
       listed.insert({b.seam, b.name});
     }
     for (const auto& [seam_backend, unused] : decisions) {
@@ -101,7 +102,7 @@ void register_catalog(CLI::App& app, Globals& g) {
               {{"fallback", ""}, {"kernel_patterns", json::array()}, {"available", false},
                {"unavailable_reason", "not in this build's catalog (a build without LibTorch registers no backend; "
                                       "else renamed or removed)"},
-               {"description", ""}});
+               {"capture", "-"}, {"capture_reason", ""}, {"description", ""}});
     }
     if (as_json) {
       fmt::print("{}\n", rows.dump(2));
