@@ -3,7 +3,29 @@
 // Tests: tests/harness/compile_posture_test.cpp.
 #include "harness/compile_posture.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/catalog.h"
+
 namespace ablate::harness {
+namespace {
+
+// How to make a run with `row` capturable: another backend of its seam that always captures, or
+// (where only dropless MoE prevents it) a capacity factor.
+std::string capture_advice(const kernels::BackendInfo& row) {
+  std::vector<std::string> options;
+  for (const auto& other : kernels::catalog())
+    if (other.seam == row.seam && other.capture == kernels::Capture::always)
+      options.push_back("choose " + row.seam + " = " + other.name);
+  if (row.capture == kernels::Capture::not_when_dropless) options.push_back("set a capacity factor");
+  return fmt::format("to capture, {}", fmt::join(options, " or "));
+}
+
+}  // namespace
 
 receipts::CaptureFacts decide_graph_capture(bool requested, bool cuda_device,
                                             const std::map<std::string, std::string>& chosen,
@@ -21,13 +43,18 @@ receipts::CaptureFacts decide_graph_capture(bool requested, bool cuda_device,
     p.reason = "refused: CUDA graphs need a CUDA device (the run is on the CPU); the step ran eager";
     return p;
   }
-  const bool has_moe = model.pattern.find('E') != std::string::npos;
-  const auto moe = chosen.find("moe_dispatch");
-  if (has_moe && moe != chosen.end() && moe->second == "reference" && model.moe.capacity_factor == 0) {
-    p.reason =
-        "refused: seam moe_dispatch = reference (standard path, dropless: model.moe.capacity_factor = 0) reads the "
-        "largest expert load on the host in every E layer, and a host sync cannot be captured; the step ran eager "
-        "(choose moe_dispatch = grouped_mm, which is dropless without a sync, or a capacity factor to capture)";
+  // Every chosen backend's catalog row says whether its calls can be captured (kernels/catalog.h Capture).
+  const bool dropless_moe = model.pattern.find('E') != std::string::npos && model.moe.capacity_factor == 0;
+  std::vector<std::string> blockers;
+  for (const auto& [seam, backend] : chosen) {
+    const auto* row = kernels::find_backend(seam, backend);
+    if (row == nullptr)
+      throw std::logic_error("decide_graph_capture: chosen backend " + seam + "/" + backend + " is not in the catalog");
+    if (const std::string why = kernels::why_not_capturable(*row, dropless_moe); !why.empty())
+      blockers.push_back("seam " + seam + " = " + backend + " " + why + " (" + capture_advice(*row) + ")");
+  }
+  if (!blockers.empty()) {
+    p.reason = fmt::format("refused: {}; the step ran eager", fmt::join(blockers, "; "));
     return p;
   }
   p.eligible = true;

@@ -31,6 +31,18 @@ const char* role_name(Role r) {
   return "unknown";
 }
 
+const char* capture_name(Capture c) {
+  switch (c) {
+    case Capture::always:
+      return "always";
+    case Capture::never:
+      return "never";
+    case Capture::not_when_dropless:
+      return "not_when_dropless";
+  }
+  return "unknown";
+}
+
 namespace detail {
 // The rows every backend file registered (kernels/registry.cpp; kernels/catalog_without_backends.cpp
 // in a build without LibTorch), in registration order.
@@ -82,10 +94,18 @@ std::string join(const std::vector<std::string>& items, const std::string& separ
 }  // namespace
 
 const std::vector<std::string>& seams() {
-#define ABLATE_SEAM_NAME(seam, Fn) #seam,
+#define ABLATE_SEAM_NAME(seam, Fn, lane_key) #seam,
   static const std::vector<std::string> kSeams = {ABLATE_SEAMS(ABLATE_SEAM_NAME)};
 #undef ABLATE_SEAM_NAME
   return kSeams;
+}
+
+LaneKey lane_key_of(const std::string& seam) {
+#define ABLATE_SEAM_LANE_KEY(s, Fn, lane_key) \
+  if (seam == #s) return LaneKey::lane_key;
+  ABLATE_SEAMS(ABLATE_SEAM_LANE_KEY)
+#undef ABLATE_SEAM_LANE_KEY
+  throw std::invalid_argument(fmt::format("unknown seam '{}': known seams are {}", seam, join(seams())));
 }
 
 namespace {
@@ -125,6 +145,18 @@ const std::vector<BackendInfo>& catalog() {
 std::string why_unavailable(const BackendInfo& row, const DeviceInfo& dev) {
   if (!row.not_built.empty()) return row.not_built;
   return row.unavailable_reason ? row.unavailable_reason(dev) : "";
+}
+
+std::string why_not_capturable(const BackendInfo& row, bool dropless_moe) {
+  switch (row.capture) {
+    case Capture::always:
+      return "";
+    case Capture::never:
+      return row.capture_reason;
+    case Capture::not_when_dropless:
+      return dropless_moe ? "in dropless MoE mode (model.moe.capacity_factor = 0) " + row.capture_reason : "";
+  }
+  return row.capture_reason;
 }
 
 const BackendInfo* find_backend(const std::string& seam, const std::string& name) {

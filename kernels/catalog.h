@@ -1,7 +1,8 @@
 // kernels/catalog.h: the kernel catalog as plain data (docs/architecture.md "Kernel catalog"). A seam is
-// one place in the model whose implementation can vary; each backend row names its role, its fallback
-// and the CUPTI kernel-name patterns that identify it. Availability needs a device description only,
-// so the spec parser, `ablate catalog`, the profiler and the receipts use this header without LibTorch.
+// one place in the model whose implementation can vary; each backend row names its role, its fallback,
+// the CUPTI kernel-name patterns that identify it and whether a whole-step CUDA graph can capture it.
+// Availability needs a device description only, so the spec parser, `ablate catalog`, the profiler and
+// the receipts use this header without LibTorch.
 // The rows themselves are not listed here: each backend registers its row and its function once, from
 // its own file in kernels/<seam>/ (kernels/registry.h); catalog() collects them.
 #pragma once
@@ -13,6 +14,16 @@ namespace ablate::kernels {
 
 enum class Role { keep, borderline, experimental, vendor, reference };
 const char* role_name(Role r);
+
+// Whether a backend's calls can be captured in a whole-step CUDA graph (harness/compile_posture.h):
+// `always`; `never`; `not_when_dropless`: not in dropless MoE mode (E layers with
+// model.moe.capacity_factor = 0), where it syncs with the host. A host sync cannot be captured.
+enum class Capture { always, never, not_when_dropless };
+const char* capture_name(Capture c);
+
+// How a seam's chosen backend enters a run's lane key (harness/lane.h), declared per seam in
+// kernels/seam_list.h: `always`, or `off_reference` (only when the seam is off its reference).
+enum class LaneKey { always, off_reference };
 
 // The model's shapes that some fused kernels are limited to, filled by the runner from the experiment's
 // model (only for the block kinds its pattern has), so that a shape a kernel cannot take is decided when
@@ -46,6 +57,8 @@ struct BackendInfo {
   std::string description;
   // "" when available on `dev`, else why not (e.g. "needs a CUDA device").
   std::string (*unavailable_reason)(const DeviceInfo& dev) = nullptr;
+  Capture capture = Capture::always;
+  std::string capture_reason;  // what prevents capture, when `capture` is not always
   // Non-empty when this build has no implementation of the row (a CUDA backend compiled without a CUDA
   // compiler): the row stays listed, so specs stay valid everywhere, and is unavailable for this reason.
   std::string not_built;
@@ -53,6 +66,9 @@ struct BackendInfo {
 
 // Why `row` cannot run on `dev` ("" when it can): not built, else its availability check.
 std::string why_unavailable(const BackendInfo& row, const DeviceInfo& dev);
+// Why a whole-step CUDA graph cannot capture `row`'s calls ("" when it can), the condition first;
+// `dropless_moe`: the model has E layers and model.moe.capacity_factor = 0.
+std::string why_not_capturable(const BackendInfo& row, bool dropless_moe);
 
 // Availability checks that backends share (each returns "" when the backend can run on `dev`).
 namespace availability {
@@ -67,9 +83,10 @@ std::string hopper_fp32_or_bf16(const DeviceInfo& dev);
 std::string dims_at_most(int64_t value, int64_t limit, const char* field, const char* unit, const char* seam);
 }  // namespace availability
 
-// All seams, in model order: attention, rope, residual_norm, swiglu, moe_dispatch, ssm_scan,
-// recurrent_scan, loss, then the training step's optimizer.
+// All seams, in model order (kernels/seam_list.h), the training step's optimizer last.
 const std::vector<std::string>& seams();
+// How `seam` enters a run's lane key; throws std::invalid_argument for an unknown seam.
+LaneKey lane_key_of(const std::string& seam);
 // Every registered backend row of every seam (the table `ablate catalog` prints): seams in seams()
 // order, each seam's reference first, then its other rows in registration order (files sorted by path).
 // A build without LibTorch has no backends: the list is empty.

@@ -10,21 +10,25 @@
 #include <vector>
 
 #include "kernels/catalog.h"
+#include "kernels/seam_list.h"
 #include "kernels/seams.h"
 
 namespace ablate::kernels {
-
-// Test-only: every Dispatcher calls `implementation` for `seam` while still reporting (and scoping
-// as) its chosen backend, so the profiler's observed-backend check must flag the seam. "" clears.
-// Used by tests/harness/profiling_gpu_test.cpp; never by the harness.
-void force_implementation_for_testing(const std::string& seam, const std::string& implementation);
 
 // The DeviceInfo that availability checks see for a live device and run dtype (bf16 -> "bf16",
 // fp16 -> "fp16", anything else "fp32"); compute capability read from the CUDA device when there is one.
 DeviceInfo describe_device(const torch::Device& device, torch::ScalarType dtype);
 
+// A seam bound to its function: the backend it reports (its chosen one) and the function it calls.
+template <typename Fn>
+struct BoundSeam {
+  std::string backend;
+  Fn call;
+};
+
 // One model instance's resolved seams. Built from the requested backends (seam -> name; missing
-// seams request "reference"); every resolution is kept for the receipt.
+// seams request "reference"); every resolution is kept for the receipt, and each seam's function is
+// looked up once, here, so a seam call is a direct call inside its launch scope.
 class Dispatcher {
  public:
   // Throws std::invalid_argument for an unknown seam/backend name or, under `strict`, for an
@@ -33,7 +37,14 @@ class Dispatcher {
   Dispatcher();  // every seam on its reference backend
 
   const std::vector<Resolution>& resolutions() const { return resolutions_; }
+  // Throws std::invalid_argument for an unknown seam.
   const std::string& chosen(const std::string& seam) const;
+
+  // Test-only: a copy whose `seam` calls backend `implementation`'s function while still reporting
+  // (and scoping as) its chosen backend, so the profiler's observed-backend check must flag the seam
+  // (tests/harness/profiling_gpu_test.cpp). Throws std::invalid_argument for an unknown seam or an
+  // implementation this build does not have.
+  Dispatcher with_implementation_for_testing(const std::string& seam, const std::string& implementation) const;
 
   torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale) const;
   std::pair<torch::Tensor, torch::Tensor> rope(const torch::Tensor& q_nope, const torch::Tensor& q_rope,
@@ -57,10 +68,13 @@ class Dispatcher {
                  const AdamWHyper& hyper) const;
 
  private:
-  // The implementation a seam call runs: the chosen backend unless a test forced another.
-  std::string implementation_of(const std::string& seam) const;
+  struct BoundSeams {
+#define ABLATE_BOUND_SEAM(seam, Fn, lane_key) BoundSeam<Fn> seam;
+    ABLATE_SEAMS(ABLATE_BOUND_SEAM)
+#undef ABLATE_BOUND_SEAM
+  };
   std::vector<Resolution> resolutions_;
-  std::map<std::string, std::string> chosen_;
+  BoundSeams bound_;
 };
 
 }  // namespace ablate::kernels

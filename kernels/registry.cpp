@@ -69,6 +69,9 @@ void BackendRegistry::check_and_record(const char* seam, BackendInfo& row, bool 
   if ((row.name == "reference") != (row.role == Role::reference) || (row.name == "reference") != row.fallback.empty())
     throw std::logic_error(fmt::format(
         "backend {}/{}: the reference (and only it) has role reference and no fallback", seam, row.name));
+  if ((row.capture == Capture::always) != row.capture_reason.empty())
+    throw std::logic_error(fmt::format("backend {}/{}: a capture reason is given exactly when capture is not always",
+                                       seam, row.name));
   if (!built) row.not_built = "built without CUDA";
   rows_.push_back(std::move(row));
 }
@@ -77,7 +80,7 @@ const Implementations& implementations() { return registered().tables; }
 
 bool has_implementation(const std::string& seam, const std::string& name) {
   const auto& t = implementations();
-#define ABLATE_SEAM_HAS(s, Fn) \
+#define ABLATE_SEAM_HAS(s, Fn, lane_key) \
   if (seam == #s) return t.s.count(name) > 0;
   ABLATE_SEAMS(ABLATE_SEAM_HAS)
 #undef ABLATE_SEAM_HAS

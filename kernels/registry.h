@@ -30,7 +30,7 @@ namespace ablate::kernels {
 
 // One table per seam: backend name -> implementation (only rows that this build implements).
 struct Implementations {
-#define ABLATE_SEAM_TABLE(seam, Fn) std::map<std::string, Fn> seam;
+#define ABLATE_SEAM_TABLE(seam, Fn, lane_key) std::map<std::string, Fn> seam;
   ABLATE_SEAMS(ABLATE_SEAM_TABLE)
 #undef ABLATE_SEAM_TABLE
 };
@@ -42,14 +42,14 @@ bool has_implementation(const std::string& seam, const std::string& name);
 class BackendRegistry {
  public:
   BackendRegistry(std::vector<BackendInfo>& rows, Implementations& tables) : rows_(rows), tables_(tables) {}
-#define ABLATE_SEAM_ADD(seam, Fn) \
+#define ABLATE_SEAM_ADD(seam, Fn, lane_key) \
   void seam(BackendInfo row, Fn fn) { add(#seam, std::move(row), std::move(fn), tables_.seam); }
   ABLATE_SEAMS(ABLATE_SEAM_ADD)
 #undef ABLATE_SEAM_ADD
 
  private:
-  // Checks the row (a name, a description, an availability check; the seam given by the method) and
-  // records it; an empty function leaves the row listed but not built. Throws std::logic_error.
+  // Checks the row (a name, a description, an availability check, a capture reason exactly when it is
+  // not always capturable; the seam given by the method) and records it; an empty function leaves the row listed but not built. Throws std::logic_error.
   void check_and_record(const char* seam, BackendInfo& row, bool built);
   template <typename Fn>
   void add(const char* seam, BackendInfo row, Fn fn, std::map<std::string, Fn>& table) {

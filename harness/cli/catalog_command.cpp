@@ -1,5 +1,6 @@
 // harness/cli/catalog_command.cpp: `ablate catalog [--lane LANE] [--json]`: every seam's backends with role,
-// fallback, CUPTI name patterns, and whether each is available on this machine (and if not, why).
+// fallback, CUPTI name patterns, whether each is available on this machine (and if not, why) and whether a
+// whole-step CUDA graph can capture it (and if not always, why).
 // Roles follow the gate: when the receipt store (--db) exists, a backend whose standing decision on a lane
 // is KEEP (report::standing_decisions) is `keep` there; with --lane the role column is the role on that
 // lane and cites the decision, without it each kept lane is listed under its backend. A backend with a
@@ -91,7 +92,8 @@ void register_catalog(CLI::App& app, Globals& g) {
       const std::string why = kernels::why_unavailable(b, dev);
       add_row(b.seam, b.name, kernels::role_name(b.role),
               {{"fallback", b.fallback}, {"kernel_patterns", b.kernel_patterns}, {"available", why.empty()},
-               {"unavailable_reason", why}, {"description", b.description}});
+               {"unavailable_reason", why}, {"capture", kernels::capture_name(b.capture)},
+               {"capture_reason", kernels::why_not_capturable(b, /*dropless_moe=*/true)}, {"description", b.description}});
       listed.insert({b.seam, b.name});
     }
     for (const auto& [seam_backend, unused] : decisions) {
@@ -100,7 +102,7 @@ void register_catalog(CLI::App& app, Globals& g) {
               {{"fallback", ""}, {"kernel_patterns", json::array()}, {"available", false},
                {"unavailable_reason", "not in this build's catalog (a build without LibTorch registers no backend; "
                                       "else renamed or removed)"},
-               {"description", ""}});
+               {"capture", "-"}, {"capture_reason", ""}, {"description", ""}});
     }
     if (as_json) {
       fmt::print("{}\n", rows.dump(2));
@@ -109,13 +111,17 @@ void register_catalog(CLI::App& app, Globals& g) {
     fmt::print("device: {}\n", dev.cuda ? fmt::format("CUDA sm_{}{}", dev.sm_major, dev.sm_minor) : "CPU only");
     if (!lane.empty())
       fmt::print("roles on lane {} (the gate's standing decisions in {})\n", lane, g.db);
-    fmt::print("{:<15} {:<15} {:<13} {:<12} {:<10} {}\n", "seam", "backend", "role", "fallback", "available", "kernel patterns");
+    fmt::print("{:<15} {:<15} {:<13} {:<12} {:<10} {:<18} {}\n", "seam", "backend", "role", "fallback", "available",
+               "capture", "kernel patterns");
     for (const auto& r : rows) {
-      fmt::print("{:<15} {:<15} {:<13} {:<12} {:<10} {}\n", r["seam"].get<std::string>(), r["backend"].get<std::string>(),
-                 r["role"].is_null() ? "-" : r["role"].get<std::string>(), r["fallback"].get<std::string>().empty() ? "-" : r["fallback"].get<std::string>(),
-                 r["available"].get<bool>() ? "yes" : "no",
+      fmt::print("{:<15} {:<15} {:<13} {:<12} {:<10} {:<18} {}\n", r["seam"].get<std::string>(),
+                 r["backend"].get<std::string>(), r["role"].is_null() ? "-" : r["role"].get<std::string>(),
+                 r["fallback"].get<std::string>().empty() ? "-" : r["fallback"].get<std::string>(),
+                 r["available"].get<bool>() ? "yes" : "no", r["capture"].get<std::string>(),
                  fmt::format("{}", fmt::join(r["kernel_patterns"].get<std::vector<std::string>>(), ", ")));
       if (!r["available"].get<bool>()) fmt::print("{:<15} {:<15} ({})\n", "", "", r["unavailable_reason"].get<std::string>());
+      if (!r["capture_reason"].get<std::string>().empty())
+        fmt::print("{:<15} {:<15} (no capture: {})\n", "", "", r["capture_reason"].get<std::string>());
       if (!r["decision"].is_null()) {
         const auto& d = r["decision"];
         fmt::print("{:<15} {:<15} ({} by decision {} of {} UTC; catalog role {})\n", "", "",

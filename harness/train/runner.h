@@ -7,6 +7,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -28,6 +29,10 @@ struct RunOptions {
   // Test-only: try a requested CUDA graph capture even where the up-front check refuses it, so the
   // fallback after a failed capture can be exercised (tests/harness/profiling_gpu_test.cpp).
   bool attempt_graph_capture_for_testing = false;
+  // Test-only: seam -> backend whose function the run's Dispatcher calls in place of the chosen one,
+  // still reporting the chosen one (kernels::Dispatcher::with_implementation_for_testing), so that the
+  // profiler's observed-backend check must flag it (tests/harness/profiling_gpu_test.cpp).
+  std::map<std::string, std::string> implementations_for_testing;
   // This process's place in a multi-process job (`ablate run` reads it from the launcher's
   // environment: torchrun, SLURM, `ablate launch`); nullopt: a single process.
   std::optional<WorldEnv> world;

@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "data/loader.h"
+#include "harness/lane.h"
 #include "harness/step_stats.h"
 #include "harness/train/checkpoint.h"
 #include "harness/train/device.h"
@@ -72,22 +73,9 @@ data::DataOptions data_options(const ExperimentSpec& spec) {
   return d;
 }
 
-// Seams added after the lane key was fixed join it only off their reference backend, so the runs
-// recorded before a seam existed stay in the same lane as today's runs that leave it on the reference:
-// optimizer, ssm_rotary (the M block's rotation, split out of the block with the same arithmetic on its
-// reference), causal_conv (the R block's convolution, likewise), moe_router (the E block's router,
-// likewise).
-bool in_lane_key(const kernels::Resolution& r) {
-  static const std::set<std::string> late_seams = {"optimizer", "ssm_rotary", "causal_conv", "moe_router"};
-  return !late_seams.contains(r.seam) || r.chosen != "reference";
-}
-
+// The lane (harness/lane.h) of the run's resolved backends.
 std::string lane_of(const ExperimentSpec& spec, const kernels::Dispatcher& d, const std::string& device_kind) {
-  std::string backends;
-  for (const auto& r : d.resolutions())
-    if (in_lane_key(r)) backends += r.seam + "=" + r.chosen + ";";
-  return fmt::format("{}:{}:{}x{}:{}", spec.model.name, model_hash(spec).substr(0, 8), spec.distributed.nproc, device_kind,
-                     receipts::sha256_hex(backends).substr(0, 8));
+  return harness::lane_of(spec, d.resolutions(), device_kind);
 }
 
 // Test-only fault injection for the multi-process tests (tests/harness/distributed_test.cpp):
@@ -169,7 +157,10 @@ RunPosture choose_posture(const ExperimentSpec& spec, const RunOptions& opt) {
   info.cuda = info.cuda && p.device.is_cuda();
   info.dtype = p.bf16 ? "bf16" : "fp32";
   info.model = model_dims(spec.model);
-  p.dispatcher = std::make_shared<const kernels::Dispatcher>(spec.backends.requested, info, spec.backends.strict);
+  kernels::Dispatcher dispatcher(spec.backends.requested, info, spec.backends.strict);
+  for (const auto& [seam, implementation] : opt.implementations_for_testing)
+    dispatcher = dispatcher.with_implementation_for_testing(seam, implementation);
+  p.dispatcher = std::make_shared<const kernels::Dispatcher>(std::move(dispatcher));
 
   auto& ctx = at::globalContext();
   ctx.setBenchmarkCuDNN(spec.compile.cudnn_benchmark);

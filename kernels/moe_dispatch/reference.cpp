@@ -70,7 +70,10 @@ ABLATE_REGISTER_BACKENDS(moe_dispatch_reference) {
                          .role = Role::reference,
                          .description = "standard path: permute by expert, pad to capacity, bmm, unpad, unpermute, "
                                         "weighted sum; dropless mode syncs the host once for the largest expert load",
-                         .unavailable_reason = &availability::always},
+                         .unavailable_reason = &availability::always,
+                         .capture = Capture::not_when_dropless,
+                         .capture_reason = "reads the largest expert load on the host in every E layer, and a host "
+                                           "sync cannot be captured"},
                         &moe_dispatch_standard);
 }
 

@@ -1,10 +1,15 @@
 // tests/harness/compile_posture_test.cpp: whole-step CUDA graph capture is decided up front, with the
-// reason recorded: not requested, no CUDA device, the standard MoE dispatch's host sync; everything
-// else is eligible (the runner then captures; tests/harness/profiling_gpu_test.cpp on a GPU).
+// reason recorded: not requested, no CUDA device, a chosen backend whose catalog row cannot be captured
+// (the standard MoE dispatch's host sync in dropless mode); everything else is eligible (the runner
+// then captures; tests/harness/profiling_gpu_test.cpp on a GPU).
 // Run: build/tests/harness_tests --gtest_filter='CompilePosture*'
 #include "harness/compile_posture.h"
 
 #include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "kernels/catalog.h"
 
 namespace ablate::harness {
 namespace {
@@ -31,11 +36,15 @@ TEST(CompilePosture, NotRequestedAndNoDevice) {
 }
 
 TEST(CompilePosture, StandardDroplessMoeIsRefusedForItsHostSync) {
+  if (kernels::catalog().empty()) GTEST_SKIP() << "a build without LibTorch has no backend rows";
   const std::map<std::string, std::string> chosen = {{"moe_dispatch", "reference"}};
   const auto p = decide_graph_capture(true, true, chosen, with_pattern("AEMEAEMR"));
   EXPECT_FALSE(p.eligible);
   EXPECT_NE(p.reason.find("moe_dispatch = reference"), std::string::npos) << p.reason;
   EXPECT_NE(p.reason.find("host sync"), std::string::npos) << p.reason;
+  // The reason and the way out come from the catalog rows (kernels/catalog.h Capture).
+  EXPECT_NE(p.reason.find("dropless MoE mode (model.moe.capacity_factor = 0)"), std::string::npos) << p.reason;
+  EXPECT_NE(p.reason.find("choose moe_dispatch = grouped_mm or set a capacity factor"), std::string::npos) << p.reason;
   // No E layer, or a capacity factor: nothing syncs, the run may capture (achieved only once it has).
   for (const auto& config : {with_pattern("AMR"), with_pattern("AE", 1.25)}) {
     const auto q = decide_graph_capture(true, true, chosen, config);
@@ -43,6 +52,12 @@ TEST(CompilePosture, StandardDroplessMoeIsRefusedForItsHostSync) {
     EXPECT_FALSE(q.achieved);
     EXPECT_EQ(q.reason.find("moe_dispatch"), std::string::npos) << q.reason;
   }
+}
+
+// Every chosen backend is a catalog row; one that is not is a bug of the caller, never eligible.
+TEST(CompilePosture, AChosenBackendOutsideTheCatalogIsAnError) {
+  const std::map<std::string, std::string> chosen = {{"moe_dispatch", "no_such_backend"}};
+  EXPECT_THROW(decide_graph_capture(true, true, chosen, with_pattern("AE")), std::logic_error);
 }
 
 }  // namespace

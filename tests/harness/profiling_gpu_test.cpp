@@ -49,7 +49,6 @@ class ProfilingGpuTest : public ::testing::Test {
     db_ = (dir_ / "receipts.db").string();
   }
   void TearDown() override {
-    kernels::force_implementation_for_testing("residual_norm", "");
     if (!dir_.empty()) receipts::remove_tree(dir_);
   }
 
@@ -60,11 +59,13 @@ class ProfilingGpuTest : public ::testing::Test {
     all.insert(all.end(), sets.begin(), sets.end());
     return harness::parse_spec_file(std::string(ABLATE_SOURCE_DIR) + "/experiments/nam56r-small.toml", all);
   }
-  nlohmann::json run(const harness::ExperimentSpec& s, bool attempt_refused_capture = false) {
+  nlohmann::json run(const harness::ExperimentSpec& s, bool attempt_refused_capture = false,
+                     const std::map<std::string, std::string>& implementations = {}) {
     harness::RunOptions o;
     o.db_path = db_;
     o.quiet = true;
     o.attempt_graph_capture_for_testing = attempt_refused_capture;
+    o.implementations_for_testing = implementations;
     const auto r = harness::run_experiment(s, o);
     EXPECT_EQ(r.status, "ok") << r.error;
     return receipts::Store::open(db_).run_json(r.run_id);
@@ -169,8 +170,8 @@ TEST_F(ProfilingGpuTest, WindowIsTracedAttributedAndStored) {
 }
 
 TEST_F(ProfilingGpuTest, ForcedReferenceUnderAFusedChoiceIsAMismatch) {
-  kernels::force_implementation_for_testing("residual_norm", "reference");
-  const auto doc = run(spec({"backends.residual_norm=\"fused_cuda\""}));
+  const auto doc = run(spec({"backends.residual_norm=\"fused_cuda\""}), /*attempt_refused_capture=*/false,
+                       {{"residual_norm", "reference"}});
   const auto* rn = backend(doc, "residual_norm");
   ASSERT_NE(rn, nullptr);
   EXPECT_EQ((*rn)["chosen"], "fused_cuda");

@@ -23,10 +23,27 @@ DeviceInfo gpu(int major, int minor, const std::string& dtype) {
   return DeviceInfo{.cuda = true, .sm_major = major, .sm_minor = minor, .dtype = dtype};
 }
 
-TEST(Catalog, SeamsAreInModelOrder) {
-  EXPECT_EQ(seams(), (std::vector<std::string>{"attention", "rope", "residual_norm", "swiglu", "moe_router", "moe_dispatch",
-                                               "ssm_rotary", "ssm_scan", "causal_conv", "recurrent_scan", "loss",
-                                               "optimizer"}));
+// kernels/CMakeLists.txt derives each seam's folder from its name in kernels/seam_list.h, read as a
+// lowercase identifier; the order of seams() is pinned through the lane key (tests/harness/lane_test.cpp).
+TEST(Catalog, SeamsAreLowercaseIdentifiersListedOnce) {
+  ASSERT_FALSE(seams().empty());
+  std::set<std::string> seen;
+  for (const auto& seam : seams()) {
+    EXPECT_TRUE(seen.insert(seam).second) << seam << " is listed twice";
+    EXPECT_FALSE(seam.empty());
+    for (const char c : seam) EXPECT_TRUE((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_') << seam;
+  }
+  EXPECT_EQ(seams().back(), "optimizer") << "the training step's optimizer runs after the model";
+}
+
+TEST(Catalog, LaneKeyOfEverySeamAndUnknownSeams) {
+  for (const auto& seam : seams()) {
+    const LaneKey key = lane_key_of(seam);
+    EXPECT_TRUE(key == LaneKey::always || key == LaneKey::off_reference) << seam;
+  }
+  EXPECT_EQ(lane_key_of("attention"), LaneKey::always);
+  EXPECT_EQ(lane_key_of("optimizer"), LaneKey::off_reference);
+  EXPECT_THROW(lane_key_of("no_such_seam"), std::invalid_argument);
 }
 
 TEST(Catalog, EverySeamHasAnAlwaysAvailableReference) {
@@ -80,7 +97,7 @@ bool compiled_in(const BackendInfo& row) { return row.not_built.empty(); }
 std::set<std::pair<std::string, std::string>> registered_functions() {
   std::set<std::pair<std::string, std::string>> rows;
   const auto& r = implementations();
-#define ABLATE_COLLECT(seam, Fn)                                                      \
+#define ABLATE_COLLECT(seam, Fn, lane_key)                                            \
   for (const auto& [name, fn] : r.seam) {                                             \
     rows.insert({#seam, name});                                                       \
     EXPECT_TRUE(static_cast<bool>(fn)) << #seam << "/" << name << " is an empty function"; \
@@ -206,12 +223,51 @@ TEST(Registry, RefusesMalformedRows) {
   EXPECT_THROW(registry.swiglu(without([](BackendInfo& r) { r.seam = "rope"; }), fn), std::logic_error);
   EXPECT_THROW(registry.swiglu(without([](BackendInfo& r) { r.fallback = ""; }), fn), std::logic_error);
   EXPECT_THROW(registry.swiglu(without([](BackendInfo& r) { r.name = "reference"; }), fn), std::logic_error);
+  // A capture reason exactly when the row is not always capturable.
+  EXPECT_THROW(registry.swiglu(without([](BackendInfo& r) { r.capture = Capture::never; }), fn), std::logic_error);
+  EXPECT_THROW(registry.swiglu(without([](BackendInfo& r) { r.capture_reason = "syncs"; }), fn), std::logic_error);
+  registry.swiglu(without([](BackendInfo& r) {
+                    r.name = "syncing";
+                    r.capture = Capture::never;
+                    r.capture_reason = "syncs with the host";
+                  }),
+                  fn);
+  EXPECT_EQ(rows.back().capture, Capture::never);
 
   // A row without a function (a .cu backend compiled without CUDA) stays listed, not built.
   registry.swiglu(without([](BackendInfo& r) { r.name = "unbuilt"; }), SwigluFn());
   EXPECT_EQ(rows.back().not_built, "built without CUDA");
   EXPECT_EQ(tables.swiglu.count("unbuilt"), 0u);
   EXPECT_EQ(why_unavailable(rows.back(), gpu(9, 0, "bf16")), "built without CUDA");
+}
+
+// Whole-step CUDA graph capture is a fact of each row: every row captures except where its row says
+// when it cannot, with the reason (harness/compile_posture.cpp reads it for the chosen backends).
+TEST(Catalog, CaptureIsDeclaredByTheRow) {
+  for (const auto& row : catalog()) {
+    EXPECT_EQ(row.capture == Capture::always, row.capture_reason.empty()) << row.seam << "/" << row.name;
+    EXPECT_EQ(why_not_capturable(row, /*dropless_moe=*/false).empty(), row.capture != Capture::never)
+        << row.seam << "/" << row.name;
+  }
+  // The standard MoE path syncs with the host in dropless mode only; grouped_mm never does.
+  const auto* standard = find_backend("moe_dispatch", "reference");
+  ASSERT_NE(standard, nullptr);
+  EXPECT_EQ(standard->capture, Capture::not_when_dropless);
+  EXPECT_EQ(why_not_capturable(*standard, /*dropless_moe=*/false), "");
+  EXPECT_THAT(why_not_capturable(*standard, /*dropless_moe=*/true),
+              HasSubstr("in dropless MoE mode (model.moe.capacity_factor = 0) reads the largest expert load"));
+  EXPECT_THAT(why_not_capturable(*standard, true), HasSubstr("host sync cannot be captured"));
+  EXPECT_EQ(find_backend("moe_dispatch", "grouped_mm")->capture, Capture::always);
+
+  BackendInfo row;
+  EXPECT_EQ(why_not_capturable(row, true), "");
+  row.capture = Capture::never;
+  row.capture_reason = "syncs with the host";
+  EXPECT_EQ(why_not_capturable(row, false), "syncs with the host");
+  EXPECT_EQ(why_not_capturable(row, true), "syncs with the host");
+  EXPECT_STREQ(capture_name(Capture::always), "always");
+  EXPECT_STREQ(capture_name(Capture::never), "never");
+  EXPECT_STREQ(capture_name(Capture::not_when_dropless), "not_when_dropless");
 }
 
 TEST(Catalog, RoleNames) {
@@ -314,8 +370,9 @@ TEST(CatalogResolve, UnknownNamesAreErrorsThatListTheKnownOnes) {
             "sdpa_efficient");
   EXPECT_FALSE(resolve("atention", "reference", cpu(), false, r, error));
   EXPECT_THAT(error, HasSubstr("unknown seam 'atention'"));
-  EXPECT_THAT(error, HasSubstr("attention, rope, residual_norm, swiglu, moe_router, moe_dispatch, ssm_rotary, ssm_scan, causal_conv, recurrent_scan, "
-                                "loss, optimizer"));
+  std::string known;
+  for (const auto& seam : seams()) known += (known.empty() ? "" : ", ") + seam;
+  EXPECT_THAT(error, HasSubstr("known seams are " + known));
 }
 
 TEST(Dispatcher, DefaultIsReferenceEverywhereInSeamOrder) {
@@ -365,6 +422,32 @@ TEST(Dispatcher, DescribesTheDevice) {
     EXPECT_TRUE(cuda.cuda);
     EXPECT_GE(cuda.sm_major, 5);
   }
+}
+
+// A test builds a Dispatcher whose seam calls another implementation while reporting its chosen
+// backend: here loss reports reference and runs chunked (whose autograd node is its own Function).
+TEST(Dispatcher, WithImplementationForTestingCallsItUnderTheChosenName) {
+  const Dispatcher chosen;
+  const Dispatcher forced = chosen.with_implementation_for_testing("loss", "chunked");
+  EXPECT_EQ(forced.chosen("loss"), "reference");
+  ASSERT_EQ(forced.resolutions().size(), chosen.resolutions().size());
+  for (size_t i = 0; i < chosen.resolutions().size(); ++i)
+    EXPECT_EQ(forced.resolutions()[i].chosen, chosen.resolutions()[i].chosen) << chosen.resolutions()[i].seam;
+
+  const auto hidden = torch::randn({6, 4}).requires_grad_();
+  const auto head = torch::randn({10, 4});
+  const auto targets = torch::randint(0, 10, {6}, torch::kLong);
+  const auto mask = torch::ones({6});
+  const auto node = [](const torch::Tensor& loss) { return loss.grad_fn()->name(); };
+  const auto by_reference = chosen.loss(hidden, head, targets, mask);
+  const auto by_chunked = forced.loss(hidden, head, targets, mask);
+  EXPECT_THAT(node(by_chunked), HasSubstr("ChunkedLinearCrossEntropy"));
+  EXPECT_THAT(node(by_reference), ::testing::Not(HasSubstr("ChunkedLinearCrossEntropy")));
+  EXPECT_NEAR(by_chunked.item<double>(), by_reference.item<double>(), 1e-5);
+  // The original is unchanged; unknown seams and implementations are refused.
+  EXPECT_THAT(node(chosen.loss(hidden, head, targets, mask)), ::testing::Not(HasSubstr("ChunkedLinearCrossEntropy")));
+  EXPECT_THROW(chosen.with_implementation_for_testing("no_such_seam", "reference"), std::invalid_argument);
+  EXPECT_THROW(chosen.with_implementation_for_testing("loss", "no_such_backend"), std::invalid_argument);
 }
 
 }  // namespace
