@@ -57,7 +57,11 @@ std::optional<double> dense_bf16_peak_flops(const std::string& name) {
 std::optional<double> model_flops_utilization(double flops_per_token, double tokens_per_s, const std::string& gpu) {
   const auto peak = dense_bf16_peak_flops(gpu);
   if (!peak) return std::nullopt;
-  return flops_per_token * tokens_per_s / *peak;
+  return flops_utilization(flops_per_token, tokens_per_s, *peak);
+}
+
+double flops_utilization(double flops_per_token, double tokens_per_s, double peak_flops) {
+  return flops_per_token * tokens_per_s / peak_flops;
 }
 
 }  // namespace ablate::harness

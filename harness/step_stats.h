@@ -22,7 +22,9 @@ double learning_rate(int64_t step, int64_t total, int64_t warmup, double peak, d
 
 // Dense bf16 tensor-core peak in FLOP/s for a GPU model name as CUDA reports it, or nullopt.
 std::optional<double> dense_bf16_peak_flops(const std::string& gpu_name);
-// training FLOPs per token * tokens/s / peak; nullopt when the peak is unknown.
+// training FLOPs per token * tokens/s / peak_flops.
+double flops_utilization(double training_flops_per_token, double tokens_per_s, double peak_flops);
+// The same against the dense bf16 peak of `gpu_name`; nullopt when the peak is unknown.
 std::optional<double> model_flops_utilization(double training_flops_per_token, double tokens_per_s,
                                               const std::string& gpu_name);
 

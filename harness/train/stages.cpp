@@ -16,7 +16,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -659,9 +658,6 @@ std::optional<receipts::MoeFacts> moe_facts(receipts::Store& store, int64_t run_
 
 // ---- 6 -----------------------------------------------------------------------------------------
 
-namespace {
-std::string gpu_model() { return device_fingerprint()["gpu_model"]; }
-}  // namespace
 
 receipts::RunFacts run_facts(const ExperimentSpec& spec, const RunPosture& posture, const ModelState& state,
                              const data::DataSource& source, const TrainOutcome& outcome) {
@@ -705,7 +701,7 @@ receipts::RunFacts run_facts(const ExperimentSpec& spec, const RunPosture& postu
   p.dtype = posture.bf16 ? "bf16-autocast" : "fp32";
   p.flops_version = model::kFlopsVersion;
   if (posture.device.is_cuda()) {
-    const std::string gpu = gpu_model();
+    const std::string gpu = device_fingerprint()["gpu_model"];
     p.mfu_peak_flops = dense_bf16_peak_flops(gpu);
     p.mfu_peak_source = p.mfu_peak_flops ? fmt::format("{} dense bf16", gpu)
                                          : fmt::format("no known dense peak for '{}': MFU is null", gpu);
@@ -759,10 +755,9 @@ RunResult finalise_receipt(const ExperimentSpec& spec, const RunOptions& opt, co
   if (!outcome.steady_ms.empty()) {
     summary.median_step_ms = median(outcome.steady_ms);
     summary.tokens_per_s = static_cast<double>(*facts.tokens_per_step) / (*summary.median_step_ms / 1000.0);
-    // Per GPU: the job's tokens over its GPUs against one GPU's peak (the peak is in facts.precision).
-    if (posture.device.is_cuda())
-      summary.mfu = model_flops_utilization(*facts.training_flops_per_token,
-                                            *summary.tokens_per_s / static_cast<double>(world), gpu_model());
+    // Per GPU: the job's tokens over its GPUs against one GPU's peak, the one facts.precision records.
+    if (const auto& peak = facts.precision->mfu_peak_flops)
+      summary.mfu = flops_utilization(*facts.training_flops_per_token, *summary.tokens_per_s / static_cast<double>(world), *peak);
   }
   summary.goodput_pct = 100.0 * ledger.goodput();
   summary.peak_memory_bytes = outcome.peak_memory;
