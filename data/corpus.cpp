@@ -16,7 +16,7 @@
 
 #include "data/errors.h"
 #include "data/hash.h"
-#include "data/rng.h"
+#include "base/rng.h"
 
 namespace ablate::data {
 
@@ -319,7 +319,7 @@ void write_token_cache(const fs::path& file, uint64_t fingerprint, const std::ve
   // both complete.
   static std::atomic<uint64_t> counter{0};
   const uint64_t nonce =
-      mix64((static_cast<uint64_t>(::getpid()) << 32) ^ counter++ ^
+      base::mix64((static_cast<uint64_t>(::getpid()) << 32) ^ counter++ ^
             static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
   const fs::path tmp = file.string() + ".tmp-" + hex64(nonce);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);

@@ -12,7 +12,7 @@
 #include "data/errors.h"
 #include "data/hash.h"
 #include "data/packing.h"
-#include "data/rng.h"
+#include "base/rng.h"
 
 namespace ablate::data {
 
@@ -49,7 +49,7 @@ class SyntheticSource final : public DataSource {
   // Each row comes from its own generator, so any row can be made without making those before it:
   // resuming from a DataState costs nothing.
   void fill_row(uint64_t epoch, uint64_t row, int32_t* tokens, uint8_t* mask) const override {
-    SplitMix64 g(derive_seed(derive_seed(opts_.seed, kSyntheticDomain, epoch), kSyntheticDomain, row));
+    base::SplitMix64 g(base::derive_seed(base::derive_seed(opts_.seed, base::kSyntheticDomain, epoch), base::kSyntheticDomain, row));
     const int64_t T = opts_.seq_len;
     const auto V = static_cast<uint64_t>(opts_.vocab);
     for (int64_t i = 0; i <= T; ++i) {
@@ -150,7 +150,7 @@ BatchIterator::BatchIterator(const DataSource& source, DataState start) : src_(s
 uint64_t BatchIterator::row_at(uint64_t epoch, uint64_t cursor) {
   if (src_.rows_per_epoch() == 0 || !src_.shuffled()) return cursor;
   if (!have_order_ || order_epoch_ != epoch) {
-    order_ = shuffled_order(src_.rows_per_epoch(), src_.options().seed, epoch);
+    order_ = base::shuffled_order(src_.rows_per_epoch(), src_.options().seed, epoch);
     order_epoch_ = epoch;
     have_order_ = true;
   }

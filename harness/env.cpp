@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "build_info.h"
-#include "receipts/sha256.h"
+#include "base/sha256.h"
 
 namespace ablate::harness {
 namespace {
@@ -102,7 +102,7 @@ std::string portable_build_flags(const std::string& flags, const std::string& so
       const std::string path = arg.substr(at);
       std::string portable = build_first ? under(path, build_dir, "<build>") : under(path, source_dir, "<source>");
       if (portable.empty()) portable = build_first ? under(path, source_dir, "<source>") : under(path, build_dir, "<build>");
-      if (portable.empty()) portable = "<path sha256:" + receipts::sha256_hex(path).substr(0, 12) + ">";
+      if (portable.empty()) portable = "<path sha256:" + base::sha256_hex(path).substr(0, 12) + ">";
       arg = arg.substr(0, at) + portable;
     }
     out += (out.empty() ? "" : " ") + arg;

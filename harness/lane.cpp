@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "receipts/sha256.h"
+#include "base/sha256.h"
 
 namespace ablate::harness {
 
@@ -18,7 +18,7 @@ std::string lane_of(const ExperimentSpec& spec, const std::vector<kernels::Resol
   for (const auto& r : backends)
     if (in_lane_key(r)) keyed += r.seam + "=" + r.chosen + ";";
   return fmt::format("{}:{}:{}x{}:{}", spec.model.name, model_hash(spec).substr(0, 8), spec.distributed.nproc, device_kind,
-                     receipts::sha256_hex(keyed).substr(0, 8));
+                     base::sha256_hex(keyed).substr(0, 8));
 }
 
 }  // namespace ablate::harness

@@ -1,11 +1,12 @@
-// kernels/catalog.cpp: the kernel catalog (docs/architecture.md "Kernel catalog"): the seams, the rows
-// that backend files registered (kernels/registry.h), the shared availability checks and the fallback
-// resolution. Plain C++ (no LibTorch in this file): `ablate catalog`, the spec parser and the profiler
-// include only catalog.h.
+// kernels/catalog.cpp: the kernel catalog (docs/architecture.md "Kernel catalog"): the seams, their rows
+// (kernels/<seam>/catalog.cpp) checked once, the shared availability checks and the fallback
+// resolution. Plain C++, as are the rows: `ablate catalog`, the spec parser and the profiler link this
+// library (ablate_catalog) without LibTorch.
 // Tests: tests/kernels/catalog_test.cpp (resolution, reasons, strict mode, unknown names) and
 // tests/kernels/parity_test.cpp (every available row against the reference).
 #include "kernels/catalog.h"
 
+#include "kernels/catalog_rows.h"
 #include "kernels/seam_list.h"
 
 #include <fmt/format.h>
@@ -42,12 +43,6 @@ const char* capture_name(Capture c) {
   }
   return "unknown";
 }
-
-namespace detail {
-// The rows every backend file registered (kernels/registry.cpp; kernels/catalog_without_backends.cpp
-// in a build without LibTorch), in registration order.
-std::vector<BackendInfo> registered_rows();
-}  // namespace detail
 
 namespace availability {
 
@@ -108,37 +103,57 @@ LaneKey lane_key_of(const std::string& seam) {
   throw std::invalid_argument(fmt::format("unknown seam '{}': known seams are {}", seam, join(seams())));
 }
 
-namespace {
-
-// The registered rows ordered as catalog() promises; a row of an unknown seam, a second row of one
-// (seam, name) or a seam without a reference is a bug in a backend file, reported at first use.
-std::vector<BackendInfo> ordered_catalog() {
-  auto rows = detail::registered_rows();
-  std::vector<BackendInfo> ordered;
-  for (const auto& seam : seams()) {
-    std::vector<const BackendInfo*> of_seam;
-    for (const auto& row : rows)
-      if (row.seam == seam && row.name == "reference") of_seam.push_back(&row);
-    for (const auto& row : rows)
-      if (row.seam == seam && row.name != "reference") of_seam.push_back(&row);
-    for (size_t i = 0; i < of_seam.size(); ++i)
-      for (size_t j = 0; j < i; ++j)
-        if (of_seam[i]->name == of_seam[j]->name)
-          throw std::logic_error(fmt::format("kernel catalog: backend {}/{} is registered twice", seam, of_seam[i]->name));
-    if (!rows.empty() && (of_seam.empty() || of_seam.front()->name != "reference"))
-      throw std::logic_error(fmt::format("kernel catalog: seam '{}' has no registered reference backend", seam));
-    for (const auto* row : of_seam) ordered.push_back(*row);
-  }
-  for (const auto& row : rows)
-    if (std::find(seams().begin(), seams().end(), row.seam) == seams().end())
-      throw std::logic_error(fmt::format("kernel catalog: backend {}/{} names an unknown seam", row.seam, row.name));
-  return ordered;
+BuildFacts this_build() {
+  BuildFacts build;
+#if defined(ABLATE_CATALOG_BUILT_WITH_LIBTORCH)
+  build.libtorch = true;
+#endif
+#if defined(ABLATE_CATALOG_BUILT_WITH_CUDA)
+  build.cuda = true;
+#endif
+  return build;
 }
 
-}  // namespace
+std::vector<BackendInfo> checked_seam_rows(const std::string& seam, std::vector<BackendInfo> rows,
+                                           const BuildFacts& build) {
+  const auto refuse = [&](const BackendInfo& row, const std::string& what) {
+    throw std::logic_error(
+        fmt::format("kernel catalog: kernels/{}/catalog.cpp, row '{}': {}", seam, row.name, what));
+  };
+  for (size_t i = 0; i < rows.size(); ++i) {
+    auto& row = rows[i];
+    if (!row.seam.empty() && row.seam != seam) refuse(row, fmt::format("names seam '{}'", row.seam));
+    row.seam = seam;
+    if (row.name.empty()) refuse(row, "has no name");
+    if (row.description.empty() || row.unavailable_reason == nullptr)
+      refuse(row, "needs a description and an availability check");
+    const bool reference = row.name == "reference";
+    if (reference != (row.role == Role::reference) || reference != row.fallback.empty())
+      refuse(row, "the reference (and only it) has role reference and no fallback");
+    if (reference != (i == 0)) refuse(row, "the reference row comes first, and once");
+    if ((row.capture == Capture::always) != row.capture_reason.empty())
+      refuse(row, "a capture reason is given exactly when capture is not always");
+    for (size_t j = 0; j < i; ++j)
+      if (rows[j].name == row.name) refuse(row, "is listed twice");
+    if (!build.libtorch)
+      row.not_built = "built without LibTorch";
+    else if (row.needs_nvcc && !build.cuda)
+      row.not_built = "built without CUDA";
+  }
+  if (rows.empty()) throw std::logic_error(fmt::format("kernel catalog: seam '{}' has no reference row", seam));
+  return rows;
+}
 
 const std::vector<BackendInfo>& catalog() {
-  static const std::vector<BackendInfo> kRows = ordered_catalog();
+  static const std::vector<BackendInfo> kRows = [] {
+    std::vector<BackendInfo> all;
+    const BuildFacts build = this_build();
+#define ABLATE_SEAM_CATALOG(seam, Fn, lane_key)                                    \
+  for (auto& row : checked_seam_rows(#seam, catalog_rows::seam(), build)) all.push_back(std::move(row));
+    ABLATE_SEAMS(ABLATE_SEAM_CATALOG)
+#undef ABLATE_SEAM_CATALOG
+    return all;
+  }();
   return kRows;
 }
 

@@ -2,9 +2,10 @@
 // one place in the model whose implementation can vary; each backend row names its role, its fallback,
 // the CUPTI kernel-name patterns that identify it and whether a whole-step CUDA graph can capture it.
 // Availability needs a device description only, so the spec parser, `ablate catalog`, the profiler and
-// the receipts use this header without LibTorch.
-// The rows themselves are not listed here: each backend registers its row and its function once, from
-// its own file in kernels/<seam>/ (kernels/registry.h); catalog() collects them.
+// the receipts use the catalog without LibTorch: it is its own plain library (ablate_catalog).
+// The rows are listed per seam in kernels/<seam>/catalog.cpp (plain C++, kernels/catalog_rows.h);
+// each backend's function registers itself under its row's name from the backend's own file
+// (kernels/registry.h, LibTorch).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -59,8 +60,11 @@ struct BackendInfo {
   std::string (*unavailable_reason)(const DeviceInfo& dev) = nullptr;
   Capture capture = Capture::always;
   std::string capture_reason;  // what prevents capture, when `capture` is not always
-  // Non-empty when this build has no implementation of the row (a CUDA backend compiled without a CUDA
-  // compiler): the row stays listed, so specs stay valid everywhere, and is unavailable for this reason.
+  // Its kernels are CUDA sources: a build without a CUDA compiler lists the row but does not build it.
+  bool needs_nvcc = false;
+  // Set by catalog(): non-empty when this build has no implementation of the row (no LibTorch, or a CUDA
+  // backend without a CUDA compiler): the row stays listed, so specs stay valid everywhere, and is
+  // unavailable for this reason.
   std::string not_built;
 };
 
@@ -87,10 +91,24 @@ std::string dims_at_most(int64_t value, int64_t limit, const char* field, const 
 const std::vector<std::string>& seams();
 // How `seam` enters a run's lane key; throws std::invalid_argument for an unknown seam.
 LaneKey lane_key_of(const std::string& seam);
-// Every registered backend row of every seam (the table `ablate catalog` prints): seams in seams()
-// order, each seam's reference first, then its other rows in registration order (files sorted by path).
-// A build without LibTorch has no backends: the list is empty.
+// Every backend row of every seam (the table `ablate catalog` prints): seams in seams() order, each
+// seam's rows in the order of its kernels/<seam>/catalog.cpp, the reference first. Checked once, on
+// first use (checked_seam_rows); a malformed row is a std::logic_error.
 const std::vector<BackendInfo>& catalog();
+
+// What this build compiled: LibTorch (any backend at all) and a CUDA compiler (rows with needs_nvcc).
+struct BuildFacts {
+  bool libtorch = false;
+  bool cuda = false;
+};
+BuildFacts this_build();
+// One seam's rows as catalog() keeps them: the seam set, not_built filled from `build` ("built without
+// LibTorch", "built without CUDA"). Refuses (std::logic_error, naming the seam and row) a row without a
+// name, a description or an availability check, a row naming another seam, a name listed twice, a
+// reference that is not first or not the only row with role reference and no fallback, and a capture
+// reason given when the row is always capturable or missing when it is not.
+std::vector<BackendInfo> checked_seam_rows(const std::string& seam, std::vector<BackendInfo> rows,
+                                           const BuildFacts& build);
 const BackendInfo* find_backend(const std::string& seam, const std::string& name);
 std::vector<std::string> backend_names(const std::string& seam);
 

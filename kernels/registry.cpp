@@ -1,5 +1,6 @@
 // kernels/registry.cpp: the registrations of every backend file (kernels/registry.h), run once on first
-// use, in the order of their files' paths, into the catalog's rows and the per-seam function tables.
+// use, in the order of their files' paths, into the per-seam function tables, checked against the
+// catalog's rows.
 // Tests: kernels_tests --gtest_filter='Catalog*:Registry*' (tests/kernels/catalog_test.cpp).
 #include "kernels/registry.h"
 
@@ -28,22 +29,26 @@ std::vector<Registration>& registrations() {
   return all;
 }
 
-struct Registered {
-  std::vector<BackendInfo> rows;
-  Implementations tables;
-};
-
-const Registered& registered() {
-  static const Registered kRegistered = [] {
+const Implementations& registered() {
+  static const Implementations kRegistered = [] {
     auto ordered = registrations();
     std::stable_sort(ordered.begin(), ordered.end(),
                      [](const Registration& a, const Registration& b) { return a.file < b.file; });
-    Registered out;
-    BackendRegistry registry(out.rows, out.tables);
+    Implementations tables;
+    BackendRegistry registry(tables);
     for (const auto& r : ordered) r.fn(registry);
-    return out;
+    check_every_built_row_implemented(tables);
+    return tables;
   }();
   return kRegistered;
+}
+
+bool has_function(const Implementations& t, const std::string& seam, const std::string& name) {
+#define ABLATE_SEAM_HAS(s, Fn, lane_key) \
+  if (seam == #s) return t.s.count(name) > 0;
+  ABLATE_SEAMS(ABLATE_SEAM_HAS)
+#undef ABLATE_SEAM_HAS
+  return false;
 }
 
 }  // namespace
@@ -55,36 +60,35 @@ bool add_registration(const char* file, RegisterBackends fn) {
   return true;
 }
 
-std::vector<BackendInfo> registered_rows() { return registered().rows; }
-
 }  // namespace detail
 
-void BackendRegistry::check_and_record(const char* seam, BackendInfo& row, bool built) {
-  if (!row.seam.empty() && row.seam != seam)
-    throw std::logic_error(fmt::format("backend '{}' registered for seam '{}' names seam '{}'", row.name, seam, row.seam));
-  row.seam = seam;
-  if (row.name.empty()) throw std::logic_error(fmt::format("a backend of seam '{}' was registered without a name", seam));
-  if (row.description.empty() || row.unavailable_reason == nullptr)
-    throw std::logic_error(fmt::format("backend {}/{} needs a description and an availability check", seam, row.name));
-  if ((row.name == "reference") != (row.role == Role::reference) || (row.name == "reference") != row.fallback.empty())
-    throw std::logic_error(fmt::format(
-        "backend {}/{}: the reference (and only it) has role reference and no fallback", seam, row.name));
-  if ((row.capture == Capture::always) != row.capture_reason.empty())
-    throw std::logic_error(fmt::format("backend {}/{}: a capture reason is given exactly when capture is not always",
-                                       seam, row.name));
-  if (!built) row.not_built = "built without CUDA";
-  rows_.push_back(std::move(row));
+void BackendRegistry::check(const char* seam, const std::string& name, bool has_function, bool registered_before) {
+  const BackendInfo* row = find_backend(seam, name);
+  if (row == nullptr)
+    throw std::logic_error(fmt::format("a function was registered for {}/{}, which has no row in kernels/{}/catalog.cpp",
+                                       seam, name, seam));
+  if (registered_before) throw std::logic_error(fmt::format("backend {}/{} registered its function twice", seam, name));
+  if (has_function != row->not_built.empty())
+    throw std::logic_error(has_function ? fmt::format("backend {}/{} registered a function, but its row says this build "
+                                                      "does not build it ({})",
+                                                      seam, name, row->not_built)
+                                        : fmt::format("backend {}/{} registered no function, but its row says this "
+                                                      "build builds it (needs_nvcc is {})",
+                                                      seam, name, row->needs_nvcc));
 }
 
-const Implementations& implementations() { return registered().tables; }
+void check_every_built_row_implemented(const Implementations& tables) {
+  for (const auto& row : catalog())
+    if (row.not_built.empty() && !has_function(tables, row.seam, row.name))
+      throw std::logic_error(fmt::format("backend {}/{} has a row in kernels/{}/catalog.cpp but no registered function "
+                                         "(its file in kernels/{}/ is missing or registers another name)",
+                                         row.seam, row.name, row.seam, row.seam));
+}
+
+const Implementations& implementations() { return registered(); }
 
 bool has_implementation(const std::string& seam, const std::string& name) {
-  const auto& t = implementations();
-#define ABLATE_SEAM_HAS(s, Fn, lane_key) \
-  if (seam == #s) return t.s.count(name) > 0;
-  ABLATE_SEAMS(ABLATE_SEAM_HAS)
-#undef ABLATE_SEAM_HAS
-  return false;
+  return has_function(implementations(), seam, name);
 }
 
 }  // namespace ablate::kernels

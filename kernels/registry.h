@@ -1,21 +1,21 @@
-// kernels/registry.h: how a backend joins the catalog. Each backend registers itself ONCE, from its own
-// file in its seam's folder (kernels/<seam>/<backend>.cpp or .cu): its catalog row (role, fallback,
-// CUPTI kernel-name patterns, availability check) and its function, together:
+// kernels/registry.h: how a backend's function joins its catalog row. The row (role, fallback, CUPTI
+// kernel-name patterns, availability, capture) is plain data in the seam's kernels/<seam>/catalog.cpp;
+// the function registers itself ONCE, under the row's name, from the backend's own file in the seam's
+// folder (kernels/<seam>/<backend>.cpp or .cu):
 //
 //   ABLATE_REGISTER_BACKENDS(swiglu_fused_cuda) {          // a name unique in the program
-//     registry.swiglu({.name = "fused_cuda", .role = Role::experimental, .fallback = "reference",
-//                      .kernel_patterns = {"ablate_swiglu_fwd", "ablate_swiglu_bwd"},
-//                      .description = "...", .unavailable_reason = &availability::hopper_fp32_or_bf16},
-//                     ABLATE_CUDA_ONLY(&swiglu_fused));
+//     registry.swiglu("fused_cuda", ABLATE_CUDA_ONLY(&swiglu_fused));
 //   }
 //
-// There is one method per seam (kernels/seam_list.h), typed by the seam's contract (kernels/seams.h), and
-// it sets the row's seam. The catalog, the Dispatcher, `ablate catalog`, the spec's backend check and
-// the parity driver (tests/kernels/parity_test.cpp) all read what was registered: adding a backend is
-// adding its file (kernels/CMakeLists.txt globs the seam folders) plus, for new shapes, a parity case.
+// There is one method per seam (kernels/seam_list.h), typed by the seam's contract (kernels/seams.h).
+// The catalog, the Dispatcher, `ablate catalog`, the spec's backend check and the parity driver
+// (tests/kernels/parity_test.cpp) all read the rows and these functions: adding a backend is adding its
+// row and its file (kernels/CMakeLists.txt globs the seam folders) plus, for new shapes, a parity case.
 // A .cu backend built where there is no CUDA compiler is compiled as C++ with its kernels left out
-// (ABLATE_CUDA_ONLY gives no function): its row stays listed, unavailable as "built without CUDA".
-// The registered functions run lazily, the first time the catalog or the registry is read.
+// (ABLATE_CUDA_ONLY gives no function); its row (needs_nvcc) stays listed as "built without CUDA".
+// The registrations run lazily, the first time the functions are read; a function without its row, a
+// row registered twice, a function for a row this build cannot build, or a row this build should have
+// built without a function is a std::logic_error then.
 // Tests: kernels_tests --gtest_filter='Catalog*:Registry*' (tests/kernels/catalog_test.cpp).
 #pragma once
 #include <map>
@@ -38,29 +38,30 @@ const Implementations& implementations();
 // Whether this build implements (seam, backend name).
 bool has_implementation(const std::string& seam, const std::string& name);
 
-// What a registration function adds its rows to: registry.<seam>(row, function).
+// What a registration function adds its functions to: registry.<seam>(row name, function).
 class BackendRegistry {
  public:
-  BackendRegistry(std::vector<BackendInfo>& rows, Implementations& tables) : rows_(rows), tables_(tables) {}
+  explicit BackendRegistry(Implementations& tables) : tables_(tables) {}
 #define ABLATE_SEAM_ADD(seam, Fn, lane_key) \
-  void seam(BackendInfo row, Fn fn) { add(#seam, std::move(row), std::move(fn), tables_.seam); }
+  void seam(const std::string& name, Fn fn) { add(#seam, name, std::move(fn), tables_.seam); }
   ABLATE_SEAMS(ABLATE_SEAM_ADD)
 #undef ABLATE_SEAM_ADD
 
  private:
-  // Checks the row (a name, a description, an availability check, a capture reason exactly when it is
-  // not always capturable; the seam given by the method) and records it; an empty function leaves the row listed but not built. Throws std::logic_error.
-  void check_and_record(const char* seam, BackendInfo& row, bool built);
+  // The row (seam, name) must be in the catalog, registered once, and given a function exactly when
+  // this build builds it (its not_built is empty). Throws std::logic_error.
+  static void check(const char* seam, const std::string& name, bool has_function, bool registered_before);
   template <typename Fn>
-  void add(const char* seam, BackendInfo row, Fn fn, std::map<std::string, Fn>& table) {
-    const bool built = static_cast<bool>(fn);
-    const std::string name = row.name;  // check_and_record moves the row into the catalog
-    check_and_record(seam, row, built);
-    if (built) table.emplace(name, std::move(fn));
+  void add(const char* seam, const std::string& name, Fn fn, std::map<std::string, Fn>& table) {
+    check(seam, name, static_cast<bool>(fn), table.count(name) > 0);
+    if (fn) table.emplace(name, std::move(fn));
   }
-  std::vector<BackendInfo>& rows_;
   Implementations& tables_;
 };
+
+// Throws std::logic_error naming the first catalog row this build builds that has no function in
+// `tables` (its backend file is missing or registers another name).
+void check_every_built_row_implemented(const Implementations& tables);
 
 namespace detail {
 using RegisterBackends = void (*)(BackendRegistry&);
@@ -77,7 +78,7 @@ bool add_registration(const char* file, RegisterBackends fn);
       ::ablate::kernels::detail::add_registration(__FILE__, &ablate_register_backends_##id);          \
   static void ablate_register_backends_##id([[maybe_unused]] ::ablate::kernels::BackendRegistry& registry)
 
-// A function of a CUDA backend: itself when nvcc compiles the file, none (row not built) otherwise.
+// A function of a CUDA backend: itself when nvcc compiles the file, none (its row not built) otherwise.
 #if defined(__CUDACC__)
 #define ABLATE_CUDA_ONLY(fn) (fn)
 #else

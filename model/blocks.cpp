@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "data/rng.h"
+#include "base/rng.h"
 
 namespace ablate::model {
 
@@ -26,7 +26,7 @@ torch::Tensor SeededInit::draw(at::IntArrayRef sizes, const std::function<void(t
   auto out = torch::empty(sizes, torch::kFloat);
   auto flat = out.view({-1});
   const int64_t n = flat.numel(), chunks = (n + kChunkElements - 1) / kChunkElements;
-  const uint64_t draw_seed = data::derive_seed(seed_, data::kModelInitDomain, draws_++);
+  const uint64_t draw_seed = base::derive_seed(seed_, base::kModelInitDomain, draws_++);
   // Chunks claimed in any order by LibTorch's intra-op thread count of workers (std::thread: ATen's
   // parallel_for is OpenMP pragmas in its header, serial in a file built without -fopenmp); each
   // chunk's numbers depend only on its seed.
@@ -37,7 +37,7 @@ torch::Tensor SeededInit::draw(at::IntArrayRef sizes, const std::function<void(t
     try {
       for (int64_t c = next++; c < chunks; c = next++) {
         auto generator = at::make_generator<at::CPUGeneratorImpl>(
-            data::derive_seed(draw_seed, data::kModelInitDomain, static_cast<uint64_t>(c)));
+            base::derive_seed(draw_seed, base::kModelInitDomain, static_cast<uint64_t>(c)));
         const int64_t first = c * kChunkElements;
         fill(flat.narrow(0, first, std::min(kChunkElements, n - first)), generator);
       }

@@ -20,7 +20,7 @@ namespace ablate::model {
 
 // Draws every initial weight on the CPU, in construction order: draw i fills its tensor in chunks of
 // kChunkElements, chunk c from its own generator seeded with derive_seed(derive_seed(seed, init, i),
-// init, c) (data/rng.h), so the same seed gives the same weights on every machine and at any thread
+// init, c) (base/rng.h), so the same seed gives the same weights on every machine and at any thread
 // count, and the chunks are drawn in parallel (one generator for the whole model drew 290 M
 // parameters in ~1.4 s, single-threaded, at the start of every run). Tensors are fp32 on the CPU;
 // move the finished model with ->to().

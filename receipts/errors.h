@@ -1,6 +1,6 @@
 // receipts/errors.h: the two exception types of the receipt store.
-//   StoreError  - the caller's input is wrong (bad path, unknown run, finished run, bad filter);
-//                 the CLI maps it to exit code 2.
+//   StoreError  - the caller's input is wrong (bad path, unknown run, finished run, bad filter): a
+//                 base::InputError, which the CLI maps to exit code 2.
 //   SqliteError - SQLite itself failed (I/O, lock timeout, a schema trigger fired); carries the SQLite
 //                 result code, sqlite3_errmsg and the statement text.
 //   StoreFileError - a SqliteError that says the store FILE is unusable as given: damaged (corrupt,
@@ -12,11 +12,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "base/errors.h"
+
 namespace ablate::receipts {
 
-class StoreError : public std::runtime_error {
+class StoreError : public base::InputError {
  public:
-  using std::runtime_error::runtime_error;
+  using base::InputError::InputError;
 };
 
 class SqliteError : public std::runtime_error {

@@ -9,7 +9,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "receipts/clock.h"
+#include "base/clock.h"
 
 namespace ablate::receipts {
 namespace {
@@ -61,7 +61,7 @@ void RunLifecycle::block_termination_signals() {
 }
 
 RunLifecycle::RunLifecycle(const std::string& db_path, std::int64_t run_id, LifecycleOptions options)
-    : run_id_(run_id), interval_s_(env_seconds("ABLATE_HEARTBEAT_S", options.heartbeat_interval_s)) {
+    : run_id_(run_id), interval_s_(base::env_seconds("ABLATE_HEARTBEAT_S", options.heartbeat_interval_s)) {
   if (interval_s_ <= 0) throw StoreError(fmt::format("heartbeat interval must be > 0 s, got {}", interval_s_));
   heartbeat_store_ = std::make_unique<Store>(Store::open(db_path, options.store));
   finish_store_ = std::make_unique<Store>(Store::open(db_path, options.store));

@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
-#include "receipts/clock.h"
+#include "base/clock.h"
 #include "receipts/schema.h"
-#include "receipts/sha256.h"
+#include "base/sha256.h"
 
 namespace ablate::receipts {
 namespace fs = std::filesystem;
@@ -191,7 +191,7 @@ Store Store::open(const std::string& path, StoreOptions options) {
   if (path.empty()) throw StoreError("empty receipts database path: pass --db PATH or set ABLATE_DB");
   if (options.heartbeat_stale_s <= 0) throw StoreError("StoreOptions::heartbeat_stale_s must be > 0");
   if (options.busy_timeout_ms < 0) throw StoreError("StoreOptions::busy_timeout_ms must be >= 0");
-  const double stale_s = env_seconds("ABLATE_HEARTBEAT_STALE_S", options.heartbeat_stale_s);  // bad value: fail early
+  const double stale_s = base::env_seconds("ABLATE_HEARTBEAT_STALE_S", options.heartbeat_stale_s);  // bad value: fail early
   check_is_sqlite_file(path);
   auto db = std::make_unique<sql::Connection>(path);
   db->set_busy_timeout(options.busy_timeout_ms);
@@ -264,8 +264,8 @@ std::int64_t Store::begin_run(const RunStart& start) {
         fmt::format("run '{}': matrix_id, cell and repeat go together (got {} of 3)", start.name, matrix_fields));
   }
   const std::string spec_hash =
-      start.spec_hash.empty() && !start.spec_json.empty() ? sha256_hex(start.spec_json) : start.spec_hash;
-  const double now = unix_now();
+      start.spec_hash.empty() && !start.spec_json.empty() ? base::sha256_hex(start.spec_json) : start.spec_hash;
+  const double now = base::unix_now();
 
   return db_->write_transaction([&] {
     if (start.matrix_id && !has_row("matrices", *start.matrix_id)) {
@@ -304,7 +304,7 @@ void Store::record_env_rows(std::int64_t run_id, const std::map<std::string, std
 void Store::heartbeat(std::int64_t run_id) {
   write_run(run_id, "heartbeat", [&] {
     sql::Lease st = db_->prepare("UPDATE runs SET heartbeat_at = ? WHERE id = ?");
-    st->execute(unix_now(), run_id);
+    st->execute(base::unix_now(), run_id);
   });
 }
 
@@ -508,7 +508,7 @@ ArtifactRow Store::add_artifact(std::int64_t run_id, const std::string& kind, co
   if (!fs::is_regular_file(path, ec)) {
     throw StoreError(fmt::format("cannot add artifact '{}' to run {}: no such regular file", path, run_id));
   }
-  ArtifactRow row{kind, fs::absolute(path).lexically_normal().string(), sha256_file(path),
+  ArtifactRow row{kind, fs::absolute(path).lexically_normal().string(), base::sha256_file(path),
                   static_cast<std::int64_t>(fs::file_size(path))};
   write_run(run_id, "add an artifact to", [&] {
     sql::Lease st = db_->prepare("INSERT INTO artifacts (run_id, kind, path, sha256, bytes) VALUES (?, ?, ?, ?, ?)");
@@ -526,7 +526,7 @@ void Store::finish_run(std::int64_t run_id, RunStatus status, const std::string&
     throw StoreError(
         fmt::format("run {} finishing as {} needs an error message saying why", run_id, to_string(status)));
   }
-  const double now = unix_now();
+  const double now = base::unix_now();
   const std::optional<std::string> summary_json =
       summary.facts.empty() ? std::nullopt : std::optional<std::string>(to_json(summary.facts).dump());
   const std::optional<std::string> error_text = error.empty() ? std::nullopt : std::optional<std::string>(error);
@@ -548,7 +548,7 @@ void Store::annotate(std::int64_t run_id, const std::string& text) {
   db_->write_transaction([&] {
     require_exists(run_id);
     sql::Lease st = db_->prepare("INSERT INTO annotations (run_id, text, created_at) VALUES (?, ?, ?)");
-    st->execute(run_id, text, unix_now());
+    st->execute(run_id, text, base::unix_now());
   });
 }
 
@@ -559,7 +559,7 @@ std::int64_t Store::create_matrix(const std::string& name, const std::string& sp
   require_json(spec_json, "the spec of matrix '" + name + "'");
   return db_->write_transaction([&] {
     sql::Lease st = db_->prepare("INSERT INTO matrices (name, spec_json, created_at) VALUES (?, ?, ?)");
-    st->execute(name, spec_json, unix_now());
+    st->execute(name, spec_json, base::unix_now());
     return db_->last_insert_rowid();
   });
 }
@@ -580,7 +580,7 @@ std::int64_t Store::record_decision(const Decision& d) {
         "INSERT INTO decisions (seam, backend, verdict, evidence_run_ids, matrix_id, details, decided_at) "
         "VALUES (?, ?, ?, ?, ?, ?, ?)");
     st->execute(d.seam, d.backend, to_string(d.verdict), nlohmann::json(d.evidence_run_ids).dump(), d.matrix_id,
-                d.details, unix_now());
+                d.details, base::unix_now());
     return db_->last_insert_rowid();
   });
 }

@@ -23,7 +23,7 @@
 
 #include "receipts/step_buffer.h"
 #include "receipts/store.h"
-#include "receipts/temp_dir.h"
+#include "base/temp_dir.h"
 
 namespace ablate::receipts {
 namespace {
@@ -58,7 +58,7 @@ std::vector<StepRow> steps_from(std::int64_t first, std::int64_t count) {
 
 void BM_AppendSteps(benchmark::State& state) {
   const std::int64_t batch = state.range(0);
-  TempDir dir("ablate-store-bench");
+  base::TempDir dir("ablate-store-bench");
   auto store = Store::open(dir.file("receipts.db"));
   const auto run_id = store.begin_run(bench_start("append"));
   std::int64_t next = 0;
@@ -118,7 +118,7 @@ std::int64_t write_full_run(Store& store, const std::string& dir) {
 }
 
 void BM_RunJson(benchmark::State& state) {
-  TempDir dir("ablate-store-bench");
+  base::TempDir dir("ablate-store-bench");
   auto store = Store::open(dir.file("receipts.db"));
   const auto id = write_full_run(store, dir.file(""));
   std::size_t steps = 0;
@@ -135,7 +135,7 @@ void BM_RunJson(benchmark::State& state) {
 BENCHMARK(BM_RunJson)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_ListRuns(benchmark::State& state) {
-  TempDir dir("ablate-store-bench");
+  base::TempDir dir("ablate-store-bench");
   auto store = Store::open(dir.file("receipts.db"));
   for (int i = 0; i < 1000; ++i) {
     RunStart start = bench_start(fmt::format("run-{}", i));
@@ -157,7 +157,7 @@ BENCHMARK(BM_ListRuns)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_StepBuffer(benchmark::State& state) {
   const auto step = std::chrono::milliseconds(state.range(0));
-  TempDir dir("ablate-store-bench");
+  base::TempDir dir("ablate-store-bench");
   auto store = Store::open(dir.file("receipts.db"));
   const auto run_id = store.begin_run(bench_start("buffer"));
   auto clock = StepBuffer::Clock::now();  // simulated: each step ends `step` after the previous one
@@ -176,7 +176,7 @@ void BM_StepBuffer(benchmark::State& state) {
 BENCHMARK(BM_StepBuffer)->Arg(1)->Arg(500)->Arg(3000)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_CheckCanRecord(benchmark::State& state) {
-  TempDir dir("ablate-store-bench");
+  base::TempDir dir("ablate-store-bench");
   const std::string path = dir.file("receipts.db");
   {
     auto store = Store::open(path);

@@ -8,7 +8,7 @@
 #include <array>
 #include <cctype>
 
-#include "receipts/clock.h"
+#include "base/clock.h"
 #include "receipts/store.h"
 
 namespace ablate::receipts {
@@ -147,7 +147,7 @@ bool starts_with_word(std::string_view text, std::string_view word) {
 
 }  // namespace
 
-double Store::stale_cutoff() const { return unix_now() - stale_s_; }
+double Store::stale_cutoff() const { return base::unix_now() - stale_s_; }
 
 std::vector<RunRow> Store::list_runs(const RunFilter& filter) {
   std::string sql = fmt::format("SELECT * FROM ({}) AS r WHERE 1", kRunSelect);
@@ -160,7 +160,7 @@ std::vector<RunRow> Store::list_runs(const RunFilter& filter) {
   if (!filter.name.empty()) where(is_glob(filter.name) ? "r.name GLOB ?{}" : "instr(r.name, ?{}) > 0", filter.name);
   if (!filter.tag.empty()) where("EXISTS (SELECT 1 FROM json_each(r.tags) AS t WHERE t.value = ?{})", filter.tag);
   if (!filter.lane.empty()) where("r.lane = ?{}", filter.lane);
-  if (!filter.since.empty()) where("r.started_at >= ?{}", parse_time(filter.since, unix_now()));
+  if (!filter.since.empty()) where("r.started_at >= ?{}", base::parse_time(filter.since, base::unix_now()));
   if (filter.limit && *filter.limit <= 0) throw StoreError(fmt::format("--limit must be > 0, got {}", *filter.limit));
   params.push_back(filter.limit.value_or(-1));  // LIMIT -1: no limit
   sql += fmt::format(" ORDER BY r.started_at DESC, r.id DESC LIMIT ?{}", params.size());

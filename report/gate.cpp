@@ -2,7 +2,7 @@
 // minimum evidence, verdict, and the standing decisions that make a backend `keep` on a lane.
 // Tests: tests/report/gate_test.cpp (report_tests), tests/harness/gate_cli_test.cpp (harness_tests).
 #include "report/gate.h"
-#include "receipts/clock.h"
+#include "base/clock.h"
 #include "report/json_fields.h"
 
 #include <fmt/format.h>
@@ -413,7 +413,7 @@ std::vector<StandingDecision> standing_decisions(receipts::Store& store, const s
 
 std::string describe(const StandingDecision& d) {
   return fmt::format("decision {} ({} on lane {}, {} UTC)", d.decision_id, receipts::to_string(d.verdict), d.lane,
-                     receipts::format_utc(d.decided_at));
+                     base::format_utc(d.decided_at));
 }
 
 bool GateResult::kept_before() const {

@@ -1,7 +1,7 @@
 // report/plots.cpp: gnuplot scripts and data for the report plots, and running gnuplot (see plots.h).
 // Tests: tests/report/report_test.cpp (report_tests).
 #include "report/plots.h"
-#include "receipts/temp_dir.h"
+#include "base/temp_dir.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -143,7 +143,7 @@ std::string embeddable_svg(std::string svg, const std::string& prefix) {
 }
 
 // Runs `binary script` in `dir`; returns "" on success, else why it failed.
-std::string run_gnuplot(const std::string& binary, const receipts::TempDir& dir) {
+std::string run_gnuplot(const std::string& binary, const base::TempDir& dir) {
   const std::string script = (dir / "plots.gp").string(), log = (dir / "gnuplot.log").string();
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
@@ -193,7 +193,7 @@ PlotSet make_plots(const Report& report) {
   PlotSet set;
   if (jobs.empty()) return set;
   // A scratch folder for gnuplot's inputs and outputs, removed afterwards.
-  receipts::TempDir dir("ablate-plots");
+  base::TempDir dir("ablate-plots");
   std::string script = kTerminal;
   for (const auto& job : jobs) {
     for (const auto& [name, contents] : job.data) write_file(dir / name, contents);

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "receipts/store.h"
-#include "receipts/temp_dir.h"
+#include "base/temp_dir.h"
 #include "report/compare.h"
 #include "report/plots.h"
 #include "report/report.h"
@@ -42,7 +42,7 @@ class BenchStore {
     nlohmann::json cells = nlohmann::json::array();
     for (int c = 0; c < kCells; ++c) cells.push_back({{"name", cell_name(c)}, {"set", {}}, {"spec_hash", ""}});
     const std::int64_t matrix = store_->create_matrix("bench", nlohmann::json{{"cells", cells}}.dump());
-    SplitMix64 rng(42);
+    base::SplitMix64 rng(42);
     // The matrix runs sit in the middle of the history, as they would in a real store.
     const int matrix_from = kRuns / 2, matrix_to = matrix_from + kCells * kRepeats;
     for (int i = 0; i < kRuns; ++i) {
@@ -84,7 +84,7 @@ class BenchStore {
   }
   static std::string cell_name(int c) { return c == 0 ? "baseline" : fmt::format("variant-{}", c); }
 
-  receipts::TempDir dir_{"ablate-report-bench"};  // declared first: removed after the store is closed
+  base::TempDir dir_{"ablate-report-bench"};  // declared first: removed after the store is closed
   std::unique_ptr<receipts::Store> store_;
 };
 

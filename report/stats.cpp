@@ -29,8 +29,11 @@ double median_in_place(std::vector<double>& buffer) {
 }
 
 // Fills `out` (already sized) with a resample-with-replacement of `values`.
+// The index is the high 32 bits of a draw times the size, shifted (bias below 2^-32 for any sample a
+// report holds): a stored seed recomputes the same interval from the same runs, so this mapping is part
+// of the report's definition and does not follow SplitMix64::below's rejection sampling.
 void resample(const std::vector<double>& values, SplitMix64& rng, std::vector<double>& out) {
-  for (double& slot : out) slot = values[rng.below(values.size())];
+  for (double& slot : out) slot = values[((rng.next() >> 32) * values.size()) >> 32];
 }
 
 // Quantile of sorted values, linear interpolation between the two closest ranks.
@@ -43,26 +46,6 @@ double quantile_sorted(const std::vector<double>& sorted, double q) {
 }
 
 }  // namespace
-
-std::uint64_t SplitMix64::next() {
-  std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-std::uint64_t SplitMix64::below(std::uint64_t bound) {
-  // High 32 bits times bound, shifted: exact for bound < 2^32, no modulo bias worth mentioning.
-  return ((next() >> 32) * bound) >> 32;
-}
-
-double SplitMix64::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-
-double SplitMix64::normal() {
-  const double u1 = 1.0 - uniform();  // (0, 1]: log(0) never happens
-  const double u2 = uniform();
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-}
 
 double median(std::vector<double> values) {
   require_values(values, "median");

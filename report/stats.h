@@ -11,24 +11,11 @@
 #include <string_view>
 #include <vector>
 
+#include "base/rng.h"
+
 namespace ablate::report {
 
-// SplitMix64 (Steele, Lea, Flood 2014): tiny, fully specified, so streams are reproducible everywhere
-// (std::mt19937 is too, but the standard distributions on top of it are not).
-class SplitMix64 {
- public:
-  explicit SplitMix64(std::uint64_t seed) : state_(seed) {}
-  std::uint64_t next();
-  // Uniform in [0, bound); bound > 0. Multiply-shift mapping, bias below 2^-32 for the sizes used here.
-  std::uint64_t below(std::uint64_t bound);
-  // Uniform in [0, 1) with 53 random bits.
-  double uniform();
-  // Standard normal (Box-Muller); used by tests to make synthetic step times.
-  double normal();
-
- private:
-  std::uint64_t state_;
-};
+using base::SplitMix64;
 
 // Median of `values` (mean of the two middle values for an even count). Throws std::invalid_argument
 // when empty.

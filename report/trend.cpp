@@ -10,7 +10,7 @@
 #include <ctime>
 #include <stdexcept>
 
-#include "receipts/clock.h"
+#include "base/clock.h"
 #include "report/json_fields.h"
 #include "report/stats.h"
 
@@ -171,8 +171,8 @@ Trend build_trend(receipts::Store& store, const std::string& lane, const TrendOp
   if (lane.empty()) throw std::invalid_argument("--lane must not be empty");
   if (!options.since.empty()) {
     try {
-      receipts::parse_time(options.since, receipts::unix_now());
-    } catch (const receipts::StoreError& e) {
+      base::parse_time(options.since, base::unix_now());
+    } catch (const base::InputError& e) {
       throw std::invalid_argument(fmt::format("--since: {}", e.what()));
     }
   }
@@ -304,14 +304,14 @@ std::string render_text(const Trend& t) {
   for (std::size_t s = 0; s < t.segments.size(); ++s)
     for (std::size_t i = t.segments[s].first; i <= t.segments[s].last; ++i) {
       const auto& p = t.points[i];
-      out += fmt::format("{:>6}  {:<19}  {:>10.3f}  {:>10}  {}\n", p.run_id, receipts::format_utc(p.started_at), p.median_step_ms,
+      out += fmt::format("{:>6}  {:<19}  {:>10.3f}  {:>10}  {}\n", p.run_id, base::format_utc(p.started_at), p.median_step_ms,
                          p.tokens_per_s ? fmt::format("{:.0f}", *p.tokens_per_s) : "-", s + 1);
     }
   out += "segments:\n";
   for (std::size_t s = 0; s < t.segments.size(); ++s) {
     const auto& seg = t.segments[s];
     out += fmt::format("  {}: {} run(s), {} .. {}: median step {:.3f} ms, tokens/s {}\n", s + 1, seg.last - seg.first + 1,
-                       receipts::format_utc(t.points[seg.first].started_at), receipts::format_utc(t.points[seg.last].started_at), seg.median_step_ms,
+                       base::format_utc(t.points[seg.first].started_at), base::format_utc(t.points[seg.last].started_at), seg.median_step_ms,
                        seg.median_tokens_per_s ? fmt::format("{:.0f}", *seg.median_tokens_per_s) : "-");
   }
   for (const auto& s : t.shifts) {

@@ -18,7 +18,7 @@
 #include <sstream>
 
 #include "kernels/catalog.h"
-#include "receipts/sha256.h"
+#include "base/sha256.h"
 
 namespace ablate::spec {
 namespace {
@@ -498,8 +498,8 @@ nlohmann::json canonical_json(const ExperimentSpec& spec_in) {
   return j;
 }
 
-std::string spec_hash(const ExperimentSpec& spec) { return receipts::sha256_hex(canonical_json(spec).dump()); }
+std::string spec_hash(const ExperimentSpec& spec) { return base::sha256_hex(canonical_json(spec).dump()); }
 
-std::string model_hash(const ExperimentSpec& spec) { return receipts::sha256_hex(canonical_json(spec)["model"].dump()); }
+std::string model_hash(const ExperimentSpec& spec) { return base::sha256_hex(canonical_json(spec)["model"].dump()); }
 
 }  // namespace ablate::spec

@@ -19,7 +19,7 @@
 
 #include "harness/cli/commands.h"
 #include "kernels/catalog.h"
-#include "receipts/clock.h"
+#include "base/clock.h"
 #include "receipts/store.h"
 #include "report/gate.h"
 #ifdef ABLATE_WITH_TORCH
@@ -126,12 +126,12 @@ void register_catalog(CLI::App& app, Globals& g) {
         const auto& d = r["decision"];
         fmt::print("{:<15} {:<15} ({} by decision {} of {} UTC; catalog role {})\n", "", "",
                    d["verdict"] == "KEEP" ? "kept" : "dropped", d["decision_id"].get<std::int64_t>(),
-                   receipts::format_utc(d["decided_at"].get<double>()),
+                   base::format_utc(d["decided_at"].get<double>()),
                    r["catalog_role"].is_null() ? "-" : r["catalog_role"].get<std::string>());
       } else if (lane.empty()) {
         for (const auto& k : r["kept_on"])
           fmt::print("{:<15} {:<15} (keep on lane {} by decision {} of {} UTC)\n", "", "", k["lane"].get<std::string>(),
-                     k["decision_id"].get<std::int64_t>(), receipts::format_utc(k["decided_at"].get<double>()));
+                     k["decision_id"].get<std::int64_t>(), base::format_utc(k["decided_at"].get<double>()));
       }
     }
     return kExitOk;

@@ -5,7 +5,7 @@
 
 #include <stdexcept>
 
-#include "data/errors.h"
+#include "base/errors.h"
 #include "spec/spec.h"
 #include "receipts/store.h"
 
@@ -49,9 +49,9 @@ int run_selected(CLI::App& app, Globals& g) {
       // Bad input (store, data, configuration against this machine) is exit 2; anything else
       // means the work itself failed.
       // A store file that is damaged or cannot be written is the --db the user gave: bad input too.
-      const bool bad_input = dynamic_cast<const receipts::StoreError*>(&e) ||
+      const bool bad_input = dynamic_cast<const base::InputError*>(&e) ||  // StoreError, DataError
                              dynamic_cast<const receipts::StoreFileError*>(&e) ||
-                             dynamic_cast<const data::DataError*>(&e) || dynamic_cast<const std::invalid_argument*>(&e);
+                             dynamic_cast<const std::invalid_argument*>(&e);
       fmt::print(stderr, "ablate: error: {}\n", e.what());
       return bad_input ? kExitBadInput : kExitRunFailed;
     }

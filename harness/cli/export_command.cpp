@@ -8,7 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "harness/cli/commands.h"
-#include "report/atomic_write.h"
+#include "base/atomic_write.h"
 #include "report/export.h"
 #include "report/report.h"
 
@@ -52,7 +52,7 @@ void register_export(CLI::App& app, Globals& g) {
     if (out.empty()) {
       fmt::print("{}", text);
     } else {
-      report::write_file_atomically(out, text);
+      base::write_file_atomically(out, text);
       fmt::print(stderr, "ablate: export: {} {} row(s) to {}\n", records.rows.size(), what, out);
     }
     return kExitOk;

@@ -10,7 +10,7 @@
 #include <filesystem>
 
 #include "harness/cli/commands.h"
-#include "report/atomic_write.h"
+#include "base/atomic_write.h"
 #include "report/plots.h"
 #include "report/report.h"
 
@@ -45,7 +45,7 @@ void register_report(CLI::App& app, Globals& g) {
                                                               {"report.json", report::to_json(rep).dump(2) + "\n"}};
     for (const auto& plot : plots.plots) files.push_back({plot.file, plot.svg + "\n"});
     const std::string dir = out_dir.empty() ? default_out_dir(matrix.empty() ? selector : matrix) : out_dir;
-    report::write_files_atomically(dir, files);
+    base::write_files_atomically(dir, files);
     if (!plots.note.empty()) fmt::print(stderr, "ablate: report: {}\n", plots.note);
     const auto without_runs = std::count_if(rep.declared_cells.begin(), rep.declared_cells.end(),
                                             [](const auto& d) { return d.run_ids.empty(); });

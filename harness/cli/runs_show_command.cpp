@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "harness/cli/commands.h"
-#include "receipts/clock.h"
+#include "base/clock.h"
 #include "receipts/store.h"
 
 namespace ablate::cli {
@@ -92,7 +92,7 @@ void register_receipt_queries(CLI::App& app, Globals& g) {
     for (const auto& r : rows) {
       const auto& s = r.summary;
       fmt::print("{:>5}  {:<9}  {:<24}  {:<19}  {:>5}  {:>9}  {:>10}  {:>6}  {:>8}  {:>10}  {}\n", r.id,
-                 receipts::to_string(r.status), r.name.substr(0, 24), receipts::format_utc(r.started_at), opt(s.steps),
+                 receipts::to_string(r.status), r.name.substr(0, 24), base::format_utc(r.started_at), opt(s.steps),
                  opt(s.median_step_ms, "{:.2f}"), opt(s.tokens_per_s, "{:.0f}"),
                  s.mfu ? fmt::format("{:.1f}%", *s.mfu * 100) : "-",
                  s.goodput_pct ? fmt::format("{:.1f}%", *s.goodput_pct) : "-", human_bytes(s.peak_memory_bytes),
@@ -123,7 +123,7 @@ void register_receipt_queries(CLI::App& app, Globals& g) {
     const auto r = store.get_run(run_id);
     fmt::print("run {}  {}  [{}]\n", r.id, r.name, receipts::to_string(r.status));
     if (r.error) fmt::print("error: {}\n", *r.error);
-    fmt::print("started {} UTC, ended {}, host {}, spec {}\n", receipts::format_utc(r.started_at), r.ended_at ? receipts::format_utc(*r.ended_at) + " UTC" : "-",
+    fmt::print("started {} UTC, ended {}, host {}, spec {}\n", base::format_utc(r.started_at), r.ended_at ? base::format_utc(*r.ended_at) + " UTC" : "-",
                r.host, r.spec_hash.substr(0, 16));
     fmt::print("evidence: {}\n", receipts::is_evidence(r) ? "yes" : "no (only complete ok runs count)");
     const auto& s = r.summary;

@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "receipts/remove_tree.h"
+#include "base/remove_tree.h"
 
 namespace ablate::harness {
 namespace fs = std::filesystem;
@@ -42,7 +42,7 @@ std::string save_checkpoint(const std::string& dir, torch::nn::Module& model, Ad
   fs::create_directories(root);
   const fs::path final_dir = root / fmt::format("step-{:08d}", state.next_step);
   const fs::path tmp = root / fmt::format(".step-{:08d}.tmp", state.next_step);
-  receipts::remove_tree(tmp);
+  base::remove_tree(tmp);
   fs::create_directories(tmp);
 
   torch::serialize::OutputArchive model_archive;
@@ -59,7 +59,7 @@ std::string save_checkpoint(const std::string& dir, torch::nn::Module& model, Ad
   write_text(tmp / "COMPLETE", "ok\n");
   fsync_path(tmp);
 
-  receipts::remove_tree(final_dir);  // a checkpoint of the same step from an earlier attempt
+  base::remove_tree(final_dir);  // a checkpoint of the same step from an earlier attempt
   fs::rename(tmp, final_dir);
   fsync_path(root);
   return final_dir.string();

@@ -29,7 +29,7 @@
 #include "harness/train/step_executor.h"
 #include "harness/train/step_graph.h"
 #include "receipts/schema.h"
-#include "receipts/sha256.h"
+#include "base/sha256.h"
 
 namespace ablate::harness {
 namespace {

@@ -25,11 +25,7 @@ torch::Tensor attention_reference(const torch::Tensor& q, const torch::Tensor& k
 }  // namespace
 
 ABLATE_REGISTER_BACKENDS(attention_reference) {
-  registry.attention({.name = "reference",
-                      .role = Role::reference,
-                      .description = "causal softmax attention in LibTorch ops (fp32 softmax for bf16 inputs)",
-                      .unavailable_reason = &availability::always},
-                     &attention_reference);
+  registry.attention("reference", &attention_reference);
 }
 
 }  // namespace ablate::kernels

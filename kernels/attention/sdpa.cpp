@@ -93,22 +93,6 @@ torch::Tensor sdpa_attention(SdpaKernel kernel, const torch::Tensor& q, const to
   return out.size(-1) == dv ? out : out.narrow(-1, 0, dv);
 }
 
-// FlashAttention-2 inside LibTorch: sm80+, bf16/fp16 only (fp32 is rejected by the kernel).
-std::string sdpa_flash_unavailable(const DeviceInfo& dev) {
-  if (auto r = availability::needs_compute_capability(dev, 8, 0); !r.empty()) return r;
-  return availability::needs_half_precision(dev);
-}
-
-// cuDNN fused attention: enabled for Hopper (sm90) and newer. It accepts fp32 inputs without an error
-// but returns NaN (checked on an H100 with LibTorch 2.11 + cuDNN 9.19), so fp32 counts as unavailable.
-std::string sdpa_cudnn_unavailable(const DeviceInfo& dev) {
-  if (auto r = availability::needs_compute_capability(dev, 9, 0); !r.empty()) return r;
-  return availability::needs_half_precision(dev);
-}
-
-// Memory-efficient attention (CUTLASS, from xFormers): any CUDA device LibTorch supports; fp32 and bf16.
-std::string sdpa_efficient_unavailable(const DeviceInfo& dev) { return availability::needs_cuda(dev); }
-
 // The AttentionFn of one SDPA kernel.
 template <SdpaKernel kernel>
 torch::Tensor sdpa(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale) {
@@ -118,31 +102,9 @@ torch::Tensor sdpa(const torch::Tensor& q, const torch::Tensor& k, const torch::
 }  // namespace
 
 ABLATE_REGISTER_BACKENDS(attention_sdpa) {
-  registry.attention({.name = "sdpa_flash",
-                      .role = Role::vendor,
-                      .fallback = "reference",
-                      .kernel_patterns = {"flash_fwd", "flash_bwd"},
-                      .description = "at::_scaled_dot_product_flash_attention (FlashAttention-2); head dims "
-                                     "padded to a multiple of 8, v padded to the q/k head dim",
-                      .unavailable_reason = &sdpa_flash_unavailable},
-                     &sdpa<SdpaKernel::flash>);
-  registry.attention({.name = "sdpa_cudnn",
-                      .role = Role::vendor,
-                      .fallback = "reference",
-                      .kernel_patterns = {"cudnn_generated_fort_native_sdpa", "cudnn::fusion"},
-                      .description = "at::_scaled_dot_product_cudnn_attention (cuDNN fused flash attention); "
-                                     "head dims padded to a multiple of 8, a one-position sequence to two "
-                                     "(its backward rejects s = 1)",
-                      .unavailable_reason = &sdpa_cudnn_unavailable},
-                     &sdpa<SdpaKernel::cudnn>);
-  registry.attention({.name = "sdpa_efficient",
-                      .role = Role::vendor,
-                      .fallback = "reference",
-                      .kernel_patterns = {"fmha_cutlassF", "fmha_cutlassB"},
-                      .description = "at::_scaled_dot_product_efficient_attention (CUTLASS memory-efficient "
-                                     "attention); head dims padded to a multiple of 8",
-                      .unavailable_reason = &sdpa_efficient_unavailable},
-                     &sdpa<SdpaKernel::efficient>);
+  registry.attention("sdpa_flash", &sdpa<SdpaKernel::flash>);
+  registry.attention("sdpa_cudnn", &sdpa<SdpaKernel::cudnn>);
+  registry.attention("sdpa_efficient", &sdpa<SdpaKernel::efficient>);
 }
 
 }  // namespace ablate::kernels

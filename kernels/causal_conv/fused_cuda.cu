@@ -20,14 +20,9 @@
 // --benchmark_filter=causal_conv.
 // Without a CUDA compiler this file is compiled as C++ with everything but the registration left out
 // (kernels/registry.h): the row stays listed, unavailable as "built without CUDA".
+#include "kernels/causal_conv/limits.h"
 #include "kernels/causal_conv/reference.h"
 #include "kernels/registry.h"
-
-namespace ablate::kernels {
-namespace {
-constexpr int kMaxTaps = 4;  // Griffin's width; wider kernels stay on the reference
-}  // namespace
-}  // namespace ablate::kernels
 
 #if defined(__CUDACC__)
 #include "kernels/cuda_common.cuh"
@@ -331,26 +326,8 @@ Tensor causal_conv(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 #endif  // __CUDACC__
 
 namespace ablate::kernels {
-namespace {
-
-// Hopper, fp32 or bf16, and the model's conv width within the taps the kernel keeps in registers.
-std::string causal_conv_fused_unavailable(const DeviceInfo& dev) {
-  if (auto why = availability::hopper_fp32_or_bf16(dev); !why.empty()) return why;
-  return availability::dims_at_most(dev.model.conv_width, kMaxTaps, "model.recurrent.conv_width", "taps",
-                                    "causal_conv");
-}
-
-}  // namespace
-
 ABLATE_REGISTER_BACKENDS(causal_conv_fused_cuda) {
-  registry.causal_conv({.name = "fused_cuda",
-                        .role = Role::experimental,
-                        .fallback = "reference",
-                        .kernel_patterns = {"ablate_causal_conv_"},
-                        .description = "kernels/causal_conv/fused_cuda.cu: one pass each way, the last K-1 rows "
-                                       "in registers; parameter gradients as per-tile partial sums (no atomics)",
-                        .unavailable_reason = &causal_conv_fused_unavailable},
-                       ABLATE_CUDA_ONLY(&fused::causal_conv));
+  registry.causal_conv("fused_cuda", ABLATE_CUDA_ONLY(&fused::causal_conv));
 }
 
 }  // namespace ablate::kernels

@@ -37,11 +37,7 @@ torch::Tensor causal_conv_reference(const torch::Tensor& x, const torch::Tensor&
 }  // namespace
 
 ABLATE_REGISTER_BACKENDS(causal_conv_reference) {
-  registry.causal_conv({.name = "reference",
-                        .role = Role::reference,
-                        .description = "zero padding and one shifted product per tap in LibTorch ops",
-                        .unavailable_reason = &availability::always},
-                       &causal_conv_reference);
+  registry.causal_conv("reference", &causal_conv_reference);
 }
 
 }  // namespace ablate::kernels

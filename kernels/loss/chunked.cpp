@@ -91,14 +91,7 @@ torch::Tensor loss_chunked(const torch::Tensor& hidden, const torch::Tensor& hea
 }
 
 ABLATE_REGISTER_BACKENDS(loss_chunked) {
-  registry.loss({.name = "chunked",
-                 .role = Role::experimental,
-                 .fallback = "reference",
-                 .kernel_patterns = {},
-                 .description = "head matmul + cross-entropy over row chunks; backward recomputes each chunk's "
-                                "logits, so the full logits never exist at once",
-                 .unavailable_reason = &availability::always},
-                [](const torch::Tensor& h, const torch::Tensor& w, const torch::Tensor& t, const torch::Tensor& m) {
+  registry.loss("chunked", [](const torch::Tensor& h, const torch::Tensor& w, const torch::Tensor& t, const torch::Tensor& m) {
                   return loss_chunked(h, w, t, m);
                 });
 }

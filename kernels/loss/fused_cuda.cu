@@ -372,15 +372,7 @@ Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& head_weight, con
 namespace ablate::kernels {
 
 ABLATE_REGISTER_BACKENDS(loss_fused_cuda) {
-  registry.loss({.name = "fused_cuda",
-                 .role = Role::experimental,
-                 .fallback = "chunked",
-                 .kernel_patterns = {"ablate_lce_rows", "ablate_lce_scale"},
-                 .description = "kernels/loss/fused_cuda.cu: fused linear cross-entropy, row chunks of ~256 MiB "
-                                "of logits, online log-sum-exp and the logits gradient in one kernel, gradients "
-                                "computed in forward",
-                 .unavailable_reason = &availability::hopper_fp32_or_bf16},
-                ABLATE_CUDA_ONLY([](const torch::Tensor& h, const torch::Tensor& w, const torch::Tensor& t,
+  registry.loss("fused_cuda", ABLATE_CUDA_ONLY([](const torch::Tensor& h, const torch::Tensor& w, const torch::Tensor& t,
                                     const torch::Tensor& m) {
                   return fused::linear_cross_entropy(h, w, t, m, fused::LossReduction::mean);
                 }));

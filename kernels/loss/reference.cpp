@@ -21,11 +21,7 @@ torch::Tensor loss_full_logits(const torch::Tensor& hidden, const torch::Tensor&
 }  // namespace
 
 ABLATE_REGISTER_BACKENDS(loss_reference) {
-  registry.loss({.name = "reference",
-                 .role = Role::reference,
-                 .description = "full logits + masked cross-entropy in LibTorch ops",
-                 .unavailable_reason = &availability::always},
-                &loss_full_logits);
+  registry.loss("reference", &loss_full_logits);
 }
 
 }  // namespace ablate::kernels

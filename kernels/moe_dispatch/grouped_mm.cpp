@@ -152,32 +152,10 @@ torch::Tensor moe_dispatch_grouped(const torch::Tensor& x, const torch::Tensor& 
   return y;
 }
 
-// LibTorch's grouped GEMM (at::_grouped_mm): on CUDA the CUTLASS sm90 kernels, bf16/fp16 only; on the
-// CPU its own fp32/bf16 implementation. No fp64 kernel anywhere.
-std::string grouped_mm_unavailable(const DeviceInfo& dev) {
-  if (dev.dtype == "fp64") return "at::_grouped_mm has no fp64 kernel";
-  if (!dev.cuda) return "";
-  if (auto r = availability::needs_compute_capability(dev, 9, 0); !r.empty()) return r;
-  return availability::needs_half_precision(dev);
-}
-
 }  // namespace
 
 ABLATE_REGISTER_BACKENDS(moe_dispatch_grouped_mm) {
-  registry.moe_dispatch({.name = "grouped_mm",
-                         .role = Role::vendor,
-                         .fallback = "reference",
-                         // CUTLASS's grouped GEMM (cutlass::gemm::GroupProblemShape), in the raw name
-                         // CUPTI keeps when the demangler gives up on it, and in the demangled one; the
-                         // fused passes around it (expert_kernels.cu).
-                         .kernel_patterns = {"GroupProblemShape", "ablate_moe_sum_slots", "ablate_moe_swiglu",
-                                             "ablate_moe_copy_blocks"},
-                         .description = "dropless without a host sync: slots sorted by expert on the device, "
-                                        "the expert matmuls as LibTorch grouped GEMMs (at::_grouped_mm, gate and "
-                                        "up in one) over device offsets, the SwiGLU with the routing weight and "
-                                        "the k-slot sums as fused CUDA passes; CUDA-graph capturable",
-                         .unavailable_reason = &grouped_mm_unavailable},
-                        &moe_dispatch_grouped);
+  registry.moe_dispatch("grouped_mm", &moe_dispatch_grouped);
 }
 
 }  // namespace ablate::kernels

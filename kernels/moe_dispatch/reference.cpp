@@ -66,15 +66,7 @@ torch::Tensor moe_dispatch_standard(const torch::Tensor& x, const torch::Tensor&
 }  // namespace
 
 ABLATE_REGISTER_BACKENDS(moe_dispatch_reference) {
-  registry.moe_dispatch({.name = "reference",
-                         .role = Role::reference,
-                         .description = "standard path: permute by expert, pad to capacity, bmm, unpad, unpermute, "
-                                        "weighted sum; dropless mode syncs the host once for the largest expert load",
-                         .unavailable_reason = &availability::always,
-                         .capture = Capture::not_when_dropless,
-                         .capture_reason = "reads the largest expert load on the host in every E layer, and a host "
-                                           "sync cannot be captured"},
-                        &moe_dispatch_standard);
+  registry.moe_dispatch("reference", &moe_dispatch_standard);
 }
 
 }  // namespace ablate::kernels

@@ -22,14 +22,9 @@
 // --benchmark_filter=moe_router.
 // Without a CUDA compiler this file is compiled as C++ with everything but the registration left out
 // (kernels/registry.h): the row stays listed, unavailable as "built without CUDA".
+#include "kernels/moe_router/limits.h"
 #include "kernels/moe_router/reference.h"
 #include "kernels/registry.h"
-
-namespace ablate::kernels {
-namespace {
-constexpr int kMaxExperts = 64;  // 64 fp32 accumulators a lane; more experts stay on the reference
-}  // namespace
-}  // namespace ablate::kernels
 
 #if defined(__CUDACC__)
 #include <cmath>
@@ -387,24 +382,8 @@ MoeRouterOutputs moe_router(const Tensor& x, const Tensor& weight, int64_t top_k
 #endif  // __CUDACC__
 
 namespace ablate::kernels {
-namespace {
-
-std::string moe_router_fused_unavailable(const DeviceInfo& dev) {
-  if (auto why = availability::hopper_fp32_or_bf16(dev); !why.empty()) return why;
-  return availability::dims_at_most(dev.model.experts, kMaxExperts, "model.moe.experts", "experts", "moe_router");
-}
-
-}  // namespace
-
 ABLATE_REGISTER_BACKENDS(moe_router_fused_cuda) {
-  registry.moe_router({.name = "fused_cuda",
-                       .role = Role::experimental,
-                       .fallback = "reference",
-                       .kernel_patterns = {"ablate_moe_router_"},
-                       .description = "kernels/moe_router/fused_cuda.cu: logits, softmax and top-k in one pass "
-                                      "over x in its own dtype; dx and dW without an fp32 copy of x",
-                       .unavailable_reason = &moe_router_fused_unavailable},
-                      ABLATE_CUDA_ONLY(&fused::moe_router));
+  registry.moe_router("fused_cuda", ABLATE_CUDA_ONLY(&fused::moe_router));
 }
 
 }  // namespace ablate::kernels

@@ -38,11 +38,7 @@ MoeRouterOutputs moe_router_reference(const torch::Tensor& x, const torch::Tenso
 }  // namespace
 
 ABLATE_REGISTER_BACKENDS(moe_router_reference) {
-  registry.moe_router({.name = "reference",
-                       .role = Role::reference,
-                       .description = "x into fp32, an fp32 linear, softmax and top-k in LibTorch ops",
-                       .unavailable_reason = &availability::always},
-                      &moe_router_reference);
+  registry.moe_router("reference", &moe_router_reference);
 }
 
 }  // namespace ablate::kernels

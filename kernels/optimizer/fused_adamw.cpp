@@ -25,14 +25,7 @@ void adamw_fused(at::TensorList params, at::TensorList grads, at::TensorList exp
 }  // namespace
 
 ABLATE_REGISTER_BACKENDS(optimizer_fused_adamw) {
-  registry.optimizer({.name = "fused_adamw",
-                      .role = Role::vendor,
-                      .fallback = "reference",
-                      .kernel_patterns = {"FusedAdamMathFunctor"},
-                      .description = "LibTorch's fused multi-tensor AdamW (at::_fused_adamw_, learning rate "
-                                     "as a tensor): every parameter of a group in a few launches",
-                      .unavailable_reason = &availability::always},
-                     &adamw_fused);
+  registry.optimizer("fused_adamw", &adamw_fused);
 }
 
 }  // namespace ablate::kernels

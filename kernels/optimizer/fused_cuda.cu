@@ -168,15 +168,7 @@ void adamw(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
 namespace ablate::kernels {
 
 ABLATE_REGISTER_BACKENDS(optimizer_fused_cuda) {
-  registry.optimizer({.name = "fused_cuda",
-                      .role = Role::experimental,
-                      .fallback = "fused_adamw",
-                      .kernel_patterns = {"ablate_adamw"},
-                      .description = "kernels/optimizer/fused_cuda.cu: AdamW over every parameter of a group in "
-                                     "a few launches, the clipping's scale divided in as each gradient is read "
-                                     "(no write-back of the divided gradient); fp32, contiguous",
-                      .unavailable_reason = &availability::hopper_fp32_or_bf16},
-                     ABLATE_CUDA_ONLY(&fused::adamw));
+  registry.optimizer("fused_cuda", ABLATE_CUDA_ONLY(&fused::adamw));
 }
 
 }  // namespace ablate::kernels

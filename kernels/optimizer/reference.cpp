@@ -35,12 +35,7 @@ void adamw_reference(at::TensorList params, at::TensorList grads, at::TensorList
 }  // namespace
 
 ABLATE_REGISTER_BACKENDS(optimizer_reference) {
-  registry.optimizer({.name = "reference",
-                      .role = Role::reference,
-                      .description = "AdamW in LibTorch ops, one parameter at a time; bias corrections from the "
-                                     "step tensor on the device (no host read, capturable)",
-                      .unavailable_reason = &availability::always},
-                     &adamw_reference);
+  registry.optimizer("reference", &adamw_reference);
 }
 
 }  // namespace ablate::kernels

@@ -725,15 +725,7 @@ RecurrentScanOutputs recurrent_scan(const RecurrentScanInputs& in) {
 namespace ablate::kernels {
 
 ABLATE_REGISTER_BACKENDS(recurrent_scan_fused_cuda) {
-  registry.recurrent_scan({.name = "fused_cuda",
-                           .role = Role::experimental,
-                           .fallback = "reference",
-                           .kernel_patterns = {"ablate_rglru_"},
-                           .description = "kernels/recurrent_scan/fused_cuda.cu: gates and recurrence fused, "
-                                          "chunk scans chained by runs in one pass forward and one "
-                                          "backward; deterministic d lambda",
-                           .unavailable_reason = &availability::hopper_fp32_or_bf16},
-                          ABLATE_CUDA_ONLY(&fused::recurrent_scan));
+  registry.recurrent_scan("fused_cuda", ABLATE_CUDA_ONLY(&fused::recurrent_scan));
 }
 
 }  // namespace ablate::kernels

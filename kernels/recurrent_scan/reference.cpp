@@ -202,11 +202,7 @@ RecurrentScanOutputs recurrent_scan_chunked(const RecurrentScanInputs& in, int64
 namespace ablate::kernels {
 
 ABLATE_REGISTER_BACKENDS(recurrent_scan_reference) {
-  registry.recurrent_scan({.name = "reference",
-                           .role = Role::reference,
-                           .description = "RG-LRU gates and linear recurrence, chunked, in LibTorch ops, fp32",
-                           .unavailable_reason = &availability::always},
-                          [](const RecurrentScanInputs& in) { return reference::recurrent_scan_chunked(in); });
+  registry.recurrent_scan("reference", [](const RecurrentScanInputs& in) { return reference::recurrent_scan_chunked(in); });
 }
 
 }  // namespace ablate::kernels

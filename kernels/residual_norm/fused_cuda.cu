@@ -403,15 +403,7 @@ std::pair<Tensor, Tensor> residual_norm(const Tensor& x, const Tensor& residual,
 namespace ablate::kernels {
 
 ABLATE_REGISTER_BACKENDS(residual_norm_fused_cuda) {
-  registry.residual_norm({.name = "fused_cuda",
-                          .role = Role::experimental,
-                          .fallback = "reference",
-                          .kernel_patterns = {"ablate_residual_norm_fwd", "ablate_residual_norm_bwd",
-                                              "ablate_residual_norm_dw"},
-                          .description = "kernels/residual_norm/fused_cuda.cu: add + RMSNorm in one pass forward "
-                                         "and one backward (rows in registers), deterministic two-stage dw",
-                          .unavailable_reason = &availability::hopper_fp32_or_bf16},
-                         ABLATE_CUDA_ONLY(&fused::residual_norm));
+  registry.residual_norm("fused_cuda", ABLATE_CUDA_ONLY(&fused::residual_norm));
 }
 
 }  // namespace ablate::kernels

@@ -21,11 +21,7 @@ std::pair<torch::Tensor, torch::Tensor> residual_norm_reference(const torch::Ten
 }  // namespace
 
 ABLATE_REGISTER_BACKENDS(residual_norm_reference) {
-  registry.residual_norm({.name = "reference",
-                          .role = Role::reference,
-                          .description = "residual add + RMSNorm in LibTorch ops, fp32 arithmetic",
-                          .unavailable_reason = &availability::always},
-                         &residual_norm_reference);
+  registry.residual_norm("reference", &residual_norm_reference);
 }
 
 }  // namespace ablate::kernels

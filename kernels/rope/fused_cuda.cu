@@ -299,14 +299,7 @@ std::pair<Tensor, Tensor> rope(const Tensor& q_nope, const Tensor& q_rope, const
 namespace ablate::kernels {
 
 ABLATE_REGISTER_BACKENDS(rope_fused_cuda) {
-  registry.rope({.name = "fused_cuda",
-                 .role = Role::experimental,
-                 .fallback = "reference",
-                 .kernel_patterns = {"ablate_rope_fwd", "ablate_rope_bwd"},
-                 .description = "kernels/rope/fused_cuda.cu: rotates q_r and the shared k_r and writes the "
-                                "concatenated q and k in one launch; backward one launch",
-                 .unavailable_reason = &availability::hopper_fp32_or_bf16},
-                ABLATE_CUDA_ONLY(&fused::rope));
+  registry.rope("fused_cuda", ABLATE_CUDA_ONLY(&fused::rope));
 }
 
 }  // namespace ablate::kernels

@@ -25,11 +25,7 @@ std::pair<torch::Tensor, torch::Tensor> rope_reference(const torch::Tensor& q_no
 }  // namespace
 
 ABLATE_REGISTER_BACKENDS(rope_reference) {
-  registry.rope({.name = "reference",
-                 .role = Role::reference,
-                 .description = "rotation of adjacent pairs (2i, 2i+1) in LibTorch ops, fp32 arithmetic",
-                 .unavailable_reason = &availability::always},
-                &rope_reference);
+  registry.rope("reference", &rope_reference);
 }
 
 }  // namespace ablate::kernels

@@ -96,11 +96,7 @@ SsmRotaryOutputs ssm_rotary(const SsmRotaryInputs& in) {
 namespace ablate::kernels {
 
 ABLATE_REGISTER_BACKENDS(ssm_rotary_reference) {
-  registry.ssm_rotary({.name = "reference",
-                       .role = Role::reference,
-                       .description = "Mamba-3 angles and per-head rotated B, C in LibTorch ops, fp32",
-                       .unavailable_reason = &availability::always},
-                      &reference::ssm_rotary);
+  registry.ssm_rotary("reference", &reference::ssm_rotary);
 }
 
 }  // namespace ablate::kernels

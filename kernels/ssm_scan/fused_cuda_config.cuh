@@ -10,17 +10,15 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/ssm_scan/limits.h"
+
 namespace ablate::kernels::fused {
 namespace {
 
 // 8 warps a block (every kernel but the finish launch): the tile tasks and the state scans' accumulator
 // tiles (kScanTilesPerWarp) are spread over them; the bf16 tiles fit 2 such blocks an SM on an H100.
 constexpr int kThreads = 256;
-// Longest chunk L: the log alpha scans hold a chunk's rows two a lane (lane, lane + 32) of one warp.
-constexpr int kMaxChunk = 64;
-// Largest head dim P and state N: the backward's dy loader takes 2 column pairs a lane (2 lane + 64 u),
-// its key dot 4 keys a lane, and the state scans' accumulators are sized for N = kMaxDim.
-constexpr int kMaxDim = 128;
+// kMaxChunk, kMaxDim, ld_of: kernels/ssm_scan/limits.h (the catalog row's availability check reads them).
 
 // Global-to-shared tile loads: each thread issues kLoadsInFlight 16-byte loads before it stores any
 // (a loop of one dependent element load per iteration waits a full memory latency per element).
@@ -35,10 +33,6 @@ constexpr bool kTensorCores = std::is_same_v<TX, __nv_bfloat16>;
 // more) blocks of 8 warps on an H100, whose warps then hide each other's barrier and load latency.
 template <typename TX, typename TQK>
 constexpr int kMinBlocks = kTensorCores<TX, TQK> ? 2 : 0;  // 0: no directive (SIMT)
-
-// Padded leading dimension of the SIMT path's fp32 tiles: odd, so a warp's column-strided reads hit
-// distinct banks.
-__host__ __device__ __forceinline__ int ld_of(int width) { return width + 1; }
 
 // Row stride (elements) of a bf16 tile `width` (a multiple of 16) wide: width + 8, an odd number of
 // 16-byte units, so the 8 row addresses of an ldmatrix 8x8 matrix hit 8 distinct groups of 4 banks.

@@ -301,13 +301,7 @@ __global__ void __launch_bounds__(kThreads) ablate_ssm_scan_bwd_state_pass(Param
   }
 }
 
-__host__ __device__ inline size_t bwd_chunk_smem_floats(int L, int P, int N) {
-  const int rows_big = (L + 1) > P ? (L + 1) : P;
-  return 3 * L + (L + 1) + 3 * L + (L + 1) + 1 + static_cast<size_t>(L) * ld_of(N) +
-         static_cast<size_t>(L + 1) * ld_of(N) + static_cast<size_t>(L + 1) * ld_of(P) +
-         static_cast<size_t>(L) * ld_of(P) + 2 * static_cast<size_t>(L) * ld_of(L) +
-         static_cast<size_t>(rows_big) * ld_of(N);
-}
+// bwd_chunk_smem_floats: kernels/ssm_scan/limits.h.
 
 }  // namespace
 }  // namespace ablate::kernels::fused

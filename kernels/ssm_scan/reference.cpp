@@ -236,11 +236,7 @@ SsmScanOutputs ssm_scan_chunked(const SsmScanInputs& in) {
 namespace ablate::kernels {
 
 ABLATE_REGISTER_BACKENDS(ssm_scan_reference) {
-  registry.ssm_scan({.name = "reference",
-                     .role = Role::reference,
-                     .description = "Mamba-3 SISO chunked scan in LibTorch ops, fp32",
-                     .unavailable_reason = &availability::always},
-                    &reference::ssm_scan_chunked);
+  registry.ssm_scan("reference", &reference::ssm_scan_chunked);
 }
 
 }  // namespace ablate::kernels

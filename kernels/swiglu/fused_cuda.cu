@@ -130,14 +130,7 @@ Tensor swiglu(const Tensor& a, const Tensor& b) { return SwigluFunction::apply(a
 namespace ablate::kernels {
 
 ABLATE_REGISTER_BACKENDS(swiglu_fused_cuda) {
-  registry.swiglu({.name = "fused_cuda",
-                   .role = Role::experimental,
-                   .fallback = "reference",
-                   .kernel_patterns = {"ablate_swiglu_fwd", "ablate_swiglu_bwd"},
-                   .description = "kernels/swiglu/fused_cuda.cu: silu(a) * b and its backward, one vectorised "
-                                  "element-wise pass each",
-                   .unavailable_reason = &availability::hopper_fp32_or_bf16},
-                  ABLATE_CUDA_ONLY(&fused::swiglu));
+  registry.swiglu("fused_cuda", ABLATE_CUDA_ONLY(&fused::swiglu));
 }
 
 }  // namespace ablate::kernels

@@ -6,11 +6,7 @@
 namespace ablate::kernels {
 
 ABLATE_REGISTER_BACKENDS(swiglu_reference) {
-  registry.swiglu({.name = "reference",
-                   .role = Role::reference,
-                   .description = "silu(a) * b in LibTorch ops",
-                   .unavailable_reason = &availability::always},
-                  [](const torch::Tensor& a, const torch::Tensor& b) { return torch::silu(a) * b; });
+  registry.swiglu("reference", [](const torch::Tensor& a, const torch::Tensor& b) { return torch::silu(a) * b; });
 }
 
 }  // namespace ablate::kernels

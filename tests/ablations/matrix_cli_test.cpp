@@ -13,7 +13,7 @@
 
 #include "receipts/store.h"
 #include "tests/cli_runner.h"
-#include "receipts/remove_tree.h"
+#include "base/remove_tree.h"
 
 namespace fs = std::filesystem;
 
@@ -30,7 +30,7 @@ class MatrixCli : public ::testing::Test {
            ("ablate-matrix-cli-" + std::to_string(::getpid()) + ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
-  void TearDown() override { ablate::receipts::remove_tree(dir_); }
+  void TearDown() override { ablate::base::remove_tree(dir_); }
   fs::path dir_;
 };
 

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "ablations/matrix_run.h"
-#include "receipts/remove_tree.h"
+#include "base/remove_tree.h"
 
 namespace fs = std::filesystem;
 using namespace ablate::ablations;
@@ -29,7 +29,7 @@ class MatrixRun : public ::testing::Test {
                            "[axes]\n\"backends.loss\" = [\"reference\", \"chunked\"]\n";
     matrix_ = load_matrix(file.string());
   }
-  void TearDown() override { ablate::receipts::remove_tree(dir_); }
+  void TearDown() override { ablate::base::remove_tree(dir_); }
 
   // A finished run recorded as the given matrix cell.
   void add_run(Store& store, int64_t matrix_id, const std::string& cell, int64_t repeat, RunStatus status) {

@@ -9,7 +9,7 @@
 
 #include "ablations/matrix.h"
 #include "spec/spec.h"
-#include "receipts/remove_tree.h"
+#include "base/remove_tree.h"
 
 namespace fs = std::filesystem;
 using namespace ablate::ablations;
@@ -48,7 +48,7 @@ class MatrixFile : public ::testing::Test {
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
-  void TearDown() override { ablate::receipts::remove_tree(dir_); }
+  void TearDown() override { ablate::base::remove_tree(dir_); }
   std::string write(const std::string& text) {
     const fs::path p = dir_ / "m.toml";
     std::ofstream(p) << text;

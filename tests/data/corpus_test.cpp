@@ -17,7 +17,7 @@
 #include "data/hash.h"
 #include "data/loader.h"
 #include "data/packing.h"
-#include "data/rng.h"
+#include "base/rng.h"
 #include "data/source.h"
 #include "data/tokenizer.h"
 #include "tests/data/data_fixtures.h"
@@ -28,7 +28,7 @@ using namespace ablate::data::test_fixtures;
 using ::testing::HasSubstr;
 
 TEST(DataCorpusTest, WalkOrderIsBytewiseAndFiltersExtensions) {
-  TempDir d;
+  ablate::base::TempDir d;
   for (const char* f : {"b.h", "a.cpp", "sub/c.hpp", "sub/Z.h", "sub.h", "x.txt", "noext", "d.H", "e.h.bak",
                         "deep/er/f.cu", "g.cuh", "h.hh", "i.hxx", "j.c", "k.cc"}) {
     write_file(d / f, std::string("/* ") + f + " */\n");
@@ -49,7 +49,7 @@ TEST(DataCorpusTest, WalkOrderIsBytewiseAndFiltersExtensions) {
 }
 
 TEST(DataCorpusTest, SymlinksAreSkippedAndLoopsDoNotTrapTheWalk) {
-  TempDir d;
+  ablate::base::TempDir d;
   write_file(d / "a.h", "a\n");
   write_file(d / "sub/b.h", "b\n");
   fs::create_directory_symlink(d.path(), d / "sub/loop");   // sub/loop -> root: a cycle
@@ -59,7 +59,7 @@ TEST(DataCorpusTest, SymlinksAreSkippedAndLoopsDoNotTrapTheWalk) {
   const CorpusListing l = list_corpus(d.path(), default_extensions(), 0);
   EXPECT_EQ(rel_paths(l), (std::vector<std::string>{"a.h", "sub/b.h"}));
   // The corpus folder itself may be a link, and spellings of one folder give one root and fingerprint.
-  TempDir other;
+  ablate::base::TempDir other;
   fs::create_directory_symlink(d.path(), other / "corpus");
   EXPECT_EQ(rel_paths(list_corpus(other / "corpus", default_extensions(), 0)), rel_paths(l));
   const CorpusListing respelled = list_corpus(d.path().string() + "/sub/.././", default_extensions(), 0);
@@ -68,7 +68,7 @@ TEST(DataCorpusTest, SymlinksAreSkippedAndLoopsDoNotTrapTheWalk) {
 }
 
 TEST(DataCorpusTest, CapNeverCutsADocument) {
-  TempDir d;
+  ablate::base::TempDir d;
   write_file(d / "a.h", std::string(10, 'a'));
   write_file(d / "b.h", std::string(20, 'b'));
   write_file(d / "c.h", std::string(30, 'c'));

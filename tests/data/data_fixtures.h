@@ -14,12 +14,12 @@
 #include "data/errors.h"
 #include "data/source.h"
 #include "data/tokenizer.h"
-#include "receipts/temp_dir.h"
+#include "base/temp_dir.h"
 
 namespace ablate::data::test_fixtures {
 
 namespace fs = std::filesystem;
-using ablate::receipts::TempDir;
+using ablate::base::TempDir;
 
 inline void write_file(const fs::path& p, const std::string& content) {
   fs::create_directories(p.parent_path());
@@ -42,8 +42,8 @@ inline std::vector<std::string> rel_paths(const CorpusListing& l) {
 
 // A corpus of three documents with known text, and options that read it with a private cache.
 struct SmallCorpus {
-  TempDir dir;
-  TempDir cache;
+  ablate::base::TempDir dir;
+  ablate::base::TempDir cache;
   SmallCorpus() {
     write_file(dir / "a.h", "int a;\n");            // 7 bytes
     write_file(dir / "b.cpp", "void b() {}\n");     // 12 bytes

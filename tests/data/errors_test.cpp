@@ -17,7 +17,7 @@
 #include "data/hash.h"
 #include "data/loader.h"
 #include "data/packing.h"
-#include "data/rng.h"
+#include "base/rng.h"
 #include "data/source.h"
 #include "data/tokenizer.h"
 #include "tests/data/data_fixtures.h"
@@ -28,7 +28,7 @@ using namespace ablate::data::test_fixtures;
 using ::testing::HasSubstr;
 
 TEST(DataErrorTest, MessagesSayWhatWhereAndHowToFix) {
-  TempDir d;
+  ablate::base::TempDir d;
   DataOptions o;
   o.cache_dir = (d / "cache").string();
   static_assert(std::is_base_of_v<std::runtime_error, DataError>);

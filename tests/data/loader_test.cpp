@@ -17,7 +17,7 @@
 #include "data/hash.h"
 #include "data/loader.h"
 #include "data/packing.h"
-#include "data/rng.h"
+#include "base/rng.h"
 #include "data/source.h"
 #include "data/tokenizer.h"
 #include "tests/data/data_fixtures.h"
@@ -109,5 +109,5 @@ TEST(DataLoaderTest, WaitTimeIsReportedWhenTheProducerIsSlow) {
   const LoadedBatch lb = loader.next();  // the producer needs ~30 ms per batch
   EXPECT_GT(lb.wait_ns, 5'000'000);
   // The source sees epoch and shuffled row: the ids are those of shuffled_order(100, 3, 0).
-  EXPECT_EQ(lb.batch.tokens[0], static_cast<int32_t>(shuffled_order(100, 3, 0)[1]));
+  EXPECT_EQ(lb.batch.tokens[0], static_cast<int32_t>(ablate::base::shuffled_order(100, 3, 0)[1]));
 }

@@ -17,7 +17,7 @@
 #include "data/hash.h"
 #include "data/loader.h"
 #include "data/packing.h"
-#include "data/rng.h"
+#include "base/rng.h"
 #include "data/source.h"
 #include "data/tokenizer.h"
 #include "tests/data/data_fixtures.h"
@@ -33,7 +33,7 @@ TEST(DataSourceTest, FirstEpochFollowsTheSeededOrderOverPackedRows) {
   const auto stream = SmallCorpus::stream();  // 43 ids -> ceil(42/4) = 11 rows
   const PackedRows rows(stream, 4);
   ASSERT_EQ(src->rows_per_epoch(), 11u);
-  const auto order = shuffled_order(11, 7, 0);
+  const auto order = ablate::base::shuffled_order(11, 7, 0);
   BatchIterator it(*src, {});
   const Batch b = it.next();
   EXPECT_EQ(b.batch_size, 3);

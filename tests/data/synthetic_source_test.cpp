@@ -17,7 +17,7 @@
 #include "data/hash.h"
 #include "data/loader.h"
 #include "data/packing.h"
-#include "data/rng.h"
+#include "base/rng.h"
 #include "data/source.h"
 #include "data/tokenizer.h"
 #include "tests/data/data_fixtures.h"

@@ -16,9 +16,9 @@
 #include <fstream>
 #include <thread>
 
-#include "receipts/sha256.h"
+#include "base/sha256.h"
 #include "receipts/store.h"
-#include "receipts/temp_dir.h"
+#include "base/temp_dir.h"
 #include "tests/cli_runner.h"
 
 namespace fs = std::filesystem;
@@ -35,7 +35,7 @@ const std::string kExe = std::string(ABLATE_BINARY_DIR) + "/ablate";
 
 class CliReceiptsTest : public ::testing::Test {
  protected:
-  ablate::receipts::TempDir dir_{"ablate-cli-receipts"};
+  ablate::base::TempDir dir_{"ablate-cli-receipts"};
   // A short CPU run of tiny on 300 kB of the corpus, its cache in the test folder.
   std::string short_run(const std::string& db) const {
     return "run " + kTiny + " --db " + db + " -q --no-profile --set train.steps=2 --set train.warmup_steps=1" +
@@ -66,7 +66,7 @@ void expect_refused_untouched(const ablate::testing::CliResult& r, const std::st
   EXPECT_THAT(r.out, HasSubstr(what)) << r.out;
   EXPECT_THAT(r.out, HasSubstr(fix)) << r.out;
   for (const char* sql : {"SELECT", "INSERT", "PRAGMA", "while running"}) EXPECT_THAT(r.out, Not(HasSubstr(sql))) << r.out;
-  EXPECT_EQ(ablate::receipts::sha256_file(db), before) << db << ": the store was modified";
+  EXPECT_EQ(ablate::base::sha256_file(db), before) << db << ": the store was modified";
 }
 
 }  // namespace
@@ -174,7 +174,7 @@ TEST_F(CliReceiptsTest, ADamagedStoreIsBadInputAndStaysUntouched) {
     f << std::string(size - 8192, 'Z');
   }
   for (const auto& db : {truncated, overwritten}) {
-    const std::string before = ablate::receipts::sha256_file(db);
+    const std::string before = ablate::base::sha256_file(db);
     for (const std::string& command : {short_run(db), "runs --db " + db}) {
       SCOPED_TRACE(command);
       expect_refused_untouched(run_cli(command), db, before, "the receipt store '" + db + "' is damaged",
@@ -204,7 +204,7 @@ TEST_F(CliReceiptsTest, AStoreThatCannotBeWrittenIsBadInputAndStaysUntouched) {
   fs::permissions(dir_.path() / "ro-folder", folder_perms);
 
   for (const auto& db : {ro_file, in_ro_folder}) {
-    const std::string before = ablate::receipts::sha256_file(db);
+    const std::string before = ablate::base::sha256_file(db);
     SCOPED_TRACE(db);
     expect_refused_untouched(run_shell(as_user + kExe + " " + short_run(db)), db, before,
                              "cannot write the receipt store '" + db + "': the file or its folder is read-only",

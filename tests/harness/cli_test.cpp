@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "receipts/remove_tree.h"
+#include "base/remove_tree.h"
 #include "receipts/store.h"
 #include "tests/cli_runner.h"
 
@@ -29,7 +29,7 @@ class CliTest : public ::testing::Test {
            ("ablate-cli-" + std::to_string(::getpid()) + ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
-  void TearDown() override { ablate::receipts::remove_tree(dir_); }
+  void TearDown() override { ablate::base::remove_tree(dir_); }
   fs::path dir_;
 };
 

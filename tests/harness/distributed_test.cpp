@@ -15,7 +15,7 @@
 #include <set>
 #include <sstream>
 
-#include "receipts/remove_tree.h"
+#include "base/remove_tree.h"
 #include "receipts/store.h"
 #include "tests/cli_runner.h"
 
@@ -30,7 +30,7 @@ class DistributedTest : public ::testing::Test {
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("ablate-dist-" + std::to_string(::getpid()) + "-" +
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    ablate::receipts::remove_tree(dir_);
+    ablate::base::remove_tree(dir_);
     fs::create_directories(dir_);
     db_ = (dir_ / "receipts.db").string();
     // tiny without its MoE block (pattern AMDR): the MoE load-balancing term and expert capacity are
@@ -44,7 +44,7 @@ class DistributedTest : public ::testing::Test {
                             "device = \"cpu\"\ndtype = \"fp32\"\nlog_every = 0\n"
                             "[distributed]\nnproc = 2\nbackend = \"gloo\"\ntimeout_s = 20\n";
   }
-  void TearDown() override { ablate::receipts::remove_tree(dir_); }
+  void TearDown() override { ablate::base::remove_tree(dir_); }
 
   std::string ablate(const std::string& args) { return "--db " + db_ + " " + args; }
 

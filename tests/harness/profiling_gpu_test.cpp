@@ -23,13 +23,13 @@
 #include <map>
 #include <set>
 
-#include "receipts/remove_tree.h"
+#include "base/remove_tree.h"
 #include "spec/spec.h"
 #include "harness/train/runner.h"
 #include "kernels/dispatch.h"
 #include "profiling/cupti_tracer.h"
 #include "profiling/trace_writer.h"
-#include "receipts/sha256.h"
+#include "base/sha256.h"
 #include "receipts/store.h"
 
 namespace fs = std::filesystem;
@@ -44,12 +44,12 @@ class ProfilingGpuTest : public ::testing::Test {
     if (!profiling::CuptiTracer::compiled_in()) GTEST_SKIP() << "built without CUPTI (no CUPTI headers at configure time)";
     dir_ = fs::temp_directory_path() / ("ablate-profgpu-" + std::to_string(::getpid()) + "-" +
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    receipts::remove_tree(dir_);
+    base::remove_tree(dir_);
     fs::create_directories(dir_);
     db_ = (dir_ / "receipts.db").string();
   }
   void TearDown() override {
-    if (!dir_.empty()) receipts::remove_tree(dir_);
+    if (!dir_.empty()) base::remove_tree(dir_);
   }
 
   harness::ExperimentSpec spec(std::vector<std::string> sets) {
@@ -89,6 +89,10 @@ TEST_F(ProfilingGpuTest, WindowIsTracedAttributedAndStored) {
   EXPECT_EQ(w["dropped_records"], 0);
   EXPECT_EQ(doc["env"]["profiling"], "ok");
   EXPECT_EQ(doc["run"]["summary"]["facts"]["profile"]["cupti_detached_after_window"], "yes");
+  // The traced steps 4 and 5 run slower (CUPTI): the headline median takes steps 2..7 but those two.
+  const auto& facts = doc["run"]["summary"]["facts"];
+  EXPECT_EQ(facts["window_steps_excluded"], 2) << facts.dump();
+  EXPECT_EQ(facts["steady_steps"], 4) << facts.dump();
 
   // Per-family time over the window's steps sums to the GPU busy time (compute + non-compute).
   int64_t family_ns = 0;
@@ -141,7 +145,7 @@ TEST_F(ProfilingGpuTest, WindowIsTracedAttributedAndStored) {
   ASSERT_EQ(doc["artifacts"].size(), 1u);
   const auto& art = doc["artifacts"][0];
   EXPECT_EQ(art["kind"], "trace");
-  EXPECT_EQ(art["sha256"], receipts::sha256_file(art["path"].get<std::string>()));
+  EXPECT_EQ(art["sha256"], base::sha256_file(art["path"].get<std::string>()));
   const auto trace = profiling::read_trace_file(art["path"]);
   EXPECT_EQ(trace["distributedInfo"]["rank"], 0);
   EXPECT_FALSE(trace["deviceProperties"].empty());

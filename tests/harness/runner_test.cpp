@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "data/errors.h"
-#include "receipts/remove_tree.h"
+#include "base/remove_tree.h"
 #include "spec/spec.h"
 #include "harness/train/runner.h"
 #include "kernels/catalog.h"
@@ -23,11 +23,11 @@ class RunnerTest : public ::testing::Test {
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("ablate-runner-" + std::to_string(::getpid()) + "-" +
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    receipts::remove_tree(dir_);
+    base::remove_tree(dir_);
     fs::create_directories(dir_);
     db_ = (dir_ / "receipts.db").string();
   }
-  void TearDown() override { receipts::remove_tree(dir_); }
+  void TearDown() override { base::remove_tree(dir_); }
 
   // tiny on the first ~300 kB of /usr/include, cache in the test folder.
   harness::ExperimentSpec spec(std::vector<std::string> sets) {

@@ -13,7 +13,7 @@
 #include "harness/train/checkpoint.h"
 #include "harness/train/run_profiler.h"
 #include "kernels/catalog.h"
-#include "receipts/temp_dir.h"
+#include "base/temp_dir.h"
 
 namespace fs = std::filesystem;
 using namespace ablate;
@@ -37,7 +37,7 @@ class StagesTest : public ::testing::Test {
     o.no_profile = true;
     return o;
   }
-  receipts::TempDir dir_{"ablate-stages"};
+  base::TempDir dir_{"ablate-stages"};
 };
 
 // A ledger as run_experiment opens it: startup charged from now until the first step.

@@ -1,6 +1,6 @@
 // tests/kernels/catalog_test.cpp: the kernel catalog (kernels/catalog.cpp), the backend registrations
 // (kernels/registry.h) and the Dispatcher (kernels/dispatch.cpp): seam order, rows and registered
-// functions in agreement, malformed registrations refused, fallback resolution with its reason, strict
+// functions in agreement, malformed rows and registrations refused, fallback resolution with its reason, strict
 // mode, unknown seams and backends, CUPTI kernel-name patterns.
 // Run: build/tests/kernels_tests --gtest_filter='Catalog*:Dispatcher*'
 #include "kernels/catalog.h"
@@ -196,49 +196,90 @@ TEST(Catalog, FusedCudaRowsAreExperimentalHopperKernelsWithAReason) {
   }
 }
 
-// A registration that would make the catalog lie is refused when the registrations run.
-TEST(Registry, RefusesMalformedRows) {
-  std::vector<BackendInfo> rows;
-  Implementations tables;
-  BackendRegistry registry(rows, tables);
-  const SwigluFn fn = [](const torch::Tensor& a, const torch::Tensor& b) { return a * b; };
-  const BackendInfo good{.name = "mine",
-                         .role = Role::experimental,
-                         .fallback = "reference",
-                         .description = "a test row",
-                         .unavailable_reason = &availability::always};
-  registry.swiglu(good, fn);
-  ASSERT_EQ(rows.size(), 1u);
-  EXPECT_EQ(rows[0].seam, "swiglu");  // set by the method
-  EXPECT_EQ(tables.swiglu.count("mine"), 1u);
+// A row that would make the catalog lie is refused when the catalog is first read.
+TEST(Catalog, RefusesMalformedRows) {
+  const BuildFacts full{.libtorch = true, .cuda = true};
+  BackendInfo reference;
+  reference.name = "reference";
+  reference.description = "the reference";
+  reference.unavailable_reason = &availability::always;
+  BackendInfo good = reference;
+  good.name = "mine";
+  good.role = Role::experimental;
+  good.fallback = "reference";
+  good.description = "a test row";
+  const auto rows = checked_seam_rows("swiglu", {reference, good}, full);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[1].seam, "swiglu");  // set from the seam whose file lists it
+  EXPECT_EQ(rows[1].not_built, "");
 
-  auto without = [&](auto change) {
+  auto with = [&](auto change) {
     BackendInfo row = good;
     change(row);
-    return row;
+    return std::vector<BackendInfo>{reference, row};
   };
-  EXPECT_THROW(registry.swiglu(without([](BackendInfo& r) { r.name = ""; }), fn), std::logic_error);
-  EXPECT_THROW(registry.swiglu(without([](BackendInfo& r) { r.description = ""; }), fn), std::logic_error);
-  EXPECT_THROW(registry.swiglu(without([](BackendInfo& r) { r.unavailable_reason = nullptr; }), fn), std::logic_error);
-  EXPECT_THROW(registry.swiglu(without([](BackendInfo& r) { r.seam = "rope"; }), fn), std::logic_error);
-  EXPECT_THROW(registry.swiglu(without([](BackendInfo& r) { r.fallback = ""; }), fn), std::logic_error);
-  EXPECT_THROW(registry.swiglu(without([](BackendInfo& r) { r.name = "reference"; }), fn), std::logic_error);
+  const auto refused = [&](std::vector<BackendInfo> list, const std::string& why) {
+    try {
+      checked_seam_rows("swiglu", std::move(list), full);
+      ADD_FAILURE() << "accepted a row that is " << why;
+    } catch (const std::logic_error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("kernels/swiglu/catalog.cpp")) << why;
+    }
+  };
+  refused(with([](BackendInfo& r) { r.name = ""; }), "unnamed");
+  refused(with([](BackendInfo& r) { r.description = ""; }), "undescribed");
+  refused(with([](BackendInfo& r) { r.unavailable_reason = nullptr; }), "without an availability check");
+  refused(with([](BackendInfo& r) { r.seam = "rope"; }), "of another seam");
+  refused(with([](BackendInfo& r) { r.fallback = ""; }), "a second end of the chain");
+  refused(with([](BackendInfo& r) { r.name = "reference"; }), "a second reference");
+  refused({good, reference}, "listed before the reference");
+  refused({reference, good, good}, "listed twice");
   // A capture reason exactly when the row is not always capturable.
-  EXPECT_THROW(registry.swiglu(without([](BackendInfo& r) { r.capture = Capture::never; }), fn), std::logic_error);
-  EXPECT_THROW(registry.swiglu(without([](BackendInfo& r) { r.capture_reason = "syncs"; }), fn), std::logic_error);
-  registry.swiglu(without([](BackendInfo& r) {
-                    r.name = "syncing";
-                    r.capture = Capture::never;
-                    r.capture_reason = "syncs with the host";
-                  }),
-                  fn);
-  EXPECT_EQ(rows.back().capture, Capture::never);
+  refused(with([](BackendInfo& r) { r.capture = Capture::never; }), "uncapturable without a reason");
+  refused(with([](BackendInfo& r) { r.capture_reason = "syncs"; }), "capturable with a reason");
+  EXPECT_THROW(checked_seam_rows("swiglu", {}, full), std::logic_error);
 
-  // A row without a function (a .cu backend compiled without CUDA) stays listed, not built.
-  registry.swiglu(without([](BackendInfo& r) { r.name = "unbuilt"; }), SwigluFn());
-  EXPECT_EQ(rows.back().not_built, "built without CUDA");
-  EXPECT_EQ(tables.swiglu.count("unbuilt"), 0u);
-  EXPECT_EQ(why_unavailable(rows.back(), gpu(9, 0, "bf16")), "built without CUDA");
+  // What the build compiled decides not_built: CUDA rows need a CUDA compiler, every row LibTorch.
+  const auto cuda_row = with([](BackendInfo& r) { r.needs_nvcc = true; });
+  EXPECT_EQ(checked_seam_rows("swiglu", cuda_row, full)[1].not_built, "");
+  const auto no_cuda = checked_seam_rows("swiglu", cuda_row, {.libtorch = true, .cuda = false});
+  EXPECT_EQ(no_cuda[0].not_built, "");
+  EXPECT_EQ(no_cuda[1].not_built, "built without CUDA");
+  EXPECT_EQ(why_unavailable(no_cuda[1], gpu(9, 0, "bf16")), "built without CUDA");
+  const auto no_torch = checked_seam_rows("swiglu", cuda_row, {.libtorch = false, .cuda = true});
+  EXPECT_EQ(no_torch[0].not_built, "built without LibTorch");
+  EXPECT_EQ(no_torch[1].not_built, "built without LibTorch");
+}
+
+// A function is registered under its row's name, once, exactly when this build builds the row; every
+// built row has its function.
+TEST(Registry, RefusesFunctionsThatDisagreeWithTheirRows) {
+  Implementations tables;
+  BackendRegistry registry(tables);
+  const SwigluFn fn = [](const torch::Tensor& a, const torch::Tensor& b) { return a * b; };
+  registry.swiglu("reference", fn);
+  EXPECT_EQ(tables.swiglu.count("reference"), 1u);
+  EXPECT_THROW(registry.swiglu("reference", fn), std::logic_error);  // twice
+  try {
+    registry.swiglu("no_such_backend", fn);
+    ADD_FAILURE() << "a function without a row was accepted";
+  } catch (const std::logic_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("swiglu/no_such_backend, which has no row in kernels/swiglu/catalog.cpp"));
+  }
+#if defined(ABLATE_HAVE_CUDA)
+  EXPECT_THROW(registry.swiglu("fused_cuda", SwigluFn()), std::logic_error);  // built, but no function
+#else
+  EXPECT_THROW(registry.swiglu("fused_cuda", fn), std::logic_error);  // a function for a row not built
+  registry.swiglu("fused_cuda", SwigluFn());
+  EXPECT_EQ(tables.swiglu.count("fused_cuda"), 0u);
+#endif
+  try {
+    check_every_built_row_implemented(tables);
+    ADD_FAILURE() << "rows without functions were accepted";
+  } catch (const std::logic_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("attention/reference has a row in kernels/attention/catalog.cpp but no registered"));
+  }
+  EXPECT_NO_THROW(check_every_built_row_implemented(implementations()));
 }
 
 // Whole-step CUDA graph capture is a fact of each row: every row captures except where its row says

@@ -16,7 +16,7 @@
 #include <numbers>
 #include <numeric>
 
-#include "data/rng.h"
+#include "base/rng.h"
 #include "tests/kernels/tensor_checks.h"
 
 namespace ablate::model {
@@ -455,9 +455,9 @@ TEST(SeededInitialiser, EachChunkIsItsOwnGeneratorsDraw) {
   const auto first = init.normal({n});
   const auto second = init.uniform({n}, -1.0, 1.0);
   for (int64_t draw = 0; draw < 2; ++draw) {
-    const uint64_t draw_seed = data::derive_seed(seed, data::kModelInitDomain, static_cast<uint64_t>(draw));
+    const uint64_t draw_seed = base::derive_seed(seed, base::kModelInitDomain, static_cast<uint64_t>(draw));
     for (int64_t c = 0; c < 3; ++c) {
-      auto g = at::make_generator<at::CPUGeneratorImpl>(data::derive_seed(draw_seed, data::kModelInitDomain, c));
+      auto g = at::make_generator<at::CPUGeneratorImpl>(base::derive_seed(draw_seed, base::kModelInitDomain, c));
       const int64_t begin = c * SeededInit::kChunkElements, len = std::min(SeededInit::kChunkElements, n - begin);
       auto want = torch::empty({len}, torch::kFloat);
       if (draw == 0)

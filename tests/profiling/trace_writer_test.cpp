@@ -5,7 +5,7 @@
 // args.correlation, launch -> kernel flows (s/f, bp "e"), ProfilerStep#N slices, memory bandwidth.
 // Run: build/tests/profiling_tests --gtest_filter='TraceWriter*'
 #include "profiling/trace_writer.h"
-#include "receipts/remove_tree.h"
+#include "base/remove_tree.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -127,7 +127,7 @@ TEST(TraceWriter, FileRoundTrip) {
     EXPECT_EQ(magic[1], 0x8b);
   }
   EXPECT_EQ(read_trace_file(path), trace);
-  ablate::receipts::remove_tree(dir);
+  ablate::base::remove_tree(dir);
 }
 
 

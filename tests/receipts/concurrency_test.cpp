@@ -44,7 +44,7 @@ std::int64_t count(Store& store, const std::string& sql) { return store.query(sq
 // released at the same instant. Repeated on several files because the window is narrow.
 TEST(Concurrency, ManyProcessesOpenAFreshFileAtOnce) {
   for (int round = 0; round < 5; ++round) {
-    TempDir dir;
+    base::TempDir dir;
     const std::string path = dir.file("receipts.db");
     Pipe go;
     std::vector<pid_t> pids;
@@ -67,7 +67,7 @@ TEST(Concurrency, ManyProcessesOpenAFreshFileAtOnce) {
 }
 
 TEST(Concurrency, EightProcessesWriteFiftyRunsEachIntoAFreshFile) {
-  TempDir dir;
+  base::TempDir dir;
   const std::string path = dir.file("receipts.db");
   Pipe go;
   const auto started = std::chrono::steady_clock::now();

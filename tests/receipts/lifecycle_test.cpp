@@ -34,7 +34,7 @@ bool termination_blocked() {
 
 class Lifecycle : public ::testing::Test {
  protected:
-  TempDir dir_;
+  base::TempDir dir_;
   std::string path_ = dir_.file("receipts.db");
   ScopedEnv no_interval_override_{"ABLATE_HEARTBEAT_S", std::nullopt};
   ScopedEnv no_stale_override_{"ABLATE_HEARTBEAT_STALE_S", std::nullopt};
@@ -109,7 +109,7 @@ TEST_F(Lifecycle, IntervalFromOptionOrEnvironment) {
     life.finish(RunStatus::ok);
   }
   ScopedEnv bad("ABLATE_HEARTBEAT_S", "-1");
-  EXPECT_THROW(RunLifecycle(path_, store.begin_run(testing::sample_start("bad"))), StoreError);
+  EXPECT_THROW(RunLifecycle(path_, store.begin_run(testing::sample_start("bad"))), base::InputError);
 }
 
 // A child process opens its own store, begins a run, holds a RunLifecycle and waits to be killed.

@@ -57,7 +57,7 @@ RunFacts every_section() {
 }
 
 TEST(RunFacts, EverySectionSurvivesTheStore) {
-  TempDir dir;
+  base::TempDir dir;
   auto store = Store::open(dir.file("r.db"));
   const auto id = store.begin_run(testing::sample_start("facts"));
   RunSummary s = testing::sample_summary();
@@ -137,7 +137,7 @@ TEST(RunFacts, AWrongTypeIsRefusedWithItsPath) {
 }
 
 TEST(RunFacts, NothingRecordedStoresNoSummaryJson) {
-  TempDir dir;
+  base::TempDir dir;
   auto store = Store::open(dir.file("r.db"));
   const auto id = store.begin_run(testing::sample_start("empty"));
   store.finish_run(id, RunStatus::failed, "boom", RunSummary{});

@@ -22,7 +22,7 @@ StepRow step_row(std::int64_t step, double loss) {
 
 class RunRecorderTest : public ::testing::Test {
  protected:
-  TempDir dir_;
+  base::TempDir dir_;
   std::string path_ = dir_.file("receipts.db");
   testing::ScopedEnv no_interval_override_{"ABLATE_HEARTBEAT_S", std::nullopt};
 };

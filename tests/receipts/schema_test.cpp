@@ -44,7 +44,7 @@ std::set<std::string> schema_dump(const std::string& path) {
   return out;
 }
 
-std::string load_fixture(const TempDir& dir, const std::string& fixture_name) {
+std::string load_fixture(const base::TempDir& dir, const std::string& fixture_name) {
   const std::string path = dir.file(fixture_name + ".db");
   RawDb db(path);
   db.exec_ok(testing::read_file(testing::fixture(fixture_name + ".sql")));
@@ -61,7 +61,7 @@ void expect_store_error_containing(const std::string& path, const std::vector<st
 }
 
 TEST(Schema, NewFileHasEveryTableAndThePragmas) {
-  TempDir dir;
+  base::TempDir dir;
   auto store = Store::open(dir.file("receipts.db"));
   EXPECT_EQ(tables(store), kTables);
   EXPECT_EQ(store.schema_version(), schema::latest_version());
@@ -74,7 +74,7 @@ TEST(Schema, NewFileHasEveryTableAndThePragmas) {
 }
 
 TEST(Schema, ForeignKeysAreEnforced) {
-  TempDir dir;
+  base::TempDir dir;
   const std::string path = dir.file("receipts.db");
   auto store = Store::open(path);
   // Through the store's own connection: a step row for a run that does not exist.
@@ -86,7 +86,7 @@ TEST(Schema, ForeignKeysAreEnforced) {
 }
 
 TEST(Schema, ZeroLengthFileCountsAsNew) {
-  TempDir dir;
+  base::TempDir dir;
   const std::string path = dir.file("receipts.db");
   testing::write_file(path, "");
   auto store = Store::open(path);
@@ -94,7 +94,7 @@ TEST(Schema, ZeroLengthFileCountsAsNew) {
 }
 
 TEST(Schema, ReopenIsANoOp) {
-  TempDir dir;
+  base::TempDir dir;
   const std::string path = dir.file("receipts.db");
   {
     auto store = Store::open(path);
@@ -116,7 +116,7 @@ TEST(Schema, ReopenIsANoOp) {
 // connection would think it is the last one, checkpoint and delete the WAL under our feet. The other
 // process is forked before any Store exists here (SQLite state must not be inherited across fork).
 TEST(Schema, OpeningASecondStoreKeepsTheFirstOnesLocks) {
-  TempDir dir;
+  base::TempDir dir;
   const std::string path = dir.file("receipts.db");
   Store::open(path);
   testing::Pipe go;
@@ -139,7 +139,7 @@ TEST(Schema, OpeningASecondStoreKeepsTheFirstOnesLocks) {
 }
 
 // A fresh database taken through the first `version` migrations only.
-std::string fresh_at_version(const TempDir& dir, int version) {
+std::string fresh_at_version(const base::TempDir& dir, int version) {
   const std::string path = dir.file(fmt::format("fresh_v{}.db", version));
   RawDb db(path);
   for (int i = 0; i < version; ++i) db.exec_ok(schema::migrations()[i]);
@@ -149,14 +149,14 @@ std::string fresh_at_version(const TempDir& dir, int version) {
 
 // Each fixture must really be what its migrations produced, or "migrate from vN" would test nothing.
 TEST(Schema, V1FixtureMatchesMigration1) {
-  TempDir dir;
+  base::TempDir dir;
   const std::string fixture_db = load_fixture(dir, "schema_v1");
   EXPECT_EQ(schema_dump(fixture_db), schema_dump(fresh_at_version(dir, 1)));
   EXPECT_EQ(RawDb(fixture_db).scalar("PRAGMA user_version"), "1");
 }
 
 TEST(Schema, V2FixtureMatchesMigrations1And2) {
-  TempDir dir;
+  base::TempDir dir;
   const std::string fixture_db = load_fixture(dir, "schema_v2");
   EXPECT_EQ(schema_dump(fixture_db), schema_dump(fresh_at_version(dir, 2)));
   EXPECT_EQ(RawDb(fixture_db).scalar("PRAGMA user_version"), "2");
@@ -165,7 +165,7 @@ TEST(Schema, V2FixtureMatchesMigrations1And2) {
 // v3 added the profiling tables: a v2 file keeps its run and annotation, gains the tables, and their
 // append-only guards hold for the finished run while a new run can write profiling evidence.
 TEST(Schema, MigratesV2FixtureToV3KeepingItsData) {
-  TempDir dir;
+  base::TempDir dir;
   const std::string path = load_fixture(dir, "schema_v2");
   ASSERT_EQ(RawDb(path).scalar("SELECT count(*) FROM annotations"), "1");
 
@@ -196,7 +196,7 @@ TEST(Schema, MigratesV2FixtureToV3KeepingItsData) {
 }
 
 TEST(Schema, V3FixtureMatchesMigrations1To3) {
-  TempDir dir;
+  base::TempDir dir;
   const std::string fixture_db = load_fixture(dir, "schema_v3");
   EXPECT_EQ(schema_dump(fixture_db), schema_dump(fresh_at_version(dir, 3)));
   EXPECT_EQ(RawDb(fixture_db).scalar("PRAGMA user_version"), "3");
@@ -205,7 +205,7 @@ TEST(Schema, V3FixtureMatchesMigrations1To3) {
 // v4 added the MoE router columns to steps: a v3 file keeps its steps and profiling rows (the new
 // columns NULL there), its finished runs stay frozen, and a new run writes the columns.
 TEST(Schema, MigratesV3FixtureToV4KeepingItsData) {
-  TempDir dir;
+  base::TempDir dir;
   const std::string path = load_fixture(dir, "schema_v3");
   auto store = Store::open(path);
   EXPECT_EQ(store.schema_version(), schema::latest_version());
@@ -237,7 +237,7 @@ TEST(Schema, MigratesV3FixtureToV4KeepingItsData) {
 }
 
 TEST(Schema, MigratesV1FixtureKeepingItsData) {
-  TempDir dir;
+  base::TempDir dir;
   const std::string path = load_fixture(dir, "schema_v1");
   const auto fixture_rows = RawDb(path).scalar("SELECT count(*) FROM steps");
   ASSERT_EQ(fixture_rows, "4");
@@ -274,7 +274,7 @@ TEST(Schema, MigratesV1FixtureKeepingItsData) {
 }
 
 TEST(Schema, RefusesNewerSchemaWithoutTouchingTheFile) {
-  TempDir dir;
+  base::TempDir dir;
   const std::string path = dir.file("receipts.db");
   Store::open(path);
   const int newer = schema::latest_version() + 5;
@@ -289,7 +289,7 @@ TEST(Schema, RefusesNewerSchemaWithoutTouchingTheFile) {
 }
 
 TEST(Schema, RefusesATextFileWithoutTouchingIt) {
-  TempDir dir;
+  base::TempDir dir;
   const std::string path = dir.file("notes.txt");
   testing::write_file(path, "these are my notes, not a database\nline two\n");
   const FileSnapshot before = FileSnapshot::of(path);
@@ -305,7 +305,7 @@ TEST(Schema, RefusesATextFileWithoutTouchingIt) {
 }
 
 TEST(Schema, RefusesAForeignSqliteDatabase) {
-  TempDir dir;
+  base::TempDir dir;
   const std::string path = dir.file("other-app.db");
   RawDb(path).exec_ok("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)");
   const FileSnapshot before = FileSnapshot::of(path);
@@ -314,7 +314,7 @@ TEST(Schema, RefusesAForeignSqliteDatabase) {
 }
 
 TEST(Schema, RefusesPathsThatCannotBeOpened) {
-  TempDir dir;
+  base::TempDir dir;
   expect_store_error_containing(dir.file("no/such/dir/receipts.db"), {"cannot open", "no/such/dir"});
   expect_store_error_containing(dir.file(""), {"not a regular file"});
   EXPECT_THROW(Store::open(""), StoreError);

@@ -21,7 +21,7 @@ std::int64_t stored_steps(Store& store, std::int64_t run_id) {
 
 class StepBufferTest : public ::testing::Test {
  protected:
-  TempDir dir_{"ablate-step-buffer"};
+  base::TempDir dir_{"ablate-step-buffer"};
   Store store_ = Store::open(dir_.file("r.db"));
   std::int64_t run_ = store_.begin_run(sample_start("buffered"));
   Clock::time_point t0_ = Clock::now();

@@ -43,7 +43,7 @@ class StoreFileTest : public ::testing::Test {
     }
     return "";
   }
-  TempDir dir_{"ablate-store-file"};
+  base::TempDir dir_{"ablate-store-file"};
 };
 
 void expect_damaged_message(const std::string& msg, const std::string& path) {

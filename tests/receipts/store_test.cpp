@@ -8,8 +8,8 @@
 
 #include <cmath>
 
-#include "receipts/clock.h"
-#include "receipts/sha256.h"
+#include "base/clock.h"
+#include "base/sha256.h"
 #include "tests/receipts/test_util.h"
 
 namespace ablate::receipts {
@@ -22,7 +22,7 @@ using testing::sample_summary;
 
 class StoreTest : public ::testing::Test {
  protected:
-  TempDir dir_;
+  base::TempDir dir_;
   std::string path_ = dir_.file("receipts.db");
   Store store_ = Store::open(path_);
 
@@ -37,26 +37,27 @@ class StoreTest : public ::testing::Test {
   }
 };
 
-// Runs `fn`, expecting a StoreError whose message contains every one of `parts`.
+// Runs `fn`, expecting bad-input error (a StoreError, or the base::InputError of a bad environment
+// variable) whose message contains every one of `parts`.
 template <typename Fn>
 void expect_error(Fn&& fn, const std::vector<std::string>& parts) {
   try {
     fn();
-    ADD_FAILURE() << "expected StoreError containing '" << parts.front() << "'";
-  } catch (const StoreError& e) {
+    ADD_FAILURE() << "expected an InputError containing '" << parts.front() << "'";
+  } catch (const base::InputError& e) {
     for (const auto& part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
   }
 }
 
 TEST_F(StoreTest, BeginRunRecordsIdentityAndStartsRunning) {
-  const double before = unix_now();
+  const double before = base::unix_now();
   const auto id = store_.begin_run(sample_start("baseline", {"nightly", "h100"}));
   const RunRow run = store_.get_run(id);
   EXPECT_EQ(run.name, "baseline");
   EXPECT_EQ(run.status, RunStatus::running);
   EXPECT_EQ(run.tags, (std::vector<std::string>{"nightly", "h100"}));
   EXPECT_EQ(run.lane, "tiny-AMEM/1gpu/reference");
-  EXPECT_EQ(run.spec_hash, sha256_hex(sample_start("x").spec_json));  // default: hash of the canonical JSON
+  EXPECT_EQ(run.spec_hash, base::sha256_hex(sample_start("x").spec_json));  // default: hash of the canonical JSON
   EXPECT_EQ(run.pid, getpid());
   EXPECT_FALSE(run.host.empty());
   EXPECT_GE(run.started_at, before - 1e-3);
@@ -370,7 +371,7 @@ TEST_F(StoreTest, MatricesAndDecisions) {
 }
 
 TEST(StoreOptions, StaleLimitFromOptionOrEnvironment) {
-  TempDir dir;
+  base::TempDir dir;
   {
     testing::ScopedEnv unset("ABLATE_HEARTBEAT_STALE_S", std::nullopt);
     EXPECT_EQ(Store::open(dir.file("a.db")).heartbeat_stale_s(), 60.0);

@@ -22,35 +22,14 @@
 #include <vector>
 
 #include "receipts/store.h"
-#include "receipts/temp_dir.h"
+#include "base/temp_dir.h"
+#include "tests/base/scoped_env.h"
 
 namespace ablate::receipts::testing {
 
 namespace fs = std::filesystem;
 
-// Sets (or unsets, with nullopt) an environment variable for the scope of the object.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      setenv(name, value->c_str(), 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      setenv(name_, old_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using base::testing::ScopedEnv;
 
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "report/atomic_write.h"
 #include "report/export.h"
 #include "report/row_table.h"
 #include "tests/report/fixture_store.h"
@@ -152,20 +151,6 @@ TEST(Export, EmptyTablesAndBadTableNames) {
   EXPECT_EQ(to_csv(RowTable{{"a", "b"}, {}}), "a,b\n");
   EXPECT_THROW(parse_export_table("rows"), std::invalid_argument);
   EXPECT_EQ(parse_export_table("steps"), ExportTable::steps);
-}
-
-TEST(Export, AtomicWritesLeaveNothingHalfWritten) {
-  receipts::TempDir dir;
-  const std::string target = dir.file("out.csv");
-  write_file_atomically(target, "a,b\n1,2\n");
-  std::ifstream in(target);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(text, "a,b\n1,2\n");
-  std::size_t entries = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.file(""))) ++entries;
-  EXPECT_EQ(entries, 1u) << "no temporary file may remain";
-  EXPECT_THROW(write_file_atomically(dir.file("missing/out.csv"), "x"), std::invalid_argument);
-  EXPECT_FALSE(std::filesystem::exists(dir.file("missing")));
 }
 
 }  // namespace

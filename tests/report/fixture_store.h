@@ -132,7 +132,7 @@ class FixtureStore {
   }
 
  private:
-  receipts::TempDir dir_;
+  base::TempDir dir_;
   receipts::Store store_;
 };
 

@@ -25,18 +25,6 @@ TEST(StatsMedian, OddEvenAndEmpty) {
   EXPECT_THROW(median({}), std::invalid_argument);
 }
 
-TEST(StatsSplitMix64, KnownFirstOutputAndRanges) {
-  // Reference value of SplitMix64 seeded with 0 (Vigna's splitmix64.c): first output 0xe220a8397b1dcdaf.
-  SplitMix64 rng(0);
-  EXPECT_EQ(rng.next(), 0xe220a8397b1dcdafULL);
-  for (int i = 0; i < 1000; ++i) {
-    EXPECT_LT(rng.below(7), 7u);
-    const double u = rng.uniform();
-    EXPECT_GE(u, 0.0);
-    EXPECT_LT(u, 1.0);
-  }
-}
-
 TEST(StatsMannWhitney, ExactThreeVersusThreeSeparated) {
   // All of A below all of B: U_a = 0. Orderings of 3+3 values: C(6,3) = 20, one with U = 0, so
   // P(U <= 0) = 1/20 = 0.05 and the two-sided p = 2 * 0.05 = 0.1 (tables: n1 = n2 = 3, U = 0: 0.05 one-sided).
@@ -99,7 +87,7 @@ TEST(StatsMannWhitney, AllTiedIsNoEvidence) {
 }
 
 TEST(StatsBootstrap, ClearTwentyPercentDifferenceExcludesOne) {
-  SplitMix64 rng(42);
+  base::SplitMix64 rng(42);
   const auto a = synthetic(rng, 10, 100, 0.03);
   const auto b = synthetic(rng, 10, 80, 0.03);
   const auto interval = ratio_of_medians(a, b);
@@ -113,7 +101,7 @@ TEST(StatsBootstrap, ClearTwentyPercentDifferenceExcludesOne) {
 }
 
 TEST(StatsBootstrap, IdenticalDistributionsIncludeOne) {
-  SplitMix64 rng(7);
+  base::SplitMix64 rng(7);
   const auto a = synthetic(rng, 10, 100, 0.03);
   const auto b = synthetic(rng, 10, 100, 0.03);
   const auto interval = ratio_of_medians(a, b);
@@ -123,7 +111,7 @@ TEST(StatsBootstrap, IdenticalDistributionsIncludeOne) {
 }
 
 TEST(StatsBootstrap, SeededAndReproducible) {
-  SplitMix64 rng(3);
+  base::SplitMix64 rng(3);
   const auto a = synthetic(rng, 8, 100, 0.05);
   const auto b = synthetic(rng, 8, 95, 0.05);
   const auto first = ratio_of_medians(a, b, {.resamples = 500, .level = 0.95, .seed = 11});
@@ -139,7 +127,7 @@ TEST(StatsBootstrap, CoverageOfTrueRatio) {
   // so the population medians are the centers): the 95 % interval should cover 1.2 in about 95 % of
   // them. The bootstrap distribution of a median of 10 values is discrete, so coverage is only roughly
   // nominal (this seed gives 96 %): accept 88-99 %, which still fails for a badly wide or narrow interval.
-  SplitMix64 rng(2024);
+  base::SplitMix64 rng(2024);
   int covered = 0;
   constexpr int kExperiments = 200;
   for (int i = 0; i < kExperiments; ++i) {

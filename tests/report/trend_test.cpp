@@ -19,7 +19,7 @@ using testing::FixtureStore;
 
 // `levels` as consecutive blocks of `length` runs, with relative Gaussian noise of `noise`.
 std::vector<double> blocks(const std::vector<double>& levels, std::size_t length, double noise, std::uint64_t seed) {
-  SplitMix64 rng(seed);
+  base::SplitMix64 rng(seed);
   std::vector<double> out;
   for (const double level : levels)
     for (std::size_t i = 0; i < length; ++i) out.push_back(level * (1 + noise * rng.normal()));
@@ -34,7 +34,7 @@ TEST(ChangePoints, FindsTwoKnownShifts) {
 }
 
 TEST(ChangePoints, FindsOneShiftAtItsPosition) {
-  SplitMix64 rng(7);
+  base::SplitMix64 rng(7);
   std::vector<double> series;
   for (int i = 0; i < 17; ++i) series.push_back(50 * (1 + 0.02 * rng.normal()));
   for (int i = 0; i < 8; ++i) series.push_back(56 * (1 + 0.02 * rng.normal()));

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "spec/spec.h"
-#include "receipts/temp_dir.h"
+#include "base/temp_dir.h"
 
 namespace fs = std::filesystem;
 using namespace ablate::spec;
@@ -225,7 +225,7 @@ TEST(Spec, EmbeddedDefaultsAreValid) {
 // built-in defaults recorded under the file's name. The same text given as a string (with --set
 // overrides, as the tests above do) is not a file and still parses.
 TEST(Spec, AnEmptyFileIsRefusedWithTheFileAndHowToFixIt) {
-  const ablate::receipts::TempDir tmp("ablate-spec-empty");
+  const ablate::base::TempDir tmp("ablate-spec-empty");
   const fs::path dir = tmp.path();
   const fs::path empty = dir / "empty.toml", blank = dir / "blank.toml";
   std::ofstream(empty).flush();

@@ -1,5 +1,5 @@
-// receipts/clock.cpp: see clock.h. Tests: tests/receipts/query_test.cpp.
-#include "receipts/clock.h"
+// base/clock.cpp: see clock.h. Tests: tests/base/clock_test.cpp.
+#include "base/clock.h"
 
 #include <fmt/format.h>
 
@@ -11,9 +11,9 @@
 #include <optional>
 #include <string>
 
-#include "receipts/errors.h"
+#include "base/errors.h"
 
-namespace ablate::receipts {
+namespace ablate::base {
 namespace {
 
 // A finite number spanning the whole of `text`, or nothing.
@@ -109,7 +109,7 @@ double parse_time(std::string_view text, double now) {
   if (auto unix_seconds = parse_number(text)) return *unix_seconds;
   if (auto age = parse_age(text, now)) return *age;
   if (auto iso = parse_iso(text)) return *iso;
-  throw StoreError(
+  throw InputError(
       fmt::format("cannot read '{}' as a time: use unix seconds (1714560000), an ISO date or "
                   "date-time in UTC (2024-05-01, 2024-05-01T12:30:00Z) or an age (90m, 12h, 7d)",
                   text));
@@ -120,7 +120,7 @@ double env_seconds(const char* name, double fallback) {
   if (raw == nullptr || *raw == '\0') return fallback;
   const auto value = parse_number(raw);
   if (!value || *value <= 0) {
-    throw StoreError(
+    throw InputError(
         fmt::format("environment variable {}='{}' is not a positive number of seconds "
                     "(for example {}=2.5); fix or unset it",
                     name, raw, name));
@@ -128,4 +128,4 @@ double env_seconds(const char* name, double fallback) {
   return *value;
 }
 
-}  // namespace ablate::receipts
+}  // namespace ablate::base

@@ -1,11 +1,11 @@
-// tests/receipts/remove_tree_test.cpp: remove_tree deletes nested trees, removes links without
+// tests/base/remove_tree_test.cpp: remove_tree deletes nested trees, removes links without
 // following them, and accepts a missing path.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <fstream>
 
-#include "receipts/remove_tree.h"
+#include "base/remove_tree.h"
 
 namespace fs = std::filesystem;
 
@@ -18,10 +18,10 @@ TEST(RemoveTree, NestedTreeWithALinkOutside) {
   std::ofstream(root / "a/top") << "y";
   std::ofstream(keep / "precious") << "z";
   fs::create_directory_symlink(keep, root / "a/link");
-  ablate::receipts::remove_tree(root);
+  ablate::base::remove_tree(root);
   EXPECT_FALSE(fs::exists(root));
   EXPECT_TRUE(fs::exists(keep / "precious")) << "the link was followed";
-  ablate::receipts::remove_tree(keep);
+  ablate::base::remove_tree(keep);
   EXPECT_FALSE(fs::exists(keep));
-  EXPECT_NO_THROW(ablate::receipts::remove_tree(root));  // missing: nothing to do
+  EXPECT_NO_THROW(ablate::base::remove_tree(root));  // missing: nothing to do
 }

@@ -1,6 +1,6 @@
-// receipts/sha256.cpp: SHA-256 per FIPS 180-4 section 6.2 (message schedule + 64 rounds per block).
-// Tests: tests/receipts/sha256_test.cpp.
-#include "receipts/sha256.h"
+// base/sha256.cpp: SHA-256 per FIPS 180-4 section 6.2 (message schedule + 64 rounds per block).
+// Tests: tests/base/sha256_test.cpp.
+#include "base/sha256.h"
 
 #include <fmt/format.h>
 
@@ -12,9 +12,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include "receipts/errors.h"
+#include "base/errors.h"
 
-namespace ablate::receipts {
+namespace ablate::base {
 namespace {
 
 // First 32 bits of the fractional parts of the cube roots of the first 64 primes (FIPS 180-4 4.2.2).
@@ -131,7 +131,7 @@ std::string sha256_hex(std::string_view data) {
 
 std::string sha256_file(const std::string& path) {
   const std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!file) throw StoreError(fmt::format("cannot read '{}' to hash it: {}", path, std::strerror(errno)));
+  if (!file) throw InputError(fmt::format("cannot read '{}' to hash it: {}", path, std::strerror(errno)));
   Sha256 hasher;
   std::vector<char> chunk(1 << 16);
   while (true) {
@@ -141,8 +141,8 @@ std::string sha256_file(const std::string& path) {
   }
   // fopen succeeds on a directory; the read error shows up here (EISDIR).
   if (std::ferror(file.get()))
-    throw StoreError(fmt::format("error while reading '{}' to hash it: {}", path, std::strerror(errno)));
+    throw InputError(fmt::format("error while reading '{}' to hash it: {}", path, std::strerror(errno)));
   return hasher.hex_digest();
 }
 
-}  // namespace ablate::receipts
+}  // namespace ablate::base

@@ -1,5 +1,5 @@
-// receipts/temp_dir.cpp: see temp_dir.h.
-#include "receipts/temp_dir.h"
+// base/temp_dir.cpp: see temp_dir.h.
+#include "base/temp_dir.h"
 
 #include <fmt/format.h>
 #include <stdlib.h>
@@ -10,9 +10,9 @@
 #include <stdexcept>
 #include <utility>
 
-#include "receipts/remove_tree.h"
+#include "base/remove_tree.h"
 
-namespace ablate::receipts {
+namespace ablate::base {
 
 TempDir::TempDir(std::string_view prefix) {
   const char* tmp = std::getenv("TMPDIR");
@@ -47,4 +47,4 @@ void TempDir::remove() noexcept {
   path_.clear();
 }
 
-}  // namespace ablate::receipts
+}  // namespace ablate::base

@@ -1,6 +1,6 @@
-// receipts/remove_tree.cpp: see remove_tree.h. nftw visits children before their folder (FTW_DEPTH)
+// base/remove_tree.cpp: see remove_tree.h. nftw visits children before their folder (FTW_DEPTH)
 // and never follows symlinks (FTW_PHYS), so a link to elsewhere is removed, not its target.
-#include "receipts/remove_tree.h"
+#include "base/remove_tree.h"
 
 #include <ftw.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace ablate::receipts {
+namespace ablate::base {
 namespace {
 thread_local std::string failed_entry;
 
@@ -32,4 +32,4 @@ void remove_tree(const std::filesystem::path& path) {
     throw std::runtime_error("cannot remove " + (failed_entry.empty() ? path.string() : failed_entry));
 }
 
-}  // namespace ablate::receipts
+}  // namespace ablate::base

@@ -1,6 +1,6 @@
-// report/atomic_write.cpp: temp-file-then-rename writes (see atomic_write.h).
-// Tests: tests/report/export_test.cpp (report_tests).
-#include "report/atomic_write.h"
+// base/atomic_write.cpp: temp-file-then-rename writes (see atomic_write.h).
+// Tests: tests/base/atomic_write_test.cpp (base_tests).
+#include "base/atomic_write.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <stdexcept>
 
-namespace ablate::report {
+namespace ablate::base {
 
 namespace fs = std::filesystem;
 
@@ -60,4 +60,4 @@ void write_files_atomically(const std::string& dir, const std::vector<std::pair<
   for (const auto& [name, contents] : files) write_file_atomically((fs::path(dir) / name).string(), contents);
 }
 
-}  // namespace ablate::report
+}  // namespace ablate::base

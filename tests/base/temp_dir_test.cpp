@@ -1,4 +1,4 @@
-// tests/receipts/temp_dir_test.cpp: TempDir creates a fresh folder under $TMPDIR with the prefix in its
+// tests/base/temp_dir_test.cpp: TempDir creates a fresh folder under $TMPDIR with the prefix in its
 // name, removes it with everything below it on destruction, hands ownership over on a move, and
 // names the folder and errno's text when it cannot be created.
 #include <gmock/gmock.h>
@@ -8,12 +8,12 @@
 #include <fstream>
 #include <utility>
 
-#include "receipts/temp_dir.h"
-#include "test_util.h"
+#include "base/temp_dir.h"
+#include "tests/base/scoped_env.h"
 
 namespace fs = std::filesystem;
-using ablate::receipts::TempDir;
-using ablate::receipts::testing::ScopedEnv;
+using ablate::base::TempDir;
+using ablate::base::testing::ScopedEnv;
 
 TEST(TempDir, CreatesAFolderAndRemovesItWithEverythingBelow) {
   fs::path where;

@@ -1,12 +1,13 @@
-// data/rng.h: the deterministic random numbers of the data pipeline. std::shuffle and the
+// base/rng.h: the project's deterministic random numbers (the data order, synthetic ids, the model's
+// initial weights). std::shuffle and the
 // std distributions differ between standard libraries, so the row order and synthetic ids come from
 // our own splitmix64 generator, our own bounded draw and our own Fisher-Yates: the same seed gives
-// the same data order on every machine. Tested (hand-computed values) in tests/data/.
+// the same data order on every machine. Tested (hand-computed values) in tests/base/rng_test.cpp.
 #pragma once
 #include <cstdint>
 #include <vector>
 
-namespace ablate::data {
+namespace ablate::base {
 
 // The splitmix64 output function (Steele, Lea, Flood 2014): a bijective 64-bit mixer.
 uint64_t mix64(uint64_t z);
@@ -20,6 +21,9 @@ class SplitMix64 {
   uint64_t below(uint64_t n);
   // Uniform double in [0, 1) from the top 53 bits.
   double unit();
+  // Standard normal by Box-Muller (one of the pair; two draws a call): synthetic step times in tests
+  // and benchmarks.
+  double normal();
 
  private:
   uint64_t state_;
@@ -36,4 +40,4 @@ uint64_t derive_seed(uint64_t seed, uint64_t domain, uint64_t index);
 // generator seeded with derive_seed(seed, kShuffleDomain, epoch).
 std::vector<uint64_t> shuffled_order(uint64_t n, uint64_t seed, uint64_t epoch);
 
-}  // namespace ablate::data
+}  // namespace ablate::base

@@ -1,13 +1,13 @@
-// receipts/temp_dir.h: a scratch folder that lives as long as its owner (the project's one mkdtemp).
-// It is removed with receipts::remove_tree, never std::filesystem::remove_all (see remove_tree.h).
+// base/temp_dir.h: a scratch folder that lives as long as its owner (the project's one mkdtemp).
+// It is removed with base::remove_tree, never std::filesystem::remove_all (see remove_tree.h).
 // Used by the tests of every folder, the benchmarks and report/plots.cpp (gnuplot's scratch space).
-// Tests: tests/receipts/temp_dir_test.cpp.
+// Tests: tests/base/temp_dir_test.cpp.
 #pragma once
 #include <filesystem>
 #include <string>
 #include <string_view>
 
-namespace ablate::receipts {
+namespace ablate::base {
 
 // Creates $TMPDIR/<prefix>-XXXXXX (/tmp when TMPDIR is unset or empty) with mkdtemp (mode 0700) and
 // removes it with everything below it on destruction. Non-copyable; movable (a moved-from TempDir owns
@@ -32,4 +32,4 @@ class TempDir {
   std::filesystem::path path_;
 };
 
-}  // namespace ablate::receipts
+}  // namespace ablate::base

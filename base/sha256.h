@@ -1,6 +1,6 @@
-// receipts/sha256.h: SHA-256 (FIPS 180-4), used to fingerprint artifacts and experiment specs.
-// Own implementation so receipts/ needs nothing beyond SQLite, fmt and json.
-// Tested against the FIPS 180-2 vectors in tests/receipts/sha256_test.cpp (receipts_tests).
+// base/sha256.h: SHA-256 (FIPS 180-4), used to fingerprint artifacts and experiment specs.
+// Own implementation so the floor needs nothing beyond fmt.
+// Tested against the FIPS 180-2 vectors in tests/base/sha256_test.cpp (base_tests).
 #pragma once
 
 #include <array>
@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace ablate::receipts {
+namespace ablate::base {
 
 // Incremental hasher: update() any number of times, then digest() once.
 class Sha256 {
@@ -29,7 +29,7 @@ class Sha256 {
 };
 
 std::string sha256_hex(std::string_view data);
-// Streams the file in blocks; throws StoreError naming the path and the OS error when it cannot be read.
+// Streams the file in blocks; throws InputError naming the path and the OS error when it cannot be read.
 std::string sha256_file(const std::string& path);
 
-}  // namespace ablate::receipts
+}  // namespace ablate::base

@@ -1,14 +1,15 @@
-// tests/receipts/sha256_test.cpp: SHA-256 against the FIPS 180-2 vectors, padding boundaries (expected
+// tests/base/sha256_test.cpp: SHA-256 against the FIPS 180-2 vectors, padding boundaries (expected
 // values from Python's hashlib), incremental hashing and file hashing.
-// Run: build-receipts/tests/receipts_tests --gtest_filter='Sha256*'
-#include "receipts/sha256.h"
+// Run: build/tests/base_tests --gtest_filter='Sha256*'
+#include "base/sha256.h"
 
 #include <gtest/gtest.h>
 
-#include "receipts/errors.h"
-#include "tests/receipts/test_util.h"
+#include "base/errors.h"
+#include "base/atomic_write.h"
+#include "base/temp_dir.h"
 
-namespace ablate::receipts {
+namespace ablate::base {
 namespace {
 
 
@@ -65,10 +66,10 @@ TEST(Sha256, DigestTwiceIsAnError) {
 TEST(Sha256, FileIsStreamed) {
   TempDir dir;
   const std::string path = dir.file("million-a.bin");
-  testing::write_file(path, std::string(1000000, 'a'));  // larger than the 64 KiB read chunk
+  write_file_atomically(path, std::string(1000000, 'a'));  // larger than the 64 KiB read chunk
   EXPECT_EQ(sha256_file(path), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
   const std::string empty = dir.file("empty");
-  testing::write_file(empty, "");
+  write_file_atomically(empty, "");
   EXPECT_EQ(sha256_file(empty), sha256_hex(""));
 }
 
@@ -77,13 +78,13 @@ TEST(Sha256, UnreadableFileThrowsNamingThePath) {
   const std::string missing = dir.file("nope.bin");
   try {
     sha256_file(missing);
-    FAIL() << "expected StoreError";
-  } catch (const StoreError& e) {
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find(missing), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("No such file"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(sha256_file(dir.file("")), StoreError);  // a directory
+  EXPECT_THROW(sha256_file(dir.file("")), InputError);  // a directory
 }
 
 }  // namespace
-}  // namespace ablate::receipts
+}  // namespace ablate::base

@@ -1,11 +1,13 @@
-// data/rng.cpp: splitmix64, the bounded draw and Fisher-Yates (see rng.h).
-// Tested in tests/data/ (DataRngTest.*, DataShuffleTest.*).
-#include "data/rng.h"
+// base/rng.cpp: splitmix64, the bounded draw and Fisher-Yates (see rng.h).
+// Tested in tests/base/rng_test.cpp (RngTest.*, ShuffleTest.*).
+#include "base/rng.h"
 
+#include <cmath>
+#include <numbers>
 #include <numeric>
 #include <utility>
 
-namespace ablate::data {
+namespace ablate::base {
 
 namespace {
 constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
@@ -38,6 +40,12 @@ uint64_t SplitMix64::below(uint64_t n) {
 
 double SplitMix64::unit() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
 
+double SplitMix64::normal() {
+  const double u1 = 1.0 - unit();  // (0, 1]: log(0) never happens
+  const double u2 = unit();
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+}
+
 uint64_t derive_seed(uint64_t seed, uint64_t domain, uint64_t index) {
   return mix64(mix64(mix64(seed) ^ (domain * kGolden)) + index);
 }
@@ -53,4 +61,4 @@ std::vector<uint64_t> shuffled_order(uint64_t n, uint64_t seed, uint64_t epoch) 
   return order;
 }
 
-}  // namespace ablate::data
+}  // namespace ablate::base
