@@ -172,6 +172,28 @@ MoeFacts moe_from(Reader& r) {
   return m;
 }
 
+json sharding_json(const std::optional<ShardingFacts>& s) {
+  if (!s) return nullptr;
+  return {{"stage", s->stage},
+          {"buckets", s->buckets},
+          {"shard_elements", s->shard_elements},
+          {"padding_elements", s->padding_elements},
+          {"optimizer_state_bytes", s->optimizer_state_bytes}};
+}
+
+std::optional<ShardingFacts> sharding_from(Reader& parent) {
+  const json& section = parent.section("sharding");
+  if (section.is_null()) return std::nullopt;
+  Reader r(section, parent.where("sharding"));
+  ShardingFacts s;
+  s.stage = r.text_or_empty("stage");
+  s.buckets = r.integer("buckets").value_or(0);
+  s.shard_elements = r.integer("shard_elements").value_or(0);
+  s.padding_elements = r.integer("padding_elements").value_or(0);
+  s.optimizer_state_bytes = r.integer("optimizer_state_bytes").value_or(0);
+  return s;
+}
+
 json distributed_json(const DistributedFacts& d) {
   json ranks = json::array();
   for (const auto& r : d.per_rank)
@@ -189,7 +211,8 @@ json distributed_json(const DistributedFacts& d) {
           {"straggler_rank", or_null(d.straggler_rank)},
           {"straggler_wait_share", or_null(d.straggler_wait_share)},
           {"comm_share", or_null(d.comm_share)},
-          {"comm_wait_share", or_null(d.comm_wait_share)}};
+          {"comm_wait_share", or_null(d.comm_wait_share)},
+          {"sharding", sharding_json(d.sharding)}};
 }
 
 DistributedFacts distributed_from(Reader& r) {
@@ -214,6 +237,7 @@ DistributedFacts distributed_from(Reader& r) {
   d.straggler_wait_share = r.number("straggler_wait_share");
   d.comm_share = r.number("comm_share");
   d.comm_wait_share = r.number("comm_wait_share");
+  d.sharding = sharding_from(r);
   return d;
 }
 

@@ -64,6 +64,16 @@ struct RankFacts {
   std::int64_t peak_memory_bytes = 0;
 };
 
+// How data parallel laid out and sharded the gradients and optimizer state (harness/shard_layout.h),
+// rank 0's view (every rank's shard has the same length).
+struct ShardingFacts {
+  std::string stage;                      // distributed.sharding: none | optimizer
+  std::int64_t buckets = 0;
+  std::int64_t shard_elements = 0;        // fp32 elements of a rank's shard, all buckets (the whole bucket unsharded)
+  std::int64_t padding_elements = 0;      // elements of the buckets that belong to no parameter
+  std::int64_t optimizer_state_bytes = 0; // the rank's AdamW moments (2 fp32 a parameter element it updates)
+};
+
 struct DistributedFacts {
   std::int64_t world_size = 1;
   std::string backend;   // nccl | gloo
@@ -79,6 +89,7 @@ struct DistributedFacts {
   std::optional<double> straggler_wait_share;
   std::optional<double> comm_share;       // collectives' own time over the step (NCCL), median of ranks
   std::optional<double> comm_wait_share;  // host wait for them over the step, median of ranks
+  std::optional<ShardingFacts> sharding;  // absent in receipts made before sharding existed
 };
 
 // A backend whose kernels contradicted its chosen backend in the profiled window.

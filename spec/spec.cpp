@@ -173,7 +173,8 @@ std::vector<Section> sections(ExperimentSpec& s) {
       {"distributed",
        {int_field("nproc", &s.distributed.nproc, 1, 4096), string_field("backend", &s.distributed.backend, {"nccl", "gloo"}),
         int_field("bucket_mb", &s.distributed.bucket_mb, 1, 4096),
-        int_field("timeout_s", &s.distributed.timeout_s, 1, 86400)}},
+        int_field("timeout_s", &s.distributed.timeout_s, 1, 86400),
+        string_field("sharding", &s.distributed.sharding, {"none", "optimizer"})}},
   };
 }
 
@@ -408,6 +409,15 @@ class Parser {
     if (spec.train.warmup_steps >= spec.train.steps)
       errs.push_back(fmt::format("train.warmup_steps = {} leaves no steady-state steps of train.steps = {}: lower it",
                                  spec.train.warmup_steps, spec.train.steps));
+    if (spec.distributed.sharding != "none" && spec.distributed.nproc < 2)
+      errs.push_back(fmt::format("distributed.sharding = \"{}\" shards over ranks and distributed.nproc = {} is one: set "
+                                 "distributed.nproc >= 2 or distributed.sharding = \"none\"",
+                                 spec.distributed.sharding, spec.distributed.nproc));
+    if (spec.distributed.sharding != "none" && (spec.train.checkpoint_every > 0 || spec.train.resume))
+      errs.push_back(fmt::format("distributed.sharding = \"{}\" does not write or read checkpoints yet (a sharded "
+                                 "optimizer's state would need gathering): set train.checkpoint_every = 0 and "
+                                 "train.resume = false, or distributed.sharding = \"none\"",
+                                 spec.distributed.sharding));
     if (spec.data.source == "corpus" && spec.data.corpus_dir.empty())
       errs.push_back("data.corpus_dir is empty: name a folder of C/C++ sources");
     for (const auto& e : errs) {
@@ -495,6 +505,7 @@ nlohmann::json canonical_json(const ExperimentSpec& spec_in) {
   // Fields added after receipts existed join the identity only off their default, so an unchanged
   // experiment file keeps its spec hash across versions.
   if (spec.distributed.timeout_s == DistributedSection{}.timeout_s) j["distributed"].erase("timeout_s");
+  if (spec.distributed.sharding == DistributedSection{}.sharding) j["distributed"].erase("sharding");
   return j;
 }
 

@@ -75,6 +75,11 @@ struct DistributedSection {
   int64_t bucket_mb = 25;
   // A collective or rendezvous that waits longer fails the job, naming the ranks behind (world.h).
   int64_t timeout_s = 300;
+  // "none": every rank holds the optimizer state of every parameter, gradients all-reduced; "optimizer"
+  // (ZeRO-1): each rank updates its shard of flat buckets (fp32 master weights and AdamW moments),
+  // gradients reduce-scattered into it, parameters all-gathered after the step
+  // (harness/shard_layout.h, harness/train/data_parallel.h).
+  std::string sharding = "none";
 };
 
 struct ExperimentSpec {

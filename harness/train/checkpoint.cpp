@@ -36,7 +36,7 @@ void write_text(const fs::path& p, const std::string& text) {
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& dir, torch::nn::Module& model, AdamW& optimizer,
+std::string save_checkpoint(const std::string& dir, torch::nn::Module& model, TrainOptimizer& optimizer,
                             const CheckpointState& state) {
   const fs::path root(dir);
   fs::create_directories(root);
@@ -76,7 +76,7 @@ std::optional<std::string> latest_checkpoint(const std::string& dir) {
   return best;
 }
 
-CheckpointState load_checkpoint(const std::string& folder, torch::nn::Module& model, AdamW& optimizer,
+CheckpointState load_checkpoint(const std::string& folder, torch::nn::Module& model, TrainOptimizer& optimizer,
                                 const std::string& expected_model_hash, const std::string& expected_data_fingerprint) {
   const fs::path f(folder);
   std::ifstream in(f / "state.json");

@@ -23,13 +23,13 @@ struct CheckpointState {
 };
 
 // Returns the folder written.
-std::string save_checkpoint(const std::string& dir, torch::nn::Module& model, AdamW& optimizer,
+std::string save_checkpoint(const std::string& dir, torch::nn::Module& model, TrainOptimizer& optimizer,
                             const CheckpointState& state);
 // The newest complete checkpoint folder under `dir`, if any.
 std::optional<std::string> latest_checkpoint(const std::string& dir);
 // Loads into model and optimizer (same structure), returns the state. Throws std::invalid_argument
 // when the checkpoint belongs to another model or other data.
-CheckpointState load_checkpoint(const std::string& folder, torch::nn::Module& model, AdamW& optimizer,
+CheckpointState load_checkpoint(const std::string& folder, torch::nn::Module& model, TrainOptimizer& optimizer,
                                 const std::string& expected_model_hash, const std::string& expected_data_fingerprint);
 
 }  // namespace ablate::harness

@@ -104,6 +104,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_sum_async(torch::Tensor& 
   return backend_->allreduce(ts);
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroup::reduce_scatter_sum_async(torch::Tensor& out, torch::Tensor& in) {
+  return backend_->_reduce_scatter_base(out, in);  // ReduceScatterOptions' default op: SUM
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::all_gather_async(torch::Tensor& out, torch::Tensor& in) {
+  return backend_->_allgather_base(out, in);
+}
+
 void ProcessGroup::barrier() { backend_->barrier()->wait(); }
 
 void ProcessGroup::publish(const std::string& key, const std::string& value) {
@@ -141,44 +149,45 @@ std::string ProcessGroup::ranks_behind(int64_t step) {
 
 // ---- GradientSync ------------------------------------------------------------------------------
 
-GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>& params, int64_t bucket_bytes)
+GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
+                           bool sharded)
     : group_(group) {
-  for (const auto& p : params)
-    if (p.requires_grad()) params_.push_back(p);
-  slots_.resize(params_.size());
-  bucket_of_.resize(params_.size());
-  arrived_.assign(params_.size(), 0);
-  // Reverse order: the last parameters of the forward get their gradients first.
-  std::vector<size_t> order(params_.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = params_.size() - 1 - i;
-  std::vector<size_t> current;
-  int64_t current_bytes = 0;
-  auto close_bucket = [&] {
-    if (current.empty()) return;
-    int64_t numel = 0;
-    for (size_t i : current) numel += params_[i].numel();
-    Bucket b;
-    b.flat = torch::zeros({numel}, params_[current.front()].options().dtype(torch::kFloat));
-    int64_t offset = 0;
-    for (size_t i : current) {
-      slots_[i] = b.flat.narrow(0, offset, params_[i].numel()).view(params_[i].sizes());
-      bucket_of_[i] = buckets_.size();
-      offset += params_[i].numel();
-    }
-    b.params = current;
-    buckets_.push_back(std::move(b));
-    current.clear();
-    current_bytes = 0;
-  };
-  for (size_t i : order) {
-    TORCH_CHECK(params_[i].scalar_type() == torch::kFloat,
-                "data parallel: parameters must be fp32 master weights, got ", params_[i].scalar_type());
-    if (!current.empty() && params_[i].device() != params_[current.front()].device()) close_bucket();
-    current.push_back(i);
-    current_bytes += params_[i].numel() * 4;
-    if (current_bytes >= bucket_bytes) close_bucket();
+  std::vector<ParamShape> shapes;
+  for (const auto& p : params) {
+    if (!p.requires_grad()) continue;
+    TORCH_CHECK(p.scalar_type() == torch::kFloat, "data parallel: parameters must be fp32 master weights, got ",
+                p.scalar_type());
+    params_.push_back(p);
+    shapes.push_back({p.numel(), p.dim(), static_cast<int64_t>(p.device().type()) * 1024 + p.device().index()});
   }
-  close_bucket();
+  layout_ = plan_buckets(shapes, bucket_bytes, sharded, group.world_size(), group.rank());
+  slots_.resize(params_.size());
+  bucket_of_ = layout_.bucket_of;
+  arrived_.assign(params_.size(), 0);
+  torch::NoGradGuard no_grad;
+  for (const auto& plan : layout_.buckets) {
+    Bucket b;
+    const auto options = params_[plan.params.front()].options().dtype(torch::kFloat);
+    b.flat = torch::zeros({plan.numel}, options);
+    if (sharded) {
+      b.param_flat = torch::zeros({plan.numel}, options);
+      // The reduce-scatter writes the rank's slice of the bucket in place (both backends allow an output
+      // that is the input's own part r): no second buffer for the reduced shard.
+      b.shard = b.flat.narrow(0, group.rank() * plan.shard_numel, plan.shard_numel);
+    }
+    for (size_t k = 0; k < plan.params.size(); ++k) {
+      auto& p = params_[plan.params[k]];
+      slots_[plan.params[k]] = b.flat.narrow(0, plan.offsets[k], p.numel()).view(p.sizes());
+      if (sharded) {
+        // The parameter becomes a view of its bucket's buffer: the module's tensor follows (same TensorImpl).
+        auto view = b.param_flat.narrow(0, plan.offsets[k], p.numel()).view(p.sizes());
+        view.copy_(p);
+        p.set_data(view);
+      }
+    }
+    b.params = plan.params;
+    buckets_.push_back(std::move(b));
+  }
   for (size_t i = 0; i < params_.size(); ++i)
     hook_ids_.push_back(params_[i].register_hook([this, i](const torch::Tensor& grad) -> torch::Tensor {
       on_gradient(i, grad);
@@ -209,7 +218,7 @@ void GradientSync::on_gradient(size_t i, const torch::Tensor& grad) {
 
 void GradientSync::launch(Bucket& b) {
   b.flat.div_(static_cast<double>(group_.world_size()));
-  b.work = group_.allreduce_sum_async(b.flat);
+  b.work = layout_.sharded ? group_.reduce_scatter_sum_async(b.shard, b.flat) : group_.allreduce_sum_async(b.flat);
   b.launched = true;
 }
 
@@ -230,10 +239,15 @@ void GradientSync::finish() {
   const auto t0 = Clock::now();
   for (auto& b : buckets_) b.work->wait();
   last_wait_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  for (size_t i = 0; i < params_.size(); ++i)
-    // Autograd normally keeps the hook's view; should it have copied instead, the reduced slot wins.
-    if (!params_[i].grad().defined() || params_[i].grad().data_ptr() != slots_[i].data_ptr())
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (layout_.sharded) {
+      // Only the rank's shard is reduced: a full-size .grad would hold this rank's own gradient alone.
+      params_[i].mutable_grad() = torch::Tensor();
+    } else if (!params_[i].grad().defined() || params_[i].grad().data_ptr() != slots_[i].data_ptr()) {
+      // Autograd normally keeps the hook's view; should it have copied instead, the reduced slot wins.
       params_[i].mutable_grad() = slots_[i].view(slots_[i].sizes());
+    }
+  }
 }
 
 double GradientSync::comm_ms() const {

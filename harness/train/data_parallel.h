@@ -4,13 +4,20 @@
 // gradient all-reduce that overlaps backward.
 //
 // GradientSync: parameters are packed, in reverse order (the order backward reaches them), into flat
-// fp32 buckets of distributed.bucket_mb. A hook on each parameter copies its gradient into its slot and
+// fp32 buckets of distributed.bucket_mb (harness/shard_layout.h). A hook on each parameter copies its gradient into its slot and
 // hands the slot back to autograd as the parameter's .grad (so no second copy of the gradients lives
 // on); when a bucket's last gradient arrives, the bucket is scaled by 1/world and all-reduced (sum)
 // asynchronously while backward goes on. Buckets are launched strictly in index order, the same on
 // every rank (NCCL needs the same sequence of collectives everywhere). finish() launches what a
 // parameter without a gradient held back (its slot zeroed), then waits: on CUDA a stream wait (no host
 // sync), on Gloo a host wait. A parameter's .grad is then the world's mean gradient.
+//
+// Sharded (distributed.sharding = "optimizer", ZeRO-1): the buckets are padded to split evenly over the
+// ranks, and each parameter's data is moved into a flat fp32 parameter buffer laid out as its gradient
+// bucket, so that the rank's slice of that buffer is its shard of the master weights. A full bucket is
+// reduce-scattered (sum of gradients pre-divided by the world) into the rank's gradient shard instead of
+// all-reduced; after finish() only the shards hold reduced gradients and no parameter has a .grad.
+// ShardedAdamW (harness/train/optimizer.h) updates the shards and all-gathers the parameters.
 //
 // The rank's heartbeat (`progress/<rank>` = the step it is on) lives in the store: when a collective
 // fails or times out, the ranks that are behind are named in the failure.
@@ -24,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/shard_layout.h"
 #include "harness/world.h"
 
 namespace c10d {
@@ -59,6 +67,12 @@ class ProcessGroup {
   void allreduce_mean_(torch::Tensor& t);
   // Starts an in-place sum; the caller waits.
   c10::intrusive_ptr<c10d::Work> allreduce_sum_async(torch::Tensor& t);
+  // Starts the sum over ranks of `in` (world x out.numel() elements), part r of it into rank r's `out`
+  // (which may be part r of `in` itself); the caller waits.
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_sum_async(torch::Tensor& out, torch::Tensor& in);
+  // Starts gathering every rank's `in` into `out` (world x in.numel() elements, rank order; `in` may be
+  // part r of `out` itself); the caller waits.
+  c10::intrusive_ptr<c10d::Work> all_gather_async(torch::Tensor& out, torch::Tensor& in);
   void barrier();
 
   // Small host-side values through the store (no device sync): per-rank rows and facts to rank 0.
@@ -79,7 +93,9 @@ class ProcessGroup {
 
 class GradientSync {
  public:
-  GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>& params, int64_t bucket_bytes);
+  // `sharded`: ZeRO-1 (see the header); moves every parameter's data into the flat parameter buffers.
+  GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
+               bool sharded = false);
   ~GradientSync();
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
@@ -87,6 +103,14 @@ class GradientSync {
   void begin_step();  // before backward
   void finish();      // after backward: every parameter's .grad is the mean over ranks
   size_t buckets() const { return buckets_.size(); }
+  ProcessGroup& group() const { return group_; }
+  const ShardLayout& layout() const { return layout_; }
+  // Sharded: bucket b's flat fp32 parameter buffer (every parameter of the bucket is a view into it) and
+  // the rank's reduced gradient shard (its slice of the gradient bucket, layout().buckets[b].shard_numel
+  // elements).
+  const torch::Tensor& parameter_buffer(size_t b) const { return buckets_.at(b).param_flat; }
+  const torch::Tensor& gradient_shard(size_t b) const { return buckets_.at(b).shard; }
+  const std::vector<torch::Tensor>& params() const { return params_; }
   // Host milliseconds spent waiting for the all-reduces in finish() (Gloo: the exposed communication
   // time; NCCL: ~0, the wait is on the stream).
   double last_wait_ms() const { return last_wait_ms_; }
@@ -98,6 +122,7 @@ class GradientSync {
  private:
   struct Bucket {
     torch::Tensor flat;
+    torch::Tensor param_flat, shard;  // sharded only
     std::vector<size_t> params;  // indices into params_
     int64_t pending = 0;
     bool launched = false;
@@ -108,6 +133,7 @@ class GradientSync {
   void launch(Bucket& b);
 
   ProcessGroup& group_;
+  ShardLayout layout_;
   std::vector<torch::Tensor> params_;
   std::vector<torch::Tensor> slots_;       // params_[i]'s view into its bucket
   std::vector<size_t> bucket_of_;          // params_[i] -> bucket

@@ -6,6 +6,10 @@
 
 #include <fmt/format.h>
 
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "harness/train/data_parallel.h"
+
 namespace ablate::harness {
 
 GradNorm measure_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
@@ -27,7 +31,7 @@ GradNorm measure_grad_norm(const std::vector<torch::Tensor>& params, double max_
 }
 
 AdamW::AdamW(const std::vector<torch::Tensor>& params, const TrainSection& t, const kernels::Dispatcher& dispatcher)
-    : dispatcher_(dispatcher) {
+    : dispatcher_(dispatcher), params_(params) {
   Group decay, no_decay;
   decay.hyper = {t.beta1, t.beta2, t.eps, t.weight_decay};
   no_decay.hyper = {t.beta1, t.beta2, t.eps, 0.0};
@@ -97,6 +101,82 @@ void AdamW::load(torch::serialize::InputArchive& archive) {
         target->copy_(saved);
       }
     }
+}
+
+ShardedAdamW::ShardedAdamW(GradientSync& sync, const TrainSection& t, const kernels::Dispatcher& dispatcher)
+    : sync_(sync), dispatcher_(dispatcher) {
+  const auto& layout = sync.layout();
+  if (!layout.sharded) throw std::logic_error("ShardedAdamW needs a GradientSync built sharded");
+  Group decay, no_decay;
+  decay.hyper = {t.beta1, t.beta2, t.eps, t.weight_decay};
+  no_decay.hyper = {t.beta1, t.beta2, t.eps, 0.0};
+  for (size_t b = 0; b < layout.buckets.size(); ++b) {
+    const auto& bucket = layout.buckets[b];
+    const int64_t first = layout.rank * bucket.shard_numel;
+    for (const auto& run : bucket.runs) {
+      auto& g = run.decay ? decay : no_decay;
+      g.params.push_back(sync.parameter_buffer(b).narrow(0, first + run.offset, run.length));
+      g.grads.push_back(sync.gradient_shard(b).narrow(0, run.offset, run.length));
+      g.exp_avgs.push_back(torch::zeros({run.length}, g.params.back().options()));
+      g.exp_avg_sqs.push_back(torch::zeros({run.length}, g.params.back().options()));
+      g.steps.push_back(torch::zeros({}, g.params.back().options()));
+    }
+  }
+  const auto options = sync.params().empty() ? torch::TensorOptions(torch::kFloat)
+                                             : sync.params().front().options().dtype(torch::kFloat);
+  groups_ = {std::move(decay), std::move(no_decay)};
+  lr_ = torch::full({}, t.lr, options);
+}
+
+void ShardedAdamW::set_lr(double lr) { lr_.fill_(lr); }
+
+void ShardedAdamW::zero_grad() {
+  for (const auto& p : sync_.params()) p.mutable_grad() = torch::Tensor();
+}
+
+GradNorm ShardedAdamW::grad_norm(double max_norm) {
+  // The shards' padding is zero on every rank, so it adds nothing.
+  std::vector<torch::Tensor> shards;
+  for (size_t b = 0; b < sync_.buckets(); ++b) shards.push_back(sync_.gradient_shard(b));
+  auto squares = shards.empty() ? torch::zeros({1}, torch::kFloat) : torch::stack(at::_foreach_norm(shards, 2, torch::kFloat)).square().sum().view({1});
+  sync_.group().allreduce_sum_async(squares)->wait();
+  GradNorm out;
+  out.norm = squares.sqrt().squeeze(0);  // 0-dim, as measure_grad_norm's
+  if (max_norm > 0) out.scale = ((out.norm + 1e-6) / max_norm).clamp_min(1.0);
+  return out;
+}
+
+void ShardedAdamW::step(const torch::Tensor& grad_scale) {
+  for (auto& g : groups_)
+    if (!g.params.empty())
+      dispatcher_.optimizer(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, g.steps, lr_, grad_scale, g.hyper);
+  // Every rank's updated shard into every rank's buffers (the parameters are views of them), in place:
+  // the rank's input is its own part of the output, which both backends allow (no copy of the shard).
+  const auto& layout = sync_.layout();
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (size_t b = 0; b < layout.buckets.size(); ++b) {
+    auto buffer = sync_.parameter_buffer(b);
+    auto mine = buffer.narrow(0, layout.rank * layout.buckets[b].shard_numel, layout.buckets[b].shard_numel);
+    works.push_back(sync_.group().all_gather_async(buffer, mine));
+  }
+  for (auto& w : works) w->wait();
+}
+
+void ShardedAdamW::save(torch::serialize::OutputArchive&) const {
+  throw std::logic_error("a sharded optimizer's state is not checkpointed (the spec refuses train.checkpoint_every "
+                         "with distributed.sharding)");
+}
+
+void ShardedAdamW::load(torch::serialize::InputArchive&) {
+  throw std::logic_error("a sharded optimizer's state is not checkpointed (the spec refuses train.resume with "
+                         "distributed.sharding)");
+}
+
+int64_t ShardedAdamW::state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& g : groups_)
+    for (const auto& m : g.exp_avgs) bytes += 2 * m.numel() * static_cast<int64_t>(sizeof(float));
+  return bytes;
 }
 
 }  // namespace ablate::harness

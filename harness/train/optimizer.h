@@ -32,21 +32,35 @@ struct GradNorm {
 };
 GradNorm measure_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
 
-class AdamW {
+// What the step executor asks of the run's optimizer: AdamW (every rank the whole state) or
+// ShardedAdamW (distributed.sharding = "optimizer": each rank its shard).
+class TrainOptimizer {
+ public:
+  virtual ~TrainOptimizer() = default;
+  virtual void set_lr(double lr) = 0;  // on the device, before step(); not inside a captured graph
+  virtual void zero_grad() = 0;        // gradients to none (the next backward allocates them)
+  // The norm of the whole gradient (every rank's part) and, when max_norm > 0, the clipping scale.
+  virtual GradNorm grad_norm(double max_norm) = 0;
+  // One update of every parameter, each gradient divided by grad_scale first when it is defined
+  // (grad_norm's scale: clipping), and left divided.
+  virtual void step(const torch::Tensor& grad_scale) = 0;
+  virtual void save(torch::serialize::OutputArchive& archive) const = 0;
+  // Throws std::invalid_argument when the archive does not hold this optimizer's state.
+  virtual void load(torch::serialize::InputArchive& archive) = 0;
+};
+
+class AdamW : public TrainOptimizer {
  public:
   AdamW(const std::vector<torch::Tensor>& params, const TrainSection& train, const kernels::Dispatcher& dispatcher);
 
-  void set_lr(double lr);  // on the device, before step(); not inside a captured graph
-  void zero_grad();        // gradients to none (the next backward allocates them)
-  // One update of every parameter that has a gradient, each gradient divided by grad_scale first when
-  // it is defined (measure_grad_norm's scale: clipping), and left divided. Throws std::logic_error when
-  // a parameter has none: every parameter of the model takes part in every step, so a missing gradient
-  // is a bug.
-  void step(const torch::Tensor& grad_scale = {});
-
-  void save(torch::serialize::OutputArchive& archive) const;
-  // Throws std::invalid_argument when the archive does not hold this optimizer's state.
-  void load(torch::serialize::InputArchive& archive);
+  void set_lr(double lr) override;
+  void zero_grad() override;
+  GradNorm grad_norm(double max_norm) override { return measure_grad_norm(params_, max_norm); }
+  // Throws std::logic_error when a parameter has no gradient: every parameter of the model takes part
+  // in every step, so a missing gradient is a bug.
+  void step(const torch::Tensor& grad_scale) override;
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
 
  private:
   struct Group {
@@ -54,7 +68,41 @@ class AdamW {
     kernels::AdamWHyper hyper;
   };
   const kernels::Dispatcher& dispatcher_;
+  std::vector<torch::Tensor> params_;  // in the model's order (the norm's summation order)
   std::vector<Group> groups_;  // decayed matrices, then the rest
+  torch::Tensor lr_;
+};
+
+class GradientSync;
+
+// ZeRO-1 AdamW: the rank updates its shard of each flat bucket (harness/shard_layout.h) through the same
+// `optimizer` seam, the shard's decayed and not decayed parameters as two runs a bucket, each run a
+// tensor of the seam's lists with moments and a step count of its own; then every bucket's parameters
+// are all-gathered. The gradient norm is the sum of the ranks' shard norms squared (one all-reduce of
+// one value). Checkpoints are refused by the spec (distributed.sharding), so save and load throw.
+// Tests: tests/harness/data_parallel_test.cpp (one rank), distributed_test.cpp (two ranks against none).
+class ShardedAdamW : public TrainOptimizer {
+ public:
+  // `sync` was built sharded; the optimizer keeps a reference to it.
+  ShardedAdamW(GradientSync& sync, const TrainSection& train, const kernels::Dispatcher& dispatcher);
+
+  void set_lr(double lr) override;
+  void zero_grad() override;
+  GradNorm grad_norm(double max_norm) override;
+  void step(const torch::Tensor& grad_scale) override;
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+  // Bytes of the rank's AdamW moments.
+  int64_t state_bytes() const;
+
+ private:
+  struct Group {
+    std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+    kernels::AdamWHyper hyper;
+  };
+  GradientSync& sync_;
+  const kernels::Dispatcher& dispatcher_;
+  std::vector<Group> groups_;  // decayed runs, then the rest
   torch::Tensor lr_;
 };
 

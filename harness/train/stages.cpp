@@ -205,7 +205,10 @@ ModelState build_model(const ExperimentSpec& spec, const RunOptions& opt, const 
   s.model = model::HybridModel(spec.model, posture.dispatcher, seed);
   s.model->to(posture.device);
   s.params = s.model->parameters();
-  s.optimizer = std::make_unique<AdamW>(s.params, spec.train, *posture.dispatcher);
+  // Sharded, the step executor builds the optimizer on its shards (the whole-model moments would
+  // count in the run's peak memory though freed at once).
+  if (spec.distributed.sharding == "none")
+    s.optimizer = std::make_unique<AdamW>(s.params, spec.train, *posture.dispatcher);
   s.model_hash = model_hash(spec);
   s.checkpoint_dir = !spec.train.checkpoint_dir.empty()
                          ? spec.train.checkpoint_dir
@@ -418,6 +421,21 @@ void close_loop(TrainOutcome& out, receipts::RunRecorder& recorder, ProcessGroup
 
 }  // namespace
 
+// The bucket layout and the rank's optimizer state, for the receipt.
+static receipts::ShardingFacts sharding_facts(const ExperimentSpec& spec, const GradientSync& sync,
+                                              const TrainOptimizer& optimizer) {
+  receipts::ShardingFacts f;
+  f.stage = spec.distributed.sharding;
+  f.buckets = static_cast<int64_t>(sync.layout().buckets.size());
+  f.padding_elements = sync.layout().padding;
+  int64_t params = 0;
+  for (const auto& b : sync.layout().buckets) f.shard_elements += b.shard_numel;
+  for (const auto& p : sync.params()) params += p.numel();
+  const auto* sharded = dynamic_cast<const ShardedAdamW*>(&optimizer);
+  f.optimizer_state_bytes = sharded ? sharded->state_bytes() : 2 * params * static_cast<int64_t>(sizeof(float));
+  return f;
+}
+
 TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const RunPosture& posture,
                         ModelState& state, const data::DataSource& source, receipts::RunRecorder& recorder,
                         RunProfiler& profiler, GoodputLedger& ledger) {
@@ -428,6 +446,7 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
   out.capture = posture.graphs;
   StepExecutor executor(spec, posture, state, profiler);
   out.warmup_steps = executor.warmup_steps();
+  if (const auto* sync = executor.sync()) out.sharding = sharding_facts(spec, *sync, *state.optimizer);
   StepTally tally(out, recorder, profiler);
   int64_t step = start_step;
   try {
@@ -579,6 +598,7 @@ struct JobOutcome {
   std::optional<std::string> failure;
 };
 JobOutcome collect_rank_outcomes(ProcessGroup& group, const TrainOutcome& own) {
+  // (The layout is the same on every rank: rank 0's own stands for the job.)
   JobOutcome job;
   std::vector<RankSeries> ranks;
   for (int64_t r = 0; r < group.world_size(); ++r) {
@@ -626,6 +646,7 @@ JobOutcome collect_rank_outcomes(ProcessGroup& group, const TrainOutcome& own) {
   for (const auto& f : d.per_rank)
     if (f.collective_wait_ms && (!least || *f.collective_wait_ms < *least)) least = f.collective_wait_ms, d.straggler_rank = f.rank;
   if (d.straggler_rank && largest_wait >= 0 && !step_ms_all.empty()) d.straggler_wait_share = largest_wait / median(step_ms_all);
+  d.sharding = own.sharding;
   job.facts = d;
   return job;
 }

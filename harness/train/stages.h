@@ -77,7 +77,8 @@ std::unique_ptr<data::DataSource> open_run_data(const ExperimentSpec& spec, Good
 struct ModelState {
   model::HybridModel model{nullptr};
   std::vector<torch::Tensor> params;
-  std::unique_ptr<AdamW> optimizer;
+  // AdamW; null under distributed.sharding until the step executor builds ShardedAdamW on its shards.
+  std::unique_ptr<TrainOptimizer> optimizer;
   std::string model_hash;
   std::string checkpoint_dir;  // train.checkpoint_dir, else <db folder>/checkpoints/<experiment name>
   int64_t start_step = 0;      // > 0 when resumed
@@ -112,6 +113,7 @@ struct TrainOutcome {
   std::shared_ptr<StepGraph> graph;
   std::vector<double> comm_wait_ms;  // data parallel: host wait for the gradient all-reduces, per step
   std::vector<double> comm_ms;       // data parallel: their own duration (GradientSync::comm_ms), per step
+  std::optional<receipts::ShardingFacts> sharding;  // data parallel: the buckets and this rank's shard
 };
 // `ledger` comes with the startup charge open (run_experiment opens it at process start): the loop
 // closes it where the first step begins.

@@ -41,8 +41,12 @@ StepExecutor::StepExecutor(const ExperimentSpec& spec, const RunPosture& posture
     : spec_(spec), posture_(posture), state_(state), profiler_(profiler) {
   rank_ = posture.group ? posture.group->rank() : 0;
   has_moe_ = spec.model.pattern.find('E') != std::string::npos;
-  if (posture.group)
-    sync_ = std::make_unique<GradientSync>(*posture.group, state.params, spec.distributed.bucket_mb << 20);
+  if (posture.group) {
+    const bool sharded = spec.distributed.sharding == "optimizer";
+    sync_ = std::make_unique<GradientSync>(*posture.group, state.params, spec.distributed.bucket_mb << 20, sharded);
+    // ZeRO-1: the optimizer updates the rank's shards of the flat buffers the parameters now live in.
+    if (sharded) state.optimizer = std::make_unique<ShardedAdamW>(*sync_, spec.train, *posture.dispatcher);
+  }
   const int64_t B = spec.model.batch_size, T = spec.model.seq_len;
   ids_ = torch::empty({B, T + 1}, torch::TensorOptions(posture.device).dtype(torch::kLong));
   mask_ = torch::empty({B, T}, torch::TensorOptions(posture.device).dtype(torch::kFloat));
@@ -88,7 +92,7 @@ torch::Tensor StepExecutor::body(int64_t step, bool probes) {
   {
     kernels::Scope phase("optimizer");
     // Clipping rides in the update: the optimizer divides each gradient by the scale as it reads it.
-    auto clipping = measure_grad_norm(state_.params, spec_.train.grad_clip);
+    auto clipping = state_.optimizer->grad_norm(spec_.train.grad_clip);
     grad_norm = clipping.norm;
     state_.optimizer->step(clipping.scale);
   }

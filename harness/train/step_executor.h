@@ -51,7 +51,8 @@ class StepExecutor {
   // This rank's rows of the global batch into the static buffers.
   void load(const data::Batch& batch);
   Result run(int64_t step, double lr);
-  // Data parallel: the gradient all-reduces (their per-step timings); null in a single process.
+  // Data parallel: the gradient all-reduces or reduce-scatters (their per-step timings, the bucket
+  // layout); null in a single process.
   const GradientSync* sync() const { return sync_.get(); }
   // The captured graph (null when none): the run keeps it until its receipt is closed, so the thread
   // stays on the graph's side stream and its pool stays allocated while the profiler reads the window.
