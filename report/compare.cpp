@@ -23,8 +23,6 @@ using receipts::RunRow;
 using receipts::RunStatus;
 using nlohmann::json;
 
-constexpr const char* kAbsent = kAbsentField;
-
 // Spec fields that name or describe an experiment without changing what it measures.
 const std::set<std::string>& descriptive_spec_fields() {
   static const std::set<std::string> fields = {"spec.experiment.name", "spec.experiment.description",
@@ -33,6 +31,10 @@ const std::set<std::string>& descriptive_spec_fields() {
 }
 
 }  // namespace
+
+std::string absent_value(const std::string& field) {
+  return field.rfind("spec.", 0) == 0 ? "(default)" : "(absent)";
+}
 
 std::string not_evidence_reason(const RunRow& run) {
   if (receipts::is_evidence(run)) return "";
@@ -104,7 +106,7 @@ std::map<std::string, std::string> comparable_fields(receipts::Store& store, std
     env[row["key"].get<std::string>()] = row["value"].get<std::string>();
   for (const auto& key : compared_env_keys()) {
     const auto it = env.find(key);
-    fields["env." + key] = it == env.end() ? kAbsent : it->second;
+    fields["env." + key] = it == env.end() ? absent_value("env." + key) : it->second;
   }
   fields.merge(spec_fields(store, run_id));
   return fields;
@@ -172,7 +174,7 @@ std::set<std::string> distinct_values(const Side& side, const std::string& field
   std::set<std::string> values;
   for (const auto& run : side.evidence) {
     const auto it = run.fields.find(field);
-    values.insert(it == run.fields.end() ? kAbsent : it->second);
+    values.insert(it == run.fields.end() ? absent_value(field) : it->second);
   }
   return values;
 }

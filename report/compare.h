@@ -66,7 +66,7 @@ std::optional<SteadyGoodput> steady_goodput(const std::map<std::string, double>&
 inline constexpr double kFixedCostDominates = 0.5;
 
 // One run as the comparison sees it: its row and its comparable fields, "env.<key>" and
-// "spec.<dotted.path>" -> value (JSON text for spec leaves, "(absent)" when the run lacks it).
+// "spec.<dotted.path>" -> value (JSON text for spec leaves, absent_value() when the run lacks it).
 struct ComparedRun {
   receipts::RunRow row;
   std::map<std::string, std::string> fields;
@@ -76,8 +76,11 @@ struct ComparedRun {
 std::map<std::string, std::string> comparable_fields(receipts::Store& store, std::int64_t run_id);
 // Only its spec's: "spec.<dotted.path>" -> JSON text, without the fields that merely name or describe it.
 std::map<std::string, std::string> spec_fields(receipts::Store& store, std::int64_t run_id);
-// How a run lacking a field shows in ComparedRun::fields and FieldDifference values.
-inline constexpr const char* kAbsentField = "(absent)";
+// How a run lacking a field shows in ComparedRun::fields and FieldDifference values: a spec leaf the
+// canonical spec leaves out is at its default ("(default)": a key added later is left out at its
+// default, so that older specs keep their hash, and a spec made before the key existed ran as its
+// default does); an environment key the run did not record is "(absent)".
+std::string absent_value(const std::string& field);
 
 // Why a run is not evidence (receipts::is_evidence): its status and error, or the summary fields it
 // lacks; "" for an evidence run.

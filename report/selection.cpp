@@ -143,7 +143,7 @@ namespace {
 // "model.d_model=128" from "spec.model.d_model" and its JSON text; strings without their quotes.
 std::string spec_setting(const std::string& field, const std::string& value) {
   const json parsed = json::parse(value, nullptr, /*allow_exceptions=*/false);
-  const std::string shown = parsed.is_string() ? parsed.get<std::string>() : value;  // (absent) is not JSON
+  const std::string shown = parsed.is_string() ? parsed.get<std::string>() : value;  // (default) is not JSON
   return fmt::format("{}={}", std::string_view(field).substr(std::string_view("spec.").size()), shown);
 }
 
@@ -175,14 +175,14 @@ void split_groups_by_spec(receipts::Store& store, RunSelection& selection) {
     std::vector<std::string> differing;
     for (const auto& field : fields) {
       std::set<std::string> values;
-      for (const auto& spec : specs) values.insert(spec.count(field) ? spec.at(field) : kAbsentField);
+      for (const auto& spec : specs) values.insert(spec.count(field) ? spec.at(field) : absent_value(field));
       if (values.size() > 1) differing.push_back(field);
     }
     std::vector<std::string> parts;
     for (std::size_t i = 0; i < specs.size(); ++i) {
       std::vector<std::string> settings;
       for (const auto& field : differing)
-        settings.push_back(spec_setting(field, specs[i].count(field) ? specs[i].at(field) : kAbsentField));
+        settings.push_back(spec_setting(field, specs[i].count(field) ? specs[i].at(field) : absent_value(field)));
       groups.push_back({fmt::format("{} [{}]", group.name, fmt::join(settings, ", ")), runs[i]});
       parts.push_back(fmt::format("{} (run(s) {})", groups.back().name, fmt::join(runs[i], ", ")));
     }

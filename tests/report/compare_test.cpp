@@ -401,5 +401,26 @@ TEST(CompareSelect, LaneSinceCombinedFiltersAndMatrixCells) {
     EXPECT_THROW(select_runs(s, bad), std::invalid_argument) << bad;
 }
 
+// A spec key left out of the canonical spec is at its default, and says so (not "absent").
+TEST(Compare, ASpecKeyLeftOutAtItsDefaultReadsAsTheDefault) {
+  FixtureStore f;
+  std::vector<std::int64_t> a, b;
+  for (int i = 0; i < 3; ++i) {
+    a.push_back(f.add("unsharded", FixtureRun{.step_ms = 100.0 + i}));
+    FixtureRun sharded{.step_ms = 102.0 + i};
+    sharded.sharding = "optimizer";
+    b.push_back(f.add("sharded", sharded));
+  }
+  const auto c = compare_runs(f.store(), a, b);
+  ASSERT_EQ(c.factor.size(), 1u);
+  EXPECT_EQ(c.factor[0].field, "spec.distributed.sharding");
+  EXPECT_EQ(c.factor[0].a_values, std::vector<std::string>{"(default)"});
+  EXPECT_EQ(c.factor[0].b_values, std::vector<std::string>{"\"optimizer\""});
+  const auto text = render_text(c);
+  EXPECT_NE(text.find("factor under test: spec.distributed.sharding: A (default) | B \"optimizer\""), std::string::npos)
+      << text;
+  EXPECT_EQ(absent_value("env.nccl"), "(absent)");
+}
+
 }  // namespace
 }  // namespace ablate::report

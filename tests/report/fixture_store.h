@@ -50,6 +50,7 @@ struct FixtureRun {
   nlohmann::json model;                  // summary_json's "model" (null: not recorded)
   std::int64_t summary_steps = 100;      // the run's length (runs.steps)
   std::map<std::string, std::string> env;  // further run_env keys, or replacements of the defaults
+  std::optional<std::string> sharding;     // distributed.sharding in the spec (absent: its default)
 };
 
 class FixtureStore {
@@ -63,11 +64,12 @@ class FixtureStore {
     start.name = run.name.empty() ? "fixture-" + tag : run.name;
     start.tags = {tag};
     start.lane = "tiny/1gpu/" + run.backend;
-    start.spec_json = nlohmann::json{{"experiment", {{"name", start.name}, {"seed", run.seed}, {"tags", {tag}}}},
-                                     {"model", {{"config", "tiny"}}},
-                                     {"train", {{"steps", run.train_steps}}},
-                                     {"backends", {{"attention", run.backend}, {"strict", false}}}}
-                          .dump();
+    nlohmann::json spec = {{"experiment", {{"name", start.name}, {"seed", run.seed}, {"tags", {tag}}}},
+                           {"model", {{"config", "tiny"}}},
+                           {"train", {{"steps", run.train_steps}}},
+                           {"backends", {{"attention", run.backend}, {"strict", false}}}};
+    if (run.sharding) spec["distributed"]["sharding"] = *run.sharding;
+    start.spec_json = spec.dump();
     start.env = {{"gpu_model", run.gpu_model}, {"nvidia_driver", "550.54"}, {"cuda_runtime", "12.4"},
                  {"libtorch", "2.4.0"},        {"nccl", "2.20.5"},          {"git_revision", run.git_revision},
                  {"host", "fixture-host"},     {"compiler", run.compiler}};
