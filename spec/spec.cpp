@@ -413,11 +413,6 @@ class Parser {
       errs.push_back(fmt::format("distributed.sharding = \"{}\" shards over ranks and distributed.nproc = {} is one: set "
                                  "distributed.nproc >= 2 or distributed.sharding = \"none\"",
                                  spec.distributed.sharding, spec.distributed.nproc));
-    if (spec.distributed.sharding != "none" && (spec.train.checkpoint_every > 0 || spec.train.resume))
-      errs.push_back(fmt::format("distributed.sharding = \"{}\" does not write or read checkpoints yet (a sharded "
-                                 "optimizer's state would need gathering): set train.checkpoint_every = 0 and "
-                                 "train.resume = false, or distributed.sharding = \"none\"",
-                                 spec.distributed.sharding));
     if (spec.data.source == "corpus" && spec.data.corpus_dir.empty())
       errs.push_back("data.corpus_dir is empty: name a folder of C/C++ sources");
     for (const auto& e : errs) {

@@ -37,7 +37,10 @@ void write_text(const fs::path& p, const std::string& text) {
 }  // namespace
 
 std::string save_checkpoint(const std::string& dir, torch::nn::Module& model, TrainOptimizer& optimizer,
-                            const CheckpointState& state) {
+                            const CheckpointState& state, bool writes) {
+  torch::serialize::OutputArchive optim_archive;
+  optimizer.save(optim_archive);  // a sharded optimizer gathers here: every rank takes part
+  if (!writes) return "";
   const fs::path root(dir);
   fs::create_directories(root);
   const fs::path final_dir = root / fmt::format("step-{:08d}", state.next_step);
@@ -49,8 +52,6 @@ std::string save_checkpoint(const std::string& dir, torch::nn::Module& model, Tr
   model.save(model_archive);
   model_archive.save_to((tmp / "model.pt").string());
   fsync_path(tmp / "model.pt");
-  torch::serialize::OutputArchive optim_archive;
-  optimizer.save(optim_archive);
   optim_archive.save_to((tmp / "optimizer.pt").string());
   fsync_path(tmp / "optimizer.pt");
   nlohmann::json j = {{"next_step", state.next_step}, {"data", state.data}, {"model_hash", state.spec_model_hash},
@@ -76,7 +77,7 @@ std::optional<std::string> latest_checkpoint(const std::string& dir) {
   return best;
 }
 
-CheckpointState load_checkpoint(const std::string& folder, torch::nn::Module& model, TrainOptimizer& optimizer,
+CheckpointState load_checkpoint(const std::string& folder, torch::nn::Module& model, TrainOptimizer* optimizer,
                                 const std::string& expected_model_hash, const std::string& expected_data_fingerprint) {
   const fs::path f(folder);
   std::ifstream in(f / "state.json");
@@ -98,10 +99,14 @@ CheckpointState load_checkpoint(const std::string& folder, torch::nn::Module& mo
   torch::serialize::InputArchive model_archive;
   model_archive.load_from((f / "model.pt").string());
   model.load(model_archive);
-  torch::serialize::InputArchive optim_archive;
-  optim_archive.load_from((f / "optimizer.pt").string());
-  optimizer.load(optim_archive);
+  if (optimizer) load_optimizer_state(folder, *optimizer);
   return s;
+}
+
+void load_optimizer_state(const std::string& folder, TrainOptimizer& optimizer) {
+  torch::serialize::InputArchive archive;
+  archive.load_from((fs::path(folder) / "optimizer.pt").string());
+  optimizer.load(archive);
 }
 
 }  // namespace ablate::harness

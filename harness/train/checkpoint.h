@@ -22,14 +22,18 @@ struct CheckpointState {
   std::string data_fingerprint;  // ... and one taken on other data
 };
 
-// Returns the folder written.
+// Returns the folder written. Under distributed.sharding every rank calls it (the optimizer's state is
+// gathered, a collective) and only the rank with `writes` true writes the folder (returning "" elsewhere).
 std::string save_checkpoint(const std::string& dir, torch::nn::Module& model, TrainOptimizer& optimizer,
-                            const CheckpointState& state);
+                            const CheckpointState& state, bool writes = true);
 // The newest complete checkpoint folder under `dir`, if any.
 std::optional<std::string> latest_checkpoint(const std::string& dir);
-// Loads into model and optimizer (same structure), returns the state. Throws std::invalid_argument
-// when the checkpoint belongs to another model or other data.
-CheckpointState load_checkpoint(const std::string& folder, torch::nn::Module& model, TrainOptimizer& optimizer,
+// Loads into model and optimizer (same structure; null: the optimizer later, load_optimizer_state),
+// returns the state. Throws std::invalid_argument when the checkpoint belongs to another model or other data.
+CheckpointState load_checkpoint(const std::string& folder, torch::nn::Module& model, TrainOptimizer* optimizer,
                                 const std::string& expected_model_hash, const std::string& expected_data_fingerprint);
+// The optimizer's state from the checkpoint folder (its optimizer.pt). The file's layout is the same for
+// every sharding stage and world size, so any of them resumes any other.
+void load_optimizer_state(const std::string& folder, TrainOptimizer& optimizer);
 
 }  // namespace ablate::harness

@@ -1,6 +1,7 @@
 // harness/train/optimizer.cpp: see optimizer.h.
 #include "harness/train/optimizer.h"
 
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 
@@ -11,6 +12,27 @@
 #include "harness/train/data_parallel.h"
 
 namespace ablate::harness {
+namespace {
+
+// The checkpoint key of AdamW's state of parameter i of group g ("group0.param3.").
+std::string state_key(size_t group, size_t index) { return fmt::format("group{}.param{}.", group, index); }
+
+// `key` from the archive, checked against the shape this model needs.
+torch::Tensor read_state(torch::serialize::InputArchive& archive, const std::string& key, c10::IntArrayRef sizes) {
+  torch::Tensor saved;
+  if (!archive.try_read(key, saved, /*is_buffer=*/true))
+    throw std::invalid_argument(fmt::format(
+        "the checkpoint's optimizer.pt has no '{}': it was written by another optimizer layout (ablate before the "
+        "optimizer seam, or another model); resume from a newer checkpoint or set train.resume = false",
+        key));
+  if (saved.sizes() != sizes)
+    throw std::invalid_argument(fmt::format("the checkpoint's optimizer state '{}' has shape {} where this model needs "
+                                            "{}: the checkpoint belongs to another model",
+                                            key, c10::str(saved.sizes()), c10::str(sizes)));
+  return saved;
+}
+
+}  // namespace
 
 GradNorm measure_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
   // Grouped by dtype: a multi-tensor op takes one dtype a call (fp32 master weights: one group).
@@ -72,7 +94,7 @@ void AdamW::step(const torch::Tensor& grad_scale) {
 void AdamW::save(torch::serialize::OutputArchive& archive) const {
   for (size_t gi = 0; gi < groups_.size(); ++gi)
     for (size_t i = 0; i < groups_[gi].params.size(); ++i) {
-      const auto key = fmt::format("group{}.param{}.", gi, i);
+      const auto key = state_key(gi, i);
       archive.write(key + "exp_avg", groups_[gi].exp_avgs[i], /*is_buffer=*/true);
       archive.write(key + "exp_avg_sq", groups_[gi].exp_avg_sqs[i], /*is_buffer=*/true);
       archive.write(key + "step", groups_[gi].steps[i], /*is_buffer=*/true);
@@ -83,23 +105,11 @@ void AdamW::load(torch::serialize::InputArchive& archive) {
   torch::NoGradGuard no_grad;
   for (size_t gi = 0; gi < groups_.size(); ++gi)
     for (size_t i = 0; i < groups_[gi].params.size(); ++i) {
-      const auto key = fmt::format("group{}.param{}.", gi, i);
-      const std::vector<std::pair<std::string, torch::Tensor*>> entries = {
-          {"exp_avg", &groups_[gi].exp_avgs[i]}, {"exp_avg_sq", &groups_[gi].exp_avg_sqs[i]}, {"step", &groups_[gi].steps[i]}};
-      for (const auto& [name, target] : entries) {
-        torch::Tensor saved;
-        if (!archive.try_read(key + name, saved, /*is_buffer=*/true))
-          throw std::invalid_argument(fmt::format(
-              "the checkpoint's optimizer.pt has no '{}{}': it was written by another optimizer layout (ablate before "
-              "the optimizer seam, or another model); resume from a newer checkpoint or set train.resume = false",
-              key, name));
-        if (saved.sizes() != target->sizes())
-          throw std::invalid_argument(fmt::format("the checkpoint's optimizer state '{}{}' has shape {} where this model "
-                                                  "needs {}: the checkpoint belongs to another model",
-                                                  key, name, c10::str(saved.sizes()),
-                                                  c10::str(target->sizes())));
-        target->copy_(saved);
-      }
+      const auto key = state_key(gi, i);
+      auto& g = groups_[gi];
+      g.exp_avgs[i].copy_(read_state(archive, key + "exp_avg", g.exp_avgs[i].sizes()));
+      g.exp_avg_sqs[i].copy_(read_state(archive, key + "exp_avg_sq", g.exp_avg_sqs[i].sizes()));
+      g.steps[i].copy_(read_state(archive, key + "step", g.steps[i].sizes()));
     }
 }
 
@@ -113,14 +123,26 @@ ShardedAdamW::ShardedAdamW(GradientSync& sync, const TrainSection& t, const kern
   for (size_t b = 0; b < layout.buckets.size(); ++b) {
     const auto& bucket = layout.buckets[b];
     const int64_t first = layout.rank * bucket.shard_numel;
+    const auto options = sync.parameter_buffer(b).options();
+    exp_avg_shards_.push_back(torch::zeros({bucket.shard_numel}, options));
+    exp_avg_sq_shards_.push_back(torch::zeros({bucket.shard_numel}, options));
     for (const auto& run : bucket.runs) {
       auto& g = run.decay ? decay : no_decay;
       g.params.push_back(sync.parameter_buffer(b).narrow(0, first + run.offset, run.length));
       g.grads.push_back(sync.gradient_shard(b).narrow(0, run.offset, run.length));
-      g.exp_avgs.push_back(torch::zeros({run.length}, g.params.back().options()));
-      g.exp_avg_sqs.push_back(torch::zeros({run.length}, g.params.back().options()));
-      g.steps.push_back(torch::zeros({}, g.params.back().options()));
+      g.exp_avgs.push_back(exp_avg_shards_.back().narrow(0, run.offset, run.length));
+      g.exp_avg_sqs.push_back(exp_avg_sq_shards_.back().narrow(0, run.offset, run.length));
+      g.steps.push_back(torch::zeros({}, options));
     }
+  }
+  // AdamW's keys: parameters in the model's order, decayed ones group 0, the rest group 1.
+  size_t counts[2] = {0, 0};
+  for (size_t i = 0; i < sync.params().size(); ++i) {
+    const size_t b = layout.bucket_of[i];
+    const auto& members = layout.buckets[b].params;
+    const auto k = static_cast<size_t>(std::find(members.begin(), members.end(), i) - members.begin());
+    const size_t g = sync.params()[i].dim() >= 2 ? 0 : 1;
+    placements_.push_back({b, layout.buckets[b].offsets[k], state_key(g, counts[g]++)});
   }
   const auto options = sync.params().empty() ? torch::TensorOptions(torch::kFloat)
                                              : sync.params().front().options().dtype(torch::kFloat);
@@ -162,20 +184,64 @@ void ShardedAdamW::step(const torch::Tensor& grad_scale) {
   for (auto& w : works) w->wait();
 }
 
-void ShardedAdamW::save(torch::serialize::OutputArchive&) const {
-  throw std::logic_error("a sharded optimizer's state is not checkpointed (the spec refuses train.checkpoint_every "
-                         "with distributed.sharding)");
+// The step count every run holds (they step together); rank 0 owns the first element of every bucket,
+// a parameter's, so its groups are never all empty.
+static torch::Tensor any_step(const std::vector<torch::Tensor>& decayed, const std::vector<torch::Tensor>& plain) {
+  if (!decayed.empty()) return decayed.front();
+  if (!plain.empty()) return plain.front();
+  throw std::logic_error("sharded optimizer: this rank updates no parameter, so it holds no step count");
 }
 
-void ShardedAdamW::load(torch::serialize::InputArchive&) {
-  throw std::logic_error("a sharded optimizer's state is not checkpointed (the spec refuses train.resume with "
-                         "distributed.sharding)");
+void ShardedAdamW::save(torch::serialize::OutputArchive& archive) const {
+  torch::NoGradGuard no_grad;
+  const auto& layout = sync_.layout();
+  std::vector<torch::Tensor> whole_m, whole_v;  // each bucket's moments, every rank's shard
+  for (size_t b = 0; b < layout.buckets.size(); ++b) {
+    auto m = torch::empty({layout.buckets[b].numel}, exp_avg_shards_[b].options());
+    auto v = torch::empty_like(m);
+    auto m_shard = exp_avg_shards_[b], v_shard = exp_avg_sq_shards_[b];
+    auto wm = sync_.group().all_gather_async(m, m_shard);
+    auto wv = sync_.group().all_gather_async(v, v_shard);
+    wm->wait();
+    wv->wait();
+    whole_m.push_back(m.cpu());
+    whole_v.push_back(v.cpu());  // to the host bucket by bucket: the device holds one bucket's at a time
+  }
+  const auto step = any_step(groups_[0].steps, groups_[1].steps).cpu();
+  for (size_t i = 0; i < placements_.size(); ++i) {
+    const auto& p = sync_.params()[i];
+    const auto& at = placements_[i];
+    archive.write(at.key + "exp_avg", whole_m[at.bucket].narrow(0, at.offset, p.numel()).view(p.sizes()).clone(), true);
+    archive.write(at.key + "exp_avg_sq", whole_v[at.bucket].narrow(0, at.offset, p.numel()).view(p.sizes()).clone(), true);
+    archive.write(at.key + "step", step, /*is_buffer=*/true);
+  }
+}
+
+void ShardedAdamW::load(torch::serialize::InputArchive& archive) {
+  torch::NoGradGuard no_grad;
+  const auto& layout = sync_.layout();
+  torch::Tensor step;
+  for (size_t i = 0; i < placements_.size(); ++i) {
+    const auto& p = sync_.params()[i];
+    const auto& at = placements_[i];
+    const auto m = read_state(archive, at.key + "exp_avg", p.sizes()).reshape({-1});
+    const auto v = read_state(archive, at.key + "exp_avg_sq", p.sizes()).reshape({-1});
+    step = read_state(archive, at.key + "step", {});
+    // The part of this parameter inside the rank's slice [lo, lo + S) of its bucket.
+    const int64_t S = layout.buckets[at.bucket].shard_numel, lo = layout.rank * S;
+    const int64_t start = std::max(lo, at.offset), end = std::min(lo + S, at.offset + p.numel());
+    if (start >= end) continue;
+    exp_avg_shards_[at.bucket].narrow(0, start - lo, end - start).copy_(m.narrow(0, start - at.offset, end - start));
+    exp_avg_sq_shards_[at.bucket].narrow(0, start - lo, end - start).copy_(v.narrow(0, start - at.offset, end - start));
+  }
+  if (step.defined())
+    for (auto& g : groups_)
+      for (auto& s : g.steps) s.copy_(step);
 }
 
 int64_t ShardedAdamW::state_bytes() const {
   int64_t bytes = 0;
-  for (const auto& g : groups_)
-    for (const auto& m : g.exp_avgs) bytes += 2 * m.numel() * static_cast<int64_t>(sizeof(float));
+  for (const auto& m : exp_avg_shards_) bytes += 2 * m.numel() * static_cast<int64_t>(sizeof(float));
   return bytes;
 }
 

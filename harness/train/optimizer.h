@@ -79,8 +79,10 @@ class GradientSync;
 // `optimizer` seam, the shard's decayed and not decayed parameters as two runs a bucket, each run a
 // tensor of the seam's lists with moments and a step count of its own; then every bucket's parameters
 // are all-gathered. The gradient norm is the sum of the ranks' shard norms squared (one all-reduce of
-// one value). Checkpoints are refused by the spec (distributed.sharding), so save and load throw.
-// Tests: tests/harness/data_parallel_test.cpp (one rank), distributed_test.cpp (two ranks against none).
+// one value). Checkpoints hold the state as AdamW's, per parameter: save() all-gathers each bucket's
+// moments (a collective: every rank calls it) and load() takes the rank's slices, so a checkpoint of any
+// sharding stage or world size resumes any other.
+// Tests: tests/harness/distributed_test.cpp (two ranks against none; checkpoint and resume, across stages).
 class ShardedAdamW : public TrainOptimizer {
  public:
   // `sync` was built sharded; the optimizer keeps a reference to it.
@@ -100,9 +102,17 @@ class ShardedAdamW : public TrainOptimizer {
     std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
     kernels::AdamWHyper hyper;
   };
+  // Where parameter i of the model starts in which bucket, and its AdamW key (group g, index in it).
+  struct Placement {
+    size_t bucket = 0;
+    int64_t offset = 0;
+    std::string key;
+  };
   GradientSync& sync_;
   const kernels::Dispatcher& dispatcher_;
-  std::vector<Group> groups_;  // decayed runs, then the rest
+  std::vector<Group> groups_;  // decayed runs, then the rest (views of the shard buffers below)
+  std::vector<torch::Tensor> exp_avg_shards_, exp_avg_sq_shards_;  // one per bucket, the shard's length
+  std::vector<Placement> placements_;
   torch::Tensor lr_;
 };
 

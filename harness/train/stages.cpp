@@ -216,7 +216,8 @@ ModelState build_model(const ExperimentSpec& spec, const RunOptions& opt, const 
   if (spec.train.resume) {
     if (auto latest = latest_checkpoint(s.checkpoint_dir)) {
       GoodputLedger::Scope restore(ledger, Goodput::checkpoint);
-      const auto st = load_checkpoint(*latest, *s.model, *s.optimizer, s.model_hash, source.description().fingerprint);
+      // Sharded, the optimizer is built on its shards later and loads then (step executor).
+      const auto st = load_checkpoint(*latest, *s.model, s.optimizer.get(), s.model_hash, source.description().fingerprint);
       s.start_step = st.next_step;
       s.data_state = st.data;
       s.resumed_from = *latest;
@@ -489,11 +490,14 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
       if (spec.train.log_every > 0 && (step % spec.train.log_every == 0 || step + 1 == spec.train.steps))
         say(fmt::format("  step {:>5}/{}  loss {:.4f}  grad norm {:.3f}  lr {:.2e}  {:.1f} ms{}", step, spec.train.steps,
                         result.loss, result.grad_norm, lr, wall_ms, warm ? "  (warm-up)" : ""));
-      if (posture.writes_receipt() && spec.train.checkpoint_every > 0 && (step + 1) % spec.train.checkpoint_every == 0 &&
+      // Rank 0 writes; under sharding every rank takes part (the optimizer's state is gathered).
+      const bool takes_part = posture.writes_receipt() || spec.distributed.sharding != "none";
+      if (takes_part && spec.train.checkpoint_every > 0 && (step + 1) % spec.train.checkpoint_every == 0 &&
           step + 1 < spec.train.steps) {
         GoodputLedger::Scope save(ledger, Goodput::checkpoint);
         save_checkpoint(state.checkpoint_dir, *state.model, *state.optimizer,
-                        {step + 1, loaded.batch.state_after, state.model_hash, source.description().fingerprint});
+                        {step + 1, loaded.batch.state_after, state.model_hash, source.description().fingerprint},
+                        posture.writes_receipt());
       }
     }
   } catch (const TrainingFailure& e) {

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "harness/train/checkpoint.h"
 #include "harness/train/data_parallel.h"
 #include "harness/train/run_profiler.h"
 #include "harness/train/step_graph.h"
@@ -45,7 +46,10 @@ StepExecutor::StepExecutor(const ExperimentSpec& spec, const RunPosture& posture
     const bool sharded = spec.distributed.sharding == "optimizer";
     sync_ = std::make_unique<GradientSync>(*posture.group, state.params, spec.distributed.bucket_mb << 20, sharded);
     // ZeRO-1: the optimizer updates the rank's shards of the flat buffers the parameters now live in.
-    if (sharded) state.optimizer = std::make_unique<ShardedAdamW>(*sync_, spec.train, *posture.dispatcher);
+    if (sharded) {
+      state.optimizer = std::make_unique<ShardedAdamW>(*sync_, spec.train, *posture.dispatcher);
+      if (!state.resumed_from.empty()) load_optimizer_state(state.resumed_from, *state.optimizer);
+    }
   }
   const int64_t B = spec.model.batch_size, T = spec.model.seq_len;
   ids_ = torch::empty({B, T + 1}, torch::TensorOptions(posture.device).dtype(torch::kLong));

@@ -185,6 +185,33 @@ TEST_F(DistributedTest, ShardedOptimizerTrainsLikeTheUnshardedJob) {
   }
 }
 
+// A sharded job's checkpoint holds AdamW's state per parameter (gathered from the ranks): resuming it
+// sharded continues bit for bit (fp32 on the CPU; the same shards come back), and resuming it unsharded
+// continues as the unsharded job would (1e-6, as above): the file does not depend on the stage.
+TEST_F(DistributedTest, ShardedCheckpointsResumeShardedOrNot) {
+  const std::string sets = " --set model.d_model=256 --set distributed.bucket_mb=1 --set distributed.sharding=optimizer";
+  const auto whole = run_cli(ablate("launch " + spec_.string() + sets));
+  ASSERT_EQ(whole.rc, 0) << whole.out;
+  const auto straight = newest();
+  ASSERT_EQ(straight.loss.size(), 6u);
+  const auto saved = run_cli(ablate("launch " + spec_.string() + sets + " --set train.checkpoint_every=3"));
+  ASSERT_EQ(saved.rc, 0) << saved.out;
+  ASSERT_EQ(newest().loss, straight.loss) << "saving a checkpoint changed the run";
+  const auto resumed = run_cli(ablate("launch " + spec_.string() + sets + " --set train.resume=true"));
+  ASSERT_EQ(resumed.rc, 0) << resumed.out;
+  const auto sharded = newest();
+  ASSERT_EQ(sharded.status, "ok") << sharded.error;
+  ASSERT_EQ(sharded.loss.size(), 3u) << "steps 3..5 after the step-3 checkpoint";
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(sharded.loss[i], straight.loss[3 + i]) << "step " << 3 + i;
+  const auto across = run_cli(ablate("launch " + spec_.string() +
+                                     " --set model.d_model=256 --set distributed.bucket_mb=1 --set train.resume=true"));
+  ASSERT_EQ(across.rc, 0) << across.out;
+  const auto unsharded = newest();
+  ASSERT_EQ(unsharded.loss.size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_NEAR(unsharded.loss[i], straight.loss[3 + i], 1e-6 * std::abs(straight.loss[3 + i])) << "step " << 3 + i;
+}
+
 TEST_F(DistributedTest, KilledRankFailsTheJobNamingItAndLeavesNoProcess) {
   const auto job = launch_with_fault("kill:1:3", "");
   EXPECT_EQ(job.rc, 1) << job.out;
