@@ -3,6 +3,8 @@
 // the process, so startup counts from the moment the command began.
 #include "harness/train/runner.h"
 
+#include <fmt/format.h>
+
 #include "harness/train/run_profiler.h"
 #include "harness/train/stages.h"
 
@@ -22,6 +24,8 @@ RunResult run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
   if (!recorder->owns_run()) {
     // A data-parallel rank other than 0: its profiling rows into rank 0's run, its medians to rank 0.
     record_rank_profile(*recorder, profiler);
+    // Said here too: the launcher may end the job on this rank's exit before rank 0 reads the store.
+    if (outcome.failure) fmt::print(stderr, "ablate: rank {} failed: {}\n", recorder->rank(), *outcome.failure);
     RunResult result = publish_rank_outcome(posture, outcome);
     if (!outcome.failure) posture.group->shutdown();
     return result;

@@ -79,7 +79,8 @@ std::string lane_of(const ExperimentSpec& spec, const kernels::Dispatcher& d, co
 
 // Test-only fault injection for the multi-process tests (tests/harness/distributed_test.cpp):
 // ABLATE_TEST_FAULT = "kill:<rank>:<step>" (the rank SIGKILLs itself as that step begins) or
-// "hang:<rank>:<step>" (it stops making progress there, as a deadlocked rank would).
+// "hang:<rank>:<step>" (it stops making progress there, as a deadlocked rank would) or
+// "throw:<rank>:<step>" (its step fails with an error, as a rank whose training fails would).
 void inject_test_fault(int64_t rank, int64_t step) {
   struct Fault {
     char kind[8] = {};
@@ -95,6 +96,8 @@ void inject_test_fault(int64_t rank, int64_t step) {
   if (std::string(fault.kind) == "kill") ::raise(SIGKILL);
   if (std::string(fault.kind) == "hang")
     for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+  if (std::string(fault.kind) == "throw")
+    throw std::runtime_error(fmt::format("injected test fault at step {} (ABLATE_TEST_FAULT)", step));
 }
 
 std::string allocator_stats(int device_index) {

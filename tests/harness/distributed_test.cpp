@@ -228,6 +228,16 @@ TEST_F(DistributedTest, KilledRankFailsTheJobNamingItAndLeavesNoProcess) {
   expect_no_rank_left(job.out);
 }
 
+// A rank whose training fails says why on its own stderr: the launcher ends the job when it exits, which
+// may be before rank 0 has read the reason from the store.
+TEST_F(DistributedTest, AFailedRankSaysWhy) {
+  const auto job = launch_with_fault("throw:1:2", "");
+  EXPECT_NE(job.rc, 0) << job.out;
+  EXPECT_NE(job.out.find("ablate: rank 1 failed: at step 2: injected test fault"), std::string::npos) << job.out;
+  expect_no_rank_left(job.out);
+  EXPECT_EQ(newest().status, "failed");
+}
+
 TEST_F(DistributedTest, HungRankFailsTheJobWithinTheTimeoutNamingIt) {
   const auto job = launch_with_fault("hang:1:3", " --set distributed.timeout_s=4");
   EXPECT_EQ(job.rc, 1) << job.out;
