@@ -96,16 +96,22 @@ CheckpointState load_checkpoint(const std::string& folder, torch::nn::Module& mo
     throw std::invalid_argument(fmt::format("checkpoint {} was taken on other data (fingerprint {} vs {}): resuming would "
                                             "not continue the same data order; point train.checkpoint_dir elsewhere",
                                             folder, s.data_fingerprint, expected_data_fingerprint));
+  // Onto the model's own device: the file names the writer's (rank 0's cuda:0), and Module::load moves
+  // a parameter to the loaded tensor's device when they differ (another rank's model would end up on
+  // rank 0's GPU).
+  const auto params = model.parameters();
+  const std::optional<torch::Device> device =
+      params.empty() ? std::nullopt : std::optional<torch::Device>(params.front().device());
   torch::serialize::InputArchive model_archive;
-  model_archive.load_from((f / "model.pt").string());
+  model_archive.load_from((f / "model.pt").string(), device);
   model.load(model_archive);
-  if (optimizer) load_optimizer_state(folder, *optimizer);
+  if (optimizer) load_optimizer_state(folder, *optimizer, device);
   return s;
 }
 
-void load_optimizer_state(const std::string& folder, TrainOptimizer& optimizer) {
+void load_optimizer_state(const std::string& folder, TrainOptimizer& optimizer, std::optional<torch::Device> device) {
   torch::serialize::InputArchive archive;
-  archive.load_from((fs::path(folder) / "optimizer.pt").string());
+  archive.load_from((fs::path(folder) / "optimizer.pt").string(), device);
   optimizer.load(archive);
 }
 

@@ -32,8 +32,8 @@ std::optional<std::string> latest_checkpoint(const std::string& dir);
 // returns the state. Throws std::invalid_argument when the checkpoint belongs to another model or other data.
 CheckpointState load_checkpoint(const std::string& folder, torch::nn::Module& model, TrainOptimizer* optimizer,
                                 const std::string& expected_model_hash, const std::string& expected_data_fingerprint);
-// The optimizer's state from the checkpoint folder (its optimizer.pt). The file's layout is the same for
-// every sharding stage and world size, so any of them resumes any other.
-void load_optimizer_state(const std::string& folder, TrainOptimizer& optimizer);
+// The optimizer's state from the checkpoint folder (its optimizer.pt), read onto `device` (the run's).
+// The file's layout is the same for every sharding stage and world size, so any of them resumes any other.
+void load_optimizer_state(const std::string& folder, TrainOptimizer& optimizer, std::optional<torch::Device> device);
 
 }  // namespace ablate::harness

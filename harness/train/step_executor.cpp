@@ -48,7 +48,7 @@ StepExecutor::StepExecutor(const ExperimentSpec& spec, const RunPosture& posture
     // ZeRO-1: the optimizer updates the rank's shards of the flat buffers the parameters now live in.
     if (sharded) {
       state.optimizer = std::make_unique<ShardedAdamW>(*sync_, spec.train, *posture.dispatcher);
-      if (!state.resumed_from.empty()) load_optimizer_state(state.resumed_from, *state.optimizer);
+      if (!state.resumed_from.empty()) load_optimizer_state(state.resumed_from, *state.optimizer, posture.device);
     }
   }
   const int64_t B = spec.model.batch_size, T = spec.model.seq_len;
