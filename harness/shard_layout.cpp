@@ -61,6 +61,7 @@ ShardLayout plan_buckets(const std::vector<ParamShape>& params, int64_t bucket_b
   layout.world = world;
   layout.rank = rank;
   layout.bucket_of.assign(params.size(), 0);
+  layout.offset_of.assign(params.size(), 0);
   std::vector<size_t> current;
   int64_t current_bytes = 0;
   auto close = [&] {
@@ -78,6 +79,7 @@ ShardLayout plan_buckets(const std::vector<ParamShape>& params, int64_t bucket_b
   }
   close();
   for (auto& b : layout.buckets) {
+    for (size_t k = 0; k < b.params.size(); ++k) layout.offset_of[b.params[k]] = b.offsets[k];
     int64_t used = 0;
     for (size_t i : b.params) used += params[i].numel;
     layout.padding += b.numel - used;

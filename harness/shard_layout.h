@@ -47,7 +47,8 @@ struct ShardLayout {
   bool sharded = false;
   int64_t world = 1, rank = 0;
   std::vector<ShardBucket> buckets;
-  std::vector<size_t> bucket_of;  // parameter index -> bucket
+  std::vector<size_t> bucket_of;   // parameter index -> bucket
+  std::vector<int64_t> offset_of;  // parameter index -> its start in that bucket
   int64_t padding = 0;            // elements of all buckets that belong to no parameter
 };
 

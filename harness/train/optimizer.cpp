@@ -32,6 +32,14 @@ torch::Tensor read_state(torch::serialize::InputArchive& archive, const std::str
   return saved;
 }
 
+// The norm and, when max_norm > 0, the clipping scale max(1, (norm + 1e-6) / max_norm).
+GradNorm clipped(torch::Tensor norm, double max_norm) {
+  GradNorm out;
+  out.norm = std::move(norm);
+  if (max_norm > 0) out.scale = ((out.norm + 1e-6) / max_norm).clamp_min(1.0);
+  return out;
+}
+
 }  // namespace
 
 GradNorm measure_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
@@ -39,17 +47,11 @@ GradNorm measure_grad_norm(const std::vector<torch::Tensor>& params, double max_
   std::map<at::ScalarType, std::vector<torch::Tensor>> grads;
   for (const auto& p : params)
     if (p.grad().defined()) grads[p.grad().scalar_type()].push_back(p.grad().detach());
-  GradNorm out;
-  if (grads.empty()) {
-    out.norm = torch::zeros({}, torch::kFloat);
-  } else {
-    std::vector<torch::Tensor> norms;
-    for (const auto& [dtype, list] : grads)
-      for (const auto& n : at::_foreach_norm(list, 2, torch::kFloat)) norms.push_back(n);
-    out.norm = torch::stack(norms).square().sum().sqrt();
-  }
-  if (max_norm > 0) out.scale = ((out.norm + 1e-6) / max_norm).clamp_min(1.0);
-  return out;
+  if (grads.empty()) return clipped(torch::zeros({}, torch::kFloat), max_norm);
+  std::vector<torch::Tensor> norms;
+  for (const auto& [dtype, list] : grads)
+    for (const auto& n : at::_foreach_norm(list, 2, torch::kFloat)) norms.push_back(n);
+  return clipped(torch::stack(norms).square().sum().sqrt(), max_norm);
 }
 
 AdamW::AdamW(const std::vector<torch::Tensor>& params, const TrainSection& t, const kernels::Dispatcher& dispatcher)
@@ -137,12 +139,9 @@ ShardedAdamW::ShardedAdamW(GradientSync& sync, const TrainSection& t, const kern
   }
   // AdamW's keys: parameters in the model's order, decayed ones group 0, the rest group 1.
   size_t counts[2] = {0, 0};
-  for (size_t i = 0; i < sync.params().size(); ++i) {
-    const size_t b = layout.bucket_of[i];
-    const auto& members = layout.buckets[b].params;
-    const auto k = static_cast<size_t>(std::find(members.begin(), members.end(), i) - members.begin());
-    const size_t g = sync.params()[i].dim() >= 2 ? 0 : 1;
-    placements_.push_back({b, layout.buckets[b].offsets[k], state_key(g, counts[g]++)});
+  for (const auto& p : sync.params()) {
+    const size_t g = p.dim() >= 2 ? 0 : 1;
+    state_keys_.push_back(state_key(g, counts[g]++));
   }
   const auto options = sync.params().empty() ? torch::TensorOptions(torch::kFloat)
                                              : sync.params().front().options().dtype(torch::kFloat);
@@ -162,10 +161,7 @@ GradNorm ShardedAdamW::grad_norm(double max_norm) {
   for (size_t b = 0; b < sync_.buckets(); ++b) shards.push_back(sync_.gradient_shard(b));
   auto squares = shards.empty() ? torch::zeros({1}, torch::kFloat) : torch::stack(at::_foreach_norm(shards, 2, torch::kFloat)).square().sum().view({1});
   sync_.group().allreduce_sum_async(squares)->wait();
-  GradNorm out;
-  out.norm = squares.sqrt().squeeze(0);  // 0-dim, as measure_grad_norm's
-  if (max_norm > 0) out.scale = ((out.norm + 1e-6) / max_norm).clamp_min(1.0);
-  return out;
+  return clipped(squares.sqrt().squeeze(0), max_norm);  // 0-dim, as measure_grad_norm's
 }
 
 void ShardedAdamW::step(const torch::Tensor& grad_scale) {
@@ -208,12 +204,14 @@ void ShardedAdamW::save(torch::serialize::OutputArchive& archive) const {
     whole_v.push_back(v.cpu());  // to the host bucket by bucket: the device holds one bucket's at a time
   }
   const auto step = any_step(groups_[0].steps, groups_[1].steps).cpu();
-  for (size_t i = 0; i < placements_.size(); ++i) {
+  for (size_t i = 0; i < state_keys_.size(); ++i) {
     const auto& p = sync_.params()[i];
-    const auto& at = placements_[i];
-    archive.write(at.key + "exp_avg", whole_m[at.bucket].narrow(0, at.offset, p.numel()).view(p.sizes()).clone(), true);
-    archive.write(at.key + "exp_avg_sq", whole_v[at.bucket].narrow(0, at.offset, p.numel()).view(p.sizes()).clone(), true);
-    archive.write(at.key + "step", step, /*is_buffer=*/true);
+    const auto& key = state_keys_[i];
+    const size_t b = layout.bucket_of[i];
+    const int64_t offset = layout.offset_of[i];
+    archive.write(key + "exp_avg", whole_m[b].narrow(0, offset, p.numel()).view(p.sizes()).clone(), true);
+    archive.write(key + "exp_avg_sq", whole_v[b].narrow(0, offset, p.numel()).view(p.sizes()).clone(), true);
+    archive.write(key + "step", step, /*is_buffer=*/true);
   }
 }
 
@@ -221,22 +219,31 @@ void ShardedAdamW::load(torch::serialize::InputArchive& archive) {
   torch::NoGradGuard no_grad;
   const auto& layout = sync_.layout();
   torch::Tensor step;
-  for (size_t i = 0; i < placements_.size(); ++i) {
+  for (size_t i = 0; i < state_keys_.size(); ++i) {
     const auto& p = sync_.params()[i];
-    const auto& at = placements_[i];
-    const auto m = read_state(archive, at.key + "exp_avg", p.sizes()).reshape({-1});
-    const auto v = read_state(archive, at.key + "exp_avg_sq", p.sizes()).reshape({-1});
-    step = read_state(archive, at.key + "step", {});
+    const auto& key = state_keys_[i];
+    const size_t b = layout.bucket_of[i];
+    const int64_t offset = layout.offset_of[i];
+    const auto m = read_state(archive, key + "exp_avg", p.sizes()).reshape({-1});
+    const auto v = read_state(archive, key + "exp_avg_sq", p.sizes()).reshape({-1});
+    step = read_state(archive, key + "step", {});
     // The part of this parameter inside the rank's slice [lo, lo + S) of its bucket.
-    const int64_t S = layout.buckets[at.bucket].shard_numel, lo = layout.rank * S;
-    const int64_t start = std::max(lo, at.offset), end = std::min(lo + S, at.offset + p.numel());
+    const int64_t S = layout.buckets[b].shard_numel, lo = layout.rank * S;
+    const int64_t start = std::max(lo, offset), end = std::min(lo + S, offset + p.numel());
     if (start >= end) continue;
-    exp_avg_shards_[at.bucket].narrow(0, start - lo, end - start).copy_(m.narrow(0, start - at.offset, end - start));
-    exp_avg_sq_shards_[at.bucket].narrow(0, start - lo, end - start).copy_(v.narrow(0, start - at.offset, end - start));
+    exp_avg_shards_[b].narrow(0, start - lo, end - start).copy_(m.narrow(0, start - offset, end - start));
+    exp_avg_sq_shards_[b].narrow(0, start - lo, end - start).copy_(v.narrow(0, start - offset, end - start));
   }
   if (step.defined())
     for (auto& g : groups_)
       for (auto& s : g.steps) s.copy_(step);
+}
+
+int64_t AdamW::state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& g : groups_)
+    for (const auto& m : g.exp_avgs) bytes += 2 * m.numel() * static_cast<int64_t>(sizeof(float));
+  return bytes;
 }
 
 int64_t ShardedAdamW::state_bytes() const {

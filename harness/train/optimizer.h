@@ -47,6 +47,8 @@ class TrainOptimizer {
   virtual void save(torch::serialize::OutputArchive& archive) const = 0;
   // Throws std::invalid_argument when the archive does not hold this optimizer's state.
   virtual void load(torch::serialize::InputArchive& archive) = 0;
+  // Bytes of this rank's AdamW moments.
+  virtual int64_t state_bytes() const = 0;
 };
 
 class AdamW : public TrainOptimizer {
@@ -61,6 +63,7 @@ class AdamW : public TrainOptimizer {
   void step(const torch::Tensor& grad_scale) override;
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
+  int64_t state_bytes() const override;
 
  private:
   struct Group {
@@ -94,25 +97,18 @@ class ShardedAdamW : public TrainOptimizer {
   void step(const torch::Tensor& grad_scale) override;
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
-  // Bytes of the rank's AdamW moments.
-  int64_t state_bytes() const;
+  int64_t state_bytes() const override;
 
  private:
   struct Group {
     std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
     kernels::AdamWHyper hyper;
   };
-  // Where parameter i of the model starts in which bucket, and its AdamW key (group g, index in it).
-  struct Placement {
-    size_t bucket = 0;
-    int64_t offset = 0;
-    std::string key;
-  };
   GradientSync& sync_;
   const kernels::Dispatcher& dispatcher_;
   std::vector<Group> groups_;  // decayed runs, then the rest (views of the shard buffers below)
   std::vector<torch::Tensor> exp_avg_shards_, exp_avg_sq_shards_;  // one per bucket, the shard's length
-  std::vector<Placement> placements_;
+  std::vector<std::string> state_keys_;  // parameter i's AdamW checkpoint key (group g, index in it)
   torch::Tensor lr_;
 };
 

@@ -432,11 +432,8 @@ static receipts::ShardingFacts sharding_facts(const ExperimentSpec& spec, const 
   f.stage = spec.distributed.sharding;
   f.buckets = static_cast<int64_t>(sync.layout().buckets.size());
   f.padding_elements = sync.layout().padding;
-  int64_t params = 0;
   for (const auto& b : sync.layout().buckets) f.shard_elements += b.shard_numel;
-  for (const auto& p : sync.params()) params += p.numel();
-  const auto* sharded = dynamic_cast<const ShardedAdamW*>(&optimizer);
-  f.optimizer_state_bytes = sharded ? sharded->state_bytes() : 2 * params * static_cast<int64_t>(sizeof(float));
+  f.optimizer_state_bytes = optimizer.state_bytes();
   return f;
 }
 

@@ -83,12 +83,16 @@ TEST(ShardLayout, EveryElementIsOwnedByExactlyOneRank) {
             for (int64_t e = 0; e < run.length; ++e) {
               const auto at = static_cast<size_t>(r * mine.shard_numel + run.offset + e);
               ++covered[at];
-              if (owner[at] >= 0) EXPECT_EQ(params[static_cast<size_t>(owner[at])].dim >= 2, run.decay);
+              if (owner[at] >= 0) {
+                EXPECT_EQ(params[static_cast<size_t>(owner[at])].dim >= 2, run.decay);
+              }
             }
           }
         }
         for (size_t at = 0; at < owner.size(); ++at) {
-          if (owner[at] >= 0) EXPECT_EQ(covered[at], 1) << "element " << at << " of parameter " << owner[at];
+          if (owner[at] >= 0) {
+            EXPECT_EQ(covered[at], 1) << "element " << at << " of parameter " << owner[at];
+          }
           EXPECT_LE(covered[at], 1) << "element " << at;
         }
       }
