@@ -51,6 +51,13 @@ std::vector<ShardRun> runs_of(const std::vector<ParamShape>& params, const Shard
 
 }  // namespace
 
+ShardingStage sharding_stage(const std::string& name) {
+  if (name == "none") return ShardingStage::none;
+  if (name == "optimizer") return ShardingStage::optimizer;
+  if (name == "gradients") return ShardingStage::gradients;
+  throw std::invalid_argument(fmt::format("distributed.sharding = \"{}\" is not a sharding stage", name));
+}
+
 ShardLayout plan_buckets(const std::vector<ParamShape>& params, int64_t bucket_bytes, bool sharded, int64_t world,
                          int64_t rank) {
   if (world < 1 || rank < 0 || rank >= world)

@@ -1,5 +1,5 @@
 // harness/shard_layout.h: how data parallel lays the parameters out in flat fp32 buckets, and, under
-// distributed.sharding = "optimizer" (ZeRO-1), which contiguous slice of each bucket a rank owns.
+// distributed.sharding (ZeRO-1 and ZeRO-2), which contiguous slice of each bucket a rank owns.
 // Plain arithmetic over parameter shapes (no LibTorch, no process group), so every layout rule is
 // tested on its own: tests/harness/shard_layout_test.cpp.
 //
@@ -14,9 +14,17 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace ablate::harness {
+
+// distributed.sharding: what each rank keeps of the whole. optimizer (ZeRO-1): the AdamW moments of its
+// shard; gradients (ZeRO-2): also only its shard of the reduced gradients (the full-size gradient
+// buckets are transient, one reduce-scatter in flight).
+enum class ShardingStage { none, optimizer, gradients };
+// Throws std::invalid_argument for a name the spec does not allow (the spec checked it already).
+ShardingStage sharding_stage(const std::string& name);
 
 // A parameter as the layout sees it.
 struct ParamShape {

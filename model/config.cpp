@@ -4,28 +4,53 @@
 #include <fmt/format.h>
 
 namespace ablate::model {
+namespace {
+
+// The nam56r family: the 12-layer pattern AEMEAEMEAEMR `repeats` times at width d, 16 experts (top 2),
+// Mamba-3 heads of 64 with N 128, the RG-LRU as wide as the model.
+ModelConfig nam56r(const std::string& name, int64_t d, int repeats, int64_t seq_len, int64_t batch) {
+  ModelConfig c;
+  c.name = name;
+  c.pattern.clear();
+  for (int i = 0; i < repeats; ++i) c.pattern += "AEMEAEMEAEMR";
+  c.vocab = 32768;
+  c.d_model = d;
+  c.seq_len = seq_len;
+  c.batch_size = batch;
+  c.moe = {.experts = 16, .top_k = 2, .ffn = 768};
+  c.mamba = {.expand = 2, .head_dim = 64, .state = 128, .chunk = 64};
+  c.recurrent = {.width = d};
+  return c;
+}
+
+}  // namespace
 
 std::optional<ModelConfig> named_config(const std::string& name) {
   if (name == "tiny") return ModelConfig{};  // the defaults of config.h are `tiny`
-  if (name == "nam56r-small") {
-    ModelConfig c;
-    c.name = name;
-    c.pattern = "AEMEAEMEAEMR";
-    c.vocab = 32768;
-    c.d_model = 1024;
-    c.seq_len = 2048;
-    c.batch_size = 8;
+  if (name == "nam56r-small") {  // 290 M parameters, 125 M active
+    auto c = nam56r(name, 1024, 1, 2048, 8);
     c.attention = {.heads = 16, .nope_dim = 64, .rope_dim = 32, .v_dim = 64, .q_lora = 384, .kv_lora = 256};
-    c.moe = {.experts = 16, .top_k = 2, .ffn = 768};
-    c.mamba = {.expand = 2, .head_dim = 64, .state = 128, .chunk = 64};
-    c.recurrent = {.width = 1024};
     c.dense = {.ffn = 2816};  // for dense baselines (D): about the active FFN width of E (2 x 768 x 3/2 rounded)
+    return c;
+  }
+  if (name == "nam56r-medium") {  // 1.91 B parameters, 591 M active: twice the width and depth, T 4096
+    auto c = nam56r(name, 2048, 2, 4096, 4);
+    c.attention = {.heads = 16, .nope_dim = 128, .rope_dim = 64, .v_dim = 128, .q_lora = 768, .kv_lora = 512};
+    c.moe.ffn = 1536;
+    c.dense = {.ffn = 5632};
+    return c;
+  }
+  if (name == "nam56r-large") {  // 8.34 B parameters, 2.17 B active: d 4096, 24 layers, T 4096
+    auto c = nam56r(name, 4096, 2, 4096, 2);
+    c.attention = {.heads = 32, .nope_dim = 128, .rope_dim = 64, .v_dim = 128, .q_lora = 1536, .kv_lora = 512};
+    c.moe.ffn = 3584;
+    c.dense = {.ffn = 10752};
     return c;
   }
   return std::nullopt;
 }
 
-std::vector<std::string> named_config_names() { return {"tiny", "nam56r-small"}; }
+std::vector<std::string> named_config_names() { return {"tiny", "nam56r-small", "nam56r-medium", "nam56r-large"}; }
 
 std::string pattern_error(const std::string& pattern) {
   if (pattern.empty()) return "the pattern is empty: give one letter per layer from A, M, E, R, D";

@@ -31,6 +31,13 @@ HybridModelImpl::HybridModelImpl(const ModelConfig& config, std::shared_ptr<cons
   head = register_parameter("head", init.normal({config.vocab, config.d_model}));
 }
 
+std::vector<std::vector<torch::Tensor>> HybridModelImpl::parameter_units() const {
+  std::vector<std::vector<torch::Tensor>> units{{embedding}};
+  for (const auto& block : blocks_) units.push_back(block->parameters());
+  units.push_back({final_norm, head});
+  return units;
+}
+
 ModelOutput HybridModelImpl::forward(const torch::Tensor& tokens, const torch::Tensor& targets,
                                      const torch::Tensor& loss_mask) {
   TORCH_CHECK(tokens.dim() == 2 && targets.sizes() == tokens.sizes() && loss_mask.sizes() == tokens.sizes(),
@@ -42,6 +49,7 @@ ModelOutput HybridModelImpl::forward(const torch::Tensor& tokens, const torch::T
   // The residual stream keeps the parameters' dtype; `branch` is the previous block's output, added
   // to the stream by the next residual_norm (undefined before the first layer).
   // index_select rather than torch::embedding: its CUDA backward (index_add_) needs no host sync.
+  if (hooks_) hooks_->before_unit(0);
   torch::Tensor residual = embedding.index_select(0, tokens.reshape({-1})).view({batch, T, d}), branch;
   auto aux = torch::zeros({}, embedding.options().dtype(accumulate_dtype));
   auto dropped = torch::zeros({}, embedding.options().dtype(torch::kLong));
@@ -49,6 +57,7 @@ ModelOutput HybridModelImpl::forward(const torch::Tensor& tokens, const torch::T
     const auto& block = blocks_[i];
     // The layer's launch scope (kernels/scope.h): its kernels, forward and backward, map to layer i.
     kernels::LayerScope layer(static_cast<int64_t>(i), std::string(1, block->letter()));
+    if (hooks_) hooks_->before_unit(1 + static_cast<int64_t>(i));
     const auto in = layer.scope().enter({branch, residual});
     auto [normed, summed] = dispatcher_->residual_norm(in[0], in[1], block->norm, eps);
     residual = summed;
@@ -57,6 +66,7 @@ ModelOutput HybridModelImpl::forward(const torch::Tensor& tokens, const torch::T
     if (out.aux.defined()) aux = aux + out.aux.to(accumulate_dtype);
     if (out.dropped.defined()) dropped = dropped + out.dropped;
   }
+  if (hooks_) hooks_->before_unit(1 + static_cast<int64_t>(blocks_.size()));
   const auto hidden = dispatcher_->residual_norm(branch, residual, final_norm, eps).first;
   const auto ce =
       dispatcher_->loss(hidden.reshape({batch * T, d}), head, targets.reshape({-1}), loss_mask.reshape({-1}));

@@ -22,6 +22,7 @@
 #include "kernels/dispatch.h"
 #include "model/blocks.h"
 #include "model/config.h"
+#include "model/parameter_units.h"
 
 namespace ablate::model {
 
@@ -44,6 +45,10 @@ class HybridModelImpl : public torch::nn::Module {
   const ModelConfig& config() const { return config_; }
   const kernels::Dispatcher& dispatcher() const { return *dispatcher_; }
   const std::vector<std::shared_ptr<Block>>& blocks() const { return blocks_; }
+  // The parameters by unit, in forward order (model/parameter_units.h); every parameter in one unit.
+  std::vector<std::vector<torch::Tensor>> parameter_units() const;
+  // Called before each unit's first use from now on; null stops it. The caller keeps `hooks` alive.
+  void set_unit_hooks(ParameterUnitHooks* hooks) { hooks_ = hooks; }
 
   torch::Tensor embedding;   // [V, d]
   torch::Tensor final_norm;  // [d]
@@ -53,6 +58,7 @@ class HybridModelImpl : public torch::nn::Module {
   ModelConfig config_;
   std::shared_ptr<const kernels::Dispatcher> dispatcher_;
   std::vector<std::shared_ptr<Block>> blocks_;
+  ParameterUnitHooks* hooks_ = nullptr;
 };
 TORCH_MODULE(HybridModel);
 

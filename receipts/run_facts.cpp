@@ -178,7 +178,9 @@ json sharding_json(const std::optional<ShardingFacts>& s) {
           {"buckets", s->buckets},
           {"shard_elements", s->shard_elements},
           {"padding_elements", s->padding_elements},
-          {"optimizer_state_bytes", s->optimizer_state_bytes}};
+          {"optimizer_state_bytes", s->optimizer_state_bytes},
+          {"gradient_bytes", s->gradient_bytes},
+          {"staging_peak_bytes", s->staging_peak_bytes}};
 }
 
 std::optional<ShardingFacts> sharding_from(Reader& parent) {
@@ -191,6 +193,8 @@ std::optional<ShardingFacts> sharding_from(Reader& parent) {
   s.shard_elements = r.integer("shard_elements").value_or(0);
   s.padding_elements = r.integer("padding_elements").value_or(0);
   s.optimizer_state_bytes = r.integer("optimizer_state_bytes").value_or(0);
+  s.gradient_bytes = r.integer("gradient_bytes").value_or(0);
+  s.staging_peak_bytes = r.integer("staging_peak_bytes").value_or(0);
   return s;
 }
 

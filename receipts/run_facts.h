@@ -67,11 +67,16 @@ struct RankFacts {
 // How data parallel laid out and sharded the gradients and optimizer state (harness/shard_layout.h),
 // rank 0's view (every rank's shard has the same length).
 struct ShardingFacts {
-  std::string stage;                      // distributed.sharding: none | optimizer
+  std::string stage;                      // distributed.sharding: none | optimizer | gradients
   std::int64_t buckets = 0;
   std::int64_t shard_elements = 0;        // fp32 elements of a rank's shard, all buckets (the whole bucket unsharded)
   std::int64_t padding_elements = 0;      // elements of the buckets that belong to no parameter
   std::int64_t optimizer_state_bytes = 0; // the rank's AdamW moments (2 fp32 a parameter element it updates)
+  // Gradient buffers the rank keeps between steps: every bucket, or its shards under "gradients";
+  // 0 in receipts made before it was recorded.
+  std::int64_t gradient_bytes = 0;
+  // "gradients": the most bytes of transient full-size buckets one step held at once (0 otherwise).
+  std::int64_t staging_peak_bytes = 0;
 };
 
 struct DistributedFacts {

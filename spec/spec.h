@@ -77,7 +77,8 @@ struct DistributedSection {
   int64_t timeout_s = 300;
   // "none": every rank holds the optimizer state of every parameter, gradients all-reduced; "optimizer"
   // (ZeRO-1): each rank updates its shard of flat buckets (fp32 master weights and AdamW moments),
-  // gradients reduce-scattered into it, parameters all-gathered after the step
+  // gradients reduce-scattered into it, parameters all-gathered after the step; "gradients" (ZeRO-2):
+  // also keeps only its shard of the reduced gradients (the full-size buckets are transient)
   // (harness/shard_layout.h, harness/train/data_parallel.h).
   std::string sharding = "none";
 };

@@ -14,7 +14,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -150,8 +152,9 @@ std::string ProcessGroup::ranks_behind(int64_t step) {
 // ---- GradientSync ------------------------------------------------------------------------------
 
 GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
-                           bool sharded)
-    : group_(group) {
+                           ShardingStage stage)
+    : group_(group), stage_(stage), staged_(stage == ShardingStage::gradients) {
+  const bool sharded = stage != ShardingStage::none;
   std::vector<ParamShape> shapes;
   for (const auto& p : params) {
     if (!p.requires_grad()) continue;
@@ -168,16 +171,25 @@ GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>
   for (const auto& plan : layout_.buckets) {
     Bucket b;
     const auto options = params_[plan.params.front()].options().dtype(torch::kFloat);
-    b.flat = torch::zeros({plan.numel}, options);
-    if (sharded) {
-      b.param_flat = torch::zeros({plan.numel}, options);
+    if (staged_) {
+      b.shard = torch::zeros({plan.shard_numel}, options);
+      std::vector<char> used(static_cast<size_t>(plan.numel), 0);
+      for (size_t k = 0; k < plan.params.size(); ++k)
+        std::fill_n(used.begin() + plan.offsets[k], params_[plan.params[k]].numel(), 1);
+      std::vector<int64_t> gaps;
+      for (int64_t e = 0; e < plan.numel; ++e)
+        if (!used[static_cast<size_t>(e)]) gaps.push_back(e);
+      if (!gaps.empty()) b.padding_index = torch::tensor(gaps, torch::kLong).to(options.device());
+    } else {
+      b.flat = torch::zeros({plan.numel}, options);
       // The reduce-scatter writes the rank's slice of the bucket in place (both backends allow an output
       // that is the input's own part r): no second buffer for the reduced shard.
-      b.shard = b.flat.narrow(0, group.rank() * plan.shard_numel, plan.shard_numel);
+      if (sharded) b.shard = b.flat.narrow(0, group.rank() * plan.shard_numel, plan.shard_numel);
     }
+    if (sharded) b.param_flat = torch::zeros({plan.numel}, options);
     for (size_t k = 0; k < plan.params.size(); ++k) {
       auto& p = params_[plan.params[k]];
-      slots_[plan.params[k]] = b.flat.narrow(0, plan.offsets[k], p.numel()).view(p.sizes());
+      if (!staged_) slots_[plan.params[k]] = b.flat.narrow(0, plan.offsets[k], p.numel()).view(p.sizes());
       if (sharded) {
         // The parameter becomes a view of its bucket's buffer: the module's tensor follows (same TensorImpl).
         auto view = b.param_flat.narrow(0, plan.offsets[k], p.numel()).view(p.sizes());
@@ -199,7 +211,74 @@ GradientSync::~GradientSync() {
   for (size_t i = 0; i < params_.size() && i < hook_ids_.size(); ++i) params_[i].remove_hook(hook_ids_[i]);
 }
 
+int64_t GradientSync::gradient_bytes() const {
+  int64_t elements = 0;
+  for (const auto& b : layout_.buckets) elements += staged_ ? b.shard_numel : b.numel;
+  return elements * static_cast<int64_t>(sizeof(float));
+}
+
+void GradientSync::gather_in_forward_order(const std::vector<std::vector<torch::Tensor>>& units) {
+  std::map<const void*, size_t> index_of;
+  for (size_t i = 0; i < params_.size(); ++i) index_of[params_[i].unsafeGetTensorImpl()] = i;
+  unit_buckets_.assign(units.size(), {});
+  gather_order_.clear();
+  std::vector<char> ordered(buckets_.size(), 0);
+  for (size_t u = 0; u < units.size(); ++u)
+    for (const auto& p : units[u]) {
+      const auto it = index_of.find(p.unsafeGetTensorImpl());
+      if (it == index_of.end()) continue;  // not trained (no gradient, never sharded)
+      const size_t b = bucket_of_[it->second];
+      auto& mine = unit_buckets_[u];
+      if (std::find(mine.begin(), mine.end(), b) == mine.end()) mine.push_back(b);
+      if (!ordered[b]) {
+        ordered[b] = 1;
+        gather_order_.push_back(b);
+      }
+    }
+  if (gather_order_.size() != buckets_.size())
+    throw std::logic_error(fmt::format("data parallel: the model's units hold {} of {} buckets' parameters",
+                                       gather_order_.size(), buckets_.size()));
+}
+
+void GradientSync::gather_parameters() {
+  if (!layout_.sharded) throw std::logic_error("data parallel: gather_parameters() on an unsharded sync");
+  wait_parameters();  // none should be pending: the forward waited for them all
+  std::vector<size_t> order = gather_order_;
+  if (order.empty())
+    for (size_t b = buckets_.size(); b-- > 0;) order.push_back(b);  // reverse layout order: forward's, roughly
+  for (size_t b : order) {
+    auto& bucket = buckets_[b];
+    const int64_t S = layout_.buckets[b].shard_numel;
+    auto mine = bucket.param_flat.narrow(0, layout_.rank * S, S);
+    // In place: the rank's input is its own part of the output, which both backends allow.
+    bucket.gather = group_.all_gather_async(bucket.param_flat, mine);
+  }
+}
+
+void GradientSync::wait_gather(Bucket& b) {
+  if (!b.gather) return;
+  b.gather->wait();
+  gathers_waited_.push_back(std::move(b.gather));
+  b.gather.reset();
+}
+
+void GradientSync::wait_parameters() {
+  for (auto& b : buckets_) wait_gather(b);
+}
+
+void GradientSync::before_unit(int64_t unit) {
+  if (unit_buckets_.empty() || unit < 0 || static_cast<size_t>(unit) >= unit_buckets_.size()) {
+    wait_parameters();
+    return;
+  }
+  for (size_t b : unit_buckets_[static_cast<size_t>(unit)]) wait_gather(buckets_[b]);
+}
+
 void GradientSync::begin_step() {
+  // Forward is over: the gathers it waited for are this step's (comm_ms), and none may stay pending.
+  wait_parameters();
+  gathers_of_step_ = std::move(gathers_waited_);
+  gathers_waited_.clear();
   std::fill(arrived_.begin(), arrived_.end(), 0);
   for (auto& b : buckets_) {
     b.pending = static_cast<int64_t>(b.params.size());
@@ -209,9 +288,37 @@ void GradientSync::begin_step() {
   next_launch_ = 0;
 }
 
+void GradientSync::stage_bucket(size_t index) {
+  auto& b = buckets_[index];
+  const auto& plan = layout_.buckets[index];
+  b.flat = torch::empty({plan.numel}, b.shard.options());
+  staged_bytes_ += plan.numel * static_cast<int64_t>(sizeof(float));
+  staging_peak_bytes_ = std::max(staging_peak_bytes_, staged_bytes_);
+  if (b.padding_index.defined()) b.flat.index_fill_(0, b.padding_index, 0.0);
+  for (size_t k = 0; k < plan.params.size(); ++k) {
+    const auto& p = params_[plan.params[k]];
+    slots_[plan.params[k]] = b.flat.narrow(0, plan.offsets[k], p.numel()).view(p.sizes());
+  }
+}
+
+void GradientSync::release_bucket(size_t index) {
+  auto& b = buckets_[index];
+  if (!b.flat.defined()) return;
+  // Ordered after the reduce-scatter that reads it (a stream wait on NCCL): the caching allocator may
+  // then hand the memory to the compute stream's next allocation.
+  b.work->wait();
+  for (size_t i : b.params) {
+    slots_[i] = torch::Tensor();
+    params_[i].mutable_grad() = torch::Tensor();
+  }
+  b.flat = torch::Tensor();
+  staged_bytes_ -= layout_.buckets[index].numel * static_cast<int64_t>(sizeof(float));
+}
+
 void GradientSync::on_gradient(size_t i, const torch::Tensor& grad) {
   TORCH_CHECK(!arrived_[i], "data parallel: parameter ", i, " got two gradients in one backward");
   arrived_[i] = 1;
+  if (staged_ && !buckets_[bucket_of_[i]].flat.defined()) stage_bucket(bucket_of_[i]);
   slots_[i].copy_(grad);
   if (--buckets_[bucket_of_[i]].pending == 0) launch_ready();
 }
@@ -223,13 +330,19 @@ void GradientSync::launch(Bucket& b) {
 }
 
 void GradientSync::launch_ready() {
-  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(buckets_[next_launch_++]);
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
+    launch(buckets_[next_launch_]);
+    // One staged reduce-scatter in flight: the previous bucket's memory goes back once this one is queued.
+    if (staged_ && next_launch_ > 0) release_bucket(next_launch_ - 1);
+    ++next_launch_;
+  }
 }
 
 void GradientSync::finish() {
   // A parameter that got no gradient on this rank contributes zeros (it may have one elsewhere).
   for (size_t i = 0; i < params_.size(); ++i)
     if (!arrived_[i]) {
+      if (staged_ && !buckets_[bucket_of_[i]].flat.defined()) stage_bucket(bucket_of_[i]);
       slots_[i].zero_();
       auto& b = buckets_[bucket_of_[i]];
       --b.pending;
@@ -239,6 +352,8 @@ void GradientSync::finish() {
   const auto t0 = Clock::now();
   for (auto& b : buckets_) b.work->wait();
   last_wait_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  if (staged_)
+    for (size_t b = 0; b < buckets_.size(); ++b) release_bucket(b);
   for (size_t i = 0; i < params_.size(); ++i) {
     if (layout_.sharded) {
       // Only the rank's shard is reduced: a full-size .grad would hold this rank's own gradient alone.
@@ -252,14 +367,18 @@ void GradientSync::finish() {
 
 double GradientSync::comm_ms() const {
   double total = 0;
-  for (const auto& b : buckets_) {
-    if (!b.work) return NAN;
+  auto add = [&](const c10::intrusive_ptr<c10d::Work>& w) {
     try {
-      total += b.work->getDuration();
+      total += w->getDuration();
+      return true;
     } catch (const std::exception&) {
-      return NAN;  // not complete yet, or a backend without timing
+      return false;  // not complete yet, or a backend without timing
     }
-  }
+  };
+  for (const auto& b : buckets_)
+    if (!b.work || !add(b.work)) return NAN;
+  for (const auto& w : gathers_of_step_)
+    if (!add(w)) return NAN;
   return total;
 }
 

@@ -17,7 +17,14 @@
 // bucket, so that the rank's slice of that buffer is its shard of the master weights. A full bucket is
 // reduce-scattered (sum of gradients pre-divided by the world) into the rank's gradient shard instead of
 // all-reduced; after finish() only the shards hold reduced gradients and no parameter has a .grad.
-// ShardedAdamW (harness/train/optimizer.h) updates the shards and all-gathers the parameters.
+// ShardedAdamW (harness/train/optimizer.h) updates the shards; gather_parameters() then starts every
+// bucket's all-gather, in the order the next forward pass first needs the buckets, and returns at once:
+// as a model::ParameterUnitHooks the sync waits for a unit's buckets just before the forward reads them
+// (a stream wait on NCCL), so the gathers overlap the end of the step and the next forward.
+// "gradients" (ZeRO-2) keeps no full-size gradient bucket between steps: a bucket is allocated when its
+// first gradient arrives (its padding zeroed, so the shard's runs read zeros there), reduce-scattered
+// into a persistent shard of its own, and released once the next bucket is launched (the compute stream
+// waits for its reduce-scatter first: one in flight, so the transient memory is about two buckets).
 //
 // The rank's heartbeat (`progress/<rank>` = the step it is on) lives in the store: when a collective
 // fails or times out, the ranks that are behind are named in the failure.
@@ -33,6 +40,7 @@
 
 #include "harness/shard_layout.h"
 #include "harness/world.h"
+#include "model/parameter_units.h"
 
 namespace c10d {
 class Backend;
@@ -91,20 +99,40 @@ class ProcessGroup {
   bool shut_down_ = false;
 };
 
-class GradientSync {
+class GradientSync : public model::ParameterUnitHooks {
  public:
-  // `sharded`: ZeRO-1 (see the header); moves every parameter's data into the flat parameter buffers.
+  // Sharded (any stage but none; see the header): moves every parameter's data into the flat parameter
+  // buffers.
   GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
-               bool sharded = false);
-  ~GradientSync();
+               ShardingStage stage = ShardingStage::none);
+  ~GradientSync() override;
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
 
   void begin_step();  // before backward
   void finish();      // after backward: every parameter's .grad is the mean over ranks
+
+  // Sharded. `units`: the model's parameters by first use in forward (model/parameter_units.h); from
+  // now on gather_parameters() issues the buckets in that order and before_unit() waits for a unit's
+  // own buckets only (without it, the first unit waits for every bucket).
+  void gather_in_forward_order(const std::vector<std::vector<torch::Tensor>>& units);
+  // Sharded: starts the all-gather of every bucket (each rank's updated shard into every rank's
+  // parameter buffer) and returns without waiting.
+  void gather_parameters();
+  // Waits for every all-gather still pending: before anything but the forward reads the parameters.
+  void wait_parameters();
+  void before_unit(int64_t unit) override;
   size_t buckets() const { return buckets_.size(); }
   ProcessGroup& group() const { return group_; }
   const ShardLayout& layout() const { return layout_; }
+  ShardingStage stage() const { return stage_; }
+  // Bytes of gradient buffers this rank keeps between steps (the full buckets, or its shards under
+  // "gradients").
+  int64_t gradient_bytes() const;
+  // Staged ("gradients"): bytes of full-size buckets allocated now, and the most at once since the
+  // sync was built (0 otherwise).
+  int64_t staged_bytes() const { return staged_bytes_; }
+  int64_t staging_peak_bytes() const { return staging_peak_bytes_; }
   // Sharded: bucket b's flat fp32 parameter buffer (every parameter of the bucket is a view into it) and
   // the rank's reduced gradient shard (its slice of the gradient bucket, layout().buckets[b].shard_numel
   // elements).
@@ -114,25 +142,34 @@ class GradientSync {
   // Host milliseconds spent waiting for the all-reduces in finish() (Gloo: the exposed communication
   // time; NCCL: ~0, the wait is on the stream).
   double last_wait_ms() const { return last_wait_ms_; }
-  // The step's all-reduces from the backend's own timing (NCCL: CUDA events on its stream, so the
+  // The step's collectives from the backend's own timing (NCCL: CUDA events on its stream, so the
   // kernel time, overlapped or not), summed over the buckets; call after the step's host sync.
-  // NaN when a collective is not complete or the backend cannot time it (Gloo cannot).
+  // Sharded, the parameter all-gathers counted are those this step's forward waited for (issued at
+  // the end of the previous step: one set a step). NaN when a collective is not complete or the
+  // backend cannot time it (Gloo cannot).
   double comm_ms() const;
 
  private:
   struct Bucket {
-    torch::Tensor flat;
+    torch::Tensor flat;               // staged: defined from its first gradient until released
     torch::Tensor param_flat, shard;  // sharded only
+    torch::Tensor padding_index;      // staged: the bucket's elements that belong to no parameter
     std::vector<size_t> params;  // indices into params_
     int64_t pending = 0;
     bool launched = false;
     c10::intrusive_ptr<c10d::Work> work;
+    c10::intrusive_ptr<c10d::Work> gather;  // sharded: the parameter all-gather not yet waited for
   };
+  void wait_gather(Bucket& b);
   void on_gradient(size_t param_index, const torch::Tensor& grad);
   void launch_ready();
   void launch(Bucket& b);
+  void stage_bucket(size_t b);    // staged: allocates the bucket and its parameters' slots
+  void release_bucket(size_t b);  // staged: after its reduce-scatter, the bucket and the .grads into it
 
   ProcessGroup& group_;
+  ShardingStage stage_;
+  bool staged_;  // gradients are staged in transient buckets (ZeRO-2)
   ShardLayout layout_;
   std::vector<torch::Tensor> params_;
   std::vector<torch::Tensor> slots_;       // params_[i]'s view into its bucket
@@ -141,7 +178,11 @@ class GradientSync {
   std::vector<Bucket> buckets_;
   size_t next_launch_ = 0;
   std::vector<unsigned> hook_ids_;
+  std::vector<size_t> gather_order_;               // buckets by first use in forward
+  std::vector<std::vector<size_t>> unit_buckets_;  // unit -> the buckets its parameters lie in
+  std::vector<c10::intrusive_ptr<c10d::Work>> gathers_waited_, gathers_of_step_;
   double last_wait_ms_ = 0;
+  int64_t staged_bytes_ = 0, staging_peak_bytes_ = 0;
 };
 
 }  // namespace ablate::harness

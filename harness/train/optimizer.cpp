@@ -168,16 +168,9 @@ void ShardedAdamW::step(const torch::Tensor& grad_scale) {
   for (auto& g : groups_)
     if (!g.params.empty())
       dispatcher_.optimizer(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, g.steps, lr_, grad_scale, g.hyper);
-  // Every rank's updated shard into every rank's buffers (the parameters are views of them), in place:
-  // the rank's input is its own part of the output, which both backends allow (no copy of the shard).
-  const auto& layout = sync_.layout();
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  for (size_t b = 0; b < layout.buckets.size(); ++b) {
-    auto buffer = sync_.parameter_buffer(b);
-    auto mine = buffer.narrow(0, layout.rank * layout.buckets[b].shard_numel, layout.buckets[b].shard_numel);
-    works.push_back(sync_.group().all_gather_async(buffer, mine));
-  }
-  for (auto& w : works) w->wait();
+  // Every rank's updated shard into every rank's buffers (the parameters are views of them); the next
+  // forward waits for each bucket before it reads it.
+  sync_.gather_parameters();
 }
 
 // The step count every run holds (they step together); rank 0 owns the first element of every bucket,

@@ -434,6 +434,7 @@ static receipts::ShardingFacts sharding_facts(const ExperimentSpec& spec, const 
   f.padding_elements = sync.layout().padding;
   for (const auto& b : sync.layout().buckets) f.shard_elements += b.shard_numel;
   f.optimizer_state_bytes = optimizer.state_bytes();
+  f.gradient_bytes = sync.gradient_bytes();
   return f;
 }
 
@@ -495,6 +496,7 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
       if (takes_part && spec.train.checkpoint_every > 0 && (step + 1) % spec.train.checkpoint_every == 0 &&
           step + 1 < spec.train.steps) {
         GoodputLedger::Scope save(ledger, Goodput::checkpoint);
+        executor.settle();
         save_checkpoint(state.checkpoint_dir, *state.model, *state.optimizer,
                         {step + 1, loaded.batch.state_after, state.model_hash, source.description().fingerprint},
                         posture.writes_receipt());
@@ -510,6 +512,14 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
     out.failure = fmt::format("at step {}: {}", step, e.what());
   }
   out.graph = executor.graph();
+  if (!out.failure) {
+    try {
+      executor.settle();  // the last step's parameter all-gathers: the run ends with whole parameters
+    } catch (const std::exception& e) {
+      out.failure = fmt::format("after step {}: {}", step, e.what());
+    }
+  }
+  if (out.sharding) out.sharding->staging_peak_bytes = executor.sync()->staging_peak_bytes();  // known once trained
   tally.close();
   close_loop(out, recorder, group, step);
   return out;

@@ -43,10 +43,12 @@ StepExecutor::StepExecutor(const ExperimentSpec& spec, const RunPosture& posture
   rank_ = posture.group ? posture.group->rank() : 0;
   has_moe_ = spec.model.pattern.find('E') != std::string::npos;
   if (posture.group) {
-    const bool sharded = spec.distributed.sharding == "optimizer";
-    sync_ = std::make_unique<GradientSync>(*posture.group, state.params, spec.distributed.bucket_mb << 20, sharded);
-    // ZeRO-1: the optimizer updates the rank's shards of the flat buffers the parameters now live in.
-    if (sharded) {
+    const auto stage = sharding_stage(spec.distributed.sharding);
+    sync_ = std::make_unique<GradientSync>(*posture.group, state.params, spec.distributed.bucket_mb << 20, stage);
+    // Sharded: the optimizer updates the rank's shards of the flat buffers the parameters now live in.
+    if (stage != ShardingStage::none) {
+      sync_->gather_in_forward_order(state.model->parameter_units());
+      state.model->set_unit_hooks(sync_.get());  // each unit waits for its own buckets' all-gathers
       state.optimizer = std::make_unique<ShardedAdamW>(*sync_, spec.train, *posture.dispatcher);
       if (!state.resumed_from.empty()) load_optimizer_state(state.resumed_from, *state.optimizer, posture.device);
     }
@@ -64,7 +66,15 @@ StepExecutor::StepExecutor(const ExperimentSpec& spec, const RunPosture& posture
   }
 }
 
-StepExecutor::~StepExecutor() = default;
+// A gather still pending here belongs to a failed job (a finished one settled): it is dropped, and the
+// job's communicators are aborted after.
+StepExecutor::~StepExecutor() {
+  if (sync_) state_.model->set_unit_hooks(nullptr);
+}
+
+void StepExecutor::settle() {
+  if (sync_ && sync_->layout().sharded) sync_->wait_parameters();
+}
 
 void StepExecutor::load(const data::Batch& batch) {
   const int64_t B = spec_.model.batch_size, T = spec_.model.seq_len, rows = B * spec_.distributed.nproc;
@@ -92,21 +102,22 @@ torch::Tensor StepExecutor::body(int64_t step, bool probes) {
     if (sync_) sync_->finish();  // every .grad is now the mean over the ranks
   }
   if (probes) profiler_.after_phase(step, "backward");
-  torch::Tensor grad_norm;
+  torch::Tensor stats;
   {
     kernels::Scope phase("optimizer");
     // Clipping rides in the update: the optimizer divides each gradient by the scale as it reads it.
     auto clipping = state_.optimizer->grad_norm(spec_.train.grad_clip);
-    grad_norm = clipping.norm;
+    std::vector<torch::Tensor> job_means = {fwd.loss.detach().to(torch::kDouble), clipping.norm.to(torch::kDouble)};
+    if (has_moe_) job_means.push_back(fwd.aux.detach().to(torch::kDouble));
+    stats = torch::stack(job_means);
+    // The job's losses are the mean of the ranks' (equal row counts); the norm is already the same
+    // everywhere. The drop count stays the rank's own (each rank writes its own step rows). Reduced
+    // before the update: sharded, the update ends by starting the parameter all-gathers, which the
+    // step's one host read must not wait for (the next forward does, bucket by bucket).
+    if (posture_.group) posture_.group->allreduce_mean_(stats);
     state_.optimizer->step(clipping.scale);
   }
   if (probes) profiler_.after_phase(step, "optimizer");
-  std::vector<torch::Tensor> job_means = {fwd.loss.detach().to(torch::kDouble), grad_norm.to(torch::kDouble)};
-  if (has_moe_) job_means.push_back(fwd.aux.detach().to(torch::kDouble));
-  auto stats = torch::stack(job_means);
-  // The job's losses are the mean of the ranks' (equal row counts); the norm is already the same
-  // everywhere. The drop count stays the rank's own (each rank writes its own step rows).
-  if (posture_.group) posture_.group->allreduce_mean_(stats);
   if (has_moe_) stats = torch::cat({stats, fwd.dropped_slots.to(torch::kDouble).view({1})});
   return stats;
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <memory>
 
 using namespace ablate::harness;
 
@@ -28,11 +29,17 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
-void check_identity_world(const torch::Device& device, const std::string& backend) {
+// One rank on a free local port.
+std::unique_ptr<ProcessGroup> world_of_one(const torch::Device& device, const std::string& backend) {
   WorldEnv w;
   w.master_port = free_port();
   w.launcher = "test";
-  ProcessGroup group(w, backend, device, std::chrono::seconds(30));
+  return std::make_unique<ProcessGroup>(w, backend, device, std::chrono::seconds(30));
+}
+
+void check_identity_world(const torch::Device& device, const std::string& backend) {
+  auto owned = world_of_one(device, backend);
+  ProcessGroup& group = *owned;
   torch::manual_seed(11);
   const auto opt = torch::TensorOptions(device).dtype(torch::kFloat);
   std::vector<torch::Tensor> params{torch::randn({64, 32}, opt).requires_grad_(), torch::randn({32}, opt).requires_grad_(),
@@ -74,9 +81,68 @@ void check_identity_world(const torch::Device& device, const std::string& backen
   EXPECT_EQ(group.ranks_behind(0), "");  // nobody else to be behind
 }
 
+// ZeRO-2 in a world of 1: the shard is the whole bucket, so it must hold autograd's gradients bit for bit
+// (the padding zero), while no parameter keeps a .grad and no staged bucket outlives the step.
+void check_staged_world(const torch::Device& device, const std::string& backend) {
+  auto group = world_of_one(device, backend);
+  torch::manual_seed(12);
+  const auto opt = torch::TensorOptions(device).dtype(torch::kFloat);
+  std::vector<torch::Tensor> params{torch::randn({64, 30}, opt).requires_grad_(), torch::randn({30}, opt).requires_grad_(),
+                                    torch::randn({30, 17}, opt).requires_grad_(), torch::randn({7}, opt).requires_grad_()};
+  const auto values = [&] {
+    std::vector<torch::Tensor> v;
+    for (const auto& p : params) v.push_back(p.detach().clone());
+    return v;
+  }();
+  const auto x = torch::randn({8, 64}, opt);
+  auto loss_of = [&] { return torch::tanh(x.matmul(params[0]) + params[1]).matmul(params[2]).pow(2).sum(); };
+  loss_of().backward();
+  std::vector<torch::Tensor> expected;
+  for (size_t i = 0; i < 3; ++i) expected.push_back(params[i].grad().clone());
+  expected.push_back(torch::zeros({7}, opt));  // unused: the zero mean
+  for (auto& p : params) p.mutable_grad() = torch::Tensor();
+
+  GradientSync sync(*group, params, /*bucket_bytes=*/1024, ShardingStage::gradients);
+  ASSERT_EQ(sync.buckets(), 2u);
+  for (size_t i = 0; i < params.size(); ++i)  // moved into the flat parameter buffers, values kept
+    EXPECT_TRUE(torch::equal(params[i], values[i])) << backend << " param " << i;
+  int64_t whole = 0;
+  for (const auto& b : sync.layout().buckets) whole += b.numel;
+  EXPECT_EQ(sync.gradient_bytes(), 4 * whole);  // a world of 1 keeps the whole shard
+  for (int step = 0; step < 2; ++step) {
+    sync.begin_step();
+    loss_of().backward();
+    sync.finish();
+    EXPECT_EQ(sync.staged_bytes(), 0) << "a staged bucket outlived the step";
+    EXPECT_GT(sync.staging_peak_bytes(), 0);
+    EXPECT_LE(sync.staging_peak_bytes(), 4 * whole);
+    std::vector<torch::Tensor> padding;  // per bucket: true where no parameter lies
+    for (const auto& b : sync.layout().buckets) padding.push_back(torch::ones({b.numel}, opt.dtype(torch::kBool)));
+    for (size_t i = 0; i < params.size(); ++i) {
+      EXPECT_FALSE(params[i].grad().defined()) << "param " << i << " kept a .grad";
+      const size_t b = sync.layout().bucket_of[i];
+      const auto got = sync.gradient_shard(b).narrow(0, sync.layout().offset_of[i], params[i].numel()).view(params[i].sizes());
+      EXPECT_TRUE(torch::equal(got, expected[i])) << backend << " param " << i << " step " << step;
+      padding[b].narrow(0, sync.layout().offset_of[i], params[i].numel()).fill_(false);
+    }
+    for (size_t b = 0; b < sync.buckets(); ++b) {
+      const auto gaps = sync.gradient_shard(b).masked_select(padding[b]);
+      EXPECT_GT(gaps.numel(), 0) << "bucket " << b << " has no padding to check";
+      EXPECT_EQ(gaps.count_nonzero().item<int64_t>(), 0) << "bucket " << b << ": padding must reduce to zero";
+    }
+  }
+}
+
 }  // namespace
 
 TEST(DataParallel, GlooWorldOfOneHandsBackAutogradsGradients) { check_identity_world(torch::kCPU, "gloo"); }
+
+TEST(DataParallel, GlooWorldOfOneStagesGradientsIntoItsShard) { check_staged_world(torch::kCPU, "gloo"); }
+
+TEST(DataParallel, NcclWorldOfOneStagesGradientsIntoItsShard) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: NCCL runs on the GPU machine";
+  check_staged_world(torch::Device(torch::kCUDA, 0), "nccl");
+}
 
 TEST(DataParallel, NcclWorldOfOneHandsBackAutogradsGradients) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: NCCL runs on the GPU machine";

@@ -151,8 +151,9 @@ TEST_F(DistributedTest, TwoRanksTrainLikeOneRankOnTheSameGlobalBatch) {
 // 10x below the 1-vs-2-rank tolerance above, far below what a wrong shard or a stale gather moves).
 // The gradient norm is ~1.2 M squares summed in another order (per bucket shard, then over ranks):
 // 1e-5 relative, where the two orders measured 1.2e-6 apart; with clipping on, that is the clip
-// scale's difference too, and the losses still agree to 1e-6.
-TEST_F(DistributedTest, ShardedOptimizerTrainsLikeTheUnshardedJob) {
+// scale's difference too, and the losses still agree to 1e-6. ZeRO-2 reduces the same buckets (staged
+// instead of kept, the padding zeroed) into the same shards: equal to ZeRO-1 bit for bit.
+TEST_F(DistributedTest, ShardedStagesTrainLikeTheUnshardedJob) {
   for (const char* clip : {"0", "1.0"}) {
     SCOPED_TRACE(std::string("train.grad_clip = ") + clip);
     // d_model 256 (about 5 MB of parameters) in 1 MB buckets: several buckets, shard edges inside parameters.
@@ -161,27 +162,42 @@ TEST_F(DistributedTest, ShardedOptimizerTrainsLikeTheUnshardedJob) {
     const auto plain = run_cli(ablate("launch " + spec_.string() + sets));
     ASSERT_EQ(plain.rc, 0) << plain.out;
     const auto none = newest();
-    const auto sharded_job = run_cli(ablate("launch " + spec_.string() + sets + " --set distributed.sharding=\"optimizer\""));
-    ASSERT_EQ(sharded_job.rc, 0) << sharded_job.out;
-    const auto zero1 = newest();
-    ASSERT_EQ(zero1.status, "ok") << zero1.error;
     ASSERT_EQ(none.loss.size(), 6u);
-    ASSERT_EQ(zero1.loss.size(), 6u);
-    for (size_t i = 0; i < 6; ++i) {
-      EXPECT_NEAR(zero1.loss[i], none.loss[i], 1e-6 * std::abs(none.loss[i])) << "step " << i;
-      EXPECT_NEAR(zero1.grad_norm[i], none.grad_norm[i], 1e-5 * std::abs(none.grad_norm[i])) << "step " << i;
-    }
-    EXPECT_EQ(zero1.rows_per_rank.at(1), 6);
     const auto& plain_layout = none.summary["facts"]["distributed"]["sharding"];
-    const auto& layout = zero1.summary["facts"]["distributed"]["sharding"];
     EXPECT_EQ(plain_layout["stage"], "none") << plain_layout.dump();
-    EXPECT_EQ(layout["stage"], "optimizer") << layout.dump();
-    EXPECT_GT(layout["buckets"].get<int64_t>(), 1) << layout.dump();
-    // Each rank keeps the moments of half the parameters (plus its share of the padding at most).
-    const auto whole = plain_layout["optimizer_state_bytes"].get<int64_t>();
-    const auto half = layout["optimizer_state_bytes"].get<int64_t>();
-    EXPECT_GE(half, whole / 2) << layout.dump();
-    EXPECT_LE(half, whole / 2 + 8 * layout["padding_elements"].get<int64_t>()) << layout.dump();
+    std::vector<double> zero1_losses;
+    for (const char* stage : {"optimizer", "gradients"}) {
+      SCOPED_TRACE(std::string("distributed.sharding = ") + stage);
+      const auto job = run_cli(ablate("launch " + spec_.string() + sets + " --set distributed.sharding=" + stage));
+      ASSERT_EQ(job.rc, 0) << job.out;
+      const auto sharded = newest();
+      ASSERT_EQ(sharded.status, "ok") << sharded.error;
+      ASSERT_EQ(sharded.loss.size(), 6u);
+      for (size_t i = 0; i < 6; ++i) {
+        EXPECT_NEAR(sharded.loss[i], none.loss[i], 1e-6 * std::abs(none.loss[i])) << "step " << i;
+        EXPECT_NEAR(sharded.grad_norm[i], none.grad_norm[i], 1e-5 * std::abs(none.grad_norm[i])) << "step " << i;
+      }
+      if (zero1_losses.empty()) zero1_losses = sharded.loss;
+      else EXPECT_EQ(sharded.loss, zero1_losses) << "ZeRO-2 reduces what ZeRO-1 does";
+      EXPECT_EQ(sharded.rows_per_rank.at(1), 6);
+      const auto& layout = sharded.summary["facts"]["distributed"]["sharding"];
+      EXPECT_EQ(layout["stage"], stage) << layout.dump();
+      EXPECT_GT(layout["buckets"].get<int64_t>(), 1) << layout.dump();
+      // Each rank keeps the moments of half the parameters (plus its share of the padding at most).
+      const auto padding_bytes = 4 * layout["padding_elements"].get<int64_t>();
+      const auto whole = plain_layout["optimizer_state_bytes"].get<int64_t>();
+      const auto half = layout["optimizer_state_bytes"].get<int64_t>();
+      EXPECT_GE(half, whole / 2) << layout.dump();
+      EXPECT_LE(half, whole / 2 + 2 * padding_bytes) << layout.dump();
+      // ZeRO-1 keeps every (padded) gradient bucket, ZeRO-2 its half of them.
+      const auto all_gradients = plain_layout["gradient_bytes"].get<int64_t>();
+      const auto kept = layout["gradient_bytes"].get<int64_t>();
+      if (std::string(stage) == "optimizer") {
+        EXPECT_EQ(kept, all_gradients + padding_bytes) << layout.dump();
+      } else {
+        EXPECT_EQ(kept, (all_gradients + padding_bytes) / 2) << layout.dump();
+      }
+    }
   }
 }
 
@@ -203,6 +219,11 @@ TEST_F(DistributedTest, ShardedCheckpointsResumeShardedOrNot) {
   ASSERT_EQ(sharded.status, "ok") << sharded.error;
   ASSERT_EQ(sharded.loss.size(), 3u) << "steps 3..5 after the step-3 checkpoint";
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(sharded.loss[i], straight.loss[3 + i]) << "step " << 3 + i;
+  // ZeRO-2 takes the same slices back and reduces what ZeRO-1 does: bit for bit too.
+  const auto as_zero2 = run_cli(ablate("launch " + spec_.string() + " --set model.d_model=256 --set distributed.bucket_mb=1" +
+                                       " --set distributed.sharding=gradients --set train.resume=true"));
+  ASSERT_EQ(as_zero2.rc, 0) << as_zero2.out;
+  EXPECT_EQ(newest().loss, sharded.loss);
   const auto across = run_cli(ablate("launch " + spec_.string() +
                                      " --set model.d_model=256 --set distributed.bucket_mb=1 --set train.resume=true"));
   ASSERT_EQ(across.rc, 0) << across.out;
@@ -210,6 +231,42 @@ TEST_F(DistributedTest, ShardedCheckpointsResumeShardedOrNot) {
   ASSERT_EQ(unsharded.loss.size(), 3u);
   for (size_t i = 0; i < 3; ++i)
     EXPECT_NEAR(unsharded.loss[i], straight.loss[3 + i], 1e-6 * std::abs(straight.loss[3 + i])) << "step " << 3 + i;
+}
+
+// The declared 2 B and 8 B experiments as users start them, shrunk by --set to tiny widths (their 24
+// layers and every other key as declared), on the CPU: nam56r-medium alone, nam56r-large over two Gloo
+// ranks in its sharding stage. Their fast backends are not built for the CPU: without strict, each
+// falls back to its reference and the receipt says so.
+TEST_F(DistributedTest, NamedLargeConfigurationsTrainAtTinyWidth) {
+  const std::string tiny_width =
+      " --set model.d_model=64 --set model.seq_len=32 --set model.batch_size=2 --set model.vocab=512"
+      " --set model.attention.heads=2 --set model.attention.nope_dim=16 --set model.attention.rope_dim=8"
+      " --set model.attention.v_dim=16 --set model.attention.q_lora=32 --set model.attention.kv_lora=32"
+      " --set model.moe.experts=4 --set model.moe.ffn=64 --set model.mamba.head_dim=16 --set model.mamba.state=16"
+      " --set model.mamba.chunk=16 --set model.recurrent.width=64 --set train.steps=3 --set train.warmup_steps=1"
+      " --set train.device=cpu --set train.dtype=fp32 --set data.source=synthetic --set backends.strict=false"
+      " --set train.log_every=0";
+  const fs::path experiments = fs::path(ABLATE_SOURCE_DIR) / "experiments";
+  for (const std::string config : {"nam56r-medium", "nam56r-large"}) {
+    SCOPED_TRACE(config);
+    const bool large = config == "nam56r-large";
+    const std::string spec = (experiments / (config + ".toml")).string();
+    const auto job = run_cli(ablate((large ? "launch " : "run ") + spec + tiny_width +
+                                    (large ? " --set distributed.nproc=2 --set distributed.backend=gloo" : "")));
+    ASSERT_EQ(job.rc, 0) << job.out;
+    const auto rec = newest();
+    ASSERT_EQ(rec.status, "ok") << rec.error;
+    EXPECT_EQ(rec.loss.size(), 3u);
+    for (double loss : rec.loss) EXPECT_TRUE(std::isfinite(loss)) << loss;
+    const auto& model = rec.summary["facts"]["model"];
+    EXPECT_EQ(model["config"], config) << model.dump();
+    EXPECT_EQ(model["pattern"], "AEMEAEMEAEMRAEMEAEMEAEMR") << model.dump();
+    EXPECT_EQ(model["config_overridden"], true) << model.dump();
+    if (large) {
+      EXPECT_EQ(rec.rows_per_rank.at(1), 3);
+      EXPECT_EQ(rec.summary["facts"]["distributed"]["sharding"]["stage"], "gradients");
+    }
+  }
 }
 
 TEST_F(DistributedTest, KilledRankFailsTheJobNamingItAndLeavesNoProcess) {

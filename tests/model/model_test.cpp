@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numeric>
+#include <set>
 
 #include "model/hybrid_model.h"
 #include "tests/kernels/tensor_checks.h"
@@ -141,6 +143,22 @@ TEST(Accounting, Nam56rSmallMatchesTheHandComputedValues) {
   EXPECT_EQ(forward_flops_per_token(c), 203390976.0);
 }
 
+// The larger nam56r configurations: the same formulas, term by term as above, at their widths.
+//  nam56r-medium (d 2048, 24 layers; A 16, 128, 64, 128, 768, 512; E f 1536; R w 2048):
+//    A 11,404,544 + 2048, E 151,027,712 + 2048, M 26,165,632 + 2048, R 20,987,904 + 2048 (x 6, 10, 6, 2);
+//    embedding + head 134,217,728, final norm 2048.
+//  nam56r-large (d 4096; A 32, 128, 64, 128, 1536, 512; E f 3584; R w 4096): the same with those widths.
+TEST(Accounting, Nam56rMediumAndLargeAreAbout2BAnd8B) {
+  const auto medium = parameter_count(*named_config("nam56r-medium"));
+  EXPECT_EQ(medium.total, 1'911'942'912);
+  EXPECT_EQ(medium.active_per_token, 590'737'152);
+  const auto large = parameter_count(*named_config("nam56r-large"));
+  EXPECT_EQ(large.total, 8'338'525'184);
+  EXPECT_EQ(large.active_per_token, 2'172'898'304);
+  EXPECT_EQ(forward_flops_per_token(*named_config("nam56r-medium")), 1'194'721'280.0);
+  EXPECT_EQ(forward_flops_per_token(*named_config("nam56r-large")), 4'372'299'776.0);
+}
+
 TEST(Accounting, DenseBlockAndPlainQueryProjection) {
   auto c = tiny();
   c.pattern = "AD";
@@ -189,6 +207,60 @@ TEST(HybridModelInit, SameSeedSameWeightsAndLossOtherSeedOtherWeights) {
   const auto la = a->forward(batch.tokens, batch.targets, batch.mask).loss;
   const auto lb = b->forward(batch.tokens, batch.targets, batch.mask).loss;
   EXPECT_TRUE(torch::equal(la, lb));
+}
+
+// The unit hooks' contract (model/parameter_units.h): every parameter in exactly one unit, and no unit's
+// parameters read before its hook. Each unit's weights are NaN until its hook puts them back, so a
+// forward that reads one early gives a NaN loss (or a different one).
+class RestoringHooks : public ParameterUnitHooks {
+ public:
+  explicit RestoringHooks(std::vector<std::vector<Tensor>> units) : units_(std::move(units)) {
+    torch::NoGradGuard no_grad;
+    for (auto& unit : units_) {
+      saved_.emplace_back();
+      for (auto& p : unit) {
+        saved_.back().push_back(p.detach().clone());
+        p.fill_(NAN);
+      }
+    }
+  }
+  void before_unit(int64_t u) override {
+    torch::NoGradGuard no_grad;
+    order.push_back(u);
+    for (size_t k = 0; k < units_.at(static_cast<size_t>(u)).size(); ++k) units_[u][k].copy_(saved_[u][k]);
+  }
+  std::vector<int64_t> order;
+
+ private:
+  std::vector<std::vector<Tensor>> units_, saved_;
+};
+
+TEST(HybridModelUnits, EveryParameterInOneUnitAndNoneReadBeforeItsHook) {
+  auto c = micro();
+  HybridModel model(c, seams(), 3), reference(c, seams(), 3);
+  const auto units = model->parameter_units();
+  ASSERT_EQ(units.size(), c.pattern.size() + 2);
+  std::set<const void*> seen;
+  size_t count = 0;
+  for (const auto& unit : units)
+    for (const auto& p : unit) {
+      seen.insert(p.unsafeGetTensorImpl());
+      ++count;
+    }
+  EXPECT_EQ(count, seen.size()) << "a parameter in two units";
+  EXPECT_EQ(count, model->parameters().size());
+  for (const auto& p : model->parameters()) EXPECT_TRUE(seen.count(p.unsafeGetTensorImpl())) << "a parameter in no unit";
+
+  RestoringHooks hooks(units);
+  model->set_unit_hooks(&hooks);
+  const auto batch = random_batch(c, 2, 12, 4);
+  const auto got = model->forward(batch.tokens, batch.targets, batch.mask).loss;
+  model->set_unit_hooks(nullptr);
+  const auto want = reference->forward(batch.tokens, batch.targets, batch.mask).loss;
+  EXPECT_TRUE(torch::equal(got, want)) << got.item<double>() << " vs " << want.item<double>();
+  std::vector<int64_t> in_order(units.size());
+  std::iota(in_order.begin(), in_order.end(), 0);
+  EXPECT_EQ(hooks.order, in_order);
 }
 
 TEST(HybridModelInit, LinearWeightsFollowInitStd) {

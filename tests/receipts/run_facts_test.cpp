@@ -39,7 +39,7 @@ RunFacts every_section() {
   d.straggler_wait_share = 0.367;
   d.comm_share = 0.35;
   d.comm_wait_share = 0.002;
-  d.sharding = ShardingFacts{"optimizer", 12, 150'000'000, 480, 600'000'000};
+  d.sharding = ShardingFacts{"gradients", 12, 150'000'000, 480, 600'000'000, 300'000'000, 100'000'000};
   f.distributed = d;
   ProfileFacts p;
   p.status = "ok";
@@ -71,8 +71,9 @@ TEST(RunFacts, EverySectionSurvivesTheStore) {
   ASSERT_TRUE(back.distributed);
   EXPECT_EQ(back.distributed->per_rank.at(1).collective_wait_ms, 14.0);
   ASSERT_TRUE(back.distributed->sharding);
-  EXPECT_EQ(back.distributed->sharding->stage, "optimizer");
+  EXPECT_EQ(back.distributed->sharding->stage, "gradients");
   EXPECT_EQ(back.distributed->sharding->optimizer_state_bytes, 600'000'000);
+  EXPECT_EQ(back.distributed->sharding->gradient_bytes, 300'000'000);
   ASSERT_TRUE(back.model);
   EXPECT_TRUE(back.model->config_overridden);
   EXPECT_EQ(back.model->overrides, std::vector<std::string>{"--set model.d_model=2048"});

@@ -138,6 +138,18 @@ TEST(Spec, DeclaredExperimentsAreValid) {
   EXPECT_TRUE(fast.backends.strict);
   EXPECT_TRUE(fast.compile.cuda_graphs);
   EXPECT_EQ(fast.backends.requested.at("moe_dispatch"), "grouped_mm");
+  // The 2 B and 8 B lanes: the pattern twice, in the fast posture; the 8 B one sharded over 4 GPUs.
+  const auto medium = parse_spec_file((fs::path(ABLATE_SOURCE_DIR) / "experiments/nam56r-medium.toml").string());
+  EXPECT_EQ(medium.model.pattern, "AEMEAEMEAEMRAEMEAEMEAEMR");
+  EXPECT_EQ(medium.model.d_model, 2048);
+  EXPECT_EQ(medium.model.seq_len, 4096);
+  EXPECT_TRUE(medium.compile.cuda_graphs);
+  const auto large = parse_spec_file((fs::path(ABLATE_SOURCE_DIR) / "experiments/nam56r-large.toml").string());
+  EXPECT_EQ(large.model.pattern, medium.model.pattern);
+  EXPECT_EQ(large.model.d_model, 4096);
+  EXPECT_EQ(large.distributed.nproc, 4);
+  EXPECT_EQ(large.distributed.sharding, "gradients");
+  EXPECT_EQ(large.backends.requested, fast.backends.requested);
 }
 
 TEST(Spec, EveryBadFileFailsWithItsExactMessage) {
