@@ -201,10 +201,8 @@ GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>
     buckets_.push_back(std::move(b));
   }
   for (size_t i = 0; i < params_.size(); ++i)
-    hook_ids_.push_back(params_[i].register_hook([this, i](const torch::Tensor& grad) -> torch::Tensor {
-      on_gradient(i, grad);
-      return slots_[i].view(slots_[i].sizes());  // autograd keeps this view as .grad: no second copy
-    }));
+    hook_ids_.push_back(params_[i].register_hook(
+        [this, i](const torch::Tensor& grad) -> torch::Tensor { return on_gradient(i, grad); }));
 }
 
 GradientSync::~GradientSync() {
@@ -315,12 +313,16 @@ void GradientSync::release_bucket(size_t index) {
   staged_bytes_ -= layout_.buckets[index].numel * static_cast<int64_t>(sizeof(float));
 }
 
-void GradientSync::on_gradient(size_t i, const torch::Tensor& grad) {
+torch::Tensor GradientSync::on_gradient(size_t i, const torch::Tensor& grad) {
   TORCH_CHECK(!arrived_[i], "data parallel: parameter ", i, " got two gradients in one backward");
   arrived_[i] = 1;
   if (staged_ && !buckets_[bucket_of_[i]].flat.defined()) stage_bucket(bucket_of_[i]);
   slots_[i].copy_(grad);
+  // Taken before any launch: staged, launching a later bucket that was already full releases this one
+  // (the view then keeps its memory until finish() drops every .grad).
+  auto view = slots_[i].view(slots_[i].sizes());
   if (--buckets_[bucket_of_[i]].pending == 0) launch_ready();
+  return view;
 }
 
 void GradientSync::launch(Bucket& b) {

@@ -161,7 +161,9 @@ class GradientSync : public model::ParameterUnitHooks {
     c10::intrusive_ptr<c10d::Work> gather;  // sharded: the parameter all-gather not yet waited for
   };
   void wait_gather(Bucket& b);
-  void on_gradient(size_t param_index, const torch::Tensor& grad);
+  // Copies a parameter's gradient into its slot; returns the slot's view, which autograd keeps as .grad
+  // (no second copy of the gradients lives on).
+  torch::Tensor on_gradient(size_t param_index, const torch::Tensor& grad);
   void launch_ready();
   void launch(Bucket& b);
   void stage_bucket(size_t b);    // staged: allocates the bucket and its parameters' slots

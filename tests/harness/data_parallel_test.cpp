@@ -133,7 +133,49 @@ void check_staged_world(const torch::Device& device, const std::string& backend)
   }
 }
 
+// Buckets fill out of order: with one parameter a bucket, a = [pA, pB, pC] lays out pC, pB, pA, and
+// backward of (x pC) pB reaches pB first (autograd accumulates a leaf's gradient as soon as it is
+// ready), so pB's bucket waits until pC's arrives and both launch from pC's hook, the second launch
+// releasing pC's bucket while its hook still hands autograd the slot.
+void check_staged_out_of_order(const torch::Device& device, const std::string& backend) {
+  auto group = world_of_one(device, backend);
+  torch::manual_seed(13);
+  const auto opt = torch::TensorOptions(device).dtype(torch::kFloat);
+  std::vector<torch::Tensor> params{torch::randn({5}, opt).requires_grad_(), torch::randn({8, 8}, opt).requires_grad_(),
+                                    torch::randn({8, 8}, opt).requires_grad_()};
+  const auto x = torch::randn({3, 8}, opt);
+  auto loss_of = [&] { return (x.matmul(params[2]).matmul(params[1]).tanh().sum() + params[0].pow(2).sum()); };
+  loss_of().backward();
+  std::vector<torch::Tensor> expected;
+  for (auto& p : params) {
+    expected.push_back(p.grad().clone());
+    p.mutable_grad() = torch::Tensor();
+  }
+  GradientSync sync(*group, params, /*bucket_bytes=*/1, ShardingStage::gradients);
+  ASSERT_EQ(sync.buckets(), 3u);
+  for (int step = 0; step < 2; ++step) {
+    sync.begin_step();
+    loss_of().backward();
+    sync.finish();
+    EXPECT_EQ(sync.staged_bytes(), 0);
+    for (size_t i = 0; i < params.size(); ++i) {
+      EXPECT_FALSE(params[i].grad().defined()) << "param " << i;
+      const auto got = sync.gradient_shard(sync.layout().bucket_of[i])
+                           .narrow(0, sync.layout().offset_of[i], params[i].numel())
+                           .view(params[i].sizes());
+      EXPECT_TRUE(torch::equal(got, expected[i])) << backend << " param " << i << " step " << step;
+    }
+  }
+}
+
 }  // namespace
+
+TEST(DataParallel, GlooStagedBucketsMayFillOutOfOrder) { check_staged_out_of_order(torch::kCPU, "gloo"); }
+
+TEST(DataParallel, NcclStagedBucketsMayFillOutOfOrder) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: NCCL runs on the GPU machine";
+  check_staged_out_of_order(torch::Device(torch::kCUDA, 0), "nccl");
+}
 
 TEST(DataParallel, GlooWorldOfOneHandsBackAutogradsGradients) { check_identity_world(torch::kCPU, "gloo"); }
 
