@@ -180,7 +180,10 @@ json sharding_json(const std::optional<ShardingFacts>& s) {
           {"padding_elements", s->padding_elements},
           {"optimizer_state_bytes", s->optimizer_state_bytes},
           {"gradient_bytes", s->gradient_bytes},
-          {"staging_peak_bytes", s->staging_peak_bytes}};
+          {"staging_peak_bytes", s->staging_peak_bytes},
+          {"all_reduce_bytes", s->all_reduce_bytes},
+          {"reduce_scatter_bytes", s->reduce_scatter_bytes},
+          {"all_gather_bytes", s->all_gather_bytes}};
 }
 
 std::optional<ShardingFacts> sharding_from(Reader& parent) {
@@ -195,6 +198,9 @@ std::optional<ShardingFacts> sharding_from(Reader& parent) {
   s.optimizer_state_bytes = r.integer("optimizer_state_bytes").value_or(0);
   s.gradient_bytes = r.integer("gradient_bytes").value_or(0);
   s.staging_peak_bytes = r.integer("staging_peak_bytes").value_or(0);
+  s.all_reduce_bytes = r.integer("all_reduce_bytes").value_or(0);
+  s.reduce_scatter_bytes = r.integer("reduce_scatter_bytes").value_or(0);
+  s.all_gather_bytes = r.integer("all_gather_bytes").value_or(0);
   return s;
 }
 
@@ -206,7 +212,10 @@ json distributed_json(const DistributedFacts& d) {
                      {"median_comm_ms", or_null(r.median_comm_ms)},
                      {"median_comm_wait_ms", or_null(r.median_comm_wait_ms)},
                      {"collective_wait_ms", or_null(r.collective_wait_ms)},
-                     {"peak_memory_bytes", r.peak_memory_bytes}});
+                     {"peak_memory_bytes", r.peak_memory_bytes},
+                     {"median_all_reduce_ms", or_null(r.median_all_reduce_ms)},
+                     {"median_reduce_scatter_ms", or_null(r.median_reduce_scatter_ms)},
+                     {"median_all_gather_ms", or_null(r.median_all_gather_ms)}});
   return {{"world_size", d.world_size},
           {"backend", d.backend},
           {"launcher", d.launcher},
@@ -234,6 +243,9 @@ DistributedFacts distributed_from(Reader& r) {
     f.median_comm_wait_ms = rr.number("median_comm_wait_ms");
     f.collective_wait_ms = rr.number("collective_wait_ms");
     f.peak_memory_bytes = rr.integer("peak_memory_bytes").value_or(0);
+    f.median_all_reduce_ms = rr.number("median_all_reduce_ms");
+    f.median_reduce_scatter_ms = rr.number("median_reduce_scatter_ms");
+    f.median_all_gather_ms = rr.number("median_all_gather_ms");
     d.per_rank.push_back(f);
   }
   d.step_time_ratio = r.number("straggler_ratio");

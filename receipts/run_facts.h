@@ -62,6 +62,10 @@ struct RankFacts {
   std::optional<double> median_comm_wait_ms;  // host time blocked on them after backward
   std::optional<double> collective_wait_ms;   // time this rank's collectives waited for the slowest rank
   std::int64_t peak_memory_bytes = 0;
+  // median_comm_ms by kind (NCCL's timing; absent for a kind the stage does not run, on Gloo, and in
+  // receipts made before they were recorded): the bucket all-reduces, or the gradient reduce-scatters
+  // and the parameter all-gathers.
+  std::optional<double> median_all_reduce_ms, median_reduce_scatter_ms, median_all_gather_ms;
 };
 
 // How data parallel laid out and sharded the gradients and optimizer state (harness/shard_layout.h),
@@ -77,6 +81,8 @@ struct ShardingFacts {
   std::int64_t gradient_bytes = 0;
   // "gradients": the most bytes of transient full-size buckets one step held at once (0 otherwise).
   std::int64_t staging_peak_bytes = 0;
+  // Bytes a rank's buckets carry through each kind of collective a step (0: not run, or not recorded).
+  std::int64_t all_reduce_bytes = 0, reduce_scatter_bytes = 0, all_gather_bytes = 0;
 };
 
 struct DistributedFacts {

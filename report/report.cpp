@@ -104,7 +104,8 @@ void add_memory(receipts::Store& store, CellReport& cell) {
 
 void add_scaling(CellReport& cell) {
   std::set<std::int64_t> worlds;
-  std::vector<double> per_gpu, comm, wait, straggler, straggler_wait;
+  std::vector<double> per_gpu, comm, wait, straggler, straggler_wait, all_reduce, reduce_scatter, all_gather;
+  std::set<std::string> stages;
   for (const auto& run : cell.side.evidence) {
     const auto& distributed = run.row.summary.facts.distributed;
     const std::int64_t world = distributed ? distributed->world_size : 1;
@@ -115,6 +116,13 @@ void add_scaling(CellReport& cell) {
     if (distributed->comm_wait_share) wait.push_back(*distributed->comm_wait_share);
     if (distributed->step_time_ratio) straggler.push_back(*distributed->step_time_ratio);
     if (distributed->straggler_wait_share) straggler_wait.push_back(*distributed->straggler_wait_share);
+    if (distributed->sharding) stages.insert(distributed->sharding->stage);
+    if (!distributed->per_rank.empty()) {
+      const auto& rank0 = distributed->per_rank.front();
+      if (rank0.median_all_reduce_ms) all_reduce.push_back(*rank0.median_all_reduce_ms);
+      if (rank0.median_reduce_scatter_ms) reduce_scatter.push_back(*rank0.median_reduce_scatter_ms);
+      if (rank0.median_all_gather_ms) all_gather.push_back(*rank0.median_all_gather_ms);
+    }
   }
   if (worlds.size() == 1) cell.scaling.world_size = *worlds.begin();
   cell.scaling.mixed_world = worlds.size() > 1;
@@ -123,6 +131,10 @@ void add_scaling(CellReport& cell) {
   cell.scaling.comm_wait_share = median_of(std::move(wait));
   cell.scaling.straggler_ratio = median_of(std::move(straggler));
   cell.scaling.straggler_wait_share = median_of(std::move(straggler_wait));
+  if (!stages.empty()) cell.scaling.sharding = stages.size() == 1 ? *stages.begin() : std::string("mixed");
+  cell.scaling.all_reduce_ms = median_of(std::move(all_reduce));
+  cell.scaling.reduce_scatter_ms = median_of(std::move(reduce_scatter));
+  cell.scaling.all_gather_ms = median_of(std::move(all_gather));
 }
 
 void add_moe(CellReport& cell) {
@@ -235,7 +247,11 @@ json scaling_json(const ScalingFacts& s) {
           {"comm_share", value_or_null(s.comm_share)},
           {"comm_wait_share", value_or_null(s.comm_wait_share)},
           {"straggler_wait_share", value_or_null(s.straggler_wait_share)},
-          {"straggler_ratio", value_or_null(s.straggler_ratio)}};
+          {"straggler_ratio", value_or_null(s.straggler_ratio)},
+          {"sharding", value_or_null(s.sharding)},
+          {"all_reduce_ms", value_or_null(s.all_reduce_ms)},
+          {"reduce_scatter_ms", value_or_null(s.reduce_scatter_ms)},
+          {"all_gather_ms", value_or_null(s.all_gather_ms)}};
 }
 
 json cell_json(const CellReport& c) {
@@ -382,17 +398,28 @@ Section scaling_section(const Report& r) {
       "the gradient all-reduces' own time over the step (NCCL's timing; '-' on Gloo, which cannot time them); wait "
       "share: host time blocked on them after backward; straggler wait: the longest a rank's collectives waited for "
       "the slowest rank, over the step ('-' for runs recorded before it was measured; the ratio of the ranks' "
-      "step-time medians is no measure: synchronous training makes it ~1).",
+      "step-time medians is no measure: synchronous training makes it ~1). Sharding: distributed.sharding; "
+      "collectives: rank 0's a step by kind (AR all-reduce, RS reduce-scatter, AG all-gather), ms of NCCL's own "
+      "timing, overlapped with compute or not.",
       r.scaling_reference ? "the 1-GPU cell " + *r.scaling_reference : std::string("a 1-GPU cell (none here: no efficiency)"))});
   auto share = [](const std::optional<double>& v) { return v ? fmt::format("{:.1f} %", *v * 100) : "-"; };
-  Table t{{"cell", "GPUs", "tokens/s", "tokens/s per GPU", "efficiency", "comm share", "comm wait share", "straggler wait"},
+  Table t{{"cell", "GPUs", "tokens/s", "tokens/s per GPU", "efficiency", "comm share", "comm wait share", "straggler wait",
+           "sharding", "collectives (ms)"},
           {}};
+  auto collectives = [](const ScalingFacts& f) {
+    std::vector<std::string> parts;
+    if (f.all_reduce_ms) parts.push_back(fmt::format("AR {:.2f}", *f.all_reduce_ms));
+    if (f.reduce_scatter_ms) parts.push_back(fmt::format("RS {:.2f}", *f.reduce_scatter_ms));
+    if (f.all_gather_ms) parts.push_back(fmt::format("AG {:.2f}", *f.all_gather_ms));
+    return parts.empty() ? std::string("-") : fmt::format("{}", fmt::join(parts, ", "));
+  };
   for (const auto& c : r.cells) {
     const auto& f = c.scaling;
     t.rows.push_back({c.name, f.world_size ? std::to_string(*f.world_size) : (f.mixed_world ? "mixed" : "-"),
                       fixed(c.side.median_tokens_per_s, 0),
                       fixed(f.tokens_per_s_per_gpu, 0), share(f.efficiency), share(f.comm_share),
-                      share(f.comm_wait_share), share(f.straggler_wait_share)});
+                      share(f.comm_wait_share), share(f.straggler_wait_share), f.sharding.value_or("-"),
+                      collectives(f)});
   }
   s.blocks.push_back(std::move(t));
   for (const auto& c : r.cells)

@@ -157,6 +157,22 @@ void register_receipt_queries(CLI::App& app, Globals& g) {
                                                  shown(d->straggler_wait_share, "{:.1f}%", 100))
                                    : std::string("-"),
                  shown(d->comm_share, "{:.1f}%", 100), shown(d->comm_wait_share, "{:.1f}%", 100));
+      if (const auto& s = d->sharding) {
+        const auto* rank0 = d->per_rank.empty() ? nullptr : &d->per_rank.front();
+        auto kind = [&](const char* name, const std::optional<double>& ms, std::int64_t bytes) -> std::string {
+          if (bytes == 0) return "";
+          return fmt::format("  {} {} of {:.2f} GB", name, shown(ms, "{:.2f} ms"), bytes / 1e9);
+        };
+        fmt::print("sharding: {}  {} buckets  optimizer state {:.2f} GB  gradients kept {:.2f} GB{}\n", s->stage,
+                   s->buckets, s->optimizer_state_bytes / 1e9, s->gradient_bytes / 1e9,
+                   s->staging_peak_bytes > 0 ? fmt::format(" (+{:.2f} GB staged at most)", s->staging_peak_bytes / 1e9)
+                                             : std::string());
+        if (rank0)
+          fmt::print("collectives a step (rank 0):{}{}{}\n",
+                     kind("all-reduce", rank0->median_all_reduce_ms, s->all_reduce_bytes),
+                     kind("reduce-scatter", rank0->median_reduce_scatter_ms, s->reduce_scatter_bytes),
+                     kind("all-gather", rank0->median_all_gather_ms, s->all_gather_bytes));
+      }
     }
     // The MoE router over the run (models with E blocks).
     if (const auto& m = facts.moe) {

@@ -367,21 +367,44 @@ void GradientSync::finish() {
   }
 }
 
-double GradientSync::comm_ms() const {
-  double total = 0;
-  auto add = [&](const c10::intrusive_ptr<c10d::Work>& w) {
-    try {
-      total += w->getDuration();
-      return true;
-    } catch (const std::exception&) {
-      return false;  // not complete yet, or a backend without timing
+GradientSync::CollectiveMs GradientSync::collective_ms() const {
+  // Summed over the works; NaN when one is missing, not complete or not timed.
+  auto sum = [](const std::vector<const c10d::Work*>& works) {
+    double total = 0;
+    for (const auto* w : works) {
+      if (w == nullptr) return static_cast<double>(NAN);
+      try {
+        total += w->getDuration();
+      } catch (const std::exception&) {
+        return static_cast<double>(NAN);  // not complete yet, or a backend without timing
+      }
     }
+    return total;
   };
-  for (const auto& b : buckets_)
-    if (!b.work || !add(b.work)) return NAN;
-  for (const auto& w : gathers_of_step_)
-    if (!add(w)) return NAN;
-  return total;
+  std::vector<const c10d::Work*> buckets, gathers;
+  for (const auto& b : buckets_) buckets.push_back(b.work.get());
+  for (const auto& w : gathers_of_step_) gathers.push_back(w.get());
+  CollectiveMs out;
+  (layout_.sharded ? out.reduce_scatter : out.all_reduce) = sum(buckets);
+  // The first step's forward waited for no gather (none was issued before it): unknown, not zero.
+  if (layout_.sharded && !gathers.empty()) out.all_gather = sum(gathers);
+  return out;
+}
+
+double GradientSync::comm_ms() const {
+  const auto ms = collective_ms();
+  if (!layout_.sharded) return ms.all_reduce;
+  return gathers_of_step_.empty() ? ms.reduce_scatter : ms.reduce_scatter + ms.all_gather;
+}
+
+GradientSync::CollectiveBytes GradientSync::collective_bytes() const {
+  int64_t elements = 0;
+  for (const auto& b : layout_.buckets) elements += b.numel;
+  const int64_t bytes = elements * static_cast<int64_t>(sizeof(float));
+  CollectiveBytes out;
+  if (layout_.sharded) out.reduce_scatter = out.all_gather = bytes;
+  else out.all_reduce = bytes;
+  return out;
 }
 
 }  // namespace ablate::harness

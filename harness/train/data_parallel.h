@@ -33,6 +33,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -148,6 +149,18 @@ class GradientSync : public model::ParameterUnitHooks {
   // the end of the previous step: one set a step). NaN when a collective is not complete or the
   // backend cannot time it (Gloo cannot).
   double comm_ms() const;
+  // The same by kind of collective (the bucket all-reduces, or the reduce-scatters and the parameter
+  // all-gathers); NaN for a kind this stage does not run, or that is not complete or not timed.
+  struct CollectiveMs {
+    double all_reduce = NAN, reduce_scatter = NAN, all_gather = NAN;
+  };
+  CollectiveMs collective_ms() const;
+  // Bytes of the buffers each kind of collective carries a step on this rank (the whole buckets: the
+  // all-reduce's in and out, the reduce-scatter's in, the all-gather's out); 0 for a kind not run.
+  struct CollectiveBytes {
+    int64_t all_reduce = 0, reduce_scatter = 0, all_gather = 0;
+  };
+  CollectiveBytes collective_bytes() const;
 
  private:
   struct Bucket {

@@ -367,6 +367,10 @@ class StepTally {
     if (sync) {
       out_.comm_wait_ms.push_back(sync->last_wait_ms());
       out_.comm_ms.push_back(sync->comm_ms());  // after the step's host read: the all-reduces are done
+      const auto kinds = sync->collective_ms();
+      out_.all_reduce_ms.push_back(kinds.all_reduce);
+      out_.reduce_scatter_ms.push_back(kinds.reduce_scatter);
+      out_.all_gather_ms.push_back(kinds.all_gather);
     }
     if (warm) return;
     if (profiler_.traced(row.step)) {
@@ -435,6 +439,10 @@ static receipts::ShardingFacts sharding_facts(const ExperimentSpec& spec, const 
   for (const auto& b : sync.layout().buckets) f.shard_elements += b.shard_numel;
   f.optimizer_state_bytes = optimizer.state_bytes();
   f.gradient_bytes = sync.gradient_bytes();
+  const auto bytes = sync.collective_bytes();
+  f.all_reduce_bytes = bytes.all_reduce;
+  f.reduce_scatter_bytes = bytes.reduce_scatter;
+  f.all_gather_bytes = bytes.all_gather;
   return f;
 }
 
@@ -552,6 +560,9 @@ RunResult publish_rank_outcome(const RunPosture& posture, const TrainOutcome& ou
                             {"steady_ms", outcome.steady_ms},
                             {"comm_wait_ms", series_json(outcome.comm_wait_ms)},
                             {"comm_ms", series_json(outcome.comm_ms)},
+                            {"all_reduce_ms", series_json(outcome.all_reduce_ms)},
+                            {"reduce_scatter_ms", series_json(outcome.reduce_scatter_ms)},
+                            {"all_gather_ms", series_json(outcome.all_gather_ms)},
                             {"peak_memory", outcome.peak_memory},
                             {"warmup_steps", outcome.warmup_steps}};
   posture.group->publish(outcome_key(posture.group->rank()), j.dump());
@@ -574,6 +585,7 @@ namespace {
 struct RankSeries {
   std::vector<double> steady_ms, comm_wait_ms, comm_ms;
   int64_t peak_memory = 0, warmup_steps = 0;
+  std::vector<double> all_reduce_ms, reduce_scatter_ms, all_gather_ms;
 };
 
 // The median of a per-step series' finite steady entries.
@@ -616,13 +628,16 @@ JobOutcome collect_rank_outcomes(ProcessGroup& group, const TrainOutcome& own) {
   JobOutcome job;
   std::vector<RankSeries> ranks;
   for (int64_t r = 0; r < group.world_size(); ++r) {
-    RankSeries s{own.steady_ms, own.comm_wait_ms, own.comm_ms, own.peak_memory, own.warmup_steps};
+    RankSeries s{own.steady_ms,    own.comm_wait_ms,      own.comm_ms,      own.peak_memory,
+                 own.warmup_steps, own.all_reduce_ms, own.reduce_scatter_ms, own.all_gather_ms};
     if (r != 0) {
       const auto j = nlohmann::json::parse(group.fetch(outcome_key(r)));
       if (!j.at("failure").is_null() && !job.failure)
         job.failure = fmt::format("rank {} failed: {}", r, j.at("failure").get<std::string>());
       s = {j.at("steady_ms").get<std::vector<double>>(), series(j.at("comm_wait_ms")), series(j.at("comm_ms")),
-           j.at("peak_memory").get<int64_t>(), j.at("warmup_steps").get<int64_t>()};
+           j.at("peak_memory").get<int64_t>(),          j.at("warmup_steps").get<int64_t>(),
+           series(j.at("all_reduce_ms")),               series(j.at("reduce_scatter_ms")),
+           series(j.at("all_gather_ms"))};
     }
     ranks.push_back(std::move(s));
   }
@@ -642,6 +657,9 @@ JobOutcome collect_rank_outcomes(ProcessGroup& group, const TrainOutcome& own) {
     f.median_comm_wait_ms = steady_median(s.comm_wait_ms, s.warmup_steps);
     f.collective_wait_ms = waits[static_cast<size_t>(r)];
     f.peak_memory_bytes = s.peak_memory;
+    f.median_all_reduce_ms = steady_median(s.all_reduce_ms, s.warmup_steps);
+    f.median_reduce_scatter_ms = steady_median(s.reduce_scatter_ms, s.warmup_steps);
+    f.median_all_gather_ms = steady_median(s.all_gather_ms, s.warmup_steps);
     if (f.median_step_ms && *f.median_step_ms > 0) {
       slowest = std::max(slowest, *f.median_step_ms);
       fastest = std::min(fastest, *f.median_step_ms);

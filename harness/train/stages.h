@@ -113,6 +113,8 @@ struct TrainOutcome {
   std::shared_ptr<StepGraph> graph;
   std::vector<double> comm_wait_ms;  // data parallel: host wait for the gradient all-reduces, per step
   std::vector<double> comm_ms;       // data parallel: their own duration (GradientSync::comm_ms), per step
+  // The same by kind (GradientSync::collective_ms), per step; NaN where unknown.
+  std::vector<double> all_reduce_ms, reduce_scatter_ms, all_gather_ms;
   std::optional<receipts::ShardingFacts> sharding;  // data parallel: the buckets and this rank's shard
 };
 // `ledger` comes with the startup charge open (run_experiment opens it at process start): the loop

@@ -239,6 +239,9 @@ TEST_F(CliTest, ShowPrintsTheDataParallelShapeAndTheMoeRouter) {
     d.straggler_rank = 1;
     d.straggler_wait_share = 0.1234;
     d.comm_share = 0.0831;
+    d.per_rank = {ablate::receipts::RankFacts{0, 39.5, 7.9, 0.1, 0.0, 1 << 30, std::nullopt, 5.28, 2.63}};
+    d.sharding = ablate::receipts::ShardingFacts{"optimizer", 20, 144'900'000, 0, 1'159'000'000, 1'159'000'000,
+                                                 0, 0, 1'159'000'000, 1'159'000'000};
     summary.facts.distributed = d;
     summary.facts.moe = ablate::receipts::MoeFacts{4, 2, 1.25, 123, 10000, 0.0123, 1.0456};
     summary.facts.model = ablate::receipts::ModelFacts{
@@ -252,6 +255,12 @@ TEST_F(CliTest, ShowPrintsTheDataParallelShapeAndTheMoeRouter) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("overrides: model.d_model=2048"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("sharding: optimizer  20 buckets  optimizer state 1.16 GB  gradients kept 1.16 GB\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("collectives a step (rank 0):  reduce-scatter 5.28 ms of 1.16 GB  all-gather 2.63 ms of 1.16 GB\n"),
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("data parallel: 2 ranks over nccl (torchrun)  straggler rank 1 (others waited 12.3% of the "
                        "step for it)  comm share 8.3%  comm wait share -"),
             std::string::npos)

@@ -197,6 +197,12 @@ TEST_F(DistributedTest, ShardedStagesTrainLikeTheUnshardedJob) {
       } else {
         EXPECT_EQ(kept, (all_gradients + padding_bytes) / 2) << layout.dump();
       }
+      // The buckets go through a reduce-scatter and an all-gather a step instead of an all-reduce.
+      EXPECT_EQ(plain_layout["all_reduce_bytes"], all_gradients) << plain_layout.dump();
+      EXPECT_EQ(plain_layout["reduce_scatter_bytes"], 0) << plain_layout.dump();
+      EXPECT_EQ(layout["all_reduce_bytes"], 0) << layout.dump();
+      EXPECT_EQ(layout["reduce_scatter_bytes"], all_gradients + padding_bytes) << layout.dump();
+      EXPECT_EQ(layout["all_gather_bytes"], all_gradients + padding_bytes) << layout.dump();
     }
   }
 }

@@ -33,7 +33,8 @@ RunFacts every_section() {
   d.world_size = 2;
   d.backend = "nccl";
   d.launcher = "ablate launch";
-  d.per_rank = {RankFacts{0, 38.1, 6.5, 0.1, 0.0, 1 << 30}, RankFacts{1, 38.2, 20.5, 0.1, 14.0, 1 << 30}};
+  d.per_rank = {RankFacts{0, 38.1, 6.5, 0.1, 0.0, 1 << 30, std::nullopt, 4.0, 2.5},
+                RankFacts{1, 38.2, 20.5, 0.1, 14.0, 1 << 30, std::nullopt, 18.0, 2.5}};
   d.step_time_ratio = 1.002;
   d.straggler_rank = 0;
   d.straggler_wait_share = 0.367;
@@ -74,6 +75,8 @@ TEST(RunFacts, EverySectionSurvivesTheStore) {
   EXPECT_EQ(back.distributed->sharding->stage, "gradients");
   EXPECT_EQ(back.distributed->sharding->optimizer_state_bytes, 600'000'000);
   EXPECT_EQ(back.distributed->sharding->gradient_bytes, 300'000'000);
+  EXPECT_EQ(back.distributed->per_rank.at(0).median_reduce_scatter_ms, 4.0);
+  EXPECT_FALSE(back.distributed->per_rank.at(0).median_all_reduce_ms.has_value());
   ASSERT_TRUE(back.model);
   EXPECT_TRUE(back.model->config_overridden);
   EXPECT_EQ(back.model->overrides, std::vector<std::string>{"--set model.d_model=2048"});

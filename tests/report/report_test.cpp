@@ -84,7 +84,10 @@ TEST(Report, ScalingSectionForDataParallelCells) {
   two.tokens_per_s = 2000 / 0.105;  // the job's 2000 tokens a step at 105 ms: 9523.8 per GPU
   for (const double share : {0.08, 0.10, 0.12}) {
     two.distributed = {{"world_size", 2}, {"backend", "nccl"}, {"comm_share", share}, {"comm_wait_share", 0.01},
-                       {"straggler_ratio", 1.0 + share / 5}, {"straggler_wait_share", share / 2}};
+                       {"straggler_ratio", 1.0 + share / 5}, {"straggler_wait_share", share / 2},
+                       {"sharding", {{"stage", "optimizer"}}},
+                       {"per_rank", {{{"rank", 0}, {"median_reduce_scatter_ms", 50 * share}, {"median_all_gather_ms", 2.5}},
+                                     {{"rank", 1}, {"median_reduce_scatter_ms", 99.0}}}}};
     f.add("dp", two);
   }
   FixtureRun gloo = two;
@@ -109,11 +112,16 @@ TEST(Report, ScalingSectionForDataParallelCells) {
   EXPECT_DOUBLE_EQ(*dp2.comm_share, 0.10);
   EXPECT_DOUBLE_EQ(*dp2.straggler_ratio, 1.02);
   EXPECT_DOUBLE_EQ(*dp2.straggler_wait_share, 0.05);
+  EXPECT_EQ(dp2.sharding, "optimizer");
+  EXPECT_DOUBLE_EQ(*dp2.reduce_scatter_ms, 5.0);  // rank 0's, median over the runs
+  EXPECT_FALSE(dp2.all_reduce_ms.has_value());
 
   const std::string markdown = render_markdown(to_document(report, {}, ""));
   EXPECT_NE(markdown.find("## Scaling"), std::string::npos) << markdown;
-  EXPECT_NE(markdown.find("| dp2 | 2 | 19048 | 9524 | 95.2 % | 10.0 % | 1.0 % | 5.0 % |"), std::string::npos) << markdown;
-  EXPECT_NE(markdown.find("| gloo2 | 2 | 19048 | 9524 | 95.2 % | - | 20.0 % | - |"), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find("| dp2 | 2 | 19048 | 9524 | 95.2 % | 10.0 % | 1.0 % | 5.0 % | optimizer | RS 5.00, AG 2.50 |"),
+            std::string::npos)
+      << markdown;
+  EXPECT_NE(markdown.find("| gloo2 | 2 | 19048 | 9524 | 95.2 % | - | 20.0 % | - | - | - |"), std::string::npos) << markdown;
   EXPECT_EQ(to_json(report)["cells"][0]["scaling"]["efficiency_vs_1_gpu"], 1.0);
   EXPECT_EQ(to_json(report)["scaling_reference"], "dp1");
 
