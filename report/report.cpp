@@ -395,8 +395,8 @@ Section scaling_section(const Report& r) {
   Section s{"Scaling", {}};
   s.blocks.push_back(Paragraph{fmt::format(
       "Data parallel, median over each cell's ok runs. Efficiency: tokens/s per GPU over {}. Communication share: "
-      "the gradient all-reduces' own time over the step (NCCL's timing; '-' on Gloo, which cannot time them); wait "
-      "share: host time blocked on them after backward; straggler wait: the longest a rank's collectives waited for "
+      "the bucket collectives' own time over the step (all-reduces, or reduce-scatters and parameter all-gathers; "
+      "NCCL's timing; '-' on Gloo, which cannot time them); wait share: host time blocked on them after backward; straggler wait: the longest a rank's collectives waited for "
       "the slowest rank, over the step ('-' for runs recorded before it was measured; the ratio of the ranks' "
       "step-time medians is no measure: synchronous training makes it ~1). Sharding: distributed.sharding; "
       "collectives: rank 0's a step by kind (AR all-reduce, RS reduce-scatter, AG all-gather), ms of NCCL's own "
