@@ -55,6 +55,7 @@ ShardingStage sharding_stage(const std::string& name) {
   if (name == "none") return ShardingStage::none;
   if (name == "optimizer") return ShardingStage::optimizer;
   if (name == "gradients") return ShardingStage::gradients;
+  if (name == "full") return ShardingStage::full;
   throw std::invalid_argument(fmt::format("distributed.sharding = \"{}\" is not a sharding stage", name));
 }
 
@@ -79,7 +80,9 @@ ShardLayout plan_buckets(const std::vector<ParamShape>& params, int64_t bucket_b
     current_bytes = 0;
   };
   for (size_t n = params.size(); n-- > 0;) {
-    if (!current.empty() && params[n].device != params[current.front()].device) close();
+    if (!current.empty() &&
+        (params[n].device != params[current.front()].device || params[n].group != params[current.front()].group))
+      close();
     current.push_back(n);
     current_bytes += params[n].numel * 4;
     if (current_bytes >= bucket_bytes) close();

@@ -21,8 +21,9 @@ namespace ablate::harness {
 
 // distributed.sharding: what each rank keeps of the whole. optimizer (ZeRO-1): the AdamW moments of its
 // shard; gradients (ZeRO-2): also only its shard of the reduced gradients (the full-size gradient
-// buckets are transient, one reduce-scatter in flight).
-enum class ShardingStage { none, optimizer, gradients };
+// buckets are transient, one reduce-scatter in flight); full (ZeRO-3): also only its shard of the fp32
+// parameters, each unit's whole parameters gathered just before use and freed after (one bucket a unit).
+enum class ShardingStage { none, optimizer, gradients, full };
 // Throws std::invalid_argument for a name the spec does not allow (the spec checked it already).
 ShardingStage sharding_stage(const std::string& name);
 
@@ -31,6 +32,7 @@ struct ParamShape {
   int64_t numel = 0;
   int64_t dim = 0;     // decayed when >= 2 (harness/train/optimizer.h)
   int64_t device = 0;  // any id: parameters on different devices never share a bucket
+  int64_t group = 0;   // any id: parameters of different groups (full: units) never share a bucket
 };
 
 // Elements a sharded bucket aligns every parameter and every shard to.

@@ -51,6 +51,7 @@ ModelOutput HybridModelImpl::forward(const torch::Tensor& tokens, const torch::T
   // index_select rather than torch::embedding: its CUDA backward (index_add_) needs no host sync.
   if (hooks_) hooks_->before_unit(0);
   torch::Tensor residual = embedding.index_select(0, tokens.reshape({-1})).view({batch, T, d}), branch;
+  if (hooks_) hooks_->after_unit(0);  // index_select's backward reads the indices only
   auto aux = torch::zeros({}, embedding.options().dtype(accumulate_dtype));
   auto dropped = torch::zeros({}, embedding.options().dtype(torch::kLong));
   for (size_t i = 0; i < blocks_.size(); ++i) {
@@ -62,6 +63,13 @@ ModelOutput HybridModelImpl::forward(const torch::Tensor& tokens, const torch::T
     auto [normed, summed] = dispatcher_->residual_norm(in[0], in[1], block->norm, eps);
     residual = summed;
     auto out = block->forward(normed);
+    if (hooks_) {
+      if (hooks_->wants_backward_hooks()) {
+        auto marked = mark_unit_outputs(*hooks_, 1 + static_cast<int64_t>(i), {out.y, residual, out.aux});
+        out.y = marked[0], residual = marked[1], out.aux = marked[2];
+      }
+      hooks_->after_unit(1 + static_cast<int64_t>(i));
+    }
     std::tie(branch, residual) = layer.scope().exit(std::pair{out.y, residual});
     if (out.aux.defined()) aux = aux + out.aux.to(accumulate_dtype);
     if (out.dropped.defined()) dropped = dropped + out.dropped;
@@ -70,6 +78,7 @@ ModelOutput HybridModelImpl::forward(const torch::Tensor& tokens, const torch::T
   const auto hidden = dispatcher_->residual_norm(branch, residual, final_norm, eps).first;
   const auto ce =
       dispatcher_->loss(hidden.reshape({batch * T, d}), head, targets.reshape({-1}), loss_mask.reshape({-1}));
+  if (hooks_) hooks_->after_unit(1 + static_cast<int64_t>(blocks_.size()));
   return {ce + config_.moe.aux_coef * aux, ce, aux, dropped};
 }
 

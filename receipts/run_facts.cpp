@@ -183,7 +183,8 @@ json sharding_json(const std::optional<ShardingFacts>& s) {
           {"staging_peak_bytes", s->staging_peak_bytes},
           {"all_reduce_bytes", s->all_reduce_bytes},
           {"reduce_scatter_bytes", s->reduce_scatter_bytes},
-          {"all_gather_bytes", s->all_gather_bytes}};
+          {"all_gather_bytes", s->all_gather_bytes},
+          {"parameter_bytes", s->parameter_bytes}};
 }
 
 std::optional<ShardingFacts> sharding_from(Reader& parent) {
@@ -201,6 +202,7 @@ std::optional<ShardingFacts> sharding_from(Reader& parent) {
   s.all_reduce_bytes = r.integer("all_reduce_bytes").value_or(0);
   s.reduce_scatter_bytes = r.integer("reduce_scatter_bytes").value_or(0);
   s.all_gather_bytes = r.integer("all_gather_bytes").value_or(0);
+  s.parameter_bytes = r.integer("parameter_bytes").value_or(0);
   return s;
 }
 

@@ -71,7 +71,7 @@ struct RankFacts {
 // How data parallel laid out and sharded the gradients and optimizer state (harness/shard_layout.h),
 // rank 0's view (every rank's shard has the same length).
 struct ShardingFacts {
-  std::string stage;                      // distributed.sharding: none | optimizer | gradients
+  std::string stage;                      // distributed.sharding: none | optimizer | gradients | full
   std::int64_t buckets = 0;
   std::int64_t shard_elements = 0;        // fp32 elements of a rank's shard, all buckets (the whole bucket unsharded)
   std::int64_t padding_elements = 0;      // elements of the buckets that belong to no parameter
@@ -83,6 +83,9 @@ struct ShardingFacts {
   std::int64_t staging_peak_bytes = 0;
   // Bytes a rank's buckets carry through each kind of collective a step (0: not run, or not recorded).
   std::int64_t all_reduce_bytes = 0, reduce_scatter_bytes = 0, all_gather_bytes = 0;
+  // fp32 parameters the rank keeps between uses: the whole model, or its shard under "full" (0: not
+  // recorded).
+  std::int64_t parameter_bytes = 0;
 };
 
 struct DistributedFacts {

@@ -174,7 +174,7 @@ std::vector<Section> sections(ExperimentSpec& s) {
        {int_field("nproc", &s.distributed.nproc, 1, 4096), string_field("backend", &s.distributed.backend, {"nccl", "gloo"}),
         int_field("bucket_mb", &s.distributed.bucket_mb, 1, 4096),
         int_field("timeout_s", &s.distributed.timeout_s, 1, 86400),
-        string_field("sharding", &s.distributed.sharding, {"none", "optimizer", "gradients"})}},
+        string_field("sharding", &s.distributed.sharding, {"none", "optimizer", "gradients", "full"})}},
   };
 }
 

@@ -78,7 +78,8 @@ struct DistributedSection {
   // "none": every rank holds the optimizer state of every parameter, gradients all-reduced; "optimizer"
   // (ZeRO-1): each rank updates its shard of flat buckets (fp32 master weights and AdamW moments),
   // gradients reduce-scattered into it, parameters all-gathered after the step; "gradients" (ZeRO-2):
-  // also keeps only its shard of the reduced gradients (the full-size buckets are transient)
+  // also keeps only its shard of the reduced gradients (the full-size buckets are transient); "full"
+  // (ZeRO-3): also only its shard of the parameters, each layer gathered just before use and freed after
   // (harness/shard_layout.h, harness/train/data_parallel.h).
   std::string sharding = "none";
 };

@@ -5,17 +5,22 @@
 // (ProcessGroupNCCL::Options' layout depends on it): harness/CMakeLists.txt adds it in CUDA builds.
 #include "harness/train/data_parallel.h"
 
+#include <ATen/native/Resize.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #if defined(USE_C10D_NCCL) && defined(ABLATE_HAVE_CUDA)
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
+#if defined(ABLATE_HAVE_CUDA)
+#include <ATen/native/cuda/Resize.h>
+#endif
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include <fmt/format.h>
@@ -152,18 +157,30 @@ std::string ProcessGroup::ranks_behind(int64_t step) {
 // ---- GradientSync ------------------------------------------------------------------------------
 
 GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
-                           ShardingStage stage)
-    : group_(group), stage_(stage), staged_(stage == ShardingStage::gradients) {
+                           ShardingStage stage, const std::vector<std::vector<torch::Tensor>>& units)
+    : group_(group),
+      stage_(stage),
+      staged_(stage == ShardingStage::gradients || stage == ShardingStage::full),
+      full_(stage == ShardingStage::full) {
   const bool sharded = stage != ShardingStage::none;
+  if (full_ && units.empty()) throw std::logic_error("data parallel: sharding \"full\" needs the model's units");
+  std::map<const void*, int64_t> unit_of;
+  for (size_t u = 0; u < units.size(); ++u)
+    for (const auto& p : units[u]) unit_of[p.unsafeGetTensorImpl()] = static_cast<int64_t>(u);
   std::vector<ParamShape> shapes;
   for (const auto& p : params) {
     if (!p.requires_grad()) continue;
     TORCH_CHECK(p.scalar_type() == torch::kFloat, "data parallel: parameters must be fp32 master weights, got ",
                 p.scalar_type());
     params_.push_back(p);
-    shapes.push_back({p.numel(), p.dim(), static_cast<int64_t>(p.device().type()) * 1024 + p.device().index()});
+    const auto unit = unit_of.find(p.unsafeGetTensorImpl());
+    if (full_ && unit == unit_of.end()) throw std::logic_error("data parallel: a parameter in no unit of the model");
+    shapes.push_back({p.numel(), p.dim(), static_cast<int64_t>(p.device().type()) * 1024 + p.device().index(),
+                      full_ ? unit->second : 0});
   }
-  layout_ = plan_buckets(shapes, bucket_bytes, sharded, group.world_size(), group.rank());
+  // Full: a bucket is a unit (no byte limit closes one).
+  layout_ = plan_buckets(shapes, full_ ? std::numeric_limits<int64_t>::max() / 8 : bucket_bytes, sharded,
+                         group.world_size(), group.rank());
   slots_.resize(params_.size());
   bucket_of_ = layout_.bucket_of;
   arrived_.assign(params_.size(), 0);
@@ -197,9 +214,15 @@ GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>
         p.set_data(view);
       }
     }
+    if (full_) {
+      // The rank's shard is kept; the whole buffer is gathered back when a unit is used.
+      b.master = b.param_flat.narrow(0, group.rank() * plan.shard_numel, plan.shard_numel).clone();
+      release_parameters(b);
+    }
     b.params = plan.params;
     buckets_.push_back(std::move(b));
   }
+  if (!units.empty()) order_gathers(units);
   for (size_t i = 0; i < params_.size(); ++i)
     hook_ids_.push_back(params_[i].register_hook(
         [this, i](const torch::Tensor& grad) -> torch::Tensor { return on_gradient(i, grad); }));
@@ -209,13 +232,19 @@ GradientSync::~GradientSync() {
   for (size_t i = 0; i < params_.size() && i < hook_ids_.size(); ++i) params_[i].remove_hook(hook_ids_[i]);
 }
 
+int64_t GradientSync::parameter_bytes() const {
+  int64_t elements = 0;
+  for (const auto& b : layout_.buckets) elements += full_ ? b.shard_numel : b.numel;
+  return elements * static_cast<int64_t>(sizeof(float));
+}
+
 int64_t GradientSync::gradient_bytes() const {
   int64_t elements = 0;
   for (const auto& b : layout_.buckets) elements += staged_ ? b.shard_numel : b.numel;
   return elements * static_cast<int64_t>(sizeof(float));
 }
 
-void GradientSync::gather_in_forward_order(const std::vector<std::vector<torch::Tensor>>& units) {
+void GradientSync::order_gathers(const std::vector<std::vector<torch::Tensor>>& units) {
   std::map<const void*, size_t> index_of;
   for (size_t i = 0; i < params_.size(); ++i) index_of[params_[i].unsafeGetTensorImpl()] = i;
   unit_buckets_.assign(units.size(), {});
@@ -240,6 +269,7 @@ void GradientSync::gather_in_forward_order(const std::vector<std::vector<torch::
 
 void GradientSync::gather_parameters() {
   if (!layout_.sharded) throw std::logic_error("data parallel: gather_parameters() on an unsharded sync");
+  if (full_) return;  // each unit is gathered from its shard when the next forward reaches it
   wait_parameters();  // none should be pending: the forward waited for them all
   std::vector<size_t> order = gather_order_;
   if (order.empty())
@@ -260,8 +290,52 @@ void GradientSync::wait_gather(Bucket& b) {
   b.gather.reset();
 }
 
-void GradientSync::wait_parameters() {
+void GradientSync::wait_parameters(bool whole) {
+  if (full_ && whole)
+    for (size_t u = 0; u < unit_buckets_.size(); ++u) gather_unit_buckets(static_cast<int64_t>(u), /*wait=*/false);
   for (auto& b : buckets_) wait_gather(b);
+}
+
+torch::Tensor GradientSync::parameter_shard(size_t b) const {
+  const auto& bucket = buckets_.at(b);
+  if (full_) return bucket.master;
+  const int64_t S = layout_.buckets.at(b).shard_numel;
+  return bucket.param_flat.narrow(0, layout_.rank * S, S);
+}
+
+namespace {
+// A tensor's storage to `bytes` (0: freed): every view of it, and what autograd saved of them, sees
+// the same storage before and after (FSDP2's unsharded parameters do this).
+void resize_storage(const torch::Tensor& t, int64_t bytes) {
+  auto* storage = t.storage().unsafeGetStorageImpl();
+#if defined(ABLATE_HAVE_CUDA)
+  if (t.is_cuda()) {
+    at::native::resize_bytes_cuda(storage, static_cast<size_t>(bytes));
+    return;
+  }
+#endif
+  at::native::resize_bytes_cpu(storage, static_cast<size_t>(bytes));
+}
+}  // namespace
+
+void GradientSync::release_parameters(Bucket& b) {
+  if (!b.resident) return;
+  wait_gather(b);  // the compute stream is then past the gather: the memory may go back
+  resize_storage(b.param_flat, 0);
+  b.resident = false;
+}
+
+void GradientSync::gather_unit_buckets(int64_t unit, bool wait) {
+  if (unit < 0 || static_cast<size_t>(unit) >= unit_buckets_.size()) return;
+  for (size_t index : unit_buckets_[static_cast<size_t>(unit)]) {
+    auto& b = buckets_[index];
+    if (!b.resident) {
+      resize_storage(b.param_flat, b.param_flat.numel() * static_cast<int64_t>(sizeof(float)));
+      b.gather = group_.all_gather_async(b.param_flat, b.master);
+      b.resident = true;
+    }
+    if (wait) wait_gather(b);
+  }
 }
 
 void GradientSync::before_unit(int64_t unit) {
@@ -269,7 +343,24 @@ void GradientSync::before_unit(int64_t unit) {
     wait_parameters();
     return;
   }
+  if (full_) {
+    gather_unit_buckets(unit, /*wait=*/true);
+    gather_unit_buckets(unit + 1, /*wait=*/false);  // prefetch: it gathers while this unit computes
+    return;
+  }
   for (size_t b : unit_buckets_[static_cast<size_t>(unit)]) wait_gather(buckets_[b]);
+}
+
+void GradientSync::after_unit(int64_t unit) {
+  // The last unit's backward starts at once: it stays.
+  if (!full_ || unit < 0 || static_cast<size_t>(unit) + 1 >= unit_buckets_.size()) return;
+  for (size_t b : unit_buckets_[static_cast<size_t>(unit)]) release_parameters(buckets_[b]);
+}
+
+void GradientSync::before_unit_backward(int64_t unit) {
+  if (!full_) return;
+  gather_unit_buckets(unit, /*wait=*/true);
+  if (unit - 1 >= 1) gather_unit_buckets(unit - 1, /*wait=*/false);  // the embedding's backward needs none
 }
 
 void GradientSync::begin_step() {
@@ -329,6 +420,8 @@ void GradientSync::launch(Bucket& b) {
   b.flat.div_(static_cast<double>(group_.world_size()));
   b.work = layout_.sharded ? group_.reduce_scatter_sum_async(b.shard, b.flat) : group_.allreduce_sum_async(b.flat);
   b.launched = true;
+  // Full: every gradient of the unit is in, so its backward has read its parameters for the last time.
+  if (full_) release_parameters(b);
 }
 
 void GradientSync::launch_ready() {

@@ -25,6 +25,13 @@
 // first gradient arrives (its padding zeroed, so the shard's runs read zeros there), reduce-scattered
 // into a persistent shard of its own, and released once the next bucket is launched (the compute stream
 // waits for its reduce-scatter first: one in flight, so the transient memory is about two buckets).
+// "full" (ZeRO-3) stages gradients so, with one bucket a model unit (model/parameter_units.h), and keeps
+// only the rank's shard of each unit's fp32 parameters (`master`): a unit's flat parameter buffer has its
+// storage resized to 0 bytes between uses (every view of it, the parameters and what autograd saved,
+// stays valid) and is all-gathered back just before its forward (the next unit's gather prefetched)
+// and again before its backward (an identity node on its outputs: the previous unit's prefetched),
+// then freed: after its forward, and after its gradients are reduce-scattered. The last unit (final
+// norm and head) stays through its backward; the embedding's backward needs no weights.
 //
 // The rank's heartbeat (`progress/<rank>` = the step it is on) lives in the store: when a collective
 // fails or times out, the ranks that are behind are named in the failure.
@@ -103,9 +110,11 @@ class ProcessGroup {
 class GradientSync : public model::ParameterUnitHooks {
  public:
   // Sharded (any stage but none; see the header): moves every parameter's data into the flat parameter
-  // buffers.
+  // buffers. `units`: the model's parameters by first use in forward (model/parameter_units.h); the
+  // parameter all-gathers follow their order (without them, reverse bucket order), and under "full"
+  // each unit is one bucket (bucket_bytes is not used) and required.
   GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
-               ShardingStage stage = ShardingStage::none);
+               ShardingStage stage = ShardingStage::none, const std::vector<std::vector<torch::Tensor>>& units = {});
   ~GradientSync() override;
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
@@ -113,16 +122,17 @@ class GradientSync : public model::ParameterUnitHooks {
   void begin_step();  // before backward
   void finish();      // after backward: every parameter's .grad is the mean over ranks
 
-  // Sharded. `units`: the model's parameters by first use in forward (model/parameter_units.h); from
-  // now on gather_parameters() issues the buckets in that order and before_unit() waits for a unit's
-  // own buckets only (without it, the first unit waits for every bucket).
-  void gather_in_forward_order(const std::vector<std::vector<torch::Tensor>>& units);
   // Sharded: starts the all-gather of every bucket (each rank's updated shard into every rank's
-  // parameter buffer) and returns without waiting.
+  // parameter buffer) and returns without waiting; "full": nothing (each unit gathers when used).
   void gather_parameters();
   // Waits for every all-gather still pending: before anything but the forward reads the parameters.
-  void wait_parameters();
+  // `whole` ("full"): first gathers every unit, which stays until its next forward frees it (a
+  // checkpoint reads the whole model).
+  void wait_parameters(bool whole = false);
   void before_unit(int64_t unit) override;
+  void after_unit(int64_t unit) override;
+  bool wants_backward_hooks() const override { return full_; }
+  void before_unit_backward(int64_t unit) override;
   size_t buckets() const { return buckets_.size(); }
   ProcessGroup& group() const { return group_; }
   const ShardLayout& layout() const { return layout_; }
@@ -130,6 +140,9 @@ class GradientSync : public model::ParameterUnitHooks {
   // Bytes of gradient buffers this rank keeps between steps (the full buckets, or its shards under
   // "gradients").
   int64_t gradient_bytes() const;
+  // Bytes of fp32 parameters this rank keeps between uses: the whole (padded) buffers, or its shards
+  // under "full".
+  int64_t parameter_bytes() const;
   // Staged ("gradients"): bytes of full-size buckets allocated now, and the most at once since the
   // sync was built (0 otherwise).
   int64_t staged_bytes() const { return staged_bytes_; }
@@ -138,6 +151,9 @@ class GradientSync : public model::ParameterUnitHooks {
   // the rank's reduced gradient shard (its slice of the gradient bucket, layout().buckets[b].shard_numel
   // elements).
   const torch::Tensor& parameter_buffer(size_t b) const { return buckets_.at(b).param_flat; }
+  // Sharded: the rank's part of bucket b's fp32 parameters (layout().buckets[b].shard_numel elements):
+  // its slice of the buffer, or under "full" the persistent shard the buffer is gathered from.
+  torch::Tensor parameter_shard(size_t b) const;
   const torch::Tensor& gradient_shard(size_t b) const { return buckets_.at(b).shard; }
   const std::vector<torch::Tensor>& params() const { return params_; }
   // Host milliseconds spent waiting for the all-reduces in finish() (Gloo: the exposed communication
@@ -172,8 +188,13 @@ class GradientSync : public model::ParameterUnitHooks {
     bool launched = false;
     c10::intrusive_ptr<c10d::Work> work;
     c10::intrusive_ptr<c10d::Work> gather;  // sharded: the parameter all-gather not yet waited for
+    torch::Tensor master;                   // full: the rank's shard of the parameters
+    bool resident = true;                   // full: param_flat holds the whole parameters (or their gather)
   };
   void wait_gather(Bucket& b);
+  void order_gathers(const std::vector<std::vector<torch::Tensor>>& units);
+  void gather_unit_buckets(int64_t unit, bool wait);  // full: whole again (and waited for)
+  void release_parameters(Bucket& b);                 // full: the buffer's storage to 0 bytes
   // Copies a parameter's gradient into its slot; returns the slot's view, which autograd keeps as .grad
   // (no second copy of the gradients lives on).
   torch::Tensor on_gradient(size_t param_index, const torch::Tensor& grad);
@@ -184,7 +205,8 @@ class GradientSync : public model::ParameterUnitHooks {
 
   ProcessGroup& group_;
   ShardingStage stage_;
-  bool staged_;  // gradients are staged in transient buckets (ZeRO-2)
+  bool staged_;  // gradients are staged in transient buckets (ZeRO-2 and 3)
+  bool full_;    // parameters sharded too (ZeRO-3)
   ShardLayout layout_;
   std::vector<torch::Tensor> params_;
   std::vector<torch::Tensor> slots_;       // params_[i]'s view into its bucket

@@ -124,13 +124,12 @@ ShardedAdamW::ShardedAdamW(GradientSync& sync, const TrainSection& t, const kern
   no_decay.hyper = {t.beta1, t.beta2, t.eps, 0.0};
   for (size_t b = 0; b < layout.buckets.size(); ++b) {
     const auto& bucket = layout.buckets[b];
-    const int64_t first = layout.rank * bucket.shard_numel;
-    const auto options = sync.parameter_buffer(b).options();
+    const auto options = sync.parameter_shard(b).options();
     exp_avg_shards_.push_back(torch::zeros({bucket.shard_numel}, options));
     exp_avg_sq_shards_.push_back(torch::zeros({bucket.shard_numel}, options));
     for (const auto& run : bucket.runs) {
       auto& g = run.decay ? decay : no_decay;
-      g.params.push_back(sync.parameter_buffer(b).narrow(0, first + run.offset, run.length));
+      g.params.push_back(sync.parameter_shard(b).narrow(0, run.offset, run.length));
       g.grads.push_back(sync.gradient_shard(b).narrow(0, run.offset, run.length));
       g.exp_avgs.push_back(exp_avg_shards_.back().narrow(0, run.offset, run.length));
       g.exp_avg_sqs.push_back(exp_avg_sq_shards_.back().narrow(0, run.offset, run.length));

@@ -439,6 +439,7 @@ static receipts::ShardingFacts sharding_facts(const ExperimentSpec& spec, const 
   for (const auto& b : sync.layout().buckets) f.shard_elements += b.shard_numel;
   f.optimizer_state_bytes = optimizer.state_bytes();
   f.gradient_bytes = sync.gradient_bytes();
+  f.parameter_bytes = sync.parameter_bytes();
   const auto bytes = sync.collective_bytes();
   f.all_reduce_bytes = bytes.all_reduce;
   f.reduce_scatter_bytes = bytes.reduce_scatter;
@@ -504,7 +505,7 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
       if (takes_part && spec.train.checkpoint_every > 0 && (step + 1) % spec.train.checkpoint_every == 0 &&
           step + 1 < spec.train.steps) {
         GoodputLedger::Scope save(ledger, Goodput::checkpoint);
-        executor.settle();
+        executor.settle(/*whole=*/true);
         save_checkpoint(state.checkpoint_dir, *state.model, *state.optimizer,
                         {step + 1, loaded.batch.state_after, state.model_hash, source.description().fingerprint},
                         posture.writes_receipt());
@@ -522,7 +523,7 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
   out.graph = executor.graph();
   if (!out.failure) {
     try {
-      executor.settle();  // the last step's parameter all-gathers: the run ends with whole parameters
+      executor.settle(/*whole=*/false);  // the last step's parameter all-gathers are not left in flight
     } catch (const std::exception& e) {
       out.failure = fmt::format("after step {}: {}", step, e.what());
     }

@@ -44,10 +44,10 @@ StepExecutor::StepExecutor(const ExperimentSpec& spec, const RunPosture& posture
   has_moe_ = spec.model.pattern.find('E') != std::string::npos;
   if (posture.group) {
     const auto stage = sharding_stage(spec.distributed.sharding);
-    sync_ = std::make_unique<GradientSync>(*posture.group, state.params, spec.distributed.bucket_mb << 20, stage);
+    sync_ = std::make_unique<GradientSync>(*posture.group, state.params, spec.distributed.bucket_mb << 20, stage,
+                                           state.model->parameter_units());
     // Sharded: the optimizer updates the rank's shards of the flat buffers the parameters now live in.
     if (stage != ShardingStage::none) {
-      sync_->gather_in_forward_order(state.model->parameter_units());
       state.model->set_unit_hooks(sync_.get());  // each unit waits for its own buckets' all-gathers
       state.optimizer = std::make_unique<ShardedAdamW>(*sync_, spec.train, *posture.dispatcher);
       if (!state.resumed_from.empty()) load_optimizer_state(state.resumed_from, *state.optimizer, posture.device);
@@ -72,8 +72,8 @@ StepExecutor::~StepExecutor() {
   if (sync_) state_.model->set_unit_hooks(nullptr);
 }
 
-void StepExecutor::settle() {
-  if (sync_ && sync_->layout().sharded) sync_->wait_parameters();
+void StepExecutor::settle(bool whole) {
+  if (sync_ && sync_->layout().sharded) sync_->wait_parameters(whole);
 }
 
 void StepExecutor::load(const data::Batch& batch) {

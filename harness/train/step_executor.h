@@ -55,8 +55,9 @@ class StepExecutor {
   // layout); null in a single process.
   const GradientSync* sync() const { return sync_.get(); }
   // Sharded: waits for the parameter all-gathers the last step left running (they overlap the next
-  // forward), so the parameters can be read whole (a checkpoint, the end of the run).
-  void settle();
+  // forward). `whole`: the parameters are then whole on every rank (a checkpoint reads them; under
+  // "full" every unit is gathered, a collective).
+  void settle(bool whole);
   // The captured graph (null when none): the run keeps it until its receipt is closed, so the thread
   // stays on the graph's side stream and its pool stays allocated while the profiler reads the window.
   std::shared_ptr<StepGraph> graph() const { return graph_; }
