@@ -497,6 +497,10 @@ GradientSync::CollectiveBytes GradientSync::collective_bytes() const {
   CollectiveBytes out;
   if (layout_.sharded) out.reduce_scatter = out.all_gather = bytes;
   else out.all_reduce = bytes;
+  // Full: the layers are gathered again for their backward (not the embedding nor the last unit).
+  if (full_)
+    for (size_t u = 1; u + 1 < unit_buckets_.size(); ++u)
+      for (size_t b : unit_buckets_[u]) out.all_gather += layout_.buckets[b].numel * static_cast<int64_t>(sizeof(float));
   return out;
 }
 

@@ -172,7 +172,8 @@ class GradientSync : public model::ParameterUnitHooks {
   };
   CollectiveMs collective_ms() const;
   // Bytes of the buffers each kind of collective carries a step on this rank (the whole buckets: the
-  // all-reduce's in and out, the reduce-scatter's in, the all-gather's out); 0 for a kind not run.
+  // all-reduce's in and out, the reduce-scatter's in, the all-gather's out; under "full" the layers
+  // twice, forward and backward); 0 for a kind not run.
   struct CollectiveBytes {
     int64_t all_reduce = 0, reduce_scatter = 0, all_gather = 0;
   };
