@@ -296,20 +296,28 @@ TEST_F(DistributedTest, NamedLargeConfigurationsTrainAtTinyWidth) {
   }
 }
 
+// The collective rank 0 is left waiting in when rank 1 stops before step 3, by sharding stage: none, the
+// first gradient all-reduce; optimizer, the first reduce-scatter (step 2's gathers were complete);
+// full, the embedding's all-gather at the start of the forward.
+const char* const kStagesByFirstCollective[] = {"none", "optimizer", "full"};
+
 TEST_F(DistributedTest, KilledRankFailsTheJobNamingItAndLeavesNoProcess) {
-  const auto job = launch_with_fault("kill:1:3", "");
-  EXPECT_EQ(job.rc, 1) << job.out;
-  // Bounded, not timed: broken fault handling hangs until ctest's 900 s timeout. 90 s covers the
-  // collective timeout (20 s), the launcher's grace (2 s) and SIGTERM -> SIGKILL (5 s) plus two
-  // LibTorch start-ups on a loaded machine (ctest -j8 on the GPU machine: up to 50 s).
-  EXPECT_LT(job.seconds, 90) << "the job outlived its timeout plus the launcher's grace";
-  const auto rec = newest();
-  EXPECT_EQ(rec.status, "failed");
-  EXPECT_NE(rec.error.find("rank 1"), std::string::npos) << rec.error;
-  EXPECT_LT(rec.loss.size(), 50u);
-  EXPECT_NE(job.out.find("rank 1"), std::string::npos) << job.out;
-  EXPECT_NE(job.out.find("killed by signal 9"), std::string::npos) << job.out;
-  expect_no_rank_left(job.out);
+  for (const char* stage : kStagesByFirstCollective) {
+    SCOPED_TRACE(std::string("distributed.sharding = ") + stage);
+    const auto job = launch_with_fault("kill:1:3", std::string(" --set distributed.sharding=") + stage);
+    EXPECT_EQ(job.rc, 1) << job.out;
+    // Bounded, not timed: broken fault handling hangs until ctest's 900 s timeout. 90 s covers the
+    // collective timeout (20 s), the launcher's grace (2 s) and SIGTERM -> SIGKILL (5 s) plus two
+    // LibTorch start-ups on a loaded machine (ctest -j8 on the GPU machine: up to 50 s).
+    EXPECT_LT(job.seconds, 90) << "the job outlived its timeout plus the launcher's grace";
+    const auto rec = newest();
+    EXPECT_EQ(rec.status, "failed");
+    EXPECT_NE(rec.error.find("rank 1"), std::string::npos) << rec.error;
+    EXPECT_LT(rec.loss.size(), 50u);
+    EXPECT_NE(job.out.find("rank 1"), std::string::npos) << job.out;
+    EXPECT_NE(job.out.find("killed by signal 9"), std::string::npos) << job.out;
+    expect_no_rank_left(job.out);
+  }
 }
 
 // A rank whose training fails says why on its own stderr: the launcher ends the job when it exits, which
@@ -323,14 +331,18 @@ TEST_F(DistributedTest, AFailedRankSaysWhy) {
 }
 
 TEST_F(DistributedTest, HungRankFailsTheJobWithinTheTimeoutNamingIt) {
-  const auto job = launch_with_fault("hang:1:3", " --set distributed.timeout_s=4");
-  EXPECT_EQ(job.rc, 1) << job.out;
-  EXPECT_LT(job.seconds, 90) << job.out;  // the same bound as above, with a 4 s collective timeout
-  const auto rec = newest();
-  EXPECT_EQ(rec.status, "failed");
-  // Rank 0 waited in step 3's all-reduce; rank 1 stopped before reporting step 3.
-  EXPECT_NE(rec.error.find("rank 1 last reported step 2"), std::string::npos) << rec.error;
-  expect_no_rank_left(job.out);
+  for (const char* stage : kStagesByFirstCollective) {
+    SCOPED_TRACE(std::string("distributed.sharding = ") + stage);
+    const auto job =
+        launch_with_fault("hang:1:3", std::string(" --set distributed.timeout_s=4 --set distributed.sharding=") + stage);
+    EXPECT_EQ(job.rc, 1) << job.out;
+    EXPECT_LT(job.seconds, 90) << job.out;  // the same bound as above, with a 4 s collective timeout
+    const auto rec = newest();
+    EXPECT_EQ(rec.status, "failed");
+    // Rank 0 waited in step 3's first collective; rank 1 stopped before reporting step 3.
+    EXPECT_NE(rec.error.find("rank 1 last reported step 2"), std::string::npos) << rec.error;
+    expect_no_rank_left(job.out);
+  }
 }
 
 TEST_F(DistributedTest, NprocAgainstTheLaunchedWorldFailsClosed) {
