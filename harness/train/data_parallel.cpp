@@ -158,12 +158,9 @@ std::string ProcessGroup::ranks_behind(int64_t step) {
 
 GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
                            ShardingStage stage, const std::vector<std::vector<torch::Tensor>>& units)
-    : group_(group),
-      stage_(stage),
-      staged_(stage == ShardingStage::gradients || stage == ShardingStage::full),
-      full_(stage == ShardingStage::full) {
+    : group_(group), stage_(stage) {
   const bool sharded = stage != ShardingStage::none;
-  if (full_ && units.empty()) throw std::logic_error("data parallel: sharding \"full\" needs the model's units");
+  if (full() && units.empty()) throw std::logic_error("data parallel: sharding \"full\" needs the model's units");
   std::map<const void*, int64_t> unit_of;
   for (size_t u = 0; u < units.size(); ++u)
     for (const auto& p : units[u]) unit_of[p.unsafeGetTensorImpl()] = static_cast<int64_t>(u);
@@ -174,12 +171,12 @@ GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>
                 p.scalar_type());
     params_.push_back(p);
     const auto unit = unit_of.find(p.unsafeGetTensorImpl());
-    if (full_ && unit == unit_of.end()) throw std::logic_error("data parallel: a parameter in no unit of the model");
+    if (full() && unit == unit_of.end()) throw std::logic_error("data parallel: a parameter in no unit of the model");
     shapes.push_back({p.numel(), p.dim(), static_cast<int64_t>(p.device().type()) * 1024 + p.device().index(),
-                      full_ ? unit->second : 0});
+                      full() ? unit->second : 0});
   }
   // Full: a bucket is a unit (no byte limit closes one).
-  layout_ = plan_buckets(shapes, full_ ? std::numeric_limits<int64_t>::max() / 8 : bucket_bytes, sharded,
+  layout_ = plan_buckets(shapes, full() ? std::numeric_limits<int64_t>::max() / 8 : bucket_bytes, sharded,
                          group.world_size(), group.rank());
   slots_.resize(params_.size());
   bucket_of_ = layout_.bucket_of;
@@ -188,14 +185,16 @@ GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>
   for (const auto& plan : layout_.buckets) {
     Bucket b;
     const auto options = params_[plan.params.front()].options().dtype(torch::kFloat);
-    if (staged_) {
+    if (staged()) {
       b.shard = torch::zeros({plan.shard_numel}, options);
-      std::vector<char> used(static_cast<size_t>(plan.numel), 0);
-      for (size_t k = 0; k < plan.params.size(); ++k)
-        std::fill_n(used.begin() + plan.offsets[k], params_[plan.params[k]].numel(), 1);
+      // The gaps between the parameters (placed in order) and after the last: alignment and padding.
       std::vector<int64_t> gaps;
-      for (int64_t e = 0; e < plan.numel; ++e)
-        if (!used[static_cast<size_t>(e)]) gaps.push_back(e);
+      int64_t end = 0;
+      for (size_t k = 0; k <= plan.params.size(); ++k) {
+        const int64_t start = k < plan.params.size() ? plan.offsets[k] : plan.numel;
+        for (int64_t e = end; e < start; ++e) gaps.push_back(e);
+        if (k < plan.params.size()) end = start + params_[plan.params[k]].numel();
+      }
       if (!gaps.empty()) b.padding_index = torch::tensor(gaps, torch::kLong).to(options.device());
     } else {
       b.flat = torch::zeros({plan.numel}, options);
@@ -206,7 +205,7 @@ GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>
     if (sharded) b.param_flat = torch::zeros({plan.numel}, options);
     for (size_t k = 0; k < plan.params.size(); ++k) {
       auto& p = params_[plan.params[k]];
-      if (!staged_) slots_[plan.params[k]] = b.flat.narrow(0, plan.offsets[k], p.numel()).view(p.sizes());
+      if (!staged()) slots_[plan.params[k]] = b.flat.narrow(0, plan.offsets[k], p.numel()).view(p.sizes());
       if (sharded) {
         // The parameter becomes a view of its bucket's buffer: the module's tensor follows (same TensorImpl).
         auto view = b.param_flat.narrow(0, plan.offsets[k], p.numel()).view(p.sizes());
@@ -214,7 +213,7 @@ GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>
         p.set_data(view);
       }
     }
-    if (full_) {
+    if (full()) {
       // The rank's shard is kept; the whole buffer is gathered back when a unit is used.
       b.master = b.param_flat.narrow(0, group.rank() * plan.shard_numel, plan.shard_numel).clone();
       release_parameters(b);
@@ -234,13 +233,13 @@ GradientSync::~GradientSync() {
 
 int64_t GradientSync::parameter_bytes() const {
   int64_t elements = 0;
-  for (const auto& b : layout_.buckets) elements += full_ ? b.shard_numel : b.numel;
+  for (const auto& b : layout_.buckets) elements += full() ? b.shard_numel : b.numel;
   return elements * static_cast<int64_t>(sizeof(float));
 }
 
 int64_t GradientSync::gradient_bytes() const {
   int64_t elements = 0;
-  for (const auto& b : layout_.buckets) elements += staged_ ? b.shard_numel : b.numel;
+  for (const auto& b : layout_.buckets) elements += staged() ? b.shard_numel : b.numel;
   return elements * static_cast<int64_t>(sizeof(float));
 }
 
@@ -269,7 +268,7 @@ void GradientSync::order_gathers(const std::vector<std::vector<torch::Tensor>>& 
 
 void GradientSync::gather_parameters() {
   if (!layout_.sharded) throw std::logic_error("data parallel: gather_parameters() on an unsharded sync");
-  if (full_) return;  // each unit is gathered from its shard when the next forward reaches it
+  if (full()) return;  // each unit is gathered from its shard when the next forward reaches it
   wait_parameters();  // none should be pending: the forward waited for them all
   std::vector<size_t> order = gather_order_;
   if (order.empty())
@@ -291,14 +290,14 @@ void GradientSync::wait_gather(Bucket& b) {
 }
 
 void GradientSync::wait_parameters(bool whole) {
-  if (full_ && whole)
+  if (full() && whole)
     for (size_t u = 0; u < unit_buckets_.size(); ++u) gather_unit_buckets(static_cast<int64_t>(u), /*wait=*/false);
   for (auto& b : buckets_) wait_gather(b);
 }
 
 torch::Tensor GradientSync::parameter_shard(size_t b) const {
   const auto& bucket = buckets_.at(b);
-  if (full_) return bucket.master;
+  if (full()) return bucket.master;
   const int64_t S = layout_.buckets.at(b).shard_numel;
   return bucket.param_flat.narrow(0, layout_.rank * S, S);
 }
@@ -343,7 +342,7 @@ void GradientSync::before_unit(int64_t unit) {
     wait_parameters();
     return;
   }
-  if (full_) {
+  if (full()) {
     gather_unit_buckets(unit, /*wait=*/true);
     gather_unit_buckets(unit + 1, /*wait=*/false);  // prefetch: it gathers while this unit computes
     return;
@@ -353,12 +352,12 @@ void GradientSync::before_unit(int64_t unit) {
 
 void GradientSync::after_unit(int64_t unit) {
   // The last unit's backward starts at once: it stays.
-  if (!full_ || unit < 0 || static_cast<size_t>(unit) + 1 >= unit_buckets_.size()) return;
+  if (!full() || unit < 0 || static_cast<size_t>(unit) + 1 >= unit_buckets_.size()) return;
   for (size_t b : unit_buckets_[static_cast<size_t>(unit)]) release_parameters(buckets_[b]);
 }
 
 void GradientSync::before_unit_backward(int64_t unit) {
-  if (!full_) return;
+  if (!full()) return;
   gather_unit_buckets(unit, /*wait=*/true);
   if (unit - 1 >= 1) gather_unit_buckets(unit - 1, /*wait=*/false);  // the embedding's backward needs none
 }
@@ -407,7 +406,7 @@ void GradientSync::release_bucket(size_t index) {
 torch::Tensor GradientSync::on_gradient(size_t i, const torch::Tensor& grad) {
   TORCH_CHECK(!arrived_[i], "data parallel: parameter ", i, " got two gradients in one backward");
   arrived_[i] = 1;
-  if (staged_ && !buckets_[bucket_of_[i]].flat.defined()) stage_bucket(bucket_of_[i]);
+  if (staged() && !buckets_[bucket_of_[i]].flat.defined()) stage_bucket(bucket_of_[i]);
   slots_[i].copy_(grad);
   // Taken before any launch: staged, launching a later bucket that was already full releases this one
   // (the view then keeps its memory until finish() drops every .grad).
@@ -421,14 +420,14 @@ void GradientSync::launch(Bucket& b) {
   b.work = layout_.sharded ? group_.reduce_scatter_sum_async(b.shard, b.flat) : group_.allreduce_sum_async(b.flat);
   b.launched = true;
   // Full: every gradient of the unit is in, so its backward has read its parameters for the last time.
-  if (full_) release_parameters(b);
+  if (full()) release_parameters(b);
 }
 
 void GradientSync::launch_ready() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     launch(buckets_[next_launch_]);
     // One staged reduce-scatter in flight: the previous bucket's memory goes back once this one is queued.
-    if (staged_ && next_launch_ > 0) release_bucket(next_launch_ - 1);
+    if (staged() && next_launch_ > 0) release_bucket(next_launch_ - 1);
     ++next_launch_;
   }
 }
@@ -437,7 +436,7 @@ void GradientSync::finish() {
   // A parameter that got no gradient on this rank contributes zeros (it may have one elsewhere).
   for (size_t i = 0; i < params_.size(); ++i)
     if (!arrived_[i]) {
-      if (staged_ && !buckets_[bucket_of_[i]].flat.defined()) stage_bucket(bucket_of_[i]);
+      if (staged() && !buckets_[bucket_of_[i]].flat.defined()) stage_bucket(bucket_of_[i]);
       slots_[i].zero_();
       auto& b = buckets_[bucket_of_[i]];
       --b.pending;
@@ -447,7 +446,7 @@ void GradientSync::finish() {
   const auto t0 = Clock::now();
   for (auto& b : buckets_) b.work->wait();
   last_wait_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  if (staged_)
+  if (staged())
     for (size_t b = 0; b < buckets_.size(); ++b) release_bucket(b);
   for (size_t i = 0; i < params_.size(); ++i) {
     if (layout_.sharded) {
@@ -498,7 +497,7 @@ GradientSync::CollectiveBytes GradientSync::collective_bytes() const {
   if (layout_.sharded) out.reduce_scatter = out.all_gather = bytes;
   else out.all_reduce = bytes;
   // Full: the layers are gathered again for their backward (not the embedding nor the last unit).
-  if (full_)
+  if (full())
     for (size_t u = 1; u + 1 < unit_buckets_.size(); ++u)
       for (size_t b : unit_buckets_[u]) out.all_gather += layout_.buckets[b].numel * static_cast<int64_t>(sizeof(float));
   return out;

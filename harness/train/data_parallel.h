@@ -131,7 +131,7 @@ class GradientSync : public model::ParameterUnitHooks {
   void wait_parameters(bool whole = false);
   void before_unit(int64_t unit) override;
   void after_unit(int64_t unit) override;
-  bool wants_backward_hooks() const override { return full_; }
+  bool wants_backward_hooks() const override { return full(); }
   void before_unit_backward(int64_t unit) override;
   size_t buckets() const { return buckets_.size(); }
   ProcessGroup& group() const { return group_; }
@@ -206,8 +206,9 @@ class GradientSync : public model::ParameterUnitHooks {
 
   ProcessGroup& group_;
   ShardingStage stage_;
-  bool staged_;  // gradients are staged in transient buckets (ZeRO-2 and 3)
-  bool full_;    // parameters sharded too (ZeRO-3)
+  // Gradients staged in transient buckets (ZeRO-2 and 3); parameters sharded too (ZeRO-3).
+  bool staged() const { return stage_ == ShardingStage::gradients || stage_ == ShardingStage::full; }
+  bool full() const { return stage_ == ShardingStage::full; }
   ShardLayout layout_;
   std::vector<torch::Tensor> params_;
   std::vector<torch::Tensor> slots_;       // params_[i]'s view into its bucket

@@ -238,26 +238,23 @@ TEST_F(DistributedTest, ShardedCheckpointsResumeShardedOrNot) {
   ASSERT_EQ(sharded.status, "ok") << sharded.error;
   ASSERT_EQ(sharded.loss.size(), 3u) << "steps 3..5 after the step-3 checkpoint";
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(sharded.loss[i], straight.loss[3 + i]) << "step " << 3 + i;
+  // The step-3 checkpoint resumed under another stage: steps 3..5 of the resumed run.
+  auto resumed_as = [&](const std::string& stage) {
+    const auto job = run_cli(ablate("launch " + spec_.string() + " --set model.d_model=256 --set distributed.bucket_mb=1" +
+                                    " --set distributed.sharding=" + stage + " --set train.resume=true"));
+    EXPECT_EQ(job.rc, 0) << job.out;
+    return newest().loss;
+  };
+  auto expect_close_to_straight = [&](const std::vector<double>& loss) {
+    ASSERT_EQ(loss.size(), 3u);
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_NEAR(loss[i], straight.loss[3 + i], 1e-6 * std::abs(straight.loss[3 + i])) << "step " << 3 + i;
+  };
   // ZeRO-2 takes the same slices back and reduces what ZeRO-1 does: bit for bit too.
-  const auto as_zero2 = run_cli(ablate("launch " + spec_.string() + " --set model.d_model=256 --set distributed.bucket_mb=1" +
-                                       " --set distributed.sharding=gradients --set train.resume=true"));
-  ASSERT_EQ(as_zero2.rc, 0) << as_zero2.out;
-  EXPECT_EQ(newest().loss, sharded.loss);
+  EXPECT_EQ(resumed_as("gradients"), sharded.loss);
   // ZeRO-3 buckets by layer, so its norm sums in another order: to 1e-6, as against none.
-  const auto as_zero3 = run_cli(ablate("launch " + spec_.string() + " --set model.d_model=256 --set distributed.bucket_mb=1" +
-                                       " --set distributed.sharding=full --set train.resume=true"));
-  ASSERT_EQ(as_zero3.rc, 0) << as_zero3.out;
-  const auto zero3 = newest();
-  ASSERT_EQ(zero3.loss.size(), 3u);
-  for (size_t i = 0; i < 3; ++i)
-    EXPECT_NEAR(zero3.loss[i], straight.loss[3 + i], 1e-6 * std::abs(straight.loss[3 + i])) << "step " << 3 + i;
-  const auto across = run_cli(ablate("launch " + spec_.string() +
-                                     " --set model.d_model=256 --set distributed.bucket_mb=1 --set train.resume=true"));
-  ASSERT_EQ(across.rc, 0) << across.out;
-  const auto unsharded = newest();
-  ASSERT_EQ(unsharded.loss.size(), 3u);
-  for (size_t i = 0; i < 3; ++i)
-    EXPECT_NEAR(unsharded.loss[i], straight.loss[3 + i], 1e-6 * std::abs(straight.loss[3 + i])) << "step " << 3 + i;
+  expect_close_to_straight(resumed_as("full"));
+  expect_close_to_straight(resumed_as("none"));
 }
 
 // The declared 2 B and 8 B experiments as users start them, shrunk by --set to tiny widths (their 24
