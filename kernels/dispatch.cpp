@@ -155,11 +155,12 @@ MoeRouterOutputs Dispatcher::moe_router(const torch::Tensor& x, const torch::Ten
 
 torch::Tensor Dispatcher::moe_dispatch(const torch::Tensor& x, const torch::Tensor& topk_idx,
                                        const torch::Tensor& topk_w, const torch::Tensor& w1, const torch::Tensor& w3,
-                                       const torch::Tensor& w2, double capacity_factor, torch::Tensor* dropped) const {
+                                       const torch::Tensor& w2, double capacity_factor, torch::Tensor* dropped,
+                                       const ExpertExchange* experts) const {
   Scope scope("forward", "moe_dispatch", bound_.moe_dispatch.backend);
   const auto in = scope.enter({x, topk_w, w1, w3, w2});
   return scope.exit(bound_.moe_dispatch.call(
-      in[0], topk_idx, in[1], in[2], in[3], in[4], capacity_factor, dropped));
+      in[0], topk_idx, in[1], in[2], in[3], in[4], capacity_factor, dropped, experts));
 }
 
 SsmRotaryOutputs Dispatcher::ssm_rotary(const SsmRotaryInputs& inputs) const {

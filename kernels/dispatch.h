@@ -56,7 +56,8 @@ class Dispatcher {
   MoeRouterOutputs moe_router(const torch::Tensor& x, const torch::Tensor& weight, int64_t top_k) const;
   torch::Tensor moe_dispatch(const torch::Tensor& x, const torch::Tensor& topk_idx, const torch::Tensor& topk_w,
                              const torch::Tensor& w1, const torch::Tensor& w3, const torch::Tensor& w2,
-                             double capacity_factor, torch::Tensor* dropped) const;
+                             double capacity_factor, torch::Tensor* dropped,
+                             const ExpertExchange* experts = nullptr) const;
   SsmRotaryOutputs ssm_rotary(const SsmRotaryInputs& inputs) const;
   SsmScanOutputs ssm_scan(const SsmScanInputs& inputs) const;
   torch::Tensor causal_conv(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) const;

@@ -10,6 +10,8 @@
 
 namespace ablate::kernels {
 
+class ExpertExchange;  // kernels/moe_dispatch/expert_exchange.h
+
 // attention: causal softmax attention. q, k [B, H, T, Dqk], v [B, H, T, Dv] -> o [B, H, T, Dv].
 using AttentionFn = std::function<torch::Tensor(const torch::Tensor& q, const torch::Tensor& k,
                                                 const torch::Tensor& v, double scale)>;
@@ -38,10 +40,12 @@ using MoeRouterFn = std::function<MoeRouterOutputs(const torch::Tensor& x, const
 // w1, w3 [E, f, d], w2 [E, d, f] -> y [T, d] = sum_j w_j * W2_e(silu(W1_e x) * W3_e x).
 // capacity_factor 0 = dropless; otherwise tokens over capacity ceil(cf * T * k / E) get 0 for that
 // slot and `dropped` (when given) receives the count of dropped slots as a 0-dim int64 tensor (no sync).
+// `experts` (null, or one rank: every expert here): expert parallelism, the w's holding this rank's E/N
+// experts of the group's E (kernels/moe_dispatch/expert_exchange.h); a backend that cannot run it throws.
 using MoeDispatchFn = std::function<torch::Tensor(
     const torch::Tensor& x, const torch::Tensor& topk_idx, const torch::Tensor& topk_w,
     const torch::Tensor& w1, const torch::Tensor& w3, const torch::Tensor& w2, double capacity_factor,
-    torch::Tensor* dropped)>;
+    torch::Tensor* dropped, const ExpertExchange* experts)>;
 // ssm_rotary (Mamba-3's data-dependent rotary keys and queries, docs/model.md "M"): the angles
 //   Phi_t = Phi_{t-1} + delta_t * pi * tanh(theta_t)   per head, [B,T,H,S]; Phi_{-1} = phi0 (or 0),
 // and per head h the biased B and C turned by them:

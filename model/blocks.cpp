@@ -22,15 +22,24 @@ namespace ablate::model {
 
 SeededInit::SeededInit(uint64_t seed, double init_std) : seed_(seed), init_std_(init_std) {}
 
-torch::Tensor SeededInit::draw(at::IntArrayRef sizes, const std::function<void(torch::Tensor, at::Generator&)>& fill) {
-  auto out = torch::empty(sizes, torch::kFloat);
+torch::Tensor SeededInit::draw(at::IntArrayRef sizes, const std::function<void(torch::Tensor, at::Generator&)>& fill,
+                               int64_t first_row, int64_t rows) {
+  auto whole = sizes.vec();
+  const int64_t n = c10::multiply_integers(whole);
+  if (rows < 0) rows = whole.empty() ? 1 : whole[0];
+  auto kept = whole;
+  if (!kept.empty()) kept[0] = rows;
+  auto out = torch::empty(kept, torch::kFloat);
   auto flat = out.view({-1});
-  const int64_t n = flat.numel(), chunks = (n + kChunkElements - 1) / kChunkElements;
+  // Elements [begin, end) of the whole draw are kept; only the chunks that overlap them are drawn.
+  const int64_t row_elements = whole.empty() || whole[0] == 0 ? 1 : n / whole[0];
+  const int64_t begin = first_row * row_elements, end = begin + flat.numel();
+  const int64_t chunks = (end + kChunkElements - 1) / kChunkElements;
   const uint64_t draw_seed = base::derive_seed(seed_, base::kModelInitDomain, draws_++);
   // Chunks claimed in any order by LibTorch's intra-op thread count of workers (std::thread: ATen's
   // parallel_for is OpenMP pragmas in its header, serial in a file built without -fopenmp); each
   // chunk's numbers depend only on its seed.
-  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> next{begin / kChunkElements};
   std::exception_ptr failure;
   std::mutex failure_mutex;
   const auto work = [&] {
@@ -38,15 +47,23 @@ torch::Tensor SeededInit::draw(at::IntArrayRef sizes, const std::function<void(t
       for (int64_t c = next++; c < chunks; c = next++) {
         auto generator = at::make_generator<at::CPUGeneratorImpl>(
             base::derive_seed(draw_seed, base::kModelInitDomain, static_cast<uint64_t>(c)));
-        const int64_t first = c * kChunkElements;
-        fill(flat.narrow(0, first, std::min(kChunkElements, n - first)), generator);
+        const int64_t first = c * kChunkElements, length = std::min(kChunkElements, n - first);
+        if (first >= begin && first + length <= end) {
+          fill(flat.narrow(0, first - begin, length), generator);
+          continue;
+        }
+        // A chunk the kept rows cut: drawn whole (its numbers depend on its length), the overlap kept.
+        auto chunk = torch::empty({length}, torch::kFloat);
+        fill(chunk, generator);
+        const int64_t lo = std::max(first, begin), hi = std::min(first + length, end);
+        flat.narrow(0, lo - begin, hi - lo).copy_(chunk.narrow(0, lo - first, hi - lo));
       }
     } catch (...) {
       const std::lock_guard<std::mutex> lock(failure_mutex);
       if (!failure) failure = std::current_exception();
     }
   };
-  const int64_t workers = std::min<int64_t>(chunks, std::max(1, at::get_num_threads()));
+  const int64_t workers = std::min<int64_t>(chunks - begin / kChunkElements, std::max(1, at::get_num_threads()));
   std::vector<std::thread> helpers;
   for (int64_t w = 1; w < workers; ++w) helpers.emplace_back(work);
   work();
@@ -57,6 +74,13 @@ torch::Tensor SeededInit::draw(at::IntArrayRef sizes, const std::function<void(t
 
 torch::Tensor SeededInit::normal(at::IntArrayRef sizes) {
   return draw(sizes, [this](torch::Tensor chunk, at::Generator& g) { chunk.normal_(0.0, init_std_, g); });
+}
+
+torch::Tensor SeededInit::normal_rows(at::IntArrayRef sizes, int64_t first_row, int64_t rows) {
+  if (sizes.empty() || first_row < 0 || rows < 0 || first_row + rows > sizes[0])
+    throw std::invalid_argument("SeededInit::normal_rows: rows outside the tensor's first dimension");
+  return draw(
+      sizes, [this](torch::Tensor chunk, at::Generator& g) { chunk.normal_(0.0, init_std_, g); }, first_row, rows);
 }
 
 torch::Tensor SeededInit::uniform(at::IntArrayRef sizes, double low, double high) {
@@ -91,14 +115,15 @@ BlockOutput DenseBlock::forward(const torch::Tensor& x) {
 }
 
 std::shared_ptr<Block> make_block(char letter, const ModelConfig& config,
-                                  std::shared_ptr<const kernels::Dispatcher> dispatcher, SeededInit& init) {
+                                  std::shared_ptr<const kernels::Dispatcher> dispatcher, SeededInit& init,
+                                  const ExpertPlacement& placement) {
   switch (letter) {
     case 'A':
       return std::make_shared<AttentionBlock>(config, std::move(dispatcher), init);
     case 'M':
       return std::make_shared<MambaBlock>(config, std::move(dispatcher), init);
     case 'E':
-      return std::make_shared<MoeBlock>(config, std::move(dispatcher), init);
+      return std::make_shared<MoeBlock>(config, std::move(dispatcher), init, placement);
     case 'R':
       return std::make_shared<RecurrentBlock>(config, std::move(dispatcher), init);
     case 'D':

@@ -29,11 +29,16 @@ class SeededInit {
   static constexpr int64_t kChunkElements = int64_t{1} << 20;
   SeededInit(uint64_t seed, double init_std);
   torch::Tensor normal(at::IntArrayRef sizes);  // N(0, init_std): linear weights, embedding, head
+  // Rows [first_row, first_row + rows) of dim 0 of what normal(sizes) would draw, the same numbers,
+  // drawing only the chunks they lie in (one rank's experts of an expert-parallel E layer). One draw.
+  torch::Tensor normal_rows(at::IntArrayRef sizes, int64_t first_row, int64_t rows);
   torch::Tensor uniform(at::IntArrayRef sizes, double low, double high);
   static torch::Tensor constant(at::IntArrayRef sizes, double value);
 
  private:
-  torch::Tensor draw(at::IntArrayRef sizes, const std::function<void(torch::Tensor, at::Generator&)>& fill);
+  // rows < 0: the whole tensor; else rows [first_row, first_row + rows) of its first dimension.
+  torch::Tensor draw(at::IntArrayRef sizes, const std::function<void(torch::Tensor, at::Generator&)>& fill,
+                     int64_t first_row = 0, int64_t rows = -1);
   uint64_t seed_;
   uint64_t draws_ = 0;
   double init_std_;
@@ -96,14 +101,39 @@ class MambaBlock : public Block {
   torch::Tensor w_out;           // [d, d_inner]
 };
 
+// Which of an E layer's experts this process holds: under expert parallelism (distributed.expert_parallel
+// = ranks) place `rank` of the expert group holds experts [rank E/ranks, (rank+1) E/ranks), drawn as the
+// same numbers a single process draws for them (SeededInit::normal_rows).
+struct ExpertPlacement {
+  int64_t ranks = 1;
+  int64_t rank = 0;
+};
+
+// How E layers reach the other ranks of a multi-process job (the harness sets it; default: alone).
+struct MoeCollectives {
+  // Expert parallel: the ranks holding the other experts (kernels/moe_dispatch/expert_exchange.h).
+  const kernels::ExpertExchange* experts = nullptr;
+  // Data parallel: sums a device tensor over every rank of the job in place, in stream order: the
+  // load-balancing loss's f_e counts the job's whole batch (global-batch balancing), as one process
+  // running that batch would.
+  std::function<void(torch::Tensor&)> sum_over_job;
+};
+
 // E: mixture of SwiGLU experts with a top-k fp32 router (docs/model.md "E"); experts run in moe_dispatch.
 class MoeBlock : public Block {
  public:
-  MoeBlock(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher, SeededInit& init);
+  MoeBlock(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher, SeededInit& init,
+           const ExpertPlacement& placement = {});
   BlockOutput forward(const torch::Tensor& x) override;
+  // The caller keeps `collectives` alive while the block runs; null: alone.
+  void set_collectives(const MoeCollectives* collectives) { collectives_ = collectives; }
 
   torch::Tensor router;      // [E, d]
-  torch::Tensor w1, w3, w2;  // [E, f, d], [E, f, d], [E, d, f]
+  torch::Tensor w1, w3, w2;  // [E/ranks, f, d], [E/ranks, f, d], [E/ranks, d, f]: this rank's experts
+
+ private:
+  ExpertPlacement placement_;
+  const MoeCollectives* collectives_ = nullptr;
 };
 
 // R: RG-LRU recurrent block (docs/model.md "R"); the recurrence runs in the recurrent_scan seam.
@@ -130,6 +160,7 @@ class DenseBlock : public Block {
 
 // The block for a pattern letter; throws std::invalid_argument for a letter pattern_error() rejects.
 std::shared_ptr<Block> make_block(char letter, const ModelConfig& config,
-                                  std::shared_ptr<const kernels::Dispatcher> dispatcher, SeededInit& init);
+                                  std::shared_ptr<const kernels::Dispatcher> dispatcher, SeededInit& init,
+                                  const ExpertPlacement& placement = {});
 
 }  // namespace ablate::model

@@ -13,8 +13,8 @@
 namespace ablate::model {
 
 HybridModelImpl::HybridModelImpl(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher,
-                                 uint64_t seed)
-    : config_(config), dispatcher_(std::move(dispatcher)) {
+                                 uint64_t seed, const ExpertPlacement& placement)
+    : config_(config), dispatcher_(std::move(dispatcher)), placement_(placement) {
   if (const auto errors = config_errors(config); !errors.empty()) {
     std::string message = "invalid model config '" + config.name + "':";
     for (const auto& e : errors) message += "\n  " + e;
@@ -24,7 +24,7 @@ HybridModelImpl::HybridModelImpl(const ModelConfig& config, std::shared_ptr<cons
   SeededInit init(seed, config.init_std);
   embedding = register_parameter("embedding", init.normal({config.vocab, config.d_model}));
   for (size_t i = 0; i < config.pattern.size(); ++i) {
-    auto block = make_block(config.pattern[i], config, dispatcher_, init);
+    auto block = make_block(config.pattern[i], config, dispatcher_, init, placement);
     blocks_.push_back(register_module("layer" + std::to_string(i) + "_" + config.pattern[i], block));
   }
   final_norm = register_parameter("final_norm", SeededInit::constant({config.d_model}, 1.0));
@@ -36,6 +36,18 @@ std::vector<std::vector<torch::Tensor>> HybridModelImpl::parameter_units() const
   for (const auto& block : blocks_) units.push_back(block->parameters());
   units.push_back({final_norm, head});
   return units;
+}
+
+void HybridModelImpl::set_moe_collectives(const MoeCollectives* collectives) {
+  for (const auto& block : blocks_)
+    if (auto* moe = dynamic_cast<MoeBlock*>(block.get())) moe->set_collectives(collectives);
+}
+
+std::vector<torch::Tensor> HybridModelImpl::expert_parameters() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& block : blocks_)
+    if (const auto* moe = dynamic_cast<const MoeBlock*>(block.get())) out.insert(out.end(), {moe->w1, moe->w3, moe->w2});
+  return out;
 }
 
 ModelOutput HybridModelImpl::forward(const torch::Tensor& tokens, const torch::Tensor& targets,

@@ -37,7 +37,9 @@ class HybridModelImpl : public torch::nn::Module {
  public:
   // Throws std::invalid_argument when config_errors(config) is not empty (the pattern fails closed
   // with the letter and its 1-based position). A null dispatcher means every seam on its reference.
-  HybridModelImpl(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher, uint64_t seed = 0);
+  // `placement`: which experts of each E layer this process holds (expert parallelism; default all).
+  HybridModelImpl(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher, uint64_t seed = 0,
+                  const ExpertPlacement& placement = {});
 
   // tokens, targets int64 [B, T]; loss_mask [B, T] (0/1, any dtype).
   ModelOutput forward(const torch::Tensor& tokens, const torch::Tensor& targets, const torch::Tensor& loss_mask);
@@ -49,6 +51,12 @@ class HybridModelImpl : public torch::nn::Module {
   std::vector<std::vector<torch::Tensor>> parameter_units() const;
   // Called before each unit's first use from now on; null stops it. The caller keeps `hooks` alive.
   void set_unit_hooks(ParameterUnitHooks* hooks) { hooks_ = hooks; }
+  // How the E layers reach the job's other ranks (model/blocks.h); null: alone. The caller keeps it alive.
+  void set_moe_collectives(const MoeCollectives* collectives);
+  const ExpertPlacement& expert_placement() const { return placement_; }
+  // The E layers' expert weights (w1, w3, w2 of each), in the model's parameter order: under expert
+  // parallelism the parameters that differ between the ranks of an expert group.
+  std::vector<torch::Tensor> expert_parameters() const;
 
   torch::Tensor embedding;   // [V, d]
   torch::Tensor final_norm;  // [d]
@@ -59,6 +67,7 @@ class HybridModelImpl : public torch::nn::Module {
   std::shared_ptr<const kernels::Dispatcher> dispatcher_;
   std::vector<std::shared_ptr<Block>> blocks_;
   ParameterUnitHooks* hooks_ = nullptr;
+  ExpertPlacement placement_;
 };
 TORCH_MODULE(HybridModel);
 

@@ -184,7 +184,9 @@ json sharding_json(const std::optional<ShardingFacts>& s) {
           {"all_reduce_bytes", s->all_reduce_bytes},
           {"reduce_scatter_bytes", s->reduce_scatter_bytes},
           {"all_gather_bytes", s->all_gather_bytes},
-          {"parameter_bytes", s->parameter_bytes}};
+          {"parameter_bytes", s->parameter_bytes},
+          {"expert_parallel", s->expert_parallel},
+          {"all_to_all_bytes", s->all_to_all_bytes}};
 }
 
 std::optional<ShardingFacts> sharding_from(Reader& parent) {
@@ -203,6 +205,8 @@ std::optional<ShardingFacts> sharding_from(Reader& parent) {
   s.reduce_scatter_bytes = r.integer("reduce_scatter_bytes").value_or(0);
   s.all_gather_bytes = r.integer("all_gather_bytes").value_or(0);
   s.parameter_bytes = r.integer("parameter_bytes").value_or(0);
+  s.expert_parallel = r.integer("expert_parallel").value_or(1);
+  s.all_to_all_bytes = r.integer("all_to_all_bytes").value_or(0);
   return s;
 }
 
@@ -217,7 +221,8 @@ json distributed_json(const DistributedFacts& d) {
                      {"peak_memory_bytes", r.peak_memory_bytes},
                      {"median_all_reduce_ms", or_null(r.median_all_reduce_ms)},
                      {"median_reduce_scatter_ms", or_null(r.median_reduce_scatter_ms)},
-                     {"median_all_gather_ms", or_null(r.median_all_gather_ms)}});
+                     {"median_all_gather_ms", or_null(r.median_all_gather_ms)},
+                     {"median_all_to_all_ms", or_null(r.median_all_to_all_ms)}});
   return {{"world_size", d.world_size},
           {"backend", d.backend},
           {"launcher", d.launcher},
@@ -248,6 +253,7 @@ DistributedFacts distributed_from(Reader& r) {
     f.median_all_reduce_ms = rr.number("median_all_reduce_ms");
     f.median_reduce_scatter_ms = rr.number("median_reduce_scatter_ms");
     f.median_all_gather_ms = rr.number("median_all_gather_ms");
+    f.median_all_to_all_ms = rr.number("median_all_to_all_ms");
     d.per_rank.push_back(f);
   }
   d.step_time_ratio = r.number("straggler_ratio");

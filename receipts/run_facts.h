@@ -66,6 +66,7 @@ struct RankFacts {
   // receipts made before they were recorded): the bucket all-reduces, or the gradient reduce-scatters
   // and the parameter all-gathers.
   std::optional<double> median_all_reduce_ms, median_reduce_scatter_ms, median_all_gather_ms;
+  std::optional<double> median_all_to_all_ms;  // expert parallelism's token exchanges
 };
 
 // How data parallel laid out and sharded the gradients and optimizer state (harness/shard_layout.h),
@@ -86,6 +87,10 @@ struct ShardingFacts {
   // fp32 parameters the rank keeps between uses: the whole model, or its shard under "full" (0: not
   // recorded).
   std::int64_t parameter_bytes = 0;
+  // distributed.expert_parallel: ranks sharing one copy of the experts (1: every rank holds them all),
+  // and the bytes a rank sent by all-to-all a step (forward and backward, its own rows included).
+  std::int64_t expert_parallel = 1;
+  std::int64_t all_to_all_bytes = 0;
 };
 
 struct DistributedFacts {

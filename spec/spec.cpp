@@ -174,7 +174,8 @@ std::vector<Section> sections(ExperimentSpec& s) {
        {int_field("nproc", &s.distributed.nproc, 1, 4096), string_field("backend", &s.distributed.backend, {"nccl", "gloo"}),
         int_field("bucket_mb", &s.distributed.bucket_mb, 1, 4096),
         int_field("timeout_s", &s.distributed.timeout_s, 1, 86400),
-        string_field("sharding", &s.distributed.sharding, {"none", "optimizer", "gradients", "full"})}},
+        string_field("sharding", &s.distributed.sharding, {"none", "optimizer", "gradients", "full"}),
+        int_field("expert_parallel", &s.distributed.expert_parallel, 1, 4096)}},
   };
 }
 
@@ -413,6 +414,30 @@ class Parser {
       errs.push_back(fmt::format("distributed.sharding = \"{}\" shards over ranks and distributed.nproc = {} is one: set "
                                  "distributed.nproc >= 2 or distributed.sharding = \"none\"",
                                  spec.distributed.sharding, spec.distributed.nproc));
+    if (const int64_t ep = spec.distributed.expert_parallel; ep > 1) {
+      if (spec.distributed.nproc % ep != 0)
+        errs.push_back(fmt::format("distributed.expert_parallel = {} does not divide distributed.nproc = {}: each "
+                                   "group of {} ranks shares one copy of the experts; choose a divisor of the ranks",
+                                   ep, spec.distributed.nproc, ep));
+      if (spec.model.pattern.find('E') == std::string::npos)
+        errs.push_back(fmt::format("distributed.expert_parallel = {}: the pattern \"{}\" has no E layer, so there are "
+                                   "no experts to spread; set distributed.expert_parallel = 1",
+                                   ep, spec.model.pattern));
+      else if (spec.model.moe.experts % ep != 0)
+        errs.push_back(fmt::format("distributed.expert_parallel = {} does not divide model.moe.experts = {}: every rank "
+                                   "of an expert group holds the same number of experts",
+                                   ep, spec.model.moe.experts));
+      if (spec.distributed.sharding != "none")
+        errs.push_back(fmt::format("distributed.expert_parallel = {} runs with distributed.sharding = \"none\" (got "
+                                   "\"{}\"): sharding the expert weights over the ranks that hold the same experts is "
+                                   "not built yet",
+                                   ep, spec.distributed.sharding));
+      if (spec.train.checkpoint_every > 0 || spec.train.resume)
+        errs.push_back(fmt::format("distributed.expert_parallel = {} with {}: checkpoints of expert-parallel runs (each "
+                                   "rank holding other experts) are not written or read yet; set "
+                                   "train.checkpoint_every = 0 and train.resume = false",
+                                   ep, spec.train.resume ? "train.resume = true" : "periodic checkpoints"));
+    }
     if (spec.data.source == "corpus" && spec.data.corpus_dir.empty())
       errs.push_back("data.corpus_dir is empty: name a folder of C/C++ sources");
     for (const auto& e : errs) {
@@ -501,6 +526,7 @@ nlohmann::json canonical_json(const ExperimentSpec& spec_in) {
   // experiment file keeps its spec hash across versions.
   if (spec.distributed.timeout_s == DistributedSection{}.timeout_s) j["distributed"].erase("timeout_s");
   if (spec.distributed.sharding == DistributedSection{}.sharding) j["distributed"].erase("sharding");
+  if (spec.distributed.expert_parallel == DistributedSection{}.expert_parallel) j["distributed"].erase("expert_parallel");
   return j;
 }
 

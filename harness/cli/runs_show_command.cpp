@@ -163,15 +163,17 @@ void register_receipt_queries(CLI::App& app, Globals& g) {
           if (bytes == 0) return "";
           return fmt::format("  {} {} of {:.2f} GB", name, shown(ms, "{:.2f} ms"), bytes / 1e9);
         };
-        fmt::print("sharding: {}  {} buckets  optimizer state {:.2f} GB  gradients kept {:.2f} GB{}\n", s->stage,
+        fmt::print("sharding: {}  {} buckets  optimizer state {:.2f} GB  gradients kept {:.2f} GB{}{}\n", s->stage,
                    s->buckets, s->optimizer_state_bytes / 1e9, s->gradient_bytes / 1e9,
                    s->staging_peak_bytes > 0 ? fmt::format(" (+{:.2f} GB staged at most)", s->staging_peak_bytes / 1e9)
-                                             : std::string());
+                                             : std::string(),
+                   s->expert_parallel > 1 ? fmt::format("  experts over {} ranks", s->expert_parallel) : std::string());
         if (rank0)
-          fmt::print("collectives a step (rank 0):{}{}{}\n",
+          fmt::print("collectives a step (rank 0):{}{}{}{}\n",
                      kind("all-reduce", rank0->median_all_reduce_ms, s->all_reduce_bytes),
                      kind("reduce-scatter", rank0->median_reduce_scatter_ms, s->reduce_scatter_bytes),
-                     kind("all-gather", rank0->median_all_gather_ms, s->all_gather_bytes));
+                     kind("all-gather", rank0->median_all_gather_ms, s->all_gather_bytes),
+                     kind("all-to-all", rank0->median_all_to_all_ms, s->all_to_all_bytes));
       }
     }
     // The MoE router over the run (models with E blocks).

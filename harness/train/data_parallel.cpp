@@ -32,6 +32,33 @@ using Clock = std::chrono::steady_clock;
 
 std::string progress_key(int64_t rank) { return fmt::format("progress/{}", rank); }
 
+// The collective backend of `rank` of `size` over `store` (its keys only), timing its collectives.
+c10::intrusive_ptr<c10d::Backend> make_backend(const std::string& backend, const c10::intrusive_ptr<c10d::Store>& store,
+                                               int64_t rank, int64_t size, const WorldEnv& world,
+                                               std::chrono::milliseconds timeout) {
+  c10::intrusive_ptr<c10d::Backend> out;
+  if (backend == "gloo") {
+    auto o = c10d::ProcessGroupGloo::Options::create(timeout);
+    // The rendezvous host's address when it is local, else this machine's own: Gloo binds to it.
+    o->devices.push_back(world.master_addr == "127.0.0.1" || world.master_addr == "localhost"
+                             ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                             : c10d::ProcessGroupGloo::createDefaultDevice());
+    out = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(rank), static_cast<int>(size), o);
+  } else {
+#if defined(USE_C10D_NCCL) && defined(ABLATE_HAVE_CUDA)
+    auto o = c10d::ProcessGroupNCCL::Options::create();
+    o->timeout = timeout;
+    out = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, static_cast<int>(rank), static_cast<int>(size), o);
+#else
+    throw std::invalid_argument("distributed.backend = \"nccl\": this build has no NCCL (built without CUDA)");
+#endif
+  }
+  // Work::getDuration() for the communication time per step (NCCL: CUDA events around each
+  // collective on its stream; Gloo: the collective's own timing).
+  out->enableCollectivesTiming();
+  return out;
+}
+
 }  // namespace
 
 ProcessGroup::ProcessGroup(const WorldEnv& world, const std::string& backend, const torch::Device& device,
@@ -55,27 +82,10 @@ ProcessGroup::ProcessGroup(const WorldEnv& world, const std::string& backend, co
   auto tcp = c10::make_intrusive<c10d::TCPStore>(world.master_addr, opts);
   store_ = c10::make_intrusive<c10d::PrefixStore>(world.store_prefix, tcp);
   // The backend's own keys under a prefix of their own, apart from ours.
-  auto backend_store = c10::make_intrusive<c10d::PrefixStore>("c10d/", store_);
-  const int rank = static_cast<int>(world.rank), size = static_cast<int>(world.world_size);
-  if (backend == "gloo") {
-    auto o = c10d::ProcessGroupGloo::Options::create(timeout);
-    // The rendezvous host's address when it is local, else this machine's own: Gloo binds to it.
-    o->devices.push_back(world.master_addr == "127.0.0.1" || world.master_addr == "localhost"
-                             ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                             : c10d::ProcessGroupGloo::createDefaultDevice());
-    backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(backend_store, rank, size, o);
-  } else {
-#if defined(USE_C10D_NCCL) && defined(ABLATE_HAVE_CUDA)
-    auto o = c10d::ProcessGroupNCCL::Options::create();
-    o->timeout = timeout;
-    backend_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(backend_store, rank, size, o);
-#else
-    throw std::invalid_argument("distributed.backend = \"nccl\": this build has no NCCL (built without CUDA)");
-#endif
-  }
-  // Work::getDuration() for the communication time per step (NCCL: CUDA events around each
-  // collective on its stream; Gloo: the collective's own timing).
-  backend_->enableCollectivesTiming();
+  group_rank_ = world.rank;
+  group_size_ = world.world_size;
+  backend_ = make_backend(backend, c10::make_intrusive<c10d::PrefixStore>("c10d/", store_), group_rank_, group_size_,
+                          world, timeout);
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   publish(fmt::format("where/{}", world.rank),
@@ -83,6 +93,23 @@ ProcessGroup::ProcessGroup(const WorldEnv& world, const std::string& backend, co
                          {"pid", static_cast<int64_t>(getpid())}, {"device", device.str()}}
               .dump());
   report_progress(-1);
+}
+
+ProcessGroup::ProcessGroup(const ProcessGroup& job, const std::string& name, const std::vector<int64_t>& members)
+    : world_(job.world_), backend_name_(job.backend_name_), timeout_(job.timeout_), store_(job.store_) {
+  const auto me = std::find(members.begin(), members.end(), world_.rank);
+  if (me == members.end())
+    throw std::logic_error(fmt::format("process group {}: rank {} is not one of its members", name, world_.rank));
+  group_rank_ = me - members.begin();
+  group_size_ = static_cast<int64_t>(members.size());
+  backend_ = make_backend(backend_name_,
+                          c10::make_intrusive<c10d::PrefixStore>(fmt::format("c10d-{}/", name), store_), group_rank_,
+                          group_size_, world_, timeout_);
+}
+
+std::unique_ptr<ProcessGroup> ProcessGroup::subgroup(const std::string& name,
+                                                     const std::vector<int64_t>& members) const {
+  return std::unique_ptr<ProcessGroup>(new ProcessGroup(*this, name, members));
 }
 
 ProcessGroup::~ProcessGroup() {
@@ -103,7 +130,7 @@ void ProcessGroup::shutdown() {
 void ProcessGroup::allreduce_mean_(torch::Tensor& t) {
   std::vector<at::Tensor> ts{t};
   backend_->allreduce(ts)->wait();
-  t.div_(static_cast<double>(world_.world_size));
+  t.div_(static_cast<double>(group_size_));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_sum_async(torch::Tensor& t) {
@@ -117,6 +144,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::reduce_scatter_sum_async(torch::Ten
 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::all_gather_async(torch::Tensor& out, torch::Tensor& in) {
   return backend_->_allgather_base(out, in);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::all_to_all_async(torch::Tensor& out, torch::Tensor& in,
+                                                              const std::vector<int64_t>& out_splits,
+                                                              const std::vector<int64_t>& in_splits) {
+  auto out_s = out_splits;
+  auto in_s = in_splits;
+  return backend_->alltoall_base(out, in, out_s, in_s);
 }
 
 void ProcessGroup::barrier() { backend_->barrier()->wait(); }
@@ -416,7 +451,7 @@ torch::Tensor GradientSync::on_gradient(size_t i, const torch::Tensor& grad) {
 }
 
 void GradientSync::launch(Bucket& b) {
-  b.flat.div_(static_cast<double>(group_.world_size()));
+  b.flat.div_(static_cast<double>(gradient_divisor_ > 0 ? gradient_divisor_ : group_.world_size()));
   b.work = layout_.sharded ? group_.reduce_scatter_sum_async(b.shard, b.flat) : group_.allreduce_sum_async(b.flat);
   b.launched = true;
   // Full: every gradient of the unit is in, so its backward has read its parameters for the last time.
@@ -459,20 +494,21 @@ void GradientSync::finish() {
   }
 }
 
-GradientSync::CollectiveMs GradientSync::collective_ms() const {
-  // Summed over the works; NaN when one is missing, not complete or not timed.
-  auto sum = [](const std::vector<const c10d::Work*>& works) {
-    double total = 0;
-    for (const auto* w : works) {
-      if (w == nullptr) return static_cast<double>(NAN);
-      try {
-        total += w->getDuration();
-      } catch (const std::exception&) {
-        return static_cast<double>(NAN);  // not complete yet, or a backend without timing
-      }
+double collectives_ms(const std::vector<const c10d::Work*>& works) {
+  double total = 0;
+  for (const auto* w : works) {
+    if (w == nullptr) return NAN;
+    try {
+      total += w->getDuration();
+    } catch (const std::exception&) {
+      return NAN;  // not complete yet, or a backend without timing
     }
-    return total;
-  };
+  }
+  return total;
+}
+
+GradientSync::CollectiveMs GradientSync::collective_ms() const {
+  const auto sum = collectives_ms;
   std::vector<const c10d::Work*> buckets, gathers;
   for (const auto& b : buckets_) buckets.push_back(b.work.get());
   for (const auto& w : gathers_of_step_) gathers.push_back(w.get());

@@ -73,8 +73,13 @@ class ProcessGroup {
   // warns at exit that resources may leak). The store stays up for rank 0's reads.
   void shutdown();
 
-  int64_t rank() const { return world_.rank; }
-  int64_t world_size() const { return world_.world_size; }
+  // A group of some of the job's ranks (job ranks `members`, this one among them) with a communicator of
+  // its own, its rendezvous keys under `name` (every member passes the same name and list). Its rank()
+  // and world_size() are within the group; its store, progress and naming stay the job's.
+  std::unique_ptr<ProcessGroup> subgroup(const std::string& name, const std::vector<int64_t>& members) const;
+
+  int64_t rank() const { return group_rank_; }        // within this group (the job's rank for the job)
+  int64_t world_size() const { return group_size_; }  // ranks in this group
   const WorldEnv& world() const { return world_; }
   const std::string& backend_name() const { return backend_name_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
@@ -89,6 +94,11 @@ class ProcessGroup {
   // Starts gathering every rank's `in` into `out` (world x in.numel() elements, rank order; `in` may be
   // part r of `out` itself); the caller waits.
   c10::intrusive_ptr<c10d::Work> all_gather_async(torch::Tensor& out, torch::Tensor& in);
+  // Starts the all-to-all of rows: `in`'s first in_splits[0] rows to rank 0 of the group, ...; `out`
+  // receives out_splits[q] rows from rank q, in rank order; the caller waits.
+  c10::intrusive_ptr<c10d::Work> all_to_all_async(torch::Tensor& out, torch::Tensor& in,
+                                                  const std::vector<int64_t>& out_splits,
+                                                  const std::vector<int64_t>& in_splits);
   void barrier();
 
   // Small host-side values through the store (no device sync): per-rank rows and facts to rank 0.
@@ -99,13 +109,20 @@ class ProcessGroup {
   std::string ranks_behind(int64_t step);
 
  private:
+  ProcessGroup(const ProcessGroup& job, const std::string& name, const std::vector<int64_t>& members);
+
   WorldEnv world_;
+  int64_t group_rank_ = 0, group_size_ = 1;
   std::string backend_name_;
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Backend> backend_;
   bool shut_down_ = false;
 };
+
+// The summed durations of completed collectives by the backend's own timing (NCCL: CUDA events on its
+// stream); NaN when one is missing, not complete, or not timed (Gloo).
+double collectives_ms(const std::vector<const c10d::Work*>& works);
 
 class GradientSync : public model::ParameterUnitHooks {
  public:
@@ -118,6 +135,11 @@ class GradientSync : public model::ParameterUnitHooks {
   ~GradientSync() override;
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
+
+  // The reduced gradient is the sum over the group divided by `ranks` (default: the group's size, the
+  // mean). Expert parallelism syncs the expert weights over the ranks holding the same experts, while
+  // the loss they descend is the mean over every rank of the job: their divisor is the job's size.
+  void divide_gradients_by(int64_t ranks) { gradient_divisor_ = ranks; }
 
   void begin_step();  // before backward
   void finish();      // after backward: every parameter's .grad is the mean over ranks
@@ -221,6 +243,7 @@ class GradientSync : public model::ParameterUnitHooks {
   std::vector<std::vector<size_t>> unit_buckets_;  // unit -> the buckets its parameters lie in
   std::vector<c10::intrusive_ptr<c10d::Work>> gathers_waited_, gathers_of_step_;
   double last_wait_ms_ = 0;
+  int64_t gradient_divisor_ = 0;  // 0: the group's size
   int64_t staged_bytes_ = 0, staging_peak_bytes_ = 0;
 };
 

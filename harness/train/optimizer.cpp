@@ -42,16 +42,43 @@ GradNorm clipped(torch::Tensor norm, double max_norm) {
 
 }  // namespace
 
-GradNorm measure_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
-  // Grouped by dtype: a multi-tensor op takes one dtype a call (fp32 master weights: one group).
+namespace {
+// The squared norm of the parameters' gradients together, 0-dim fp32. Grouped by dtype: a multi-tensor
+// op takes one dtype a call (fp32 master weights: one group).
+torch::Tensor grad_square_norm(const std::vector<torch::Tensor>& params) {
   std::map<at::ScalarType, std::vector<torch::Tensor>> grads;
   for (const auto& p : params)
     if (p.grad().defined()) grads[p.grad().scalar_type()].push_back(p.grad().detach());
-  if (grads.empty()) return clipped(torch::zeros({}, torch::kFloat), max_norm);
+  if (grads.empty()) return torch::zeros({}, torch::kFloat);
   std::vector<torch::Tensor> norms;
   for (const auto& [dtype, list] : grads)
     for (const auto& n : at::_foreach_norm(list, 2, torch::kFloat)) norms.push_back(n);
-  return clipped(torch::stack(norms).square().sum().sqrt(), max_norm);
+  return torch::stack(norms).square().sum();
+}
+}  // namespace
+
+GradNorm measure_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+  return clipped(grad_square_norm(params).sqrt(), max_norm);
+}
+
+GradNorm AdamW::grad_norm(double max_norm) {
+  if (!sum_over_group_) return measure_grad_norm(params_, max_norm);
+  auto partitioned = grad_square_norm(partitioned_).to(lr_.device()).view({1});
+  sum_over_group_(partitioned);
+  return clipped((grad_square_norm(replicated_).to(lr_.device()) + partitioned.squeeze(0)).sqrt(), max_norm);
+}
+
+void AdamW::partition_norm(const std::vector<torch::Tensor>& partitioned,
+                           std::function<void(torch::Tensor&)> sum_over_group) {
+  replicated_.clear();
+  partitioned_.clear();
+  for (const auto& p : params_) {
+    const bool split = std::any_of(partitioned.begin(), partitioned.end(), [&](const auto& q) { return q.is_same(p); });
+    (split ? partitioned_ : replicated_).push_back(p);
+  }
+  if (partitioned_.size() != partitioned.size())
+    throw std::logic_error("AdamW::partition_norm: a partitioned parameter is not one of the optimizer's");
+  sum_over_group_ = std::move(sum_over_group);
 }
 
 AdamW::AdamW(const std::vector<torch::Tensor>& params, const TrainSection& t, const kernels::Dispatcher& dispatcher)

@@ -11,6 +11,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -57,7 +58,12 @@ class AdamW : public TrainOptimizer {
 
   void set_lr(double lr) override;
   void zero_grad() override;
-  GradNorm grad_norm(double max_norm) override { return measure_grad_norm(params_, max_norm); }
+  GradNorm grad_norm(double max_norm) override;
+  // Expert parallelism: the `partitioned` parameters (some of this optimizer's) differ between the ranks
+  // of a group, and `sum_over_group` adds a device tensor up over them in place: grad_norm() is then the
+  // norm of the whole model's gradient, every rank's experts counted once.
+  void partition_norm(const std::vector<torch::Tensor>& partitioned,
+                      std::function<void(torch::Tensor&)> sum_over_group);
   // Throws std::logic_error when a parameter has no gradient: every parameter of the model takes part
   // in every step, so a missing gradient is a bug.
   void step(const torch::Tensor& grad_scale) override;
@@ -72,6 +78,8 @@ class AdamW : public TrainOptimizer {
   };
   const kernels::Dispatcher& dispatcher_;
   std::vector<torch::Tensor> params_;  // in the model's order (the norm's summation order)
+  std::vector<torch::Tensor> replicated_, partitioned_;  // partition_norm(): params_ split (in order)
+  std::function<void(torch::Tensor&)> sum_over_group_;
   std::vector<Group> groups_;  // decayed matrices, then the rest
   torch::Tensor lr_;
 };

@@ -185,9 +185,20 @@ RunPosture choose_posture(const ExperimentSpec& spec, const RunOptions& opt) {
     p.graphs.reason = "refused: data parallel launches its gradient all-reduces from autograd hooks as buckets "
                       "fill, which a whole-step capture would freeze; the step runs eager";
   }
-  if (data_parallel)
+  if (const int64_t ep = spec.distributed.expert_parallel; ep > 1) {
+    const auto& chosen = p.dispatcher->chosen("moe_dispatch");
+    if (chosen != "grouped_mm")
+      throw std::invalid_argument(fmt::format(
+          "distributed.expert_parallel = {} needs backends.moe_dispatch = \"grouped_mm\" (the dispatch that "
+          "exchanges rows with the ranks holding the experts); this run resolved moe_dispatch to \"{}\"",
+          ep, chosen));
+  }
+  if (data_parallel) {
     p.group = std::make_shared<ProcessGroup>(*opt.world, spec.distributed.backend, p.device,
                                              std::chrono::seconds(spec.distributed.timeout_s));
+    if (spec.distributed.expert_parallel > 1)
+      p.experts = std::make_shared<ExpertParallel>(*p.group, spec.distributed.expert_parallel);
+  }
   return p;
 }
 
@@ -205,7 +216,8 @@ ModelState build_model(const ExperimentSpec& spec, const RunOptions& opt, const 
   ModelState s;
   const uint64_t seed = static_cast<uint64_t>(spec.experiment.seed);
   torch::manual_seed(seed);
-  s.model = model::HybridModel(spec.model, posture.dispatcher, seed);
+  s.model = model::HybridModel(spec.model, posture.dispatcher, seed,
+                               posture.experts ? posture.experts->placement() : model::ExpertPlacement{});
   s.model->to(posture.device);
   s.params = s.model->parameters();
   // Sharded, the step executor builds the optimizer on its shards (the whole-model moments would
@@ -358,19 +370,21 @@ class StepTally {
 
   // The row goes to the recorder first: a non-finite step is recorded too (the failed run keeps its
   // evidence), then fails the run.
-  void add(const receipts::StepRow& row, bool warm, const GradientSync* sync) {
+  void add(const receipts::StepRow& row, bool warm, const StepExecutor& executor) {
     recorder_.step(row);
     if (!std::isfinite(*row.loss))
       throw TrainingFailure(fmt::format("non-finite loss at step {} (loss {})", row.step, *row.loss));
     out_.last_loss = row.loss;
     out_.peak_memory = std::max(out_.peak_memory, row.mem_allocated_peak.value_or(*row.rss_bytes));
-    if (sync) {
-      out_.comm_wait_ms.push_back(sync->last_wait_ms());
-      out_.comm_ms.push_back(sync->comm_ms());  // after the step's host read: the all-reduces are done
-      const auto kinds = sync->collective_ms();
-      out_.all_reduce_ms.push_back(kinds.all_reduce);
-      out_.reduce_scatter_ms.push_back(kinds.reduce_scatter);
-      out_.all_gather_ms.push_back(kinds.all_gather);
+    if (executor.sync()) {
+      // After the step's host read: its collectives are done.
+      const auto c = executor.step_collectives();
+      out_.comm_wait_ms.push_back(c.wait_ms);
+      out_.comm_ms.push_back(c.total_ms);
+      out_.all_reduce_ms.push_back(c.ms.all_reduce);
+      out_.reduce_scatter_ms.push_back(c.ms.reduce_scatter);
+      out_.all_gather_ms.push_back(c.ms.all_gather);
+      out_.all_to_all_ms.push_back(c.all_to_all_ms);
     }
     if (warm) return;
     if (profiler_.traced(row.step)) {
@@ -429,21 +443,26 @@ void close_loop(TrainOutcome& out, receipts::RunRecorder& recorder, ProcessGroup
 
 }  // namespace
 
-// The bucket layout and the rank's optimizer state, for the receipt.
-static receipts::ShardingFacts sharding_facts(const ExperimentSpec& spec, const GradientSync& sync,
+// The bucket layout and the rank's optimizer state, for the receipt: the job-wide sync's, plus under
+// expert parallelism the expert weights' sync over the ranks holding the same experts.
+static receipts::ShardingFacts sharding_facts(const ExperimentSpec& spec, const StepExecutor& executor,
                                               const TrainOptimizer& optimizer) {
   receipts::ShardingFacts f;
   f.stage = spec.distributed.sharding;
-  f.buckets = static_cast<int64_t>(sync.layout().buckets.size());
-  f.padding_elements = sync.layout().padding;
-  for (const auto& b : sync.layout().buckets) f.shard_elements += b.shard_numel;
+  f.expert_parallel = spec.distributed.expert_parallel;
   f.optimizer_state_bytes = optimizer.state_bytes();
-  f.gradient_bytes = sync.gradient_bytes();
-  f.parameter_bytes = sync.parameter_bytes();
-  const auto bytes = sync.collective_bytes();
-  f.all_reduce_bytes = bytes.all_reduce;
-  f.reduce_scatter_bytes = bytes.reduce_scatter;
-  f.all_gather_bytes = bytes.all_gather;
+  for (const auto* sync : {executor.sync(), executor.expert_sync()}) {
+    if (sync == nullptr) continue;
+    f.buckets += static_cast<int64_t>(sync->layout().buckets.size());
+    f.padding_elements += sync->layout().padding;
+    for (const auto& b : sync->layout().buckets) f.shard_elements += b.shard_numel;
+    f.gradient_bytes += sync->gradient_bytes();
+    f.parameter_bytes += sync->parameter_bytes();
+    const auto bytes = sync->collective_bytes();
+    f.all_reduce_bytes += bytes.all_reduce;
+    f.reduce_scatter_bytes += bytes.reduce_scatter;
+    f.all_gather_bytes += bytes.all_gather;
+  }
   return f;
 }
 
@@ -457,7 +476,7 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
   out.capture = posture.graphs;
   StepExecutor executor(spec, posture, state, profiler);
   out.warmup_steps = executor.warmup_steps();
-  if (const auto* sync = executor.sync()) out.sharding = sharding_facts(spec, *sync, *state.optimizer);
+  if (executor.sync()) out.sharding = sharding_facts(spec, executor, *state.optimizer);
   StepTally tally(out, recorder, profiler);
   int64_t step = start_step;
   try {
@@ -496,7 +515,7 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
         profiler.end_step(step, wall_ms, !warm);
       }
       tally.add(step_row(step, wall_ms, tokens_per_step, lr, loaded.wait_ns / 1e6, result, posture.device, profiler), warm,
-                executor.sync());
+                executor);
       if (spec.train.log_every > 0 && (step % spec.train.log_every == 0 || step + 1 == spec.train.steps))
         say(fmt::format("  step {:>5}/{}  loss {:.4f}  grad norm {:.3f}  lr {:.2e}  {:.1f} ms{}", step, spec.train.steps,
                         result.loss, result.grad_norm, lr, wall_ms, warm ? "  (warm-up)" : ""));
@@ -528,7 +547,10 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
       out.failure = fmt::format("after step {}: {}", step, e.what());
     }
   }
-  if (out.sharding) out.sharding->staging_peak_bytes = executor.sync()->staging_peak_bytes();  // known once trained
+  if (out.sharding) {  // known once trained
+    out.sharding->staging_peak_bytes = executor.sync()->staging_peak_bytes();
+    if (posture.experts) out.sharding->all_to_all_bytes = posture.experts->all_to_all_bytes();
+  }
   tally.close();
   close_loop(out, recorder, group, step);
   return out;
@@ -564,6 +586,7 @@ RunResult publish_rank_outcome(const RunPosture& posture, const TrainOutcome& ou
                             {"all_reduce_ms", series_json(outcome.all_reduce_ms)},
                             {"reduce_scatter_ms", series_json(outcome.reduce_scatter_ms)},
                             {"all_gather_ms", series_json(outcome.all_gather_ms)},
+                            {"all_to_all_ms", series_json(outcome.all_to_all_ms)},
                             {"peak_memory", outcome.peak_memory},
                             {"warmup_steps", outcome.warmup_steps}};
   posture.group->publish(outcome_key(posture.group->rank()), j.dump());
@@ -586,7 +609,7 @@ namespace {
 struct RankSeries {
   std::vector<double> steady_ms, comm_wait_ms, comm_ms;
   int64_t peak_memory = 0, warmup_steps = 0;
-  std::vector<double> all_reduce_ms, reduce_scatter_ms, all_gather_ms;
+  std::vector<double> all_reduce_ms, reduce_scatter_ms, all_gather_ms, all_to_all_ms;
 };
 
 // The median of a per-step series' finite steady entries.
@@ -630,7 +653,7 @@ JobOutcome collect_rank_outcomes(ProcessGroup& group, const TrainOutcome& own) {
   std::vector<RankSeries> ranks;
   for (int64_t r = 0; r < group.world_size(); ++r) {
     RankSeries s{own.steady_ms,    own.comm_wait_ms,      own.comm_ms,      own.peak_memory,
-                 own.warmup_steps, own.all_reduce_ms, own.reduce_scatter_ms, own.all_gather_ms};
+                 own.warmup_steps, own.all_reduce_ms, own.reduce_scatter_ms, own.all_gather_ms, own.all_to_all_ms};
     if (r != 0) {
       const auto j = nlohmann::json::parse(group.fetch(outcome_key(r)));
       if (!j.at("failure").is_null() && !job.failure)
@@ -638,7 +661,7 @@ JobOutcome collect_rank_outcomes(ProcessGroup& group, const TrainOutcome& own) {
       s = {j.at("steady_ms").get<std::vector<double>>(), series(j.at("comm_wait_ms")), series(j.at("comm_ms")),
            j.at("peak_memory").get<int64_t>(),          j.at("warmup_steps").get<int64_t>(),
            series(j.at("all_reduce_ms")),               series(j.at("reduce_scatter_ms")),
-           series(j.at("all_gather_ms"))};
+           series(j.at("all_gather_ms")),               series(j.at("all_to_all_ms"))};
     }
     ranks.push_back(std::move(s));
   }
@@ -661,6 +684,7 @@ JobOutcome collect_rank_outcomes(ProcessGroup& group, const TrainOutcome& own) {
     f.median_all_reduce_ms = steady_median(s.all_reduce_ms, s.warmup_steps);
     f.median_reduce_scatter_ms = steady_median(s.reduce_scatter_ms, s.warmup_steps);
     f.median_all_gather_ms = steady_median(s.all_gather_ms, s.warmup_steps);
+    f.median_all_to_all_ms = steady_median(s.all_to_all_ms, s.warmup_steps);
     if (f.median_step_ms && *f.median_step_ms > 0) {
       slowest = std::max(slowest, *f.median_step_ms);
       fastest = std::min(fastest, *f.median_step_ms);

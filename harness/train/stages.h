@@ -31,6 +31,7 @@
 #include "harness/goodput.h"
 #include "spec/spec.h"
 #include "harness/train/data_parallel.h"
+#include "harness/train/expert_parallel.h"
 #include "harness/train/optimizer.h"
 #include "harness/train/runner.h"
 #include "kernels/dispatch.h"
@@ -59,6 +60,8 @@ struct RunPosture {
   // Data parallel (distributed.nproc > 1): this rank's membership; null for a single process. Rank 0
   // alone writes the receipt, with every rank's step rows.
   std::shared_ptr<ProcessGroup> group;
+  // distributed.expert_parallel > 1: the expert groups this rank belongs to; null otherwise.
+  std::shared_ptr<ExpertParallel> experts;
   bool writes_receipt() const { return !group || group->rank() == 0; }
 };
 // The model's shapes the backends' availability checks see (kernels/catalog.h ModelDims), for the block
@@ -114,7 +117,7 @@ struct TrainOutcome {
   std::vector<double> comm_wait_ms;  // data parallel: host wait for the gradient all-reduces, per step
   std::vector<double> comm_ms;       // data parallel: their own duration (GradientSync::comm_ms), per step
   // The same by kind (GradientSync::collective_ms), per step; NaN where unknown.
-  std::vector<double> all_reduce_ms, reduce_scatter_ms, all_gather_ms;
+  std::vector<double> all_reduce_ms, reduce_scatter_ms, all_gather_ms, all_to_all_ms;
   std::optional<receipts::ShardingFacts> sharding;  // data parallel: the buckets and this rank's shard
 };
 // `ledger` comes with the startup charge open (run_experiment opens it at process start): the loop

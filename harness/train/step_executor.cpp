@@ -2,7 +2,9 @@
 #include "harness/train/step_executor.h"
 
 #include <ATen/autocast_mode.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <algorithm>
 #include <chrono>
 
 #include <fmt/format.h>
@@ -44,8 +46,32 @@ StepExecutor::StepExecutor(const ExperimentSpec& spec, const RunPosture& posture
   has_moe_ = spec.model.pattern.find('E') != std::string::npos;
   if (posture.group) {
     const auto stage = sharding_stage(spec.distributed.sharding);
-    sync_ = std::make_unique<GradientSync>(*posture.group, state.params, spec.distributed.bucket_mb << 20, stage,
-                                           state.model->parameter_units());
+    const int64_t bucket_bytes = spec.distributed.bucket_mb << 20;
+    if (posture.experts) {
+      // The expert weights differ between the ranks of an expert group: they are averaged over the ranks
+      // holding the same experts (divided by the job's size: the loss is the job's mean), the rest over
+      // the job. Unsharded only (the spec refuses expert parallelism with a sharding stage).
+      const auto experts = state.model->expert_parameters();
+      std::vector<torch::Tensor> shared;
+      for (const auto& p : state.params)
+        if (std::none_of(experts.begin(), experts.end(), [&](const torch::Tensor& e) { return e.is_same(p); }))
+          shared.push_back(p);
+      sync_ = std::make_unique<GradientSync>(*posture.group, shared, bucket_bytes, stage);
+      expert_sync_ = std::make_unique<GradientSync>(posture.experts->expert_data_group(), experts, bucket_bytes, stage);
+      expert_sync_->divide_gradients_by(posture.group->world_size());
+      auto* exchange = posture.experts.get();
+      dynamic_cast<AdamW&>(*state.optimizer).partition_norm(experts, [exchange](torch::Tensor& t) {
+        exchange->sum_over_group(t);
+      });
+    } else {
+      sync_ = std::make_unique<GradientSync>(*posture.group, state.params, bucket_bytes, stage,
+                                             state.model->parameter_units());
+    }
+    moe_collectives_.experts = posture.experts.get();
+    moe_collectives_.sum_over_job = [group = posture.group.get()](torch::Tensor& t) {
+      group->allreduce_sum_async(t)->wait();
+    };
+    state.model->set_moe_collectives(&moe_collectives_);
     // Sharded: the optimizer updates the rank's shards of the flat buffers the parameters now live in.
     if (stage != ShardingStage::none) {
       state.model->set_unit_hooks(sync_.get());  // each unit waits for its own buckets' all-gathers
@@ -69,7 +95,27 @@ StepExecutor::StepExecutor(const ExperimentSpec& spec, const RunPosture& posture
 // A gather still pending here belongs to a failed job (a finished one settled): it is dropped, and the
 // job's communicators are aborted after.
 StepExecutor::~StepExecutor() {
-  if (sync_) state_.model->set_unit_hooks(nullptr);
+  if (!sync_) return;
+  state_.model->set_unit_hooks(nullptr);
+  state_.model->set_moe_collectives(nullptr);
+}
+
+StepExecutor::StepCollectives StepExecutor::step_collectives() const {
+  StepCollectives c;
+  if (!sync_) return c;
+  c.ms = sync_->collective_ms();
+  c.total_ms = sync_->comm_ms();
+  c.wait_ms = sync_->last_wait_ms();
+  if (expert_sync_) {
+    c.ms.all_reduce += expert_sync_->collective_ms().all_reduce;  // unsharded: the kind both run
+    c.total_ms += expert_sync_->comm_ms();
+    c.wait_ms += expert_sync_->last_wait_ms();
+  }
+  if (posture_.experts) {
+    c.all_to_all_ms = posture_.experts->all_to_all_ms();
+    c.total_ms += c.all_to_all_ms;
+  }
+  return c;
 }
 
 void StepExecutor::settle(bool whole) {
@@ -89,6 +135,7 @@ void StepExecutor::load(const data::Batch& batch) {
 // graph capture).
 torch::Tensor StepExecutor::body(int64_t step, bool probes) {
   model::ModelOutput fwd;
+  if (posture_.experts) posture_.experts->begin_step();
   {
     kernels::Scope phase("forward");  // launch scope: NVTX range, CUPTI external id (kernels/scope.h)
     AutocastScope autocast(posture_.bf16, posture_.device.type());
@@ -98,8 +145,10 @@ torch::Tensor StepExecutor::body(int64_t step, bool probes) {
   {
     kernels::Scope phase("backward");
     if (sync_) sync_->begin_step();
+    if (expert_sync_) expert_sync_->begin_step();
     fwd.loss.backward();
     if (sync_) sync_->finish();  // every .grad is now the mean over the ranks
+    if (expert_sync_) expert_sync_->finish();
   }
   if (probes) profiler_.after_phase(step, "backward");
   torch::Tensor stats;

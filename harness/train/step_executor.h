@@ -18,12 +18,12 @@
 #include <optional>
 
 #include "data/source.h"
+#include "harness/train/data_parallel.h"
 #include "harness/train/stages.h"
 #include "receipts/run_facts.h"
 
 namespace ablate::harness {
 
-class GradientSync;
 
 class StepExecutor {
  public:
@@ -54,6 +54,17 @@ class StepExecutor {
   // Data parallel: the gradient all-reduces or reduce-scatters (their per-step timings, the bucket
   // layout); null in a single process.
   const GradientSync* sync() const { return sync_.get(); }
+  // Expert parallelism: the expert weights' sync over the ranks holding the same experts (null otherwise).
+  const GradientSync* expert_sync() const { return expert_sync_.get(); }
+  // Data parallel, after the step's host read: its collectives by kind (NaN: a kind not run, or not
+  // timed), their sum (NaN when any is), and the host's wait for the gradient syncs.
+  struct StepCollectives {
+    GradientSync::CollectiveMs ms;
+    double all_to_all_ms = NAN;
+    double total_ms = NAN;
+    double wait_ms = 0;
+  };
+  StepCollectives step_collectives() const;
   // Sharded: waits for the parameter all-gathers the last step left running (they overlap the next
   // forward). `whole`: the parameters are then whole on every rank (a checkpoint reads them; under
   // "full" every unit is gathered, a collective).
@@ -74,7 +85,8 @@ class StepExecutor {
   bool has_moe_ = false;
   int64_t warmup_steps_ = 0;
   std::optional<int64_t> capture_step_;
-  std::unique_ptr<GradientSync> sync_;
+  std::unique_ptr<GradientSync> sync_, expert_sync_;
+  model::MoeCollectives moe_collectives_;  // what the E layers reach the other ranks through
   torch::Tensor ids_, mask_, inputs_, targets_;
   std::shared_ptr<StepGraph> graph_;  // while it lives, the thread works on the graph's side stream
 };

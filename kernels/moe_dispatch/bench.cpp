@@ -38,7 +38,7 @@ void moe_dispatch_bench(benchmark::State& st, std::string backend, bool graph) {
   const auto weights = top_w / top_w.sum(-1, true);
   auto step = [&] {
     const auto y =
-        under_bf16_autocast([&] { return fn(x, top_idx, weights, w1, w3, w2, /*capacity_factor=*/0.0, nullptr); });
+        under_bf16_autocast([&] { return fn(x, top_idx, weights, w1, w3, w2, /*capacity_factor=*/0.0, nullptr, nullptr); });
     torch::autograd::grad({y.to(torch::kFloat).square().mean()}, {x, w1, w3, w2});
   };
   const double extra_mib = peak_extra_mib(step);

@@ -8,6 +8,9 @@
 // projection (weighted_swiglu). On CUDA those passes are fused kernels (expert_kernels.cu); no
 // scatter-add, forward or backward. Nothing is padded to a capacity and nothing is read on the
 // host, so a CUDA graph can capture the dropless path.
+// Under expert parallelism (an ExpertExchange of N ranks: this rank holds E/N experts) the rows sorted
+// by global expert travel to their experts' ranks and back (exchange_expert_rows, expert_exchange.h);
+// the GEMMs and the weighted SwiGLU between them run on what arrived, the same passes as above.
 // A capacity factor keeps the standard path's semantics: slots past capacity (in token order) get
 // weight 0 and are counted (they are computed, not skipped: no shapes depend on the data).
 // Contract: MoeDispatchFn in kernels/seams.h. Arithmetic in the autocast dtype when autocast is on
@@ -18,6 +21,7 @@
 // Tests: kernels_tests (parity_test.cpp moe rows, CPU fp32/bf16 and CUDA). Benchmark: kernels_bench --benchmark_filter=moe_dispatch.
 #include <ATen/autocast_mode.h>
 
+#include "kernels/moe_dispatch/expert_exchange.h"
 #include "kernels/moe_dispatch/expert_groups.h"
 #include "kernels/numerics.h"
 #include "kernels/registry.h"
@@ -108,9 +112,11 @@ torch::Tensor pad_to(const torch::Tensor& t, int64_t rows, int64_t cols) {
 
 torch::Tensor moe_dispatch_grouped(const torch::Tensor& x, const torch::Tensor& topk_idx, const torch::Tensor& topk_w,
                                    const torch::Tensor& w1, const torch::Tensor& w3, const torch::Tensor& w2,
-                                   double capacity_factor, torch::Tensor* dropped) {
+                                   double capacity_factor, torch::Tensor* dropped, const ExpertExchange* exchange) {
   check_moe_dispatch_args(x, topk_idx, topk_w, w1, w3, w2, capacity_factor);
-  const int64_t tokens = x.size(0), d = x.size(1), k = topk_idx.size(1), experts = w1.size(0), f = w1.size(1);
+  const bool across_ranks = exchange != nullptr && exchange->ranks() > 1;
+  const int64_t tokens = x.size(0), d = x.size(1), k = topk_idx.size(1), f = w1.size(1);
+  const int64_t experts = w1.size(0) * (across_ranks ? exchange->ranks() : 1);  // the group's, by global id
   const int64_t slots = tokens * k;
   const auto index_opts = torch::TensorOptions().dtype(torch::kLong).device(x.device());
   const auto device_type = x.device().type();
@@ -135,12 +141,17 @@ torch::Tensor moe_dispatch_grouped(const torch::Tensor& x, const torch::Tensor& 
   // backward sums each token's k rows of the gradient, not a scatter-add (expert_groups.h).
   const auto rows = gather_slot_rows(pad_to(x.to(dtype), tokens, dp), groups.by_expert, groups.position, k);
   const auto weights = ExpertWeights::apply(w1, w3, w2, fp, dp, dtype);  // {[E, 2 fp, dp], [E, dp, fp]}
-  const auto gate_up = GroupedLinear::apply(rows, weights[0], offsets);
-  // The routing weight scales each slot's hidden row before the down projection, (w h) W2 = w (h W2):
-  // on [S, f] instead of an fp32 copy of the [S, d] output weighted, gathered and summed in fp32. In
-  // fp32 (the router's weights are fp32, so their gradient sums in fp32), rounded once to the GEMM dtype.
-  const auto hidden = weighted_swiglu(gate_up, sorted_weight);
-  auto expert_out = GroupedLinear::apply(hidden, weights[1], offsets);
+  const auto run_experts = [&](const torch::Tensor& expert_rows, const torch::Tensor& weight,
+                               const torch::Tensor& group_end) {
+    const auto gate_up = GroupedLinear::apply(expert_rows, weights[0], group_end);
+    // The routing weight scales each slot's hidden row before the down projection, (w h) W2 = w (h W2):
+    // on [S, f] instead of an fp32 copy of the [S, d] output weighted, gathered and summed in fp32. In
+    // fp32 (the router's weights are fp32, so their gradient sums in fp32), rounded once to the GEMM dtype.
+    const auto hidden = weighted_swiglu(gate_up, weight);
+    return GroupedLinear::apply(hidden, weights[1], group_end);
+  };
+  auto expert_out = across_ranks ? exchange_expert_rows(*exchange, rows, sorted_weight, groups.load, run_experts)
+                                 : run_experts(rows, sorted_weight, offsets);
   // Sliced only when padded: a narrow's backward zero-fills and copies even when it keeps everything.
   if (dp != d) expert_out = expert_out.narrow(1, 0, d);
 

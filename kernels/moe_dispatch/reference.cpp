@@ -6,6 +6,7 @@
 // sync-free and counts the dropped slots on the device. Contract: MoeDispatchFn in kernels/seams.h.
 // Tests: kernels_tests (parity_test.cpp, dropless and capacity rows) and model_tests (MoE block vs a
 // per-token loop, including drops). Benchmark: build/bench/kernels_bench --benchmark_filter=moe_dispatch.
+#include "kernels/moe_dispatch/expert_exchange.h"
 #include "kernels/moe_dispatch/expert_groups.h"
 #include "kernels/registry.h"
 
@@ -14,8 +15,11 @@ namespace {
 
 torch::Tensor moe_dispatch_standard(const torch::Tensor& x, const torch::Tensor& topk_idx, const torch::Tensor& topk_w,
                                     const torch::Tensor& w1, const torch::Tensor& w3, const torch::Tensor& w2,
-                                    double capacity_factor, torch::Tensor* dropped) {
+                                    double capacity_factor, torch::Tensor* dropped, const ExpertExchange* exchange) {
   check_moe_dispatch_args(x, topk_idx, topk_w, w1, w3, w2, capacity_factor);
+  TORCH_CHECK(exchange == nullptr || exchange->ranks() == 1,
+              "moe_dispatch reference runs every expert on its own rank: distributed.expert_parallel > 1 needs "
+              "backends.moe_dispatch = \"grouped_mm\"");
   const int64_t tokens = x.size(0), d = x.size(1), k = topk_idx.size(1), experts = w1.size(0);
   const int64_t slots = tokens * k;  // slot s = token * k + j, the j-th choice of a token
   const auto index_opts = torch::TensorOptions().dtype(torch::kLong).device(x.device());

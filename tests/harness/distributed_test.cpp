@@ -33,9 +33,9 @@ class DistributedTest : public ::testing::Test {
     ablate::base::remove_tree(dir_);
     fs::create_directories(dir_);
     db_ = (dir_ / "receipts.db").string();
-    // tiny without its MoE block (pattern AMDR): the MoE load-balancing term and expert capacity are
-    // per-rank statistics in any data-parallel MoE without expert parallelism, so only a dense pattern
-    // trains bit-for-bit the same as one process. Synthetic data: no corpus to read.
+    // tiny without its MoE block (pattern AMDR): its routing and capacity are per-token decisions that
+    // summation order can flip, so the dense pattern is the plain data-parallel baseline; the MoE tests
+    // below set the pattern back (their load-balancing counts are the job's). Synthetic data: no corpus.
     spec_ = dir_ / "dp.toml";
     std::ofstream(spec_) << "[experiment]\nname = \"dp-test\"\nseed = 7\n"
                             "[model]\nconfig = \"tiny\"\npattern = \"AMDR\"\nbatch_size = 2\n"
@@ -293,15 +293,81 @@ TEST_F(DistributedTest, NamedLargeConfigurationsTrainAtTinyWidth) {
   }
 }
 
-// The collective rank 0 is left waiting in when rank 1 stops before step 3, by sharding stage: none, the
-// first gradient all-reduce; optimizer, the first reduce-scatter (step 2's gathers were complete);
-// full, the embedding's all-gather at the start of the forward.
-const char* const kStagesByFirstCollective[] = {"none", "optimizer", "full"};
+// The MoE pattern with expert parallelism over 2 ranks (tiny: 4 experts, 2 a rank).
+const std::string kExpertParallel2 =
+    " --set model.pattern=AEMR --set backends.moe_dispatch=grouped_mm --set distributed.expert_parallel=2";
+
+// Expert parallelism trains as replicated experts do on the same global batch: each token meets the same
+// expert weights either way; only the sums of the expert gradients change order (over rows of both
+// ranks in one GEMM, against each rank's rows then an all-reduce), a few fp32 ulps a step: 1e-5
+// relative, the data-parallel tolerance above, far below what one misrouted row moves (the first
+// step's loss differs by ~1e-3 when a rank's rows go to the wrong expert). And since the load-balancing
+// counts are the job's, the replicated MoE trains as one process on the whole batch does (dropless).
+TEST_F(DistributedTest, ExpertParallelTrainsLikeReplicatedExperts) {
+  const std::string moe = " --set model.pattern=AEMR --set backends.moe_dispatch=grouped_mm";
+  const auto one = run_cli(ablate("run " + spec_.string() + moe + " --set distributed.nproc=1 --set model.batch_size=4"));
+  ASSERT_EQ(one.rc, 0) << one.out;
+  const auto single = newest();
+  for (const int64_t world : {2, 4}) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    const std::string job_sets = moe + " --set distributed.nproc=" + std::to_string(world) +
+                                 " --set model.batch_size=" + std::to_string(4 / world);
+    const auto plain = run_cli(ablate("launch " + spec_.string() + job_sets));
+    ASSERT_EQ(plain.rc, 0) << plain.out;
+    const auto replicated = newest();
+    ASSERT_EQ(replicated.status, "ok") << replicated.error;
+    ASSERT_EQ(replicated.loss.size(), 6u);
+    for (size_t i = 0; i < 6; ++i)
+      EXPECT_NEAR(replicated.loss[i], single.loss[i], 1e-5 * std::abs(single.loss[i])) << "step " << i;
+    const auto& plain_facts = replicated.summary["facts"]["distributed"]["sharding"];
+    EXPECT_EQ(plain_facts["expert_parallel"], 1) << plain_facts.dump();
+    EXPECT_EQ(plain_facts["all_to_all_bytes"], 0) << plain_facts.dump();
+    for (int64_t ep = 2; ep <= world; ep *= 2) {
+      SCOPED_TRACE("distributed.expert_parallel = " + std::to_string(ep));
+      const auto job = run_cli(ablate("launch " + spec_.string() + job_sets +
+                                      " --set distributed.expert_parallel=" + std::to_string(ep)));
+      ASSERT_EQ(job.rc, 0) << job.out;
+      const auto spread = newest();
+      ASSERT_EQ(spread.status, "ok") << spread.error;
+      ASSERT_EQ(spread.loss.size(), 6u);
+      for (size_t i = 0; i < 6; ++i) {
+        EXPECT_NEAR(spread.loss[i], replicated.loss[i], 1e-5 * std::abs(replicated.loss[i])) << "step " << i;
+        EXPECT_NEAR(spread.grad_norm[i], replicated.grad_norm[i], 1e-5 * std::abs(replicated.grad_norm[i]))
+            << "step " << i;
+      }
+      EXPECT_EQ(spread.rows_per_rank.size(), static_cast<size_t>(world));
+      const auto& facts = spread.summary["facts"]["distributed"];
+      EXPECT_EQ(facts["sharding"]["expert_parallel"], ep) << facts.dump();
+      // Rows out and back, forward and backward, plus the loads: more than one layer's rows one way.
+      EXPECT_GT(facts["sharding"]["all_to_all_bytes"].get<int64_t>(), 4 * 128 * 64 * 2 / world) << facts.dump();
+      // The expert weights' gradients stay with the ranks holding them: fewer all-reduced bytes.
+      EXPECT_LT(facts["sharding"]["all_reduce_bytes"].get<int64_t>(), plain_facts["all_reduce_bytes"].get<int64_t>());
+      EXPECT_TRUE(facts["per_rank"][0]["median_all_to_all_ms"].is_null()) << "Gloo does not time its collectives";
+    }
+  }
+}
+
+// Fails closed: expert parallelism needs the dispatch that exchanges rows.
+TEST_F(DistributedTest, ExpertParallelRefusesADispatchThatCannotExchange) {
+  const auto job = run_cli(ablate("launch " + spec_.string() + kExpertParallel2 + " --set backends.moe_dispatch=reference"));
+  EXPECT_NE(job.rc, 0) << job.out;
+  EXPECT_NE(job.out.find("needs backends.moe_dispatch = \"grouped_mm\""), std::string::npos) << job.out;
+}
+
+// The collective rank 0 is left waiting in when rank 1 stops before step 3, by mode: sharding none, the
+// first E layer's load-balancing all-reduce; optimizer, the same (step 2's gathers were complete);
+// full, the embedding's all-gather at the start of the forward; expert parallel, the first E layer's
+// all-to-all of its loads.
+const std::pair<const char*, std::string> kModesByFirstCollective[] = {
+    {"sharding none", " --set distributed.sharding=none"},
+    {"sharding optimizer", " --set distributed.sharding=optimizer"},
+    {"sharding full", " --set distributed.sharding=full"},
+    {"expert parallel 2", kExpertParallel2}};
 
 TEST_F(DistributedTest, KilledRankFailsTheJobNamingItAndLeavesNoProcess) {
-  for (const char* stage : kStagesByFirstCollective) {
-    SCOPED_TRACE(std::string("distributed.sharding = ") + stage);
-    const auto job = launch_with_fault("kill:1:3", std::string(" --set distributed.sharding=") + stage);
+  for (const auto& [mode, sets] : kModesByFirstCollective) {
+    SCOPED_TRACE(mode);
+    const auto job = launch_with_fault("kill:1:3", sets);
     EXPECT_EQ(job.rc, 1) << job.out;
     // Bounded, not timed: broken fault handling hangs until ctest's 900 s timeout. 90 s covers the
     // collective timeout (20 s), the launcher's grace (2 s) and SIGTERM -> SIGKILL (5 s) plus two
@@ -328,10 +394,9 @@ TEST_F(DistributedTest, AFailedRankSaysWhy) {
 }
 
 TEST_F(DistributedTest, HungRankFailsTheJobWithinTheTimeoutNamingIt) {
-  for (const char* stage : kStagesByFirstCollective) {
-    SCOPED_TRACE(std::string("distributed.sharding = ") + stage);
-    const auto job =
-        launch_with_fault("hang:1:3", std::string(" --set distributed.timeout_s=4 --set distributed.sharding=") + stage);
+  for (const auto& [mode, sets] : kModesByFirstCollective) {
+    SCOPED_TRACE(mode);
+    const auto job = launch_with_fault("hang:1:3", " --set distributed.timeout_s=4" + sets);
     EXPECT_EQ(job.rc, 1) << job.out;
     EXPECT_LT(job.seconds, 90) << job.out;  // the same bound as above, with a 4 s collective timeout
     const auto rec = newest();

@@ -172,7 +172,7 @@ ParityCase moe_case(int64_t T, int64_t d, int64_t E, int64_t k, int64_t f, doubl
           [=](const std::string& name, const std::vector<Tensor>& in) {
             Tensor dropped;
             auto y = implementations().moe_dispatch.at(name)(in[0], in[1], in[2], in[3], in[4], in[5], capacity_factor,
-                                                             &dropped);
+                                                             &dropped, nullptr);
             return std::vector<Tensor>{y, dropped};
           }};
 }

@@ -486,3 +486,20 @@ TEST(BlockFactory, RejectsLettersOutsideThePattern) {
 
 }  // namespace
 }  // namespace ablate::model
+
+// An expert-parallel rank draws its experts as the same numbers one process draws for them: rows of a
+// draw, drawing only the chunks they lie in (first and last cut mid-chunk here: 3 x 700 x 1000 elements
+// over 1 M-element chunks), and the draws after it are unchanged.
+TEST(SeededInit, RowsOfADrawAreTheWholeDrawsRows) {
+  const std::vector<int64_t> sizes = {4, 700, 1000};
+  for (const auto& [first, rows] : {std::pair<int64_t, int64_t>{0, 4}, {1, 2}, {3, 1}, {0, 1}}) {
+    SCOPED_TRACE("rows " + std::to_string(first) + " + " + std::to_string(rows));
+    ablate::model::SeededInit whole(11, 0.02), part(11, 0.02);
+    const auto all = whole.normal(sizes);
+    const auto some = part.normal_rows(sizes, first, rows);
+    EXPECT_TRUE(torch::equal(some, all.narrow(0, first, rows)));
+    EXPECT_TRUE(torch::equal(part.normal({3, 5}), whole.normal({3, 5})));
+  }
+  ablate::model::SeededInit init(11, 0.02);
+  EXPECT_THROW(init.normal_rows(sizes, 3, 2), std::invalid_argument);
+}
