@@ -239,7 +239,7 @@ TEST_F(CliTest, ShowPrintsTheDataParallelShapeAndTheMoeRouter) {
     d.straggler_rank = 1;
     d.straggler_wait_share = 0.1234;
     d.comm_share = 0.0831;
-    d.per_rank = {ablate::receipts::RankFacts{0, 39.5, 7.9, 0.1, 0.0, 1 << 30, std::nullopt, 5.28, 2.63}};
+    d.per_rank = {ablate::receipts::RankFacts{0, 39.5, 7.9, 0.1, 0.0, 1 << 30, std::nullopt, 5.28, 2.63, std::nullopt}};
     d.sharding = ablate::receipts::ShardingFacts{"optimizer", 20, 144'900'000, 0, 1'159'000'000, 1'159'000'000,
                                                  0, 0, 1'159'000'000, 1'159'000'000};
     summary.facts.distributed = d;
