@@ -43,11 +43,10 @@ BlockOutput MoeBlock::forward(const torch::Tensor& x) {
   // f_e: share of the tokens * k assignments routed to e (a count: no gradient); P_e: mean router
   // probability of e over tokens (carries the gradient). Counted as a sum of one-hot rows: a
   // scatter_add of ones into E addresses serialises on its atomics (24 us an E layer on the H100).
-  // In a data-parallel job the counts and the slot total are the job's (one small all-reduce), so the
-  // ranks' mean of L_aux is the loss of one process running the whole batch.
+  // In a data-parallel job the counts are the job's (one small all-reduce), so the ranks' mean of L_aux
+  // is the loss of one process running the whole batch.
   const auto experts = torch::arange(e.experts, top_idx.options());
-  auto counts = torch::cat({top_idx.reshape({-1, 1}).eq(experts).sum(0).to(probs.scalar_type()),
-                            torch::full({1}, static_cast<double>(tokens * e.top_k), probs.options())});
+  auto counts = top_idx.reshape({-1, 1}).eq(experts).sum(0).to(probs.scalar_type());
 
   torch::Tensor dropped;
   const auto* exchange = collectives_ != nullptr ? collectives_->experts : nullptr;
@@ -58,8 +57,11 @@ BlockOutput MoeBlock::forward(const torch::Tensor& x) {
       dispatcher_->moe_dispatch(flat, top_idx, top_w, w1, w3, w2, e.capacity_factor, &dropped, exchange);
   if (!dropped.defined()) dropped = torch::zeros({}, torch::TensorOptions().dtype(torch::kLong).device(x.device()));
   // Summed after the dispatch: an expert-parallel layer's first collective is its token exchange.
-  if (collectives_ != nullptr && collectives_->sum_over_job) collectives_->sum_over_job(counts);
-  const auto share = counts.narrow(0, 0, e.experts) / counts.narrow(0, e.experts, 1).clamp_min(1.0);
+  const bool over_job = collectives_ != nullptr && collectives_->sum_over_job;
+  if (over_job) collectives_->sum_over_job(counts);
+  // Every slot goes to one expert, so the job's counts sum to the job's slots.
+  const auto share = over_job ? counts / counts.sum().clamp_min(1.0)
+                              : counts / static_cast<double>(std::max<int64_t>(1, tokens * e.top_k));
   const auto aux = static_cast<double>(e.experts) * (share * probs.mean(0)).sum();
   return {y.view({batch, T, d}), aux, dropped};
 }

@@ -172,21 +172,27 @@ MoeFacts moe_from(Reader& r) {
   return m;
 }
 
+// ShardingFacts' integer fields by key, written and read by the same list; a key absent from an older
+// receipt reads as the field's default.
+constexpr std::pair<const char*, std::int64_t ShardingFacts::*> kShardingCounts[] = {
+    {"buckets", &ShardingFacts::buckets},
+    {"shard_elements", &ShardingFacts::shard_elements},
+    {"padding_elements", &ShardingFacts::padding_elements},
+    {"optimizer_state_bytes", &ShardingFacts::optimizer_state_bytes},
+    {"gradient_bytes", &ShardingFacts::gradient_bytes},
+    {"staging_peak_bytes", &ShardingFacts::staging_peak_bytes},
+    {"all_reduce_bytes", &ShardingFacts::all_reduce_bytes},
+    {"reduce_scatter_bytes", &ShardingFacts::reduce_scatter_bytes},
+    {"all_gather_bytes", &ShardingFacts::all_gather_bytes},
+    {"parameter_bytes", &ShardingFacts::parameter_bytes},
+    {"expert_parallel", &ShardingFacts::expert_parallel},
+    {"all_to_all_bytes", &ShardingFacts::all_to_all_bytes}};
+
 json sharding_json(const std::optional<ShardingFacts>& s) {
   if (!s) return nullptr;
-  return {{"stage", s->stage},
-          {"buckets", s->buckets},
-          {"shard_elements", s->shard_elements},
-          {"padding_elements", s->padding_elements},
-          {"optimizer_state_bytes", s->optimizer_state_bytes},
-          {"gradient_bytes", s->gradient_bytes},
-          {"staging_peak_bytes", s->staging_peak_bytes},
-          {"all_reduce_bytes", s->all_reduce_bytes},
-          {"reduce_scatter_bytes", s->reduce_scatter_bytes},
-          {"all_gather_bytes", s->all_gather_bytes},
-          {"parameter_bytes", s->parameter_bytes},
-          {"expert_parallel", s->expert_parallel},
-          {"all_to_all_bytes", s->all_to_all_bytes}};
+  json j = {{"stage", s->stage}};
+  for (const auto& [key, field] : kShardingCounts) j[key] = (*s).*field;
+  return j;
 }
 
 std::optional<ShardingFacts> sharding_from(Reader& parent) {
@@ -195,18 +201,7 @@ std::optional<ShardingFacts> sharding_from(Reader& parent) {
   Reader r(section, parent.where("sharding"));
   ShardingFacts s;
   s.stage = r.text_or_empty("stage");
-  s.buckets = r.integer("buckets").value_or(0);
-  s.shard_elements = r.integer("shard_elements").value_or(0);
-  s.padding_elements = r.integer("padding_elements").value_or(0);
-  s.optimizer_state_bytes = r.integer("optimizer_state_bytes").value_or(0);
-  s.gradient_bytes = r.integer("gradient_bytes").value_or(0);
-  s.staging_peak_bytes = r.integer("staging_peak_bytes").value_or(0);
-  s.all_reduce_bytes = r.integer("all_reduce_bytes").value_or(0);
-  s.reduce_scatter_bytes = r.integer("reduce_scatter_bytes").value_or(0);
-  s.all_gather_bytes = r.integer("all_gather_bytes").value_or(0);
-  s.parameter_bytes = r.integer("parameter_bytes").value_or(0);
-  s.expert_parallel = r.integer("expert_parallel").value_or(1);
-  s.all_to_all_bytes = r.integer("all_to_all_bytes").value_or(0);
+  for (const auto& [key, field] : kShardingCounts) s.*field = r.integer(key).value_or(s.*field);
   return s;
 }
 

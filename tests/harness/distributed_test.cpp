@@ -94,6 +94,12 @@ class DistributedTest : public ::testing::Test {
   std::string db_;
 };
 
+// Each step's value within `relative` of the baseline's (the series of equal length, checked by the caller).
+void expect_steps_near(const std::vector<double>& got, const std::vector<double>& baseline, double relative) {
+  for (size_t i = 0; i < baseline.size() && i < got.size(); ++i)
+    EXPECT_NEAR(got[i], baseline[i], relative * std::abs(baseline[i])) << "step " << i;
+}
+
 // Every pid the launcher reported is gone.
 void expect_no_rank_left(const std::string& launcher_output) {
   const std::regex pids_line(R"(\(pids ([0-9 ]+)\))");
@@ -119,7 +125,7 @@ TEST_F(DistributedTest, TwoRanksTrainLikeOneRankOnTheSameGlobalBatch) {
   // 4-row mean, gradients summed by Gloo), a few ulps per step that AdamW carries along: 1e-5 relative
   // is ~100x that after 6 steps, and far below what one wrong row or a missed gradient bucket moves
   // (the first step's loss already differs by ~1e-2 with another data slice).
-  for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(dp.loss[i], single.loss[i], 1e-5 * std::abs(single.loss[i])) << "step " << i;
+  expect_steps_near(dp.loss, single.loss, 1e-5);
   EXPECT_EQ(dp.rows_per_rank.at(0), 6);
   EXPECT_EQ(dp.rows_per_rank.at(1), 6);
   const auto& d = dp.summary["facts"]["distributed"];
@@ -173,12 +179,13 @@ TEST_F(DistributedTest, ShardedStagesTrainLikeTheUnshardedJob) {
       const auto sharded = newest();
       ASSERT_EQ(sharded.status, "ok") << sharded.error;
       ASSERT_EQ(sharded.loss.size(), 6u);
-      for (size_t i = 0; i < 6; ++i) {
-        EXPECT_NEAR(sharded.loss[i], none.loss[i], 1e-6 * std::abs(none.loss[i])) << "step " << i;
-        EXPECT_NEAR(sharded.grad_norm[i], none.grad_norm[i], 1e-5 * std::abs(none.grad_norm[i])) << "step " << i;
+      expect_steps_near(sharded.loss, none.loss, 1e-6);
+      expect_steps_near(sharded.grad_norm, none.grad_norm, 1e-5);
+      if (zero1_losses.empty()) {
+        zero1_losses = sharded.loss;
+      } else if (std::string(stage) == "gradients") {
+        EXPECT_EQ(sharded.loss, zero1_losses) << "ZeRO-2 reduces what ZeRO-1 does";
       }
-      if (zero1_losses.empty()) zero1_losses = sharded.loss;
-      else if (std::string(stage) == "gradients") EXPECT_EQ(sharded.loss, zero1_losses) << "ZeRO-2 reduces what ZeRO-1 does";
       EXPECT_EQ(sharded.rows_per_rank.at(1), 6);
       const auto& layout = sharded.summary["facts"]["distributed"]["sharding"];
       EXPECT_EQ(layout["stage"], stage) << layout.dump();
@@ -317,8 +324,7 @@ TEST_F(DistributedTest, ExpertParallelTrainsLikeReplicatedExperts) {
     const auto replicated = newest();
     ASSERT_EQ(replicated.status, "ok") << replicated.error;
     ASSERT_EQ(replicated.loss.size(), 6u);
-    for (size_t i = 0; i < 6; ++i)
-      EXPECT_NEAR(replicated.loss[i], single.loss[i], 1e-5 * std::abs(single.loss[i])) << "step " << i;
+    expect_steps_near(replicated.loss, single.loss, 1e-5);
     const auto& plain_facts = replicated.summary["facts"]["distributed"]["sharding"];
     EXPECT_EQ(plain_facts["expert_parallel"], 1) << plain_facts.dump();
     EXPECT_EQ(plain_facts["all_to_all_bytes"], 0) << plain_facts.dump();
@@ -330,11 +336,8 @@ TEST_F(DistributedTest, ExpertParallelTrainsLikeReplicatedExperts) {
       const auto spread = newest();
       ASSERT_EQ(spread.status, "ok") << spread.error;
       ASSERT_EQ(spread.loss.size(), 6u);
-      for (size_t i = 0; i < 6; ++i) {
-        EXPECT_NEAR(spread.loss[i], replicated.loss[i], 1e-5 * std::abs(replicated.loss[i])) << "step " << i;
-        EXPECT_NEAR(spread.grad_norm[i], replicated.grad_norm[i], 1e-5 * std::abs(replicated.grad_norm[i]))
-            << "step " << i;
-      }
+      expect_steps_near(spread.loss, replicated.loss, 1e-5);
+      expect_steps_near(spread.grad_norm, replicated.grad_norm, 1e-5);
       EXPECT_EQ(spread.rows_per_rank.size(), static_cast<size_t>(world));
       const auto& facts = spread.summary["facts"]["distributed"];
       EXPECT_EQ(facts["sharding"]["expert_parallel"], ep) << facts.dump();
