@@ -26,4 +26,10 @@ receipts::CaptureFacts decide_graph_capture(bool requested, bool cuda_device,
                                          const std::map<std::string, std::string>& chosen,
                                          const model::ModelConfig& model);
 
+// Under data parallel the whole step is captured with its collectives (NCCL kernels replay from the
+// graph: the gradient all-reduces or reduce-scatters, the parameter all-gathers, the stats' mean), for
+// every sharding stage. "" when the layout allows it, else the reason a capture is refused: expert
+// parallelism reads each E layer's token counts on the host to size its all-to-all.
+std::string graph_refusal_under_data_parallel(int64_t expert_parallel);
+
 }  // namespace ablate::harness

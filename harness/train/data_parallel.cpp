@@ -330,6 +330,11 @@ void GradientSync::wait_parameters(bool whole) {
   for (auto& b : buckets_) wait_gather(b);
 }
 
+void GradientSync::release_units() {
+  if (!full()) return;
+  for (auto& b : buckets_) release_parameters(b);
+}
+
 torch::Tensor GradientSync::parameter_shard(size_t b) const {
   const auto& bucket = buckets_.at(b);
   if (full()) return bucket.master;

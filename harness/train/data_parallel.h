@@ -33,6 +33,10 @@
 // then freed: after its forward, and after its gradients are reduce-scattered. The last unit (final
 // norm and head) stays through its backward; the embedding's backward needs no weights.
 //
+// A whole-step CUDA graph (harness/train/step_executor.h) captures every collective above with the
+// step, each launched from the same host code; a graph cannot end with collectives in flight, so a
+// captured "optimizer" or "gradients" step starts its parameter all-gathers at its beginning instead.
+//
 // The rank's heartbeat (`progress/<rank>` = the step it is on) lives in the store: when a collective
 // fails or times out, the ranks that are behind are named in the failure.
 // Tests: tests/harness/distributed_test.cpp (2 ranks with Gloo through `ablate launch`).
@@ -151,6 +155,8 @@ class GradientSync : public model::ParameterUnitHooks {
   // `whole` ("full"): first gathers every unit, which stays until its next forward frees it (a
   // checkpoint reads the whole model).
   void wait_parameters(bool whole = false);
+  // "full": frees every gathered unit's buffer (the rank keeps its shards); a no-op for other stages.
+  void release_units();
   void before_unit(int64_t unit) override;
   void after_unit(int64_t unit) override;
   bool wants_backward_hooks() const override { return full(); }

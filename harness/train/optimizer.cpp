@@ -194,9 +194,6 @@ void ShardedAdamW::step(const torch::Tensor& grad_scale) {
   for (auto& g : groups_)
     if (!g.params.empty())
       dispatcher_.optimizer(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, g.steps, lr_, grad_scale, g.hyper);
-  // Every rank's updated shard into every rank's buffers (the parameters are views of them); the next
-  // forward waits for each bucket before it reads it.
-  sync_.gather_parameters();
 }
 
 // The step count every run holds (they step together); rank 0 owns the first element of every bucket,

@@ -88,9 +88,10 @@ class GradientSync;
 
 // ZeRO-1 AdamW: the rank updates its shard of each flat bucket (harness/shard_layout.h) through the same
 // `optimizer` seam, the shard's decayed and not decayed parameters as two runs a bucket, each run a
-// tensor of the seam's lists with moments and a step count of its own; then it starts every bucket's
-// parameter all-gather (GradientSync::gather_parameters: the next forward waits for each bucket just
-// before it reads it). The gradient norm is the sum of the ranks' shard norms squared (one all-reduce of
+// tensor of the seam's lists with moments and a step count of its own. The step executor then starts
+// every bucket's parameter all-gather (GradientSync::gather_parameters: after the update, or at the next
+// step's start when the step is captured; the forward waits for each bucket just before it reads it).
+// The gradient norm is the sum of the ranks' shard norms squared (one all-reduce of
 // one value). Checkpoints hold the state as AdamW's, per parameter: save() all-gathers each bucket's
 // moments (a collective: every rank calls it) and load() takes the rank's slices, so a checkpoint of any
 // sharding stage or world size resumes any other.

@@ -180,10 +180,11 @@ RunPosture choose_posture(const ExperimentSpec& spec, const RunOptions& opt) {
     p.graphs.outcome = receipts::CaptureOutcome::not_reached;
   }
   if (data_parallel && p.graphs.eligible) {
-    p.graphs.eligible = false;
-    p.graphs.outcome = receipts::CaptureOutcome::refused;
-    p.graphs.reason = "refused: data parallel launches its gradient all-reduces from autograd hooks as buckets "
-                      "fill, which a whole-step capture would freeze; the step runs eager";
+    if (auto why = graph_refusal_under_data_parallel(spec.distributed.expert_parallel); !why.empty()) {
+      p.graphs.eligible = false;
+      p.graphs.outcome = receipts::CaptureOutcome::refused;
+      p.graphs.reason = std::move(why);
+    }
   }
   if (const int64_t ep = spec.distributed.expert_parallel; ep > 1) {
     const auto& chosen = p.dispatcher->chosen("moe_dispatch");
@@ -528,6 +529,7 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
         save_checkpoint(state.checkpoint_dir, *state.model, *state.optimizer,
                         {step + 1, loaded.batch.state_after, state.model_hash, source.description().fingerprint},
                         posture.writes_receipt());
+        executor.release_settled();
       }
     }
   } catch (const TrainingFailure& e) {

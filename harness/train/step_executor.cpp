@@ -87,6 +87,9 @@ StepExecutor::StepExecutor(const ExperimentSpec& spec, const RunPosture& posture
   warmup_steps_ = spec.train.warmup_steps;
   if (posture.graphs.eligible) {
     graph_ = std::make_shared<StepGraph>(posture.device);  // the thread runs on its side stream from here on
+    // A graph cannot end with collectives still running for the next step: a run that captures gathers
+    // the updated shards at the start of each step instead (the forward still waits unit by unit).
+    gathers_first_ = sync_ && sync_->layout().sharded && sync_->stage() != ShardingStage::full;
     capture_step_ = state.start_step + kGraphWarmupEagerSteps;
     warmup_steps_ = std::max(warmup_steps_, kGraphWarmupEagerSteps + 1);  // the capture step is not steady
   }
@@ -103,6 +106,12 @@ StepExecutor::~StepExecutor() {
 StepExecutor::StepCollectives StepExecutor::step_collectives() const {
   StepCollectives c;
   if (!sync_) return c;
+  // A replayed collective's timing events were recorded only into the graph: its time is unknown (a
+  // profiled window's CUPTI records still show the NCCL kernels the replays ran).
+  if (graph_ && graph_->captured()) {
+    c.wait_ms = NAN;
+    return c;
+  }
   c.ms = sync_->collective_ms();
   c.total_ms = sync_->comm_ms();
   c.wait_ms = sync_->last_wait_ms();
@@ -119,7 +128,16 @@ StepExecutor::StepCollectives StepExecutor::step_collectives() const {
 }
 
 void StepExecutor::settle(bool whole) {
-  if (sync_ && sync_->layout().sharded) sync_->wait_parameters(whole);
+  if (!sync_ || !sync_->layout().sharded) return;
+  // Gathering first, a step leaves its updated shards ungathered (the next step gathers them).
+  if (whole && gathers_first_) sync_->gather_parameters();
+  sync_->wait_parameters(whole);
+}
+
+void StepExecutor::release_settled() {
+  // Eager, the next forward frees each gathered unit after use; a replay runs no host code, so the
+  // units a checkpoint gathered are freed here.
+  if (sync_ && sync_->stage() == ShardingStage::full && graph_ && graph_->captured()) sync_->release_units();
 }
 
 void StepExecutor::load(const data::Batch& batch) {
@@ -136,6 +154,7 @@ void StepExecutor::load(const data::Batch& batch) {
 torch::Tensor StepExecutor::body(int64_t step, bool probes) {
   model::ModelOutput fwd;
   if (posture_.experts) posture_.experts->begin_step();
+  if (gathers_first_) sync_->gather_parameters();  // every rank's updated shard; each unit waits for its own
   {
     kernels::Scope phase("forward");  // launch scope: NVTX range, CUPTI external id (kernels/scope.h)
     AutocastScope autocast(posture_.bf16, posture_.device.type());
@@ -165,6 +184,9 @@ torch::Tensor StepExecutor::body(int64_t step, bool probes) {
     // step's one host read must not wait for (the next forward does, bucket by bucket).
     if (posture_.group) posture_.group->allreduce_mean_(stats);
     state_.optimizer->step(clipping.scale);
+    // Sharded: every rank's updated shard into every rank's buffers, overlapping the host read and the
+    // next forward (which waits for each unit's buckets); "full" gathers each unit as it is used.
+    if (sync_ && sync_->layout().sharded && !gathers_first_) sync_->gather_parameters();
   }
   if (probes) profiler_.after_phase(step, "optimizer");
   if (has_moe_) stats = torch::cat({stats, fwd.dropped_slots.to(torch::kDouble).view({1})});
@@ -185,10 +207,34 @@ StepExecutor::Result StepExecutor::read(const torch::Tensor& stats, Mode mode) c
   return r;
 }
 
+void StepExecutor::await_replay(int64_t step) {
+  if (!posture_.group) return;  // one process: the host read waits, and nothing can stall the replay
+  const auto timeout = posture_.group->timeout();
+  if (!graph_->finished_within(timeout))
+    throw std::runtime_error(fmt::format(
+        "the CUDA graph replay of step {} did not finish within distributed.timeout_s = {} s: a collective "
+        "captured in it waits for a rank that stopped",
+        step, std::chrono::duration_cast<std::chrono::seconds>(timeout).count()));
+}
+
+std::string StepExecutor::agree_on_capture(const std::string& failure) {
+  if (!posture_.group) return failure;
+  // Every rank replays or every rank runs eager: the ranks' collectives must stay in step.
+  auto& group = *posture_.group;
+  group.publish(fmt::format("graph-capture/{}", group.rank()), failure);
+  std::string joint;
+  for (int64_t r = 0; r < group.world_size(); ++r) {
+    const std::string why = r == group.rank() ? failure : group.fetch(fmt::format("graph-capture/{}", r));
+    if (!why.empty()) joint += fmt::format("{}rank {}: {}", joint.empty() ? "" : "; ", r, why);
+  }
+  return joint;
+}
+
 StepExecutor::Result StepExecutor::run(int64_t step, double lr) {
   state_.optimizer->set_lr(lr);
   if (graph_ && graph_->captured()) {
     const auto stats = graph_->replay();
+    await_replay(step);
     profiler_.after_phase(step, "graph replay");
     return read(stats, Mode::replaying);
   }
@@ -202,7 +248,7 @@ StepExecutor::Result StepExecutor::run(int64_t step, double lr) {
   state_.optimizer->zero_grad();  // the captured backward allocates the gradients in the graph's pool
   const auto t0 = std::chrono::steady_clock::now();
   profiler_.begin_capture();
-  const std::string failure = graph_->capture([&] { return body(step, false); });
+  const std::string failure = agree_on_capture(graph_->capture([&] { return body(step, false); }));
   profiler_.end_capture();
   facts.capture_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   Result r;
@@ -210,9 +256,12 @@ StepExecutor::Result StepExecutor::run(int64_t step, double lr) {
     facts.achieved = true;
     facts.outcome = receipts::CaptureOutcome::captured;
     facts.reason = fmt::format("captured at step {} after {} eager warm-up steps on a side stream ({:.0f} ms to "
-                               "capture and instantiate); every later step replays the graph",
-                               step, kGraphWarmupEagerSteps, *facts.capture_ms);
-    r = read(graph_->replay(), Mode::capturing);
+                               "capture and instantiate){}; every later step replays the graph",
+                               step, kGraphWarmupEagerSteps, *facts.capture_ms,
+                               sync_ ? " with its collectives, on every rank" : "");
+    const auto stats = graph_->replay();
+    await_replay(step);
+    r = read(stats, Mode::capturing);
   } else {
     facts.outcome = receipts::CaptureOutcome::failed;
     facts.reason = fmt::format("capture failed at step {}: {}; the run went on eager", step, failure);

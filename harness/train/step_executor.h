@@ -3,13 +3,16 @@
 //   eager      every step of a run without a whole-step CUDA graph, and a graphed run's warm-up steps;
 //   capturing  the one step a graph is recorded at (kGraphWarmupEagerSteps eager steps come first);
 //              a capture that fails is dropped and the step runs eager, and every later step too;
-//   replaying  every step after a successful capture.
+//              under data parallel the ranks agree first (one rank's failure drops every rank's graph);
+//   replaying  every step after a successful capture; under data parallel the host waits for a replay
+//              at most the collective timeout (a graph's collectives are outside NCCL's watchdog).
 // run() returns the step's numbers (one host read) and, on the capturing step, the typed capture
 // outcome (receipts::CaptureFacts: captured, or failed with why), so the loop records the fact as it
 // happens instead of inferring it from a sentence later.
 // Batches go into static device buffers (a captured graph reads the same addresses on every replay).
 // Tests: tests/harness/stages_test.cpp (eager, CPU), tests/harness/profiling_gpu_test.cpp (capture,
-// replay and the failed-capture fallback on a GPU, self-skipping).
+// replay and the failed-capture fallback on a GPU, self-skipping), tests/harness/distributed_test.cpp
+// (captured under data parallel on 2 GPUs, self-skipping).
 #pragma once
 #include <torch/torch.h>
 
@@ -66,9 +69,12 @@ class StepExecutor {
   };
   StepCollectives step_collectives() const;
   // Sharded: waits for the parameter all-gathers the last step left running (they overlap the next
-  // forward). `whole`: the parameters are then whole on every rank (a checkpoint reads them; under
-  // "full" every unit is gathered, a collective).
+  // forward). `whole`: the parameters are then whole and current on every rank (a checkpoint reads
+  // them; a collective where the step gathers first, and under "full", where every unit is gathered).
   void settle(bool whole);
+  // After a checkpoint read the settled parameters: under "full" with a captured graph, frees the units
+  // the settle gathered (the replays use the graph's own memory for them).
+  void release_settled();
   // The captured graph (null when none): the run keeps it until its receipt is closed, so the thread
   // stays on the graph's side stream and its pool stays allocated while the profiler reads the window.
   std::shared_ptr<StepGraph> graph() const { return graph_; }
@@ -76,6 +82,10 @@ class StepExecutor {
  private:
   torch::Tensor body(int64_t step, bool probes);
   Result read(const torch::Tensor& stats, Mode mode) const;
+  // Data parallel: waits for the step's replay at most the collective timeout, else throws naming it.
+  void await_replay(int64_t step);
+  // Data parallel: every rank's capture outcome through the store; "" only when every rank captured.
+  std::string agree_on_capture(const std::string& failure);
 
   const ExperimentSpec& spec_;
   const RunPosture& posture_;
@@ -89,6 +99,7 @@ class StepExecutor {
   model::MoeCollectives moe_collectives_;  // what the E layers reach the other ranks through
   torch::Tensor ids_, mask_, inputs_, targets_;
   std::shared_ptr<StepGraph> graph_;  // while it lives, the thread works on the graph's side stream
+  bool gathers_first_ = false;        // sharded, capturing: parameters gathered at a step's start, not its end
 };
 
 }  // namespace ablate::harness

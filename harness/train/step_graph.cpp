@@ -3,10 +3,13 @@
 
 #include <ATen/autocast_mode.h>
 
+#include <chrono>
 #include <stdexcept>
+#include <thread>
 
 #if defined(ABLATE_HAVE_CUDA)
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
@@ -31,6 +34,10 @@ struct StepGraph::Impl {
   c10::cuda::CUDAStreamGuard guard;
   std::unique_ptr<at::cuda::CUDAGraph> graph;
   torch::Tensor output;
+  cudaEvent_t replayed = nullptr;  // recorded after each replay: finished_within() polls it
+  ~Impl() {
+    if (replayed != nullptr) cudaEventDestroy(replayed);
+  }
 };
 
 StepGraph::StepGraph(const torch::Device& device) {
@@ -88,6 +95,21 @@ torch::Tensor StepGraph::replay() {
   return impl_->output;
 }
 
+bool StepGraph::finished_within(std::chrono::milliseconds timeout) {
+  if (impl_->replayed == nullptr) C10_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->replayed, cudaEventDisableTiming));
+  C10_CUDA_CHECK(cudaEventRecord(impl_->replayed, impl_->stream.stream()));
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // Polled, not waited: a blocking wait could not end at the deadline. Yielding between queries keeps
+  // the host's latency to the step's end as low as the spin of a synchronising copy.
+  for (;;) {
+    const cudaError_t state = cudaEventQuery(impl_->replayed);
+    if (state == cudaSuccess) return true;
+    if (state != cudaErrorNotReady) C10_CUDA_CHECK(state);
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::yield();
+  }
+}
+
 #else
 
 struct StepGraph::Impl {};
@@ -96,6 +118,7 @@ StepGraph::~StepGraph() = default;
 bool StepGraph::captured() const { return false; }
 std::string StepGraph::capture(const std::function<torch::Tensor()>&) { return "built without CUDA"; }
 torch::Tensor StepGraph::replay() { throw std::logic_error("CUDA graphs: built without CUDA"); }
+bool StepGraph::finished_within(std::chrono::milliseconds) { throw std::logic_error("CUDA graphs: built without CUDA"); }
 
 #endif
 

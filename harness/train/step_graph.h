@@ -10,9 +10,12 @@
 // mode, the partial graph is dropped, and capture() returns why, so the run goes on eager.
 // Tests: tests/harness/profiling_gpu_test.cpp (GPU, self-skipping): captured and replayed on the
 // capacity-factor MoE lane with the same losses as eager; a forced failure falls back to eager.
+// tests/harness/distributed_test.cpp (2 GPUs, self-skipping): captured with NCCL collectives under
+// every sharding stage, as eager; a rank that hangs during replays fails the job within the timeout.
 #pragma once
 #include <torch/torch.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -31,6 +34,10 @@ class StepGraph {
   bool captured() const;
   // Runs the captured step; returns the captured body's output (the same tensor every time).
   torch::Tensor replay();
+  // Waits, at most `timeout`, until the replays launched so far have run; false if they have not. Under
+  // data parallel this bounds a replay whose captured collective waits on a rank that stopped: NCCL's
+  // own watchdog times only the collectives it launched, never those a graph replays.
+  bool finished_within(std::chrono::milliseconds timeout);
 
  private:
   struct Impl;

@@ -54,6 +54,16 @@ TEST(CompilePosture, StandardDroplessMoeIsRefusedForItsHostSync) {
   }
 }
 
+// Data parallel captures its collectives with the step in every sharding stage; expert parallelism's
+// host read of the token counts refuses it, saying how to capture.
+TEST(CompilePosture, DataParallelCapturesUnlessExpertsAreExchanged) {
+  EXPECT_EQ(graph_refusal_under_data_parallel(1), "");
+  const auto why = graph_refusal_under_data_parallel(4);
+  EXPECT_EQ(why.rfind("refused: distributed.expert_parallel = 4", 0), 0u) << why;
+  EXPECT_NE(why.find("host sync"), std::string::npos) << why;
+  EXPECT_NE(why.find("set distributed.expert_parallel = 1 to capture"), std::string::npos) << why;
+}
+
 // Every chosen backend is a catalog row; one that is not is a bug of the caller, never eligible.
 TEST(CompilePosture, AChosenBackendOutsideTheCatalogIsAnError) {
   const std::map<std::string, std::string> chosen = {{"moe_dispatch", "no_such_backend"}};

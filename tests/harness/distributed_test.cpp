@@ -1,9 +1,13 @@
 // tests/harness/distributed_test.cpp: data parallel on the CPU with Gloo, through the `ablate` binary
 // as users start it (`ablate launch`, torchrun): 2 ranks train as 1 rank on the same global batch;
 // a rank killed mid-run or hung fails the job within the timeout, naming the rank, with no process
-// left; nproc against the launched world fails closed. GPU (NCCL) figures come from the GPU machine.
+// left; nproc against the launched world fails closed. On a machine with 2 GPUs (self-skipping
+// elsewhere): the whole step captured with its NCCL collectives in every sharding stage trains as the
+// eager step does, expert parallelism refuses capture with its reason, and a rank that hangs during
+// the replays fails the job within the timeout. GPU (NCCL) figures come from the GPU machine.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <torch/cuda.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -475,4 +479,77 @@ TEST_F(DistributedTest, EveryRankRecordsItsProfileWindow) {
     EXPECT_EQ(windows[rank]["status"], "unavailable");
     EXPECT_NE(windows[rank]["reason"].get<std::string>().find("no CUDA device"), std::string::npos) << windows.dump();
   }
+}
+
+// ---- On 2 GPUs (NCCL), self-skipping elsewhere: the whole step captured with its collectives ------
+
+class DistributedGpuTest : public DistributedTest {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available() || torch::cuda::device_count() < 2)
+      GTEST_SKIP() << "needs 2 CUDA devices (NCCL and CUDA graphs)";
+    DistributedTest::SetUp();
+  }
+  // tiny with an E layer (its load-balancing all-reduce is captured too), dropless through grouped_mm
+  // (no host sync), bf16 on the GPUs, 12 steps: 3 eager, the capture, 8 replays.
+  const std::string gpu_ = " --set train.device=\"cuda\" --set train.dtype=\"bf16\" --set distributed.backend=\"nccl\""
+                           " --set model.pattern=\"AEMR\" --set backends.moe_dispatch=\"grouped_mm\""
+                           " --set train.steps=12 --set distributed.bucket_mb=1";
+};
+
+// In every sharding stage the graphed job trains as its eager twin: the same kernels and collectives in
+// the same order. Two eager bf16 runs on a GPU differ (kernels with atomics) by up to ~2e-4 relative
+// over a few steps (profiling_gpu_test's graph-vs-eager calibration), so 5e-3 is 25x that, while a
+// replay that skipped a collective or read stale shards differs in the step it happens.
+TEST_F(DistributedGpuTest, GraphedStepsTrainLikeEagerInEveryShardingStage) {
+  for (const char* stage : {"none", "optimizer", "gradients", "full"}) {
+    SCOPED_TRACE(std::string("distributed.sharding = ") + stage);
+    const std::string sets = gpu_ + " --set distributed.sharding=\"" + stage + "\"";
+    const auto eager_job = run_cli(ablate("launch " + spec_.string() + sets + " --set compile.cuda_graphs=false"));
+    ASSERT_EQ(eager_job.rc, 0) << eager_job.out;
+    const auto eager = newest();
+    const auto graphed_job = run_cli(ablate("launch " + spec_.string() + sets + " --set compile.cuda_graphs=true"));
+    ASSERT_EQ(graphed_job.rc, 0) << graphed_job.out;
+    const auto graphed = newest();
+    ASSERT_EQ(graphed.status, "ok") << graphed.error;
+    const auto& capture = graphed.summary["facts"]["cuda_graphs"];
+    EXPECT_EQ(capture["outcome"], "captured") << capture.dump();
+    EXPECT_EQ(capture["achieved"], true) << capture.dump();
+    ASSERT_EQ(graphed.loss.size(), 12u);
+    ASSERT_EQ(eager.loss.size(), 12u);
+    expect_steps_near(graphed.loss, eager.loss, 5e-3);
+    EXPECT_EQ(graphed.rows_per_rank.at(1), 12);
+    // A replayed collective's time is unknown (its events were recorded into the graph only): the
+    // warm-up steps' timings are not steady, so the per-rank median is null, never a wrong number.
+    EXPECT_TRUE(graphed.summary["facts"]["distributed"]["per_rank"][0]["median_comm_ms"].is_null())
+        << graphed.summary["facts"]["distributed"].dump();
+  }
+}
+
+// Expert parallelism sizes its all-to-all from token counts read on the host: refused up front, with
+// the reason in the receipt, and the job trains eager.
+TEST_F(DistributedGpuTest, ExpertParallelRefusesCaptureWithItsReason) {
+  const auto job = run_cli(ablate("launch " + spec_.string() + gpu_ + " --set distributed.expert_parallel=2" +
+                                  " --set compile.cuda_graphs=true"));
+  ASSERT_EQ(job.rc, 0) << job.out;
+  const auto rec = newest();
+  ASSERT_EQ(rec.status, "ok") << rec.error;
+  const auto& capture = rec.summary["facts"]["cuda_graphs"];
+  EXPECT_EQ(capture["outcome"], "refused") << capture.dump();
+  EXPECT_NE(capture["reason"].get<std::string>().find("distributed.expert_parallel = 2"), std::string::npos)
+      << capture.dump();
+}
+
+// NCCL's watchdog does not see collectives a graph replays: a rank that hangs during the replays must
+// still fail the job within the collective timeout, naming it (the host's bounded wait for each replay).
+TEST_F(DistributedGpuTest, HungRankDuringReplaysFailsTheJobWithinTheTimeout) {
+  const auto job = launch_with_fault("hang:1:8", gpu_ + " --set compile.cuda_graphs=true --set distributed.timeout_s=8");
+  EXPECT_EQ(job.rc, 1) << job.out;
+  EXPECT_LT(job.seconds, 90) << job.out;  // the timeout, the launcher's grace and two start-ups
+  const auto rec = newest();
+  EXPECT_EQ(rec.status, "failed");
+  EXPECT_NE(rec.error.find("CUDA graph replay of step 8"), std::string::npos) << rec.error;
+  EXPECT_NE(rec.error.find("rank 1 last reported step 7"), std::string::npos) << rec.error;
+  EXPECT_EQ(rec.summary["facts"]["cuda_graphs"]["outcome"], "captured") << rec.summary.dump();
+  expect_no_rank_left(job.out);
 }
