@@ -20,20 +20,26 @@ RunResult run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
   // From here the run always ends ok, failed or killed (rank 0 owns its status).
   const auto recorder = open_recorder(spec, opt, posture, state);
   RunProfiler profiler(spec, opt.no_profile, posture.device, *posture.dispatcher, recorder->rank());
-  const TrainOutcome outcome = train_loop(spec, opt, posture, state, *source, *recorder, profiler, ledger);
+  TrainOutcome outcome = train_loop(spec, opt, posture, state, *source, *recorder, profiler, ledger);
+  // A captured step holds NCCL's plans of its collectives: the graph goes before the communicators
+  // are finalised (ncclCommFinalize waits for every graph that holds them).
+  const auto shutdown = [&] {
+    outcome.graph.reset();
+    posture.group->shutdown();
+  };
   if (!recorder->owns_run()) {
     // A data-parallel rank other than 0: its profiling rows into rank 0's run, its medians to rank 0.
     record_rank_profile(*recorder, profiler);
     // Said here too: the launcher may end the job on this rank's exit before rank 0 reads the store.
     if (outcome.failure) fmt::print(stderr, "ablate: rank {} failed: {}\n", recorder->rank(), *outcome.failure);
     RunResult result = publish_rank_outcome(posture, outcome);
-    if (!outcome.failure) posture.group->shutdown();
+    if (!outcome.failure) shutdown();
     return result;
   }
   if (outcome.failure)
     return fail_receipt(spec, opt, posture, state, *source, *recorder, ledger, outcome, *outcome.failure);
   RunResult result = finalise_receipt(spec, opt, posture, state, *source, *recorder, profiler, ledger, outcome);
-  if (posture.group && result.status == "ok") posture.group->shutdown();
+  if (posture.group && result.status == "ok") shutdown();
   return result;
 }
 
