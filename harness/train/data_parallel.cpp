@@ -112,8 +112,11 @@ std::unique_ptr<ProcessGroup> ProcessGroup::subgroup(const std::string& name,
   return std::unique_ptr<ProcessGroup>(new ProcessGroup(*this, name, members));
 }
 
-ProcessGroup::~ProcessGroup() {
+ProcessGroup::~ProcessGroup() { abort(); }
+
+void ProcessGroup::abort() {
   if (shut_down_ || !backend_) return;
+  shut_down_ = true;
   try {
     backend_->abort();
   } catch (const std::exception& e) {

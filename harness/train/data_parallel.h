@@ -76,6 +76,9 @@ class ProcessGroup {
   // and destroys its communicators, what torch.distributed.destroy_process_group does; without it NCCL
   // warns at exit that resources may leak). The store stays up for rank 0's reads.
   void shutdown();
+  // Aborts the backend's communicators now (NCCL: ncclCommAbort, which ends kernels spinning on a peer
+  // that stopped), as the destructor of a failed job does; nothing after it communicates.
+  void abort();
 
   // A group of some of the job's ranks (job ranks `members`, this one among them) with a communicator of
   // its own, its rendezvous keys under `name` (every member passes the same name and list). Its rank()
@@ -121,7 +124,7 @@ class ProcessGroup {
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Backend> backend_;
-  bool shut_down_ = false;
+  bool shut_down_ = false;  // shut down or aborted: the communicators are gone
 };
 
 // The summed durations of completed collectives by the backend's own timing (NCCL: CUDA events on its

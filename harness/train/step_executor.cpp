@@ -210,8 +210,11 @@ StepExecutor::Result StepExecutor::read(const torch::Tensor& stats, Mode mode) c
 void StepExecutor::await_replay(int64_t step) {
   if (!posture_.group) return;  // one process: the host read waits, and nothing can stall the replay
   const auto timeout = posture_.group->timeout();
-  if (!graph_->finished_within(timeout))
-    throw std::runtime_error(fmt::format(
+  if (graph_->finished_within(timeout)) return;
+  // The replay's NCCL kernels spin on the stopped rank: aborting the communicators ends them, so the
+  // failure can be recorded (anything that synchronises with the device would wait for ever).
+  posture_.group->abort();
+  throw std::runtime_error(fmt::format(
         "the CUDA graph replay of step {} did not finish within distributed.timeout_s = {} s: a collective "
         "captured in it waits for a rank that stopped",
         step, std::chrono::duration_cast<std::chrono::seconds>(timeout).count()));
