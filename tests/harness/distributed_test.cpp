@@ -89,8 +89,10 @@ class DistributedTest : public ::testing::Test {
   };
   Job launch_with_fault(const std::string& fault, const std::string& extra_sets) {
     const auto t0 = std::chrono::steady_clock::now();
-    const auto r = run_shell("ABLATE_TEST_FAULT=" + fault + " " + std::string(ABLATE_BINARY_DIR) + "/ablate " +
-                             ablate("launch --grace 2 " + spec_.string() + " --set train.steps=50" + extra_sets));
+    // timeout(1) turns fault handling that hangs into a failed expectation below (rc 124, the time),
+    // not ctest's 900 s timeout; the ranks die with the launcher (PR_SET_PDEATHSIG).
+    const auto r = run_shell("ABLATE_TEST_FAULT=" + fault + " timeout -k 5 150 " + std::string(ABLATE_BINARY_DIR) +
+                             "/ablate " + ablate("launch --grace 2 " + spec_.string() + " --set train.steps=50" + extra_sets));
     return {r.rc, r.out, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
   }
 
@@ -376,7 +378,7 @@ TEST_F(DistributedTest, KilledRankFailsTheJobNamingItAndLeavesNoProcess) {
     SCOPED_TRACE(mode);
     const auto job = launch_with_fault("kill:1:3", sets);
     EXPECT_EQ(job.rc, 1) << job.out;
-    // Bounded, not timed: broken fault handling hangs until ctest's 900 s timeout. 90 s covers the
+    // Bounded, not timed: broken fault handling runs into the launch's 150 s timeout. 90 s covers the
     // collective timeout (20 s), the launcher's grace (2 s) and SIGTERM -> SIGKILL (5 s) plus two
     // LibTorch start-ups on a loaded machine (ctest -j8 on the GPU machine: up to 50 s).
     EXPECT_LT(job.seconds, 90) << "the job outlived its timeout plus the launcher's grace";
