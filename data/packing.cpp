@@ -10,11 +10,11 @@
 namespace ablate::data {
 
 PackedRows::PackedRows(std::span<const Token> stream, int64_t seq_len) : stream_(stream), seq_len_(seq_len) {
-  if (seq_len < 1) throw DataError(fmt::format("data.seq_len must be at least 1 (got {})", seq_len));
+  if (seq_len < 1) throw DataError(fmt::format("model.seq_len must be at least 1 (got {})", seq_len));
   const uint64_t need = static_cast<uint64_t>(seq_len) + 1;
   if (stream.size() < need) {
     throw DataError(fmt::format(
-        "the corpus has {} tokens but one row needs seq_len+1 = {}: lower data.seq_len or add files "
+        "the corpus has {} tokens but one row needs seq_len+1 = {}: lower model.seq_len or add files "
         "(or raise data.max_bytes)",
         stream.size(), need));
   }

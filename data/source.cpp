@@ -77,7 +77,7 @@ void validate(const DataOptions& o) {
   if (o.vocab > std::numeric_limits<int32_t>::max()) {
     throw DataError(fmt::format("data.vocab = {} does not fit the int32 token ids: lower it", o.vocab));
   }
-  if (o.seq_len < 1) throw DataError(fmt::format("data.seq_len must be at least 1 (got {})", o.seq_len));
+  if (o.seq_len < 1) throw DataError(fmt::format("model.seq_len must be at least 1 (got {})", o.seq_len));
   if (o.batch_size < 1) throw DataError(fmt::format("data.batch_size must be at least 1 (got {})", o.batch_size));
   if (o.prefetch < 1) throw DataError(fmt::format("data.prefetch must be at least 1 (got {})", o.prefetch));
   if (o.source == "corpus") {

@@ -93,7 +93,40 @@ Binding string_field(std::string key, std::string* p, std::vector<std::string> a
           [=] { return json(*p); }};
 }
 
-Binding string_list_field(std::string key, std::vector<std::string>* p) {
+// Why `text` cannot be printed as one line of a listing ("" when it can): a control character (a
+// newline, ESC) would let a name or tag forge rows of `ablate runs` or move the terminal.
+std::string control_character_error(const std::string& text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f)
+      return fmt::format("contains the control character 0x{:02x} at byte {}: names and tags are one printable line",
+                         static_cast<unsigned>(c), i + 1);
+  }
+  return "";
+}
+
+// experiment.name names the run's checkpoint folder (<store folder>/checkpoints/<name>): one path
+// component, so no name can reach outside that folder.
+Binding name_field(std::string key, std::string* p) {
+  return {key, "a string",
+          [=](const toml::node& n) -> std::string {
+            auto v = n.value_exact<std::string>();
+            if (!v) return fmt::format("expected a string, got {}", type_name(n));
+            if (v->empty()) return "the name is empty: give the experiment a name (it names its checkpoint folder)";
+            if (auto err = control_character_error(*v); !err.empty()) return err;
+            if (v->find_first_of("/\\") != std::string::npos || *v == "." || *v == "..")
+              return fmt::format("\"{}\" is not one path component: the name names the run's checkpoint folder, so it "
+                                 "has no '/' or '\\' and is not '.' or '..'",
+                                 *v);
+            if (v->size() > 200) return fmt::format("the name is {} bytes long: at most 200 (it names a folder)", v->size());
+            *p = *v;
+            return "";
+          },
+          [=] { return json(*p); }};
+}
+
+// `printable`: every element one printable line (tags).
+Binding string_list_field(std::string key, std::vector<std::string>* p, bool printable = false) {
   return {key, "an array of strings",
           [=](const toml::node& n) -> std::string {
             const auto* arr = n.as_array();
@@ -102,6 +135,8 @@ Binding string_list_field(std::string key, std::vector<std::string>* p) {
             for (size_t i = 0; i < arr->size(); ++i) {
               auto v = (*arr)[i].value_exact<std::string>();
               if (!v) return fmt::format("element {} must be a string, got {}", i + 1, type_name((*arr)[i]));
+              if (printable)
+                if (auto err = control_character_error(*v); !err.empty()) return fmt::format("element {} {}", i + 1, err);
               out.push_back(*v);
             }
             *p = std::move(out);
@@ -120,10 +155,13 @@ struct Section {
 std::vector<Section> sections(ExperimentSpec& s) {
   auto& m = s.model;
   constexpr double kInf = 1e300;
+  // Step counts and positions: 2^40 steps is beyond any run, and sums of two (a profile window's end)
+  // stay far from overflow.
+  constexpr int64_t kMaxSteps = int64_t{1} << 40;
   return {
       {"experiment",
-       {string_field("name", &s.experiment.name), string_field("description", &s.experiment.description),
-        string_list_field("tags", &s.experiment.tags), int_field("seed", &s.experiment.seed, 0)}},
+       {name_field("name", &s.experiment.name), string_field("description", &s.experiment.description),
+        string_list_field("tags", &s.experiment.tags, /*printable=*/true), int_field("seed", &s.experiment.seed, 0)}},
       {"model",
        {string_field("pattern", &m.pattern), int_field("vocab", &m.vocab, 258, 1 << 20),
         int_field("d_model", &m.d_model, 1, 65536), int_field("seq_len", &m.seq_len, 1, 1 << 20),
@@ -149,27 +187,28 @@ std::vector<Section> sections(ExperimentSpec& s) {
       {"data",
        {string_field("source", &s.data.source, {"corpus", "synthetic"}),
         string_field("corpus_dir", &s.data.corpus_dir), string_list_field("extensions", &s.data.extensions),
-        int_field("max_bytes", &s.data.max_bytes, 0), string_field("cache_dir", &s.data.cache_dir),
+        int_field("max_bytes", &s.data.max_bytes, 0, int64_t{1} << 50), string_field("cache_dir", &s.data.cache_dir),
         string_field("synthetic_distribution", &s.data.synthetic_distribution, {"uniform", "zipf"}),
         float_field("zipf_exponent", &s.data.zipf_exponent, 0, 10, true),
         int_field("prefetch", &s.data.prefetch, 1, 1024)}},
       {"train",
-       {int_field("steps", &s.train.steps, 1), float_field("lr", &s.train.lr, 0, kInf, true),
+       {int_field("steps", &s.train.steps, 1, kMaxSteps), float_field("lr", &s.train.lr, 0, kInf, true),
         float_field("beta1", &s.train.beta1, 0, 1), float_field("beta2", &s.train.beta2, 0, 1),
         float_field("eps", &s.train.eps, 0, 1, true), float_field("weight_decay", &s.train.weight_decay, 0, kInf),
-        int_field("lr_warmup_steps", &s.train.lr_warmup_steps, 0),
+        int_field("lr_warmup_steps", &s.train.lr_warmup_steps, 0, kMaxSteps),
         float_field("min_lr_ratio", &s.train.min_lr_ratio, 0, 1), float_field("grad_clip", &s.train.grad_clip, 0, kInf),
         string_field("device", &s.train.device, {"auto", "cpu", "cuda"}),
         string_field("dtype", &s.train.dtype, {"auto", "fp32", "bf16"}),
-        int_field("warmup_steps", &s.train.warmup_steps, 0), int_field("checkpoint_every", &s.train.checkpoint_every, 0),
+        int_field("warmup_steps", &s.train.warmup_steps, 0, kMaxSteps),
+        int_field("checkpoint_every", &s.train.checkpoint_every, 0, kMaxSteps),
         string_field("checkpoint_dir", &s.train.checkpoint_dir), bool_field("resume", &s.train.resume),
-        int_field("log_every", &s.train.log_every, 0)}},
+        int_field("log_every", &s.train.log_every, 0, kMaxSteps)}},
       {"compile",
        {bool_field("cuda_graphs", &s.compile.cuda_graphs), bool_field("cudnn_benchmark", &s.compile.cudnn_benchmark),
         bool_field("tf32", &s.compile.tf32), bool_field("deterministic", &s.compile.deterministic)}},
       {"profile",
-       {bool_field("enabled", &s.profile.enabled), int_field("start_step", &s.profile.start_step, 0),
-        int_field("steps", &s.profile.steps, 1), string_field("trace_dir", &s.profile.trace_dir)}},
+       {bool_field("enabled", &s.profile.enabled), int_field("start_step", &s.profile.start_step, 0, kMaxSteps),
+        int_field("steps", &s.profile.steps, 1, kMaxSteps), string_field("trace_dir", &s.profile.trace_dir)}},
       {"distributed",
        {int_field("nproc", &s.distributed.nproc, 1, 4096), string_field("backend", &s.distributed.backend, {"nccl", "gloo"}),
         int_field("bucket_mb", &s.distributed.bucket_mb, 1, 4096),
@@ -361,7 +400,11 @@ class Parser {
       const std::string k(key.str()), dotted = sec.path + "." + k;
       auto f = std::find_if(sec.fields.begin(), sec.fields.end(), [&](const Binding& b) { return b.key == k; });
       if (f == sec.fields.end()) {
-        if (std::find(known.begin(), known.end(), k) == known.end())
+        const bool subtable = std::any_of(all.begin(), all.end(), [&](const Section& o) { return o.path == dotted; });
+        if (subtable && !value.is_table())
+          issue(value.source(), fmt::format("{} must be a table ([{}] with its keys), got {}", dotted, dotted, type_name(value)),
+                dotted);
+        else if (std::find(known.begin(), known.end(), k) == known.end())
           issue(key.source(), fmt::format("unknown key '{}' in [{}]{}: known keys are {}{}", k, sec.path, suggestion(k, known),
                                           join_keys(known), set_blame(key.source(), dotted)), dotted);
         continue;

@@ -5,7 +5,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <string>
 
 #include "harness/cli/commands.h"
 
@@ -20,11 +22,35 @@ int main(int argc, char** argv) {
   app.add_option("--db", g.db, "receipt database (default: $ABLATE_DB, else ./receipts.db)");
   register_commands(app, g);
 
+  // The first word that is not a global option names the command: an unknown one is named, with the
+  // real ones (CLI11 alone would only say that a subcommand is required).
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--db") {
+      ++i;
+      continue;
+    }
+    if (word.rfind("-", 0) == 0) continue;
+    const auto commands = app.get_subcommands([](CLI::App*) { return true; });
+    if (std::none_of(commands.begin(), commands.end(), [&](const CLI::App* sub) { return sub->check_name(word); })) {
+      std::string known;
+      for (const auto* sub : commands) known += (known.empty() ? "" : ", ") + sub->get_name();
+      fmt::print(stderr, "ablate: unknown command '{}': the commands are {} (ablate --help says what each does)\n", word,
+                 known);
+      return kExitBadInput;
+    }
+    break;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // prints help or the error
     return rc == 0 ? 0 : kExitBadInput;
+  }
+  if (app.get_option("--db")->count() > 0 && g.db.empty()) {
+    fmt::print(stderr, "ablate: --db is empty: give the receipt store's path (or leave --db out: $ABLATE_DB, else "
+                       "./receipts.db)\n");
+    return kExitBadInput;
   }
   if (g.db.empty()) {
     const char* env = std::getenv("ABLATE_DB");

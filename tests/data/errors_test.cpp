@@ -52,7 +52,7 @@ TEST(DataErrorTest, MessagesSayWhatWhereAndHowToFix) {
   o.corpus_dir = (d / "small").string();
   o.seq_len = 2048;
   EXPECT_EQ(error_of(o),
-            "the corpus has 900 tokens but one row needs seq_len+1 = 2049: lower data.seq_len or add files (or "
+            "the corpus has 900 tokens but one row needs seq_len+1 = 2049: lower model.seq_len or add files (or "
             "raise data.max_bytes)");
 
   o.seq_len = 128;
@@ -72,7 +72,7 @@ TEST(DataErrorTest, MessagesSayWhatWhereAndHowToFix) {
   EXPECT_THAT(error_of(o), HasSubstr("data.zipf_exponent must be a positive number"));
   o.zipf_exponent = 1.1;
   o.seq_len = 0;
-  EXPECT_THAT(error_of(o), HasSubstr("data.seq_len must be at least 1 (got 0)"));
+  EXPECT_THAT(error_of(o), HasSubstr("model.seq_len must be at least 1 (got 0)"));
   o.seq_len = 8;
   o.batch_size = 0;
   EXPECT_THAT(error_of(o), HasSubstr("data.batch_size must be at least 1"));

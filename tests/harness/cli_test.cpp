@@ -77,7 +77,17 @@ TEST_F(CliTest, ValidatePrintsCanonicalFormAndHash) {
 }
 
 TEST_F(CliTest, BadCommandLineExitsTwo) {
-  EXPECT_EQ(run_cli("frobnicate").rc, 2);
+  const auto unknown = run_cli("frobnicate");
+  EXPECT_EQ(unknown.rc, 2);
+  // The unknown word is named, with the real commands (not only "a subcommand is required").
+  EXPECT_NE(unknown.out.find("unknown command 'frobnicate'"), std::string::npos) << unknown.out;
+  EXPECT_NE(unknown.out.find("validate, catalog, runs"), std::string::npos) << unknown.out;
+  EXPECT_NE(run_cli("--db " + (dir_ / "r.db").string() + " frobnicate").out.find("unknown command 'frobnicate'"),
+            std::string::npos);
+  // An empty --db is refused, never read as ./receipts.db.
+  const auto empty_db = run_cli("--db \"\" runs");
+  EXPECT_EQ(empty_db.rc, 2) << empty_db.out;
+  EXPECT_NE(empty_db.out.find("--db is empty"), std::string::npos) << empty_db.out;
   EXPECT_EQ(run_cli("validate /nonexistent.toml").rc, 2);
   EXPECT_EQ(run_cli("runs --status sideways --db " + (dir_ / "r.db").string()).rc, 2);  // no db yet: also 2
 }

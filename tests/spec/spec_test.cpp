@@ -206,6 +206,26 @@ TEST(Spec, OverridesApplyAndFailClosed) {
             "use A (attention), M (Mamba-3), E (MoE), R (RG-LRU) or D (dense MLP)");
 }
 
+// Names and tags are one printable line, and the name one path component (it names the checkpoint
+// folder); a sub-table given as a value is a type error, never ignored; step counts are bounded so
+// their sums cannot overflow. Through --set too, blamed on the argument.
+TEST(Spec, NamesTagsSubTablesAndStepCountsFailClosed) {
+  EXPECT_EQ(first_error("", "o.toml", {"model.attention=5"}),
+            "--set model.attention=5: error: model.attention must be a table ([model.attention] with its keys), got an "
+            "integer");
+  EXPECT_EQ(first_error("", "o.toml", {"model.mamba=[1, 2]"}),
+            "--set model.mamba=[1, 2]: error: model.mamba must be a table ([model.mamba] with its keys), got an array");
+  for (const char* bad : {"experiment.name=\"../../escaped\"", "experiment.name=\"a/b\"", "experiment.name=\"..\"",
+                          "experiment.name=\"\"", "experiment.name=\"x\\u001b[2J\"", "experiment.tags=[\"a\\nb\"]",
+                          "train.steps=9223372036854775807", "profile.start_step=9223372036854775807"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_NE(first_error("", "o.toml", {bad}), "");
+  }
+  // What stays allowed: spaces, dots inside, quotes, non-ASCII letters.
+  const auto ok = parse_spec_string("", "o.toml", {"experiment.name=\"my run v1.2 \\\"quoted\\\" \u00e9t\u00e9\""});
+  EXPECT_EQ(ok.experiment.name, "my run v1.2 \"quoted\" \u00e9t\u00e9");
+}
+
 TEST(Spec, CanonicalJsonIsTheIdentity) {
   const auto a = parse_spec_string("[train]\nsteps = 20\nlr = 0.001\n", "a.toml");
   // Same values, other order, other spelling of the number, comments: same identity.
