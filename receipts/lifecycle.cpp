@@ -14,12 +14,14 @@
 namespace ablate::receipts {
 namespace {
 
-// SIGINT and SIGTERM, except those the process was told to ignore (e.g. SIGINT of a background job
-// started by a non-interactive shell): an ignored signal must keep being ignored.
+// The signals that end a run as `killed`: SIGINT and SIGTERM, and SIGHUP and SIGQUIT (a closed
+// terminal or remote login, a quit key are ordinary ends too), except those the process was told to
+// ignore (e.g. SIGINT of a background job started by a non-interactive shell, SIGHUP under nohup):
+// an ignored signal must keep being ignored.
 sigset_t termination_signals() {
   sigset_t set;
   sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM}) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
     struct sigaction current {};
     if (sigaction(sig, nullptr, &current) == 0 && current.sa_handler == SIG_IGN) continue;
     sigaddset(&set, sig);
@@ -33,6 +35,10 @@ std::string signal_name(int sig) {
       return "SIGINT";
     case SIGTERM:
       return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGQUIT:
+      return "SIGQUIT";
     default:
       return fmt::format("signal {}", sig);
   }
@@ -50,7 +56,7 @@ std::string signal_name(int sig) {
   sigaddset(&one, sig);
   pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
   raise(sig);
-  _exit(128 + sig);  // not reached: the default action of SIGINT/SIGTERM terminates
+  _exit(128 + sig);  // not reached: the default action of each of them terminates
 }
 
 }  // namespace

@@ -2,9 +2,9 @@
 // always ends in `ok`, `failed` or `killed` (docs/architecture.md "One run", step 3):
 //   - a heartbeat thread refreshes runs.heartbeat_at every interval (own connection), so a run whose
 //     process vanished (SIGKILL, power loss) reads as `abandoned` once the heartbeat is stale;
-//   - SIGINT and SIGTERM are blocked and taken by a sigwait thread, which marks the run `killed`
-//     ("killed by SIGTERM", own connection), restores the default action and re-raises the signal, so
-//     the process still exits with the conventional status (128 + signal in a shell);
+//   - SIGINT, SIGTERM, SIGHUP and SIGQUIT are blocked and taken by a sigwait thread, which marks the
+//     run `killed` ("killed by SIGTERM", own connection), restores the default action and re-raises
+//     the signal, so the process still exits with the conventional status (128 + signal in a shell);
 //   - finish(ok|failed, ...) records the result and stops both threads; destruction without finish
 //     (an exception unwinding) marks the run `failed` with "ended without a result".
 //
@@ -40,7 +40,7 @@ struct LifecycleOptions {
 
 class RunLifecycle {
  public:
-  // Blocks SIGINT and SIGTERM in the calling thread (and so in threads it creates afterwards).
+  // Blocks the termination signals in the calling thread (and so in threads it creates afterwards).
   // Idempotent. The constructor calls it too.
   static void block_termination_signals();
 
@@ -69,7 +69,7 @@ class RunLifecycle {
   double interval_s_;
   std::unique_ptr<Store> heartbeat_store_;  // used by the heartbeat thread only
   std::unique_ptr<Store> finish_store_;     // used under mutex_ only: by finish() or the signal thread
-  sigset_t handled_{};                      // SIGINT/SIGTERM, minus any the process ignores
+  sigset_t handled_{};                      // SIGINT/SIGTERM/SIGHUP/SIGQUIT, minus any the process ignores
   int wake_signal_ = 0;                     // a handled signal, sent to the signal thread to stop it
   sigset_t previous_mask_{};
 

@@ -1,6 +1,6 @@
 // receipts/run_recorder.h: the one writer of a run. Each process of a run holds one RunRecorder and
 // writes the run through it only: the single process (or data-parallel rank 0) begins the run and
-// owns its status (the RunLifecycle: heartbeat, SIGINT/SIGTERM -> killed, finish); a rank other than
+// owns its status (the RunLifecycle: heartbeat, termination signals -> killed, finish); a rank other than
 // 0 attaches to rank 0's run and adds rows of its own (steps, outliers, profiling) under its rank.
 //
 //   auto rec = RunRecorder::begin(db_path, start);          // the run is `running` from here

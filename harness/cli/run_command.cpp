@@ -3,9 +3,16 @@
 // Only in builds with LibTorch (the runner needs it); a torch-free build has no `run` command. Run once
 // per rank by torchrun (`torchrun --no-python --nproc-per-node N ablate run FILE`), srun or `ablate launch`.
 #ifdef ABLATE_WITH_TORCH
+#include <charconv>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
+#include <string>
 
+#include <fmt/format.h>
+
+#include "base/clock.h"
+#include "base/errors.h"
 #include "harness/cli/commands.h"
 #include "harness/env.h"
 #include "spec/spec.h"
@@ -14,6 +21,21 @@
 #include "receipts/lifecycle.h"
 
 namespace ablate::cli {
+namespace {
+
+// A whole number >= `lo` from the environment variable `name` (set, when set, by `ablate matrix run`).
+int64_t env_count(const char* name, int64_t lo) {
+  const std::string raw = std::getenv(name);
+  int64_t value = 0;
+  const auto [end, ec] = std::from_chars(raw.data(), raw.data() + raw.size(), value);
+  if (ec != std::errc() || end != raw.data() + raw.size() || value < lo)
+    throw base::InputError(fmt::format("environment variable {}='{}' is not a whole number >= {} (`ablate matrix run` "
+                                       "sets it for its cells): fix or unset it",
+                                       name, raw, lo));
+  return value;
+}
+
+}  // namespace
 
 void register_run(CLI::App& app, Globals& g) {
   auto* cmd = app.add_subcommand("run", "Run one experiment and store its receipt (exit 1 when the run fails)");
@@ -28,9 +50,13 @@ void register_run(CLI::App& app, Globals& g) {
                 "leave CUPTI to nsys/ncu: no CUPTI window (the receipt says profiling off), NVTX ranges stay");
   command_table().push_back({cmd, [&g] {
     const auto start = std::chrono::steady_clock::now();
-    // Before any thread exists, so SIGINT/SIGTERM always reach the run's lifecycle thread.
+    // Before any thread exists, so the termination signals always reach the run's lifecycle thread.
     receipts::RunLifecycle::block_termination_signals();
-    harness::git_facts();  // a malformed ABLATE_GIT_REVISION / ABLATE_GIT_DIRTY: exit 2 now, not after data prep
+    // A closed output (`ablate run ... | head`) fails the progress writes, not the process.
+    ::signal(SIGPIPE, SIG_IGN);
+    // Every environment input is read before a run row exists: a malformed one is exit 2, no run.
+    harness::git_facts();  // ABLATE_GIT_REVISION / ABLATE_GIT_DIRTY
+    base::env_seconds("ABLATE_HEARTBEAT_S", 1.0);
     const auto spec = file.empty() ? harness::default_spec(harness::live_device_info().cuda, overrides)
                                    : harness::parse_spec_file(file, overrides);
     harness::RunOptions opt;
@@ -43,9 +69,9 @@ void register_run(CLI::App& app, Globals& g) {
     opt.no_profile = no_profile;
     // Set by `ablate matrix run` (ablations/matrix_run.cpp) so this run records its matrix cell.
     if (const char* id = std::getenv("ABLATE_MATRIX_ID"); id && *id) {
-      opt.matrix_id = std::stoll(id);
+      opt.matrix_id = env_count("ABLATE_MATRIX_ID", 1);
       opt.cell = std::getenv("ABLATE_MATRIX_CELL") ? std::getenv("ABLATE_MATRIX_CELL") : "";
-      opt.repeat = std::getenv("ABLATE_MATRIX_REPEAT") ? std::stoll(std::getenv("ABLATE_MATRIX_REPEAT")) : 0;
+      opt.repeat = std::getenv("ABLATE_MATRIX_REPEAT") ? env_count("ABLATE_MATRIX_REPEAT", 0) : 0;
     }
     return harness::run_experiment(spec, opt).exit_code;
   }});

@@ -12,8 +12,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -115,7 +119,18 @@ int cuda_index_of(const torch::Device& device) {
 }  // namespace
 
 void Progress::operator()(const std::string& line) const {
-  if (!quiet) fmt::print("{}\n", line);
+  if (quiet) return;
+  // Each line flushed as it is written (a run redirected to a file keeps what it printed when it is
+  // killed); a closed or full output loses the lines from then on, never the run (`ablate run`
+  // ignores SIGPIPE): the receipt has every step.
+  static std::atomic<bool> lost{false};
+  if (lost.load()) return;
+  const std::string text = line + "\n";
+  if (std::fwrite(text.data(), 1, text.size(), stdout) == text.size() && std::fflush(stdout) == 0) return;
+  const int err = errno;
+  lost = true;
+  std::fprintf(stderr, "ablate: the progress output is lost (%s); the run goes on and its receipt has every step\n",
+               std::strerror(err));
 }
 
 // ---- 1 -----------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@
 //   3. build_model       seeded model and optimizer; resume from the latest checkpoint. Throws when the
 //                        checkpoint leaves nothing to train. Still nothing written.
 //   4. open_recorder     the run's one writer (receipts/run_recorder.h): rank 0 begins the run
-//                        (fingerprint, backends, catalog, lifecycle: heartbeat, SIGINT/SIGTERM -> killed);
+//                        (fingerprint, backends, catalog, lifecycle: heartbeat, termination signals -> killed);
 //                        another rank attaches to it. From here the run always ends ok, failed or killed.
 //   5. train_loop        the steps (harness/train/step_executor.h: eager, capturing, replaying), each
 //                        step's row and the capture outcome to the recorder as they happen, the profiler

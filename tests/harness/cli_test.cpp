@@ -352,3 +352,52 @@ TEST_F(CliTest, ShowPrintsBackendMismatchesWithTheirKernelsAndTheGraphPosture) {
       << r.out;
   EXPECT_EQ(r.out.find("backend mismatch: seam attention"), std::string::npos) << r.out;
 }
+
+// Every environment input of `ablate run` is read before a run row exists: a malformed one is exit 2
+// naming the variable, and no store is created.
+TEST_F(CliTest, AMalformedEnvironmentIsExitTwoBeforeARunExists) {
+  const std::string db = (dir_ / "env.db").string();
+  const std::string tiny = std::string(ABLATE_SOURCE_DIR) + "/experiments/tiny.toml";
+  for (const std::string env : {"ABLATE_HEARTBEAT_S=abc", "ABLATE_MATRIX_ID=abc",
+                                "ABLATE_MATRIX_ID=99999999999999999999999", "ABLATE_MATRIX_ID=7 ABLATE_MATRIX_REPEAT=-1"}) {
+    SCOPED_TRACE(env);
+    const auto r = run_shell(env + " " + std::string(ABLATE_BINARY_DIR) + "/ablate --db " + db + " run " + tiny);
+    EXPECT_EQ(r.rc, 2) << r.out;
+    EXPECT_NE(r.out.find("environment variable " + env.substr(env.rfind(' ') + 1, env.rfind('=') - env.rfind(' ') - 1)),
+              std::string::npos)
+        << r.out;
+    EXPECT_FALSE(fs::exists(db)) << "a run row was begun";
+  }
+}
+
+// A closed output (`| head`) loses the progress lines, not the run: it ends ok with every step.
+TEST_F(CliTest, AClosedOutputLosesTheProgressNotTheRun) {
+  const std::string db = (dir_ / "pipe.db").string();
+  const auto r = run_shell("bash -c '" + std::string(ABLATE_BINARY_DIR) + "/ablate --db " + db + " run " +
+                           ABLATE_SOURCE_DIR + "/experiments/tiny.toml --set train.log_every=1 --set train.steps=30 "
+                           "| head -1; exit ${PIPESTATUS[0]}'");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("the progress output is lost"), std::string::npos) << r.out;
+  auto store = ablate::receipts::Store::open(db);
+  const auto runs = store.list_runs();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs.front().status, ablate::receipts::RunStatus::ok);
+  EXPECT_EQ(store.run_json(runs.front().id)["steps"].size(), 30u);
+}
+
+// Redirected to a file, each progress line is there as soon as it is printed: a SIGTERM keeps them,
+// and the run reads killed.
+TEST_F(CliTest, ProgressLinesSurviveAKillWhenRedirected) {
+  const std::string db = (dir_ / "term.db").string(), out = (dir_ / "out.txt").string();
+  const auto r = run_shell("bash -c '" + std::string(ABLATE_BINARY_DIR) + "/ablate --db " + db + " run " +
+                           ABLATE_SOURCE_DIR + "/experiments/tiny.toml --set train.log_every=1 --set train.steps=1000000 > " +
+                           out + " 2>&1 & pid=$!; for i in $(seq 600); do grep -q \"step \" " + out +
+                           " && break; sleep 0.1; done; kill -TERM $pid; wait $pid; echo rc=$?'");
+  EXPECT_NE(r.out.find("rc=143"), std::string::npos) << r.out;  // died of SIGTERM, re-raised
+  std::ifstream in(out);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("run 1: tiny"), std::string::npos) << text;
+  EXPECT_NE(text.find("  step     0/1000000"), std::string::npos) << text;
+  auto store = ablate::receipts::Store::open(db);
+  EXPECT_EQ(store.get_run(1).status, ablate::receipts::RunStatus::killed);
+}

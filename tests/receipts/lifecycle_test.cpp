@@ -1,9 +1,11 @@
 // tests/receipts/lifecycle_test.cpp: RunLifecycle: heartbeats, finish, the exception path, and real
-// signals delivered to forked child processes (SIGTERM/SIGINT -> killed, SIGKILL -> abandoned once stale).
+// signals delivered to forked child processes (SIGTERM/SIGINT/SIGHUP/SIGQUIT -> killed, SIGKILL ->
+// abandoned once stale).
 // Run: build-receipts/tests/receipts_tests --gtest_filter='Lifecycle*'
 #include "receipts/lifecycle.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -123,6 +125,8 @@ Child start_child(const std::string& path, const char* heartbeat_s) {
   Pipe pipe;
   const pid_t pid = testing::fork_child([&] {
     pipe.close_read();
+    const rlimit no_core{0, 0};  // SIGQUIT's default action dumps core: not in the test's folder
+    setrlimit(RLIMIT_CORE, &no_core);
     setenv("ABLATE_HEARTBEAT_S", heartbeat_s, 1);
     auto store = Store::open(path);
     const auto id = store.begin_run(testing::sample_start("child"));
@@ -136,6 +140,16 @@ Child start_child(const std::string& path, const char* heartbeat_s) {
   const std::int64_t run_id = pipe.receive_int64();
   if (!pipe.receive()) throw std::runtime_error("child died before arming its lifecycle");
   return {pid, run_id};
+}
+
+std::string signal_label(int sig) {
+  switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
+    case SIGQUIT: return "SIGQUIT";
+    default: return "signal " + std::to_string(sig);
+  }
 }
 
 class LifecycleSignal : public Lifecycle, public ::testing::WithParamInterface<int> {};
@@ -152,13 +166,14 @@ TEST_P(LifecycleSignal, ChildKilledBySignalReadsKilled) {
   auto store = Store::open(path_);
   const RunRow run = store.get_run(child.run_id);
   EXPECT_EQ(run.status, RunStatus::killed);
-  EXPECT_EQ(run.error, sig == SIGTERM ? "killed by SIGTERM" : "killed by SIGINT");
+  EXPECT_EQ(run.error, "killed by " + signal_label(sig));
   EXPECT_TRUE(run.ended_at.has_value());
   EXPECT_EQ(store.run_json(child.run_id)["steps"].size(), 5u);  // evidence written before the kill stays
 }
 
-INSTANTIATE_TEST_SUITE_P(TermAndInt, LifecycleSignal, ::testing::Values(SIGTERM, SIGINT),
-                         [](const auto& info) { return info.param == SIGTERM ? "SIGTERM" : "SIGINT"; });
+// A closed terminal or remote login (SIGHUP) and the quit key (SIGQUIT) end a run as ordinarily as ^C.
+INSTANTIATE_TEST_SUITE_P(TerminationSignals, LifecycleSignal, ::testing::Values(SIGTERM, SIGINT, SIGHUP, SIGQUIT),
+                         [](const auto& info) { return signal_label(info.param); });
 
 TEST_F(Lifecycle, ChildKilledBySigkillReadsAbandonedOnceStale) {
   ScopedEnv stale("ABLATE_HEARTBEAT_STALE_S", "1");
