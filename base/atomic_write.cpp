@@ -19,16 +19,21 @@ namespace fs = std::filesystem;
 
 void write_file_atomically(const std::string& path, const std::string& contents) {
   const fs::path target(path);
+  std::error_code ec;
+  if (fs::is_directory(target, ec))
+    throw std::invalid_argument(fmt::format("cannot write {}: it is a folder (give a file path inside it)", path));
   std::string temp = (target.parent_path() / fmt::format(".{}.tmp-XXXXXX", target.filename().string())).string();
   const int fd = mkstemp(temp.data());
   // A missing or read-only folder is a bad output path (exit 2), unlike a write that fails midway.
   if (fd < 0)
     throw std::invalid_argument(fmt::format("cannot write {}: {} (choose another output path)", path, std::strerror(errno)));
+  // The output's file system (full, read-only, out of quota) is the caller's environment: bad input.
   auto fail = [&](const char* what) {
     const int error = errno;
     ::close(fd);
     ::unlink(temp.c_str());
-    throw std::runtime_error(fmt::format("cannot write {} ({}): {}", path, what, std::strerror(error)));
+    throw std::invalid_argument(fmt::format("cannot write {} ({}): {} (free space or choose another output path)",
+                                            path, what, std::strerror(error)));
   };
   for (std::size_t written = 0; written < contents.size();) {
     const ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
@@ -41,13 +46,16 @@ void write_file_atomically(const std::string& path, const std::string& contents)
   if (::fchmod(fd, 0644) != 0) fail("chmod");  // mkstemp creates 0600; reports are for sharing
   if (::fsync(fd) != 0) fail("fsync");
   if (::close(fd) != 0) {
+    const int error = errno;
     ::unlink(temp.c_str());
-    throw std::runtime_error(fmt::format("cannot write {} (close): {}", path, std::strerror(errno)));
+    throw std::invalid_argument(fmt::format("cannot write {} (close): {} (free space or choose another output path)",
+                                            path, std::strerror(error)));
   }
   if (std::rename(temp.c_str(), path.c_str()) != 0) {
     const int error = errno;
     ::unlink(temp.c_str());
-    throw std::runtime_error(fmt::format("cannot write {} (rename): {}", path, std::strerror(error)));
+    throw std::invalid_argument(fmt::format("cannot write {} (rename): {} (choose another output path)", path,
+                                            std::strerror(error)));
   }
 }
 

@@ -11,9 +11,9 @@
 
 namespace ablate::base {
 
-// Writes `contents` to `path` via a temporary sibling and a rename. Throws std::invalid_argument when
-// the folder is missing or not writable, std::runtime_error when writing fails midway; either way with
-// the path and the OS error, and nothing left behind.
+// Writes `contents` to `path` via a temporary sibling and a rename. Throws std::invalid_argument (the
+// output's environment: exit 2) when `path` is a folder, its folder is missing or not writable, or the
+// write fails midway (a full disk); always with the path and the OS error, and nothing left behind.
 void write_file_atomically(const std::string& path, const std::string& contents);
 
 // Creates `dir` (and its parents) if missing, then writes each (file name, contents) into it atomically.

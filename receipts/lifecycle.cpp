@@ -7,12 +7,26 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "base/clock.h"
 
 namespace ablate::receipts {
 namespace {
+
+// A note on stderr that cannot throw: these run in the lifecycle's threads and its destructor, where
+// a failed write (stderr on a full disk) must not terminate the process.
+template <typename... Args>
+void say_error(fmt::format_string<Args...> format, Args&&... args) noexcept {
+  try {
+    const std::string text = fmt::format(format, std::forward<Args>(args)...);
+    std::fwrite(text.data(), 1, text.size(), stderr);
+  } catch (...) {
+  }
+}
 
 // The signals that end a run as `killed`: SIGINT and SIGTERM, and SIGHUP and SIGQUIT (a closed
 // terminal or remote login, a quit key are ordinary ends too), except those the process was told to
@@ -91,7 +105,7 @@ RunLifecycle::~RunLifecycle() {
   try {
     finish(RunStatus::failed, "ended without a result");
   } catch (const std::exception& e) {
-    fmt::print(stderr, "ablate: could not record the end of run {}: {}\n", run_id_, e.what());
+    say_error("ablate: could not record the end of run {}: {}\n", run_id_, e.what());
     stop_heartbeat();
     stop_signal_thread();
   }
@@ -132,7 +146,7 @@ void RunLifecycle::heartbeat_loop() {
       return;  // the run was finished elsewhere (e.g. marked killed): nothing left to keep alive
     } catch (const std::exception& e) {
       // Transient (a lock held past busy_timeout): a missed beat is harmless, keep trying.
-      fmt::print(stderr, "ablate: heartbeat of run {} failed, retrying: {}\n", run_id_, e.what());
+      say_error("ablate: heartbeat of run {} failed, retrying: {}\n", run_id_, e.what());
     }
     lock.lock();
   }
@@ -153,8 +167,8 @@ void RunLifecycle::signal_loop() {
     const int sig = sigwaitinfo(&handled_, &info);
     if (sig < 0) {
       if (errno == EINTR) continue;
-      fmt::print(stderr, "ablate: sigwaitinfo failed ({}); run {} will not be marked killed on a signal\n",
-                 std::strerror(errno), run_id_);
+      say_error("ablate: sigwaitinfo failed ({}); run {} will not be marked killed on a signal\n",
+                std::strerror(errno), run_id_);
       return;
     }
     // Our own wake-up from stop_signal_thread(): queued by this process with this object as payload.
@@ -173,7 +187,7 @@ void RunLifecycle::on_signal(int sig) {
       try {
         finish_store_->finish_run(run_id_, RunStatus::killed, fmt::format("killed by {}", signal_name(sig)), {});
       } catch (const std::exception& e) {
-        fmt::print(stderr, "ablate: could not mark run {} killed: {}\n", run_id_, e.what());
+        say_error("ablate: could not mark run {} killed: {}\n", run_id_, e.what());
       }
       ended_ = true;
     }

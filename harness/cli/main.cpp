@@ -1,17 +1,22 @@
 // harness/cli/main.cpp: the `ablate` command line. Subcommands live in harness/cli/*_command.cpp and register
 // themselves here. Exit codes: 0 ok, 1 a run failed (or a failing gate / trend --fail-on-regression),
-// 2 bad input (spec, CLI, database, data).
+// 2 bad input (spec, CLI, database, data) or output that could not be written.
 // Try: ablate --help; ablate validate experiments/tiny.toml
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "harness/cli/commands.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+int run_main(int argc, char** argv) {
   using namespace ablate::cli;
   CLI::App app{"ablate: declared experiments with receipts for hybrid LLM training stacks.\n"
                "Exit codes: 0 ok, 1 run failed (gate: a keep backend failed its gate; trend --fail-on-regression:\n"
@@ -57,4 +62,23 @@ int main(int argc, char** argv) {
     g.db = env && *env ? env : "receipts.db";
   }
   return run_selected(app, g);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rc = ablate::cli::kExitBadInput;
+  try {
+    rc = run_main(argc, argv);
+  } catch (...) {
+    // Only printing gets this far (run_selected turns every command's own error into an exit code):
+    // stderr or stdout could not be written, so there is nobody to tell; never an abort.
+  }
+  // Output that could not be written (a full disk, a closed file) is lost output: never exit 0 over it.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "ablate: the output could not be written (%s): what was printed is incomplete\n",
+                 std::strerror(errno));
+    return rc == 0 ? ablate::cli::kExitBadInput : rc;
+  }
+  return rc;
 }

@@ -129,6 +129,9 @@ void Progress::operator()(const std::string& line) const {
   if (std::fwrite(text.data(), 1, text.size(), stdout) == text.size() && std::fflush(stdout) == 0) return;
   const int err = errno;
   lost = true;
+  // The loss is said once, here: stdout goes to /dev/null from now on, so the run's exit code is the
+  // run's own (not the lost output's, which the CLI would report as an error at exit).
+  (void)std::freopen("/dev/null", "w", stdout);
   std::fprintf(stderr, "ablate: the progress output is lost (%s); the run goes on and its receipt has every step\n",
                std::strerror(err));
 }

@@ -29,6 +29,17 @@ TEST(AtomicWrite, LeavesNothingHalfWritten) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("missing")));
 }
 
+// A folder as the target is a bad output path: invalid_argument (exit 2), with the path.
+TEST(AtomicWrite, AFolderIsABadOutputPath) {
+  TempDir dir;
+  try {
+    write_file_atomically(dir.file(""), "x");
+    ADD_FAILURE() << "a folder was accepted as the output file";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("it is a folder"), std::string::npos) << e.what();
+  }
+}
+
 TEST(AtomicWrite, ManyFilesIntoANewFolder) {
   TempDir dir;
   const std::string out = dir.file("a/b");
