@@ -4,6 +4,7 @@
 #include "receipts/sql.h"
 
 #include <fmt/format.h>
+#include <cerrno>
 #include <sqlite3.h>
 
 #include "receipts/errors.h"
@@ -18,9 +19,20 @@ std::string describe(sqlite3* db, int rc, std::string_view sql, std::string_view
                      sql);
 }
 
-[[noreturn]] void throw_failure(sqlite3* db, int rc, std::string_view sql, std::string_view path) {
-  if (std::string problem = file_problem(rc, path, std::string("SQLite: ") + sqlite3_errstr(rc)); !problem.empty()) throw StoreFileError(rc, problem);
-  throw SqliteError(rc, describe(db, rc, sql, path));
+// An I/O error whose cause is a full disk (the OS said ENOSPC or EDQUOT; growing the WAL's -shm file
+// reports SQLITE_IOERR_SHMSIZE) is the full-disk problem, with its remedy, not a raw "disk I/O error".
+int as_file_condition(sqlite3* db, int rc) {
+  if ((rc & 0xff) != SQLITE_IOERR) return rc;
+  const int os_error = db != nullptr ? sqlite3_system_errno(db) : 0;
+  if (rc == SQLITE_IOERR_SHMSIZE || os_error == ENOSPC || os_error == EDQUOT) return SQLITE_FULL;
+  return rc;
+}
+
+[[noreturn]] void throw_failure(sqlite3* db, int raw_rc, std::string_view sql, std::string_view path) {
+  const int rc = as_file_condition(db, raw_rc);
+  if (std::string problem = file_problem(rc, path, std::string("SQLite: ") + sqlite3_errstr(raw_rc)); !problem.empty())
+    throw StoreFileError(rc, problem);
+  throw SqliteError(raw_rc, describe(db, raw_rc, sql, path));
 }
 
 std::string db_file(sqlite3* db) {
@@ -146,9 +158,23 @@ Lease::~Lease() {
 
 // ---- Connection --------------------------------------------------------------------------------
 
-Connection::Connection(std::string path) : path_(std::move(path)) {
-  const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
-  const int rc = sqlite3_open_v2(path_.c_str(), &db_, flags, nullptr);
+namespace {
+// `path` as a SQLite URI file name: the characters a URI gives meaning to are percent-encoded.
+std::string file_uri(const std::string& path) {
+  std::string uri = "file:";
+  for (const char c : path) {
+    if (c == '%' || c == '?' || c == '#') uri += fmt::format("%{:02X}", static_cast<unsigned char>(c));
+    else uri += c;
+  }
+  return uri;
+}
+}  // namespace
+
+Connection::Connection(std::string path, bool immutable_snapshot) : path_(std::move(path)) {
+  const int flags = immutable_snapshot ? SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX
+                                       : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
+  const std::string name = immutable_snapshot ? file_uri(path_) + "?immutable=1" : path_;
+  const int rc = sqlite3_open_v2(name.c_str(), &db_, flags, nullptr);
   if (rc != SQLITE_OK) {
     const std::string msg = db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
     sqlite3_close_v2(db_);

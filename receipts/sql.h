@@ -129,7 +129,9 @@ class Lease {
 class Connection {
  public:
   // Opens (creating if missing) read-write. An unopenable path throws StoreError with a hint.
-  explicit Connection(std::string path);
+  // `immutable_snapshot`: opens an existing file read-only as immutable (no locks, no -wal or -shm
+  // file): for a store whose folder nobody can write, where no writer can exist either.
+  explicit Connection(std::string path, bool immutable_snapshot = false);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;

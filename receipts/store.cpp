@@ -32,8 +32,10 @@ constexpr std::string_view kSqliteMagic{"SQLite format 3\0", 16};
 std::string read_header(const std::string& path, std::size_t bytes) {
   sqlite3_vfs* vfs = sqlite3_vfs_find(nullptr);
   std::string full(static_cast<std::size_t>(vfs->mxPathname) + 1, '\0');
-  if (vfs->xFullPathname(vfs, path.c_str(), static_cast<int>(full.size()), full.data()) != SQLITE_OK) {
-    throw StoreError(fmt::format("cannot resolve the path '{}'", path));
+  // SQLITE_OK_SYMLINK: the path (or a folder on it) is a symbolic link, which the VFS resolved.
+  const int resolved = vfs->xFullPathname(vfs, path.c_str(), static_cast<int>(full.size()), full.data());
+  if (resolved != SQLITE_OK && resolved != SQLITE_OK_SYMLINK) {
+    throw StoreError(fmt::format("cannot resolve the path '{}': {}", path, sqlite3_errstr(resolved)));
   }
   std::vector<char> storage(static_cast<std::size_t>(vfs->szOsFile), 0);
   auto* file = reinterpret_cast<sqlite3_file*>(storage.data());
@@ -64,6 +66,16 @@ void check_is_sqlite_file(const std::string& path) {
                     "another --db or set ABLATE_DB",
                     path));
   }
+}
+
+// An existing, non-empty store whose folder this process cannot write (a read-only copy, a shared
+// archive): SQLite could not create the WAL's files there.
+bool in_folder_nobody_writes(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec) || fs::file_size(path, ec) == 0 || ec) return false;
+  const fs::path real = fs::canonical(path, ec);
+  if (ec) return false;
+  return ::access(real.parent_path().c_str(), W_OK) != 0;
 }
 
 // A SQLite file is ours if it carries our application_id, or is empty (version 0, no schema objects).
@@ -193,6 +205,19 @@ Store Store::open(const std::string& path, StoreOptions options) {
   if (options.busy_timeout_ms < 0) throw StoreError("StoreOptions::busy_timeout_ms must be >= 0");
   const double stale_s = base::env_seconds("ABLATE_HEARTBEAT_STALE_S", options.heartbeat_stale_s);  // bad value: fail early
   check_is_sqlite_file(path);
+  if (in_folder_nobody_writes(path)) {
+    // WAL needs a -shm file beside the store, which this folder cannot take: readers read an immutable
+    // snapshot (no writer can exist here either); any write is refused as read-only (exit 2).
+    auto db = std::make_unique<sql::Connection>(path, /*immutable_snapshot=*/true);
+    const int version = static_cast<int>(db->scalar_int("PRAGMA user_version"));
+    check_owner(*db, version);
+    check_not_newer(path, version);
+    if (version < schema::latest_version())
+      throw StoreError(fmt::format("'{}' is schema version {} and its folder is read-only, so it cannot be upgraded "
+                                   "to version {}: copy it to a writable folder and pass that --db",
+                                   path, version, schema::latest_version()));
+    return Store(path, stale_s, std::move(db));
+  }
   auto db = std::make_unique<sql::Connection>(path);
   db->set_busy_timeout(options.busy_timeout_ms);
   retry_while_busy(options.busy_timeout_ms, [&] {

@@ -184,7 +184,7 @@ TEST_F(CliReceiptsTest, ADamagedStoreIsBadInputAndStaysUntouched) {
 }
 
 // A read-only store file, and a store in a read-only folder: `ablate run` exits 2 before writing and
-// says how to fix it; the file is as it was. Readers still read a read-only store. As root (which
+// says how to fix it; the file is as it was. Readers still read both. As root (which
 // ignores permission bits) the commands run without CAP_DAC_OVERRIDE through setpriv.
 TEST_F(CliReceiptsTest, AStoreThatCannotBeWrittenIsBadInputAndStaysUntouched) {
   std::string as_user;
@@ -210,8 +210,43 @@ TEST_F(CliReceiptsTest, AStoreThatCannotBeWrittenIsBadInputAndStaysUntouched) {
                              "cannot write the receipt store '" + db + "': the file or its folder is read-only",
                              "make the file and its folder writable, or pass --db with a writable path");
   }
-  const auto r = run_shell(as_user + kExe + " runs --db " + ro_file);
-  EXPECT_EQ(r.rc, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("kept")) << r.out;
+  // Readers read both: the read-only file, and the store in a read-only folder (where WAL could not
+  // create its files: an immutable snapshot, since no writer can write there either).
+  for (const auto& db : {ro_file, in_ro_folder}) {
+    SCOPED_TRACE(db);
+    const std::string before = ablate::base::sha256_file(db);
+    for (const std::string command : {" runs --db ", " show 1 --db ", " export --format json --db "}) {
+      const auto r = run_shell(as_user + kExe + command + db);
+      EXPECT_EQ(r.rc, 0) << command << r.out;
+      EXPECT_THAT(r.out, HasSubstr("kept")) << command << r.out;
+    }
+    EXPECT_EQ(ablate::base::sha256_file(db), before);
+  }
   fs::permissions(dir_.path() / "ro-folder", fs::perms::owner_all);  // so the TempDir can remove it
+}
+
+// A full disk is bad input with its remedy, not a raw "disk I/O error" (exit 1): opening a store whose
+// disk cannot take the WAL's -shm file, and a run that cannot begin. A 400 KB tmpfs is the disk, so the
+// test needs root and a kernel that lets it mount one (else skipped, saying so).
+TEST_F(CliReceiptsTest, AFullDiskIsBadInputWithItsRemedy) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
+  const std::string disk = dir_.file("small-disk");
+  fs::create_directories(disk);
+  if (run_shell("mount -t tmpfs -o size=400k tmpfs " + disk).rc != 0) GTEST_SKIP() << "cannot mount a tmpfs here";
+  struct Unmount {
+    std::string at;
+    ~Unmount() { run_shell("umount " + at); }
+  } unmount{disk};
+  const std::string db = disk + "/store.db";
+  ASSERT_EQ(run_shell(kExe + " " + short_run(db)).rc, 0);
+  run_shell("dd if=/dev/zero of=" + disk + "/fill bs=4k");  // fails once the disk is full, as it should
+  for (const std::string command : {"runs --db " + db, short_run(db)}) {
+    SCOPED_TRACE(command);
+    const auto r = run_shell(kExe + " " + command);
+    EXPECT_EQ(r.rc, 2) << r.out;
+    EXPECT_THAT(r.out, HasSubstr("cannot write the receipt store '" + db + "': the disk holding it is full")) << r.out;
+  }
+  fs::remove(disk + "/fill");
+  const auto after = run_shell(kExe + " runs --db " + db);
+  EXPECT_EQ(after.rc, 0) << after.out;  // space again: the store reads as before
 }

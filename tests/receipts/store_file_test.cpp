@@ -53,6 +53,33 @@ void expect_damaged_message(const std::string& msg, const std::string& path) {
   for (const char* sql : {"SELECT", "INSERT", "PRAGMA", "while running"}) EXPECT_THAT(msg, Not(HasSubstr(sql))) << msg;
 }
 
+// A store reached through a symbolic link (to the file, or a folder on its path) is the store behind
+// it; a new store behind a link that points nowhere yet is created there (SQLite resolves the link:
+// SQLITE_OK_SYMLINK is success, not an error).
+TEST_F(StoreFileTest, SymbolicLinksReachTheStoreBehindThem) {
+  const std::string real = make_store("real.db");
+  fs::create_symlink(real, dir_.file("file-link.db"));
+  fs::create_directories(dir_.file("folder"));
+  fs::create_symlink(dir_.file("folder"), dir_.file("folder-link"));
+  fs::copy_file(real, dir_.file("folder/copy.db"));
+  for (const std::string path : {dir_.file("file-link.db"), dir_.file("folder-link/copy.db")}) {
+    SCOPED_TRACE(path);
+    auto store = Store::open(path);
+    EXPECT_EQ(store.list_runs().size(), 1u);
+    store.check_can_record();
+    const auto id = store.begin_run(sample_start("through a link"));
+    store.finish_run(id, RunStatus::ok, "", {});
+  }
+  EXPECT_EQ(Store::open(real).list_runs().size(), 2u);  // the link's run went into the file behind it
+  fs::create_symlink(dir_.file("folder/new.db"), dir_.file("new-link.db"));
+  {
+    auto fresh = Store::open(dir_.file("new-link.db"));
+    fresh.begin_run(sample_start("new"));
+  }
+  EXPECT_TRUE(fs::is_regular_file(dir_.file("folder/new.db")));
+  EXPECT_TRUE(fs::is_symlink(dir_.file("new-link.db")));
+}
+
 TEST_F(StoreFileTest, AHealthyStoreCanRecord) {
   auto store = Store::open(make_store("ok.db"));
   EXPECT_NO_THROW(store.check_can_record());
