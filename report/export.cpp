@@ -31,7 +31,7 @@ RowTable export_runs(receipts::Store& store, const std::vector<std::int64_t>& ru
     const auto r = store.get_run(id);
     const auto& s = r.summary;
     out.rows.push_back({r.id, r.name, std::string(receipts::to_string(r.status)), value_or_null(r.error), r.started_at,
-                        value_or_null(r.ended_at), r.host, fmt::format("{}", fmt::join(r.tags, ",")), r.lane, r.spec_hash,
+                        value_or_null(r.ended_at), r.host, json(r.tags), r.lane, r.spec_hash,
                         value_or_null(r.matrix_id), value_or_null(r.cell), value_or_null(r.repeat),
                         receipts::is_evidence(r), value_or_null(s.steps), value_or_null(s.median_step_ms),
                         value_or_null(s.tokens_per_s), value_or_null(s.mfu), value_or_null(s.goodput_pct),

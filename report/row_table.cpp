@@ -9,12 +9,21 @@
 namespace ablate::report {
 namespace {
 
+// A text cell a spreadsheet would run as a formula (=, +, -, @, or a leading tab or CR) gets a leading
+// apostrophe, the spreadsheet convention for "text" (OWASP's CSV injection advice); numbers are never text.
+std::string spreadsheet_safe(const std::string& text) {
+  if (!text.empty() && std::string_view("=+-@\t\r").find(text.front()) != std::string_view::npos) return "'" + text;
+  return text;
+}
+
 std::string scalar_text(const nlohmann::json& value) {
   switch (value.type()) {
     case nlohmann::json::value_t::null:
       return "";
     case nlohmann::json::value_t::string:
-      return value.get_ref<const std::string&>();
+      return spreadsheet_safe(value.get_ref<const std::string&>());
+    case nlohmann::json::value_t::array:
+      return value.dump();  // a list (tags) as one JSON cell: ["x,y"] is not ["x", "y"]
     case nlohmann::json::value_t::boolean:
       return value.get<bool>() ? "true" : "false";
     case nlohmann::json::value_t::number_float:
@@ -23,7 +32,7 @@ std::string scalar_text(const nlohmann::json& value) {
     case nlohmann::json::value_t::number_unsigned:
       return value.dump();
     default:
-      throw std::invalid_argument(fmt::format("a CSV field must be a scalar, got {}", value.dump()));
+      throw std::invalid_argument(fmt::format("a CSV field must be a scalar or a list, got {}", value.dump()));
   }
 }
 

@@ -63,8 +63,9 @@ TEST(Export, RunsRoundTripThroughCsvAndJson) {
   FixtureStore f;
   FixtureRun awkward;
   awkward.name = "comma, \"quote\"\nnewline <b>";
-  const auto ok = f.add("t", awkward);
+  const auto ok = f.add("=1+1,x", awkward);  // a tag that is a formula and holds a comma
   FixtureRun failed;
+  failed.name = "@risky";  // a name a spreadsheet would run
   failed.status = receipts::RunStatus::failed;
   failed.with_goodput = false;
   const auto bad = f.add("t", failed);
@@ -83,7 +84,12 @@ TEST(Export, RunsRoundTripThroughCsvAndJson) {
       if (value.is_null()) {
         EXPECT_EQ(field, "") << column;
       } else if (value.is_string()) {
-        EXPECT_EQ(field, value.get<std::string>()) << column;
+        // A text that a spreadsheet would run as a formula reads back with its apostrophe.
+        const auto& text = value.get_ref<const std::string&>();
+        const bool formula = !text.empty() && std::string("=+-@").find(text.front()) != std::string::npos;
+        EXPECT_EQ(field, formula ? "'" + text : text) << column;
+      } else if (value.is_array()) {
+        EXPECT_EQ(nlohmann::json::parse(field), value) << column;  // a list is one JSON cell
       } else if (value.is_boolean()) {
         EXPECT_EQ(field, value.get<bool>() ? "true" : "false") << column;
       } else {
@@ -92,6 +98,8 @@ TEST(Export, RunsRoundTripThroughCsvAndJson) {
     }
   }
   EXPECT_EQ(json[0]["name"], awkward.name);
+  EXPECT_EQ(json[0]["tags"], nlohmann::json::array({"=1+1,x"}));  // one tag, not "=1+1" and "x"
+  EXPECT_EQ(csv[2][1], "'@risky");
   EXPECT_EQ(json[0]["evidence"], true);
   EXPECT_EQ(json[0]["median_step_ms"], 100.0);
   EXPECT_EQ(json[1]["status"], "failed");
