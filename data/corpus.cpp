@@ -156,12 +156,16 @@ CorpusListing list_corpus(const fs::path& dir, const std::vector<std::string>& e
 
   // The iterator does not follow directory symlinks (no follow_directory_symlink), and entries are
   // judged by symlink_status, so links of any kind are skipped: no loops, no file read twice.
+  // A folder that cannot be read is an error, as an unreadable file is: skipping it would train on
+  // part of the corpus the experiment names, and say nothing.
   std::vector<CorpusFile> all;
-  fs::recursive_directory_iterator it(L.root, fs::directory_options::skip_permission_denied, ec);
-  if (ec) throw DataError(fmt::format("cannot read data.corpus_dir {}: {}", L.root.string(), ec.message()));
+  fs::recursive_directory_iterator it(L.root, fs::directory_options::none, ec);
+  if (ec) throw DataError(fmt::format("cannot read data.corpus_dir {}: {} (make it readable or point data.corpus_dir "
+                                      "elsewhere)", L.root.string(), ec.message()));
   const std::string root_str = L.root.string();
   for (; it != fs::recursive_directory_iterator();) {
     const fs::directory_entry& e = *it;
+    const fs::path entered = e.path();  // the folder increment() descends into, when it is one
     const fs::file_status s = e.symlink_status(ec);
     if (!ec && fs::is_regular_file(s) &&
         std::binary_search(sorted_exts.begin(), sorted_exts.end(), e.path().extension().string())) {
@@ -176,8 +180,9 @@ CorpusListing list_corpus(const fs::path& dir, const std::vector<std::string>& e
     }
     it.increment(ec);
     if (ec) {
-      throw DataError(fmt::format("walking data.corpus_dir {} failed: {} (a folder changed or is unreadable)",
-                                  root_str, ec.message()));
+      throw DataError(fmt::format("cannot read {} under data.corpus_dir {}: {} (every folder of the corpus is read: "
+                                  "make it readable, or point data.corpus_dir elsewhere)",
+                                  entered.string(), root_str, ec.message()));
     }
   }
   // std::string's ordering compares as unsigned char, i.e. byte-wise: the same on every machine

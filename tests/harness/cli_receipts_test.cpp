@@ -14,6 +14,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "base/sha256.h"
@@ -41,6 +42,17 @@ class CliReceiptsTest : public ::testing::Test {
     return "run " + kTiny + " --db " + db + " -q --no-profile --set train.steps=2 --set train.warmup_steps=1" +
            " --set data.max_bytes=300000 --set 'data.cache_dir=\"" + dir_.file("cache") + "\"'" +
            " --set train.device=\"cpu\" --set train.log_every=0";
+  }
+  // The prefix that runs a command with permission bits enforced: "" for an ordinary user; as root,
+  // setpriv without CAP_DAC_OVERRIDE (none when this machine cannot drop it: the caller skips).
+  std::optional<std::string> as_ordinary_user() const {
+    if (geteuid() != 0) return std::string();
+    const std::string prefix = "setpriv --bounding-set=-dac_override,-dac_read_search ";
+    const std::string probe = dir_.file("probe");
+    std::ofstream(probe) << "x";
+    fs::permissions(probe, fs::perms::owner_read);
+    if (run_shell(prefix + "sh -c 'echo y >> " + probe + "'").rc == 0) return std::nullopt;
+    return prefix;
   }
   // A store holding one finished run with 2,000 steps: many pages, so damage past page 1 is reachable.
   std::string make_store(const std::string& name) const {
@@ -187,15 +199,9 @@ TEST_F(CliReceiptsTest, ADamagedStoreIsBadInputAndStaysUntouched) {
 // says how to fix it; the file is as it was. Readers still read both. As root (which
 // ignores permission bits) the commands run without CAP_DAC_OVERRIDE through setpriv.
 TEST_F(CliReceiptsTest, AStoreThatCannotBeWrittenIsBadInputAndStaysUntouched) {
-  std::string as_user;
-  if (geteuid() == 0) {
-    as_user = "setpriv --bounding-set=-dac_override,-dac_read_search ";
-    const std::string probe = dir_.file("probe");
-    std::ofstream(probe) << "x";
-    fs::permissions(probe, fs::perms::owner_read);
-    if (run_shell(as_user + "sh -c 'echo y >> " + probe + "'").rc == 0)
-      GTEST_SKIP() << "running as root and setpriv cannot drop CAP_DAC_OVERRIDE here: read-only files are writable";
-  }
+  const auto user = as_ordinary_user();
+  if (!user) GTEST_SKIP() << "running as root and setpriv cannot drop CAP_DAC_OVERRIDE here: read-only files are writable";
+  const std::string& as_user = *user;
   const std::string ro_file = make_store("ro-file.db");
   fs::create_directories(dir_.path() / "ro-folder");
   const std::string in_ro_folder = make_store("ro-folder/store.db");
@@ -249,4 +255,33 @@ TEST_F(CliReceiptsTest, AFullDiskIsBadInputWithItsRemedy) {
   fs::remove(disk + "/fill");
   const auto after = run_shell(kExe + " runs --db " + db);
   EXPECT_EQ(after.rc, 0) << after.out;  // space again: the store reads as before
+}
+
+// An unreadable folder of the corpus is an error naming it, as an unreadable file is (never skipped,
+// which would train on part of the named corpus); an unreadable corpus folder says so, not "no files".
+TEST_F(CliReceiptsTest, AnUnreadableCorpusFolderIsNamed) {
+  const auto user = as_ordinary_user();
+  if (!user) GTEST_SKIP() << "running as root and setpriv cannot drop CAP_DAC_OVERRIDE here";
+  const std::string corpus = dir_.file("corpus");
+  fs::create_directories(corpus + "/readable");
+  fs::create_directories(corpus + "/locked");
+  std::ofstream(corpus + "/readable/a.h") << std::string(4000, 'a');
+  std::ofstream(corpus + "/locked/b.h") << std::string(4000, 'b');
+  const std::string db = dir_.file("corpus.db");
+  const auto run_on = [&](const std::string& folder) {
+    return run_shell(*user + kExe + " run " + kTiny + " --db " + db + " -q --set 'data.corpus_dir=\"" + folder +
+                     "\"' --set 'data.cache_dir=\"" + dir_.file("cache") + "\"' --set train.steps=2 --set " +
+                     "train.warmup_steps=1 --set model.seq_len=64");
+  };
+  fs::permissions(corpus + "/locked", fs::perms::none);
+  const auto sub = run_on(corpus);
+  EXPECT_EQ(sub.rc, 2) << sub.out;
+  EXPECT_THAT(sub.out, HasSubstr("cannot read " + corpus + "/locked under data.corpus_dir " + corpus)) << sub.out;
+  fs::permissions(corpus + "/locked", fs::perms::owner_all);
+  fs::permissions(corpus, fs::perms::none);
+  const auto root = run_on(corpus);
+  EXPECT_EQ(root.rc, 2) << root.out;
+  EXPECT_THAT(root.out, HasSubstr("cannot read data.corpus_dir " + corpus)) << root.out;
+  fs::permissions(corpus, fs::perms::owner_all);  // so the TempDir can remove it
+  EXPECT_FALSE(fs::exists(db)) << "bad data is refused before a run row exists";
 }
