@@ -393,6 +393,7 @@ json to_json(const RunFacts& f) {
   j["tokens_per_step"] = or_null(f.tokens_per_step);
   j["start_step"] = or_null(f.start_step);
   j["resumed_from"] = f.resumed_from;
+  j["checkpoints_skipped"] = f.checkpoints_skipped;
   j["peak_memory_kind"] = f.peak_memory_kind;
   j["cuda_graphs"] = f.cuda_graphs ? capture_json(*f.cuda_graphs) : json(nullptr);
   j["moe"] = f.moe ? moe_json(*f.moe) : json(nullptr);
@@ -419,6 +420,7 @@ RunFacts run_facts_from_json(const json& j, std::string_view what) {
   f.tokens_per_step = r.integer("tokens_per_step");
   f.start_step = r.integer("start_step");
   f.resumed_from = r.text_or_empty("resumed_from");
+  f.checkpoints_skipped = r.texts("checkpoints_skipped");
   f.peak_memory_kind = r.text_or_empty("peak_memory_kind");
   f.cuda_graphs = read_section<CaptureFacts>(r, "cuda_graphs", capture_from);
   f.moe = read_section<MoeFacts>(r, "moe", moe_from);

@@ -167,6 +167,7 @@ struct RunFacts {
   std::optional<std::int64_t> tokens_per_step;
   std::optional<std::int64_t> start_step;
   std::string resumed_from;
+  std::vector<std::string> checkpoints_skipped;  // newer checkpoints resume passed over: "step-N: why"
   std::string peak_memory_kind;
 
   std::optional<CaptureFacts> cuda_graphs;  // receipts older than the section have none

@@ -202,6 +202,7 @@ std::vector<Section> sections(ExperimentSpec& s) {
         int_field("warmup_steps", &s.train.warmup_steps, 0, kMaxSteps),
         int_field("checkpoint_every", &s.train.checkpoint_every, 0, kMaxSteps),
         string_field("checkpoint_dir", &s.train.checkpoint_dir), bool_field("resume", &s.train.resume),
+        int_field("keep_checkpoints", &s.train.keep_checkpoints, 0, 1 << 20),
         int_field("log_every", &s.train.log_every, 0, kMaxSteps)}},
       {"compile",
        {bool_field("cuda_graphs", &s.compile.cuda_graphs), bool_field("cudnn_benchmark", &s.compile.cudnn_benchmark),
@@ -570,6 +571,7 @@ nlohmann::json canonical_json(const ExperimentSpec& spec_in) {
   if (spec.distributed.timeout_s == DistributedSection{}.timeout_s) j["distributed"].erase("timeout_s");
   if (spec.distributed.sharding == DistributedSection{}.sharding) j["distributed"].erase("sharding");
   if (spec.distributed.expert_parallel == DistributedSection{}.expert_parallel) j["distributed"].erase("expert_parallel");
+  if (spec.train.keep_checkpoints == TrainSection{}.keep_checkpoints) j["train"].erase("keep_checkpoints");
   return j;
 }
 

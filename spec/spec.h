@@ -46,7 +46,8 @@ struct TrainSection {
   int64_t warmup_steps = 10;      // steps before steady state: excluded from step-time statistics
   int64_t checkpoint_every = 0;   // 0: no periodic checkpoints
   std::string checkpoint_dir;     // "": <folder of the receipt store>/checkpoints/<experiment name>
-  bool resume = false;            // continue from the latest complete checkpoint in checkpoint_dir
+  bool resume = false;            // continue from the latest intact checkpoint in checkpoint_dir
+  int64_t keep_checkpoints = 3;   // after each save the newest this many stay (0: every one)
   int64_t log_every = 10;
 };
 

@@ -2,8 +2,12 @@
 #include "harness/train/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -12,11 +16,15 @@
 #include <nlohmann/json.hpp>
 
 #include "base/remove_tree.h"
+#include "base/sha256.h"
 
 namespace ablate::harness {
 namespace fs = std::filesystem;
 
 namespace {
+
+// The files a checkpoint's manifest lists.
+constexpr const char* kCheckpointFiles[] = {"model.pt", "optimizer.pt"};
 
 void fsync_path(const fs::path& p) {
   const int fd = ::open(p.c_str(), O_RDONLY);
@@ -54,8 +62,12 @@ std::string save_checkpoint(const std::string& dir, torch::nn::Module& model, Tr
   fsync_path(tmp / "model.pt");
   optim_archive.save_to((tmp / "optimizer.pt").string());
   fsync_path(tmp / "optimizer.pt");
+  nlohmann::json manifest = nlohmann::json::object();
+  for (const char* file : kCheckpointFiles)
+    manifest[file] = {{"bytes", static_cast<int64_t>(fs::file_size(tmp / file))},
+                      {"sha256", base::sha256_file((tmp / file).string())}};
   nlohmann::json j = {{"next_step", state.next_step}, {"data", state.data}, {"model_hash", state.spec_model_hash},
-                      {"data_fingerprint", state.data_fingerprint}};
+                      {"data_fingerprint", state.data_fingerprint}, {"files", manifest}};
   write_text(tmp / "state.json", j.dump(2));
   write_text(tmp / "COMPLETE", "ok\n");
   fsync_path(tmp);
@@ -66,28 +78,122 @@ std::string save_checkpoint(const std::string& dir, torch::nn::Module& model, Tr
   return final_dir.string();
 }
 
-std::optional<std::string> latest_checkpoint(const std::string& dir) {
-  std::optional<std::string> best;
-  if (!fs::is_directory(dir)) return best;
-  for (const auto& e : fs::directory_iterator(dir)) {
+namespace {
+
+// The complete checkpoint folders under `dir`, newest first (zero-padded names: lexical = numeric).
+std::vector<fs::path> complete_checkpoints(const std::string& dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (!e.is_directory() || name.rfind("step-", 0) != 0 || !fs::exists(e.path() / "COMPLETE")) continue;
-    if (!best || name > fs::path(*best).filename().string()) best = e.path().string();  // zero-padded: lexical = numeric
+    if (e.is_directory() && name.rfind("step-", 0) == 0 && fs::exists(e.path() / "COMPLETE")) out.push_back(e.path());
   }
-  return best;
+  std::sort(out.begin(), out.end(), [](const fs::path& a, const fs::path& b) { return a.filename() > b.filename(); });
+  return out;
+}
+
+}  // namespace
+
+std::string checkpoint_problem(const std::string& folder) {
+  const fs::path f(folder);
+  if (!fs::exists(f / "COMPLETE")) return "no COMPLETE marker (its save did not finish)";
+  std::ifstream in(f / "state.json");
+  if (!in) return "no readable state.json";
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+    if (j.at("next_step").get<int64_t>() < 1) return fmt::format("state.json says next_step {}", j.at("next_step").dump());
+    for (const char* key : {"model_hash", "data_fingerprint"})
+      if (!j.at(key).is_string()) return fmt::format("state.json's {} is not a string", key);
+    (void)j.at("data").get<data::DataState>();
+  } catch (const std::exception& e) {
+    return fmt::format("state.json is malformed ({})", e.what());
+  }
+  for (const char* file : kCheckpointFiles) {
+    std::error_code ec;
+    const auto bytes = fs::file_size(f / file, ec);
+    if (ec) return fmt::format("{} is missing", file);
+    if (!j.contains("files")) continue;  // written before manifests: present is all that can be checked
+    try {
+      const auto& listed = j.at("files").at(file);
+      if (static_cast<int64_t>(bytes) != listed.at("bytes").get<int64_t>())
+        return fmt::format("{} is {} bytes, its manifest says {}", file, bytes, listed.at("bytes").get<int64_t>());
+      if (base::sha256_file((f / file).string()) != listed.at("sha256").get<std::string>())
+        return fmt::format("{} does not match its manifest's SHA-256", file);
+    } catch (const nlohmann::json::exception& e) {
+      return fmt::format("state.json's manifest is malformed ({})", e.what());
+    }
+  }
+  return "";
+}
+
+LatestCheckpoint latest_checkpoint(const std::string& dir) {
+  LatestCheckpoint out;
+  for (const auto& folder : complete_checkpoints(dir)) {
+    const std::string problem = checkpoint_problem(folder.string());
+    if (problem.empty()) {
+      out.folder = folder.string();
+      break;
+    }
+    out.skipped.push_back(fmt::format("{}: {}", folder.filename().string(), problem));
+  }
+  return out;
+}
+
+void prune_checkpoints(const std::string& dir, int64_t keep) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(".step-", 0) == 0 && name.size() > 4 && name.substr(name.size() - 4) == ".tmp")
+      base::remove_tree(e.path());
+  }
+  if (keep <= 0) return;
+  const auto complete = complete_checkpoints(dir);
+  for (size_t i = static_cast<size_t>(keep); i < complete.size(); ++i) base::remove_tree(complete[i]);
+}
+
+CheckpointFolderLock::CheckpointFolderLock(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const std::string path = (fs::path(dir) / ".lock").string();
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0)
+    throw std::invalid_argument(fmt::format("cannot open the checkpoint folder's lock {}: {} (set train.checkpoint_dir "
+                                            "to a writable folder)",
+                                            path, std::strerror(errno)));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    ::close(fd_);
+    fd_ = -1;
+    if (error == EWOULDBLOCK)
+      throw std::invalid_argument(fmt::format(
+          "the checkpoint folder {} is in use by another run writing checkpoints (it holds {}): give this run its own "
+          "train.checkpoint_dir or experiment.name, or wait for that run to end",
+          dir, path));
+    throw std::invalid_argument(fmt::format("cannot lock the checkpoint folder {}: {}", dir, std::strerror(error)));
+  }
+}
+
+CheckpointFolderLock::~CheckpointFolderLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing releases the flock
 }
 
 CheckpointState load_checkpoint(const std::string& folder, torch::nn::Module& model, TrainOptimizer* optimizer,
                                 const std::string& expected_model_hash, const std::string& expected_data_fingerprint) {
+  // latest_checkpoint() verified the folder; a state.json that still does not read is refused, not thrown raw.
   const fs::path f(folder);
   std::ifstream in(f / "state.json");
-  if (!in) throw std::invalid_argument(fmt::format("checkpoint {} has no state.json", folder));
-  const auto j = nlohmann::json::parse(in);
   CheckpointState s;
-  s.next_step = j.at("next_step").get<int64_t>();
-  s.data = j.at("data").get<data::DataState>();
-  s.spec_model_hash = j.at("model_hash").get<std::string>();
-  s.data_fingerprint = j.at("data_fingerprint").get<std::string>();
+  try {
+    const auto j = nlohmann::json::parse(in);
+    s.next_step = j.at("next_step").get<int64_t>();
+    s.data = j.at("data").get<data::DataState>();
+    s.spec_model_hash = j.at("model_hash").get<std::string>();
+    s.data_fingerprint = j.at("data_fingerprint").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(fmt::format("checkpoint {}: state.json is malformed ({})", folder, e.what()));
+  }
   if (s.spec_model_hash != expected_model_hash)
     throw std::invalid_argument(fmt::format("checkpoint {} belongs to another model (model hash {} vs this spec's {}): "
                                             "point train.checkpoint_dir elsewhere or set train.resume = false",

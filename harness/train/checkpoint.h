@@ -1,14 +1,20 @@
 // harness/train/checkpoint.h: checkpoint save/restore. A checkpoint is a folder step-NNNNNNNN/ with
-// model.pt, optimizer.pt, state.json (next step, data position, spec/model hashes) and, written
-// last, COMPLETE. It is assembled in a .tmp folder, every file fsynced, then renamed into place, so a
-// crash mid-save never leaves something that looks complete. Resume picks the newest complete one.
-// Tests: tests/harness/runner_test.cpp (20 steps == 10 + checkpoint + resume 10, bitwise on CPU).
+// model.pt, optimizer.pt, state.json (next step, data position, spec/model hashes, and the manifest:
+// each file's size and SHA-256) and, written last, COMPLETE. It is assembled in a .tmp folder, every
+// file fsynced, then renamed into place, so a crash mid-save never leaves something that looks
+// complete. Resume picks the newest intact one: complete, its state.json sane and its files as the
+// manifest lists them; a newer one that is not is skipped, and the run says which and why.
+// The run that writes checkpoints holds the folder's lock (.lock, flock) for its lifetime, so two runs
+// never write into one folder; after each save it keeps the newest train.keep_checkpoints.
+// Tests: tests/harness/runner_test.cpp (20 steps == 10 + checkpoint + resume 10, bitwise on CPU),
+// tests/harness/cli_receipts_test.cpp (damaged checkpoints, the lock, pruning).
 #pragma once
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "data/source.h"
 #include "harness/train/optimizer.h"
@@ -26,8 +32,34 @@ struct CheckpointState {
 // gathered, a collective) and only the rank with `writes` true writes the folder (returning "" elsewhere).
 std::string save_checkpoint(const std::string& dir, torch::nn::Module& model, TrainOptimizer& optimizer,
                             const CheckpointState& state, bool writes = true);
-// The newest complete checkpoint folder under `dir`, if any.
-std::optional<std::string> latest_checkpoint(const std::string& dir);
+// Why `folder` cannot be resumed from ("" when it is intact): no COMPLETE marker, a state.json that
+// does not parse or holds nonsense (next_step < 1), a file missing or of another size or SHA-256 than
+// its manifest says. A checkpoint written before manifests existed is checked without them.
+std::string checkpoint_problem(const std::string& folder);
+// The newest intact checkpoint folder under `dir`, if any; `skipped` gets "step-N: why" for each
+// newer complete one that is not intact.
+struct LatestCheckpoint {
+  std::optional<std::string> folder;
+  std::vector<std::string> skipped;
+};
+LatestCheckpoint latest_checkpoint(const std::string& dir);
+// After a save: keeps the newest `keep` complete checkpoints (0: every one) and removes the others and
+// any unfinished .tmp folder a crashed save left. Only the lock holder calls it.
+void prune_checkpoints(const std::string& dir, int64_t keep);
+
+// The exclusive lock of a checkpoint folder (its .lock file, flock), held while the object lives;
+// the kernel releases it when the process ends, however it ends. Throws std::invalid_argument (exit
+// 2) when another process holds it.
+class CheckpointFolderLock {
+ public:
+  explicit CheckpointFolderLock(const std::string& dir);
+  ~CheckpointFolderLock();
+  CheckpointFolderLock(const CheckpointFolderLock&) = delete;
+  CheckpointFolderLock& operator=(const CheckpointFolderLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 // Loads into model and optimizer (same structure; null: the optimizer later, load_optimizer_state),
 // returns the state. Throws std::invalid_argument when the checkpoint belongs to another model or other data.
 CheckpointState load_checkpoint(const std::string& folder, torch::nn::Module& model, TrainOptimizer* optimizer,

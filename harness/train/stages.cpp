@@ -247,14 +247,20 @@ ModelState build_model(const ExperimentSpec& spec, const RunOptions& opt, const 
   s.checkpoint_dir = !spec.train.checkpoint_dir.empty()
                          ? spec.train.checkpoint_dir
                          : (fs::absolute(opt.db_path).parent_path() / "checkpoints" / spec.experiment.name).string();
+  if (spec.train.checkpoint_every > 0 && posture.writes_receipt())
+    s.checkpoint_lock = std::make_unique<CheckpointFolderLock>(s.checkpoint_dir);
   if (spec.train.resume) {
-    if (auto latest = latest_checkpoint(s.checkpoint_dir)) {
-      GoodputLedger::Scope restore(ledger, Goodput::checkpoint);
+    GoodputLedger::Scope restore(ledger, Goodput::checkpoint);
+    const auto latest = latest_checkpoint(s.checkpoint_dir);
+    s.checkpoints_skipped = latest.skipped;
+    for (const auto& why : latest.skipped)
+      fmt::print(stderr, "ablate: skipped the checkpoint {}/{}; resuming from an older one if any\n", s.checkpoint_dir, why);
+    if (latest.folder) {
       // Sharded, the optimizer is built on its shards later and loads then (step executor).
-      const auto st = load_checkpoint(*latest, *s.model, s.optimizer.get(), s.model_hash, source.description().fingerprint);
+      const auto st = load_checkpoint(*latest.folder, *s.model, s.optimizer.get(), s.model_hash, source.description().fingerprint);
       s.start_step = st.next_step;
       s.data_state = st.data;
-      s.resumed_from = *latest;
+      s.resumed_from = *latest.folder;
     }
   }
   if (s.start_step >= spec.train.steps)
@@ -547,6 +553,7 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
         save_checkpoint(state.checkpoint_dir, *state.model, *state.optimizer,
                         {step + 1, loaded.batch.state_after, state.model_hash, source.description().fingerprint},
                         posture.writes_receipt());
+        if (posture.writes_receipt()) prune_checkpoints(state.checkpoint_dir, spec.train.keep_checkpoints);
         executor.release_settled();
       }
     }
@@ -773,6 +780,7 @@ receipts::RunFacts run_facts(const ExperimentSpec& spec, const RunPosture& postu
   f.tokens_per_step = spec.model.batch_size * spec.model.seq_len * spec.distributed.nproc;  // the job's
   f.start_step = state.start_step;
   f.resumed_from = state.resumed_from;
+  f.checkpoints_skipped = state.checkpoints_skipped;
   f.peak_memory_kind = posture.device.is_cuda() ? "cuda allocator allocated peak" : "process RSS";
   f.data = data::to_json(source.description());
   f.cuda_graphs = outcome.capture;

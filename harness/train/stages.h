@@ -30,6 +30,7 @@
 #include "harness/env.h"
 #include "harness/goodput.h"
 #include "spec/spec.h"
+#include "harness/train/checkpoint.h"
 #include "harness/train/data_parallel.h"
 #include "harness/train/expert_parallel.h"
 #include "harness/train/optimizer.h"
@@ -87,6 +88,9 @@ struct ModelState {
   int64_t start_step = 0;      // > 0 when resumed
   data::DataState data_state;  // where the data stream resumes
   std::string resumed_from;    // the checkpoint folder, "" when not resumed
+  std::vector<std::string> checkpoints_skipped;  // newer checkpoints not intact: "step-N: why"
+  // Held by the rank that writes checkpoints (train.checkpoint_every > 0): no other run writes there.
+  std::unique_ptr<CheckpointFolderLock> checkpoint_lock;
 };
 // Throws std::invalid_argument when the latest checkpoint is already at train.steps, or when it does
 // not belong to this model or data (load_checkpoint).

@@ -6,10 +6,13 @@
 // Run: build/tests/harness_tests --gtest_filter='CliReceipts*'
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -284,4 +287,65 @@ TEST_F(CliReceiptsTest, AnUnreadableCorpusFolderIsNamed) {
   EXPECT_THAT(root.out, HasSubstr("cannot read data.corpus_dir " + corpus)) << root.out;
   fs::permissions(corpus, fs::perms::owner_all);  // so the TempDir can remove it
   EXPECT_FALSE(fs::exists(db)) << "bad data is refused before a run row exists";
+}
+
+// Checkpoints: resume verifies the newest one against its manifest (sizes and SHA-256 of its files, a
+// sane state.json) and falls back to the newest intact one, saying which it skipped and why (stderr
+// and the receipt); a run that writes checkpoints holds its folder's lock, so another run writing there
+// is refused up front (exit 2); after each save the newest train.keep_checkpoints stay.
+class CheckpointCliTest : public CliReceiptsTest {
+ protected:
+  std::string ckpt_ = dir_.file("ckpt");
+  std::string db_ = dir_.file("ckpt.db");
+  ablate::testing::CliResult run(const std::string& sets) {
+    return run_shell(kExe + " run " + kTiny + " --db " + db_ + " -q --no-profile --set train.warmup_steps=1" +
+                     " --set data.max_bytes=300000 --set 'data.cache_dir=\"" + dir_.file("cache") + "\"'" +
+                     " --set 'train.checkpoint_dir=\"" + ckpt_ + "\"' --set train.log_every=0" + sets);
+  }
+  nlohmann::json newest_facts() {
+    auto store = ablate::receipts::Store::open(db_);
+    return store.run_json(store.list_runs().front().id)["run"]["summary"]["facts"];
+  }
+  std::vector<std::string> step_folders() const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(ckpt_)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+};
+
+TEST_F(CheckpointCliTest, ResumeSkipsDamagedCheckpointsForTheNewestIntactOne) {
+  ASSERT_EQ(run(" --set train.steps=10 --set train.checkpoint_every=3 --set train.keep_checkpoints=0").rc, 0);
+  // step-3, step-6, step-9: damage the two newest, each its own way.
+  fs::resize_file(ckpt_ + "/step-00000009/model.pt", 100);
+  std::ofstream(ckpt_ + "/step-00000006/state.json") << "{\"next_step\": -5";
+  const auto r = run(" --set train.steps=12 --set train.resume=true --set train.checkpoint_every=0");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("skipped the checkpoint " + ckpt_ + "/step-00000009: model.pt is 100 bytes")) << r.out;
+  const auto facts = newest_facts();
+  EXPECT_EQ(facts["resumed_from"], ckpt_ + "/step-00000003") << facts.dump();
+  EXPECT_EQ(facts["start_step"], 3);
+  ASSERT_EQ(facts["checkpoints_skipped"].size(), 2u) << facts.dump();
+  EXPECT_THAT(facts["checkpoints_skipped"][1].get<std::string>(), HasSubstr("step-00000006: state.json is malformed"));
+  // A state.json that parses but holds nonsense is refused the same way.
+  std::ofstream(ckpt_ + "/step-00000006/state.json") << "{\"next_step\": -5, \"data\": {}, \"model_hash\": \"x\", \"data_fingerprint\": \"y\"}";
+  const auto again = run(" --set train.steps=12 --set train.resume=true --set train.checkpoint_every=0");
+  ASSERT_EQ(again.rc, 0) << again.out;
+  EXPECT_THAT(again.out, HasSubstr("step-00000006: state.json says next_step -5")) << again.out;
+}
+
+TEST_F(CheckpointCliTest, OneWriterAFolderAndTheNewestKeptAfterEachSave) {
+  fs::create_directories(ckpt_ + "/.step-00000099.tmp");  // a crashed save's leftovers
+  ASSERT_EQ(run(" --set train.steps=12 --set train.checkpoint_every=2").rc, 0);
+  // Saved after steps 2, 4, ..., 10; the newest 3 stay (train.keep_checkpoints defaults to 3).
+  EXPECT_EQ(step_folders(), (std::vector<std::string>{".lock", "step-00000006", "step-00000008", "step-00000010"}));
+  // Another writer holds the folder: refused before a run row exists.
+  const int fd = ::open((ckpt_ + "/.lock").c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  const auto busy = run(" --set train.steps=12 --set train.checkpoint_every=2");
+  ::close(fd);
+  EXPECT_EQ(busy.rc, 2) << busy.out;
+  EXPECT_THAT(busy.out, HasSubstr("the checkpoint folder " + ckpt_ + " is in use by another run")) << busy.out;
+  EXPECT_EQ(ablate::receipts::Store::open(db_).list_runs().size(), 1u);
 }
