@@ -6,13 +6,16 @@
 #include "ablations/child_env.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
+#include <array>
 #include <cctype>
+#include <csignal>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -20,6 +23,7 @@
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <thread>
 
 extern char** environ;
 
@@ -66,6 +70,46 @@ pid_t spawn(const std::string& binary, std::vector<std::string> args, std::vecto
   if (rc != 0) throw std::runtime_error(fmt::format("cannot start {}: {}", binary, std::strerror(rc)));
   return pid;
 }
+
+// The signal that ends the runner (SIGINT, SIGTERM, SIGHUP), noted by the handler: the loop forwards it
+// to the running children, which record their runs `killed`, waits for them, and then dies of it.
+volatile std::sig_atomic_t g_stop_signal = 0;
+void note_stop_signal(int sig) { g_stop_signal = sig; }
+
+// Installs the handler for the runner's lifetime (no SA_RESTART: a wait returns early), restoring what
+// was there before; a signal the runner was started ignoring stays ignored.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal = 0;
+    for (size_t i = 0; i < kSignals.size(); ++i) {
+      struct sigaction current {};
+      sigaction(kSignals[i], nullptr, &current);
+      previous_[i] = current;
+      if (current.sa_handler == SIG_IGN) continue;
+      struct sigaction sa {};
+      sa.sa_handler = note_stop_signal;
+      sigemptyset(&sa.sa_mask);
+      sigaction(kSignals[i], &sa, nullptr);
+    }
+  }
+  ~StopSignals() {
+    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &previous_[i], nullptr);
+  }
+  // After the children have gone: the runner dies of the signal it got, as if it had not caught it.
+  [[noreturn]] static void die_of(int sig) {
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, nullptr);
+    ::raise(sig);
+    ::_exit(128 + sig);
+  }
+
+ private:
+  static constexpr std::array<int, 3> kSignals = {SIGINT, SIGTERM, SIGHUP};
+  std::array<struct sigaction, 3> previous_{};
+};
 
 std::string exit_text(int status) {
   if (WIFEXITED(status)) return fmt::format("failed (exit {})", WEXITSTATUS(status));
@@ -149,11 +193,22 @@ Outcome run_slots(const Matrix& matrix, int64_t matrix_id, const std::vector<Slo
                failure.empty() ? "" : ", log " + log);
     std::fflush(opt.out);
   };
+  const StopSignals stop_signals;
+  int forwarded = 0;  // the stop signal the children were sent (0: none yet)
   while (finished < slots.size()) {
+    if (const int sig = g_stop_signal; sig != 0 && forwarded == 0) {
+      // Stopped: no new run starts; each running child gets the signal and records its run killed.
+      forwarded = sig;
+      for (const auto& [child, r] : running) ::kill(child, sig);
+      fmt::print(opt.out, "matrix: got {}: stopping {} running run(s); nothing new starts\n", ::strsignal(sig),
+                 running.size());
+      std::fflush(opt.out);
+    }
+    if (forwarded != 0 && running.empty()) StopSignals::die_of(forwarded);
     // Start slots in order while their lanes are free: a data-parallel cell takes nproc GPUs at once
     // (one lane without --gpus); the order is kept, so a wide cell waits for its GPUs rather than being
     // overtaken.
-    while (next < slots.size()) {
+    while (forwarded == 0 && next < slots.size()) {
       const Slot slot = slots[next];
       const Cell& cell = matrix.cells[slot.cell];
       const std::string log = log_path(opt.log_dir, matrix_id, cell, slot.repeat);
@@ -183,7 +238,12 @@ Outcome run_slots(const Matrix& matrix, int64_t matrix_id, const std::vector<Slo
     }
     if (running.empty()) continue;
     int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, 0);
+    // Polled, so a stop signal that lands between the check above and the wait is seen within 50 ms.
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
     if (pid < 0) {
       if (errno == EINTR) continue;
       throw std::runtime_error(fmt::format("waiting for matrix runs: {}", std::strerror(errno)));

@@ -124,3 +124,25 @@ TEST_F(MatrixCli, TinyCpuRunsEndToEndAndResumes) {
   EXPECT_NE(second.out.find("2 already ok, 0 to run"), std::string::npos) << second.out;
   EXPECT_EQ(store.list_runs().size(), 2u);
 }
+
+// SIGTERM to a running `ablate matrix run`: the runner forwards it to the run it started, which records
+// itself killed, starts nothing new, waits for it, then dies of the same signal; no run stays running.
+TEST_F(MatrixCli, ATerminatedRunnerEndsItsRunsAsKilled) {
+  if (run_cli("run --help").rc != 0) GTEST_SKIP() << "this build has no `ablate run` (built without LibTorch)";
+  const fs::path matrix = dir_ / "long.toml";
+  std::ofstream(matrix) << "[matrix]\nname = \"long\"\nbase = \"" ABLATE_SOURCE_DIR "/experiments/tiny.toml\"\n"
+                           "repeats = 2\n[set]\n\"train.steps\" = 1000000\n\"data.source\" = \"synthetic\"\n";
+  const std::string db = (dir_ / "r.db").string();
+  const auto r = ablate::testing::run_shell(
+      "bash -c '" + std::string(ABLATE_BINARY_DIR) + "/ablate matrix run " + matrix.string() + " --db " + db +
+      " --logs " + (dir_ / "logs").string() + " > " + (dir_ / "out.txt").string() +
+      " 2>&1 & pid=$!; for i in $(seq 600); do [ -n \"$(ls " + (dir_ / "logs").string() +
+      " 2>/dev/null)\" ] && grep -q \"step\" " + (dir_ / "logs").string() + "/*.log 2>/dev/null && break; sleep 0.1; done;"
+      " kill -TERM $pid; wait $pid; echo rc=$?'");
+  EXPECT_NE(r.out.find("rc=143"), std::string::npos) << r.out;  // the runner died of SIGTERM
+  auto store = ablate::receipts::Store::open(db);
+  const auto runs = store.list_runs();
+  ASSERT_EQ(runs.size(), 1u) << "the second repeat must not start";
+  EXPECT_EQ(runs.front().status, ablate::receipts::RunStatus::killed);
+  EXPECT_EQ(store.get_run(runs.front().id).error, "killed by SIGTERM");
+}
