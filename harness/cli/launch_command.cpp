@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -117,6 +118,12 @@ std::vector<std::string> rank_env(int64_t rank, int64_t nproc, int port, const s
   env.push_back(fmt::format("MASTER_PORT={}", port));
   env.push_back("ABLATE_LAUNCH=1");
   env.push_back("ABLATE_LAUNCH_RUN_ID_FILE=" + run_id_file);
+  // Each rank's intra-op thread pool sized to its share of the cores (as torchrun does), unless the
+  // user set it: N full pools on the same cores run far slower than N shares (the receipt records it).
+  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    const int64_t cores = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
+    env.push_back(fmt::format("OMP_NUM_THREADS={}", std::max<int64_t>(1, cores / std::max<int64_t>(1, nproc))));
+  }
   return env;
 }
 

@@ -278,6 +278,7 @@ Fingerprint run_fingerprint(const ExperimentSpec& spec, const RunPosture& postur
   Fingerprint env = host_fingerprint(schema_version);
   for (const auto& [k, v] : device_fingerprint()) env[k] = v;
   env["device"] = posture.device_kind;
+  env["intra_op_threads"] = std::to_string(at::get_num_threads());  // LibTorch's CPU pool (OMP_NUM_THREADS)
   env["dtype"] = posture.bf16 ? "bf16-autocast" : "fp32";
   env["compile.cuda_graphs_requested"] = spec.compile.cuda_graphs ? "true" : "false";
   env["compile.cuda_graphs_achieved"] = "false";

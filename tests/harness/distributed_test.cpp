@@ -10,6 +10,7 @@
 #include <torch/cuda.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "base/remove_tree.h"
 #include "receipts/store.h"
@@ -154,6 +156,12 @@ TEST_F(DistributedTest, TwoRanksTrainLikeOneRankOnTheSameGlobalBatch) {
   }
   EXPECT_GE(d["straggler_wait_share"].get<double>(), 0.0);
   EXPECT_EQ(dp.summary["facts"]["tokens_per_step"], 2 * 2 * 128);  // the job's: 2 ranks x 2 rows x T 128
+  // Each rank's CPU thread pool is its share of the cores (OMP_NUM_THREADS, unless the user set it).
+  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    EXPECT_EQ(ablate::receipts::Store::open(db_).run_json(dp.id)["env"]["intra_op_threads"],
+              std::to_string(std::max(1u, cores / 2)));
+  }
   expect_no_rank_left(two.out);
 }
 
