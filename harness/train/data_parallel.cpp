@@ -22,6 +22,8 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -31,6 +33,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::string progress_key(int64_t rank) { return fmt::format("progress/{}", rank); }
+std::string alive_key(int64_t rank) { return fmt::format("alive/{}", rank); }
+
+// A rank beats every kAliveInterval; one whose count did not move over kStaleCheck stopped answering.
+constexpr std::chrono::milliseconds kAliveInterval{500};
+constexpr std::chrono::milliseconds kStaleCheck{2500};
 
 // The collective backend of `rank` of `size` over `store` (its keys only), timing its collectives.
 c10::intrusive_ptr<c10d::Backend> make_backend(const std::string& backend, const c10::intrusive_ptr<c10d::Store>& store,
@@ -93,6 +100,28 @@ ProcessGroup::ProcessGroup(const WorldEnv& world, const std::string& backend, co
                          {"pid", static_cast<int64_t>(getpid())}, {"device", device.str()}}
               .dump());
   report_progress(-1);
+  heartbeat_ = std::thread([this] {
+    int64_t beats = 0;
+    std::unique_lock lock(heartbeat_mutex_);
+    do {
+      lock.unlock();
+      try {
+        publish(alive_key(world_.rank), std::to_string(++beats));
+      } catch (const std::exception&) {
+        // The store is gone (rank 0 ended): nothing left to tell.
+      }
+      lock.lock();
+    } while (!heartbeat_cv_.wait_for(lock, kAliveInterval, [this] { return heartbeat_stopping_; }));
+  });
+}
+
+void ProcessGroup::stop_heartbeat() {
+  {
+    std::lock_guard lock(heartbeat_mutex_);
+    heartbeat_stopping_ = true;
+  }
+  heartbeat_cv_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
 }
 
 ProcessGroup::ProcessGroup(const ProcessGroup& job, const std::string& name, const std::vector<int64_t>& members)
@@ -112,7 +141,10 @@ std::unique_ptr<ProcessGroup> ProcessGroup::subgroup(const std::string& name,
   return std::unique_ptr<ProcessGroup>(new ProcessGroup(*this, name, members));
 }
 
-ProcessGroup::~ProcessGroup() { abort(); }
+ProcessGroup::~ProcessGroup() {
+  abort();
+  stop_heartbeat();
+}
 
 void ProcessGroup::abort() {
   if (shut_down_ || !backend_) return;
@@ -125,6 +157,7 @@ void ProcessGroup::abort() {
 }
 
 void ProcessGroup::shutdown() {
+  stop_heartbeat();
   if (shut_down_) return;
   backend_->shutdown();
   shut_down_ = true;
@@ -172,18 +205,30 @@ std::string ProcessGroup::fetch(const std::string& key) {
 void ProcessGroup::report_progress(int64_t step) { publish(progress_key(world_.rank), std::to_string(step)); }
 
 std::string ProcessGroup::ranks_behind(int64_t step) {
+  const auto read = [this](const std::string& key) -> std::optional<std::string> {
+    if (!store_->check({key})) return std::nullopt;
+    const auto v = store_->get(key);
+    return std::string(v.begin(), v.end());
+  };
+  // The heartbeats now and kStaleCheck later: a count that did not move belongs to a process that
+  // stopped (SIGSTOP, a debugger, the OOM killer's victim) or died.
+  std::map<int64_t, std::optional<std::string>> beats;
+  for (int64_t r = 0; r < world_.world_size; ++r)
+    if (r != world_.rank) beats[r] = read(alive_key(r));
+  std::this_thread::sleep_for(kStaleCheck);
   std::string out;
   for (int64_t r = 0; r < world_.world_size; ++r) {
     if (r == world_.rank) continue;
-    std::string text = "nothing";
+    std::string text;
     try {
-      if (!store_->check({progress_key(r)})) text = "never reported";
-      else {
-        const auto v = store_->get(progress_key(r));
-        const int64_t at = std::stoll(std::string(v.begin(), v.end()));
-        if (at >= step) continue;
-        text = at < 0 ? "joined but never started a step" : fmt::format("last reported step {}", at);
-      }
+      const auto progress = read(progress_key(r));
+      const int64_t at = progress ? std::stoll(*progress) : -2;
+      if (!progress) text = "never reported";
+      else if (at < step) text = at < 0 ? "joined but never started a step" : fmt::format("last reported step {}", at);
+      else if (read(alive_key(r)) == beats[r])
+        text = fmt::format("stopped answering (its heartbeat has not moved for {} s; it had reported step {})",
+                           std::chrono::duration_cast<std::chrono::duration<double>>(kStaleCheck).count(), at);
+      else continue;
     } catch (const std::exception& e) {
       text = fmt::format("unreadable ({})", e.what());
     }

@@ -45,9 +45,12 @@
 
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness/shard_layout.h"
@@ -112,7 +115,9 @@ class ProcessGroup {
   void publish(const std::string& key, const std::string& value);
   std::string fetch(const std::string& key);  // waits up to the timeout
   void report_progress(int64_t step);
-  // "rank 1 last reported step 3" for every rank behind `step` (or silent); "" when none is.
+  // For a failure at `step`: "rank 1 last reported step 3" for every rank behind it (or silent), and
+  // "rank 2 stopped answering (...)" for one whose heartbeat stopped though it reported the step (a
+  // process stopped or dead mid-step); "" when none is. Takes kStaleCheck to watch the heartbeats.
   std::string ranks_behind(int64_t step);
 
  private:
@@ -125,6 +130,13 @@ class ProcessGroup {
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Backend> backend_;
   bool shut_down_ = false;  // shut down or aborted: the communicators are gone
+  // The job's group beats `alive/<rank>` (a count, so clocks of other hosts do not matter) every
+  // kAliveInterval on a thread of its own, until it is shut down or aborted.
+  void stop_heartbeat();
+  std::thread heartbeat_;
+  std::mutex heartbeat_mutex_;
+  std::condition_variable heartbeat_cv_;
+  bool heartbeat_stopping_ = false;
 };
 
 // The summed durations of completed collectives by the backend's own timing (NCCL: CUDA events on its

@@ -84,8 +84,10 @@ std::string lane_of(const ExperimentSpec& spec, const kernels::Dispatcher& d, co
 // Test-only fault injection for the multi-process tests (tests/harness/distributed_test.cpp):
 // ABLATE_TEST_FAULT = "kill:<rank>:<step>" (the rank SIGKILLs itself as that step begins) or
 // "hang:<rank>:<step>" (it stops making progress there, as a deadlocked rank would) or
-// "throw:<rank>:<step>" (its step fails with an error, as a rank whose training fails would).
-void inject_test_fault(int64_t rank, int64_t step) {
+// "throw:<rank>:<step>" (its step fails with an error, as a rank whose training fails would), all as
+// the step begins; or "stop:<rank>:<step>" (SIGSTOP once it has reported the step: the whole process,
+// heartbeat included, stops answering while its progress says it is where the others are).
+void inject_test_fault(int64_t rank, int64_t step, bool reported) {
   struct Fault {
     char kind[8] = {};
     long long rank = -1, step = -1;
@@ -97,6 +99,10 @@ void inject_test_fault(int64_t rank, int64_t step) {
     return f;
   }();
   if (fault.rank != rank || fault.step != step) return;
+  if (reported) {
+    if (std::string(fault.kind) == "stop") ::raise(SIGSTOP);
+    return;
+  }
   if (std::string(fault.kind) == "kill") ::raise(SIGKILL);
   if (std::string(fault.kind) == "hang")
     for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
@@ -511,8 +517,9 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
     for (; step < spec.train.steps; ++step) {
       const bool warm = step - start_step < out.warmup_steps;
       if (group) {
-        inject_test_fault(group->rank(), step);
+        inject_test_fault(group->rank(), step, /*reported=*/false);
         group->report_progress(step);
+        inject_test_fault(group->rank(), step, /*reported=*/true);
       }
       {
         // Before t0: opening the CUPTI window (its first use initialises CUPTI) is profiling time, not

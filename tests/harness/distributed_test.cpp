@@ -424,6 +424,19 @@ TEST_F(DistributedTest, HungRankFailsTheJobWithinTheTimeoutNamingIt) {
   }
 }
 
+// A rank stopped mid-step (SIGSTOP after it reported the step, so its progress is where rank 0's is):
+// the stored error still names it, by its heartbeat that stopped.
+TEST_F(DistributedTest, AStoppedRankIsNamedByItsHeartbeat) {
+  const auto job = launch_with_fault("stop:1:3", " --set distributed.timeout_s=6");
+  EXPECT_EQ(job.rc, 1) << job.out;
+  EXPECT_LT(job.seconds, 90) << job.out;
+  const auto rec = newest();
+  EXPECT_EQ(rec.status, "failed");
+  EXPECT_NE(rec.error.find("rank 1 stopped answering"), std::string::npos) << rec.error;
+  EXPECT_NE(rec.error.find("it had reported step 3"), std::string::npos) << rec.error;
+  expect_no_rank_left(job.out);
+}
+
 TEST_F(DistributedTest, NprocAgainstTheLaunchedWorldFailsClosed) {
   const auto alone = run_cli(ablate("run " + spec_.string()));
   EXPECT_EQ(alone.rc, 2) << alone.out;
