@@ -285,7 +285,7 @@ class Parser {
       }
       if (!node.is_table()) issue(node.source(), fmt::format("[{}] must be a table, got {}", k, type_name(node)));
     }
-    for (auto& sec : secs) read_section(root, sec, secs);
+    for (auto& sec : secs) read_section(root, sec, secs, spec.given_keys);
     read_backends(root, spec);
     if (issues_.empty()) cross_check(root, spec);
     if (!issues_.empty()) throw SpecError(issues_);
@@ -387,7 +387,7 @@ class Parser {
     spec.model = *cfg;
   }
 
-  void read_section(const toml::table& root, Section& sec, const std::vector<Section>& all) {
+  void read_section(const toml::table& root, Section& sec, const std::vector<Section>& all, std::set<std::string>& given) {
     const toml::node* node = root.at_path(sec.path).node();
     if (!node || !node->is_table()) return;
     const auto& tbl = *node->as_table();
@@ -411,6 +411,7 @@ class Parser {
         continue;
       }
       if (auto err = f->read(value); !err.empty()) issue(value.source(), fmt::format("{}: {}", dotted, err), dotted);
+      given.insert(dotted);
     }
   }
 

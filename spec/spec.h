@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <stdexcept>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,10 @@ struct ExperimentSpec {
   // changed by a --set no longer describes the model by its name.
   std::vector<std::string> overrides;
   bool model_overridden() const;  // an override set a model.* key
+  // Every section.key the file or a --set gave (a default is not given). Not part of the identity: it
+  // lets a launcher fill in what the user left to it, and only that.
+  std::set<std::string> given_keys;
+  bool given(const std::string& dotted) const { return given_keys.count(dotted) > 0; }
 };
 
 // One problem in a spec: where (file:line:column, or the --set that caused it) and what.

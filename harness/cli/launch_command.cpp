@@ -31,6 +31,7 @@
 
 #include "ablations/child_env.h"
 #include "harness/cli/commands.h"
+#include "harness/train/device.h"
 #include "receipts/store.h"
 #include "spec/spec.h"
 
@@ -174,8 +175,19 @@ void register_launch(CLI::App& app, Globals& g) {
     auto sets = overrides;
     if (nproc > 0) sets.push_back(fmt::format("distributed.nproc={}", nproc));
     // Bad input is exit 2 here, before any rank starts.
-    const auto spec = spec::parse_spec_file(file, sets);
+    auto spec = spec::parse_spec_file(file, sets);
     const int64_t world = spec.distributed.nproc;
+    // A CPU job whose file leaves distributed.backend to the launcher gets gloo (NCCL needs GPUs); a
+    // stated backend is never changed (nccl on the CPU stays an error). The choice is a --set, so the
+    // receipt's identity and overrides say it.
+    const bool on_cpu = spec.train.device == "cpu" || (spec.train.device == "auto" && !harness::live_device_info().cuda);
+    if (world > 1 && on_cpu && !spec.given("distributed.backend")) {
+      sets.push_back("distributed.backend=\"gloo\"");
+      spec = spec::parse_spec_file(file, sets);
+      fmt::print(stderr, "ablate launch: {} ranks on the CPU and {} sets no distributed.backend: they use gloo (added "
+                         "as --set distributed.backend=\"gloo\")\n",
+                 world, file);
+    }
     const int rendezvous = port > 0 ? port : free_port();
     const fs::path run_id_file =
         fs::temp_directory_path() / fmt::format("ablate-launch-{}-{}.runid", ::getpid(), rendezvous);

@@ -437,6 +437,24 @@ TEST_F(DistributedTest, AStoppedRankIsNamedByItsHeartbeat) {
   expect_no_rank_left(job.out);
 }
 
+// `ablate launch` of a file that leaves distributed.backend out, on the CPU: the ranks use gloo, added
+// as a --set the receipt records; a stated nccl stays an error (below).
+TEST_F(DistributedTest, LaunchOnTheCpuUsesGlooWhenTheFileLeavesTheBackend) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "a CUDA device is visible: the default backend is nccl here";
+  const fs::path file = dir_ / "no-backend.toml";
+  std::ofstream(file) << "[experiment]\nname = \"dp-test\"\n[model]\nconfig = \"tiny\"\npattern = \"AMDR\"\nbatch_size = 1\n"
+                         "[data]\nsource = \"synthetic\"\n[train]\nsteps = 4\nwarmup_steps = 1\nlog_every = 0\n"
+                         "[distributed]\nnproc = 2\n";
+  const auto job = run_cli(ablate("launch " + file.string()));
+  ASSERT_EQ(job.rc, 0) << job.out;
+  EXPECT_NE(job.out.find("they use gloo"), std::string::npos) << job.out;
+  const auto rec = newest();
+  EXPECT_EQ(rec.status, "ok") << rec.error;
+  const auto j = ablate::receipts::Store::open(db_).run_json(rec.id);
+  EXPECT_EQ(j["env"]["distributed.backend"], "gloo");
+  EXPECT_EQ(j["run"]["summary"]["facts"]["model"]["overrides"].back(), "distributed.backend=\"gloo\"");
+}
+
 TEST_F(DistributedTest, NprocAgainstTheLaunchedWorldFailsClosed) {
   const auto alone = run_cli(ablate("run " + spec_.string()));
   EXPECT_EQ(alone.rc, 2) << alone.out;

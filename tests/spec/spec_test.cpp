@@ -228,6 +228,16 @@ TEST(Spec, NamesTagsSubTablesAndStepCountsFailClosed) {
   EXPECT_EQ(ok.experiment.name, "my run v1.2 \"quoted\" \u00e9t\u00e9");
 }
 
+// What the file or a --set gave, as opposed to a default: a launcher fills in only what was left to it.
+TEST(Spec, GivenKeysAreWhatTheFileOrASetGave) {
+  const auto spec = parse_spec_string("[distributed]\nnproc = 2\n", "g.toml", {"train.steps=90"});
+  EXPECT_TRUE(spec.given("distributed.nproc"));
+  EXPECT_TRUE(spec.given("train.steps"));
+  EXPECT_FALSE(spec.given("distributed.backend"));
+  EXPECT_EQ(spec.distributed.backend, "nccl");  // the default, not given
+  EXPECT_TRUE(parse_spec_string("", "g.toml", {"distributed.backend=\"gloo\""}).given("distributed.backend"));
+}
+
 TEST(Spec, CanonicalJsonIsTheIdentity) {
   const auto a = parse_spec_string("[train]\nsteps = 20\nlr = 0.001\n", "a.toml");
   // Same values, other order, other spelling of the number, comments: same identity.
