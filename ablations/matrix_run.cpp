@@ -4,6 +4,7 @@
 #include "ablations/matrix_run.h"
 
 #include "ablations/child_env.h"
+#include "base/die_of_signal.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -96,16 +97,6 @@ class StopSignals {
   ~StopSignals() {
     for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &previous_[i], nullptr);
   }
-  // After the children have gone: the runner dies of the signal it got, as if it had not caught it.
-  [[noreturn]] static void die_of(int sig) {
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    sigaction(sig, &dfl, nullptr);
-    ::raise(sig);
-    ::_exit(128 + sig);
-  }
-
  private:
   static constexpr std::array<int, 3> kSignals = {SIGINT, SIGTERM, SIGHUP};
   std::array<struct sigaction, 3> previous_{};
@@ -204,7 +195,8 @@ Outcome run_slots(const Matrix& matrix, int64_t matrix_id, const std::vector<Slo
                  running.size());
       std::fflush(opt.out);
     }
-    if (forwarded != 0 && running.empty()) StopSignals::die_of(forwarded);
+    // After the children have gone: the runner dies of the signal it got, as if it had not caught it.
+    if (forwarded != 0 && running.empty()) base::die_of_signal(forwarded);
     // Start slots in order while their lanes are free: a data-parallel cell takes nproc GPUs at once
     // (one lane without --gpus); the order is kept, so a wide cell waits for its GPUs rather than being
     // overtaken.

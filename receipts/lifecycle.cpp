@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "base/clock.h"
+#include "base/die_of_signal.h"
 
 namespace ablate::receipts {
 namespace {
@@ -58,20 +59,6 @@ std::string signal_name(int sig) {
   }
 }
 
-// The conventional end: default action, unblocked, re-raised in this thread, so the process dies of
-// `sig` exactly as if nothing had intercepted it.
-[[noreturn]] void die_of(int sig) {
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
-  sigaction(sig, &dfl, nullptr);
-  sigset_t one;
-  sigemptyset(&one);
-  sigaddset(&one, sig);
-  pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
-  raise(sig);
-  _exit(128 + sig);  // not reached: the default action of each of them terminates
-}
 
 }  // namespace
 
@@ -192,7 +179,7 @@ void RunLifecycle::on_signal(int sig) {
       ended_ = true;
     }
   }
-  die_of(sig);
+  base::die_of_signal(sig);
 }
 
 void RunLifecycle::stop_signal_thread() {

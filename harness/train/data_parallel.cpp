@@ -210,30 +210,35 @@ std::string ProcessGroup::ranks_behind(int64_t step) {
     const auto v = store_->get(key);
     return std::string(v.begin(), v.end());
   };
-  // The heartbeats now and kStaleCheck later: a count that did not move belongs to a process that
-  // stopped (SIGSTOP, a debugger, the OOM killer's victim) or died.
-  std::map<int64_t, std::optional<std::string>> beats;
-  for (int64_t r = 0; r < world_.world_size; ++r)
-    if (r != world_.rank) beats[r] = read(alive_key(r));
-  std::this_thread::sleep_for(kStaleCheck);
-  std::string out;
+  // Each other rank's account: behind by its progress, or (when it reported this step) watched below.
+  std::map<int64_t, std::string> said;
+  std::map<int64_t, std::pair<int64_t, std::optional<std::string>>> reported;  // rank -> (step, heartbeat)
   for (int64_t r = 0; r < world_.world_size; ++r) {
     if (r == world_.rank) continue;
-    std::string text;
     try {
       const auto progress = read(progress_key(r));
       const int64_t at = progress ? std::stoll(*progress) : -2;
-      if (!progress) text = "never reported";
-      else if (at < step) text = at < 0 ? "joined but never started a step" : fmt::format("last reported step {}", at);
-      else if (read(alive_key(r)) == beats[r])
-        text = fmt::format("stopped answering (its heartbeat has not moved for {} s; it had reported step {})",
-                           std::chrono::duration_cast<std::chrono::duration<double>>(kStaleCheck).count(), at);
-      else continue;
+      if (!progress) said[r] = "never reported";
+      else if (at < step) said[r] = at < 0 ? "joined but never started a step" : fmt::format("last reported step {}", at);
+      else reported[r] = {at, read(alive_key(r))};
     } catch (const std::exception& e) {
-      text = fmt::format("unreadable ({})", e.what());
+      said[r] = fmt::format("unreadable ({})", e.what());
     }
-    out += fmt::format("{}rank {} {}", out.empty() ? "" : "; ", r, text);
   }
+  // A rank that reported the step but whose heartbeat does not move over kStaleCheck stopped (SIGSTOP,
+  // a debugger, the OOM killer's victim) or died mid-step. Watched only when there is such a rank.
+  if (!reported.empty()) std::this_thread::sleep_for(kStaleCheck);
+  for (const auto& [r, seen] : reported) {
+    try {
+      if (read(alive_key(r)) == seen.second)
+        said[r] = fmt::format("stopped answering (its heartbeat has not moved for {} s; it had reported step {})",
+                              std::chrono::duration_cast<std::chrono::duration<double>>(kStaleCheck).count(), seen.first);
+    } catch (const std::exception& e) {
+      said[r] = fmt::format("unreadable ({})", e.what());
+    }
+  }
+  std::string out;
+  for (const auto& [r, text] : said) out += fmt::format("{}rank {} {}", out.empty() ? "" : "; ", r, text);
   return out;
 }
 

@@ -117,7 +117,8 @@ class ProcessGroup {
   void report_progress(int64_t step);
   // For a failure at `step`: "rank 1 last reported step 3" for every rank behind it (or silent), and
   // "rank 2 stopped answering (...)" for one whose heartbeat stopped though it reported the step (a
-  // process stopped or dead mid-step); "" when none is. Takes kStaleCheck to watch the heartbeats.
+  // process stopped or dead mid-step); "" when none is. Watching the heartbeats takes kStaleCheck,
+  // only when some rank did report the step.
   std::string ranks_behind(int64_t step);
 
  private:

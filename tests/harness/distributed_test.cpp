@@ -83,6 +83,16 @@ class DistributedTest : public ::testing::Test {
     return r;
   }
 
+  // `ablate launch` of the spec with `sets`: it exits 0 and its run is ok with `steps` rows of rank 0
+  // (call through ASSERT_NO_FATAL_FAILURE).
+  void launch_ok(const std::string& sets, size_t steps, Recorded* out) {
+    const auto job = run_cli(ablate("launch " + spec_.string() + sets));
+    ASSERT_EQ(job.rc, 0) << job.out;
+    *out = newest();
+    ASSERT_EQ(out->status, "ok") << out->error;
+    ASSERT_EQ(out->loss.size(), steps);
+  }
+
   // `ablate launch` of 50 steps with ABLATE_TEST_FAULT set (harness/train/stages.cpp), timed.
   struct Job {
     int rc;
@@ -188,11 +198,8 @@ TEST_F(DistributedTest, ShardedStagesTrainLikeTheUnshardedJob) {
     std::vector<double> zero1_losses;
     for (const char* stage : {"optimizer", "gradients", "full"}) {
       SCOPED_TRACE(std::string("distributed.sharding = ") + stage);
-      const auto job = run_cli(ablate("launch " + spec_.string() + sets + " --set distributed.sharding=" + stage));
-      ASSERT_EQ(job.rc, 0) << job.out;
-      const auto sharded = newest();
-      ASSERT_EQ(sharded.status, "ok") << sharded.error;
-      ASSERT_EQ(sharded.loss.size(), 6u);
+      Recorded sharded;
+      ASSERT_NO_FATAL_FAILURE(launch_ok(sets + " --set distributed.sharding=" + stage, 6, &sharded));
       expect_steps_near(sharded.loss, none.loss, 1e-6);
       expect_steps_near(sharded.grad_norm, none.grad_norm, 1e-5);
       if (zero1_losses.empty()) {
@@ -333,23 +340,16 @@ TEST_F(DistributedTest, ExpertParallelTrainsLikeReplicatedExperts) {
     SCOPED_TRACE("world " + std::to_string(world));
     const std::string job_sets = moe + " --set distributed.nproc=" + std::to_string(world) +
                                  " --set model.batch_size=" + std::to_string(4 / world);
-    const auto plain = run_cli(ablate("launch " + spec_.string() + job_sets));
-    ASSERT_EQ(plain.rc, 0) << plain.out;
-    const auto replicated = newest();
-    ASSERT_EQ(replicated.status, "ok") << replicated.error;
-    ASSERT_EQ(replicated.loss.size(), 6u);
+    Recorded replicated;
+    ASSERT_NO_FATAL_FAILURE(launch_ok(job_sets, 6, &replicated));
     expect_steps_near(replicated.loss, single.loss, 1e-5);
     const auto& plain_facts = replicated.summary["facts"]["distributed"]["sharding"];
     EXPECT_EQ(plain_facts["expert_parallel"], 1) << plain_facts.dump();
     EXPECT_EQ(plain_facts["all_to_all_bytes"], 0) << plain_facts.dump();
     for (int64_t ep = 2; ep <= world; ep *= 2) {
       SCOPED_TRACE("distributed.expert_parallel = " + std::to_string(ep));
-      const auto job = run_cli(ablate("launch " + spec_.string() + job_sets +
-                                      " --set distributed.expert_parallel=" + std::to_string(ep)));
-      ASSERT_EQ(job.rc, 0) << job.out;
-      const auto spread = newest();
-      ASSERT_EQ(spread.status, "ok") << spread.error;
-      ASSERT_EQ(spread.loss.size(), 6u);
+      Recorded spread;
+      ASSERT_NO_FATAL_FAILURE(launch_ok(job_sets + " --set distributed.expert_parallel=" + std::to_string(ep), 6, &spread));
       expect_steps_near(spread.loss, replicated.loss, 1e-5);
       expect_steps_near(spread.grad_norm, replicated.grad_norm, 1e-5);
       EXPECT_EQ(spread.rows_per_rank.size(), static_cast<size_t>(world));
