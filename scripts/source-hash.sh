@@ -8,7 +8,7 @@ set -euo pipefail
 export LC_ALL=C
 {
   ls CMakeLists.txt
-  find cmake ablations data harness kernels model profiling receipts report spec tests scripts \
+  find cmake ablations base data harness kernels model profiling receipts report spec tests scripts \
     -type f \( -name '*.cpp' -o -name '*.h' -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' \
     -o -name 'CMakeLists.txt' -o -name '*.cmake' -o -name '*.in' \) 2>/dev/null
 } | sort | while IFS= read -r f; do printf '%s\n' "$f"; sha256sum < "$f"; done | sha256sum | cut -c1-64

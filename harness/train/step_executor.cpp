@@ -5,7 +5,9 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -211,13 +213,33 @@ void StepExecutor::await_replay(int64_t step) {
   if (!posture_.group) return;  // one process: the host read waits, and nothing can stall the replay
   const auto timeout = posture_.group->timeout();
   if (graph_->finished_within(timeout)) return;
-  // The replay's NCCL kernels spin on the stopped rank: aborting the communicators ends them, so the
-  // failure can be recorded (anything that synchronises with the device would wait for ever).
-  posture_.group->abort();
+  abort_replay(timeout);
   throw std::runtime_error(fmt::format(
         "the CUDA graph replay of step {} did not finish within distributed.timeout_s = {} s: a collective "
         "captured in it waits for a rank that stopped",
         step, std::chrono::duration_cast<std::chrono::seconds>(timeout).count()));
+}
+
+// The replay's NCCL kernels spin, waiting for the stopped rank, and anything that synchronises with the
+// device waits with them: only aborting the communicators ends them (NCCL's abort flag). But once the
+// flag is up, ncclCommAbort waits until no graph holds the communicators' plans, and destroying a graph
+// waits for its replay to end (seen on 2 x H100: either order alone deadlocks). So the abort runs on a
+// thread of its own, holding the group; the graph goes once its replay has ended; then the abort ends.
+void StepExecutor::abort_replay(std::chrono::milliseconds wait) {
+  auto aborted = std::make_shared<std::atomic<bool>>(false);
+  std::thread([group = posture_.group, aborted] {
+    group->abort();
+    aborted->store(true);
+  }).detach();
+  if (graph_->finished_within(wait)) {
+    graph_->abandon();
+  } else {
+    fmt::print(stderr, "ablate: rank {}: the stalled replay did not end after the abort; the device is left as it is\n",
+               posture_.group->rank());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (!aborted->load() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
 
 std::string StepExecutor::agree_on_capture(const std::string& failure) {

@@ -16,6 +16,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -84,6 +85,7 @@ class StepExecutor {
   Result read(const torch::Tensor& stats, Mode mode) const;
   // Data parallel: waits for the step's replay at most the collective timeout, else throws naming it.
   void await_replay(int64_t step);
+  void abort_replay(std::chrono::milliseconds wait);  // ends a replay stalled on a stopped rank
   // Data parallel: every rank's capture outcome through the store; "" only when every rank captured.
   std::string agree_on_capture(const std::string& failure);
 

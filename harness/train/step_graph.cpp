@@ -110,6 +110,12 @@ bool StepGraph::finished_within(std::chrono::milliseconds timeout) {
   }
 }
 
+void StepGraph::abandon() {
+  if (!impl_->graph) return;
+  impl_->graph->reset();
+  impl_->graph.reset();
+}
+
 #else
 
 struct StepGraph::Impl {};
@@ -119,6 +125,7 @@ bool StepGraph::captured() const { return false; }
 std::string StepGraph::capture(const std::function<torch::Tensor()>&) { return "built without CUDA"; }
 torch::Tensor StepGraph::replay() { throw std::logic_error("CUDA graphs: built without CUDA"); }
 bool StepGraph::finished_within(std::chrono::milliseconds) { throw std::logic_error("CUDA graphs: built without CUDA"); }
+void StepGraph::abandon() {}
 
 #endif
 

@@ -38,6 +38,10 @@ class StepGraph {
   // data parallel this bounds a replay whose captured collective waits on a rank that stopped: NCCL's
   // own watchdog times only the collectives it launched, never those a graph replays.
   bool finished_within(std::chrono::milliseconds timeout);
+  // Destroys the graph (it must not be replaying: destroying an in-flight graph waits for it), so
+  // what waits for the graph's references can finish: ncclCommAbort polls until no graph holds its
+  // communicators' plans. Afterwards captured() is false; the graph's memory pool goes back to the allocator.
+  void abandon();
 
  private:
   struct Impl;
