@@ -1,9 +1,11 @@
-// ablations/matrix_run.cpp: the matrix scheduler: store lookups for resume, child processes through
+// ablations/matrix_run.cpp: the matrix scheduler: store lookups for resume, a claim on each (cell,
+// repeat) before it starts (so concurrent runners of one matrix share the work), child processes through
 // posix_spawn (no fork of a process that may hold threads), one log file per run, progress and ETA.
 // Tests: tests/ablations/matrix_run_test.cpp.
 #include "ablations/matrix_run.h"
 
 #include "ablations/child_env.h"
+#include "base/clock.h"
 #include "base/die_of_signal.h"
 
 #include <fcntl.h>
@@ -102,6 +104,52 @@ class StopSignals {
   std::array<struct sigaction, 3> previous_{};
 };
 
+// This process as a runner of the matrix in the store (claims, heartbeat); ended on every way out but a
+// fatal signal, which leaves it to go stale. Store trouble after registration is noted, never fatal:
+// the runs already started go on.
+class RunnerRegistration {
+ public:
+  RunnerRegistration(const std::string& db, int64_t matrix_id, std::FILE* out)
+      : interval_s_(base::env_seconds("ABLATE_HEARTBEAT_S", 5.0)),  // a bad value fails before the store is touched
+        store_(receipts::Store::open(db)),
+        id_(store_.begin_matrix_runner(matrix_id)),
+        out_(out) {}
+  ~RunnerRegistration() { end(); }
+  RunnerRegistration(const RunnerRegistration&) = delete;
+  RunnerRegistration& operator=(const RunnerRegistration&) = delete;
+
+  receipts::MatrixClaim claim(const std::string& cell, int64_t repeat) { return store_.claim_matrix_slot(id_, cell, repeat); }
+  // Beats when the interval has passed since the last beat.
+  void beat() {
+    const auto now = Clock::now();
+    if (std::chrono::duration<double>(now - last_beat_).count() < interval_s_) return;
+    last_beat_ = now;
+    try {
+      store_.matrix_runner_heartbeat(id_);
+    } catch (const std::exception& e) {
+      fmt::print(out_, "matrix: heartbeat of runner {} failed, retrying: {}\n", id_, e.what());
+    }
+  }
+  void end() noexcept {
+    if (ended_) return;
+    ended_ = true;
+    try {
+      store_.end_matrix_runner(id_);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "matrix: could not record runner %lld as ended (its claims free up once stale): %s\n",
+                   static_cast<long long>(id_), e.what());
+    }
+  }
+
+ private:
+  double interval_s_;  // seconds between heartbeats, as runs beat (ABLATE_HEARTBEAT_S)
+  receipts::Store store_;
+  int64_t id_;
+  std::FILE* out_;
+  Clock::time_point last_beat_ = Clock::now();
+  bool ended_ = false;
+};
+
 std::string exit_text(int status) {
   if (WIFEXITED(status)) return fmt::format("failed (exit {})", WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return fmt::format("failed (signal {})", WTERMSIG(status));
@@ -118,8 +166,7 @@ std::optional<int64_t> find_matrix(receipts::Store& store, const Matrix& matrix)
 }
 
 int64_t find_or_create_matrix(receipts::Store& store, const Matrix& matrix) {
-  if (auto id = find_matrix(store, matrix)) return *id;
-  return store.create_matrix(matrix.spec.name, identity_json(matrix).dump());
+  return store.find_or_create_matrix(matrix.spec.name, identity_json(matrix).dump());
 }
 
 std::vector<Slot> pending_slots(receipts::Store& store, int64_t matrix_id, const Matrix& matrix) {
@@ -169,21 +216,31 @@ Outcome run_slots(const Matrix& matrix, int64_t matrix_id, const std::vector<Slo
   std::vector<bool> busy(lanes, false);
   std::map<pid_t, Running> running;
   Outcome outcome;
-  size_t next = 0, finished = 0;
-  double busy_seconds = 0;  // summed run time of finished children, for the ETA
+  size_t next = 0, finished = 0, timed = 0;
+  double busy_seconds = 0;  // summed run time of the `timed` finished children, for the ETA
   // One progress line per finished run; `failure` is empty when it ended ok.
   auto finish = [&](const Slot& slot, double took, const std::string& failure, const std::string& log) {
     ++finished;
+    ++timed;
     busy_seconds += took;
     failure.empty() ? ++outcome.ok : ++outcome.failed;
     // Remaining work spread over the lanes, at the mean run time so far.
-    const double eta = busy_seconds / static_cast<double>(finished) * static_cast<double>(slots.size() - finished) /
+    const double eta = busy_seconds / static_cast<double>(timed) * static_cast<double>(slots.size() - finished) /
                        static_cast<double>(lanes);
     fmt::print(opt.out, "[{}/{}] {} r{} {} {:.1f} s, {} failed, ETA {}{}\n", finished, slots.size(), matrix.cells[slot.cell].name,
                slot.repeat, failure.empty() ? "ok" : failure, took, outcome.failed, format_eta(eta),
                failure.empty() ? "" : ", log " + log);
     std::fflush(opt.out);
   };
+  // A pair another runner took (or finished) since this one listed its work: not run here.
+  auto skip = [&](const Slot& slot, const receipts::MatrixClaim& claim) {
+    ++finished;
+    ++outcome.skipped;
+    fmt::print(opt.out, "[{}/{}] {} r{} skipped: {} {}\n", finished, slots.size(), matrix.cells[slot.cell].name, slot.repeat,
+               claim.outcome == receipts::MatrixClaim::Outcome::done ? "already ok in" : "taken by", claim.holder);
+    std::fflush(opt.out);
+  };
+  RunnerRegistration runner(opt.db, matrix_id, opt.out);
   const StopSignals stop_signals;
   int forwarded = 0;  // the stop signal the children were sent (0: none yet)
   while (finished < slots.size()) {
@@ -196,7 +253,11 @@ Outcome run_slots(const Matrix& matrix, int64_t matrix_id, const std::vector<Slo
       std::fflush(opt.out);
     }
     // After the children have gone: the runner dies of the signal it got, as if it had not caught it.
-    if (forwarded != 0 && running.empty()) base::die_of_signal(forwarded);
+    if (forwarded != 0 && running.empty()) {
+      runner.end();
+      base::die_of_signal(forwarded);
+    }
+    runner.beat();
     // Start slots in order while their lanes are free: a data-parallel cell takes nproc GPUs at once
     // (one lane without --gpus); the order is kept, so a wide cell waits for its GPUs rather than being
     // overtaken.
@@ -217,6 +278,17 @@ Outcome run_slots(const Matrix& matrix, int64_t matrix_id, const std::vector<Slo
         if (!busy[lane]) free.push_back(lane);
       if (free.size() < want) break;
       ++next;
+      receipts::MatrixClaim claim;
+      try {
+        claim = runner.claim(cell.name, slot.repeat);
+      } catch (const std::exception& e) {  // the store refused: this pair fails here, the rest go on
+        finish(slot, 0, fmt::format("failed (cannot claim it in {}: {})", opt.db, e.what()), log);
+        continue;
+      }
+      if (claim.outcome != receipts::MatrixClaim::Outcome::claimed) {
+        skip(slot, claim);
+        continue;
+      }
       std::string devices;
       for (size_t lane : free) devices += (devices.empty() ? "" : ",") + (opt.gpus.empty() ? "" : opt.gpus[lane]);
       try {
@@ -229,24 +301,25 @@ Outcome run_slots(const Matrix& matrix, int64_t matrix_id, const std::vector<Slo
       }
     }
     if (running.empty()) continue;
-    int status = 0;
-    // Polled, so a stop signal that lands between the check above and the wait is seen within 50 ms.
-    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
-    if (pid == 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      continue;
+    // Each child polled by its pid (never waitpid(-1): other children of this process are not ours), so a
+    // stop signal that lands between the check above and the wait is seen within 50 ms.
+    bool reaped = false;
+    for (auto it = running.begin(); it != running.end();) {
+      int status = 0;
+      const pid_t pid = ::waitpid(it->first, &status, WNOHANG);
+      if (pid == 0 || (pid < 0 && errno == EINTR)) {
+        ++it;
+        continue;
+      }
+      if (pid < 0) throw std::runtime_error(fmt::format("waiting for matrix run {}: {}", it->first, std::strerror(errno)));
+      const Running r = it->second;
+      it = running.erase(it);
+      reaped = true;
+      for (size_t lane : r.lanes) busy[lane] = false;
+      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      finish(r.slot, std::chrono::duration<double>(Clock::now() - r.start).count(), ok ? "" : exit_text(status), r.log);
     }
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      throw std::runtime_error(fmt::format("waiting for matrix runs: {}", std::strerror(errno)));
-    }
-    auto it = running.find(pid);
-    if (it == running.end()) continue;  // not one of ours
-    const Running r = it->second;
-    running.erase(it);
-    for (size_t lane : r.lanes) busy[lane] = false;
-    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    finish(r.slot, std::chrono::duration<double>(Clock::now() - r.start).count(), ok ? "" : exit_text(status), r.log);
+    if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return outcome;
 }

@@ -18,7 +18,8 @@ namespace ablate::ablations {
 
 // The matrix row whose name and identity_json equal this matrix's, if the store has one.
 std::optional<int64_t> find_matrix(receipts::Store& store, const Matrix& matrix);
-// find_matrix, else a new row: re-running the same matrix resumes it.
+// find_matrix, else a new row, in one store transaction (two runners started at once share the row):
+// re-running the same matrix resumes it.
 int64_t find_or_create_matrix(receipts::Store& store, const Matrix& matrix);
 
 // The run order without the (cell, repeat) pairs that already have an `ok` run in the matrix;
@@ -41,9 +42,13 @@ struct RunnerOptions {
 
 struct Outcome {
   size_t ok = 0, failed = 0;
+  size_t skipped = 0;  // pairs another runner took or finished after `slots` was listed
 };
 
 // Runs `slots` in order, keeping every GPU slot busy; prints one progress line per finished run.
+// Registers as a runner of matrix `matrix_id` in options.db and claims each pair just before starting
+// it (receipts::Store::claim_matrix_slot): a pair another live runner holds, or one already ok, is
+// skipped, so concurrent `matrix run`s of one matrix run each pair once between them.
 // A child that cannot be started counts as a failed run.
 Outcome run_slots(const Matrix& matrix, int64_t matrix_id, const std::vector<Slot>& slots, const RunnerOptions& options);
 

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "build_info.h"
+#include "base/host.h"
 #include "base/sha256.h"
 
 namespace ablate::harness {
@@ -140,9 +141,7 @@ GitFacts git_facts() {
 
 Fingerprint host_fingerprint(int schema_version) {
   Fingerprint f;
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  f["host"] = or_unknown(host);
+  f["host"] = base::host_name();
   utsname u{};
   if (uname(&u) == 0) f["os"] = std::string(u.sysname) + " " + u.release + " " + u.machine;
   f["cpu_model"] = or_unknown(proc_field("/proc/cpuinfo", "model name"));

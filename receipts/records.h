@@ -223,4 +223,15 @@ struct MatrixCell {
   std::int64_t run_id = 0;
 };
 
+// What a matrix runner found when it went to take a (cell, repeat) pair (Store::claim_matrix_slot).
+struct MatrixClaim {
+  enum class Outcome {
+    claimed,  // the pair is this runner's to run
+    done,     // the matrix already has an `ok` run for it
+    taken,    // another live runner holds it, or a live run is recording it
+  };
+  Outcome outcome = Outcome::claimed;
+  std::string holder;  // done: "run 12"; taken: "runner 3 (pid 4242 on gpu-node-07)" or "run 12 (running)"
+};
+
 }  // namespace ablate::receipts

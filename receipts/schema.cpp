@@ -1,6 +1,7 @@
 // receipts/schema.cpp: migration SQL. v1 = core tables + append-only triggers; v2 = annotations + report indexes;
 // v3 = profiling evidence (profile windows, per-step time by family/seam, kernel attribution, backend evidence);
-// v4 = MoE router evidence per step (load-balancing loss, slots dropped by the capacity factor).
+// v4 = MoE router evidence per step (load-balancing loss, slots dropped by the capacity factor);
+// v5 = matrix runners and their claims on (cell, repeat) pairs, so concurrent `matrix run`s share the work.
 // Frozen history: never edit a migration that has shipped (schema_test compares v1 with its fixture).
 // Tests: tests/receipts/schema_test.cpp.
 #include "receipts/schema.h"
@@ -321,10 +322,39 @@ ALTER TABLE steps ADD COLUMN moe_dropped_slots INTEGER CHECK (moe_dropped_slots 
 )";
 }
 
+// v5: coordination between `ablate matrix run` processes working through one matrix. Not receipts:
+// these rows change and stop mattering once their runner has gone, so they carry no append-only guards
+// and no report reads them. A claim holds while its runner is alive (ended_at NULL and a heartbeat
+// newer than the stale limit, as for runs); a runner that ended or vanished frees its claims.
+std::string migration_v5() {
+  return R"(
+CREATE TABLE matrix_runners (
+  id           INTEGER PRIMARY KEY,
+  matrix_id    INTEGER NOT NULL REFERENCES matrices(id),
+  pid          INTEGER NOT NULL,
+  host         TEXT NOT NULL,
+  started_at   REAL NOT NULL,
+  heartbeat_at REAL NOT NULL,
+  ended_at     REAL
+);
+-- The runner that took a (cell, repeat) pair of a matrix: it runs the pair (once) while it lives.
+CREATE TABLE matrix_claims (
+  matrix_id  INTEGER NOT NULL REFERENCES matrices(id),
+  cell       TEXT NOT NULL,
+  repeat     INTEGER NOT NULL,
+  runner_id  INTEGER NOT NULL REFERENCES matrix_runners(id),
+  claimed_at REAL NOT NULL,
+  PRIMARY KEY (matrix_id, cell, repeat)
+) WITHOUT ROWID;
+CREATE INDEX matrix_claims_by_runner ON matrix_claims(runner_id);
+)";
+}
+
 }  // namespace
 
 const std::vector<std::string>& migrations() {
-  static const std::vector<std::string> all = {migration_v1(), migration_v2(), migration_v3(), migration_v4()};
+  static const std::vector<std::string> all = {migration_v1(), migration_v2(), migration_v3(), migration_v4(),
+                                               migration_v5()};
   return all;
 }
 

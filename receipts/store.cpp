@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/host.h"
 #include "receipts/schema.h"
 #include "base/sha256.h"
 
@@ -142,12 +143,6 @@ void retry_while_busy(int timeout_ms, Fn&& fn) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(attempt, 20)));
   }
-}
-
-std::string this_host() {
-  std::array<char, 256> name{};
-  if (gethostname(name.data(), name.size() - 1) != 0) return "unknown";
-  return name.data();
 }
 
 void require_json(const std::string& text, std::string_view what) {
@@ -301,7 +296,7 @@ std::int64_t Store::begin_run(const RunStart& start) {
           "INSERT INTO runs (name, status, started_at, heartbeat_at, pid, host, tags, lane, spec_hash, matrix_id, "
           "cell, repeat) VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
       st->execute(start.name, now, now, start.pid != 0 ? start.pid : static_cast<std::int64_t>(getpid()),
-                  start.host.empty() ? this_host() : start.host, to_json_array(start.tags), start.lane, spec_hash,
+                  start.host.empty() ? base::host_name() : start.host, to_json_array(start.tags), start.lane, spec_hash,
                   start.matrix_id, start.cell, start.repeat);
     }
     const std::int64_t run_id = db_->last_insert_rowid();
@@ -577,17 +572,7 @@ void Store::annotate(std::int64_t run_id, const std::string& text) {
   });
 }
 
-// ---- matrices and decisions --------------------------------------------------------------------
-
-std::int64_t Store::create_matrix(const std::string& name, const std::string& spec_json) {
-  if (name.empty()) throw StoreError("a matrix needs a name");
-  require_json(spec_json, "the spec of matrix '" + name + "'");
-  return db_->write_transaction([&] {
-    sql::Lease st = db_->prepare("INSERT INTO matrices (name, spec_json, created_at) VALUES (?, ?, ?)");
-    st->execute(name, spec_json, base::unix_now());
-    return db_->last_insert_rowid();
-  });
-}
+// ---- decisions (matrices: store_matrix.cpp) --------------------------------------------------------------------
 
 std::int64_t Store::record_decision(const Decision& d) {
   if (d.seam.empty() || d.backend.empty()) throw StoreError("a decision needs a seam and a backend");

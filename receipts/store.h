@@ -84,10 +84,26 @@ class Store {
 
   // ---- matrices and decisions ----
   std::int64_t create_matrix(const std::string& name, const std::string& spec_json);
+  // The oldest matrix row with this name and spec, created when there is none, in one write
+  // transaction: two runners started at once get the same row.
+  std::int64_t find_or_create_matrix(const std::string& name, const std::string& spec_json);
   std::vector<MatrixCell> matrix_cells(std::int64_t matrix_id);
   std::int64_t record_decision(const Decision& decision);
   // Newest first; empty seam/backend means any.
   std::vector<Decision> list_decisions(const std::string& seam = "", const std::string& backend = "");
+
+  // ---- matrix runners: concurrent `matrix run`s sharing one matrix (schema v5; coordination, not receipts) ----
+  // Registers this process (pid, host) as a runner of the matrix, beating now.
+  std::int64_t begin_matrix_runner(std::int64_t matrix_id);
+  // A runner whose heartbeat is older than the stale limit has vanished: its claims are free again.
+  void matrix_runner_heartbeat(std::int64_t runner_id);
+  // The runner has stopped: its claims are free (a pair it ran ok stays done through its run).
+  void end_matrix_runner(std::int64_t runner_id);
+  // Takes (cell, repeat) of the runner's matrix unless the matrix has an `ok` run for it (done) or a
+  // live other runner holds it or a live run is recording it (taken). One write transaction: two runners
+  // never both take a pair. A runner that took a pair keeps it after its run ends, failed or not, so a
+  // failed pair is retried by the next `matrix run`, never twice by concurrent ones.
+  MatrixClaim claim_matrix_slot(std::int64_t runner_id, const std::string& cell, std::int64_t repeat);
 
   // ---- reads (CLI, report/) ----
   // Newest first (started_at, then id). Throws StoreError on an unknown status or unreadable `since`.

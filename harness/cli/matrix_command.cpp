@@ -50,7 +50,7 @@ void register_matrix(CLI::App& app, Globals& g) {
   static bool dry_run = false;
   static std::string logs;
   auto* run = matrix->add_subcommand(
-      "run", "Run every (cell, repeat) as a child `ablate run`, skipping pairs that already have an ok run (exit 1 if any fails)");
+      "run", "Run every (cell, repeat) as a child `ablate run`, skipping pairs that already have an ok run or that a concurrent runner took (exit 1 if any fails)");
   run->add_option("file", file, "matrix TOML (ablations/*.toml)")->required()->check(CLI::ExistingFile);
   run->add_option("--gpus", gpus, "run in parallel, one child per listed GPU (CUDA_VISIBLE_DEVICES), e.g. 0,1; a cell with distributed.nproc = N takes N of them")->delimiter(',');
   run->add_option("--repeats", repeats, "override [matrix].repeats")->check(at_least(1));
@@ -94,7 +94,8 @@ void register_matrix(CLI::App& app, Globals& g) {
     opt.gpus = gpus;
     opt.log_dir = !logs.empty() ? logs : (fs::path(g.db).parent_path() / "matrix-logs").string();
     const auto outcome = ablations::run_slots(m, id, pending, opt);
-    fmt::print("matrix {} (id {}): {} ok, {} failed{}\n", m.spec.name, id, outcome.ok, outcome.failed,
+    fmt::print("matrix {} (id {}): {} ok, {} failed{}{}\n", m.spec.name, id, outcome.ok, outcome.failed,
+               outcome.skipped ? fmt::format(", {} run or running elsewhere (another runner)", outcome.skipped) : "",
                outcome.failed ? fmt::format("; logs in {}; run the same command again to retry them", opt.log_dir) : "");
     return outcome.failed == 0 ? kExitOk : kExitRunFailed;
   }});

@@ -28,6 +28,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/host.h"
+
 namespace ablate::harness {
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -93,10 +95,8 @@ ProcessGroup::ProcessGroup(const WorldEnv& world, const std::string& backend, co
   group_size_ = world.world_size;
   backend_ = make_backend(backend, c10::make_intrusive<c10d::PrefixStore>("c10d/", store_), group_rank_, group_size_,
                           world, timeout);
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
   publish(fmt::format("where/{}", world.rank),
-          nlohmann::json{{"rank", world.rank}, {"local_rank", world.local_rank}, {"host", host},
+          nlohmann::json{{"rank", world.rank}, {"local_rank", world.local_rank}, {"host", base::host_name()},
                          {"pid", static_cast<int64_t>(getpid())}, {"device", device.str()}}
               .dump());
   report_progress(-1);

@@ -146,3 +146,42 @@ TEST_F(MatrixCli, ATerminatedRunnerEndsItsRunsAsKilled) {
   EXPECT_EQ(runs.front().status, ablate::receipts::RunStatus::killed);
   EXPECT_EQ(store.get_run(runs.front().id).error, "killed by SIGTERM");
 }
+
+// Two `ablate matrix run` of one file at once share the work through their claims in the store: each
+// (cell, repeat) runs once between them, every run ok, and each runner names what the other ran.
+TEST_F(MatrixCli, ConcurrentRunnersRunEachPairOnce) {
+  if (run_cli("run --help").rc != 0) GTEST_SKIP() << "this build has no `ablate run` (built without LibTorch)";
+  const std::string db = (dir_ / "r.db").string();
+  const std::string runner = "env ABLATE_GIT_REVISION=0123456789abcdef0123456789abcdef01234567 ABLATE_GIT_DIRTY=false " +
+                             std::string(ABLATE_BINARY_DIR) + "/ablate matrix run " + kTinyMatrix + " --repeats 2 --db " + db +
+                             " --logs " + (dir_ / "logs").string();
+  const std::string a = (dir_ / "a.txt").string(), b = (dir_ / "b.txt").string();
+  const auto r = ablate::testing::run_shell("bash -c '" + runner + " > " + a + " 2>&1 & pa=$!; " + runner + " > " + b +
+                                            " 2>&1 & pb=$!; wait $pa; ra=$?; wait $pb; echo rc=$ra,$?'");
+  auto slurp = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const std::string out_a = slurp(a), out_b = slurp(b);
+  EXPECT_NE(r.out.find("rc=0,0"), std::string::npos) << r.out << out_a << out_b;
+
+  auto store = ablate::receipts::Store::open(db);
+  const auto runs = store.list_runs();
+  ASSERT_EQ(runs.size(), 4u) << out_a << out_b;
+  ASSERT_TRUE(runs[0].matrix_id);
+  std::multiset<std::string> pairs;
+  for (const auto& c : store.matrix_cells(*runs[0].matrix_id)) {
+    EXPECT_EQ(store.get_run(c.run_id).status, ablate::receipts::RunStatus::ok);
+    pairs.insert(c.cell + " r" + std::to_string(c.repeat));
+  }
+  EXPECT_EQ(pairs, (std::multiset<std::string>{"baseline r0", "baseline r1", "backends.loss=chunked r0",
+                                               "backends.loss=chunked r1"}));
+  // Between them: 4 ok and 4 skipped (what the other one took or finished).
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count(out_a + out_b, " r0 ok ") + count(out_a + out_b, " r1 ok "), 4u) << out_a << out_b;
+  EXPECT_EQ(count(out_a + out_b, " skipped: "), 4u) << out_a << out_b;
+}

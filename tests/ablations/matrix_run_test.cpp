@@ -1,7 +1,9 @@
 // tests/ablations/matrix_run_test.cpp: the matrix scheduler without LibTorch. The store side (matrix
 // row reused, ok pairs skipped, failed ones pending) uses hand-made runs; the process side runs a
 // shell script in place of `ablate run` that records its arguments and environment and fails one cell.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -41,6 +43,12 @@ class MatrixRun : public ::testing::Test {
     start.repeat = repeat;
     const auto id = store.begin_run(start);
     store.finish_run(id, status, status == RunStatus::ok ? "" : "boom", {});
+  }
+
+  // The matrix's row in the test's store (run_slots registers its runner there).
+  int64_t matrix_row(const Matrix& m) {
+    auto store = Store::open((dir_ / "r.db").string());
+    return find_or_create_matrix(store, m);
   }
 
   // run_slots on GPUs 3 and 5 with `script_body` (a /bin/sh script) standing in for `ablate`;
@@ -100,7 +108,8 @@ TEST_F(MatrixRun, ChildArgsCarryBaseOverridesAndDb) {
 TEST_F(MatrixRun, ChildrenGetTheirCoordinatesAndOneGpuEach) {
   // Stands in for `ablate run`: appends "cell|repeat|matrix id|gpu|args" and fails the chunked cell.
   const fs::path calls = dir_ / "calls.txt", progress = dir_ / "progress.txt";
-  const auto outcome = run_fake(matrix_, 42,
+  const int64_t id = matrix_row(matrix_);
+  const auto outcome = run_fake(matrix_, id,
                                 "echo \"$ABLATE_MATRIX_CELL|$ABLATE_MATRIX_REPEAT|$ABLATE_MATRIX_ID|$CUDA_VISIBLE_DEVICES|$*\" >> " +
                                     calls.string() +
                                     "\necho child output\n"
@@ -111,11 +120,14 @@ TEST_F(MatrixRun, ChildrenGetTheirCoordinatesAndOneGpuEach) {
   std::istringstream lines(slurp(calls));
   std::multiset<std::string> seen;
   for (std::string line; std::getline(lines, line);) {
-    const auto gpu_at = line.find("|42|") + 4;
-    const std::string gpu = line.substr(gpu_at, 1);
-    EXPECT_TRUE(gpu == "3" || gpu == "5") << line;
-    seen.insert(line.substr(0, gpu_at - 4));
-    EXPECT_NE(line.find("|run " + matrix_.spec.base_path + " --set backends.loss="), std::string::npos) << line;
+    std::vector<std::string> fields;  // cell, repeat, matrix id, gpu, arguments
+    std::istringstream split(line);
+    for (std::string field; std::getline(split, field, '|');) fields.push_back(field);
+    ASSERT_EQ(fields.size(), 5u) << line;
+    EXPECT_EQ(fields[2], std::to_string(id)) << line;
+    EXPECT_TRUE(fields[3] == "3" || fields[3] == "5") << line;
+    seen.insert(fields[0] + "|" + fields[1]);
+    EXPECT_EQ(fields[4].rfind("run " + matrix_.spec.base_path + " --set backends.loss=", 0), 0u) << line;
   }
   EXPECT_EQ(seen, (std::multiset<std::string>{"baseline|0", "baseline|1", "backends.loss=chunked|0", "backends.loss=chunked|1"}));
 
@@ -123,8 +135,8 @@ TEST_F(MatrixRun, ChildrenGetTheirCoordinatesAndOneGpuEach) {
   EXPECT_NE(text.find("[4/4] "), std::string::npos) << text;
   EXPECT_NE(text.find("backends.loss=chunked r0 failed (exit 1)"), std::string::npos) << text;
   EXPECT_NE(text.find("baseline r1 ok"), std::string::npos) << text;
-  const auto log = log_path((dir_ / "logs").string(), 42, matrix_.cells[1], 0);
-  EXPECT_EQ(fs::path(log).filename(), "m42-backends.loss=chunked-r0.log");
+  const auto log = log_path((dir_ / "logs").string(), id, matrix_.cells[1], 0);
+  EXPECT_EQ(fs::path(log).filename(), "m" + std::to_string(id) + "-backends.loss=chunked-r0.log");
   EXPECT_EQ(slurp(log), "child output\n");
 }
 
@@ -142,7 +154,7 @@ TEST_F(MatrixRun, AChildThatCannotStartIsAFailedRun) {
   opt.log_dir = (dir_ / "logs").string();
   const fs::path progress = dir_ / "progress.txt";
   opt.out = std::fopen(progress.c_str(), "w");
-  const auto outcome = run_slots(matrix_, 1, {{0, 0}, {1, 0}}, opt);
+  const auto outcome = run_slots(matrix_, matrix_row(matrix_), {{0, 0}, {1, 0}}, opt);
   std::fclose(opt.out);
   EXPECT_EQ(outcome.ok, 0u);
   EXPECT_EQ(outcome.failed, 2u);
@@ -162,11 +174,40 @@ TEST_F(MatrixRun, DataParallelCellsLaunchOnAsManyGpus) {
   EXPECT_EQ(child_args(m, {1, 0}, "r.db").front(), "launch");
 
   const fs::path calls = dir_ / "calls.txt", progress = dir_ / "progress.txt";
-  const auto outcome = run_fake(m, 7, "echo \"$ABLATE_MATRIX_CELL|$CUDA_VISIBLE_DEVICES|$1\" >> " + calls.string() + "\n");
+  const auto outcome = run_fake(m, matrix_row(m), "echo \"$ABLATE_MATRIX_CELL|$CUDA_VISIBLE_DEVICES|$1\" >> " + calls.string() + "\n");
   EXPECT_EQ(outcome.ok, 2u);
   EXPECT_EQ(outcome.failed, 1u);
   const std::string seen = slurp(calls);
   EXPECT_NE(seen.find("distributed.nproc=2|3,5|launch"), std::string::npos) << seen;
   EXPECT_EQ(seen.find("distributed.nproc=4|"), std::string::npos) << seen;
   EXPECT_NE(slurp(progress).find("distributed.nproc = 4 needs 4 GPUs, --gpus lists 2"), std::string::npos) << slurp(progress);
+}
+
+// Pairs that another live runner of the same matrix holds, or that already have an ok run, are skipped
+// (named in the progress), and this runner's own claims are freed when it ends.
+TEST_F(MatrixRun, PairsAnotherRunnerHoldsAreSkipped) {
+  const int64_t id = matrix_row(matrix_);
+  auto store = Store::open((dir_ / "r.db").string());
+  const int64_t other = store.begin_matrix_runner(id);
+  ASSERT_EQ(store.claim_matrix_slot(other, "backends.loss=chunked", 1).outcome, MatrixClaim::Outcome::claimed);
+  add_run(store, id, "baseline", 1, RunStatus::ok);  // finished since the runner listed its work
+
+  const fs::path calls = dir_ / "calls.txt";
+  const auto outcome = run_fake(matrix_, id, "echo \"$ABLATE_MATRIX_CELL|$ABLATE_MATRIX_REPEAT\" >> " + calls.string() + "\n");
+  EXPECT_EQ(outcome.ok, 2u);
+  EXPECT_EQ(outcome.failed, 0u);
+  EXPECT_EQ(outcome.skipped, 2u);
+  std::istringstream lines(slurp(calls));
+  std::multiset<std::string> seen;
+  for (std::string line; std::getline(lines, line);) seen.insert(line);
+  EXPECT_EQ(seen, (std::multiset<std::string>{"baseline|0", "backends.loss=chunked|0"}));
+  const std::string progress = slurp(dir_ / "progress.txt");
+  EXPECT_NE(progress.find(fmt::format("backends.loss=chunked r1 skipped: taken by runner {} (pid {}", other, ::getpid())),
+            std::string::npos) << progress;
+  EXPECT_NE(progress.find("baseline r1 skipped: already ok in run "), std::string::npos) << progress;
+
+  // The runner has ended: a new one may take the pairs it ran (no ok run was recorded by the fake).
+  const int64_t next = store.begin_matrix_runner(id);
+  EXPECT_EQ(store.claim_matrix_slot(next, "baseline", 0).outcome, MatrixClaim::Outcome::claimed);
+  EXPECT_EQ(store.claim_matrix_slot(next, "backends.loss=chunked", 1).outcome, MatrixClaim::Outcome::taken);
 }

@@ -19,7 +19,8 @@ using testing::RawDb;
 
 const std::set<std::string> kTables = {
     "annotations",  "artifacts",  "backend_evidence", "catalog",      "decisions",       "goodput",
-    "kernel_attribution", "kernels", "matrices",     "matrix_cells", "memory",          "profile_time",
+    "kernel_attribution", "kernels", "matrices",     "matrix_cells", "matrix_claims",   "matrix_runners",
+    "memory",          "profile_time",
     "profile_windows", "run_backends", "run_env",     "run_spec",     "runs",            "steps"};
 
 std::set<std::string> tables(Store& store) {
@@ -230,6 +231,39 @@ TEST(Schema, MigratesV3FixtureToV4KeepingItsData) {
   EXPECT_NE(raw.exec(fmt::format("INSERT INTO steps (run_id, step, wall_ms, moe_dropped_slots) VALUES ({}, 5, 1, -2)", id))
                 .find("CHECK constraint failed"),
             std::string::npos);
+
+  const std::string fresh = dir.file("fresh.db");
+  Store::open(fresh);
+  EXPECT_EQ(schema_dump(path), schema_dump(fresh));
+}
+
+TEST(Schema, V4FixtureMatchesMigrations1To4) {
+  base::TempDir dir;
+  const std::string fixture_db = load_fixture(dir, "schema_v4");
+  EXPECT_EQ(schema_dump(fixture_db), schema_dump(fresh_at_version(dir, 4)));
+  EXPECT_EQ(RawDb(fixture_db).scalar("PRAGMA user_version"), "4");
+}
+
+// v5 added matrix runners and claims: a v4 file keeps its matrix, cells and runs; its ok cell is done for
+// a new runner, which can claim the others; finished runs stay frozen.
+TEST(Schema, MigratesV4FixtureToV5KeepingItsData) {
+  base::TempDir dir;
+  const std::string path = load_fixture(dir, "schema_v4");
+  auto store = Store::open(path);
+  EXPECT_EQ(store.schema_version(), schema::latest_version());
+  EXPECT_EQ(tables(store), kTables);
+  const auto cells = store.matrix_cells(1);
+  ASSERT_EQ(cells.size(), 1u);
+  EXPECT_EQ(cells[0].run_id, 3);
+  EXPECT_EQ(store.run_json(3)["steps"][0]["moe_dropped_slots"], 2);
+
+  const auto runner = store.begin_matrix_runner(1);
+  const auto done = store.claim_matrix_slot(runner, "baseline", 0);
+  EXPECT_EQ(done.outcome, MatrixClaim::Outcome::done);
+  EXPECT_EQ(done.holder, "run 3");
+  EXPECT_EQ(store.claim_matrix_slot(runner, "backends.loss=chunked", 0).outcome, MatrixClaim::Outcome::claimed);
+  RawDb raw(path);
+  EXPECT_NE(raw.exec("UPDATE runs SET status = 'failed' WHERE id = 3").find("append-only"), std::string::npos);
 
   const std::string fresh = dir.file("fresh.db");
   Store::open(fresh);

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "base/clock.h"
+#include "base/host.h"
 #include "base/sha256.h"
 #include "tests/receipts/test_util.h"
 
@@ -368,6 +369,62 @@ TEST_F(StoreTest, MatricesAndDecisions) {
   d.evidence_run_ids = {12345};
   expect_error([&] { store_.record_decision(d); }, {"no run 12345"});
   EXPECT_NE(RawDb(path_).exec("UPDATE decisions SET verdict = 'DROP'").find("append-only"), std::string::npos);
+}
+
+// Concurrent `matrix run`s: a pair is taken by one live runner; an ok run makes it done; a live run
+// recording it takes it too; a runner that ended or went stale frees its pairs; a failed pair stays with
+// the runner that ran it while that runner lives.
+TEST_F(StoreTest, MatrixClaimsSharePairsBetweenLiveRunners) {
+  const auto matrix = store_.find_or_create_matrix("loss", R"({"cells":["baseline","chunked"]})");
+  EXPECT_EQ(store_.find_or_create_matrix("loss", R"({"cells":["baseline","chunked"]})"), matrix);
+  EXPECT_NE(store_.find_or_create_matrix("loss", R"({"cells":["baseline"]})"), matrix);
+  expect_error([&] { store_.begin_matrix_runner(999); }, {"no matrix 999"});
+
+  Store other = Store::open(path_);  // a second process's connection
+  const auto a = store_.begin_matrix_runner(matrix);
+  const auto b = other.begin_matrix_runner(matrix);
+  using Outcome = MatrixClaim::Outcome;
+  EXPECT_EQ(store_.claim_matrix_slot(a, "baseline", 0).outcome, Outcome::claimed);
+  const auto taken = other.claim_matrix_slot(b, "baseline", 0);
+  EXPECT_EQ(taken.outcome, Outcome::taken);
+  EXPECT_EQ(taken.holder, fmt::format("runner {} (pid {} on {})", a, getpid(), base::host_name()));
+  EXPECT_EQ(other.claim_matrix_slot(b, "baseline", 1).outcome, Outcome::claimed);
+  EXPECT_EQ(store_.claim_matrix_slot(a, "baseline", 1).outcome, Outcome::taken);
+
+  // a's run of baseline r0 fails: the pair stays a's, so b does not run it a second time.
+  RunStart start = sample_start("cell");
+  start.matrix_id = matrix;
+  start.cell = "baseline";
+  start.repeat = 0;
+  const auto failed = store_.begin_run(start);
+  EXPECT_EQ(other.claim_matrix_slot(b, "baseline", 0).outcome, Outcome::taken);
+  store_.finish_run(failed, RunStatus::failed, "boom", {});
+  EXPECT_EQ(other.claim_matrix_slot(b, "baseline", 0).outcome, Outcome::taken);
+
+  // a ends: its pairs are free; an ok run makes a pair done for everyone.
+  store_.end_matrix_runner(a);
+  expect_error([&] { store_.claim_matrix_slot(a, "chunked", 0); }, {"no running matrix runner"});
+  EXPECT_EQ(other.claim_matrix_slot(b, "baseline", 0).outcome, Outcome::claimed);
+  const auto ok = other.begin_run(start);
+  other.finish_run(ok, RunStatus::ok, "", sample_summary(3));
+  const auto c = store_.begin_matrix_runner(matrix);
+  const auto done = store_.claim_matrix_slot(c, "baseline", 0);
+  EXPECT_EQ(done.outcome, Outcome::done);
+  EXPECT_EQ(done.holder, fmt::format("run {}", ok));
+
+  // A live run recording a pair takes it (its runner may have died); stale, it does not.
+  start.cell = "chunked";
+  const auto live = store_.begin_run(start);
+  EXPECT_EQ(store_.claim_matrix_slot(c, "chunked", 0).holder, fmt::format("run {} (running)", live));
+  RawDb raw(path_);
+  raw.exec_ok(fmt::format("UPDATE runs SET heartbeat_at = heartbeat_at - 3600 WHERE id = {}", live));
+  EXPECT_EQ(store_.claim_matrix_slot(c, "chunked", 0).outcome, Outcome::claimed);
+
+  // b's heartbeat goes stale (the process vanished): c may take its pair; a fresh beat would have kept it.
+  other.matrix_runner_heartbeat(b);
+  EXPECT_EQ(store_.claim_matrix_slot(c, "baseline", 1).outcome, Outcome::taken);
+  raw.exec_ok(fmt::format("UPDATE matrix_runners SET heartbeat_at = heartbeat_at - 3600 WHERE id = {}", b));
+  EXPECT_EQ(store_.claim_matrix_slot(c, "baseline", 1).outcome, Outcome::claimed);
 }
 
 TEST(StoreOptions, StaleLimitFromOptionOrEnvironment) {
