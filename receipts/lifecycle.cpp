@@ -3,6 +3,7 @@
 #include "receipts/lifecycle.h"
 
 #include <fmt/format.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -116,7 +117,19 @@ void RunLifecycle::finish(RunStatus status, const std::string& error, const RunS
     std::lock_guard lock(mutex_);
     if (ended_) throw StoreError(fmt::format("run {} has already finished", run_id_));
     stop_heartbeat();  // no heartbeat may race the final write
-    finish_store_->finish_run(run_id_, status, error, summary);
+    try {
+      finish_store_->finish_run(run_id_, status, error, summary);
+    } catch (const SqliteError& e) {
+      if ((e.code() & 0xff) != SQLITE_FULL) throw;
+      // A full disk may still take the smallest end, one row rewritten in place of the summary's pages:
+      // the run ends failed with its reason, never `running` or "ended without a result". A run that
+      // trained to the end without its summary is no evidence.
+      finish_store_->finish_run(
+          run_id_, RunStatus::failed,
+          status == RunStatus::ok ? fmt::format("training ended, but its summary could not be written: {}", e.what())
+                                  : fmt::format("{} (its summary could not be written: {})", error, e.what()),
+          {});
+    }
     ended_ = true;
   }
   stop_signal_thread();

@@ -2,8 +2,10 @@
 #include "receipts/run_recorder.h"
 
 #include <fmt/format.h>
+#include <sqlite3.h>
 
 #include "receipts/errors.h"
+#include "receipts/sql.h"
 
 namespace ablate::receipts {
 
@@ -14,6 +16,13 @@ std::unique_ptr<RunRecorder> RunRecorder::begin(const std::string& db_path, cons
   const std::int64_t run_id = store.begin_run(start);
   std::unique_ptr<RunRecorder> rec(new RunRecorder(db_path, std::move(store), run_id, 0));
   rec->life_ = std::make_unique<RunLifecycle>(db_path, run_id, lifecycle);
+  rec->reserve_ = std::make_unique<EndReserve>(db_path);
+  try {
+    rec->hold_end_reserve();
+  } catch (const StoreFileError& e) {  // no room for the run's end: it ends now, failed, saying why
+    rec->life_->finish(RunStatus::failed, e.what());
+    throw;
+  }
   return rec;
 }
 
@@ -75,13 +84,25 @@ void RunRecorder::goodput(const std::map<std::string, double>& seconds) {
   store_.record_goodput(run_id_, seconds);
 }
 
+void RunRecorder::hold_end_reserve() {
+  if (!reserve_ || reserve_->renew()) return;
+  throw StoreFileError(SQLITE_FULL, sql::file_problem(SQLITE_FULL, db_path_,
+                                                 fmt::format("{} KiB could not be held for the end of run {}",
+                                                             reserve_->bytes() >> 10, run_id_)));
+}
+
 void RunRecorder::step(const StepRow& row) {
   StepRow own = row;
   own.rank = rank_;
+  const std::size_t before = steps_->pending();
   steps_->add(own);
+  if (steps_->pending() <= before) hold_end_reserve();  // rows were written: the WAL grew into the reserve
 }
 
-void RunRecorder::flush_steps() { steps_->flush(); }
+void RunRecorder::flush_steps() {
+  steps_->flush();
+  hold_end_reserve();
+}
 
 void RunRecorder::outliers(const std::vector<std::int64_t>& steps) {
   if (!steps.empty()) store_.flag_outliers(run_id_, rank_, steps);

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "receipts/end_reserve.h"
 #include "receipts/lifecycle.h"
 #include "receipts/records.h"
 #include "receipts/step_buffer.h"
@@ -69,12 +70,15 @@ class RunRecorder {
  private:
   RunRecorder(std::string db_path, Store store, std::int64_t run_id, std::int64_t rank);
   void require_owner(const char* what) const;
+  // Renews the disk space held for the run's end; throws StoreFileError (a full disk) when it cannot.
+  void hold_end_reserve();
 
   std::string db_path_;
   Store store_;
   std::int64_t run_id_;
   std::int64_t rank_;
   std::unique_ptr<StepBuffer> steps_;
+  std::unique_ptr<EndReserve> reserve_;  // owner only: disk space held for the run's end
   std::unique_ptr<RunLifecycle> life_;  // owner only; declared last: ends first
 };
 

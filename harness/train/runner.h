@@ -42,7 +42,7 @@ struct RunResult {
   int64_t run_id = 0;
   std::string status;  // ok | failed (ranks other than 0 write no receipt: run_id 0)
   std::string error;
-  int exit_code = 0;   // 0 ok, 1 failed
+  int exit_code = 0;   // 0 ok, 1 failed, 2 failed because the receipt store refused a write (full disk)
 };
 
 // Throws SpecError / DataError / StoreError / StoreFileError / std::invalid_argument for bad input (nothing written);

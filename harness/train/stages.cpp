@@ -466,6 +466,9 @@ void close_loop(TrainOutcome& out, receipts::RunRecorder& recorder, ProcessGroup
       for (size_t i : slow_outliers(out.steady_ms)) outliers.push_back(out.steady_steps[i]);
       recorder.outliers(outliers);
     }
+  } catch (const receipts::StoreFileError& e) {  // a full disk: the run still ends failed, saying so
+    if (!out.failure) out.failure = fmt::format("the receipt store takes no more: {}", e.what());
+    out.store_unwritable = true;
   } catch (const std::exception& e) {
     if (recorder.owns_run()) throw;
     // Another rank's run that rank 0 already closed (it failed first): this rank's failure stands.
@@ -567,6 +570,9 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
     }
   } catch (const TrainingFailure& e) {
     out.failure = e.what();
+  } catch (const receipts::StoreFileError& e) {
+    out.failure = fmt::format("at step {}: {}", step, e.what());
+    out.store_unwritable = true;
   } catch (const c10::OutOfMemoryError& e) {
     const int index = cuda_index_of(posture.device);
     out.failure = fmt::format("CUDA out of memory at step {}: {}", step,
@@ -625,7 +631,7 @@ RunResult publish_rank_outcome(const RunPosture& posture, const TrainOutcome& ou
                             {"peak_memory", outcome.peak_memory},
                             {"warmup_steps", outcome.warmup_steps}};
   posture.group->publish(outcome_key(posture.group->rank()), j.dump());
-  if (outcome.failure) return RunResult{0, "failed", *outcome.failure, 1};
+  if (outcome.failure) return RunResult{0, "failed", *outcome.failure, outcome.store_unwritable ? 2 : 1};
   return RunResult{0, "ok", "", 0};
 }
 
@@ -832,7 +838,7 @@ RunResult fail_receipt(const ExperimentSpec& spec, const RunOptions& opt, const 
   recorder.goodput(ledger.totals());
   recorder.finish_failed(error, run_facts(spec, posture, state, source, outcome));
   Progress{opt.quiet}(fmt::format("run {} failed: {}", recorder.run_id(), error));
-  return RunResult{recorder.run_id(), "failed", error, 1};
+  return RunResult{recorder.run_id(), "failed", error, outcome.store_unwritable ? 2 : 1};
 }
 
 RunResult finalise_receipt(const ExperimentSpec& spec, const RunOptions& opt, const RunPosture& posture,

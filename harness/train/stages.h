@@ -106,6 +106,9 @@ std::unique_ptr<receipts::RunRecorder> open_recorder(const ExperimentSpec& spec,
 // ---- 5. the train loop
 struct TrainOutcome {
   std::optional<std::string> failure;  // why training stopped early; the run is then `failed`
+  // The failure was the receipt store refusing a write (a full disk, a read-only file): bad input of
+  // the environment, exit 2 like the same store refused before the run, though the run row exists.
+  bool store_unwritable = false;
   // Steady step times (after the warm-up steps), and their step indices. Steps inside the profiled
   // window are left out when steady steps outside it remain: tracing slows them.
   std::vector<double> steady_ms;

@@ -24,6 +24,7 @@
 #include "receipts/store.h"
 #include "base/temp_dir.h"
 #include "tests/cli_runner.h"
+#include "tests/small_disk.h"
 
 namespace fs = std::filesystem;
 using ablate::testing::run_cli;
@@ -235,29 +236,50 @@ TEST_F(CliReceiptsTest, AStoreThatCannotBeWrittenIsBadInputAndStaysUntouched) {
 }
 
 // A full disk is bad input with its remedy, not a raw "disk I/O error" (exit 1): opening a store whose
-// disk cannot take the WAL's -shm file, and a run that cannot begin. A 400 KB tmpfs is the disk, so the
+// disk cannot take the WAL's -shm file, and a run that cannot begin. A 4 MB tmpfs is the disk, so the
 // test needs root and a kernel that lets it mount one (else skipped, saying so).
 TEST_F(CliReceiptsTest, AFullDiskIsBadInputWithItsRemedy) {
-  if (geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
   const std::string disk = dir_.file("small-disk");
-  fs::create_directories(disk);
-  if (run_shell("mount -t tmpfs -o size=400k tmpfs " + disk).rc != 0) GTEST_SKIP() << "cannot mount a tmpfs here";
-  struct Unmount {
-    std::string at;
-    ~Unmount() { run_shell("umount " + at); }
-  } unmount{disk};
+  const ablate::testing::SmallDisk small(disk, 4096);
+  if (!small.ready()) GTEST_SKIP() << small.why_not();
   const std::string db = disk + "/store.db";
   ASSERT_EQ(run_shell(kExe + " " + short_run(db)).rc, 0);
-  run_shell("dd if=/dev/zero of=" + disk + "/fill bs=4k");  // fails once the disk is full, as it should
+  small.fill();
   for (const std::string command : {"runs --db " + db, short_run(db)}) {
     SCOPED_TRACE(command);
     const auto r = run_shell(kExe + " " + command);
     EXPECT_EQ(r.rc, 2) << r.out;
     EXPECT_THAT(r.out, HasSubstr("cannot write the receipt store '" + db + "': the disk holding it is full")) << r.out;
   }
-  fs::remove(disk + "/fill");
+  small.empty();
   const auto after = run_shell(kExe + " runs --db " + db);
   EXPECT_EQ(after.rc, 0) << after.out;  // space again: the store reads as before
+}
+
+// A disk that fills while a run trains: the run ends `failed` with the disk's reason and exit 2 (a full
+// disk is the environment's fault, as before the run), never `running` or "ended without a result";
+// the steps written before stay. Root only (the small tmpfs), else skipped.
+TEST_F(CliReceiptsTest, ADiskThatFillsMidRunEndsTheRunFailedWithTheReason) {
+  const std::string disk = dir_.file("small-disk");
+  const ablate::testing::SmallDisk small(disk, 4096);
+  if (!small.ready()) GTEST_SKIP() << small.why_not();
+  const std::string db = disk + "/store.db", log = dir_.file("run.log");
+  const auto r = run_shell("bash -c '" + kExe + " run " + kTiny + " --db " + db +
+                           " --no-profile --set train.steps=1000000 --set train.log_every=1 --set train.device=\"cpu\""
+                           " --set data.source=\"synthetic\" > " + log + " 2>&1 & pid=$!; for i in $(seq 600); do"
+                           " grep -q \"step \" " + log + " && break; sleep 0.1; done; dd if=/dev/zero of=" + disk +
+                           "/fill bs=4k 2>/dev/null; wait $pid; echo rc=$?'");
+  small.empty();
+  std::ifstream in(log);
+  const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(r.out, HasSubstr("rc=2")) << out;
+  auto store = ablate::receipts::Store::open(db);
+  const auto runs = store.list_runs();
+  ASSERT_EQ(runs.size(), 1u);
+  const auto run = store.get_run(runs[0].id);
+  EXPECT_EQ(run.status, ablate::receipts::RunStatus::failed);
+  EXPECT_THAT(run.error.value_or(""), HasSubstr("the disk holding it is full")) << out;
+  EXPECT_FALSE(store.run_json(runs[0].id)["steps"].empty());
 }
 
 // An unreadable folder of the corpus is an error naming it, as an unreadable file is (never skipped,

@@ -14,6 +14,7 @@
 
 #include "receipts/store.h"
 #include "tests/receipts/test_util.h"
+#include "tests/small_disk.h"
 
 namespace ablate::receipts {
 namespace {
@@ -84,6 +85,32 @@ TEST_F(Lifecycle, UnwindingWithoutAResultMarksFailed) {
   EXPECT_EQ(run.status, RunStatus::failed);
   EXPECT_EQ(run.error, "ended without a result");
   EXPECT_FALSE(termination_blocked());
+}
+
+// A disk that fills during a run: its end with the summary no longer fits, the smallest end does (the
+// WAL's space is reused once checkpointed), so the run ends failed with its reason and the disk's,
+// never `running` or "ended without a result". Needs root for the small tmpfs, else skipped.
+TEST_F(Lifecycle, AFullDiskStillEndsTheRunWithItsReason) {
+  const std::string disk = dir_.file("small-disk");
+  const ::ablate::testing::SmallDisk small(disk, 512);
+  if (!small.ready()) GTEST_SKIP() << small.why_not();
+  const std::string path = disk + "/receipts.db";
+  auto store = Store::open(path);
+  const auto id = store.begin_run(testing::sample_start("fills-the-disk"));
+  RunLifecycle life(path, id, fast_heartbeat());
+  store.append_steps(id, testing::make_steps(200));
+  testing::RawDb(path).exec_ok("PRAGMA wal_checkpoint(RESTART)");
+  small.fill();
+  RunSummary summary;
+  summary.facts.resumed_from = std::string(1 << 20, 'x');  // 1 MiB of facts: more than the disk has left
+  life.finish(RunStatus::failed, "loss diverged at step 12", summary);
+  EXPECT_TRUE(life.finished());
+  const RunRow run = store.get_run(id);
+  EXPECT_EQ(run.status, RunStatus::failed);
+  const std::string error = run.error.value_or("");
+  EXPECT_EQ(error.rfind("loss diverged at step 12 (its summary could not be written: cannot write the receipt store", 0), 0u)
+      << error;
+  EXPECT_NE(error.find("the disk holding it is full"), std::string::npos) << error;
 }
 
 TEST_F(Lifecycle, RefusesUnknownOrFinishedRuns) {
