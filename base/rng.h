@@ -34,6 +34,7 @@ class SplitMix64 {
 inline constexpr uint64_t kShuffleDomain = 1;
 inline constexpr uint64_t kSyntheticDomain = 2;
 inline constexpr uint64_t kModelInitDomain = 3;  // the model's initial weights (model/blocks.h SeededInit)
+inline constexpr uint64_t kValidationDomain = 4;  // synthetic validation rows (data/source.h)
 uint64_t derive_seed(uint64_t seed, uint64_t domain, uint64_t index);
 
 // Fisher-Yates over 0..n-1, from the back: for i = n-1 .. 1 swap a[i] with a[below(i+1)], the

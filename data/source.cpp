@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fmt/format.h>
 #include <limits>
+#include <stdexcept>
 
 #include "data/errors.h"
 #include "data/hash.h"
@@ -23,7 +24,15 @@ constexpr int64_t kMaxZipfVocab = int64_t{1} << 24;  // the CDF table is 8 bytes
 class CorpusSource final : public DataSource {
  public:
   CorpusSource(const DataOptions& opts, Corpus corpus, DataDescription desc)
-      : DataSource(opts, std::move(desc)), corpus_(std::move(corpus)), rows_(corpus_.tokens.span(), opts.seq_len) {
+      : DataSource(opts, std::move(desc)), corpus_(std::move(corpus)) {
+    if (opts.validation_fraction > 0) {
+      split(opts.validation_fraction);
+      rows_ = PackedRows(train_, opts.seq_len);
+      validation_ = PackedRows(held_out_, opts.seq_len);
+      desc_.validation_rows = validation_.size();
+    } else {
+      rows_ = PackedRows(corpus_.tokens.span(), opts.seq_len);
+    }
     desc_.rows_per_epoch = rows_.size();
   }
   uint64_t rows_per_epoch() const override { return rows_.size(); }
@@ -31,10 +40,41 @@ class CorpusSource final : public DataSource {
   void fill_row(uint64_t, uint64_t row, int32_t* tokens, uint8_t* mask) const override {
     rows_.fill(row, tokens, mask);
   }
+  uint64_t validation_rows() const override { return validation_.size(); }
+  void fill_validation_row(uint64_t row, int32_t* tokens, uint8_t* mask) const override {
+    if (row >= validation_.size()) DataSource::fill_validation_row(row, tokens, mask);  // throws
+    validation_.fill(row, tokens, mask);
+  }
 
  private:
+  // Each document (its bytes and the kEod after it) whole to one side, in corpus order.
+  void split(double fraction) {
+    const auto all = corpus_.tokens.span();
+    uint64_t at = 0;
+    for (const auto& file : corpus_.listing.files) {
+      const uint64_t n = file.size + 1;
+      const bool held = held_out_document(file.rel_path, fraction);
+      auto& side = held ? held_out_ : train_;
+      side.insert(side.end(), all.begin() + static_cast<std::ptrdiff_t>(at), all.begin() + static_cast<std::ptrdiff_t>(at + n));
+      if (held) ++desc_.validation_documents;
+      at += n;
+    }
+    desc_.validation_fraction = fraction;
+    desc_.validation_tokens = held_out_.size();
+    const uint64_t docs = corpus_.listing.files.size();
+    const uint64_t need = static_cast<uint64_t>(opts_.seq_len) + 1;
+    if (held_out_.size() < need || train_.size() < need) {
+      throw DataError(fmt::format(
+          "data.validation_fraction = {} holds out {} of the {} documents in {} ({} tokens; each side needs at least "
+          "model.seq_len + 1 = {}): documents go whole to one side, so {} data.validation_fraction or add documents",
+          fraction, desc_.validation_documents, docs, corpus_.listing.root.string(), held_out_.size(), need,
+          held_out_.size() < need ? "raise" : "lower"));
+    }
+  }
+
   Corpus corpus_;    // owns the token stream that rows_ views; never moved after construction
-  PackedRows rows_;
+  std::vector<Token> train_, held_out_;  // with a validation split: the two sides of the stream
+  PackedRows rows_, validation_;
 };
 
 class SyntheticSource final : public DataSource {
@@ -49,7 +89,19 @@ class SyntheticSource final : public DataSource {
   // Each row comes from its own generator, so any row can be made without making those before it:
   // resuming from a DataState costs nothing.
   void fill_row(uint64_t epoch, uint64_t row, int32_t* tokens, uint8_t* mask) const override {
-    base::SplitMix64 g(base::derive_seed(base::derive_seed(opts_.seed, base::kSyntheticDomain, epoch), base::kSyntheticDomain, row));
+    draw(base::derive_seed(base::derive_seed(opts_.seed, base::kSyntheticDomain, epoch), base::kSyntheticDomain, row), tokens,
+         mask);
+  }
+  uint64_t validation_rows() const override { return opts_.validation_fraction > 0 ? kUnbounded : 0; }
+  // From a seed domain of their own: no training row of any epoch is drawn from the same generator.
+  void fill_validation_row(uint64_t row, int32_t* tokens, uint8_t* mask) const override {
+    draw(base::derive_seed(base::derive_seed(opts_.seed, base::kValidationDomain, 0), base::kSyntheticDomain, row), tokens,
+         mask);
+  }
+
+ private:
+  void draw(uint64_t seed, int32_t* tokens, uint8_t* mask) const {
+    base::SplitMix64 g(seed);
     const int64_t T = opts_.seq_len;
     const auto V = static_cast<uint64_t>(opts_.vocab);
     for (int64_t i = 0; i <= T; ++i) {
@@ -58,7 +110,6 @@ class SyntheticSource final : public DataSource {
     std::fill(mask, mask + T, uint8_t{1});
   }
 
- private:
   std::unique_ptr<ZipfTable> zipf_;
 };
 
@@ -80,6 +131,11 @@ void validate(const DataOptions& o) {
   if (o.seq_len < 1) throw DataError(fmt::format("model.seq_len must be at least 1 (got {})", o.seq_len));
   if (o.batch_size < 1) throw DataError(fmt::format("data.batch_size must be at least 1 (got {})", o.batch_size));
   if (o.prefetch < 1) throw DataError(fmt::format("data.prefetch must be at least 1 (got {})", o.prefetch));
+  if (!(o.validation_fraction >= 0 && o.validation_fraction <= 0.5)) {
+    throw DataError(fmt::format(
+        "data.validation_fraction must be between 0 and 0.5 (got {}): the share of documents held out for validation",
+        o.validation_fraction));
+  }
   if (o.source == "corpus") {
     normalise_extensions(o.extensions);
   } else {
@@ -117,6 +173,14 @@ nlohmann::json to_json(const DataDescription& d) {
                    {"batch_size", d.batch_size},
                    {"vocab", d.vocab},
                    {"seed", d.seed}};
+  if (d.validation_fraction > 0) {  // absent without a split: descriptions made before it read the same
+    j["validation_fraction"] = d.validation_fraction;
+    if (d.source == "corpus") {
+      j["validation_documents"] = d.validation_documents;
+      j["validation_tokens"] = d.validation_tokens;
+      j["validation_rows"] = d.validation_rows;
+    }
+  }
   if (d.source == "corpus") {
     j["corpus_dir"] = d.corpus_dir;
     j["extensions"] = d.extensions;
@@ -132,6 +196,17 @@ nlohmann::json to_json(const DataDescription& d) {
     if (d.synthetic_distribution == "zipf") j["zipf_exponent"] = d.zipf_exponent;
   }
   return j;
+}
+
+bool held_out_document(std::string_view rel_path, double fraction) {
+  const uint64_t h = Fnv1a64().str("ablate-validation").str(rel_path).value();
+  return static_cast<double>(h >> 11) * 0x1.0p-53 < fraction;
+}
+
+void DataSource::fill_validation_row(uint64_t row, int32_t*, uint8_t*) const {
+  throw std::logic_error(fmt::format("fill_validation_row: row {} is not held out (this data holds out {} rows; "
+                                     "data.validation_fraction = {})",
+                                     row, validation_rows(), opts_.validation_fraction));
 }
 
 BatchIterator::BatchIterator(const DataSource& source, DataState start) : src_(source), state_(start) {
@@ -190,6 +265,7 @@ std::unique_ptr<DataSource> open_data(const DataOptions& opts) {
     h.str("ablate-synthetic").str(d.synthetic_distribution).u64(static_cast<uint64_t>(d.vocab));
     h.u64(std::bit_cast<uint64_t>(d.zipf_exponent));
     d.fingerprint = hex64(h.value());
+    d.validation_fraction = opts.validation_fraction;
     return std::make_unique<SyntheticSource>(opts, std::move(d));
   }
   Corpus c = load_corpus(opts.corpus_dir, opts.extensions, opts.max_bytes, opts.cache_dir);

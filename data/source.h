@@ -8,6 +8,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "data/corpus.h"
@@ -28,7 +29,16 @@ struct DataOptions {
   std::string synthetic_distribution = "uniform";  // "uniform" | "zipf"
   double zipf_exponent = 1.1;
   int64_t prefetch = 4;           // loader queue depth
+  // Share of the corpus's documents held out for validation, chosen by the hash of each document's
+  // relative path (held_out_document); 0: nothing held out, every document trains. Synthetic data
+  // draws its validation rows from a seed domain of their own instead.
+  double validation_fraction = 0;
 };
+
+// Whether the corpus document at `rel_path` is held out for validation at `fraction`: FNV-1a 64 of
+// the path mapped to [0, 1) below the fraction. The same on every machine, and a document is held
+// out at every larger fraction too.
+bool held_out_document(std::string_view rel_path, double fraction);
 
 // DataError naming the offending data.* key, for anything open_data would reject before any I/O.
 void validate(const DataOptions& opts);
@@ -70,6 +80,10 @@ struct DataDescription {
   uint64_t seed = 0;
   std::string synthetic_distribution;
   double zipf_exponent = 0;
+  // The held-out split (validation_fraction > 0): documents and tokens on the validation side (corpus),
+  // and its rows of seq_len + 1 ids (0 for synthetic data: as many as asked).
+  double validation_fraction = 0;
+  uint64_t validation_documents = 0, validation_tokens = 0, validation_rows = 0;
 };
 nlohmann::json to_json(const DataDescription& d);
 
@@ -86,6 +100,11 @@ class DataSource {
   virtual bool shuffled() const = 0;
   // Writes row `row` (a row index, not a position in the order) of epoch `epoch`: T+1 ids, T mask bytes.
   virtual void fill_row(uint64_t epoch, uint64_t row, int32_t* tokens, uint8_t* mask) const = 0;
+  // The held-out rows (options().validation_fraction > 0), never among the training rows: kUnbounded
+  // for synthetic data, 0 when nothing is held out. fill_validation_row writes one as fill_row does.
+  static constexpr uint64_t kUnbounded = ~uint64_t{0};
+  virtual uint64_t validation_rows() const { return 0; }
+  virtual void fill_validation_row(uint64_t row, int32_t* tokens, uint8_t* mask) const;
 
  protected:
   DataSource(DataOptions opts, DataDescription desc) : opts_(std::move(opts)), desc_(std::move(desc)) {}

@@ -62,6 +62,11 @@ struct BackendInfo {
   std::string capture_reason;  // what prevents capture, when `capture` is not always
   // Its kernels are CUDA sources: a build without a CUDA compiler lists the row but does not build it.
   bool needs_nvcc = false;
+  // It changes the numerics beyond reduction order: it computes in a lower precision than its
+  // reference or approximates (FP8 GEMMs, approximate functions). Such a backend earns KEEP only by
+  // convergence as well as speed: its validation loss over several seeds (report/gate.h). False: the
+  // reference's math with another reduction order or fused intermediates, held to its parity test.
+  bool changes_numerics = false;
   // Set by catalog(): non-empty when this build has no implementation of the row (no LibTorch, or a CUDA
   // backend without a CUDA compiler): the row stays listed, so specs stay valid everywhere, and is
   // unavailable for this reason.

@@ -61,6 +61,15 @@ struct CatalogRow {
   std::string role;  // one of backend_roles()
   std::optional<std::string> fallback;
   std::vector<std::string> patterns;  // CUPTI kernel-name patterns
+  bool changes_numerics = false;      // beyond reduction order (kernels/catalog.h); unknown before schema v6
+};
+
+// One evaluation of a run on held-out data (train.eval_every), written by rank 0.
+struct EvaluationRow {
+  std::int64_t step = 0;   // steps trained when evaluated
+  double loss = 0;         // token-weighted mean cross-entropy; NaN is stored as NULL
+  std::int64_t tokens = 0; // target tokens evaluated, over every rank
+  double seconds = 0;
 };
 
 struct StepRow {

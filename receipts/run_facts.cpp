@@ -382,6 +382,8 @@ bool RunFacts::empty() const { return to_json(*this) == to_json(RunFacts{}); }
 json to_json(const RunFacts& f) {
   json j = f.unknown.is_object() ? f.unknown : json::object();
   j["final_loss"] = or_null(f.final_loss);
+  j["final_validation_loss"] = or_null(f.final_validation_loss);
+  j["final_validation_step"] = or_null(f.final_validation_step);
   j["first_step_ms"] = or_null(f.first_step_ms);
   j["warmup_steps"] = or_null(f.warmup_steps);
   j["steady_steps"] = or_null(f.steady_steps);
@@ -409,6 +411,8 @@ RunFacts run_facts_from_json(const json& j, std::string_view what) {
   RunFacts f;
   Reader r(j, std::string(what));
   f.final_loss = r.number("final_loss");
+  f.final_validation_loss = r.number("final_validation_loss");
+  f.final_validation_step = r.integer("final_validation_step");
   f.first_step_ms = r.number("first_step_ms");
   f.warmup_steps = r.integer("warmup_steps");
   f.steady_steps = r.integer("steady_steps");

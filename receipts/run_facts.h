@@ -157,6 +157,10 @@ struct PrecisionFacts {
 struct RunFacts {
   // Training, at the top level of the JSON.
   std::optional<double> final_loss;
+  // The last evaluation on held-out data (train.eval_every; its rows are in `evaluations`): the loss
+  // and the step it was taken after. Unknown without evaluation.
+  std::optional<double> final_validation_loss;
+  std::optional<std::int64_t> final_validation_step;
   std::optional<double> first_step_ms;
   std::optional<std::int64_t> warmup_steps;
   std::optional<std::int64_t> steady_steps;

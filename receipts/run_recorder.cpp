@@ -104,6 +104,11 @@ void RunRecorder::flush_steps() {
   hold_end_reserve();
 }
 
+void RunRecorder::evaluation(const EvaluationRow& row) {
+  require_owner("an evaluation");
+  store_.record_evaluation(run_id_, row);
+}
+
 void RunRecorder::outliers(const std::vector<std::int64_t>& steps) {
   if (!steps.empty()) store_.flag_outliers(run_id_, rank_, steps);
 }

@@ -61,6 +61,8 @@ class RunRecorder {
   void step(const StepRow& row);  // row.rank is this recorder's rank
   void flush_steps();
   void outliers(const std::vector<std::int64_t>& steps);
+  // An evaluation on held-out data (owner only: the job's loss, reduced over the ranks).
+  void evaluation(const EvaluationRow& row);
 
   // Ends the run (owner only; once). A failed run keeps the facts known when it failed.
   void finish_ok(const RunSummary& summary);

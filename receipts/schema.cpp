@@ -1,7 +1,8 @@
 // receipts/schema.cpp: migration SQL. v1 = core tables + append-only triggers; v2 = annotations + report indexes;
 // v3 = profiling evidence (profile windows, per-step time by family/seam, kernel attribution, backend evidence);
 // v4 = MoE router evidence per step (load-balancing loss, slots dropped by the capacity factor);
-// v5 = matrix runners and their claims on (cell, repeat) pairs, so concurrent `matrix run`s share the work.
+// v5 = matrix runners and their claims on (cell, repeat) pairs, so concurrent `matrix run`s share the work;
+// v6 = validation loss on held-out data (train.eval_every) and which backends change numerics.
 // Frozen history: never edit a migration that has shipped (schema_test compares v1 with its fixture).
 // Tests: tests/receipts/schema_test.cpp.
 #include "receipts/schema.h"
@@ -350,11 +351,31 @@ CREATE INDEX matrix_claims_by_runner ON matrix_claims(runner_id);
 )";
 }
 
+// v6: the validation loss of a run evaluated on held-out data, one row per evaluation (per-run evidence
+// with the append-only guards of v1's tables), and in the catalog snapshot whether a backend changes
+// numerics beyond reduction order (NULL in rows written before: unknown), which the gate's convergence
+// rule reads. The added column keeps catalog's v1 guards (row-level triggers).
+std::string migration_v6() {
+  std::string sql = R"(
+ALTER TABLE catalog ADD COLUMN changes_numerics INTEGER CHECK (changes_numerics IS NULL OR changes_numerics IN (0, 1));
+CREATE TABLE evaluations (
+  run_id  INTEGER NOT NULL REFERENCES runs(id),
+  step    INTEGER NOT NULL CHECK (step >= 0),   -- steps trained when evaluated
+  loss    REAL,                                 -- token-weighted mean cross-entropy; NULL when not finite
+  tokens  INTEGER NOT NULL CHECK (tokens > 0),  -- target tokens evaluated, over every rank
+  seconds REAL NOT NULL CHECK (seconds >= 0),   -- wall time of the evaluation (goodput's eval)
+  PRIMARY KEY (run_id, step)
+) WITHOUT ROWID;
+)";
+  sql += child_guards("evaluations");
+  return sql;
+}
+
 }  // namespace
 
 const std::vector<std::string>& migrations() {
   static const std::vector<std::string> all = {migration_v1(), migration_v2(), migration_v3(), migration_v4(),
-                                               migration_v5()};
+                                               migration_v5(), migration_v6()};
   return all;
 }
 

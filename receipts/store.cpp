@@ -352,9 +352,11 @@ void Store::record_catalog(std::int64_t run_id, const std::vector<CatalogRow>& r
     require_one_of(r.role, backend_roles(), "catalog role of " + r.seam + "/" + r.backend);
   write_run(run_id, "record the catalog for", [&] {
     sql::Lease st =
-        db_->prepare("INSERT INTO catalog (run_id, seam, backend, role, fallback, patterns) VALUES (?, ?, ?, ?, ?, ?)");
+        db_->prepare("INSERT INTO catalog (run_id, seam, backend, role, fallback, patterns, changes_numerics) "
+                     "VALUES (?, ?, ?, ?, ?, ?, ?)");
     for (const CatalogRow& r : rows) {
-      st->bind_all(run_id, r.seam, r.backend, r.role, r.fallback, to_json_array(r.patterns));
+      st->bind_all(run_id, r.seam, r.backend, r.role, r.fallback, to_json_array(r.patterns),
+                   static_cast<std::int64_t>(r.changes_numerics));
       insert_unique(
           *st, [&] { return fmt::format("the catalog of run {} already lists {}/{}", run_id, r.seam, r.backend); });
     }
@@ -385,6 +387,19 @@ void Store::append_steps(std::int64_t run_id, const std::vector<StepRow>& rows) 
         return fmt::format("run {} already has step {} of rank {}; steps are append-only", run_id, r.step, r.rank);
       });
     }
+  });
+}
+
+void Store::record_evaluation(std::int64_t run_id, const EvaluationRow& row) {
+  if (row.step < 0 || row.tokens <= 0 || !(row.seconds >= 0)) {
+    throw StoreError(fmt::format("an evaluation of run {} needs a step >= 0, tokens > 0 and seconds >= 0 (got step {}, "
+                                 "{} tokens, {} s)",
+                                 run_id, row.step, row.tokens, row.seconds));
+  }
+  write_run(run_id, "record an evaluation of", [&] {
+    sql::Lease st = db_->prepare("INSERT INTO evaluations (run_id, step, loss, tokens, seconds) VALUES (?, ?, ?, ?, ?)");
+    st->execute(run_id, row.step, std::isfinite(row.loss) ? std::optional<double>(row.loss) : std::nullopt, row.tokens,
+                row.seconds);
   });
 }
 

@@ -67,6 +67,7 @@ class Store {
   void record_catalog(std::int64_t run_id, const std::vector<CatalogRow>& rows);
   void append_steps(std::int64_t run_id, const std::vector<StepRow>& rows);  // one transaction
   void flag_outliers(std::int64_t run_id, std::int64_t rank, const std::vector<std::int64_t>& steps);
+  void record_evaluation(std::int64_t run_id, const EvaluationRow& row);  // schema v6; one per step
   void record_goodput(std::int64_t run_id, const std::map<std::string, double>& seconds);  // upsert
   void record_memory(std::int64_t run_id, const std::vector<MemoryRow>& rows);
   void record_kernels(std::int64_t run_id, const std::vector<KernelRow>& rows);  // accumulates
@@ -109,7 +110,7 @@ class Store {
   // Newest first (started_at, then id). Throws StoreError on an unknown status or unreadable `since`.
   std::vector<RunRow> list_runs(const RunFilter& filter = {});
   RunRow get_run(std::int64_t run_id);
-  // Everything the store holds about a run: run, env, spec, backends, catalog, steps, goodput, memory,
+  // Everything the store holds about a run: run, env, spec, backends, catalog, steps, evaluations, goodput, memory,
   // kernels, artifacts, annotations, matrix cell, and `profile` (windows, time, attribution,
   // backend_evidence; empty arrays when the run was not profiled).
   nlohmann::json run_json(std::int64_t run_id);

@@ -200,6 +200,7 @@ nlohmann::json Store::run_json(std::int64_t run_id) {
     out["backends"] = child_rows("run_backends", "seam", run_id);
     out["catalog"] = child_rows("catalog", "seam, backend", run_id);
     out["steps"] = child_rows("steps", "rank, step", run_id);
+    out["evaluations"] = child_rows("evaluations", "step", run_id);
     out["goodput"] = nlohmann::json::object();
     for (const auto& row : child_rows("goodput", "category", run_id)) {
       out["goodput"][row["category"].get<std::string>()] = row["seconds"];

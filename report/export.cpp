@@ -26,7 +26,7 @@ RowTable export_runs(receipts::Store& store, const std::vector<std::int64_t>& ru
   out.columns = {"run_id",         "name",          "status",       "error",        "started_at",  "ended_at",
                  "host",           "tags",          "lane",         "spec_hash",    "matrix_id",   "cell",
                  "repeat",         "evidence",      "steps",        "median_step_ms", "tokens_per_s", "mfu",
-                 "goodput_pct",    "peak_memory_bytes", "flops_version", "final_loss"};
+                 "goodput_pct",    "peak_memory_bytes", "flops_version", "final_loss", "final_validation_loss"};
   for (const std::int64_t id : run_ids) {
     const auto r = store.get_run(id);
     const auto& s = r.summary;
@@ -36,7 +36,8 @@ RowTable export_runs(receipts::Store& store, const std::vector<std::int64_t>& ru
                         receipts::is_evidence(r), value_or_null(s.steps), value_or_null(s.median_step_ms),
                         value_or_null(s.tokens_per_s), value_or_null(s.mfu), value_or_null(s.goodput_pct),
                         value_or_null(s.peak_memory_bytes),
-                        s.flops_version.empty() ? json(nullptr) : json(s.flops_version), value_or_null(s.facts.final_loss)});
+                        s.flops_version.empty() ? json(nullptr) : json(s.flops_version), value_or_null(s.facts.final_loss),
+                        value_or_null(s.facts.final_validation_loss)});
   }
   return out;
 }

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <tuple>
 
@@ -85,6 +86,82 @@ void measure_loss(receipts::Store& store, GateResult& r) {
   if (baseline.size() >= 2) {
     const auto [low, high] = std::minmax_element(baseline.begin(), baseline.end());
     r.baseline_loss_spread = (*high - *low) / scale;
+  }
+}
+
+// Each evidence run's final validation loss and the distinct seeds among those runs, per side; whether
+// the candidate runs' catalog snapshot says the backend changes numerics.
+void measure_validation(receipts::Store& store, GateResult& r, const GateOptions& o) {
+  auto side = [&](const Side& s, std::optional<double>& median_loss, std::size_t& seeds) -> std::vector<double> {
+    std::vector<double> losses;
+    std::set<std::string> seen;
+    for (const auto& run : s.evidence) {
+      const auto& v = run.row.summary.facts.final_validation_loss;
+      if (!v || !std::isfinite(*v)) continue;
+      losses.push_back(*v);
+      const json seed = store.query("SELECT json_extract(spec_json, '$.experiment.seed') AS seed FROM run_spec WHERE run_id = ?",
+                                    {run.row.id});
+      seen.insert(seed.empty() ? "" : seed[0]["seed"].dump());
+    }
+    seeds = seen.size();
+    if (!losses.empty()) median_loss = median(losses);
+    return losses;
+  };
+  const auto baseline = side(r.comparison.a, r.baseline_validation_loss, r.baseline_seeds);
+  side(r.comparison.b, r.candidate_validation_loss, r.candidate_seeds);
+  r.min_seeds = o.min_seeds;
+  if (r.baseline_validation_loss && r.candidate_validation_loss) {
+    const double scale = *r.baseline_validation_loss == 0 ? 1.0 : std::abs(*r.baseline_validation_loss);
+    r.validation_relative_difference = std::abs(*r.candidate_validation_loss - *r.baseline_validation_loss) / scale;
+    if (baseline.size() >= 2) {
+      const auto [low, high] = std::minmax_element(baseline.begin(), baseline.end());
+      r.baseline_validation_spread = (*high - *low) / scale;
+    }
+  }
+  const json rows = store.query(
+      "SELECT changes_numerics FROM catalog WHERE seam = ? AND backend = ? AND run_id IN (SELECT value FROM json_each(?)) "
+      "ORDER BY run_id DESC LIMIT 1",
+      {o.seam, o.backend, json(r.comparison.b.evidence_ids()).dump()});
+  r.changes_numerics = !rows.empty() && rows[0]["changes_numerics"] == 1;
+}
+
+// The convergence verdict and its reason; then the final verdict from the speed verdict (see gate.h).
+void decide_convergence(GateResult& r) {
+  const std::string what = r.changes_numerics
+                               ? fmt::format("{} changes numerics beyond reduction order (its catalog row)", r.backend)
+                               : fmt::format("{} keeps the reference's numerics (its catalog row)", r.backend);
+  if (!r.baseline_validation_loss && !r.candidate_validation_loss) {
+    r.convergence = r.changes_numerics ? Convergence::inconclusive : Convergence::not_judged;
+    r.reasons.push_back(fmt::format("convergence {}: no validation loss on either side; {}{}", to_string(r.convergence),
+                                    what,
+                                    r.changes_numerics
+                                        ? fmt::format(": KEEP needs its validation loss at the end over at least {} "
+                                                      "seeds a side (train.eval_every; seeds as a matrix axis)",
+                                                      r.min_seeds)
+                                        : ""));
+  } else if (!r.validation_relative_difference) {
+    r.convergence = Convergence::inconclusive;
+    r.reasons.push_back(fmt::format("convergence INCONCLUSIVE: validation loss recorded by the {} runs only",
+                                    r.baseline_validation_loss ? "baseline" : "candidate"));
+  } else {
+    const double diff = *r.validation_relative_difference;
+    const bool within = diff <= r.loss_tolerance || (r.baseline_validation_spread && diff <= *r.baseline_validation_spread);
+    const bool enough = r.baseline_seeds >= r.min_seeds && r.candidate_seeds >= r.min_seeds;
+    r.convergence = !enough ? Convergence::inconclusive : within ? Convergence::pass : Convergence::fail;
+    r.reasons.push_back(fmt::format(
+        "convergence {}: validation loss at the end {:.4f} vs baseline {:.4f}, {:.2f} % apart; tolerance {:.2f} %{}; "
+        "{} and {} seed(s), at least {} a side needed; {}",
+        to_string(r.convergence), *r.candidate_validation_loss, *r.baseline_validation_loss, diff * 100,
+        r.loss_tolerance * 100,
+        r.baseline_validation_spread ? fmt::format(", the baseline's seed-to-seed spread {:.2f} %", *r.baseline_validation_spread * 100)
+                                     : "",
+        r.baseline_seeds, r.candidate_seeds, r.min_seeds, what));
+  }
+  r.speed_verdict = r.verdict;
+  if (r.convergence == Convergence::fail) {
+    r.verdict = Verdict::drop;
+  } else if (r.changes_numerics && r.verdict == Verdict::keep && r.convergence != Convergence::pass) {
+    r.verdict = Verdict::inconclusive;
   }
 }
 
@@ -183,6 +260,7 @@ std::vector<std::string> overrides_of(const GateOptions& o, const Comparison& c)
   if (o.loss_window != defaults.loss_window) out.push_back(fmt::format("--loss-window {}", o.loss_window));
   if (o.memory_tolerance != defaults.memory_tolerance)
     out.push_back(fmt::format("--memory-tolerance {}", o.memory_tolerance));
+  if (o.min_seeds != defaults.min_seeds) out.push_back(fmt::format("--min-seeds {}", o.min_seeds));
   return out;
 }
 
@@ -351,6 +429,7 @@ GateResult evaluate_gate(receipts::Store& store, const std::vector<std::int64_t>
   if (!(options.loss_tolerance >= 0)) throw std::invalid_argument("the loss tolerance must be >= 0");
   if (options.loss_window < 1) throw std::invalid_argument("the loss window must be at least 1 step");
   if (!(options.memory_tolerance >= 0)) throw std::invalid_argument("the memory tolerance must be >= 0");
+  if (options.min_seeds < 1) throw std::invalid_argument("the gate needs at least 1 seed a side");
   GateResult r;
   r.seam = options.seam;
   r.backend = options.backend;
@@ -375,7 +454,9 @@ GateResult evaluate_gate(receipts::Store& store, const std::vector<std::int64_t>
   r.catalog_role = recorded_role(store, candidate_ids, options);
   r.standing_before = standing_on_candidate_lanes(store, candidate_ids, options);
   r.matrix_id = common_matrix(r.comparison);
+  measure_validation(store, r, options);
   decide(r);
+  decide_convergence(r);
   return r;
 }
 
@@ -420,6 +501,16 @@ bool GateResult::kept_before() const {
   if (standing_before.empty()) return catalog_role == "keep";
   return std::any_of(standing_before.begin(), standing_before.end(),
                      [](const StandingDecision& d) { return d.verdict == Verdict::keep; });
+}
+
+std::string_view to_string(Convergence c) {
+  switch (c) {
+    case Convergence::pass: return "PASS";
+    case Convergence::fail: return "FAIL";
+    case Convergence::inconclusive: return "INCONCLUSIVE";
+    case Convergence::not_judged: break;
+  }
+  return "not judged";
 }
 
 std::vector<GateJob> matrix_gates(receipts::Store& store, const RunSelection& selection,
@@ -467,8 +558,9 @@ receipts::Decision GateResult::decision() const {
         d.evidence_run_ids.push_back(s.run_id);
   }
   d.matrix_id = matrix_id;
-  d.details = fmt::format("{}{}", overrides.empty() ? "" : fmt::format("made under {}; ", fmt::join(overrides, ", ")),
-                          fmt::join(reasons, "; "));
+  d.details = fmt::format("{}speed {}, convergence {}; {}",
+                          overrides.empty() ? "" : fmt::format("made under {}; ", fmt::join(overrides, ", ")),
+                          receipts::to_string(speed_verdict), to_string(convergence), fmt::join(reasons, "; "));
   return d;
 }
 
@@ -480,6 +572,16 @@ nlohmann::json to_json(const GateResult& r) {
   return {{"seam", r.seam},
           {"backend", r.backend},
           {"verdict", receipts::to_string(r.verdict)},
+          {"speed_verdict", receipts::to_string(r.speed_verdict)},
+          {"convergence", to_string(r.convergence)},
+          {"changes_numerics", r.changes_numerics},
+          {"baseline_validation_loss", value_or_null(r.baseline_validation_loss)},
+          {"candidate_validation_loss", value_or_null(r.candidate_validation_loss)},
+          {"validation_relative_difference", value_or_null(r.validation_relative_difference)},
+          {"baseline_validation_spread", value_or_null(r.baseline_validation_spread)},
+          {"baseline_seeds", r.baseline_seeds},
+          {"candidate_seeds", r.candidate_seeds},
+          {"min_seeds", r.min_seeds},
           {"reasons", r.reasons},
           {"baseline_loss", value_or_null(r.baseline_loss)},
           {"candidate_loss", value_or_null(r.candidate_loss)},
@@ -511,6 +613,7 @@ nlohmann::json to_json(const GateResult& r) {
 
 std::string render_text(const GateResult& r) {
   std::string out = fmt::format("gate {} / {}: {}\n", r.seam, r.backend, receipts::to_string(r.verdict));
+  out += fmt::format("  speed {}, convergence {}\n", receipts::to_string(r.speed_verdict), to_string(r.convergence));
   if (!r.overrides.empty()) out += fmt::format("made under: {}\n", fmt::join(r.overrides, ", "));
   for (const auto& reason : r.reasons) out += fmt::format("  - {}\n", reason);
   for (const auto& d : r.standing_before) out += fmt::format("standing before this gate: {}\n", describe(d));

@@ -28,6 +28,18 @@
 // their means over the last 10 steps 4.787 / 4.791 / 4.803, 0.3 %).
 // The first step's time (warm-up: lazy init, autotuning) is reported, not judged. Parity tests are not
 // in the receipts yet, so they are not judged here.
+// Convergence (the MLPerf reference-convergence idea: a change of numerics is judged by where training
+// ends on held-out data against the reference's own seed-to-seed variation, not by a microbenchmark):
+// each evidence run's validation loss at its last evaluation (facts.final_validation_loss,
+// train.eval_every), the medians compared as the training loss is, against the loss tolerance or the
+// baseline's spread over its seeds, with at least min_seeds distinct experiment.seed values a side:
+//   PASS          within the tolerance or the baseline's seed spread, on enough seeds;
+//   FAIL          beyond both on enough seeds: a DROP condition for any backend;
+//   INCONCLUSIVE  too few seeds, or no validation loss on a side;
+//   not judged    no validation loss on either side, for a backend that keeps the reference's numerics.
+// A backend whose catalog row changes numerics beyond reduction order (kernels/catalog.h, recorded in
+// the candidate runs' catalog snapshot) is KEEP only when the speed verdict is KEEP and convergence
+// PASSes; otherwise the speed verdict stands (a FAIL still drops). Both verdicts are printed and stored.
 // Roles follow the gate: the newest KEEP or DROP stored for a seam/backend whose candidate runs ran on
 // a lane (runs.lane), with the minimum evidence, is that backend's standing decision there; a standing
 // KEEP makes the backend `keep` on the lane (`ablate catalog --lane`), and a later gate there that does
@@ -75,8 +87,13 @@ struct GateOptions {
   double loss_tolerance = 0.02;                 // relative difference of median loss allowed
   std::int64_t loss_window = kDefaultLossWindow;  // a run's loss: the mean over its last this many steps
   double memory_tolerance = 0.10;  // relative growth of median peak memory allowed
+  // Distinct experiment.seed values a side, among runs with a validation loss, for a convergence verdict.
+  std::size_t min_seeds = 3;
   CompareOptions compare;
 };
+
+enum class Convergence { not_judged, pass, fail, inconclusive };
+std::string_view to_string(Convergence c);  // "not judged", "PASS", "FAIL", "INCONCLUSIVE"
 
 struct GateResult {
   std::string seam, backend;
@@ -115,6 +132,14 @@ struct GateResult {
   // The standing decisions (see standing_decisions) on the candidate runs' lanes before this gate.
   std::vector<StandingDecision> standing_before;
   std::optional<std::int64_t> matrix_id;            // when every evidence run comes from one matrix
+  // Convergence on held-out data (see the header): medians over evidence runs of their final validation
+  // loss, the relative difference, the baseline's spread over its runs, the distinct seeds a side.
+  bool changes_numerics = false;  // the candidate runs' catalog snapshot says the backend does
+  std::optional<double> baseline_validation_loss, candidate_validation_loss;
+  std::optional<double> validation_relative_difference, baseline_validation_spread;
+  std::size_t baseline_seeds = 0, candidate_seeds = 0, min_seeds = 0;
+  Convergence convergence = Convergence::not_judged;
+  receipts::Verdict speed_verdict = receipts::Verdict::inconclusive;  // the rules before convergence
 
   // Whether the backend was `keep` before this gate: a standing KEEP on a candidate lane, else (no
   // standing decision there) the role the candidate runs' catalog snapshot recorded.

@@ -66,19 +66,23 @@ std::optional<PlotJob> step_time_job(const Report& r) {
   return job;
 }
 
-std::optional<PlotJob> loss_job(const Report& r) {
-  PlotJob job{"loss.svg", "Loss per step (median over ok runs)", "", {}};
+// One line per cell over `curve` (the training loss per step, or the few held-out evaluations, drawn
+// with their points: `style`).
+std::optional<PlotJob> curve_job(const Report& r, const std::string& file, const std::string& title, const std::string& what,
+                                 std::vector<LossPoint> CellReport::*curve, const std::string& style) {
+  PlotJob job{file, title, "", {}};
   std::vector<std::string> clauses;
   for (std::size_t i = 0; i < r.cells.size(); ++i) {
-    if (r.cells[i].loss_curve.empty()) continue;
+    const auto& points = r.cells[i].*curve;
+    if (points.empty()) continue;
     std::string data;
-    for (const auto& p : r.cells[i].loss_curve) data += fmt::format("{} {:.6g}\n", p.step, p.loss);
-    const std::string name = fmt::format("loss_{}.dat", i);
+    for (const auto& p : points) data += fmt::format("{} {:.6g}\n", p.step, p.loss);
+    const std::string name = fmt::format("{}_{}.dat", what, i);
     job.data.push_back({name, data});
-    clauses.push_back(fmt::format("'{}' using 1:2 with lines lw 2 title {}", name, data_label(r.cells[i].name)));
+    clauses.push_back(fmt::format("'{}' using 1:2 with {} lw 2 title {}", name, style, data_label(r.cells[i].name)));
   }
   if (clauses.empty()) return std::nullopt;
-  job.script = "set title 'loss (median over ok runs)'\nset xlabel 'step'\nset ylabel 'loss'\nplot ";
+  job.script = fmt::format("set title '{} (median over ok runs)'\nset xlabel 'step'\nset ylabel 'loss'\nplot ", what);
   for (std::size_t i = 0; i < clauses.size(); ++i) job.script += (i ? ", \\\n  " : "") + clauses[i];
   job.script += "\n";
   return job;
@@ -188,7 +192,11 @@ std::string plot_label(std::string_view text) {
 
 PlotSet make_plots(const Report& report) {
   std::vector<PlotJob> jobs;
-  for (auto job : {step_time_job(report), loss_job(report), goodput_job(report), memory_job(report)})
+  for (auto job : {step_time_job(report),
+                   curve_job(report, "loss.svg", "Loss per step (median over ok runs)", "loss", &CellReport::loss_curve, "lines"),
+                   curve_job(report, "validation.svg", "Validation loss on held-out documents (median over ok runs)",
+                             "validation", &CellReport::validation_curve, "linespoints"),
+                   goodput_job(report), memory_job(report)})
     if (job) jobs.push_back(std::move(*job));
   PlotSet set;
   if (jobs.empty()) return set;

@@ -51,11 +51,12 @@ std::map<std::string, double> goodput_medians(receipts::Store& store, const Side
   return out;
 }
 
-std::vector<LossPoint> loss_curve(receipts::Store& store, const Side& side) {
+// Per step, the median over the side's evidence runs of `sql`'s (step, loss) rows for a run (its one
+// parameter): the training loss of rank 0, or the held-out evaluations.
+std::vector<LossPoint> median_curve(receipts::Store& store, const Side& side, std::string_view sql) {
   std::map<std::int64_t, std::vector<double>> by_step;
   for (const auto& run : side.evidence)
-    for (const auto& row : store.query("SELECT step, loss FROM steps WHERE run_id = ? AND rank = 0 AND loss IS NOT NULL",
-                                       {run.row.id}))
+    for (const auto& row : store.query(sql, {run.row.id}))
       by_step[row["step"].get<std::int64_t>()].push_back(row["loss"].get<double>());
   std::vector<LossPoint> curve;
   for (auto& [step, losses] : by_step) curve.push_back({step, median(std::move(losses))});
@@ -258,8 +259,9 @@ json cell_json(const CellReport& c) {
   json excluded = json::array();
   for (const auto& e : c.side.excluded)
     excluded.push_back({{"run_id", e.run_id}, {"status", receipts::to_string(e.status)}, {"reason", e.reason}});
-  json loss = json::array();
+  json loss = json::array(), validation = json::array();
   for (const auto& p : c.loss_curve) loss.push_back({p.step, p.loss});
+  for (const auto& p : c.validation_curve) validation.push_back({p.step, p.loss});
   json kernels = json::array();
   for (const auto& k : c.kernels)
     kernels.push_back({{"family", k.family}, {"calls_per_run", k.calls_per_run}, {"ms_per_run", k.ms_per_run}});
@@ -301,6 +303,7 @@ json cell_json(const CellReport& c) {
           {"median_peak_memory_bytes", value_or_null(c.side.median_peak_memory_bytes)},
           {"goodput_seconds", c.goodput_seconds},
           {"loss_curve", loss},
+          {"validation_curve", validation},
           {"median_tail_loss", value_or_null(c.tail_loss)},
           {"tail_loss_window_steps", kDefaultLossWindow},
           {"traced_runs", c.traced_runs},
@@ -480,8 +483,11 @@ Section loss_section(const Report& r, const std::vector<Plot>& plots) {
   // Runs with E blocks also record the router's evidence: two more columns when any cell has it.
   const bool moe = std::any_of(r.cells.begin(), r.cells.end(),
                                [](const CellReport& c) { return c.moe_drop_rate || c.moe_final_aux_loss; });
+  const bool evaluated = std::any_of(r.cells.begin(), r.cells.end(), [](const CellReport& c) { return !c.validation_curve.empty(); });
+  if (evaluated) add_plot(s, plots, "validation.svg");
   const std::string tail = fmt::format("loss, last {} steps", kDefaultLossWindow);
   std::vector<std::string> header = {"cell", "steps logged", "first loss", "last loss", tail};
+  if (evaluated) header.push_back("validation loss (last evaluation)");
   if (moe) header.insert(header.end(), {"MoE drop rate", "final aux loss"});
   Table t{header, {}};
   for (const auto& c : r.cells) {
@@ -490,6 +496,10 @@ Section loss_section(const Report& r, const std::vector<Plot>& plots) {
       row[2] = fmt::format("{:.4f} (step {})", c.loss_curve.front().loss, c.loss_curve.front().step);
       row[3] = fmt::format("{:.4f} (step {})", c.loss_curve.back().loss, c.loss_curve.back().step);
     }
+    if (evaluated)
+      row.push_back(c.validation_curve.empty() ? "-"
+                                               : fmt::format("{:.4f} (step {})", c.validation_curve.back().loss,
+                                                             c.validation_curve.back().step));
     if (moe) {
       row.push_back(c.moe_drop_rate ? fmt::format("{:.2f} %", *c.moe_drop_rate * 100) : "-");
       row.push_back(fixed(c.moe_final_aux_loss, 4));
@@ -500,10 +510,14 @@ Section loss_section(const Report& r, const std::vector<Plot>& plots) {
       "Median loss over each cell's ok runs per step (rank 0); {}: each run's mean over its last {} steps, the "
       "median over runs (what `ablate gate` judges: one step's loss is one batch).",
       tail, kDefaultLossWindow);
-  s.blocks.push_back(Paragraph{moe ? per_step + " MoE drop rate: expert slots the capacity factor dropped over those "
+  const std::string explained =
+      evaluated ? per_step + " Validation loss: on documents held out of training (train.eval_every, "
+                             "data.validation_fraction), the same rows at every evaluation; median over ok runs."
+                : per_step;
+  s.blocks.push_back(Paragraph{moe ? explained + " MoE drop rate: expert slots the capacity factor dropped over those "
                                                 "routed (0 when dropless), final aux loss: the load-balancing loss at "
                                                 "the last step (1.0 for a uniform router); medians over ok runs."
-                                   : per_step});
+                                   : explained});
   s.blocks.push_back(std::move(t));
   return s;
 }
@@ -652,7 +666,10 @@ Report build_report(receipts::Store& store, const RunSelection& chosen, const Re
       if (run.row.summary.mfu) mfu.push_back(*run.row.summary.mfu);
     cell.median_mfu = median_of(std::move(mfu));
     cell.goodput_seconds = goodput_medians(store, cell.side);
-    cell.loss_curve = loss_curve(store, cell.side);
+    cell.loss_curve =
+        median_curve(store, cell.side, "SELECT step, loss FROM steps WHERE run_id = ? AND rank = 0 AND loss IS NOT NULL");
+    cell.validation_curve =
+        median_curve(store, cell.side, "SELECT step, loss FROM evaluations WHERE run_id = ? AND loss IS NOT NULL");
     cell.tail_loss = median_of(windowed_run_losses(store, cell.side, kDefaultLossWindow));
     add_kernels(store, cell);
     add_memory(store, cell);

@@ -75,6 +75,9 @@ struct CellReport {
   std::optional<double> median_mfu;
   std::map<std::string, double> goodput_seconds;  // per ledger category, median over evidence runs
   std::vector<LossPoint> loss_curve;
+  // Loss on held-out data per evaluation step (train.eval_every), median over evidence runs; empty
+  // when the cell's runs did not evaluate.
+  std::vector<LossPoint> validation_curve;
   // Median over evidence runs of each run's mean loss over its last kDefaultLossWindow steps: the
   // loss the gate judges (report/gate.h).
   std::optional<double> tail_loss;

@@ -190,7 +190,8 @@ std::vector<Section> sections(ExperimentSpec& s) {
         int_field("max_bytes", &s.data.max_bytes, 0, int64_t{1} << 50), string_field("cache_dir", &s.data.cache_dir),
         string_field("synthetic_distribution", &s.data.synthetic_distribution, {"uniform", "zipf"}),
         float_field("zipf_exponent", &s.data.zipf_exponent, 0, 10, true),
-        int_field("prefetch", &s.data.prefetch, 1, 1024)}},
+        int_field("prefetch", &s.data.prefetch, 1, 1024),
+        float_field("validation_fraction", &s.data.validation_fraction, 0, 0.5)}},
       {"train",
        {int_field("steps", &s.train.steps, 1, kMaxSteps), float_field("lr", &s.train.lr, 0, kInf, true),
         float_field("beta1", &s.train.beta1, 0, 1), float_field("beta2", &s.train.beta2, 0, 1),
@@ -203,7 +204,9 @@ std::vector<Section> sections(ExperimentSpec& s) {
         int_field("checkpoint_every", &s.train.checkpoint_every, 0, kMaxSteps),
         string_field("checkpoint_dir", &s.train.checkpoint_dir), bool_field("resume", &s.train.resume),
         int_field("keep_checkpoints", &s.train.keep_checkpoints, 0, 1 << 20),
-        int_field("log_every", &s.train.log_every, 0, kMaxSteps)}},
+        int_field("log_every", &s.train.log_every, 0, kMaxSteps),
+        int_field("eval_every", &s.train.eval_every, 0, kMaxSteps),
+        int_field("eval_tokens", &s.train.eval_tokens, 1, kMaxSteps)}},
       {"compile",
        {bool_field("cuda_graphs", &s.compile.cuda_graphs), bool_field("cudnn_benchmark", &s.compile.cudnn_benchmark),
         bool_field("tf32", &s.compile.tf32), bool_field("deterministic", &s.compile.deterministic)}},
@@ -483,6 +486,10 @@ class Parser {
                                    "train.checkpoint_every = 0 and train.resume = false",
                                    ep, spec.train.resume ? "train.resume = true" : "periodic checkpoints"));
     }
+    if (spec.train.eval_every > 0 && spec.data.validation_fraction <= 0)
+      errs.push_back(fmt::format("train.eval_every = {} evaluates on held-out data and data.validation_fraction is 0: "
+                                 "hold some out (0.05 is usual) or set train.eval_every = 0",
+                                 spec.train.eval_every));
     if (spec.data.source == "corpus" && spec.data.corpus_dir.empty())
       errs.push_back("data.corpus_dir is empty: name a folder of C/C++ sources");
     for (const auto& e : errs) {
@@ -573,6 +580,9 @@ nlohmann::json canonical_json(const ExperimentSpec& spec_in) {
   if (spec.distributed.sharding == DistributedSection{}.sharding) j["distributed"].erase("sharding");
   if (spec.distributed.expert_parallel == DistributedSection{}.expert_parallel) j["distributed"].erase("expert_parallel");
   if (spec.train.keep_checkpoints == TrainSection{}.keep_checkpoints) j["train"].erase("keep_checkpoints");
+  if (spec.train.eval_every == TrainSection{}.eval_every) j["train"].erase("eval_every");
+  if (spec.train.eval_tokens == TrainSection{}.eval_tokens) j["train"].erase("eval_tokens");
+  if (spec.data.validation_fraction == DataSection{}.validation_fraction) j["data"].erase("validation_fraction");
   return j;
 }
 

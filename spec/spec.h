@@ -32,6 +32,9 @@ struct DataSection {
   std::string synthetic_distribution = "uniform";  // "uniform" | "zipf"
   double zipf_exponent = 1.1;
   int64_t prefetch = 4;
+  // Share of the documents held out for validation (data/source.h held_out_document), used when
+  // train.eval_every > 0; without evaluation every document trains.
+  double validation_fraction = 0.05;
 };
 
 struct TrainSection {
@@ -50,6 +53,8 @@ struct TrainSection {
   bool resume = false;            // continue from the latest intact checkpoint in checkpoint_dir
   int64_t keep_checkpoints = 3;   // after each save the newest this many stay (0: every one)
   int64_t log_every = 10;
+  int64_t eval_every = 0;         // validation loss after every this many steps and after the last (0: none)
+  int64_t eval_tokens = 65536;    // target tokens of each evaluation: the same held-out rows every time
 };
 
 struct BackendsSection {

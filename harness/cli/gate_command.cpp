@@ -61,8 +61,8 @@ void register_gate(CLI::App& app, Globals& g) {
                   "the candidate runs' catalog snapshot recorded it)")
       ->check(CLI::IsMember(receipts::backend_roles()));
   cmd->add_option("--loss-tolerance", options.loss_tolerance,
-                  "relative difference of the runs' loss allowed (default 0.02); a larger one within the baseline "
-                  "runs' own spread is INCONCLUSIVE, beyond it DROP")
+                  "relative difference of the runs' loss allowed (default 0.02), at the end of training and on held-out "
+                  "data; a larger one within the baseline runs' own spread is INCONCLUSIVE, beyond it DROP")
       ->check(at_least(0));
   cmd->add_option("--loss-window", options.loss_window,
                   "a run's loss is the mean over its last this many steps (default 10)")
@@ -70,6 +70,10 @@ void register_gate(CLI::App& app, Globals& g) {
   cmd->add_option("--memory-tolerance", options.memory_tolerance,
                   "relative growth of median peak memory allowed before DROP (default 0.10)")
       ->check(at_least(0));
+  cmd->add_option("--min-seeds", options.min_seeds,
+                  "distinct experiment.seed values a side, among runs with a validation loss, for a convergence "
+                  "verdict (default 3)")
+      ->check(at_least(1));
   cmd->add_flag("--allow-mismatch", options.compare.allow_mismatch,
                 "gate even when environment, harness revision or other spec fields differ (marked)");
   cmd->add_flag("--json", as_json, "print JSON");

@@ -182,6 +182,15 @@ void register_receipt_queries(CLI::App& app, Globals& g) {
                  m->e_layers, m->top_k, m->capacity_factor, m->dropped_slots, m->routed_slots,
                  shown(m->drop_rate, "{:.2f}%", 100), shown(m->final_aux_loss, "{:.4f}"));
     }
+    // Held-out evaluations (train.eval_every): the first and the last, and how many.
+    if (const auto& evals = j["evaluations"]; !evals.empty()) {
+      const auto loss = [](const nlohmann::json& e) {
+        return e["loss"].is_number() ? fmt::format("{:.4f}", e["loss"].get<double>()) : std::string("not finite");
+      };
+      fmt::print("validation: loss {} after step {} ... {} after step {} ({} evaluations of {} held-out tokens)\n",
+                 loss(evals.front()), evals.front()["step"].get<int64_t>(), loss(evals.back()),
+                 evals.back()["step"].get<int64_t>(), evals.size(), evals.back()["tokens"].get<int64_t>());
+    }
     // Requested is not achieved: a requested CUDA graph says which it was, and why.
     if (j["env"].value("compile.cuda_graphs_requested", "") == "true")
       fmt::print("cuda graphs: {} ({})\n",

@@ -73,6 +73,8 @@ data::DataOptions data_options(const ExperimentSpec& spec) {
   d.synthetic_distribution = spec.data.synthetic_distribution;
   d.zipf_exponent = spec.data.zipf_exponent;
   d.prefetch = spec.data.prefetch;
+  // Held out only when evaluated: a run without evaluation trains on every document, as before.
+  d.validation_fraction = spec.train.eval_every > 0 ? spec.data.validation_fraction : 0.0;
   return d;
 }
 
@@ -350,7 +352,8 @@ std::unique_ptr<receipts::RunRecorder> open_recorder(const ExperimentSpec& spec,
   std::vector<receipts::CatalogRow> catalog_rows;
   for (const auto& b : kernels::catalog())
     catalog_rows.push_back({b.seam, b.name, kernels::role_name(b.role),
-                            b.fallback.empty() ? std::nullopt : std::optional<std::string>(b.fallback), b.kernel_patterns});
+                            b.fallback.empty() ? std::nullopt : std::optional<std::string>(b.fallback), b.kernel_patterns,
+                            b.changes_numerics});
   recorder->catalog(catalog_rows);
 
   const Progress say{opt.quiet};
@@ -566,6 +569,17 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
                         posture.writes_receipt());
         if (posture.writes_receipt()) prune_checkpoints(state.checkpoint_dir, spec.train.keep_checkpoints);
         executor.release_settled();
+      }
+      if (spec.train.eval_every > 0 && ((step + 1) % spec.train.eval_every == 0 || step + 1 == spec.train.steps)) {
+        GoodputLedger::Scope eval(ledger, Goodput::eval);
+        const auto e0 = Clock::now();
+        const auto e = executor.evaluate(source, spec.train.eval_tokens);
+        const double seconds = ms_between(e0, Clock::now()) / 1e3;
+        if (recorder.owns_run()) recorder.evaluation({step + 1, e.loss, e.tokens, seconds});
+        out.last_validation_loss = e.loss;
+        out.last_validation_step = step + 1;
+        say(fmt::format("  eval  {:>5}/{}  validation loss {:.4f}  ({} tokens held out, {:.2f} s)", step + 1,
+                        spec.train.steps, e.loss, e.tokens, seconds));
       }
     }
   } catch (const TrainingFailure& e) {
@@ -784,6 +798,8 @@ receipts::RunFacts run_facts(const ExperimentSpec& spec, const RunPosture& postu
   const auto counts = model::parameter_count(spec.model);
   const double train_flops = model::training_flops_per_token(spec.model);
   f.final_loss = outcome.last_loss;
+  f.final_validation_loss = outcome.last_validation_loss;
+  f.final_validation_step = outcome.last_validation_step;
   f.first_step_ms = outcome.first_step_ms;
   f.warmup_steps = outcome.warmup_steps;
   f.steady_steps = static_cast<int64_t>(outcome.steady_ms.size());

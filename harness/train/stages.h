@@ -117,6 +117,8 @@ struct TrainOutcome {
   int64_t peak_memory = 0;             // CUDA allocator peak, or process RSS on the CPU
   std::optional<double> first_step_ms;
   std::optional<double> last_loss;
+  std::optional<double> last_validation_loss;   // train.eval_every: the last evaluation's loss
+  std::optional<int64_t> last_validation_step;  // and the steps trained when it was taken
   int64_t warmup_steps = 0;            // train.warmup_steps, raised to cover the graph capture step
   receipts::CaptureFacts capture;      // the posture's decision, then what the capture step did
   // Kept alive until the receipt is closed: while it lives the thread works on the graph's side stream.

@@ -142,6 +142,51 @@ void StepExecutor::release_settled() {
   if (sync_ && sync_->stage() == ShardingStage::full && graph_ && graph_->captured()) sync_->release_units();
 }
 
+StepExecutor::Evaluation StepExecutor::evaluate(const data::DataSource& source, int64_t target_tokens) {
+  const int64_t B = spec_.model.batch_size, T = spec_.model.seq_len, world = spec_.distributed.nproc;
+  uint64_t rows = static_cast<uint64_t>((target_tokens + T - 1) / T);
+  if (source.validation_rows() != data::DataSource::kUnbounded) rows = std::min(rows, source.validation_rows());
+  if (rows == 0) throw std::logic_error("evaluate: the data holds nothing out (data.validation_fraction = 0)");
+  const uint64_t per_rank = (rows + static_cast<uint64_t>(world) - 1) / static_cast<uint64_t>(world);
+  const uint64_t batches = (per_rank + static_cast<uint64_t>(B) - 1) / static_cast<uint64_t>(B);
+  settle(/*whole=*/true);  // the parameters as a checkpoint reads them: current and whole
+  torch::NoGradGuard no_grad;
+  const auto on_device = [&](torch::Tensor host, torch::ScalarType type) { return host.to(posture_.device, type); };
+  auto sum = torch::zeros({}, torch::TensorOptions(posture_.device).dtype(torch::kDouble));
+  double counted = 0;  // this rank's target tokens
+  std::vector<int32_t> tokens(static_cast<size_t>(B * (T + 1)));
+  std::vector<uint8_t> mask(static_cast<size_t>(B * T));
+  for (uint64_t b = 0; b < batches; ++b) {
+    std::fill(tokens.begin(), tokens.end(), 0);
+    std::fill(mask.begin(), mask.end(), uint8_t{0});
+    for (int64_t i = 0; i < B; ++i) {
+      const uint64_t row = (b * static_cast<uint64_t>(B) + static_cast<uint64_t>(i)) * static_cast<uint64_t>(world) +
+                           static_cast<uint64_t>(rank_);
+      if (row < rows) source.fill_validation_row(row, tokens.data() + i * (T + 1), mask.data() + i * T);
+    }
+    const double n = static_cast<double>(std::count(mask.begin(), mask.end(), uint8_t{1}));
+    const auto ids = on_device(torch::from_blob(tokens.data(), {B, T + 1}, torch::kInt32), torch::kLong);
+    const auto weights = on_device(torch::from_blob(mask.data(), {B, T}, torch::kUInt8), torch::kFloat);
+    if (posture_.experts) posture_.experts->begin_step();
+    model::ModelOutput out;
+    {
+      kernels::Scope phase("eval");
+      AutocastScope autocast(posture_.bf16, posture_.device.type());
+      out = state_.model->forward(ids.slice(1, 0, T), ids.slice(1, 1, T + 1), weights);
+    }
+    if (n > 0) sum += out.ce.detach().to(torch::kDouble) * n;  // a padded batch's mean is 0/0: left out
+    counted += n;
+  }
+  auto stats = torch::stack({sum, torch::full({}, counted, sum.options())});
+  if (posture_.group) posture_.group->allreduce_mean_(stats);  // the ratio is the job's; the count scaled below
+  const auto host = stats.cpu();
+  release_settled();
+  Evaluation e;
+  e.loss = host[0].item<double>() / host[1].item<double>();
+  e.tokens = std::llround(host[1].item<double>() * static_cast<double>(posture_.group ? world : 1));
+  return e;
+}
+
 void StepExecutor::load(const data::Batch& batch) {
   const int64_t B = spec_.model.batch_size, T = spec_.model.seq_len, rows = B * spec_.distributed.nproc;
   // This rank's rows of the global batch (all of it in a single process).

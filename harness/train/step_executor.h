@@ -76,6 +76,16 @@ class StepExecutor {
   // After a checkpoint read the settled parameters: under "full" with a captured graph, frees the units
   // the settle gathered (the replays use the graph's own memory for them).
   void release_settled();
+  // The loss on held-out data (train.eval_every): the first ceil(target_tokens / seq_len) validation
+  // rows of `source` (all of them when fewer), the same rows every time. Each rank takes every
+  // world-th row, in batches of model.batch_size padded with masked-out rows, so every rank runs as
+  // many forwards (collectives in them stay in step); no gradients; the cross-entropy alone (no
+  // load-balancing term), token-weighted over the ranks. Eager, outside any captured graph.
+  struct Evaluation {
+    double loss = 0;
+    int64_t tokens = 0;  // target tokens evaluated, over every rank
+  };
+  Evaluation evaluate(const data::DataSource& source, int64_t target_tokens);
   // The captured graph (null when none): the run keeps it until its receipt is closed, so the thread
   // stays on the graph's side stream and its pool stays allocated while the profiler reads the window.
   std::shared_ptr<StepGraph> graph() const { return graph_; }

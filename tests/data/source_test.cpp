@@ -1,5 +1,6 @@
 // tests/data/source_test.cpp: the corpus source: seeded epochs, resume, the description for the receipt (data/source.cpp). Small corpora are written to temp folders; nothing
 // touches ~/.cache. Run: build/tests/data_tests --gtest_filter='DataSource*'
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -133,4 +134,72 @@ TEST(DataSourceTest, DescriptionForTheReceipt) {
                           "cache_hit", "prep_seconds", "tokenizer_version", "rows_per_epoch"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
+}
+
+// The held-out split: each document whole to one side by the hash of its path, the sides' streams the
+// documents in corpus order with their kEod, nothing on both sides; recorded in the description.
+TEST(DataSourceTest, ValidationHoldsOutWholeDocumentsByPathHash) {
+  ablate::base::TempDir dir, cache;
+  std::vector<std::string> paths;
+  for (int i = 0; i < 40; ++i) {
+    paths.push_back(fmt::format("d{:02}.h", i));
+    write_file(dir / paths.back(), fmt::format("int document_{} = {};\n", i, i * 7));
+  }
+  DataOptions o;
+  o.corpus_dir = dir.path().string();
+  o.cache_dir = cache.path().string();
+  o.seq_len = 8;
+  o.batch_size = 2;
+  o.validation_fraction = 0.25;
+  std::vector<Token> train, held;
+  uint64_t held_docs = 0;
+  for (int i = 0; i < 40; ++i) {
+    const bool out = held_out_document(paths[static_cast<size_t>(i)], o.validation_fraction);
+    if (out) EXPECT_TRUE(held_out_document(paths[static_cast<size_t>(i)], 0.5)) << "held out at 0.25, so at 0.5 too";
+    auto& side = out ? held : train;
+    append_encoded(fmt::format("int document_{} = {};\n", i, i * 7), side);
+    side.push_back(kEod);
+    held_docs += out ? 1 : 0;
+  }
+  ASSERT_GT(held_docs, 0u);
+  ASSERT_LT(held_docs, 40u);
+  const auto src = open_data(o);
+  const PackedRows want_train(train, 8), want_held(held, 8);
+  ASSERT_EQ(src->rows_per_epoch(), want_train.size());
+  ASSERT_EQ(src->validation_rows(), want_held.size());
+  std::vector<int32_t> got(9), want(9);
+  std::vector<uint8_t> got_mask(8), want_mask(8);
+  for (uint64_t r = 0; r < want_train.size(); ++r) {
+    src->fill_row(0, r, got.data(), got_mask.data());
+    want_train.fill(r, want.data(), want_mask.data());
+    EXPECT_EQ(got, want) << "training row " << r;
+  }
+  for (uint64_t r = 0; r < want_held.size(); ++r) {
+    src->fill_validation_row(r, got.data(), got_mask.data());
+    want_held.fill(r, want.data(), want_mask.data());
+    EXPECT_EQ(got, want) << "validation row " << r;
+    EXPECT_EQ(got_mask, want_mask) << "validation row " << r;
+  }
+  const auto& d = src->description();
+  EXPECT_EQ(d.validation_fraction, 0.25);
+  EXPECT_EQ(d.validation_documents, held_docs);
+  EXPECT_EQ(d.validation_tokens, held.size());
+  EXPECT_EQ(to_json(d)["validation_rows"], want_held.size());
+
+  // No split: every document trains, as before, and there is nothing to evaluate on.
+  o.validation_fraction = 0;
+  const auto whole = open_data(o);
+  EXPECT_EQ(whole->validation_rows(), 0u);
+  EXPECT_FALSE(to_json(whole->description()).contains("validation_fraction"));
+  EXPECT_THROW(whole->fill_validation_row(0, got.data(), got_mask.data()), std::logic_error);
+}
+
+TEST(DataSourceTest, AValidationSplitThatLeavesASideEmptyIsRefused) {
+  SmallCorpus c;
+  auto o = c.options();
+  o.validation_fraction = 1e-9;  // holds out none of the three documents
+  EXPECT_THAT(error_of(o), HasSubstr("data.validation_fraction = 1e-09 holds out 0 of the 3 documents"));
+  EXPECT_THAT(error_of(o), HasSubstr("raise data.validation_fraction or add documents"));
+  o.validation_fraction = 0.75;
+  EXPECT_THAT(error_of(o), HasSubstr("data.validation_fraction must be between 0 and 0.5 (got 0.75)"));
 }

@@ -117,3 +117,33 @@ TEST(DataSyntheticTest, ZipfIsSkewedTowardsLowIds) {
   EXPECT_EQ(z.draw(0.0), 0);
   EXPECT_EQ(z.draw(0.9999999999), 9);
 }
+
+// Synthetic validation rows come from a seed domain of their own: reproducible, and none of them is a
+// training row of the first epochs.
+TEST(DataSyntheticTest, ValidationRowsAreTheirOwn) {
+  DataOptions o;
+  o.source = "synthetic";
+  o.seq_len = 16;
+  o.batch_size = 2;
+  o.seed = 3;
+  o.validation_fraction = 0.05;
+  const auto src = open_data(o);
+  ASSERT_EQ(src->validation_rows(), DataSource::kUnbounded);
+  std::set<std::vector<int32_t>> training;
+  std::vector<int32_t> row(17);
+  std::vector<uint8_t> mask(16);
+  for (uint64_t epoch = 0; epoch < 2; ++epoch)
+    for (uint64_t r = 0; r < 64; ++r) {
+      src->fill_row(epoch, r, row.data(), mask.data());
+      training.insert(row);
+    }
+  for (uint64_t r = 0; r < 64; ++r) {
+    src->fill_validation_row(r, row.data(), mask.data());
+    EXPECT_EQ(training.count(row), 0u) << "validation row " << r;
+    std::vector<int32_t> again(17);
+    open_data(o)->fill_validation_row(r, again.data(), mask.data());
+    EXPECT_EQ(again, row);
+  }
+  o.validation_fraction = 0;
+  EXPECT_EQ(open_data(o)->validation_rows(), 0u);
+}

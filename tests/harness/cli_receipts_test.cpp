@@ -235,6 +235,30 @@ TEST_F(CliReceiptsTest, AStoreThatCannotBeWrittenIsBadInputAndStaysUntouched) {
   fs::permissions(dir_.path() / "ro-folder", fs::perms::owner_all);  // so the TempDir can remove it
 }
 
+// train.eval_every: the validation loss on held-out documents after every N steps and after the last,
+// each a row of `evaluations`; the last in the facts; the time charged to goodput's eval; the split in
+// the data facts.
+TEST_F(CliReceiptsTest, EvaluationsOnHeldOutDocumentsAreRecorded) {
+  const std::string db = dir_.file("eval.db");
+  const auto r = run_shell(kExe + " " + short_run(db) + " --set train.steps=5 --set train.eval_every=2 --set train.eval_tokens=512");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  auto store = ablate::receipts::Store::open(db);
+  const auto doc = store.run_json(1);
+  const auto& evals = doc["evaluations"];
+  ASSERT_EQ(evals.size(), 3u) << doc.dump();  // after steps 2, 4 and the last, 5
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(evals[i]["step"], std::vector<int>({2, 4, 5})[i]);
+    EXPECT_EQ(evals[i]["tokens"], 512);  // 4 rows of T = 128: the held-out documents have more
+    EXPECT_TRUE(evals[i]["loss"].is_number()) << evals[i];
+  }
+  const auto& facts = doc["run"]["summary"]["facts"];
+  EXPECT_EQ(facts["final_validation_loss"], evals[2]["loss"]);
+  EXPECT_EQ(facts["final_validation_step"], 5);
+  EXPECT_EQ(facts["data"]["validation_fraction"], 0.05);
+  EXPECT_GT(facts["data"]["validation_documents"].get<int>(), 0);
+  EXPECT_GT(doc["goodput"]["eval"].get<double>(), 0.0);
+}
+
 // A full disk is bad input with its remedy, not a raw "disk I/O error" (exit 1): opening a store whose
 // disk cannot take the WAL's -shm file, and a run that cannot begin. A 4 MB tmpfs is the disk, so the
 // test needs root and a kernel that lets it mount one (else skipped, saying so).

@@ -175,6 +175,35 @@ TEST_F(DistributedTest, TwoRanksTrainLikeOneRankOnTheSameGlobalBatch) {
   expect_no_rank_left(two.out);
 }
 
+// Validation loss is the job's: every rank evaluates its share of the same held-out rows (padded so
+// each runs as many forwards), and the token-weighted mean over the ranks equals one process's over
+// all of them. Trained alike (1e-5 above), the evaluated losses agree to the same 1e-5; under "full"
+// every unit is gathered for the evaluation as for a checkpoint.
+TEST_F(DistributedTest, ValidationLossIsTheJobsOverTheSameHeldOutRows) {
+  const std::string eval = " --set train.eval_every=3 --set train.eval_tokens=700";
+  const auto one = run_cli(ablate("run " + spec_.string() + " --set distributed.nproc=1 --set model.batch_size=4" + eval));
+  ASSERT_EQ(one.rc, 0) << one.out;
+  auto store = ablate::receipts::Store::open(db_);
+  const auto single = store.run_json(newest().id)["evaluations"];
+  ASSERT_EQ(single.size(), 2u);  // after steps 3 and 6
+  EXPECT_EQ(single[1]["step"], 6);
+  EXPECT_EQ(single[0]["tokens"], 6 * 128);  // ceil(700 / 128) = 6 rows of 128 targets
+  for (const char* stage : {"none", "full"}) {
+    SCOPED_TRACE(stage);
+    const auto two = run_cli(ablate("launch " + spec_.string() + eval + " --set distributed.sharding=\"" + stage + "\""));
+    ASSERT_EQ(two.rc, 0) << two.out;
+    const auto dp = newest();
+    ASSERT_EQ(dp.status, "ok") << dp.error;
+    const auto evals = store.run_json(dp.id)["evaluations"];
+    ASSERT_EQ(evals.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(evals[i]["tokens"], single[i]["tokens"]);
+      EXPECT_NEAR(evals[i]["loss"].get<double>(), single[i]["loss"].get<double>(), 1e-5 * single[i]["loss"].get<double>());
+    }
+    EXPECT_EQ(dp.summary["facts"]["final_validation_loss"], evals[1]["loss"]);
+  }
+}
+
 // ZeRO-1 trains as the unsharded job does: the same sums of the same gradients (two ranks: one addition
 // each, in either collective), the same elementwise AdamW on each rank's slices. The losses agree to
 // 1e-6 relative (a few fp32 ulps: which elements of a slice take ATen's vector or scalar tail path;

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <set>
 
 #include "receipts/store.h"
@@ -18,7 +19,7 @@ using testing::FileSnapshot;
 using testing::RawDb;
 
 const std::set<std::string> kTables = {
-    "annotations",  "artifacts",  "backend_evidence", "catalog",      "decisions",       "goodput",
+    "annotations",  "artifacts",  "backend_evidence", "catalog",      "decisions",       "evaluations", "goodput",
     "kernel_attribution", "kernels", "matrices",     "matrix_cells", "matrix_claims",   "matrix_runners",
     "memory",          "profile_time",
     "profile_windows", "run_backends", "run_env",     "run_spec",     "runs",            "steps"};
@@ -264,6 +265,45 @@ TEST(Schema, MigratesV4FixtureToV5KeepingItsData) {
   EXPECT_EQ(store.claim_matrix_slot(runner, "backends.loss=chunked", 0).outcome, MatrixClaim::Outcome::claimed);
   RawDb raw(path);
   EXPECT_NE(raw.exec("UPDATE runs SET status = 'failed' WHERE id = 3").find("append-only"), std::string::npos);
+
+  const std::string fresh = dir.file("fresh.db");
+  Store::open(fresh);
+  EXPECT_EQ(schema_dump(path), schema_dump(fresh));
+}
+
+TEST(Schema, V5FixtureMatchesMigrations1To5) {
+  base::TempDir dir;
+  const std::string fixture_db = load_fixture(dir, "schema_v5");
+  EXPECT_EQ(schema_dump(fixture_db), schema_dump(fresh_at_version(dir, 5)));
+  EXPECT_EQ(RawDb(fixture_db).scalar("PRAGMA user_version"), "5");
+}
+
+// v6 added evaluations (validation loss): a v5 file keeps its runs, matrix and ended runner (whose claim
+// no longer holds); its finished runs take no evaluation while a new run records them.
+TEST(Schema, MigratesV5FixtureToV6KeepingItsData) {
+  base::TempDir dir;
+  const std::string path = load_fixture(dir, "schema_v5");
+  auto store = Store::open(path);
+  EXPECT_EQ(store.schema_version(), schema::latest_version());
+  EXPECT_EQ(tables(store), kTables);
+  EXPECT_TRUE(store.run_json(3)["evaluations"].empty());
+  const auto runner = store.begin_matrix_runner(1);
+  EXPECT_EQ(store.claim_matrix_slot(runner, "backends.loss=chunked", 0).outcome, MatrixClaim::Outcome::claimed);
+  EXPECT_THROW(store.record_evaluation(3, {10, 2.5, 4096, 0.1}), StoreError);  // run 3 is finished
+  RawDb raw(path);
+  EXPECT_NE(raw.exec("INSERT INTO evaluations (run_id, step, loss, tokens, seconds) VALUES (3, 1, 2.0, 10, 0.1)")
+                .find("append-only"),
+            std::string::npos);
+
+  const auto id = store.begin_run(testing::sample_start("after-v6"));
+  store.record_evaluation(id, {10, 2.5, 4096, 0.125});
+  store.record_evaluation(id, {20, std::nan(""), 4096, 0.125});  // a diverged evaluation: NULL, not a number
+  const auto evals = store.run_json(id)["evaluations"];
+  ASSERT_EQ(evals.size(), 2u);
+  EXPECT_EQ(evals[0]["loss"], 2.5);
+  EXPECT_EQ(evals[0]["tokens"], 4096);
+  EXPECT_TRUE(evals[1]["loss"].is_null());
+  EXPECT_THROW(store.record_evaluation(id, {30, 2.0, 0, 0.1}), StoreError);
 
   const std::string fresh = dir.file("fresh.db");
   Store::open(fresh);

@@ -235,6 +235,29 @@ TEST(Compare, DifferenceWithinOneSideIsAMismatch) {
   EXPECT_TRUE(c.mismatches[0].within_side);
 }
 
+// Seeds are repeats: sides that ran the same seeds (a matrix's `seeds`, one a repeat) compare; sides
+// that ran different seed sets differ in what they measure.
+TEST(Compare, TheSameSeedsOnBothSidesAreRepeatsNotADifference) {
+  FixtureStore f;
+  auto side = [&](const std::string& tag, const FixtureRun& base, const std::vector<std::int64_t>& seeds, double ms) {
+    std::vector<std::int64_t> ids;
+    for (const auto seed : seeds) {
+      FixtureRun run = base;
+      run.seed = seed;
+      run.step_ms = ms + static_cast<double>(seed % 3);
+      ids.push_back(f.add(tag, run));
+    }
+    return ids;
+  };
+  const auto a = side("ref", FixtureRun{}, {1, 2, 3}, 100);
+  const auto b = side("flash", with_backend("sdpa_flash"), {1, 2, 3}, 80);
+  const auto c = compare_runs(f.store(), a, b, {});
+  EXPECT_TRUE(c.mismatches.empty());
+  ASSERT_EQ(c.factor.size(), 1u);
+  EXPECT_EQ(c.factor[0].field, "spec.backends.attention");
+  refusal_of(f, a, side("flash", with_backend("sdpa_flash"), {4, 5, 6}, 80), "spec.experiment.seed");
+}
+
 // An A/B across revisions (scripts/gpu-ab.sh BASELINE=1): identical specs, the revision the only
 // difference; allowed, it is the one thing the text names as differing.
 TEST(Compare, IdenticalSpecsAcrossRevisionsSayWhereTheSidesDiffer) {

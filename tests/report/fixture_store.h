@@ -51,6 +51,9 @@ struct FixtureRun {
   std::int64_t summary_steps = 100;      // the run's length (runs.steps)
   std::map<std::string, std::string> env;  // further run_env keys, or replacements of the defaults
   std::optional<std::string> sharding;     // distributed.sharding in the spec (absent: its default)
+  std::vector<receipts::EvaluationRow> evaluations;  // held-out evaluations (train.eval_every)
+  std::optional<double> final_validation_loss;        // summary_json's "final_validation_loss"
+  bool changes_numerics = false;                      // the catalog row's flag, with catalog_role
 };
 
 class FixtureStore {
@@ -80,7 +83,8 @@ class FixtureStore {
       start.repeat = 0;
     }
     const std::int64_t id = store_.begin_run(start);
-    if (run.catalog_role) store_.record_catalog(id, {{"attention", run.backend, *run.catalog_role, "reference", {}}});
+    if (run.catalog_role)
+      store_.record_catalog(id, {{"attention", run.backend, *run.catalog_role, "reference", {}, run.changes_numerics}});
     std::vector<receipts::StepRow> steps;
     for (std::size_t i = 0; i < run.losses.size(); ++i) {
       receipts::StepRow step;
@@ -95,6 +99,7 @@ class FixtureStore {
     if (!run.profile_time.empty()) store_.record_profile_time(id, run.profile_time);
     if (!run.backends.empty()) store_.record_backends(id, run.backends);
     if (!run.goodput.empty()) store_.record_goodput(id, run.goodput);
+    for (const auto& e : run.evaluations) store_.record_evaluation(id, e);
     receipts::RunSummary summary;
     summary.steps = run.summary_steps;
     summary.median_step_ms = run.step_ms;
@@ -104,6 +109,7 @@ class FixtureStore {
     summary.flops_version = "v1";
     // The facts as the store holds them (summary_json), read through the typed reader as every report does.
     nlohmann::json facts = {{"final_loss", run.final_loss}};
+    if (run.final_validation_loss) facts["final_validation_loss"] = *run.final_validation_loss;
     if (!run.distributed.is_null()) facts["distributed"] = run.distributed;
     if (!run.moe.is_null()) facts["moe"] = run.moe;
     if (!run.cuda_graphs.is_null()) facts["cuda_graphs"] = run.cuda_graphs;

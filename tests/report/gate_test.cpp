@@ -170,6 +170,67 @@ TEST(Gate, LossBeyondToleranceWithinTheBaselinesOwnSpreadIsInconclusive) {
   EXPECT_TRUE(mentions(beyond, "out of tolerance"));
 }
 
+// Convergence on held-out data: three seeds a side, each run's validation loss at the end. A backend
+// that changes numerics (its catalog row) is KEEP only when it is faster AND its validation loss is
+// within the tolerance or the baseline's seed-to-seed spread; one beyond both is DROP (for any backend);
+// too few seeds or no validation loss leave it INCONCLUSIVE, while a backend that keeps the reference's
+// numerics is judged on speed alone when nothing was evaluated.
+TEST(Gate, NumericsChangingBackendsNeedConvergenceOverSeeds) {
+  FixtureStore f;
+  auto side = [&](const std::string& tag, std::vector<double> step_ms, const std::vector<double>& validation,
+                  bool changes_numerics, bool one_seed = false) {
+    FixtureRun run = tag == "ref" ? FixtureRun{} : with_backend("sdpa_flash");
+    run.catalog_role = "experimental";
+    run.changes_numerics = changes_numerics;
+    std::vector<std::int64_t> ids;
+    for (size_t i = 0; i < step_ms.size(); ++i) {
+      run.step_ms = step_ms[i];
+      run.seed = one_seed ? 7 : 100 + static_cast<std::int64_t>(i);
+      if (!validation.empty()) run.final_validation_loss = validation[i];
+      ids.push_back(f.add(tag, run));
+    }
+    return ids;
+  };
+  const auto baseline = side("ref", {100, 101, 99}, {3.00, 3.06, 2.97}, false);  // seed spread 3 %
+  const auto fp8_within = side("fp8-a", {80, 81, 79}, {3.05, 3.04, 3.08}, true);  // 1.7 % apart
+  const auto keep = evaluate_gate(f.store(), baseline, fp8_within, attention_flash(0.01));
+  EXPECT_TRUE(keep.changes_numerics);
+  EXPECT_EQ(keep.speed_verdict, Verdict::keep);
+  EXPECT_EQ(keep.convergence, Convergence::pass) << render_text(keep);
+  EXPECT_EQ(keep.verdict, Verdict::keep);
+  EXPECT_EQ(keep.baseline_seeds, 3u);
+  EXPECT_NEAR(*keep.baseline_validation_spread, 0.09 / 3.0, 1e-12);
+  EXPECT_NE(render_text(keep).find("speed KEEP, convergence PASS"), std::string::npos) << render_text(keep);
+  EXPECT_EQ(keep.decision().details.rfind("made under --loss-tolerance 0.01; speed KEEP, convergence PASS; ", 0), 0u)
+      << keep.decision().details;
+
+  const auto fp8_beyond = side("fp8-b", {80, 81, 79}, {3.30, 3.28, 3.35}, true);  // 10 % apart
+  const auto drop = evaluate_gate(f.store(), baseline, fp8_beyond, attention_flash(0.01));
+  EXPECT_EQ(drop.convergence, Convergence::fail);
+  EXPECT_EQ(drop.verdict, Verdict::drop);
+  EXPECT_EQ(to_json(drop)["convergence"], "FAIL");
+
+  // Three repeats of one seed a side: the speed is measured, the seed-to-seed variation is not.
+  const auto one_seed_baseline = side("ref", {100, 101, 99}, {3.00, 3.06, 2.97}, false, /*one_seed=*/true);
+  const auto one_seed = side("fp8-c", {80, 81, 79}, {3.05, 3.04, 3.08}, true, /*one_seed=*/true);
+  const auto few = evaluate_gate(f.store(), one_seed_baseline, one_seed, attention_flash(0.01));
+  EXPECT_EQ(few.candidate_seeds, 1u);
+  EXPECT_EQ(few.speed_verdict, Verdict::keep);
+  EXPECT_EQ(few.convergence, Convergence::inconclusive);
+  EXPECT_EQ(few.verdict, Verdict::inconclusive);  // faster, but its convergence is not shown
+
+  const auto unevaluated = side("fp8-d", {80, 81, 79}, {}, true);
+  const auto plain_baseline = side("ref", {100, 101, 99}, {}, false);
+  const auto blind = evaluate_gate(f.store(), plain_baseline, unevaluated, attention_flash(0.01));
+  EXPECT_EQ(blind.convergence, Convergence::inconclusive);
+  EXPECT_EQ(blind.verdict, Verdict::inconclusive);
+  EXPECT_TRUE(mentions(blind, "KEEP needs its validation loss at the end over at least 3 seeds a side"));
+  const auto same_math = side("flash", {80, 81, 79}, {}, false);
+  const auto speed_only = evaluate_gate(f.store(), plain_baseline, same_math, attention_flash(0.01));
+  EXPECT_EQ(speed_only.convergence, Convergence::not_judged);
+  EXPECT_EQ(speed_only.verdict, Verdict::keep);
+}
+
 TEST(Gate, FailedCandidateRunIsDropAndCitedAsEvidence) {
   FixtureStore f;
   const auto baseline = f.add_group("ref", {100, 101, 99});

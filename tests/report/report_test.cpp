@@ -171,6 +171,32 @@ TEST(Report, MoeRouterColumnsInTheLossSection) {
   EXPECT_TRUE(to_json(report)["cells"][2]["moe"].is_null());
 }
 
+// Held-out evaluations: the median per evaluation step over a cell's ok runs, drawn and tabled beside
+// the training loss; a cell without evaluations shows "-"; a report without any has no such column.
+TEST(Report, ValidationCurvesFromHeldOutEvaluations) {
+  FixtureStore f;
+  FixtureRun evaluated = detailed("fp8", "reference", 3.0);
+  for (const double last : {2.9, 3.1, 3.0}) {
+    evaluated.evaluations = {{50, 3.6, 4096, 0.2}, {100, last, 4096, 0.2}};
+    f.add("val", evaluated);
+  }
+  f.add_group("val", {100, 100, 100}, detailed("bf16", "reference", 3.0));
+  const auto report = build_report(f.store(), select_grouped(f.store(), "tag:val"));
+  ASSERT_EQ(report.cells.size(), 2u);
+  const size_t fp8 = report.cells[0].name == "fp8" ? 0 : 1;
+  const auto& curve = report.cells[fp8].validation_curve;
+  ASSERT_EQ(curve.size(), 2u);
+  EXPECT_EQ(curve[1].step, 100);
+  EXPECT_DOUBLE_EQ(curve[1].loss, 3.0);  // the median of 2.9, 3.1, 3.0
+  EXPECT_TRUE(report.cells[1 - fp8].validation_curve.empty());
+  EXPECT_EQ(to_json(report)["cells"][fp8]["validation_curve"][0], nlohmann::json({50, 3.6}));
+  const std::string markdown = render_markdown(to_document(report, {}, ""));
+  EXPECT_NE(markdown.find("| validation loss (last evaluation) |"), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find("| 3.0000 (step 100) |"), std::string::npos) << markdown;
+  const auto plain = build_report(f.store(), select_grouped(f.store(), "name:bf16"));
+  EXPECT_EQ(render_markdown(to_document(plain, {}, "")).find("validation loss"), std::string::npos);
+}
+
 // A cell whose runs ran different specs (a --set run joining a cell by name) is never pooled: it is
 // split by spec, each part labelled with the keys that differ, and a note says so. Seeds, which a
 // matrix varies per repeat, do not split.

@@ -257,6 +257,14 @@ TEST(Spec, CanonicalJsonIsTheIdentity) {
   EXPECT_EQ(model_hash(a), model_hash(c));
   const auto d = parse_spec_string("[model]\npattern = \"AAMR\"\n", "d.toml");
   EXPECT_NE(model_hash(a), model_hash(d));
+  // Keys added after receipts existed join the identity only off their default: files that leave them
+  // out keep their hash.
+  for (const char* key : {"eval_every", "eval_tokens", "keep_checkpoints"}) EXPECT_FALSE(j["train"].contains(key)) << key;
+  EXPECT_FALSE(j["data"].contains("validation_fraction"));
+  const auto e = parse_spec_string("[train]\nsteps = 20\nlr = 0.001\neval_every = 5\n", "e.toml");
+  EXPECT_EQ(canonical_json(e)["train"]["eval_every"], 5);
+  EXPECT_NE(spec_hash(a), spec_hash(e));
+  EXPECT_EQ(spec_hash(a), spec_hash(parse_spec_string("[train]\nsteps = 20\nlr = 0.001\neval_tokens = 65536\n", "f.toml")));
 }
 
 TEST(Spec, EmbeddedDefaultsAreValid) {
