@@ -54,9 +54,10 @@ class Store {
   double heartbeat_stale_s() const { return stale_s_; }
 
   // For a writer about to record a run: throws StoreFileError, before anything is written, when the
-  // store is damaged (PRAGMA quick_check finds a problem: a truncated or overwritten file) or cannot be
-  // written (the file is read-only). Reads the whole file once: O(size), about 0.3 s per 100 MB on a 2-core machine
-  // (store_bench: BM_CheckCanRecord). Readers skip it: a damaged page they reach is a StoreFileError too.
+  // store is damaged where a write starts (a file shorter than its header says; a table's root or first
+  // page unreadable) or cannot be written (the file is read-only). Constant cost, whatever the store's
+  // size (store_bench: BM_CheckCanRecord); damage elsewhere is the same StoreFileError when a command
+  // reaches it, nothing written. Readers skip it: a damaged page they reach is a StoreFileError too.
   void check_can_record();
 
   // ---- writes (runner) ----
