@@ -11,6 +11,8 @@
 #include <fstream>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "receipts/store.h"
 #include "tests/cli_runner.h"
 #include "base/remove_tree.h"
@@ -184,4 +186,37 @@ TEST_F(MatrixCli, ConcurrentRunnersRunEachPairOnce) {
   };
   EXPECT_EQ(count(out_a + out_b, " r0 ok ") + count(out_a + out_b, " r1 ok "), 4u) << out_a << out_b;
   EXPECT_EQ(count(out_a + out_b, " skipped: "), 4u) << out_a << out_b;
+}
+
+// The convergence gate end to end on the CPU: a matrix over three seeds (one a repeat) with held-out
+// evaluations, the loss seam's chunked backend against the reference. Chunked keeps the reference's
+// numerics (the same cross-entropy over row chunks), so on the same seeds its validation loss is the
+// reference's to a few ulps: convergence PASS, judged on 3 seeds a side, stored in the decision.
+TEST_F(MatrixCli, ConvergenceIsJudgedOverSeedsWithHeldOutEvaluations) {
+  if (run_cli("run --help").rc != 0) GTEST_SKIP() << "this build has no `ablate run` (built without LibTorch)";
+  const fs::path matrix = dir_ / "seeds.toml";
+  std::ofstream(matrix) << "[matrix]\nname = \"seeds\"\nbase = \"" ABLATE_SOURCE_DIR "/experiments/tiny.toml\"\n"
+                           "seeds = [11, 12, 13]\n[axes]\n\"backends.loss\" = [\"reference\", \"chunked\"]\n[set]\n"
+                           "\"train.steps\" = 6\n\"train.warmup_steps\" = 2\n\"train.eval_every\" = 3\n"
+                           "\"train.eval_tokens\" = 512\n\"data.max_bytes\" = 300000\n\"train.log_every\" = 0\n"
+                           "\"train.device\" = \"cpu\"\n";
+  const std::string db = (dir_ / "r.db").string();
+  const auto ran = ablate::testing::run_shell(
+      "env ABLATE_GIT_REVISION=0123456789abcdef0123456789abcdef01234567 ABLATE_GIT_DIRTY=false " +
+      std::string(ABLATE_BINARY_DIR) + "/ablate matrix run " + matrix.string() + " --db " + db + " --logs " +
+      (dir_ / "logs").string());
+  ASSERT_EQ(ran.rc, 0) << ran.out;
+  const auto gate = run_cli("gate --matrix seeds --json --db " + db);
+  ASSERT_EQ(gate.rc, 0) << gate.out;
+  const auto verdicts = nlohmann::json::parse(gate.out.substr(gate.out.find_first_of("[{")));
+  const auto& g = verdicts.is_array() ? verdicts[0] : verdicts;
+  EXPECT_EQ(g["convergence"], "PASS") << g.dump(2);
+  EXPECT_EQ(g["baseline_seeds"], 3);
+  EXPECT_EQ(g["candidate_seeds"], 3);
+  EXPECT_EQ(g["changes_numerics"], false);
+  EXPECT_LT(g["validation_relative_difference"].get<double>(), 1e-4) << g.dump(2);
+  auto store = ablate::receipts::Store::open(db);
+  const auto decisions = store.list_decisions("loss", "chunked");
+  ASSERT_EQ(decisions.size(), 1u);
+  EXPECT_NE(decisions[0].details.find("convergence PASS"), std::string::npos) << decisions[0].details;
 }
