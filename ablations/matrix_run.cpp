@@ -7,6 +7,7 @@
 #include "ablations/child_env.h"
 #include "base/clock.h"
 #include "base/die_of_signal.h"
+#include "receipts/lifecycle.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -110,7 +111,8 @@ class StopSignals {
 class RunnerRegistration {
  public:
   RunnerRegistration(const std::string& db, int64_t matrix_id, std::FILE* out)
-      : interval_s_(base::env_seconds("ABLATE_HEARTBEAT_S", 5.0)),  // a bad value fails before the store is touched
+      // As runs beat (a bad value fails before the store is touched).
+      : interval_s_(base::env_seconds("ABLATE_HEARTBEAT_S", receipts::LifecycleOptions{}.heartbeat_interval_s)),
         store_(receipts::Store::open(db)),
         id_(store_.begin_matrix_runner(matrix_id)),
         out_(out) {}

@@ -99,9 +99,9 @@ void measure_validation(receipts::Store& store, GateResult& r, const GateOptions
       const auto& v = run.row.summary.facts.final_validation_loss;
       if (!v || !std::isfinite(*v)) continue;
       losses.push_back(*v);
-      const json seed = store.query("SELECT json_extract(spec_json, '$.experiment.seed') AS seed FROM run_spec WHERE run_id = ?",
-                                    {run.row.id});
-      seen.insert(seed.empty() ? "" : seed[0]["seed"].dump());
+      // The run's comparable fields, read once by compare_runs: its seed, or "(default)" without one.
+      const auto seed = run.fields.find("spec.experiment.seed");
+      seen.insert(seed == run.fields.end() ? absent_value("spec.experiment.seed") : seed->second);
     }
     seeds = seen.size();
     if (!losses.empty()) median_loss = median(losses);
