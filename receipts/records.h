@@ -177,7 +177,8 @@ struct RunSummary {
 };
 
 struct RunRow {
-  std::int64_t id = 0;
+  std::int64_t id = 0;  // this store's number for the run
+  std::string uid;      // 32 hex digits, the same in every store the run is imported into (schema v7)
   std::string name;
   RunStatus status = RunStatus::running;         // derived: may read `abandoned`
   RunStatus stored_status = RunStatus::running;  // as recorded

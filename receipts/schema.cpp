@@ -2,12 +2,18 @@
 // v3 = profiling evidence (profile windows, per-step time by family/seam, kernel attribution, backend evidence);
 // v4 = MoE router evidence per step (load-balancing loss, slots dropped by the capacity factor);
 // v5 = matrix runners and their claims on (cell, repeat) pairs, so concurrent `matrix run`s share the work;
-// v6 = validation loss on held-out data (train.eval_every) and which backends change numerics.
+// v6 = validation loss on held-out data (train.eval_every) and which backends change numerics;
+// v7 = a globally unique id per run (runs.uid) and the provenance of imported runs (`ablate import`).
 // Frozen history: never edit a migration that has shipped (schema_test compares v1 with its fixture).
 // Tests: tests/receipts/schema_test.cpp.
 #include "receipts/schema.h"
 
 #include <fmt/format.h>
+#include <sqlite3.h>
+
+#include <stdexcept>
+
+#include "base/sha256.h"
 
 namespace ablate::receipts::schema {
 namespace {
@@ -371,11 +377,97 @@ CREATE TABLE evaluations (
   return sql;
 }
 
+// v7: receipts that travel between stores (`ablate import`). Every run gets `uid`, 128 random bits as
+// 32 lowercase hex digits, made when the run opens (runs of older stores get theirs here): the name of
+// the run in every store it is imported into, where integer ids are renumbered. `imports` records each
+// import that added something (which file, its sha256 and schema, where its runs ran, what it added);
+// `import_runs` which import brought each run and its id in the source. Both are history: immutable.
+std::string migration_v7() {
+  std::string sql = R"(
+ALTER TABLE runs ADD COLUMN uid TEXT;
+-- v1's guards refuse any update of a finished run and of a run's identity: lifted for the one update
+-- that gives every existing run its uid, then restored with uid among the columns that never change.
+DROP TRIGGER runs_append_only_update;
+DROP TRIGGER runs_identity_immutable;
+-- Derived from what the run recorded, not random: every copy of an older store gives its runs the same
+-- uids, so importing such a store twice (each time through a fresh upgraded copy) adds nothing.
+UPDATE runs SET uid = derived_run_uid(id, name, started_at, host, pid);
+CREATE TRIGGER runs_append_only_update BEFORE UPDATE ON runs
+WHEN OLD.status <> 'running'
+BEGIN SELECT RAISE(ABORT, 'receipts are append-only: a finished run cannot be changed'); END;
+CREATE TRIGGER runs_identity_immutable BEFORE UPDATE OF id, name, started_at, pid, host, tags, lane,
+  spec_hash, matrix_id, cell, repeat, uid ON runs
+BEGIN SELECT RAISE(ABORT, 'receipts are append-only: the identity of a run cannot be changed'); END;
+-- ALTER TABLE cannot add a NOT NULL column without a constant default, so the rule is a trigger.
+CREATE TRIGGER runs_uid_required BEFORE INSERT ON runs
+WHEN NEW.uid IS NULL OR length(NEW.uid) <> 32 OR NEW.uid GLOB '*[^0-9a-f]*'
+BEGIN SELECT RAISE(ABORT, 'a run needs a uid of 32 lowercase hex digits'); END;
+CREATE UNIQUE INDEX runs_by_uid ON runs(uid);
+
+CREATE TABLE imports (
+  id                    INTEGER PRIMARY KEY,
+  source_path           TEXT NOT NULL,   -- absolute path of the source store when imported
+  source_sha256         TEXT NOT NULL CHECK (length(source_sha256) = 64),  -- of its file as read
+  source_bytes          INTEGER NOT NULL CHECK (source_bytes >= 0),
+  source_schema_version INTEGER NOT NULL,  -- before it was upgraded (in a copy) for reading
+  source_hosts          TEXT NOT NULL CHECK (json_valid(source_hosts) AND json_type(source_hosts) = 'array'),
+  imported_at           REAL NOT NULL,
+  imported_on           TEXT NOT NULL,   -- host of the process that imported it
+  runs_added            INTEGER NOT NULL,
+  runs_present          INTEGER NOT NULL,  -- already here with the same content
+  runs_left_running     INTEGER NOT NULL,  -- still live in the source: not imported
+  step_rows_added       INTEGER NOT NULL,
+  matrices_added        INTEGER NOT NULL,
+  decisions_added       INTEGER NOT NULL,
+  annotations_added     INTEGER NOT NULL,
+  artifacts_copied      INTEGER NOT NULL
+);
+CREATE TABLE import_runs (
+  run_id        INTEGER PRIMARY KEY REFERENCES runs(id),
+  import_id     INTEGER NOT NULL REFERENCES imports(id),
+  source_run_id INTEGER NOT NULL
+);
+CREATE INDEX import_runs_by_import ON import_runs(import_id);
+)";
+  for (const char* table : {"imports", "import_runs"}) sql += immutable_guards(table);
+  return sql;
+}
+
+void derived_run_uid(sqlite3_context* context, int argc, sqlite3_value** argv) {
+  std::string identity;
+  for (int i = 0; i < argc; ++i) {
+    switch (sqlite3_value_type(argv[i])) {
+      case SQLITE_INTEGER:
+        identity += fmt::format("i:{}", sqlite3_value_int64(argv[i]));
+        break;
+      case SQLITE_FLOAT:
+        identity += fmt::format("f:{}", sqlite3_value_double(argv[i]));
+        break;
+      case SQLITE_NULL:
+        identity += "n";
+        break;
+      default:
+        identity += "t:";
+        identity.append(reinterpret_cast<const char*>(sqlite3_value_text(argv[i])),
+                        static_cast<std::size_t>(sqlite3_value_bytes(argv[i])));
+    }
+    identity += '\x1f';
+  }
+  const std::string uid = base::sha256_hex(identity).substr(0, 32);
+  sqlite3_result_text(context, uid.c_str(), static_cast<int>(uid.size()), SQLITE_TRANSIENT);
+}
+
 }  // namespace
+
+void register_functions(sqlite3* db) {
+  const int rc = sqlite3_create_function_v2(db, "derived_run_uid", -1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nullptr,
+                                            derived_run_uid, nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) throw std::runtime_error(fmt::format("cannot register derived_run_uid: {}", sqlite3_errstr(rc)));
+}
 
 const std::vector<std::string>& migrations() {
   static const std::vector<std::string> all = {migration_v1(), migration_v2(), migration_v3(), migration_v4(),
-                                               migration_v5(), migration_v6()};
+                                               migration_v5(), migration_v6(), migration_v7()};
   return all;
 }
 

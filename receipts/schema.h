@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+struct sqlite3;
+
 namespace ablate::receipts::schema {
 
 // PRAGMA application_id of an ablate receipt store ("ablt" in ASCII), so a foreign SQLite file is refused.
@@ -17,5 +19,11 @@ inline constexpr std::int32_t kApplicationId = 0x61626c74;
 
 const std::vector<std::string>& migrations();
 int latest_version();
+
+// SQL functions the migrations call, on the connection `db`: whatever applies migrations() registers them
+// first (Store::open does). v7's derived_run_uid(id, name, started_at, host, pid): 32 lowercase hex digits
+// of the sha256 of its arguments, each written with its type (a REAL as the shortest text that reads back
+// as the same double), so every copy of an older store gives a run the same uid.
+void register_functions(sqlite3* db);
 
 }  // namespace ablate::receipts::schema

@@ -118,6 +118,7 @@ void set_pragmas(sql::Connection& db) {
 // Applies every pending migration in one BEGIN IMMEDIATE transaction. The version is re-read under the
 // write lock, so when several processes open a fresh file at once exactly one of them migrates it.
 void migrate(sql::Connection& db) {
+  schema::register_functions(db.handle());
   db.write_transaction([&] {
     const int current = static_cast<int>(db.scalar_int("PRAGMA user_version"));
     check_not_newer(db.path(), current);
@@ -341,7 +342,7 @@ std::int64_t Store::begin_run(const RunStart& start) {
     {
       sql::Lease st = db_->prepare(
           "INSERT INTO runs (name, status, started_at, heartbeat_at, pid, host, tags, lane, spec_hash, matrix_id, "
-          "cell, repeat) VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+          "cell, repeat, uid) VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, lower(hex(randomblob(16))))");
       st->execute(start.name, now, now, start.pid != 0 ? start.pid : static_cast<std::int64_t>(getpid()),
                   start.host.empty() ? base::host_name() : start.host, to_json_array(start.tags), start.lane, spec_hash,
                   start.matrix_id, start.cell, start.repeat);

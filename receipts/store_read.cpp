@@ -19,7 +19,7 @@ constexpr const char* kRunSelect =
     "SELECT id, name, CASE WHEN status = 'running' AND heartbeat_at < ?1 THEN 'abandoned' ELSE status END AS status, "
     "status AS stored_status, error, started_at, ended_at, heartbeat_at, pid, host, tags, lane, spec_hash, "
     "matrix_id, cell, repeat, steps, median_step_ms, tokens_per_s, mfu, goodput_pct, peak_memory_bytes, "
-    "flops_version, summary_json FROM runs";
+    "flops_version, summary_json, uid FROM runs";
 
 // Columns stored as JSON text / 0-1 integers, decoded when a run is rendered as JSON.
 constexpr std::array<std::string_view, 5> kJsonColumns = {"tags", "patterns", "spec_json", "summary_json",
@@ -101,6 +101,7 @@ RunRow read_run(const sql::Statement& st) {
     if (j.is_discarded()) throw StoreError(fmt::format("{} is not valid JSON: the store is damaged", what));
     r.summary.facts = run_facts_from_json(j, what);
   }
+  r.uid = st.get_text(24);
   return r;
 }
 
@@ -108,6 +109,7 @@ nlohmann::json run_row_json(const RunRow& r) {
   const RunSummary& s = r.summary;
   return {
       {"id", r.id},
+      {"uid", r.uid},
       {"name", r.name},
       {"status", to_string(r.status)},
       {"stored_status", to_string(r.stored_status)},

@@ -33,8 +33,8 @@ class QueryTest : public ::testing::Test {
     // times are immutable through the API).
     raw.exec_ok(fmt::format("UPDATE runs SET heartbeat_at = {} WHERE id = {}", base::unix_now() - 3600, f2));
     raw.exec_ok(
-        fmt::format("INSERT INTO runs (name, status, started_at, ended_at, heartbeat_at, host, tags) VALUES "
-                    "('old-run', 'ok', {0}, {0} + 60, {0} + 60, 'h', '[\"baseline\"]')",
+        fmt::format("INSERT INTO runs (name, status, started_at, ended_at, heartbeat_at, host, tags, uid) VALUES "
+                    "('old-run', 'ok', {0}, {0} + 60, {0} + 60, 'h', '[\"baseline\"]', lower(hex(randomblob(16))))",
                     kMay2024));
   }
 

@@ -4,6 +4,7 @@
 // Run: build-receipts/tests/receipts_tests --gtest_filter='Schema*'
 #include "receipts/schema.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,6 +21,7 @@ using testing::RawDb;
 
 const std::set<std::string> kTables = {
     "annotations",  "artifacts",  "backend_evidence", "catalog",      "decisions",       "evaluations", "goodput",
+    "import_runs",  "imports",
     "kernel_attribution", "kernels", "matrices",     "matrix_cells", "matrix_claims",   "matrix_runners",
     "memory",          "profile_time",
     "profile_windows", "run_backends", "run_env",     "run_spec",     "runs",            "steps"};
@@ -304,6 +306,63 @@ TEST(Schema, MigratesV5FixtureToV6KeepingItsData) {
   EXPECT_EQ(evals[0]["tokens"], 4096);
   EXPECT_TRUE(evals[1]["loss"].is_null());
   EXPECT_THROW(store.record_evaluation(id, {30, 2.0, 0, 0.1}), StoreError);
+
+  const std::string fresh = dir.file("fresh.db");
+  Store::open(fresh);
+  EXPECT_EQ(schema_dump(path), schema_dump(fresh));
+}
+
+TEST(Schema, V6FixtureMatchesMigrations1To6) {
+  base::TempDir dir;
+  const std::string fixture_db = load_fixture(dir, "schema_v6");
+  EXPECT_EQ(schema_dump(fixture_db), schema_dump(fresh_at_version(dir, 6)));
+  EXPECT_EQ(RawDb(fixture_db).scalar("PRAGMA user_version"), "6");
+}
+
+// v7 added runs.uid and the import provenance tables: every run of a v6 file gets its own uid (finished
+// runs included, which stay frozen otherwise), the same in every copy of the file; a uid never changes,
+// no run goes in without one, and the file keeps its evaluations and decision.
+TEST(Schema, MigratesV6FixtureToV7KeepingItsData) {
+  base::TempDir dir;
+  const std::string path = load_fixture(dir, "schema_v6");
+  auto store = Store::open(path);
+  EXPECT_EQ(store.schema_version(), schema::latest_version());
+  EXPECT_EQ(tables(store), kTables);
+
+  std::set<std::string> uids;
+  for (const RunRow& run : store.list_runs()) {
+    EXPECT_THAT(run.uid, ::testing::MatchesRegex("[0-9a-f]{32}")) << "run " << run.id;
+    uids.insert(run.uid);
+  }
+  EXPECT_EQ(uids.size(), 4u);
+  // Derived from the runs' records: another copy of the same file gives every run the same uid.
+  {
+    base::TempDir other;
+    auto copy = Store::open(load_fixture(other, "schema_v6"));
+    for (std::int64_t id = 1; id <= 4; ++id) EXPECT_EQ(copy.get_run(id).uid, store.get_run(id).uid) << "run " << id;
+  }
+  EXPECT_EQ(store.run_json(4)["run"]["uid"], store.get_run(4).uid);
+  EXPECT_EQ(store.run_json(4)["evaluations"][0]["loss"], 8.5);
+  const auto decisions = store.list_decisions("loss", "chunked");
+  ASSERT_EQ(decisions.size(), 1u);
+  EXPECT_EQ(decisions[0].evidence_run_ids, (std::vector<std::int64_t>{3, 4}));
+
+  RawDb raw(path);
+  EXPECT_NE(raw.exec("UPDATE runs SET status = 'failed' WHERE id = 4").find("append-only"), std::string::npos);
+  const auto live = store.begin_run(testing::sample_start("after-v7"));
+  EXPECT_THAT(store.get_run(live).uid, ::testing::MatchesRegex("[0-9a-f]{32}"));
+  EXPECT_FALSE(uids.contains(store.get_run(live).uid));
+  EXPECT_NE(raw.exec(fmt::format("UPDATE runs SET uid = '{}' WHERE id = {}", std::string(32, 'a'), live))
+                .find("identity of a run cannot be changed"),
+            std::string::npos);
+  EXPECT_NE(raw.exec("INSERT INTO runs (name, status, started_at, heartbeat_at, host) VALUES ('x', 'running', 1, 1, 'h')")
+                .find("needs a uid"),
+            std::string::npos);
+  EXPECT_NE(raw.exec(fmt::format("INSERT INTO runs (name, status, started_at, heartbeat_at, host, uid) VALUES "
+                                 "('x', 'running', 1, 1, 'h', '{}')",
+                                 store.get_run(1).uid))
+                .find("UNIQUE"),
+            std::string::npos);
 
   const std::string fresh = dir.file("fresh.db");
   Store::open(fresh);

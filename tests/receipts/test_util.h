@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "receipts/schema.h"
 #include "receipts/store.h"
 #include "base/temp_dir.h"
 #include "tests/base/scoped_env.h"
@@ -57,6 +58,7 @@ class RawDb {
   explicit RawDb(const std::string& path) {
     if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) throw std::runtime_error("cannot open " + path);
     sqlite3_busy_timeout(db_, 10000);
+    schema::register_functions(db_);  // so that migrations() can be applied here too
   }
   ~RawDb() { sqlite3_close(db_); }
   RawDb(const RawDb&) = delete;
