@@ -108,6 +108,9 @@ void Statement::bind(int index, std::string_view value) {
 void Statement::bind(int index, const Param& value) {
   std::visit([&](const auto& v) { bind(index, v); }, value);
 }
+void Statement::bind_column(int index, const Statement& from, int col) {
+  check_bind(sqlite3_bind_value(stmt_, index, sqlite3_column_value(from.stmt_, col)), index);
+}
 
 bool Statement::step() {
   const int rc = sqlite3_step(stmt_);
@@ -170,10 +173,10 @@ std::string file_uri(const std::string& path) {
 }
 }  // namespace
 
-Connection::Connection(std::string path, bool immutable_snapshot) : path_(std::move(path)) {
-  const int flags = immutable_snapshot ? SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX
-                                       : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
-  const std::string name = immutable_snapshot ? file_uri(path_) + "?immutable=1" : path_;
+Connection::Connection(std::string path, OpenMode mode) : path_(std::move(path)) {
+  const int flags = mode == OpenMode::read_write ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+                                                 : SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX;
+  const std::string name = mode == OpenMode::immutable_snapshot ? file_uri(path_) + "?immutable=1" : path_;
   const int rc = sqlite3_open_v2(name.c_str(), &db_, flags, nullptr);
   if (rc != SQLITE_OK) {
     const std::string msg = db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);

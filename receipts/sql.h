@@ -47,6 +47,8 @@ class Statement {
   void bind(int index, const char* value) { bind(index, std::string_view(value)); }
   void bind(int index, const std::string& value) { bind(index, std::string_view(value)); }
   void bind(int index, const Param& value);
+  // Binds column `col` of the row `from` (a statement of any connection) stands on, whatever its type.
+  void bind_column(int index, const Statement& from, int col);
   template <std::integral T>
   void bind(int index, T value) {
     bind_int64(index, static_cast<std::int64_t>(value));
@@ -126,12 +128,20 @@ class Lease {
   Statement* stmt_;
 };
 
+enum class OpenMode {
+  read_write,  // creating the file if missing
+  // An existing file, never written: SQLite reads what its WAL holds without checkpointing it (for a
+  // store another machine's run wrote, which `ablate import` reads).
+  read_only,
+  // An existing file read-only as immutable (no locks, no -wal or -shm file): for a store whose folder
+  // nobody can write, where no writer can exist either.
+  immutable_snapshot,
+};
+
 class Connection {
  public:
-  // Opens (creating if missing) read-write. An unopenable path throws StoreError with a hint.
-  // `immutable_snapshot`: opens an existing file read-only as immutable (no locks, no -wal or -shm
-  // file): for a store whose folder nobody can write, where no writer can exist either.
-  explicit Connection(std::string path, bool immutable_snapshot = false);
+  // Opens `path` as `mode` says. An unopenable path throws StoreError with a hint.
+  explicit Connection(std::string path, OpenMode mode = OpenMode::read_write);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;

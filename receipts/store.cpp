@@ -19,6 +19,7 @@
 #include "base/host.h"
 #include "receipts/schema.h"
 #include "base/sha256.h"
+#include "receipts/store_files.h"
 
 namespace ablate::receipts {
 namespace fs = std::filesystem;
@@ -67,16 +68,6 @@ void check_is_sqlite_file(const std::string& path) {
                     "another --db or set ABLATE_DB",
                     path));
   }
-}
-
-// An existing, non-empty store whose folder this process cannot write (a read-only copy, a shared
-// archive): SQLite could not create the WAL's files there.
-bool in_folder_nobody_writes(const std::string& path) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec) || fs::file_size(path, ec) == 0 || ec) return false;
-  const fs::path real = fs::canonical(path, ec);
-  if (ec) return false;
-  return ::access(real.parent_path().c_str(), W_OK) != 0;
 }
 
 // A SQLite file is ours if it carries our application_id, or is empty (version 0, no schema objects).
@@ -180,6 +171,14 @@ std::string to_json_array(const std::vector<std::string>& items) { return nlohma
 
 }  // namespace
 
+bool in_folder_nobody_writes(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec) || fs::file_size(path, ec) == 0 || ec) return false;
+  const fs::path real = fs::canonical(path, ec);
+  if (ec) return false;
+  return ::access(real.parent_path().c_str(), W_OK) != 0;
+}
+
 // ---- open --------------------------------------------------------------------------------------
 
 Store::Store(std::string path, double stale_s, std::unique_ptr<sql::Connection> db)
@@ -204,7 +203,7 @@ Store Store::open(const std::string& path, StoreOptions options) {
   if (in_folder_nobody_writes(path)) {
     // WAL needs a -shm file beside the store, which this folder cannot take: readers read an immutable
     // snapshot (no writer can exist here either); any write is refused as read-only (exit 2).
-    auto db = std::make_unique<sql::Connection>(path, /*immutable_snapshot=*/true);
+    auto db = std::make_unique<sql::Connection>(path, sql::OpenMode::immutable_snapshot);
     const int version = static_cast<int>(db->scalar_int("PRAGMA user_version"));
     check_owner(*db, version);
     check_not_newer(path, version);

@@ -36,6 +36,31 @@ struct StoreOptions {
   int busy_timeout_ms = 10000;
 };
 
+// `ablate import` (docs/receipts.md, "Import"): what to do with the files behind artifact records.
+struct ImportOptions {
+  // Copy each artifact's file into `<DEST>.artifacts/<sha256>/<file name>` and point its record there;
+  // without it the record keeps the source's path with its sha256.
+  bool copy_artifacts = false;
+};
+
+// What one source store brought into the destination.
+struct ImportedSource {
+  std::string path;  // absolute
+  std::string sha256;
+  std::int64_t bytes = 0;
+  int schema_version = 0;        // the source's, before it was upgraded (in a copy) for reading
+  std::int64_t import_id = 0;    // its `imports` row; 0 when it added nothing (no row is written)
+  std::int64_t runs_added = 0;
+  std::int64_t runs_present = 0;       // already in the destination with the same content
+  std::int64_t runs_left_running = 0;  // still live in the source (heartbeat within the stale limit)
+  std::int64_t step_rows_added = 0;
+  std::int64_t matrices_added = 0;
+  std::int64_t decisions_added = 0;
+  std::int64_t annotations_added = 0;
+  std::int64_t artifacts_copied = 0;
+  std::vector<std::string> notes;  // runs left running, artifact files not found: one line each
+};
+
 class Store {
  public:
   // Opens the store at `path`, creating it if missing (a zero-length file counts as new) and applying
@@ -44,6 +69,16 @@ class Store {
   static Store open(const std::string& path, StoreOptions options = {});
   // For read-only commands: like open(), but a missing file is a StoreError instead of a new store.
   static Store open_existing(const std::string& path, StoreOptions options = {});
+
+  // Merges the receipts of `sources` into the store at `dest_path` (created when missing) in one write
+  // transaction: any failure leaves it as it was. Every source is checked and read through an upgraded
+  // copy (never written) before the destination is opened. Runs are matched by uid; integer ids are
+  // renumbered and the rows citing them follow. Throws StoreError when a source cannot be read, is
+  // newer than this binary or foreign, or holds a run whose uid is here with other content.
+  static std::vector<ImportedSource> import_stores(const std::string& dest_path,
+                                                   const std::vector<std::string>& sources,
+                                                   const ImportOptions& options = {},
+                                                   StoreOptions store_options = {});
 
   Store(Store&&) noexcept;
   Store& operator=(Store&&) noexcept;
@@ -131,6 +166,9 @@ class Store {
   void record_env_rows(std::int64_t run_id, const std::map<std::string, std::string>& env);
   double stale_cutoff() const;  // heartbeats before this read as abandoned
   nlohmann::json child_rows(std::string_view table, std::string_view order_by, std::int64_t run_id);
+
+  // import_stores' work for one source (receipts/store_import.cpp): reads its rows, writes them here.
+  friend class SourceImport;
 
   std::string path_;
   double stale_s_;  // heartbeat age after which a running run reads as abandoned

@@ -60,5 +60,6 @@ void register_matrix(CLI::App& app, Globals& g);            // matrix expand, ma
 void register_report(CLI::App& app, Globals& g);            // report/: Markdown + HTML + JSON report
 void register_trend(CLI::App& app, Globals& g);             // report/: a lane's level shifts over time
 void register_export(CLI::App& app, Globals& g);            // report/: CSV / JSON tables
+void register_import(CLI::App& app, Globals& g);            // merge other receipt stores into --db
 
 }  // namespace ablate::cli
