@@ -11,6 +11,10 @@
 //   BM_CheckCanRecord/R - Store::check_can_record (header against length, each table's first page,
 //                       read-only test) on a store of R runs x 2,000 steps: what `ablate run` pays once
 //                       before its run row, the same at every size.
+//   BM_Import/R/S     - Store::import_stores (`ablate import`) of a store of R ok runs x S steps (each with
+//                       its spec, 30 env keys and a summary) into a new store, all of it: hashing and
+//                       copying the source, the merge, closing the destination. Step rows/s counter.
+//                       Target (issue 34): >= 100,000 step rows/s.
 // Build and run: ninja -C build-receipts store_bench && build-receipts/bench/store_bench
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
@@ -75,6 +79,17 @@ void BM_AppendSteps(benchmark::State& state) {
 }
 BENCHMARK(BM_AppendSteps)->Arg(1)->Arg(100)->Arg(1000)->Arg(10000)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// The summary of a finished run of `steps` steps: what makes it evidence.
+RunSummary bench_summary(std::int64_t steps) {
+  RunSummary summary;
+  summary.steps = steps;
+  summary.median_step_ms = 103;
+  summary.tokens_per_s = 636000;
+  summary.goodput_pct = 91;
+  summary.peak_memory_bytes = std::int64_t{48} << 30;
+  return summary;
+}
+
 // A run shaped like a real one: 2,000 steps and every other kind of receipt.
 std::int64_t write_full_run(Store& store, const std::string& dir) {
   const auto id = store.begin_run(bench_start("full"));
@@ -106,13 +121,7 @@ std::int64_t write_full_run(Store& store, const std::string& dir) {
     std::ofstream(path) << std::string(4096, 'x');
     store.add_artifact(id, "trace", path);
   }
-  RunSummary summary;
-  summary.steps = 2000;
-  summary.median_step_ms = 103;
-  summary.tokens_per_s = 636000;
-  summary.goodput_pct = 91;
-  summary.peak_memory_bytes = std::int64_t{48} << 30;
-  store.finish_run(id, RunStatus::ok, "", summary);
+  store.finish_run(id, RunStatus::ok, "", bench_summary(2000));
   store.annotate(id, "benchmark run");
   store.annotate(id, "second note");
   return id;
@@ -193,6 +202,33 @@ void BM_CheckCanRecord(benchmark::State& state) {
   state.counters["MB"] = bytes / 1e6;
 }
 BENCHMARK(BM_CheckCanRecord)->Arg(10)->Arg(100)->Arg(400)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_Import(benchmark::State& state) {
+  const std::int64_t runs = state.range(0), steps = state.range(1);
+  base::TempDir dir("ablate-store-bench");
+  const std::string source = dir.file("source.db");
+  {
+    auto store = Store::open(source);
+    const auto rows = steps_from(0, steps);
+    for (std::int64_t r = 0; r < runs; ++r) {
+      const auto id = store.begin_run(bench_start("import"));
+      store.append_steps(id, rows);
+      store.finish_run(id, RunStatus::ok, "", bench_summary(steps));
+    }
+  }
+  std::int64_t imported = 0, iteration = 0;
+  for (auto _ : state) {
+    const std::string dest = dir.file(fmt::format("dest{}.db", iteration++));
+    imported += Store::import_stores(dest, {source})[0].step_rows_added;
+    state.PauseTiming();
+    std::filesystem::remove(dest);
+    state.ResumeTiming();
+  }
+  if (imported != runs * steps * iteration) state.SkipWithError("the import did not add every step row");
+  state.counters["step rows/s"] = benchmark::Counter(static_cast<double>(imported), benchmark::Counter::kIsRate);
+  state.counters["source MB"] = static_cast<double>(std::filesystem::file_size(source)) / 1e6;
+}
+BENCHMARK(BM_Import)->Args({100, 1000})->Args({1000, 1000})->Unit(benchmark::kSecond)->UseRealTime();
 
 }  // namespace
 }  // namespace ablate::receipts
