@@ -9,8 +9,9 @@ Three stages:
   contract  plain json/gzip: the layout trace_writer.h promises (top-level distributedInfo.rank, deviceProperties,
             baseTimeNanoseconds; `ph: X` events with numeric ts/dur >= 0, pid = device and tid = stream for GPU
             work with args.device/stream/correlation; launch -> kernel flows paired s/f by id and bound to the
-            launch call and to the GPU event), what HTA reads from the raw text (the rank regex), and what
-            Perfetto's JSON importer needs (slices on one pid/tid track nest).
+            launch call and to the GPU event), what HTA reads from the raw text (the rank regex) and what its
+            default rounding of fractional times does to them (no slice may turn negative), and what Perfetto's
+            JSON importer needs (slices on one pid/tid track nest, the enclosing one first at an equal ts).
   hta       TraceAnalysis(trace_dir=FOLDER): ranks found, events parsed (stream/correlation), launches linked to
             their GPU work, then get_temporal_breakdown, get_gpu_kernel_breakdown, get_cuda_kernel_launch_stats
             and best-effort extras (comm/compute overlap, idle time, memory bandwidth, queue length), printed.
@@ -271,6 +272,16 @@ def check_contract(path: str, rep: Report) -> dict | None:
     if dangling:
         rep.fail(where, f"{len(dangling)} flows whose correlation has no launch call or no GPU event, e.g. {dangling[:5]}")
 
+    # HTA's parser rounds fractional times (ts up, ts + dur down: hta/common/trace_parser.py:319
+    # round_down_time_stamps, on unless HTA_DISABLE_NS_ROUNDING=1), which turns an event that holds no whole
+    # microsecond negative, and its temporal breakdown then fails (assert non_compute_time >= 0).
+    hta_negative = [e for e in gpu + host + other_x if math.floor(e["ts"] + e["dur"]) < math.ceil(e["ts"])]
+    if hta_negative:
+        e = hta_negative[0]
+        rep.fail(where, f"{len(hta_negative)} slices get a negative duration from HTA's default rounding of fractional "
+                 f"times (ts up, ts + dur down: hta/common/trace_parser.py:319), e.g. {e['name'][:50]!r} ts {e['ts']} "
+                 f"dur {e['dur']}: the writer writes whole microseconds, which HTA leaves as they are")
+
     # Perfetto's JSON importer builds one slice stack per (pid, tid): slices there must nest.
     overlaps = 0
     overlap_example = ""
@@ -285,6 +296,24 @@ def check_contract(path: str, rep: Report) -> dict | None:
                 overlap_example = overlap_example or f"{e['name'][:60]!r} at ts {e['ts']} on pid/tid {track}"
                 continue
             stack.append(end)
+    # Perfetto takes events of equal ts in file order: of two slices starting together on a track, the one
+    # that encloses the other must come first, or it would be taken for the child and dropped.
+    misordered = 0
+    kept = {id(e) for e in gpu + host + other_x}
+    in_file_order: dict[tuple, list] = defaultdict(list)
+    for e in trace["traceEvents"]:
+        if id(e) in kept:
+            in_file_order[(e["pid"], e["tid"])].append(e)
+    for evs in in_file_order.values():
+        first_at: dict = {}
+        for e in evs:
+            longest = first_at.get(e["ts"])
+            if longest is not None and e["dur"] > longest + EPS_US:
+                misordered += 1
+            first_at[e["ts"]] = max(e["dur"], longest if longest is not None else e["dur"])
+    if misordered:
+        rep.fail(where, f"{misordered} slices come after a shorter slice with the same ts on their pid/tid track: "
+                 "Perfetto reads equal timestamps in file order, so the enclosing slice must be written first")
     if overlaps:
         rep.fail(where, f"{overlaps} slices partially overlap an earlier slice on the same pid/tid track, e.g. "
                  f"{overlap_example}: Perfetto's JSON importer needs slices on one track to nest and drops the others "
@@ -347,7 +376,7 @@ def check_hta(folder: str, infos: list[dict], rep: Report, verbose: bool) -> Non
         if len(neg):
             neg_gpu = neg[neg["stream"].ge(0)]
             ex = (neg_gpu if len(neg_gpu) else neg).iloc[0]
-            rep.warn(w, f"{len(neg_gpu)} GPU events and {len(neg) - len(neg_gpu)} host events get a negative dur from "
+            rep.fail(w, f"{len(neg_gpu)} GPU events and {len(neg) - len(neg_gpu)} host events get a negative dur from "
                      "HTA's rounding of sub-microsecond times (ts rounded up, ts+dur down: hta/common/trace_parser.py:"
                      f"319; it does so to Kineto traces too; HTA_DISABLE_NS_ROUNDING=1 turns it off), e.g. "
                      f"{names[ex['name']][:50]!r} dur {ex['dur']}")
