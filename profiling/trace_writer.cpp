@@ -200,13 +200,14 @@ nlohmann::json chrome_trace(const ActivityLog& log, const TraceMeta& meta) {
                              {"cat", "ac2g"},
                              {"name", "ac2g"}});
   }
-  // One flow end per launch whose launch record exists (a dropped one would dangle): a graph launch's
-  // kernels share its correlation, and a flow id ends once.
-  std::set<uint32_t> flow_ended;
+  // A flow end on every piece of GPU work whose launch record exists (a dropped one would dangle). The
+  // kernels of a graph replay share the cudaGraphLaunch's correlation and each gets its own end, as
+  // Kineto writes them: Perfetto's JSON importer keeps a v1 flow open after an `f`, so every end of
+  // the id links the launch to that kernel.
   for (size_t i : gpu_slices) {
     auto& slice = slices[i];
     const uint32_t correlation = slice.event["args"]["correlation"];
-    if (!flow_started.count(correlation) || !flow_ended.insert(correlation).second) continue;
+    if (!flow_started.count(correlation)) continue;
     slice.flows.push_back({{"ph", "f"},
                            {"id", correlation},
                            {"pid", slice.event["pid"]},

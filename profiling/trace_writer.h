@@ -7,7 +7,8 @@
 // device's stream ids named "stream N (overlap lane L)" (Perfetto drops slices that do not nest on a
 // track), args.stream staying the real stream. Host launches are `ph: "X"` cuda_runtime / cuda_driver on
 // (process, thread); each launch is linked to its GPU work by a flow (`ph: "s"` at the launch,
-// `ph: "f"`, `bp: "e"` at the GPU work, on its track, id = correlation). Each closed step span is a
+// `ph: "f"`, `bp: "e"` at the GPU work, on its track, id = correlation): a cudaGraphLaunch's flow has
+// one end at every kernel of the replay, as Kineto writes it. Each closed step span is a
 // `ProfilerStep#N` slice (cat user_annotation) on the thread that starts the steps, which HTA numbers
 // iterations by. `ts`/`dur` are whole microseconds since baseTimeNanoseconds, every start and end rounded
 // to the nearest one: Holistic Trace Analysis rounds fractional times (ts up, ts + dur down), which

@@ -89,8 +89,9 @@ TEST(TraceWriter, HasTheLayoutPerfettoAndHtaRead) {
 }
 
 // A graph replay: one cudaGraphLaunch runs two kernels with its correlation. Each kernel names its
-// graph node and its node's capture-time scope; the launch gets one flow, ending at the first kernel.
-TEST(TraceWriter, GraphReplayKernelsNameTheirNodeAndShareOneFlow) {
+// graph node and its node's capture-time scope; the launch's flow (one start) ends at each kernel, as
+// Kineto writes a replay, so every kernel is linked to the launch that ran it.
+TEST(TraceWriter, GraphReplayKernelsNameTheirNodeAndEachEndTheLaunchFlow) {
   ActivityLog log;
   log.scopes[1] = {"forward", 3, "A", "attention", "sdpa_flash"};
   log.scopes[2] = {"optimizer", -1, "", "optimizer", "fused_adamw"};
@@ -100,15 +101,20 @@ TEST(TraceWriter, GraphReplayKernelsNameTheirNodeAndShareOneFlow) {
   log.gpu.push_back({GpuActivity::Kind::kernel, "FusedAdamMathFunctor", 1'004'500, 1'005'000, 0, 7, 90, 0, 502});
   log.graph_node_scope = {{501, 1}, {502, 2}};
   const auto trace = chrome_trace(log, TraceMeta{});
-  int flow_starts = 0, flow_ends = 0;
+  int flow_starts = 0;
+  std::vector<std::pair<int64_t, int64_t>> flow_ends;  // (ts, id)
   std::map<std::string, nlohmann::json> kernels;
+  std::vector<std::pair<int64_t, int64_t>> kernel_starts;  // (ts, correlation)
   for (const auto& e : trace["traceEvents"]) {
     if (e["ph"] == "s") ++flow_starts;
-    if (e["ph"] == "f") ++flow_ends;
-    if (e["ph"] == "X" && e["cat"] == "kernel") kernels[e["name"]] = e["args"];
+    if (e["ph"] == "f") flow_ends.push_back({e["ts"], e["id"]});
+    if (e["ph"] == "X" && e["cat"] == "kernel") {
+      kernels[e["name"]] = e["args"];
+      kernel_starts.push_back({e["ts"], e["args"]["correlation"]});
+    }
   }
   EXPECT_EQ(flow_starts, 1);
-  EXPECT_EQ(flow_ends, 1);
+  EXPECT_EQ(flow_ends, kernel_starts) << "one flow end at each replayed kernel, with the launch's id";
   ASSERT_EQ(kernels.size(), 2u);
   EXPECT_EQ(kernels["flash_fwd_kernel"]["graph node"], 501);
   EXPECT_EQ(kernels["flash_fwd_kernel"]["External id"], 1);
@@ -223,9 +229,9 @@ TEST(TraceWriter, KernelsOverlappingOnAStreamGetLanes) {
   }
 }
 
-// Both at once: a replayed graph's kernels share its launch's correlation, so only the first gets the
-// flow end; when the second overlaps the first (PDL inside the graph) it still goes on a lane.
-TEST(TraceWriter, OverlappingGraphKernelsGetALaneAndTheLaunchOneFlow) {
+// Both at once: when a replayed kernel overlaps the one before it (PDL inside the graph) it goes on a
+// lane, and the launch's flow ends there, on the lane's track.
+TEST(TraceWriter, OverlappingGraphKernelsGetALaneAndTheirFlowEndsThere) {
   ActivityLog log;
   log.api.push_back({"cudaGraphLaunch", false, 100'000, 200'000, 42, 1, 90});
   log.gpu.push_back({GpuActivity::Kind::kernel, "first", 1'000'000, 2'000'000, 0, 7, 90, 0, 501});
@@ -239,9 +245,11 @@ TEST(TraceWriter, OverlappingGraphKernelsGetALaneAndTheLaunchOneFlow) {
   }
   EXPECT_EQ(tid["first"], 7u);
   EXPECT_EQ(tid["second"], 8u);
-  ASSERT_EQ(flow_ends.size(), 1u);
+  ASSERT_EQ(flow_ends.size(), 2u);
   EXPECT_EQ((*flow_ends[0])["tid"], 7);
   EXPECT_EQ((*flow_ends[0])["ts"], 900);
+  EXPECT_EQ((*flow_ends[1])["tid"], 8);
+  EXPECT_EQ((*flow_ends[1])["ts"], 1'800);
 }
 
 // HTA 0.5.0's parser on a trace's times (hta/common/trace_parser.py round_down_time_stamps, on by
