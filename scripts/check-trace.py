@@ -229,7 +229,9 @@ def check_contract(path: str, rep: Report) -> dict | None:
     if mangled:
         nccl = sorted({n for n in mangled if "nccl" in n and "Kernel" in n})
         msg = (f"{len(mangled)} of {sum(e['cat'] == 'kernel' for e in gpu)} kernel names are mangled C++ symbols "
-               f"(CUPTI's raw names; Kineto demangles them), e.g. {mangled[0][:80]!r}")
+               f"(CUPTI's raw names), e.g. {mangled[0][:80]!r}: the writer demangles them, those nested deeper than "
+               "libstdc++'s demangler goes (CUTLASS 3 kernels) only when built with libiberty (libiberty-dev; Kineto "
+               "leaves those mangled)")
         if nccl:
             rep.fail(where, msg + f"; HTA tells communication kernels by '^nccl.*Kernel' (hta/utils/utils.py:56), so it "
                      f"counts {nccl[0][:60]!r} as computation")

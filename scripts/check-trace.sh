@@ -2,9 +2,9 @@
 # scripts/check-trace.sh [TRACE_OR_FOLDER...] [check-trace.py options]: do our traces load unchanged in
 # Holistic Trace Analysis and Perfetto? Runs scripts/check-trace.py (see its header) in a venv outside the
 # clone. With no trace given, it first builds scripts/trace-sample.cpp with the writer's own sources
-# (profiling/trace_writer.cpp, attribution.cpp, cupti_names.cpp, kernels/catalog.cpp: no CMake build, one
-# nice'd job) and checks the two-rank synthetic trace it writes. Exit 0 passed, 1 a check failed, 2 bad
-# arguments.
+# (profiling/trace_writer.cpp, attribution.cpp, cupti_names.cpp, kernels/catalog.cpp and the seams' catalog
+# rows, libiberty where its header is: no CMake build, one nice'd job) and checks the two-rank synthetic
+# trace it writes. Exit 0 passed, 1 a check failed, 2 bad arguments.
 #   bash scripts/check-trace.sh                                  # the synthetic trace
 #   bash scripts/check-trace.sh runs/12/ --strict                # a run's trace folder, warnings fail too
 # The venv (made here on first use, PyPI only; versions pinned because the check cites HTA's source lines):
@@ -37,12 +37,15 @@ if [ $paths = 0 ]; then
   sample=${SAMPLE:-$OUT/trace-sample}
   if [ -z "${SAMPLE:-}" ]; then
     srcs=(scripts/trace-sample.cpp profiling/trace_writer.cpp profiling/attribution.cpp profiling/cupti_names.cpp
-          kernels/catalog.cpp)
+          kernels/catalog.cpp kernels/*/catalog.cpp)
     stale=0
-    for s in "${srcs[@]}" profiling/trace_writer.h profiling/activity.h profiling/cupti_names.h; do [ "$s" -nt "$sample" ] && stale=1; done
+    for s in "${srcs[@]}" profiling/trace_writer.h profiling/activity.h profiling/cupti_names.h \
+             tests/profiling/cutlass_kernel_name.h; do [ "$s" -nt "$sample" ] && stale=1; done
     if [ ! -x "$sample" ] || [ $stale = 1 ]; then
       echo "building $sample"
-      nice -n 19 c++ -std=c++20 -O1 -DFMT_HEADER_ONLY=1 -DABLATE_HAVE_ZLIB=1 -I. "${srcs[@]}" -lz -o "$sample"
+      iberty=()  # the deep demangler, as the CMake build takes it (profiling/CMakeLists.txt)
+      [ -f /usr/include/libiberty/demangle.h ] && iberty=(-DABLATE_HAVE_LIBIBERTY=1 -liberty)
+      nice -n 19 c++ -std=c++20 -O1 -DFMT_HEADER_ONLY=1 -DABLATE_HAVE_ZLIB=1 -I. "${srcs[@]}" -lz "${iberty[@]}" -o "$sample"
     fi
   fi
   rm -rf "$OUT/traces"

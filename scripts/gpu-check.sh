@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu-check.sh OUT [STEPS]: the GPU machine's lane in one call (see docs/gpu.md).
 # Configures and builds with the machine's own LibTorch (python3's torch) plus the carried headers in
-# .gpu-deps/include (SQLite, toml++, Gloo), runs every test suite (GPU tests run for real there), the
+# .gpu-deps/include (SQLite, toml++, Gloo, libiberty) and .gpu-deps/lib/libiberty.a, runs every test suite (GPU tests run for real there), the
 # benchmarks, and the default GPU experiment; writes logs, benchmark JSON and receipts.db to OUT and
 # prints a short summary last.
 #   device run: bash scripts/gpu-check.sh $OUT        (carry .gpu-deps)
@@ -52,7 +52,8 @@ else
   for link in build $BUILD; do [ -L $link ] && rm -f $link; done  # a previous call's prebuilt links
   cmake -G Ninja -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX" \
     -DSQLite3_INCLUDE_DIR="$DEPS" -DSQLite3_LIBRARY=/usr/lib/x86_64-linux-gnu/libsqlite3.so.0 \
-    -DCMAKE_CXX_FLAGS="-isystem $DEPS" -DCMAKE_CUDA_FLAGS="-isystem $DEPS" > "$OUT/configure.log" 2>&1 \
+    -DCMAKE_CXX_FLAGS="-isystem $DEPS" -DCMAKE_CUDA_FLAGS="-isystem $DEPS" \
+    -DCMAKE_INCLUDE_PATH="$DEPS" -DCMAKE_LIBRARY_PATH="$PWD/.gpu-deps/lib" > "$OUT/configure.log" 2>&1 \
     || { tail -40 "$OUT/configure.log"; exit 1; }
   if ! ninja -C $BUILD -j 16 -k 0 ${TARGETS:-} > "$OUT/build.log" 2>&1; then
     grep -E "error|FAILED" "$OUT/build.log" | head -40

@@ -4,7 +4,10 @@
 // Run: build/tests/profiling_tests --gtest_filter='CuptiNames*:DemangledKernels*'
 #include "profiling/cupti_names.h"
 
+#include <cxxabi.h>
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 
 #include <map>
 #include <set>
@@ -13,6 +16,7 @@
 
 #include "kernels/catalog.h"
 #include "profiling/attribution.h"
+#include "tests/profiling/cutlass_kernel_name.h"
 
 namespace ablate::profiling {
 namespace {
@@ -35,6 +39,25 @@ TEST(CuptiNames, OtherKernelNamesStayAsTheyAre) {
   EXPECT_EQ(demangle_kernel_name(nullptr), "");
   const std::string huge = "_Z" + std::string(20'000, 'x');
   EXPECT_EQ(demangle_kernel_name(huge.c_str()), huge);
+}
+
+// A CUTLASS 3 GEMM kernel as CUPTI names it (tests/profiling/cutlass_kernel_name.h): libstdc++'s
+// __cxa_demangle calls it invalid (its nesting passes the demangler's recursion limit), as it does every
+// cutlass::device_kernel of torch's libtorch_cuda.so; libiberty's demangler without the limit reads it.
+TEST(CuptiNames, DeeplyNestedCutlassKernelsAreDemangled) {
+  const char* raw = samples::kCutlass3GemmKernel;
+  int status = 0;
+  char* by_libstdcxx = abi::__cxa_demangle(raw, nullptr, nullptr, &status);
+  std::free(by_libstdcxx);
+  EXPECT_EQ(status, -2) << "libstdc++ reads this name now: the libiberty fallback may no longer be needed";
+  if (!deep_demangling_available()) GTEST_SKIP() << "built without libiberty (libiberty-dev): the name stays mangled";
+  const std::string name = demangle_kernel_name(raw);
+  EXPECT_EQ(name.rfind("void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int>, ", 0), 0u)
+      << name.substr(0, 200);
+  const std::string tail = "cutlass::gemm::PersistentAsyncInputScheduler<cutlass::gemm::KernelTmaWarpSpecializedCooperative, void>, void>::Params)";
+  ASSERT_GE(name.size(), tail.size());
+  EXPECT_EQ(name.substr(name.size() - tail.size()), tail);
+  EXPECT_EQ(family_of_kernel_name(name), "gemm");
 }
 
 TEST(CuptiNames, ApiNamesLoseTheCallbackVersionAsInKineto) {
@@ -221,7 +244,9 @@ const std::vector<Sample>& samples() {
 TEST(DemangledKernels, FamilyRulesReadDemangledNames) {
   for (const auto& s : samples()) {
     const std::string name = demangle_kernel_name(s.raw);
-    if (s.demangles) EXPECT_NE(name.rfind("_Z", 0), 0u) << "not demangled: " << s.raw;
+    if (s.demangles) {
+      EXPECT_NE(name.rfind("_Z", 0), 0u) << "not demangled: " << s.raw;
+    }
     EXPECT_EQ(family_of_kernel_name(name), s.family) << name;
     // HTA tells communication kernels by the regex '^nccl.*Kernel' (hta/utils/utils.py): demangled, NCCL's match.
     if (std::string(s.family) == "communication") {
