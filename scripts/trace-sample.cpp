@@ -6,7 +6,7 @@
 // was dropped (no flow), a CUDA graph replay (eight kernels of one cudaGraphLaunch: two that overlap, then
 // six sub-microsecond ones, each linked to the launch by a flow end), one idle gap.
 // Names start as CUPTI gives them (API names from cuptiGetCallbackName with their _vNNNN suffix, mangled
-// kernel names, taken from an H100 run, and a CUTLASS 3 GEMM's from torch's libtorch_cuda.so) and go
+// kernel names, taken from an H100 run, a CUTLASS 3 grouped GEMM's among them) and go
 // through the conversion profiling/cupti_tracer.cpp applies (profiling/cupti_names.h), as on a GPU.
 // Build and run: scripts/check-trace.sh (compiles this with the writer's sources, no CMake build needed); the
 // CTest check_trace_sample runs the CMake-built tests/trace_sample the same way.
@@ -62,7 +62,7 @@ ActivityLog rank_log(int rank) {
       "_ZN2at6native52_GLOBAL__N__c815dac0_19_fused_adamw_impl_cu_8b44fa2325multi_tensor_apply_kernelINS1_32FusedOptimizer"
       "TensorListMetadataILi4EEENS1_20FusedAdamMathFunctorIN3c108BFloat16ELi4ELNS0_9ADAM_MODEE1ELb0EEEJPKfdddddbSB_SB_EEEvT_"
       "T0_DpT1_";
-  const char* k_cutlass = samples::kCutlass3GemmKernel;
+  const char* k_cutlass = samples::kCutlassGroupedGemmKernel;
   const char* k_fill = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_";
   using K = GpuActivity::Kind;
   for (int step = 0; step < 2; ++step) {
@@ -80,6 +80,7 @@ ActivityLog rank_log(int rank) {
     launch("cudaLaunchKernel_v7000", false, K::kernel, k_flash_bwd, 7, 270'000, 200'000, 3);
     // Gradient all-reduce on the communication stream, overlapping the backward kernel.
     launch("cudaLaunchKernel_v7000", false, K::kernel, k_nccl, 13, 300'000, 150'000, 3);
+    // A CUTLASS 3 grouped GEMM (the experts' backward), nested deeper than libstdc++'s demangler goes.
     launch("cudaLaunchKernelExC_v11060", false, K::kernel, k_cutlass, 7, 471'000, 8'000, 0);
     // Optimizer kernel whose launch record was dropped: no flow for it.
     launch("cudaLaunchKernel_v7000", false, K::kernel, k_fill, 7, 480'000, 30'000, 4, 0, /*drop_api=*/true);
