@@ -125,8 +125,9 @@ nlohmann::json chrome_trace(const ActivityLog& log, const TraceMeta& meta) {
   auto span_us = [&](uint64_t begin, uint64_t end) { return std::pair{us(begin), us(std::max(begin, end))}; };
 
   // Every slice with the flow events bound to it, ordered by start and, at one start, longest first:
-  // Perfetto's JSON importer takes equal timestamps in file order, so an enclosing slice must come
-  // before what it encloses, and a flow event right after its slice binds to it.
+  // the trace event format gives events of equal timestamp no order but the file's (whole microseconds
+  // make such ties common), so an enclosing slice comes before what it encloses, and a flow event right
+  // after its slice binds to it in an importer that reads them so.
   struct Slice {
     nlohmann::json event;
     std::vector<nlohmann::json> flows;

@@ -14,7 +14,7 @@
 // to the nearest one: Holistic Trace Analysis rounds fractional times (ts up, ts + dur down), which
 // turns an event inside one microsecond negative, and leaves whole ones as they are; one rounding rule
 // for both ends keeps slices nested. Slices are written by start, longest first at one start, each
-// followed by its flow events (Perfetto takes equal timestamps in file order). Args carry correlation,
+// followed by its flow events (equal timestamps have no order but the file's). Args carry correlation,
 // stream, device, "duration (ns)" (the exact length of GPU work), External id, the launch scope (phase,
 // layer, block, seam, backend), family and step from attribution.h; memcpy/memset also bytes and
 // "memory bandwidth (GB/s)".

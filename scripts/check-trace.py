@@ -307,7 +307,7 @@ def check_contract(path: str, rep: Report) -> dict | None:
                 overlap_example = overlap_example or f"{e['name'][:60]!r} at ts {e['ts']} on pid/tid {track}"
                 continue
             stack.append(end)
-    # Perfetto takes events of equal ts in file order: of two slices starting together on a track, the one
+    # Events of equal ts have no order but the file's: of two slices starting together on a track, the one
     # that encloses the other must come first, or it would be taken for the child and dropped.
     misordered = 0
     kept = {id(e) for e in gpu + host + other_x}
@@ -324,7 +324,8 @@ def check_contract(path: str, rep: Report) -> dict | None:
             first_at[e["ts"]] = max(e["dur"], longest if longest is not None else e["dur"])
     if misordered:
         rep.fail(where, f"{misordered} slices come after a shorter slice with the same ts on their pid/tid track: "
-                 "Perfetto reads equal timestamps in file order, so the enclosing slice must be written first")
+                 "equal timestamps have no order but the file's, so the enclosing slice must be written first, or an "
+                 "importer reading them so nests them the wrong way round and drops the longer one")
     if overlaps:
         rep.fail(where, f"{overlaps} slices partially overlap an earlier slice on the same pid/tid track, e.g. "
                  f"{overlap_example}: Perfetto's JSON importer needs slices on one track to nest and drops the others "

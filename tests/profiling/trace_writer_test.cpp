@@ -260,8 +260,8 @@ double hta_dur(double ts, double dur) { return std::floor(ts + dur) - std::ceil(
 // of 0.1-3 us, back to back or with gaps under a microsecond, some starting before the previous one
 // ends (PDL), on two streams; launches as runtime calls with the driver call inside, inside step spans.
 // Every written time must come through HTA's rounding unchanged (no negative duration), and every
-// track must still nest when read in file order, the way Perfetto's JSON importer reads equal
-// timestamps, each flow event right after the slice it binds to.
+// track must still nest when equal timestamps are read in file order, each flow event right after the
+// slice it binds to.
 TEST(TraceWriter, TimesSurviveHtaRoundingAndSlicesStillNest) {
   ActivityLog log;
   uint64_t rng = 12345;
