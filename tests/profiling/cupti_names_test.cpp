@@ -133,6 +133,22 @@ const std::vector<Sample>& samples() {
       {"ssm_scan/fused_cuda", "ssm_scan",
        "_ZN6ablate7kernels5fused46_GLOBAL__N__080be74b_13_fused_cuda_cu_4067bfe230ablate_ssm_scan_fwd_state_passENS2_6Params"
        "E"},
+      // kernels/dense_gemm/fp8_quantize.cu (nm of libablate_kernels.so, 2026-11-28) and the FP8 GEMMs
+      // cuBLASLt ran for each recipe (an H200's profile of the same day).
+      {"dense_gemm/fp8_rowwise", "elementwise",
+       "_ZN6ablate7kernels3fp848_GLOBAL__N__884feefb_15_fp8_quantize_cu_77c993dfL23ablate_fp8_rowwise_amaxI13__nv_"
+       "bfloat16EEvPKT_llPiS8_S8_"},
+      {"dense_gemm/fp8_rowwise", "elementwise",
+       "_ZN6ablate7kernels3fp848_GLOBAL__N__884feefb_15_fp8_quantize_cu_77c993dfL23ablate_fp8_rowwise_castI13__nv_"
+       "bfloat16Lb1EEEvPKT_llPKiS9_S9_fbPhPfSA_SB_"},
+      {"dense_gemm/fp8_rowwise", "gemm", "nvjet_sm90_qqtst_128x128_128x6_1x1_h_bz_coopA_algo2_ovscale_TNT"},
+      {"dense_gemm/fp8_tensorwise", "elementwise",
+       "_ZN6ablate7kernels3fp848_GLOBAL__N__884feefb_15_fp8_quantize_cu_77c993dfL26ablate_fp8_tensorwise_amaxI13__nv_"
+       "bfloat16EEvPKT_llPiS8_S8_"},
+      {"dense_gemm/fp8_tensorwise", "elementwise",
+       "_ZN6ablate7kernels3fp848_GLOBAL__N__884feefb_15_fp8_quantize_cu_77c993dfL26ablate_fp8_tensorwise_castI13__nv_"
+       "bfloat16Lb0EEEvPKT_llPKiS9_S9_fbPhPfSA_SB_"},
+      {"dense_gemm/fp8_tensorwise", "gemm", "nvjet_sm90_qqtst_128x160_128x5_2x1_v_bz_coopA_algo2_TNT"},
       // kernels/recurrent_scan/fused_cuda.cu (nm of libablate_kernels.so, H100 build of 2026-11-25).
       {"recurrent_scan/fused_cuda", "recurrent_scan",
        "_ZN6ablate7kernels5fused46_GLOBAL__N__ffd5440f_13_fused_cuda_cu_362e3128L21ablate_rglru_fwd_scanILi2E13__nv_bfloat1"
