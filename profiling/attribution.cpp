@@ -113,12 +113,18 @@ std::string family_of_kernel_name(const std::string& name) {
   return "elementwise";
 }
 
-bool is_fp8_gemm_kernel(const std::string& name) {
-  if (family_of_kernel_name(name) != "gemm") return false;
+// Whether a GEMM kernel's name spells FP8 inputs: cuBLASLt's nvjet kernels as "qq" (nvjet_sm90_qqtst_...;
+// bf16 ones are nvjet_sm90_tst_), CUTLASS and cuBLASLt's templates as their element types (float_e4m3_t,
+// __nv_fp8_e4m3, E4M3E4M3).
+namespace {
+bool names_fp8_inputs(const std::string& name) {
   const std::string n = lower(name);
-  // cuBLASLt's nvjet kernels spell FP8 inputs "qq" (nvjet_sm90_qqtst_...; bf16 ones are nvjet_sm90_tst_),
-  // CUTLASS and cuBLASLt's templates their element types (float_e4m3_t, __nv_fp8_e4m3, E4M3E4M3).
   return (contains_any(n, {"nvjet"}) && contains_any(n, {"_qq"})) || contains_any(n, {"e4m3", "e5m2", "fp8", "f8f8"});
+}
+}  // namespace
+
+bool is_fp8_gemm_kernel(const std::string& name) {
+  return family_of_kernel_name(name) == "gemm" && names_fp8_inputs(name);
 }
 
 std::string classify(const GpuActivity& a, const LaunchScope* scope) {
@@ -276,7 +282,7 @@ std::vector<ObservedBackend> observe_backends(const ProfileSummary& summary,
     const bool fp8_requested = chosen_row != nullptr && chosen_row->fp8_gemms;
     std::set<std::string> wrong_precision;
     for (const auto& [name, sums] : kernels_in_seam)
-      if (family_of_kernel_name(name) == "gemm" && is_fp8_gemm_kernel(name) != fp8_requested)
+      if (family_of_kernel_name(name) == "gemm" && names_fp8_inputs(name) != fp8_requested)
         wrong_precision.insert(name);
     if (!wrong_precision.empty()) {
       ob.mismatch = true;

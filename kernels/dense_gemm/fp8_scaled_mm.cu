@@ -72,9 +72,8 @@ Tensor project(AutogradContext* ctx, const Tensor& x, const Tensor& weight, cons
   NoAutocastScope casts_done_here;
   const int64_t K = x.size(-1), N = weight.size(0);
   const auto x2 = x.reshape({-1, K});
-  const bool need_dw = needs.dw, need_dx = needs.dx;
-  const auto xq = quantize_operand(x2, r, r.inputs, /*rows=*/true, /*cols=*/need_dw);
-  const auto wq = quantize_operand(weight, r, r.inputs, /*rows=*/true, /*cols=*/need_dx);
+  const auto xq = quantize_operand(x2, r, r.inputs, /*rows=*/true, /*cols=*/needs.dw);
+  const auto wq = quantize_operand(weight, r, r.inputs, /*rows=*/true, /*cols=*/needs.dx);
   auto y = scaled_mm(xq.rows, xq.rows_inverse, wq.rows, wq.rows_inverse, r, at::kBFloat16, /*fast=*/true);
   ctx->save_for_backward({xq.cols, xq.cols_inverse, wq.cols, wq.cols_inverse});
   ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
