@@ -1,35 +1,18 @@
-// kernels/moe_dispatch/grouped_mm.cpp: backend `grouped_mm` of seam `moe_dispatch`: dropless MoE without a
-// host sync. The (token, slot) assignments are sorted by expert on the device (one counting-sort
-// kernel on CUDA, group_by_expert), which also gives the per-expert offsets, and LibTorch's grouped GEMM (at::_grouped_mm, CUTLASS on sm90) runs each
-// expert's rows against its weights in one launch per matmul (gate and up projections side by side in
-// one), however uneven the load. Token rows go into expert order by a gather, and come back by a
-// sum of each token's k slot rows (gather_slot_rows, combine_slot_rows: expert_groups.h), each the
-// other's backward; the SwiGLU and the routing weight are one pass over the hidden rows before the down
-// projection (weighted_swiglu). On CUDA those passes are fused kernels (expert_kernels.cu); no
-// scatter-add, forward or backward. Nothing is padded to a capacity and nothing is read on the
-// host, so a CUDA graph can capture the dropless path.
-// Under expert parallelism (an ExpertExchange of N ranks: this rank holds E/N experts) the rows sorted
-// by global expert travel to their experts' ranks and back (exchange_expert_rows, expert_exchange.h);
-// the GEMMs and the weighted SwiGLU between them run on what arrived, the same passes as above.
-// A capacity factor keeps the standard path's semantics: slots past capacity (in token order) get
-// weight 0 and are counted (they are computed, not skipped: no shapes depend on the data).
-// Contract: MoeDispatchFn in kernels/seams.h. Arithmetic in the autocast dtype when autocast is on
-// (the weights are cast, as autocast would for bmm: all three in one pass, their gradients back in one,
-// ExpertWeights), else in x's dtype; _grouped_mm wants row strides
-// that are multiples of 16 bytes, so d and f are zero-padded to multiples of 8 when they are not
-// (exact: padded rows and columns contribute zeros and are sliced off).
+// kernels/moe_dispatch/grouped_mm.cpp: backend `grouped_mm` of seam `moe_dispatch`: the dropless grouped
+// dispatch (grouped_dispatch.h: slots sorted by expert on the device, no host sync, CUDA-graph
+// capturable, expert parallel) with bf16 expert GEMMs: LibTorch's grouped GEMM (at::_grouped_mm, CUTLASS
+// on sm90) runs each expert's rows against its weights in one launch per matmul (gate and up projections
+// side by side in one). Arithmetic in the autocast dtype when autocast is on (the weights are cast, as
+// autocast would for bmm: all three in one pass, their gradients back in one, ExpertWeights), else in
+// x's dtype; _grouped_mm wants row strides that are multiples of 16 bytes, so d and f are zero-padded to
+// multiples of 8 when they are not (grouped_dispatch.cpp).
 // Tests: kernels_tests (parity_test.cpp moe rows, CPU fp32/bf16 and CUDA). Benchmark: kernels_bench --benchmark_filter=moe_dispatch.
-#include <ATen/autocast_mode.h>
-
-#include "kernels/moe_dispatch/expert_exchange.h"
 #include "kernels/moe_dispatch/expert_groups.h"
-#include "kernels/numerics.h"
+#include "kernels/moe_dispatch/grouped_dispatch.h"
 #include "kernels/registry.h"
 
 namespace ablate::kernels {
 namespace {
-
-int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
 // The expert weights in the GEMM dtype, as the grouped GEMMs take them: w1 and w3 ([E, f, d]) side by side
 // as one [E, 2 fp, dp] operand, gate rows first (one GEMM for both projections forward, one for each
@@ -103,64 +86,23 @@ class GroupedLinear : public torch::autograd::Function<GroupedLinear> {
   }
 };
 
-// Zero-pads the last two dims of `t` to (rows, cols).
-torch::Tensor pad_to(const torch::Tensor& t, int64_t rows, int64_t cols) {
-  const int64_t r = t.size(-2), c = t.size(-1);
-  if (r == rows && c == cols) return t;
-  return torch::constant_pad_nd(t, {0, cols - c, 0, rows - r});
+// The bf16 GEMM step: the weights cast and stacked once a call (ExpertWeights), each projection one
+// at::_grouped_mm over the groups (GroupedLinear).
+ExpertProjections bf16_gemms(const torch::Tensor& w1, const torch::Tensor& w3, const torch::Tensor& w2,
+                             const ExpertShape& shape) {
+  const auto weights = ExpertWeights::apply(w1, w3, w2, shape.fp, shape.dp, shape.dtype);  // {[E, 2 fp, dp], [E, dp, fp]}
+  return {.gate_up = [gate_up = weights[0]](const torch::Tensor& rows, const torch::Tensor& group_end) {
+            return GroupedLinear::apply(rows, gate_up, group_end);
+          },
+          .down = [down = weights[1]](const torch::Tensor& hidden, const torch::Tensor& group_end) {
+            return GroupedLinear::apply(hidden, down, group_end);
+          }};
 }
 
 torch::Tensor moe_dispatch_grouped(const torch::Tensor& x, const torch::Tensor& topk_idx, const torch::Tensor& topk_w,
                                    const torch::Tensor& w1, const torch::Tensor& w3, const torch::Tensor& w2,
                                    double capacity_factor, torch::Tensor* dropped, const ExpertExchange* exchange) {
-  check_moe_dispatch_args(x, topk_idx, topk_w, w1, w3, w2, capacity_factor);
-  const bool across_ranks = exchange != nullptr && exchange->ranks() > 1;
-  const int64_t tokens = x.size(0), d = x.size(1), k = topk_idx.size(1), f = w1.size(1);
-  const int64_t experts = w1.size(0) * (across_ranks ? exchange->ranks() : 1);  // the group's, by global id
-  const int64_t slots = tokens * k;
-  const auto index_opts = torch::TensorOptions().dtype(torch::kLong).device(x.device());
-  const auto device_type = x.device().type();
-  const auto dtype = at::autocast::is_autocast_enabled(device_type) ? at::autocast::get_autocast_dtype(device_type)
-                                                                    : x.scalar_type();
-
-  // Slots by expert, group offsets on the device (expert_groups.h).
-  const auto groups = group_by_expert(topk_idx, experts);
-  const auto& offsets = groups.group_end;
-  auto sorted_weight = topk_w.reshape({slots}).index_select(0, groups.by_expert);
-  torch::Tensor kept;
-  if (capacity_factor > 0) {
-    kept = rank_in_expert(groups) < expert_capacity(capacity_factor, slots, experts);
-    sorted_weight = sorted_weight * kept.to(sorted_weight.scalar_type());
-  }
-
-  // The expert matmuls, grouped GEMMs over the sorted rows; autocast off inside (the dtypes are set
-  // here), d and f padded to multiples of 8.
-  NoAutocastScope no_autocast;
-  const int64_t dp = round_up(d, 8), fp = round_up(f, 8);
-  // Each slot's token row in expert order (slot = token * k + j): one gather of x's rows, whose
-  // backward sums each token's k rows of the gradient, not a scatter-add (expert_groups.h).
-  const auto rows = gather_slot_rows(pad_to(x.to(dtype), tokens, dp), groups.by_expert, groups.position, k);
-  const auto weights = ExpertWeights::apply(w1, w3, w2, fp, dp, dtype);  // {[E, 2 fp, dp], [E, dp, fp]}
-  const auto run_experts = [&](const torch::Tensor& expert_rows, const torch::Tensor& weight,
-                               const torch::Tensor& group_end) {
-    const auto gate_up = GroupedLinear::apply(expert_rows, weights[0], group_end);
-    // The routing weight scales each slot's hidden row before the down projection, (w h) W2 = w (h W2):
-    // on [S, f] instead of an fp32 copy of the [S, d] output weighted, gathered and summed in fp32. In
-    // fp32 (the router's weights are fp32, so their gradient sums in fp32), rounded once to the GEMM dtype.
-    const auto hidden = weighted_swiglu(gate_up, weight);
-    return GroupedLinear::apply(hidden, weights[1], group_end);
-  };
-  auto expert_out = across_ranks ? exchange_expert_rows(*exchange, rows, sorted_weight, groups.load, run_experts)
-                                 : run_experts(rows, sorted_weight, offsets);
-  // Sliced only when padded: a narrow's backward zero-fills and copies even when it keeps everything.
-  if (dp != d) expert_out = expert_out.narrow(1, 0, d);
-
-  // Back into token order: each token's k slot rows summed in fp32, written in x's dtype.
-  const auto y = combine_slot_rows(expert_out, groups.by_expert, groups.position, k, x.scalar_type());
-
-  if (dropped != nullptr)
-    *dropped = kept.defined() ? torch::logical_not(kept).sum().to(torch::kLong) : torch::zeros({}, index_opts);
-  return y;
+  return grouped_dispatch(x, topk_idx, topk_w, w1, w3, w2, capacity_factor, dropped, exchange, &bf16_gemms);
 }
 
 }  // namespace
