@@ -1,7 +1,9 @@
-// kernels/dense_gemm/fp8_quantize.cu: quantize() of fp8_quantize.h, two passes over x [R, C] in 64 x 64
-// tiles (what each pass does: fp8_quantize.h). Memory-bound: pass 1 reads x once, pass 2 reads it again
-// and writes both FP8 orientations (1 byte an element each); nam56r-small's largest activation,
-// 16384 x 4352 bf16 (143 MB), takes ~0.1 ms at the H100's ~3 TB/s.
+// kernels/dense_gemm/fp8_quantize.cu: quantize(), quantize_stacked() and quantize_grouped() of
+// fp8_quantize.h, two passes over x [R, C] in 64 x 64 tiles (what each pass does: fp8_quantize.h), one
+// grid layer per matrix of a stack. Memory-bound: pass 1 reads x once, pass 2 reads it again and writes
+// both FP8 orientations (1 byte an element each); nam56r-small's largest activation, 16384 x 4352 bf16
+// (143 MB), takes ~0.1 ms at the H100's ~3 TB/s. Token groups' transposed rows are written a byte at a
+// time (a group's columns start at a multiple of 16, its rows anywhere), the rest as 32-bit words.
 // Tests: kernels_tests --gtest_filter='Fp8*'. Benchmark: build/bench/kernels_bench --benchmark_filter=fp8_quantize.
 // Without a CUDA compiler this file is compiled as C++ and leaves everything out (fp8_quantize.h
 // declares quantize() only for CUDA builds).
@@ -51,38 +53,114 @@ __device__ __forceinline__ uint32_t cast4(const float (&v)[kVec], float scale) {
   return word;
 }
 
-// Loads the tile at (row0, col0) into shared memory as fp32; elements outside x read as 0.
+// What the two passes read and write. x is `batches` matrices of R x C (blockIdx.z picks one): rows
+// [0, split) of each from `top` ([batches, split, C]), the rest from `bottom` ([batches, R - split, C]) when
+// given. Outputs per matrix b: rows at b R C (row-major), cols at b C R (transposed), inverse scales at
+// b R and b C. With token groups (grouped: batches = 1) the cols orientation is per (group, column): group
+// g's rows [end[g-1], end[g]) go to columns [pend[g-1], pend[g-1] + rows) of cols [C, cols_stride], the
+// rest of each column zero, inverse scales at g C.
 template <typename T>
-__device__ __forceinline__ void load_tile(const T* __restrict__ x, int64_t R, int64_t C, int64_t row0, int64_t col0,
+struct TileArgs {
+  const T* top;
+  const T* bottom;
+  int64_t split, R, C;
+  int* row_amax;     // [batches R]
+  int* col_amax;     // [batches C], or [G C] when grouped; null when cols are not asked for
+  int* tensor_amax;  // [1]
+  float fp8_max;
+  bool power_of_two;
+  uint8_t* rows;
+  float* rows_inverse;
+  uint8_t* cols;
+  float* cols_inverse;
+  const int* group_end;   // [G] (grouped)
+  const int* padded_end;  // [G] (grouped)
+  int groups;
+  int64_t cols_stride;    // the row length of cols when grouped
+};
+
+// The group ends in shared memory (grouped kernels: 2 G ints of dynamic shared memory).
+struct SharedGroups {
+  const int* end;
+  const int* padded_end;
+  int count;
+  // The first group whose end lies after `row` (count when none).
+  __device__ __forceinline__ int of_row(int64_t row) const {
+    int lo = 0, hi = count;
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (end[mid] > row) hi = mid;
+      else lo = mid + 1;
+    }
+    return lo;
+  }
+  __device__ __forceinline__ int64_t start(int g) const { return g == 0 ? 0 : end[g - 1]; }
+  __device__ __forceinline__ int64_t padded_start(int g) const { return g == 0 ? 0 : padded_end[g - 1]; }
+};
+
+template <typename T>
+__device__ __forceinline__ SharedGroups load_groups(const TileArgs<T>& a) {
+  extern __shared__ int shared_groups[];
+  for (int i = threadIdx.x; i < a.groups; i += blockDim.x) {
+    shared_groups[i] = a.group_end[i];
+    shared_groups[a.groups + i] = a.padded_end[i];
+  }
+  return {shared_groups, shared_groups + a.groups, a.groups};  // read after the caller's __syncthreads
+}
+
+// Loads the tile at (row0, col0) of matrix blockIdx.z into shared memory as fp32; elements outside x read as 0.
+template <typename T>
+__device__ __forceinline__ void load_tile(const TileArgs<T>& a, int64_t row0, int64_t col0,
                                           float (*tile)[kSharedStride]) {
+  const int64_t b = blockIdx.z;
   const int c = (threadIdx.x % kThreadsPerRow) * kVec;
   for (int r = threadIdx.x / kThreadsPerRow; r < kTile; r += kRowsPerPass) {
     const int64_t gr = row0 + r, gc = col0 + c;
-    const bool inside = gr < R && gc < C;  // C is a multiple of 4: a group is wholly inside or outside
+    const bool inside = gr < a.R && gc < a.C;  // C is a multiple of 4: a group is wholly inside or outside
+    const T* src = !inside          ? nullptr
+                   : gr < a.split ? a.top + (b * a.split + gr) * a.C + gc
+                                  : a.bottom + (b * (a.R - a.split) + gr - a.split) * a.C + gc;
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) tile[r][c + i] = inside ? to_float(x[gr * C + gc + i]) : 0.f;
+    for (int i = 0; i < kVec; ++i) tile[r][c + i] = inside ? to_float(src[i]) : 0.f;
   }
 }
 
-// Pass 1. rowwise: atomic max of each tile row's and column's amax into row_amax [R] and col_amax [C];
-// tensorwise: of the tile's amax into tensor_amax [1]. The amax buffers start at 0.
-template <typename T, bool kRowwise>
-__device__ __forceinline__ void amax_tile(const T* __restrict__ x, int64_t R, int64_t C, int* __restrict__ row_amax,
-                                          int* __restrict__ col_amax, int* __restrict__ tensor_amax) {
+// Pass 1. rowwise: atomic max of each tile row's and column's amax into row_amax and col_amax (per group
+// of rows when grouped); tensorwise: of the tile's amax into tensor_amax. The amax buffers start at 0.
+template <typename T, bool kRowwise, bool kGrouped>
+__device__ __forceinline__ void amax_tile(const TileArgs<T>& a) {
   __shared__ float tile[kTile][kSharedStride];
-  const int64_t row0 = int64_t(blockIdx.y) * kTile, col0 = int64_t(blockIdx.x) * kTile;
-  load_tile(x, R, C, row0, col0, tile);
+  const int64_t row0 = int64_t(blockIdx.y) * kTile, col0 = int64_t(blockIdx.x) * kTile, b = blockIdx.z;
+  SharedGroups groups{};
+  if constexpr (kGrouped) groups = load_groups(a);
+  load_tile(a, row0, col0, tile);
   __syncthreads();
   if constexpr (kRowwise) {
     const int t = threadIdx.x;
-    if (t < kTile && row0 + t < R) {
+    if (t < kTile && row0 + t < a.R) {
       int m = 0;
       for (int c = 0; c < kTile; ++c) m = max(m, magnitude_bits(tile[t][c]));
-      atomicMax(row_amax + row0 + t, m);
-    } else if (t >= kTile && t < 2 * kTile && col0 + (t - kTile) < C) {
-      int m = 0;
-      for (int r = 0; r < kTile; ++r) m = max(m, magnitude_bits(tile[r][t - kTile]));
-      atomicMax(col_amax + col0 + (t - kTile), m);
+      atomicMax(a.row_amax + b * a.R + row0 + t, m);
+    } else if (t >= kTile && t < 2 * kTile && col0 + (t - kTile) < a.C && a.col_amax != nullptr) {
+      const int c = t - kTile;
+      if constexpr (kGrouped) {
+        // The tile's rows in order, their groups in order: one atomic per group the tile meets.
+        const int64_t rows = min(int64_t(kTile), a.R - row0);
+        int g = groups.of_row(row0), m = 0;
+        for (int r = 0; r < rows && g < groups.count; ++r) {
+          while (g < groups.count && row0 + r >= groups.end[g]) {
+            if (m > 0) atomicMax(a.col_amax + int64_t(g) * a.C + col0 + c, m);
+            m = 0;
+            ++g;
+          }
+          if (g < groups.count) m = max(m, magnitude_bits(tile[r][c]));
+        }
+        if (g < groups.count && m > 0) atomicMax(a.col_amax + int64_t(g) * a.C + col0 + c, m);
+      } else {
+        int m = 0;
+        for (int r = 0; r < kTile; ++r) m = max(m, magnitude_bits(tile[r][c]));
+        atomicMax(a.col_amax + b * a.C + col0 + c, m);
+      }
     }
   } else {
     int m = 0;
@@ -92,84 +170,127 @@ __device__ __forceinline__ void amax_tile(const T* __restrict__ x, int64_t R, in
       for (int i = 0; i < kVec; ++i) m = max(m, magnitude_bits(tile[r][c + i]));
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, offset));
-    if (threadIdx.x % 32 == 0) atomicMax(tensor_amax, m);
+    if (threadIdx.x % 32 == 0) atomicMax(a.tensor_amax, m);
   }
 }
 
-// Pass 2: rows [R, C] and cols [C, R] (either may be null), their inverse scales written by the first
-// tile column (rows) and the first tile row (cols).
-template <typename T, bool kRowwise, bool kE4M3>
-__device__ __forceinline__ void cast_tile(const T* __restrict__ x, int64_t R, int64_t C, const int* __restrict__ row_amax,
-                                          const int* __restrict__ col_amax, const int* __restrict__ tensor_amax,
-                                          float fp8_max, bool power_of_two, uint8_t* __restrict__ rows,
-                                          float* __restrict__ rows_inverse, uint8_t* __restrict__ cols,
-                                          float* __restrict__ cols_inverse) {
+// Pass 2 of token groups' cols: each of this thread's 4 rows to its group's columns, a byte each (a
+// group's columns start at a multiple of 16, its rows anywhere: 4 rows need not share a word); and, by
+// the first tile row, the inverse scales and the zeros between and after the groups.
+template <typename T, bool kE4M3>
+__device__ __forceinline__ void cast_grouped_cols(const TileArgs<T>& a, const SharedGroups& groups, int64_t row0,
+                                                  int64_t col0, const float (*tile)[kSharedStride]) {
+  const int t = threadIdx.x, lane = (t % kThreadsPerRow) * kVec;
+  int group_of[kVec];
+  int64_t column_of[kVec];
+  int g = groups.of_row(row0 + lane);
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    const int64_t gr = row0 + lane + i;
+    while (g < groups.count && gr >= groups.end[g]) ++g;
+    group_of[i] = gr < a.R ? g : groups.count;
+    column_of[i] = group_of[i] < groups.count ? groups.padded_start(g) + (gr - groups.start(g)) : 0;
+  }
+  for (int c = t / kThreadsPerRow; c < kTile; c += kRowsPerPass) {
+    const int64_t gc = col0 + c;
+    if (gc >= a.C) continue;
+    uint8_t* out = a.cols + gc * a.cols_stride;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      if (group_of[i] >= groups.count) continue;
+      const float amax = __int_as_float(a.col_amax[int64_t(group_of[i]) * a.C + gc]);
+      out[column_of[i]] = __nv_cvt_float_to_fp8(tile[lane + i][c] * scale_from_amax(amax, a.fp8_max, a.power_of_two),
+                                                __NV_SATFINITE, kE4M3 ? __NV_E4M3 : __NV_E5M2);
+    }
+  }
+  if (blockIdx.y != 0) return;
+  for (int i = t; i < kTile * groups.count; i += kThreads) {
+    const int c = i % kTile, g = i / kTile;
+    const int64_t gc = col0 + c;
+    if (gc < a.C && a.cols_inverse != nullptr)
+      a.cols_inverse[int64_t(g) * a.C + gc] =
+          1.f / scale_from_amax(__int_as_float(a.col_amax[int64_t(g) * a.C + gc]), a.fp8_max, a.power_of_two);
+  }
+  // Each group's padding (to a multiple of 16, or 16 for an empty group), and the tail past the last.
+  for (int i = t; i < kTile * (groups.count + 1); i += kThreads) {
+    const int c = i % kTile, g = i / kTile;
+    const int64_t gc = col0 + c;
+    if (gc >= a.C) continue;
+    const int64_t from = g < groups.count ? groups.padded_start(g) + (groups.end[g] - groups.start(g))
+                                          : groups.padded_end[groups.count - 1];
+    const int64_t to = g < groups.count ? groups.padded_end[g] : a.cols_stride;
+    for (int64_t p = from; p < to; ++p) a.cols[gc * a.cols_stride + p] = 0;
+  }
+}
+
+// Pass 2: rows and cols (either may be null), their inverse scales written by the first tile column
+// (rows) and the first tile row (cols).
+template <typename T, bool kRowwise, bool kE4M3, bool kGrouped>
+__device__ __forceinline__ void cast_tile(const TileArgs<T>& a) {
   __shared__ float tile[kTile][kSharedStride];
   __shared__ float row_scale[kTile], col_scale[kTile];
-  const int64_t row0 = int64_t(blockIdx.y) * kTile, col0 = int64_t(blockIdx.x) * kTile;
-  load_tile(x, R, C, row0, col0, tile);
+  const int64_t row0 = int64_t(blockIdx.y) * kTile, col0 = int64_t(blockIdx.x) * kTile, b = blockIdx.z;
+  SharedGroups groups{};
+  if constexpr (kGrouped) groups = load_groups(a);
+  load_tile(a, row0, col0, tile);
   const int t = threadIdx.x;
   if (t < kTile) {
-    const float amax = __int_as_float(kRowwise ? (row0 + t < R ? row_amax[row0 + t] : 0) : *tensor_amax);
-    row_scale[t] = scale_from_amax(amax, fp8_max, power_of_two);
-  } else if (t < 2 * kTile) {
+    const float amax = __int_as_float(kRowwise ? (row0 + t < a.R ? a.row_amax[b * a.R + row0 + t] : 0) : *a.tensor_amax);
+    row_scale[t] = scale_from_amax(amax, a.fp8_max, a.power_of_two);
+  } else if (t < 2 * kTile && !kGrouped) {
     const int c = t - kTile;
-    const float amax = __int_as_float(kRowwise ? (col0 + c < C ? col_amax[col0 + c] : 0) : *tensor_amax);
-    col_scale[c] = scale_from_amax(amax, fp8_max, power_of_two);
+    const float amax = __int_as_float(
+        kRowwise ? (col0 + c < a.C && a.col_amax != nullptr ? a.col_amax[b * a.C + col0 + c] : 0) : *a.tensor_amax);
+    col_scale[c] = scale_from_amax(amax, a.fp8_max, a.power_of_two);
   }
   __syncthreads();
-  if (rows_inverse != nullptr && blockIdx.x == 0 && t < kTile && (kRowwise ? row0 + t < R : blockIdx.y == 0 && t == 0))
-    rows_inverse[kRowwise ? row0 + t : 0] = 1.f / row_scale[t];
-  if (cols_inverse != nullptr && blockIdx.y == 0 && t >= kTile && t < 2 * kTile &&
-      (kRowwise ? col0 + (t - kTile) < C : blockIdx.x == 0 && t == kTile))
-    cols_inverse[kRowwise ? col0 + (t - kTile) : 0] = 1.f / col_scale[t - kTile];
+  if (a.rows_inverse != nullptr && blockIdx.x == 0 && t < kTile &&
+      (kRowwise ? row0 + t < a.R : blockIdx.y == 0 && t == 0))
+    a.rows_inverse[kRowwise ? b * a.R + row0 + t : 0] = 1.f / row_scale[t];
+  if (!kGrouped && a.cols_inverse != nullptr && blockIdx.y == 0 && t >= kTile && t < 2 * kTile &&
+      (kRowwise ? col0 + (t - kTile) < a.C : blockIdx.x == 0 && t == kTile))
+    a.cols_inverse[kRowwise ? b * a.C + col0 + (t - kTile) : 0] = 1.f / col_scale[t - kTile];
   const int lane = (t % kThreadsPerRow) * kVec;
-  if (rows != nullptr)
+  if (a.rows != nullptr)
     for (int r = t / kThreadsPerRow; r < kTile; r += kRowsPerPass) {
       const int64_t gr = row0 + r, gc = col0 + lane;
-      if (gr >= R || gc >= C) continue;
+      if (gr >= a.R || gc >= a.C) continue;
       float v[kVec];
 #pragma unroll
       for (int i = 0; i < kVec; ++i) v[i] = tile[r][lane + i];
-      *reinterpret_cast<uint32_t*>(rows + gr * C + gc) = cast4<kE4M3>(v, row_scale[r]);
+      *reinterpret_cast<uint32_t*>(a.rows + (b * a.R + gr) * a.C + gc) = cast4<kE4M3>(v, row_scale[r]);
     }
-  if (cols != nullptr)
+  if (a.cols == nullptr) return;
+  if constexpr (kGrouped) {
+    cast_grouped_cols<T, kE4M3>(a, groups, row0, col0, tile);
+  } else {
     for (int c = t / kThreadsPerRow; c < kTile; c += kRowsPerPass) {
       const int64_t gc = col0 + c, gr = row0 + lane;
-      if (gc >= C || gr >= R) continue;
+      if (gc >= a.C || gr >= a.R) continue;
       float v[kVec];
 #pragma unroll
       for (int i = 0; i < kVec; ++i) v[i] = tile[lane + i][c];
-      *reinterpret_cast<uint32_t*>(cols + gc * R + gr) = cast4<kE4M3>(v, col_scale[c]);
+      *reinterpret_cast<uint32_t*>(a.cols + (b * a.C + gc) * a.R + gr) = cast4<kE4M3>(v, col_scale[c]);
     }
+  }
 }
 
 // The kernels, named after their scaling so that the catalog's CUPTI patterns tell the two backends apart.
-template <typename T>
-__global__ void __launch_bounds__(kThreads)
-    ablate_fp8_rowwise_amax(const T* x, int64_t R, int64_t C, int* row_amax, int* col_amax, int* tensor_amax) {
-  amax_tile<T, true>(x, R, C, row_amax, col_amax, tensor_amax);
+template <typename T, bool kGrouped>
+__global__ void __launch_bounds__(kThreads) ablate_fp8_rowwise_amax(TileArgs<T> a) {
+  amax_tile<T, true, kGrouped>(a);
 }
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
-    ablate_fp8_tensorwise_amax(const T* x, int64_t R, int64_t C, int* row_amax, int* col_amax, int* tensor_amax) {
-  amax_tile<T, false>(x, R, C, row_amax, col_amax, tensor_amax);
+__global__ void __launch_bounds__(kThreads) ablate_fp8_tensorwise_amax(TileArgs<T> a) {
+  amax_tile<T, false, false>(a);
+}
+template <typename T, bool kE4M3, bool kGrouped>
+__global__ void __launch_bounds__(kThreads) ablate_fp8_rowwise_cast(TileArgs<T> a) {
+  cast_tile<T, true, kE4M3, kGrouped>(a);
 }
 template <typename T, bool kE4M3>
-__global__ void __launch_bounds__(kThreads)
-    ablate_fp8_rowwise_cast(const T* x, int64_t R, int64_t C, const int* row_amax, const int* col_amax,
-                            const int* tensor_amax, float fp8_max, bool power_of_two, uint8_t* rows,
-                            float* rows_inverse, uint8_t* cols, float* cols_inverse) {
-  cast_tile<T, true, kE4M3>(x, R, C, row_amax, col_amax, tensor_amax, fp8_max, power_of_two, rows, rows_inverse, cols,
-                            cols_inverse);
-}
-template <typename T, bool kE4M3>
-__global__ void __launch_bounds__(kThreads)
-    ablate_fp8_tensorwise_cast(const T* x, int64_t R, int64_t C, const int* row_amax, const int* col_amax,
-                               const int* tensor_amax, float fp8_max, bool power_of_two, uint8_t* rows,
-                               float* rows_inverse, uint8_t* cols, float* cols_inverse) {
-  cast_tile<T, false, kE4M3>(x, R, C, row_amax, col_amax, tensor_amax, fp8_max, power_of_two, rows, rows_inverse,
-                             cols, cols_inverse);
+__global__ void __launch_bounds__(kThreads) ablate_fp8_tensorwise_cast(TileArgs<T> a) {
+  cast_tile<T, false, kE4M3, false>(a);
 }
 
 template <typename T>
@@ -177,45 +298,123 @@ T* data_or_null(const Tensor& t) {
   return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
 }
 
-}  // namespace
+// The layouts beyond one matrix (fp8_quantize.h): a stack (x 3-D, `below` optionally under it), or token
+// groups (group_end, padded_end, cols_stride).
+struct Layout {
+  Tensor below, group_end, padded_end;
+  int64_t cols_stride = 0;
+};
 
-Quantized quantize(const Tensor& x_in, const QuantizeOptions& o) {
-  TORCH_CHECK(x_in.is_cuda() && x_in.dim() == 2, "fp8 quantize: x must be a 2-D CUDA tensor, got ", x_in.sizes(),
-              " on ", x_in.device());
-  const int64_t R = x_in.size(0), C = x_in.size(1);
-  TORCH_CHECK(R % 16 == 0 && C % 16 == 0, "fp8 quantize: x's sizes must be multiples of 16 (what FP8 GEMMs take), got ",
-              x_in.sizes());
+// x [batches, split, C] (2-D: one matrix); the two passes over every matrix and what `layout` adds.
+Quantized launch(const Tensor& x_in, const Layout& layout, const QuantizeOptions& o) {
+  const Tensor x = x_in.dim() == 2 ? x_in.unsqueeze(0).contiguous() : x_in.contiguous();
+  const Tensor below = layout.below.defined() ? layout.below.to(x.scalar_type()).contiguous() : Tensor();
+  const bool grouped = layout.group_end.defined(), rowwise = o.scaling == Scaling::rowwise;
+  const int64_t batches = x.size(0), split = x.size(1), C = x.size(2), R = split + (below.defined() ? below.size(1) : 0);
+  const int groups = grouped ? static_cast<int>(layout.group_end.size(0)) : 0;
   const float fp8_max = max_finite(o.dtype);
-  const Tensor x = x_in.contiguous();
   const auto f32 = x.options().dtype(torch::kFloat);
-  const bool rowwise = o.scaling == Scaling::rowwise;
-  // One zeroed buffer for every amax: [R] rows, [C] columns, [1] tensor (as int bits of non-negative floats).
-  const Tensor amax = torch::zeros({R + C + 1}, x.options().dtype(torch::kInt32));
+  // One zeroed buffer for every amax: [B R] rows, [B C] or [G C] columns, [1] tensor (int bits of
+  // non-negative floats).
+  const int64_t col_amax_size = o.cols ? (grouped ? groups : batches) * C : 0;
+  const Tensor amax = torch::zeros({batches * R + col_amax_size + 1}, x.options().dtype(torch::kInt32));
   int* row_amax = amax.data_ptr<int>();
-  int* col_amax = row_amax + R;
-  int* tensor_amax = col_amax + C;
+  int* col_amax = o.cols ? row_amax + batches * R : nullptr;
+  int* tensor_amax = row_amax + batches * R + col_amax_size;
   Quantized q;
   const auto fp8 = x.options().dtype(o.dtype);
-  if (o.rows) q.rows = torch::empty({R, C}, fp8), q.rows_inverse = torch::empty({rowwise ? R : 1}, f32);
-  if (o.cols) q.cols = torch::empty({C, R}, fp8), q.cols_inverse = torch::empty({rowwise ? C : 1}, f32);
-  if (R == 0 || C == 0) return q;
-  const dim3 grid(static_cast<unsigned>(ceil_div(C, kTile)), static_cast<unsigned>(ceil_div(R, kTile)));
+  const bool stacked = x_in.dim() == 3;
+  if (o.rows) {
+    q.rows = stacked ? torch::empty({batches, R, C}, fp8) : torch::empty({R, C}, fp8);
+    q.rows_inverse = !rowwise ? torch::empty({1}, f32) : stacked ? torch::empty({batches, R}, f32) : torch::empty({R}, f32);
+  }
+  if (o.cols) {
+    q.cols = stacked ? torch::empty({batches, C, R}, fp8) : torch::empty({C, grouped ? layout.cols_stride : R}, fp8);
+    q.cols_inverse = !rowwise ? torch::empty({1}, f32)
+                     : grouped ? torch::empty({groups, C}, f32)
+                     : stacked ? torch::empty({batches, C}, f32)
+                               : torch::empty({C}, f32);
+  }
+  // Token groups still owe their columns' zeros and unit scales when no row arrived.
+  if ((R == 0 && !grouped) || C == 0 || batches == 0) return q;
+  const dim3 grid(static_cast<unsigned>(ceil_div(C, kTile)), static_cast<unsigned>(std::max<int64_t>(1, ceil_div(R, kTile))),
+                  static_cast<unsigned>(batches));
+  const size_t shared = grouped ? 2 * sizeof(int) * groups : 0;
   const auto stream = at::cuda::getCurrentCUDAStream();
   const bool e4m3 = o.dtype == at::kFloat8_e4m3fn;
   fused::with_float_or_bf16(x.scalar_type(), "x", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* xp = static_cast<const T*>(x.data_ptr());
-    (rowwise ? ablate_fp8_rowwise_amax<T> : ablate_fp8_tensorwise_amax<T>)<<<grid, kThreads, 0, stream>>>(
-        xp, R, C, row_amax, col_amax, tensor_amax);
+    const TileArgs<T> args{static_cast<const T*>(x.data_ptr()),
+                           below.defined() ? static_cast<const T*>(below.data_ptr()) : nullptr,
+                           split, R, C, row_amax, col_amax, tensor_amax, fp8_max, o.power_of_two_scales,
+                           data_or_null<uint8_t>(q.rows), data_or_null<float>(q.rows_inverse),
+                           data_or_null<uint8_t>(q.cols), data_or_null<float>(q.cols_inverse),
+                           grouped ? layout.group_end.data_ptr<int>() : nullptr,
+                           grouped ? layout.padded_end.data_ptr<int>() : nullptr, groups, layout.cols_stride};
+    const auto amax_kernel = !rowwise ? ablate_fp8_tensorwise_amax<T>
+                             : grouped ? ablate_fp8_rowwise_amax<T, true>
+                                       : ablate_fp8_rowwise_amax<T, false>;
+    amax_kernel<<<grid, kThreads, shared, stream>>>(args);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    const auto cast = rowwise ? (e4m3 ? ablate_fp8_rowwise_cast<T, true> : ablate_fp8_rowwise_cast<T, false>)
-                              : (e4m3 ? ablate_fp8_tensorwise_cast<T, true> : ablate_fp8_tensorwise_cast<T, false>);
-    cast<<<grid, kThreads, 0, stream>>>(xp, R, C, row_amax, col_amax, tensor_amax, fp8_max, o.power_of_two_scales,
-                                        data_or_null<uint8_t>(q.rows), data_or_null<float>(q.rows_inverse),
-                                        data_or_null<uint8_t>(q.cols), data_or_null<float>(q.cols_inverse));
+    const auto cast = !rowwise ? (e4m3 ? ablate_fp8_tensorwise_cast<T, true> : ablate_fp8_tensorwise_cast<T, false>)
+                      : grouped ? (e4m3 ? ablate_fp8_rowwise_cast<T, true, true> : ablate_fp8_rowwise_cast<T, false, true>)
+                                : (e4m3 ? ablate_fp8_rowwise_cast<T, true, false> : ablate_fp8_rowwise_cast<T, false, false>);
+    cast<<<grid, kThreads, shared, stream>>>(args);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return q;
+}
+
+void check_cuda_operand(const Tensor& x, const char* what) {
+  TORCH_CHECK(x.is_cuda() && (x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kBFloat16),
+              "fp8 ", what, ": x must be an fp32 or bf16 CUDA tensor, got ", x.scalar_type(), " on ", x.device());
+}
+
+}  // namespace
+
+Quantized quantize(const Tensor& x, const QuantizeOptions& o) {
+  TORCH_CHECK(x.is_cuda() && x.dim() == 2, "fp8 quantize: x must be a 2-D CUDA tensor, got ", x.sizes(), " on ",
+              x.device());
+  TORCH_CHECK(x.size(0) % 16 == 0 && x.size(1) % 16 == 0,
+              "fp8 quantize: x's sizes must be multiples of 16 (what FP8 GEMMs take), got ", x.sizes());
+  return launch(x, {}, o);
+}
+
+Quantized quantize_stacked(const Tensor& x, const Tensor& below, const QuantizeOptions& o) {
+  check_cuda_operand(x, "quantize_stacked");
+  TORCH_CHECK(o.scaling == Scaling::rowwise, "fp8 quantize_stacked: only rowwise scaling");
+  TORCH_CHECK(x.dim() == 3 && (!below.defined() || (below.dim() == 3 && below.size(0) == x.size(0) &&
+                                                      below.size(2) == x.size(2) && below.device() == x.device())),
+              "fp8 quantize_stacked: x must be [B, R1, C] and below [B, R2, C] on its device");
+  const int64_t R = x.size(1) + (below.defined() ? below.size(1) : 0);
+  TORCH_CHECK(R % 16 == 0 && x.size(2) % 16 == 0,
+              "fp8 quantize_stacked: each matrix's rows (", R, ") and columns (", x.size(2),
+              ") must be multiples of 16 (what FP8 GEMMs take)");
+  Layout stack;
+  stack.below = below;
+  return launch(x, stack, o);
+}
+
+Quantized quantize_grouped(const Tensor& x, const Tensor& group_end, const Tensor& padded_end, int64_t rows_out,
+                           const QuantizeOptions& o) {
+  check_cuda_operand(x, "quantize_grouped");
+  TORCH_CHECK(o.scaling == Scaling::rowwise, "fp8 quantize_grouped: only rowwise scaling");
+  TORCH_CHECK(x.dim() == 2 && x.size(1) % 16 == 0,
+              "fp8 quantize_grouped: x must be [S, C] with C a multiple of 16, got ", x.sizes());
+  if (!o.cols) return launch(x, {}, o);  // the rows alone know no groups
+  const int64_t groups = group_end.size(0);
+  TORCH_CHECK(group_end.dim() == 1 && groups > 0 && groups <= 1024 && group_end.scalar_type() == torch::kInt &&
+                  group_end.device() == x.device() && padded_end.sizes() == group_end.sizes() &&
+                  padded_end.scalar_type() == torch::kInt && padded_end.device() == x.device(),
+              "fp8 quantize_grouped: group_end and padded_end must be int32 [G] on x's device, 0 < G <= 1024");
+  TORCH_CHECK(rows_out >= padded_rows(x.size(0), groups) && rows_out % 16 == 0,
+              "fp8 quantize_grouped: ", rows_out, " columns cannot hold ", x.size(0), " rows in ", groups,
+              " groups padded to multiples of 16: use padded_rows()");
+  Layout tokens;
+  tokens.group_end = group_end.contiguous();
+  tokens.padded_end = padded_end.contiguous();
+  tokens.cols_stride = rows_out;
+  return launch(x, tokens, o);
 }
 
 }  // namespace ablate::kernels::fp8
