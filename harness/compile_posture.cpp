@@ -17,12 +17,12 @@ namespace {
 // How to make a run with `row` capturable: another backend of its seam that always captures, or
 // (where only dropless MoE prevents it) a capacity factor.
 std::string capture_advice(const kernels::BackendInfo& row) {
-  std::vector<std::string> options;
+  std::vector<std::string> backends, options;
   for (const auto& other : kernels::catalog())
-    if (other.seam == row.seam && other.capture == kernels::Capture::always)
-      options.push_back("choose " + row.seam + " = " + other.name);
+    if (other.seam == row.seam && other.capture == kernels::Capture::always) backends.push_back(other.name);
+  if (!backends.empty()) options.push_back(fmt::format("choose {} = {}", row.seam, fmt::join(backends, " or ")));
   if (row.capture == kernels::Capture::not_when_dropless) options.push_back("set a capacity factor");
-  return fmt::format("to capture, {}", fmt::join(options, " or "));
+  return fmt::format("to capture, {}", fmt::join(options, ", or "));
 }
 
 }  // namespace

@@ -42,6 +42,9 @@ struct ModelDims {
   // of each weight) and of the tokens of a micro-batch (batch x T, the inner dimension of the weight
   // gradient's GEMM). FP8 GEMMs (cuBLASLt) need every leading dimension a multiple of 16.
   int64_t projection_alignment = 0;
+  // E blocks: the greatest common divisor of d_model and the expert FFN width f, the expert GEMMs' N and K
+  // (moe_dispatch). FP8 grouped GEMMs need both multiples of 16.
+  int64_t expert_alignment = 0;
 };
 
 // What availability checks may look at: filled from the live device, the run dtype and the model's

@@ -151,7 +151,10 @@ void Progress::operator()(const std::string& line) const {
 kernels::ModelDims model_dims(const model::ModelConfig& m) {
   const auto has = [&](char letter) { return m.pattern.find(letter) != std::string::npos; };
   kernels::ModelDims dims;
-  if (has('E')) dims.experts = m.moe.experts;
+  if (has('E')) {
+    dims.experts = m.moe.experts;
+    dims.expert_alignment = std::gcd(m.d_model, m.moe.ffn);
+  }
   if (has('M')) {
     dims.ssm_head_dim = m.mamba.head_dim;
     dims.ssm_heads = m.mamba.expand * m.d_model / m.mamba.head_dim;
@@ -219,11 +222,14 @@ RunPosture choose_posture(const ExperimentSpec& spec, const RunOptions& opt) {
     }
   }
   if (const int64_t ep = spec.distributed.expert_parallel; ep > 1) {
+    // The grouped dispatch exchanges rows with the ranks holding the experts, whatever its GEMMs'
+    // precision (kernels/moe_dispatch/grouped_dispatch.h).
     const auto& chosen = p.dispatcher->chosen("moe_dispatch");
-    if (chosen != "grouped_mm")
+    if (chosen != "grouped_mm" && chosen != "grouped_mm_fp8_rowwise")
       throw std::invalid_argument(fmt::format(
-          "distributed.expert_parallel = {} needs backends.moe_dispatch = \"grouped_mm\" (the dispatch that "
-          "exchanges rows with the ranks holding the experts); this run resolved moe_dispatch to \"{}\"",
+          "distributed.expert_parallel = {} needs backends.moe_dispatch = \"grouped_mm\" or "
+          "\"grouped_mm_fp8_rowwise\" (the dispatch that exchanges rows with the ranks holding the experts); this "
+          "run resolved moe_dispatch to \"{}\"",
           ep, chosen));
   }
   if (data_parallel) {

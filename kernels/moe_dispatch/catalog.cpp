@@ -2,6 +2,8 @@
 // backend is (role, fallback, CUPTI kernel-name patterns, availability, capture), the reference first.
 // Each backend's function registers itself from its own file under its row's name (kernels/registry.h).
 // Tests: kernels_tests --gtest_filter='Catalog*:Registry*' (tests/kernels/catalog_test.cpp).
+#include <fmt/format.h>
+
 #include "kernels/catalog_rows.h"
 
 namespace ablate::kernels {
@@ -14,6 +16,23 @@ std::string grouped_mm_unavailable(const DeviceInfo& dev) {
   if (!dev.cuda) return "";
   if (auto r = availability::needs_compute_capability(dev, 9, 0); !r.empty()) return r;
   return availability::needs_half_precision(dev);
+}
+
+// FP8 grouped GEMMs (at::_scaled_grouped_mm: CUTLASS sm90, e4m3 operands) replace the bf16 grouped GEMMs
+// of a bf16 run on Hopper; every FP8 operand row must span whole 16-byte TMA units, so d and f are
+// multiples of 16 (the FP8 path does not pad them as grouped_mm pads to 8).
+std::string grouped_mm_fp8_unavailable(const DeviceInfo& dev) {
+  if (auto r = availability::hopper_fp32_or_bf16(dev); !r.empty()) return r;
+  if (dev.dtype != "bf16")
+    return fmt::format("needs train.dtype = \"bf16\": FP8 expert GEMMs replace the bf16 grouped GEMMs (run dtype is "
+                       "{})",
+                       dev.dtype);
+  if (dev.model.expert_alignment != 0 && dev.model.expert_alignment % 16 != 0)
+    return fmt::format("model.d_model and model.moe.ffn must be multiples of 16 for FP8 grouped GEMMs, whose "
+                       "operands' rows are read in 16-byte units (their greatest common divisor is {}): choose "
+                       "such widths, or use moe_dispatch = \"grouped_mm\" for this model",
+                       dev.model.expert_alignment);
+  return "";
 }
 
 }  // namespace
@@ -31,16 +50,33 @@ std::vector<BackendInfo> catalog_rows::moe_dispatch() {
       {.name = "grouped_mm",
        .role = Role::vendor,
        .fallback = "reference",
-       // CUTLASS's grouped GEMM (cutlass::gemm::GroupProblemShape), in the demangled
-       // name and in the raw one a build without libiberty keeps
-       // (profiling/cupti_names.h); the fused passes around it (expert_kernels.cu).
-       .kernel_patterns = {"GroupProblemShape", "ablate_moe_sum_slots", "ablate_moe_swiglu",
-                           "ablate_moe_copy_blocks"},
+       // The bf16 tensor-core instruction of CUTLASS's sm90 grouped GEMM (cute's GMMA atom
+       // MMA_64xNx16_F32BF16BF16), in the demangled name and in the raw one a build without libiberty
+       // keeps (profiling/cupti_names.h). Not the grouped problem shape, nor the fused passes around the
+       // GEMMs (expert_kernels.cu): grouped_mm_fp8_rowwise runs those too.
+       .kernel_patterns = {"F32BF16BF16"},
        .description = "dropless without a host sync: slots sorted by expert on the device, "
                       "the expert matmuls as LibTorch grouped GEMMs (at::_grouped_mm, gate and "
                       "up in one) over device offsets, the SwiGLU with the routing weight and "
                       "the k-slot sums as fused CUDA passes; CUDA-graph capturable",
        .unavailable_reason = &grouped_mm_unavailable},
+      {.name = "grouped_mm_fp8_rowwise",
+       .role = Role::experimental,
+       .fallback = "grouped_mm",
+       // The FP8 instruction of at::_scaled_grouped_mm's CUTLASS sm90 kernels (GMMA
+       // MMA_64xNx32_F32E4M3E4M3), raw and demangled; the quantisation passes (dense_gemm's kernels,
+       // kernels/dense_gemm/fp8_quantize.cu: within this seam only this row runs them).
+       .kernel_patterns = {"F32E4M3E4M3", "ablate_fp8_rowwise"},
+       .description = "kernels/moe_dispatch/grouped_mm_fp8.cu: grouped_mm's dropless dispatch with all six "
+                      "expert GEMMs (forward, input and weight gradients) as FP8 grouped GEMMs "
+                      "(at::_scaled_grouped_mm) with current power-of-two scales per row along each GEMM's "
+                      "inner dimension, per expert and column over its tokens for the weight gradients "
+                      "(tokens padded to 16 per expert), e4m3 throughout; fp32 master weights, bf16 outputs "
+                      "and weight gradients",
+       .unavailable_reason = &grouped_mm_fp8_unavailable,
+       .needs_nvcc = true,
+       .changes_numerics = true,
+       .fp8_gemms = true},
   };
 }
 

@@ -1,15 +1,28 @@
-// tests/kernels/fp8_experts_test.cpp: the quantisation layouts FP8 expert GEMMs read
-// (kernels/dense_gemm/fp8_quantize.h: stacked weights, token groups padded to 16 with a scale per group
-// and column). On the CPU: the reference layouts against the one-matrix reference already checked by hand
-// (fp8_test.cpp), all-zero and empty groups, an outlier and an inf kept to their own group. On a GPU: the
-// CUDA kernels bit for bit against the references.
+// tests/kernels/fp8_experts_test.cpp: the FP8 expert GEMMs (moe_dispatch grouped_mm_fp8_rowwise) beyond the
+// parity driver's rows against fp64 (tests/kernels/parity_test.cpp, `*Parity*moe_dispatch_grouped_mm_fp8*`):
+// the quantisation layouts the expert GEMMs read (kernels/dense_gemm/fp8_quantize.h: stacked weights,
+// token groups padded to 16 with a scale per group and column) and the backend's scaling edge cases.
+// On the CPU: the reference layouts against the one-matrix reference already checked by hand
+// (fp8_test.cpp), all-zero and empty groups, an outlier and an inf kept to their own group, and the
+// catalog row unavailable with its reason. On a GPU: the CUDA kernels bit for bit against the references,
+// and the backend on zeros, an empty expert, an inf, outside its posture, and inside a CUDA graph.
 // Run: build/tests/kernels_tests --gtest_filter='Fp8Experts*'
 #include <gtest/gtest.h>
 
 #include <limits>
 
+#include "kernels/catalog.h"
 #include "kernels/dense_gemm/fp8_quantize.h"
+#include "kernels/dispatch.h"
+#include "kernels/registry.h"
 #include "tests/kernels/tensor_checks.h"
+#include "tests/model/bf16_autocast.h"
+
+#if defined(ABLATE_HAVE_CUDA)
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 namespace ablate::kernels::fp8 {
 namespace {
@@ -142,6 +155,42 @@ TEST(Fp8ExpertsReference, AnInfOrNanMakesItsRowAndItsGroupsColumnNan) {
   }
 }
 
+TEST(Fp8ExpertsCatalog, TheRowChangesNumericsAndNeedsABf16HopperRunWithWidthsOf16) {
+  const auto* row = find_backend("moe_dispatch", "grouped_mm_fp8_rowwise");
+  ASSERT_NE(row, nullptr);
+  EXPECT_TRUE(row->changes_numerics && row->fp8_gemms);
+  EXPECT_EQ(row->fallback, "grouped_mm");
+  EXPECT_EQ(row->capture, Capture::always) << "no host read: captured as grouped_mm is";
+  DeviceInfo hopper{.cuda = true, .sm_major = 9, .sm_minor = 0, .dtype = "bf16", .model = {}};
+  hopper.model.experts = 16;
+  hopper.model.expert_alignment = 256;  // nam56r-small: gcd(1024, 768)
+  EXPECT_EQ(row->unavailable_reason(hopper), "");
+  EXPECT_EQ(row->unavailable_reason(DeviceInfo{}), "needs a CUDA device");
+  DeviceInfo ampere = hopper;
+  ampere.sm_major = 8;
+  EXPECT_NE(row->unavailable_reason(ampere).find("compute capability"), std::string::npos);
+  DeviceInfo fp32 = hopper;
+  fp32.dtype = "fp32";
+  EXPECT_NE(row->unavailable_reason(fp32).find("train.dtype = \"bf16\""), std::string::npos);
+  DeviceInfo odd = hopper;
+  odd.model.expert_alignment = 8;
+  EXPECT_NE(row->unavailable_reason(odd).find("multiples of 16"), std::string::npos);
+  EXPECT_NE(row->unavailable_reason(odd).find("moe_dispatch = \"grouped_mm\""), std::string::npos);
+#if defined(ABLATE_HAVE_CUDA)
+  EXPECT_EQ(why_unavailable(*row, DeviceInfo{}), "needs a CUDA device");
+#else
+  EXPECT_EQ(why_unavailable(*row, hopper), "built without CUDA");
+#endif
+  // On this machine's CPU the run falls back to the bf16 grouped GEMMs, saying why.
+  Resolution r;
+  std::string error;
+  DeviceInfo cpu;
+  cpu.dtype = "bf16";
+  ASSERT_TRUE(resolve("moe_dispatch", "grouped_mm_fp8_rowwise", cpu, false, r, error)) << error;
+  EXPECT_EQ(r.chosen, "grouped_mm");
+  EXPECT_NE(r.reason.find("grouped_mm_fp8_rowwise unavailable"), std::string::npos) << r.reason;
+}
+
 #if defined(ABLATE_HAVE_CUDA)
 TEST(Fp8ExpertsCuda, StackedQuantiseMatchesTheReferenceBitForBit) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device";
@@ -208,6 +257,133 @@ TEST(Fp8ExpertsCuda, GroupedQuantiseMatchesTheReferenceBitForBit) {
                c10::Error);  // 16 columns cannot hold 8 rows plus a group's padding
 }
 
+// The backend at a small shape: T tokens, d 64, E 4 experts, k 2, f 48, under bf16 autocast with fp32
+// master weights, as the model trains.
+struct Experts {
+  Tensor x, top_idx, top_w, w1, w3, w2;
+};
+Experts experts(at::Generator& gen, int64_t T, const Tensor& top_idx) {
+  constexpr int64_t d = 64, E = 4, f = 48;
+  const auto cuda = torch::kCUDA;
+  Experts e;
+  e.x = random_normal({T, d}, gen).to(cuda, torch::kFloat).requires_grad_(true);
+  e.top_idx = top_idx.to(cuda);
+  e.top_w = torch::full({T, top_idx.size(1)}, 1.0 / double(top_idx.size(1)), torch::TensorOptions(cuda));
+  e.w1 = random_normal({E, f, d}, gen, 0.125).to(cuda, torch::kFloat).requires_grad_(true);
+  e.w3 = random_normal({E, f, d}, gen, 0.125).to(cuda, torch::kFloat).requires_grad_(true);
+  e.w2 = random_normal({E, d, f}, gen, 0.14).to(cuda, torch::kFloat).requires_grad_(true);
+  return e;
+}
+// y, then the gradients {dx, dw1, dw3, dw2} of sum(y * g).
+std::vector<Tensor> run(const Experts& e, const std::string& backend, const Tensor& g) {
+  ablate::testing::Bf16Autocast autocast;
+  const auto y = implementations().moe_dispatch.at(backend)(e.x, e.top_idx, e.top_w, e.w1, e.w3, e.w2, 0.0, nullptr, nullptr);
+  auto grads = torch::autograd::grad({(y.to(torch::kFloat) * g).sum()}, {e.x, e.w1, e.w3, e.w2});
+  grads.insert(grads.begin(), y.to(torch::kFloat));
+  return grads;
+}
+bool available() {
+  return torch::cuda::is_available() && has_implementation("moe_dispatch", "grouped_mm_fp8_rowwise") &&
+         why_unavailable(*find_backend("moe_dispatch", "grouped_mm_fp8_rowwise"),
+                         describe_device(torch::Device(torch::kCUDA, 0), torch::kBFloat16))
+             .empty();
+}
+
+TEST(Fp8ExpertsCuda, ZerosGiveZerosAndAnEmptyExpertAZeroWeightGradient) {
+  if (!available()) GTEST_SKIP() << "needs a Hopper GPU";
+  auto gen = seeded_generator(27);
+  // Every token on experts 0 and 2: experts 1 and 3 get no rows.
+  const int64_t T = 40;
+  const auto top_idx = torch::stack({torch::zeros({T}, torch::kLong), torch::full({T}, 2, torch::kLong)}, 1);
+  auto e = experts(gen, T, top_idx);
+  const auto g = random_normal({T, 64}, gen).to(torch::kCUDA, torch::kFloat);
+  const auto out = run(e, "grouped_mm_fp8_rowwise", g);
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_TRUE(torch::isfinite(out[i]).all().item<bool>()) << "output " << i;
+  for (const int64_t empty : {1, 3})
+    for (size_t i = 2; i < out.size(); ++i)
+      EXPECT_TRUE(torch::equal(out[i][empty], torch::zeros_like(out[i][empty]))) << "expert " << empty << " grad " << i;
+  // Close to the bf16 grouped GEMMs (the parity driver bounds it against fp64).
+  const auto bf16 = run(e, "grouped_mm", g);
+  EXPECT_LE(testing::relative_error(out[0], bf16[0]), 0.2);
+  // All-zero tokens: zero outputs and input gradients (every scale 1, nothing to round).
+  {
+    torch::NoGradGuard no_grad;
+    e.x.zero_();
+  }
+  const auto zeros = run(e, "grouped_mm_fp8_rowwise", g);
+  EXPECT_TRUE(torch::equal(zeros[0], torch::zeros_like(zeros[0])));
+  EXPECT_TRUE(torch::equal(zeros[2], torch::zeros_like(zeros[2]))) << "dw1 of zero tokens";
+}
+
+// An inf in one token reaches what its scales reach: that token's output row, and the weight gradients
+// of the experts it went to; every other token's output and the other experts stay finite.
+TEST(Fp8ExpertsCuda, AnInfInATokenIsNanInItsOutputAndItsExpertsGradientsOnly) {
+  if (!available()) GTEST_SKIP() << "needs a Hopper GPU";
+  auto gen = seeded_generator(28);
+  const int64_t T = 48;
+  const auto top_idx = torch::stack({torch::arange(T, torch::kLong).remainder(2), torch::full({T}, 2, torch::kLong)}, 1);
+  auto e = experts(gen, T, top_idx);
+  {
+    torch::NoGradGuard no_grad;
+    e.x[5][9] = std::numeric_limits<float>::infinity();  // token 5: experts 1 and 2
+  }
+  const auto out = run(e, "grouped_mm_fp8_rowwise", random_normal({T, 64}, gen).to(torch::kCUDA, torch::kFloat));
+  const auto y = out[0].cpu();
+  EXPECT_TRUE(torch::isnan(y[5]).all().item<bool>());
+  EXPECT_EQ(torch::isnan(y).sum().item<int64_t>(), 64) << "only token 5's row";
+  const auto dw1 = out[2].cpu();
+  EXPECT_TRUE(torch::isnan(dw1[1]).any().item<bool>());
+  EXPECT_TRUE(torch::isnan(dw1[2]).any().item<bool>());
+  EXPECT_TRUE(torch::isfinite(dw1[0]).all().item<bool>()) << "expert 0 never saw token 5";
+  EXPECT_TRUE(torch::equal(dw1[3], torch::zeros_like(dw1[3]))) << "expert 3 saw no token";
+}
+
+TEST(Fp8ExpertsCuda, OutsideBf16OrWithWidthsNotOf16IsAnError) {
+  if (!available()) GTEST_SKIP() << "needs a Hopper GPU";
+  const auto& fn = implementations().moe_dispatch.at("grouped_mm_fp8_rowwise");
+  const auto cuda = torch::TensorOptions(torch::kCUDA);
+  const auto idx = torch::zeros({16, 1}, cuda.dtype(torch::kLong)), w = torch::ones({16, 1}, cuda);
+  // fp32 x without autocast: fp32 GEMMs were asked for.
+  EXPECT_THROW(fn(torch::ones({16, 32}, cuda), idx, w, torch::ones({2, 16, 32}, cuda), torch::ones({2, 16, 32}, cuda),
+                  torch::ones({2, 32, 16}, cuda), 0.0, nullptr, nullptr),
+               c10::Error);
+  ablate::testing::Bf16Autocast autocast;
+  EXPECT_THROW(fn(torch::ones({16, 24}, cuda), idx, w, torch::ones({2, 16, 24}, cuda), torch::ones({2, 16, 24}, cuda),
+                  torch::ones({2, 24, 16}, cuda), 0.0, nullptr, nullptr),
+               c10::Error);  // d 24
+}
+
+// Forward and backward capture into a CUDA graph (no host read, no data-dependent shape) and replay to the
+// eager result, bit for bit, also after new inputs are written into the same storage.
+TEST(Fp8ExpertsCuda, ForwardAndBackwardCaptureInACudaGraph) {
+  if (!available()) GTEST_SKIP() << "needs a Hopper GPU";
+  auto gen = seeded_generator(29);
+  const int64_t T = 96;
+  auto e = experts(gen, T, torch::stack({torch::arange(T, torch::kLong).remainder(4),
+                                         torch::arange(T, torch::kLong).add(1).remainder(3)}, 1));
+  const auto g = random_normal({T, 64}, gen).to(torch::kCUDA, torch::kFloat);
+  const auto side = c10::cuda::getStreamFromPool(false, 0);
+  c10::cuda::CUDAStreamGuard on_side(side);
+  for (int i = 0; i < 3; ++i) run(e, "grouped_mm_fp8_rowwise", g);  // workspaces and pools outside the capture
+  side.synchronize();
+  at::autocast::set_autocast_cache_enabled(false);
+  at::cuda::CUDAGraph graph;
+  graph.capture_begin();
+  const auto captured = run(e, "grouped_mm_fp8_rowwise", g);
+  graph.capture_end();
+  at::autocast::set_autocast_cache_enabled(true);
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1) {
+      torch::NoGradGuard no_grad;
+      e.x.mul_(0.5);
+      e.w2.mul_(2.0);
+    }
+    graph.replay();
+    const auto eager = run(e, "grouped_mm_fp8_rowwise", g);
+    side.synchronize();
+    for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(torch::equal(captured[i], eager[i])) << i << " round " << round;
+  }
+}
 #endif
 
 }  // namespace

@@ -255,12 +255,58 @@ TEST_F(ObservedBackendsTest, AnFp8BackendWhoseGemmsRanInBf16IsAMismatch) {
   EXPECT_EQ(only(bf16).mismatch, false) << only(bf16).note;
 }
 
+// The experts' grouped GEMMs (moe_dispatch), demangled and shortened: at::_grouped_mm's bf16 CUTLASS kernel
+// and at::_scaled_grouped_mm's FP8 one (tests/profiling/cutlass_kernel_name.h has them whole), the
+// argument-preparing kernel each launches first, a quantisation pass and a fused pass both backends run.
+const std::string kBf16Grouped =
+    "void cutlass::device_kernel<at::cuda::detail::enable_3x_kernel_for_sm9x<cutlass::gemm::kernel::GemmUniversal<"
+    "cutlass::gemm::GroupProblemShape<cute::tuple<int, int, int> >, ... cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<"
+    "...> ...> >(...)";
+const std::string kFp8Grouped =
+    "void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cutlass::gemm::GroupProblemShape<cute::tuple<"
+    "int, int, int> >, ... cutlass::float_e4m3_t, ... cute::SM90::GMMA::MMA_64x256x32_F32E4M3E4M3_SS_TN<...> ...> >(...)";
+const std::string kFp8Prepare =
+    "void at::cuda::detail::prepare_grouped_gemm_data<cutlass::float_e4m3_t, cutlass::float_e4m3_t, "
+    "cutlass::bfloat16_t, float, ...>(...)";
+const std::string kBf16Prepare =
+    "void at::cuda::detail::prepare_grouped_gemm_data<cutlass::bfloat16_t, cutlass::bfloat16_t, cutlass::bfloat16_t, "
+    "float, ...>(...)";
+const std::string kQuantise =
+    "void ablate::kernels::fp8::(anonymous namespace)::ablate_fp8_rowwise_cast<__nv_bfloat16, true, true>(...)";
+const std::string kSharedPass = "void ablate::kernels::fused::(anonymous namespace)::ablate_moe_swiglu_fwd<__nv_bfloat16, 8>(...)";
+
+TEST_F(ObservedBackendsTest, TheExpertGemmsPrecisionTellsTheGroupedBackendsApart) {
+  const auto fp8 = observe_backends(
+      with_seam_kernels("moe_dispatch", "grouped_mm_fp8_rowwise", {kQuantise, kSharedPass, kFp8Prepare, kFp8Grouped}),
+      {{"moe_dispatch", "grouped_mm_fp8_rowwise"}}, kernels::catalog());
+  EXPECT_EQ(only(fp8).observed, "grouped_mm_fp8_rowwise");
+  EXPECT_EQ(only(fp8).mismatch, false) << only(fp8).note;
+  const auto bf16 = observe_backends(with_seam_kernels("moe_dispatch", "grouped_mm", {kSharedPass, kBf16Prepare, kBf16Grouped}),
+                                     {{"moe_dispatch", "grouped_mm"}}, kernels::catalog());
+  EXPECT_EQ(only(bf16).observed, "grouped_mm");
+  EXPECT_EQ(only(bf16).mismatch, false) << only(bf16).note;
+  // FP8 experts requested, bf16 grouped GEMMs ran: the other backend's kernel, and the wrong precision.
+  const auto wrong = observe_backends(
+      with_seam_kernels("moe_dispatch", "grouped_mm_fp8_rowwise", {kQuantise, kSharedPass, kBf16Prepare, kBf16Grouped}),
+      {{"moe_dispatch", "grouped_mm_fp8_rowwise"}}, kernels::catalog());
+  EXPECT_EQ(only(wrong).mismatch, true);
+  EXPECT_NE(only(wrong).note.find("precision: GEMM kernels in bf16 or wider ran where FP8 was requested"),
+            std::string::npos)
+      << only(wrong).note;
+}
+
 TEST(KernelPrecision, Fp8GemmsAreToldByTheirNames) {
   EXPECT_TRUE(is_fp8_gemm_kernel("nvjet_sm90_qqtst_192x192_128x4_1x2_h_bz_coopB_TNN"));
   EXPECT_TRUE(is_fp8_gemm_kernel(
       "_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalI...MMA_64x256x32_F32E4M3E4M3_SS_TN..."));
   EXPECT_FALSE(is_fp8_gemm_kernel("nvjet_sm90_tst_128x128_64x6_1x2_h_bz_splitK_NTT"));
   EXPECT_FALSE(is_fp8_gemm_kernel("ablate_fp8_tensorwise_cast"));  // not a GEMM
+  // The experts' grouped GEMMs (at::_scaled_grouped_mm, at::_grouped_mm) and their argument kernels.
+  EXPECT_TRUE(is_fp8_gemm_kernel(kFp8Grouped));
+  EXPECT_TRUE(is_fp8_gemm_kernel(kFp8Prepare));
+  EXPECT_FALSE(is_fp8_gemm_kernel(kBf16Grouped));
+  EXPECT_FALSE(is_fp8_gemm_kernel(kBf16Prepare));
+  EXPECT_FALSE(is_fp8_gemm_kernel(kQuantise));
 }
 
 }  // namespace

@@ -133,21 +133,21 @@ const std::vector<Sample>& samples() {
       {"ssm_scan/fused_cuda", "ssm_scan",
        "_ZN6ablate7kernels5fused46_GLOBAL__N__080be74b_13_fused_cuda_cu_4067bfe230ablate_ssm_scan_fwd_state_passENS2_6Params"
        "E"},
-      // kernels/dense_gemm/fp8_quantize.cu (nm of libablate_kernels.so, 2026-11-28) and the FP8 GEMMs
-      // cuBLASLt ran for each recipe (an H200's profile of the same day).
+      // kernels/dense_gemm/fp8_quantize.cu (nm of libablate_kernels.so, nvcc 13.0 sm_90a build on the dev
+      // machine) and the FP8 GEMMs cuBLASLt ran for each recipe (an H200's profile, 2026-11-28).
       {"dense_gemm/fp8_rowwise", "elementwise",
-       "_ZN6ablate7kernels3fp848_GLOBAL__N__884feefb_15_fp8_quantize_cu_77c993dfL23ablate_fp8_rowwise_amaxI13__nv_"
-       "bfloat16EEvPKT_llPiS8_S8_"},
+       "_ZN6ablate7kernels3fp848_GLOBAL__N__4cb2fbef_15_fp8_quantize_cu_77c993dfL"
+       "23ablate_fp8_rowwise_amaxI13__nv_bfloat16Lb0EEEvNS2_8TileArgsIT_EE"},
       {"dense_gemm/fp8_rowwise", "elementwise",
-       "_ZN6ablate7kernels3fp848_GLOBAL__N__884feefb_15_fp8_quantize_cu_77c993dfL23ablate_fp8_rowwise_castI13__nv_"
-       "bfloat16Lb1EEEvPKT_llPKiS9_S9_fbPhPfSA_SB_"},
+       "_ZN6ablate7kernels3fp848_GLOBAL__N__4cb2fbef_15_fp8_quantize_cu_77c993dfL"
+       "23ablate_fp8_rowwise_castI13__nv_bfloat16Lb1ELb0EEEvNS2_8TileArgsIT_EE"},
       {"dense_gemm/fp8_rowwise", "gemm", "nvjet_sm90_qqtst_128x128_128x6_1x1_h_bz_coopA_algo2_ovscale_TNT"},
       {"dense_gemm/fp8_tensorwise", "elementwise",
-       "_ZN6ablate7kernels3fp848_GLOBAL__N__884feefb_15_fp8_quantize_cu_77c993dfL26ablate_fp8_tensorwise_amaxI13__nv_"
-       "bfloat16EEvPKT_llPiS8_S8_"},
+       "_ZN6ablate7kernels3fp848_GLOBAL__N__4cb2fbef_15_fp8_quantize_cu_77c993dfL"
+       "26ablate_fp8_tensorwise_amaxI13__nv_bfloat16EEvNS2_8TileArgsIT_EE"},
       {"dense_gemm/fp8_tensorwise", "elementwise",
-       "_ZN6ablate7kernels3fp848_GLOBAL__N__884feefb_15_fp8_quantize_cu_77c993dfL26ablate_fp8_tensorwise_castI13__nv_"
-       "bfloat16Lb0EEEvPKT_llPKiS9_S9_fbPhPfSA_SB_"},
+       "_ZN6ablate7kernels3fp848_GLOBAL__N__4cb2fbef_15_fp8_quantize_cu_77c993dfL"
+       "26ablate_fp8_tensorwise_castI13__nv_bfloat16Lb0EEEvNS2_8TileArgsIT_EE"},
       {"dense_gemm/fp8_tensorwise", "gemm", "nvjet_sm90_qqtst_128x160_128x5_2x1_v_bz_coopA_algo2_TNT"},
       // kernels/recurrent_scan/fused_cuda.cu (nm of libablate_kernels.so, H100 build of 2026-11-25).
       {"recurrent_scan/fused_cuda", "recurrent_scan",
@@ -208,20 +208,31 @@ const std::vector<Sample>& samples() {
        "T0_DpT1_"},
       // at::_grouped_mm's CUTLASS sm90 grouped GEMM (moe_dispatch grouped_mm on the H100, 2026-11-23).
       {"moe_dispatch/grouped_mm", "gemm", samples::kCutlassGroupedGemmKernel, false},
-      // grouped_mm's fused passes around the GEMMs (kernels/moe_dispatch/expert_kernels.cu; nm of
-      // libablate_kernels.so, nvcc 13.0 sm_90a build on the dev machine, 2026-11-25).
-      {"moe_dispatch/grouped_mm", "moe_dispatch",
+      // The fused passes around the experts' GEMMs (kernels/moe_dispatch/expert_kernels.cu; nm of
+      // libablate_kernels.so, nvcc 13.0 sm_90a build on the dev machine, 2026-11-25): both grouped
+      // backends run them, so they identify neither.
+      {"", "moe_dispatch",
        "_ZN6ablate7kernels5fused50_GLOBAL__N__2b8fe76e_17_expert_kernels_cu_a3541e8920ablate_moe_sum_slotsI13__nv_bfloat16"
        "fLi8EEEvPKT_PKliPT0_ll"},
-      {"moe_dispatch/grouped_mm", "moe_dispatch",
+      {"", "moe_dispatch",
        "_ZN6ablate7kernels5fused50_GLOBAL__N__2b8fe76e_17_expert_kernels_cu_a3541e8921ablate_moe_swiglu_fwdI13__nv_bfloat16"
        "Li8EEEvPKT_PKfPS5_ll"},
-      {"moe_dispatch/grouped_mm", "moe_dispatch",
+      {"", "moe_dispatch",
        "_ZN6ablate7kernels5fused50_GLOBAL__N__2b8fe76e_17_expert_kernels_cu_a3541e8921ablate_moe_swiglu_bwdI13__nv_bfloat16"
        "Li8EEEvPKT_PKfS7_PS5_Pfll"},
-      {"moe_dispatch/grouped_mm", "moe_dispatch",
+      {"", "moe_dispatch",
        "_ZN6ablate7kernels5fused50_GLOBAL__N__2b8fe76e_17_expert_kernels_cu_a3541e8922ablate_moe_copy_blocksIf13__nv_"
        "bfloat16Li8EEEvNS2_10CopyBlocksE"},
+      // at::_scaled_grouped_mm's FP8 grouped GEMM (LibTorch 2.11's libtorch_cuda.so) and the token rows'
+      // grouped quantisation (kernels/dense_gemm/fp8_quantize.cu, nm of libablate_kernels.so): the
+      // experts' FP8 GEMMs of moe_dispatch grouped_mm_fp8_rowwise.
+      {"moe_dispatch/grouped_mm_fp8_rowwise", "gemm", samples::kCutlassFp8GroupedGemmKernel, false},
+      {"moe_dispatch/grouped_mm_fp8_rowwise", "elementwise",
+       "_ZN6ablate7kernels3fp848_GLOBAL__N__4cb2fbef_15_fp8_quantize_cu_77c993dfL"
+       "23ablate_fp8_rowwise_amaxI13__nv_bfloat16Lb1EEEvNS2_8TileArgsIT_EE"},
+      {"moe_dispatch/grouped_mm_fp8_rowwise", "elementwise",
+       "_ZN6ablate7kernels3fp848_GLOBAL__N__4cb2fbef_15_fp8_quantize_cu_77c993dfL"
+       "23ablate_fp8_rowwise_castI13__nv_bfloat16Lb1ELb1EEEvNS2_8TileArgsIT_EE"},
       // kernels/moe_router/fused_cuda.cu (cuobjdump -symbols of the .cu object, nvcc 13.0 sm_90a, 2026-11-25).
       {"moe_router/fused_cuda", "moe_dispatch",
        "_ZN6ablate7kernels5fused51_GLOBAL__N__17854b11_13_fused_cuda_cu_fe666192_670921ablate_moe_router_fwdI13__nv_"
