@@ -1,20 +1,26 @@
-// kernels/moe_dispatch/bench.cpp: nam56r-small's E layer forward+backward under bf16 autocast: 16384
-// tokens, d 1024, 16 experts, top-2, expert FFN 768, dropless, a skewed router (expert loads 0.3x-2.5x
-// the mean, as early in training); counters TFLOP/s (the three expert matmuls, 18 * T * k * d * f for
-// forward + backward) and peak_extra_MiB (the reference pads every expert to the largest load).
+// kernels/moe_dispatch/bench.cpp: an E layer's expert dispatch forward+backward under bf16 autocast,
+// dropless, a skewed router (expert loads 0.3x-2.5x the mean, as early in training), at nam56r-small's
+// expert shapes (16384 tokens, d 1024, 16 experts, top-2, expert FFN 768: moe_dispatch/<backend>/fwd_bwd/
+// autocast) and nam56r-medium's (16384 tokens, d 2048, f 1536: moe_dispatch/<backend>/medium/...);
+// forward alone too for the grouped backends (/fwd/). Counters TFLOP/s (the three expert matmuls, 6 * T *
+// k * d * f forward, three times that with backward), pct_of_peak (of the datasheet's dense peak of the
+// precision the GEMMs run in: grouped_mm_fp8_rowwise's all six are FP8, so the FP8 peak) and
+// peak_extra_MiB (the reference pads every expert to the largest load). grouped_mm_fp8_rowwise's times
+// include its quantisation passes; grouped_mm's its casts of the fp32 master weights.
 // moe_dispatch/slot_moves/{scatter_add,gather}: the data movement around the GEMMs alone, forward +
-// backward at the same shapes: token rows into expert order (bf16) and the weighted slots back into token
-// order (fp32 in both forms), once as index_select + index_add (grouped_mm before 2026-11-25: its
+// backward at nam56r-small's shapes: token rows into expert order (bf16) and the weighted slots back into
+// token order (fp32 in both forms), once as index_select + index_add (grouped_mm before 2026-11-25: its
 // backward and its combine scatter-add) and once as grouped_mm moves rows now (gather_slot_rows and
 // combine_slot_rows: a gather one way, a k-row sum the other, fused on CUDA), in one call.
 // moe_dispatch/group_by_expert/{ops,counting_sort}: the slots' grouping by expert alone (the 32768 slots
 // of an E layer, skewed loads): LibTorch's ops (stable radix sort, scatters, cumsum) against the one-launch
 // counting sort; replayed from a CUDA graph, as in the captured step, so launch gaps do not hide it.
 // Timed with CUDA events after warm-up, an L2 flush before each iteration (kernels/bench_util.h);
-// counters from the median iteration; the grouped_mm case also replayed from a CUDA graph (`/graph`: no
+// counters from the median iteration; the grouped cases also replayed from a CUDA graph (`/graph`: no
 // host launch gaps, as inside the fastest posture's captured step). Run:
 // build/bench/kernels_bench --benchmark_filter=moe_dispatch
 #include "kernels/bench_util.h"
+#include "kernels/dispatch.h"
 #include "kernels/moe_dispatch/expert_groups.h"
 
 #if defined(ABLATE_HAVE_CUDA)
@@ -23,28 +29,39 @@ namespace {
 
 using torch::Tensor;
 
-void moe_dispatch_bench(benchmark::State& st, std::string backend, bool graph) {
+// An E layer's expert shapes: tokens T (batch x sequence), d, E experts, top k, expert FFN f.
+struct ExpertShapes {
+  const char* label;  // "" for nam56r-small (the names this benchmark had before it had shapes)
+  int64_t T, d, E, k, f;
+};
+constexpr ExpertShapes kSmall{"", 8 * 2048, 1024, 16, 2, 768}, kMedium{"medium/", 4 * 4096, 2048, 16, 2, 1536};
+
+void moe_dispatch_bench(benchmark::State& st, std::string backend, ExpertShapes s, bool backward, bool graph) {
   const torch::Device cuda(torch::kCUDA, 0);
   const auto& fn = implementations().moe_dispatch.at(backend);
-  constexpr int64_t T = 16384, d = 1024, E = 16, k = 2, f = 768;
+  const int64_t T = s.T, d = s.d, E = s.E, k = s.k, f = s.f;
   const auto opts = torch::TensorOptions(cuda);
-  auto x = torch::randn({T, d}, opts.dtype(torch::kBFloat16)).requires_grad_(true);
-  auto w1 = (0.02 * torch::randn({E, f, d}, opts)).requires_grad_(true);
-  auto w3 = (0.02 * torch::randn({E, f, d}, opts)).requires_grad_(true);
-  auto w2 = (0.02 * torch::randn({E, d, f}, opts)).requires_grad_(true);
+  auto x = torch::randn({T, d}, opts.dtype(torch::kBFloat16)).requires_grad_(backward);
+  auto w1 = (0.02 * torch::randn({E, f, d}, opts)).requires_grad_(backward);
+  auto w3 = (0.02 * torch::randn({E, f, d}, opts)).requires_grad_(backward);
+  auto w2 = (0.02 * torch::randn({E, d, f}, opts)).requires_grad_(backward);
   // A per-expert bias skews the loads the way an untrained router does.
   const auto logits = torch::randn({T, E}, opts) + torch::linspace(-1.0, 1.0, E, opts);
   const auto [top_w, top_idx] = logits.softmax(-1).topk(k, -1);
   const auto weights = top_w / top_w.sum(-1, true);
+  c10::AutoGradMode grad_mode(backward);
   auto step = [&] {
     const auto y =
         under_bf16_autocast([&] { return fn(x, top_idx, weights, w1, w3, w2, /*capacity_factor=*/0.0, nullptr, nullptr); });
-    torch::autograd::grad({y.to(torch::kFloat).square().mean()}, {x, w1, w3, w2});
+    if (backward) torch::autograd::grad({y.to(torch::kFloat).square().mean()}, {x, w1, w3, w2});
   };
   const double extra_mib = peak_extra_mib(step);
   graph ? timed_graph(st, 0.0, step) : timed(st, 0.0, step);
+  const double flops = 6.0 * T * k * d * f * (backward ? 3.0 : 1.0), median = st.counters["median_us"] * 1e-6;
+  const bool fp8 = find_backend("moe_dispatch", backend)->fp8_gemms;
   st.counters["peak_extra_MiB"] = extra_mib;
-  st.counters["TFLOP/s"] = 18.0 * T * k * d * f / (st.counters["median_us"] * 1e-6) / 1e12;
+  st.counters["TFLOP/s"] = flops / median / 1e12;
+  st.counters["pct_of_peak"] = 100.0 * flops / median / (fp8 ? kFp8DatasheetFlopsPerSecond : kBf16DatasheetFlopsPerSecond);
 }
 
 void slot_moves_bench(benchmark::State& st, bool gather) {
@@ -87,19 +104,28 @@ void group_by_expert_bench(benchmark::State& st, bool counting_sort) {
 }  // namespace ablate::kernels::bench
 
 ABLATE_BENCHMARKS(moe_dispatch) {
+  using namespace ablate::kernels;
   using namespace ablate::kernels::bench;
   if (!torch::cuda::is_available()) return;
   // Eager, and replayed from a CUDA graph as the fastest posture runs it (the reference pads to the
-  // largest load, read on the host: it cannot be captured).
-  for (const std::string backend : {"reference", "grouped_mm"})
-    for (const bool graph : {false, true}) {
-      if (graph && backend == "reference") continue;
-      benchmark::RegisterBenchmark(("moe_dispatch/" + backend + "/fwd_bwd/autocast" + (graph ? "/graph" : "")).c_str(),
-                                   moe_dispatch_bench, backend, graph)
-          ->UseManualTime()
-          ->Unit(benchmark::kMicrosecond)
-          ->Iterations(20);
-    }
+  // largest load, read on the host: it cannot be captured; nor is it run at the medium shapes).
+  const auto device = describe_device(torch::Device(torch::kCUDA, 0), torch::kBFloat16);
+  for (const std::string backend : {"reference", "grouped_mm", "grouped_mm_fp8_rowwise"}) {
+    if (!has_implementation("moe_dispatch", backend) || !why_unavailable(*find_backend("moe_dispatch", backend), device).empty())
+      continue;
+    const bool grouped = backend != "reference";
+    for (const auto& shapes : {kSmall, kMedium})
+      for (const bool backward : {true, false})
+        for (const bool graph : {false, true}) {
+          if (!grouped && (graph || !backward || shapes.label[0] != '\0')) continue;
+          const std::string name = "moe_dispatch/" + backend + "/" + shapes.label + (backward ? "fwd_bwd" : "fwd") +
+                                   "/autocast" + (graph ? "/graph" : "");
+          benchmark::RegisterBenchmark(name.c_str(), moe_dispatch_bench, backend, shapes, backward, graph)
+              ->UseManualTime()
+              ->Unit(benchmark::kMicrosecond)
+              ->Iterations(20);
+        }
+  }
   for (const bool counting_sort : {false, true})
     benchmark::RegisterBenchmark(counting_sort ? "moe_dispatch/group_by_expert/counting_sort"
                                                : "moe_dispatch/group_by_expert/ops",
