@@ -77,6 +77,11 @@ BlockParams block_params(char letter, const ModelConfig& c) {
   return p;
 }
 
+// The experts' GEMMs of an E block, forward, per token: k experts of three d x f matrices each.
+double expert_forward_flops(const ModelConfig& c) {
+  return static_cast<double>(c.moe.top_k) * 3.0 * 2.0 * static_cast<double>(c.d_model) * static_cast<double>(c.moe.ffn);
+}
+
 double block_forward_flops(char letter, const ModelConfig& c) {
   const double d = static_cast<double>(c.d_model);
   const double projections = 2.0 * static_cast<double>(projection_weights(letter, c));
@@ -91,11 +96,8 @@ double block_forward_flops(char letter, const ModelConfig& c) {
       const auto m = mamba_dims(c);
       return projections + 7.0 * static_cast<double>(m.d_inner) * static_cast<double>(m.state);
     }
-    case 'E': {
-      const auto& e = c.moe;
-      return 2.0 * d * static_cast<double>(e.experts) +
-             static_cast<double>(e.top_k) * 3.0 * 2.0 * d * static_cast<double>(e.ffn);
-    }
+    case 'E':
+      return 2.0 * d * static_cast<double>(c.moe.experts) + expert_forward_flops(c);  // router + experts
     default:
       return projections;  // R, D: their projections
   }
@@ -152,15 +154,13 @@ double forward_flops_per_token(const ModelConfig& c) {
   return flops;
 }
 
-FlopsByPrecision training_flops_by_precision(const ModelConfig& c, bool projections_fp8) {
+FlopsByPrecision training_flops_by_precision(const ModelConfig& c, bool projections_fp8, bool experts_fp8) {
   FlopsByPrecision f;
-  const double total = training_flops_per_token(c);
-  if (!projections_fp8) {
-    f.run_dtype = total;
-    return f;
+  for (const char letter : c.pattern) {
+    if (projections_fp8) f.fp8 += 3.0 * 2.0 * static_cast<double>(projection_weights(letter, c));
+    if (experts_fp8 && letter == 'E') f.fp8 += 3.0 * expert_forward_flops(c);
   }
-  for (const char letter : c.pattern) f.fp8 += 3.0 * 2.0 * static_cast<double>(projection_weights(letter, c));
-  f.run_dtype = total - f.fp8;
+  f.run_dtype = training_flops_per_token(c) - f.fp8;
   return f;
 }
 

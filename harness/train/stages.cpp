@@ -849,7 +849,10 @@ receipts::RunFacts run_facts(const ExperimentSpec& spec, const RunPosture& postu
   p.dtype = posture.bf16 ? "bf16-autocast" : "fp32";
   p.flops_version = model::kFlopsVersion;
   const auto* projections = kernels::find_backend("dense_gemm", posture.dispatcher->chosen("dense_gemm"));
-  p.fp8_flops_per_token = model::training_flops_by_precision(spec.model, projections && projections->fp8_gemms).fp8;
+  const auto* experts = kernels::find_backend("moe_dispatch", posture.dispatcher->chosen("moe_dispatch"));
+  p.fp8_flops_per_token = model::training_flops_by_precision(spec.model, projections && projections->fp8_gemms,
+                                                             experts && experts->fp8_gemms)
+                              .fp8;
   if (posture.device.is_cuda()) {
     const std::string gpu = device_fingerprint()["gpu_model"];
     p.mfu_peak_flops = dense_bf16_peak_flops(gpu);
