@@ -78,6 +78,18 @@ std::string dims_at_most(int64_t value, int64_t limit, const char* field, const 
 
 }  // namespace availability
 
+std::string catalog_rows::fp8_gemms_unavailable(const DeviceInfo& dev, const char* replaced, int64_t alignment,
+                                                const char* widths, const char* otherwise) {
+  if (auto r = availability::hopper_fp32_or_bf16(dev); !r.empty()) return r;
+  if (dev.dtype != "bf16")
+    return fmt::format("needs train.dtype = \"bf16\": FP8 GEMMs replace {} (run dtype is {})", replaced, dev.dtype);
+  if (alignment != 0 && alignment % 16 != 0)
+    return fmt::format("{} must be multiples of 16 for FP8 GEMMs (their greatest common divisor is {}): choose such "
+                       "widths, or use {} for this model",
+                       widths, alignment, otherwise);
+  return "";
+}
+
 namespace {
 
 std::string join(const std::vector<std::string>& items, const std::string& separator = ", ") {

@@ -3,8 +3,6 @@
 // Each backend's function registers itself from its own file under its row's name (kernels/registry.h).
 // Tests: kernels_tests --gtest_filter='Catalog*:Registry*:*Fp8*' (tests/kernels/catalog_test.cpp,
 // tests/kernels/fp8_test.cpp).
-#include <fmt/format.h>
-
 #include "kernels/catalog_rows.h"
 
 namespace ablate::kernels {
@@ -13,16 +11,9 @@ namespace {
 // FP8 GEMMs replace the bf16 autocast GEMMs of a bf16 run on Hopper's FP8 tensor cores, and cuBLASLt
 // takes FP8 operands only with every leading dimension a multiple of 16.
 std::string fp8_unavailable(const DeviceInfo& dev) {
-  if (auto r = availability::hopper_fp32_or_bf16(dev); !r.empty()) return r;
-  if (dev.dtype != "bf16")
-    return fmt::format("needs train.dtype = \"bf16\": FP8 GEMMs replace the bf16 autocast GEMMs (run dtype is {})",
-                       dev.dtype);
-  if (dev.model.projection_alignment != 0 && dev.model.projection_alignment % 16 != 0)
-    return fmt::format("every projection width and the tokens of a micro-batch must be multiples of 16 for FP8 "
-                       "GEMMs (their greatest common divisor is {}): choose such widths, or use "
-                       "dense_gemm = \"reference\" for this model",
-                       dev.model.projection_alignment);
-  return "";
+  return catalog_rows::fp8_gemms_unavailable(dev, "the bf16 autocast GEMMs", dev.model.projection_alignment,
+                                             "every projection width and the tokens of a micro-batch",
+                                             "dense_gemm = \"reference\"");
 }
 
 }  // namespace

@@ -1,9 +1,8 @@
 // kernels/moe_dispatch/catalog.cpp: the moe_dispatch seam's catalog rows (kernels/catalog.h), plain C++: what each
 // backend is (role, fallback, CUPTI kernel-name patterns, availability, capture), the reference first.
 // Each backend's function registers itself from its own file under its row's name (kernels/registry.h).
-// Tests: kernels_tests --gtest_filter='Catalog*:Registry*' (tests/kernels/catalog_test.cpp).
-#include <fmt/format.h>
-
+// Tests: kernels_tests --gtest_filter='Catalog*:Registry*:Fp8Experts*' (tests/kernels/catalog_test.cpp,
+// tests/kernels/fp8_experts_test.cpp).
 #include "kernels/catalog_rows.h"
 
 namespace ablate::kernels {
@@ -22,17 +21,9 @@ std::string grouped_mm_unavailable(const DeviceInfo& dev) {
 // of a bf16 run on Hopper; every FP8 operand row must span whole 16-byte TMA units, so d and f are
 // multiples of 16 (the FP8 path does not pad them as grouped_mm pads to 8).
 std::string grouped_mm_fp8_unavailable(const DeviceInfo& dev) {
-  if (auto r = availability::hopper_fp32_or_bf16(dev); !r.empty()) return r;
-  if (dev.dtype != "bf16")
-    return fmt::format("needs train.dtype = \"bf16\": FP8 expert GEMMs replace the bf16 grouped GEMMs (run dtype is "
-                       "{})",
-                       dev.dtype);
-  if (dev.model.expert_alignment != 0 && dev.model.expert_alignment % 16 != 0)
-    return fmt::format("model.d_model and model.moe.ffn must be multiples of 16 for FP8 grouped GEMMs, whose "
-                       "operands' rows are read in 16-byte units (their greatest common divisor is {}): choose "
-                       "such widths, or use moe_dispatch = \"grouped_mm\" for this model",
-                       dev.model.expert_alignment);
-  return "";
+  return catalog_rows::fp8_gemms_unavailable(dev, "the bf16 grouped GEMMs", dev.model.expert_alignment,
+                                             "model.d_model and model.moe.ffn (the expert GEMMs' widths)",
+                                             "moe_dispatch = \"grouped_mm\"");
 }
 
 }  // namespace
