@@ -152,15 +152,16 @@ double forward_flops_per_token(const ModelConfig& c) {
   return flops;
 }
 
-FlopsByPrecision training_flops_by_precision(const ModelConfig& c, bool projections_fp8) {
+FlopsByPrecision training_flops_by_precision(const ModelConfig& c, Fp8Families fp8) {
+  // Each term is one of forward_flops_per_token's (2 FLOPs a weight a token, x 3 for training).
   FlopsByPrecision f;
-  const double total = training_flops_per_token(c);
-  if (!projections_fp8) {
-    f.run_dtype = total;
-    return f;
+  for (const char letter : c.pattern) {
+    if (fp8.projections) f.fp8 += 3.0 * 2.0 * static_cast<double>(projection_weights(letter, c));
+    if (fp8.experts && letter == 'E')
+      f.fp8 += 3.0 * 2.0 * static_cast<double>(c.moe.top_k) * 3.0 * static_cast<double>(c.d_model * c.moe.ffn);
   }
-  for (const char letter : c.pattern) f.fp8 += 3.0 * 2.0 * static_cast<double>(projection_weights(letter, c));
-  f.run_dtype = total - f.fp8;
+  if (fp8.head) f.fp8 += 3.0 * 2.0 * static_cast<double>(c.d_model) * static_cast<double>(c.vocab);
+  f.run_dtype = training_flops_per_token(c) - f.fp8;
   return f;
 }
 

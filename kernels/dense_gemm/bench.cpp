@@ -15,9 +15,6 @@ namespace {
 
 using torch::Tensor;
 
-constexpr double kBf16DatasheetFlopsPerSecond = 989e12;
-constexpr double kFp8DatasheetFlopsPerSecond = 1979e12;
-
 struct Projection {
   const char* name;
   int64_t in, out;  // K, N

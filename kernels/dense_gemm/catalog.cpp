@@ -6,26 +6,23 @@
 #include <fmt/format.h>
 
 #include "kernels/catalog_rows.h"
+#include "kernels/dense_gemm/fp8_availability.h"
 
 namespace ablate::kernels {
-namespace {
 
-// FP8 GEMMs replace the bf16 autocast GEMMs of a bf16 run on Hopper's FP8 tensor cores, and cuBLASLt
-// takes FP8 operands only with every leading dimension a multiple of 16.
-std::string fp8_unavailable(const DeviceInfo& dev) {
+std::string availability::fp8_gemms(const DeviceInfo& dev) {
   if (auto r = availability::hopper_fp32_or_bf16(dev); !r.empty()) return r;
   if (dev.dtype != "bf16")
     return fmt::format("needs train.dtype = \"bf16\": FP8 GEMMs replace the bf16 autocast GEMMs (run dtype is {})",
                        dev.dtype);
   if (dev.model.projection_alignment != 0 && dev.model.projection_alignment % 16 != 0)
-    return fmt::format("every projection width and the tokens of a micro-batch must be multiples of 16 for FP8 "
-                       "GEMMs (their greatest common divisor is {}): choose such widths, or use "
-                       "dense_gemm = \"reference\" for this model",
+    return fmt::format("every dense GEMM width (the blocks' projections, the LM head's vocabulary and d) and the "
+                       "tokens of a micro-batch must be multiples of 16 for FP8 GEMMs (their greatest common "
+                       "divisor is {}): choose such widths, or bf16 GEMMs (dense_gemm = \"reference\", "
+                       "loss = \"fused_cuda\") for this model",
                        dev.model.projection_alignment);
   return "";
 }
-
-}  // namespace
 
 std::vector<BackendInfo> catalog_rows::dense_gemm() {
   return {
@@ -40,7 +37,7 @@ std::vector<BackendInfo> catalog_rows::dense_gemm() {
        .kernel_patterns = {"ablate_fp8_tensorwise"},
        .description = "kernels/dense_gemm/fp8_scaled_mm.cu: FP8 GEMMs (at::_scaled_mm) with one current "
                       "scale per tensor: x and W e4m3, the output gradient e5m2; fp32 master weights",
-       .unavailable_reason = &fp8_unavailable,
+       .unavailable_reason = &availability::fp8_gemms,
        .needs_nvcc = true,
        .changes_numerics = true,
        .fp8_gemms = true},
@@ -51,7 +48,7 @@ std::vector<BackendInfo> catalog_rows::dense_gemm() {
        .description = "kernels/dense_gemm/fp8_scaled_mm.cu: FP8 GEMMs (at::_scaled_mm) with one current "
                       "power-of-two scale per row of each operand along the GEMM's inner dimension, e4m3 "
                       "throughout; fp32 master weights",
-       .unavailable_reason = &fp8_unavailable,
+       .unavailable_reason = &availability::fp8_gemms,
        .needs_nvcc = true,
        .changes_numerics = true,
        .fp8_gemms = true},

@@ -1,7 +1,9 @@
 // kernels/dense_gemm/fp8_quantize.cu: quantize() of fp8_quantize.h, two passes over x [R, C] in 64 x 64
 // tiles (what each pass does: fp8_quantize.h). Memory-bound: pass 1 reads x once, pass 2 reads it again
-// and writes both FP8 orientations (1 byte an element each); nam56r-small's largest activation,
-// 16384 x 4352 bf16 (143 MB), takes ~0.1 ms at the H100's ~3 TB/s.
+// and writes both FP8 orientations (1 byte an element each), every global access 8 or 16 bytes a thread;
+// nam56r-small's largest activation, 16384 x 4352 bf16 (143 MB), moves 428 MB: ~0.14 ms at the H100's
+// ~3 TB/s. Two passes because current scaling needs a tensor's (row's, column's) amax before the first
+// value is cast; one pass would take the scale from an earlier step (delayed scaling), another recipe.
 // Tests: kernels_tests --gtest_filter='Fp8*'. Benchmark: build/bench/kernels_bench --benchmark_filter=fp8_quantize.
 // Without a CUDA compiler this file is compiled as C++ and leaves everything out (fp8_quantize.h
 // declares quantize() only for CUDA builds).
@@ -10,23 +12,27 @@
 #if defined(__CUDACC__)
 #include <cuda_fp8.h>
 
+#include <cstdint>
+
 #include "kernels/cuda_common.cuh"
 
 namespace ablate::kernels::fp8 {
 namespace {
 
 using fused::ceil_div;
-using fused::to_float;
 using torch::Tensor;
 
-// Tile shape and threads: a 64 x 64 tile of x, 256 threads, each moving 4 consecutive elements of 4 rows
-// in a pass (16 threads span the tile's 64 columns; 16 rows a pass, 4 passes).
+// Tile shape and threads: a 64 x 64 tile of x, 256 threads; a thread moves 8 consecutive elements of a row
+// (one 16-byte load of bf16, two of fp32; 8 bytes of FP8 out), so 8 threads span the tile's 64 columns,
+// 32 rows a sweep, 2 sweeps.
 constexpr int kTile = 64;
 constexpr int kThreads = 256;
-constexpr int kVec = 4;                           // elements a thread moves at once (one 32-bit word of FP8)
-constexpr int kThreadsPerRow = kTile / kVec;      // 16
-constexpr int kRowsPerPass = kThreads / kThreadsPerRow;  // 16
-constexpr int kSharedStride = kTile + 1;          // a padded row of the shared tile (no bank conflicts on columns)
+constexpr int kVec = 8;                                     // elements a thread moves at once
+constexpr int kThreadsPerRow = kTile / kVec;                // 8, consecutive lanes of one warp
+constexpr int kRowsPerSweep = kThreads / kThreadsPerRow;    // 32
+constexpr int kSweeps = kTile / kRowsPerSweep;              // 2
+constexpr int kWarps = kThreads / 32;                       // 8
+constexpr int kSharedStride = kTile + 1;                    // a padded row of the shared tile (column reads)
 
 // |v| as ordered bits: for non-negative floats (and +NaN, above +inf) integer order is float order, and a
 // NaN wins every max (fmaxf would drop it).
@@ -39,65 +45,92 @@ __device__ __forceinline__ float scale_from_amax(float amax, float fp8_max, bool
   return isfinite(amax) ? scale : __int_as_float(0x7fc00000);
 }
 
+// kVec values times scale, round-to-nearest-even with saturation, packed little-endian into 8 bytes.
 template <bool kE4M3>
-__device__ __forceinline__ uint32_t cast4(const float (&v)[kVec], float scale) {
-  uint32_t word = 0;
+__device__ __forceinline__ uint2 cast8(const float (&v)[kVec], float scale) {
+  uint32_t word[2] = {0, 0};
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
     const __nv_fp8_storage_t b =
         __nv_cvt_float_to_fp8(v[i] * scale, __NV_SATFINITE, kE4M3 ? __NV_E4M3 : __NV_E5M2);
-    word |= uint32_t(b) << (8 * i);
+    word[i / 4] |= uint32_t(b) << (8 * (i % 4));
   }
-  return word;
+  return make_uint2(word[0], word[1]);
 }
 
-// Loads the tile at (row0, col0) into shared memory as fp32; elements outside x read as 0.
+// This thread's kVec elements of tile row r (sweep s) as fp32, 0 outside x; C is a multiple of 16, so a
+// group of 8 is wholly inside or outside, and x's rows start 16-byte aligned (quantize() sees to it).
 template <typename T>
-__device__ __forceinline__ void load_tile(const T* __restrict__ x, int64_t R, int64_t C, int64_t row0, int64_t col0,
-                                          float (*tile)[kSharedStride]) {
-  const int c = (threadIdx.x % kThreadsPerRow) * kVec;
-  for (int r = threadIdx.x / kThreadsPerRow; r < kTile; r += kRowsPerPass) {
-    const int64_t gr = row0 + r, gc = col0 + c;
-    const bool inside = gr < R && gc < C;  // C is a multiple of 4: a group is wholly inside or outside
+__device__ __forceinline__ void load_row_group(const T* __restrict__ x, int64_t R, int64_t C, int64_t gr, int64_t gc,
+                                               float (&v)[kVec]) {
+  if (gr < R && gc < C) {
+    fused::load_vec<kVec>(x + gr * C + gc, v);
+  } else {
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) tile[r][c + i] = inside ? to_float(x[gr * C + gc + i]) : 0.f;
+    for (int i = 0; i < kVec; ++i) v[i] = 0.f;
   }
 }
 
 // Pass 1. rowwise: atomic max of each tile row's and column's amax into row_amax [R] and col_amax [C];
-// tensorwise: of the tile's amax into tensor_amax [1]. The amax buffers start at 0.
+// tensorwise: of the tile's amax into tensor_amax [1]. The amax buffers start at 0. Rows reduce across
+// their 8 lanes by shuffles, columns across a warp's 4 rows by shuffles and the 8 warps through shared
+// memory.
 template <typename T, bool kRowwise>
 __device__ __forceinline__ void amax_tile(const T* __restrict__ x, int64_t R, int64_t C, int* __restrict__ row_amax,
                                           int* __restrict__ col_amax, int* __restrict__ tensor_amax) {
-  __shared__ float tile[kTile][kSharedStride];
+  __shared__ int col_partial[kWarps][kTile];
   const int64_t row0 = int64_t(blockIdx.y) * kTile, col0 = int64_t(blockIdx.x) * kTile;
-  load_tile(x, R, C, row0, col0, tile);
-  __syncthreads();
+  const int t = threadIdx.x, lane = t % 32, warp = t / 32, c = (t % kThreadsPerRow) * kVec;
+  int col_m[kVec] = {};
+  int all_m = 0;
+#pragma unroll
+  for (int s = 0; s < kSweeps; ++s) {
+    const int64_t gr = row0 + t / kThreadsPerRow + s * kRowsPerSweep;
+    float v[kVec];
+    load_row_group(x, R, C, gr, col0 + c, v);
+    int row_m = 0;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      const int b = magnitude_bits(v[i]);
+      row_m = max(row_m, b);
+      col_m[i] = max(col_m[i], b);
+    }
+    if constexpr (kRowwise) {
+#pragma unroll
+      for (int offset = kThreadsPerRow / 2; offset > 0; offset >>= 1)
+        row_m = max(row_m, __shfl_xor_sync(0xffffffffu, row_m, offset));
+      if (t % kThreadsPerRow == 0 && gr < R) atomicMax(row_amax + gr, row_m);
+    } else {
+      all_m = max(all_m, row_m);
+    }
+  }
   if constexpr (kRowwise) {
-    const int t = threadIdx.x;
-    if (t < kTile && row0 + t < R) {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)
+#pragma unroll
+      for (int offset = kThreadsPerRow; offset < 32; offset <<= 1)
+        col_m[i] = max(col_m[i], __shfl_xor_sync(0xffffffffu, col_m[i], offset));
+    if (lane < kThreadsPerRow)
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) col_partial[warp][c + i] = col_m[i];
+    __syncthreads();
+    if (t < kTile && col0 + t < C) {
       int m = 0;
-      for (int c = 0; c < kTile; ++c) m = max(m, magnitude_bits(tile[t][c]));
-      atomicMax(row_amax + row0 + t, m);
-    } else if (t >= kTile && t < 2 * kTile && col0 + (t - kTile) < C) {
-      int m = 0;
-      for (int r = 0; r < kTile; ++r) m = max(m, magnitude_bits(tile[r][t - kTile]));
-      atomicMax(col_amax + col0 + (t - kTile), m);
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) m = max(m, col_partial[w][t]);
+      atomicMax(col_amax + col0 + t, m);
     }
   } else {
-    int m = 0;
-    const int c = (threadIdx.x % kThreadsPerRow) * kVec;
-    for (int r = threadIdx.x / kThreadsPerRow; r < kTile; r += kRowsPerPass)
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) m = max(m, magnitude_bits(tile[r][c + i]));
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, offset));
-    if (threadIdx.x % 32 == 0) atomicMax(tensor_amax, m);
+    for (int offset = 16; offset > 0; offset >>= 1) all_m = max(all_m, __shfl_xor_sync(0xffffffffu, all_m, offset));
+    if (lane == 0) atomicMax(tensor_amax, all_m);
   }
 }
 
 // Pass 2: rows [R, C] and cols [C, R] (either may be null), their inverse scales written by the first
-// tile column (rows) and the first tile row (cols).
+// tile column (rows) and the first tile row (cols). Rows are cast from the loaded registers; columns
+// from the tile in shared memory, 8 consecutive rows of one column a thread (8 threads a column's 64
+// bytes, so the writes coalesce).
 template <typename T, bool kRowwise, bool kE4M3>
 __device__ __forceinline__ void cast_tile(const T* __restrict__ x, int64_t R, int64_t C, const int* __restrict__ row_amax,
                                           const int* __restrict__ col_amax, const int* __restrict__ tensor_amax,
@@ -107,15 +140,23 @@ __device__ __forceinline__ void cast_tile(const T* __restrict__ x, int64_t R, in
   __shared__ float tile[kTile][kSharedStride];
   __shared__ float row_scale[kTile], col_scale[kTile];
   const int64_t row0 = int64_t(blockIdx.y) * kTile, col0 = int64_t(blockIdx.x) * kTile;
-  load_tile(x, R, C, row0, col0, tile);
-  const int t = threadIdx.x;
+  const int t = threadIdx.x, c = (t % kThreadsPerRow) * kVec;
+  float v[kSweeps][kVec];
+#pragma unroll
+  for (int s = 0; s < kSweeps; ++s) {
+    const int r = t / kThreadsPerRow + s * kRowsPerSweep;
+    load_row_group(x, R, C, row0 + r, col0 + c, v[s]);
+    if (cols != nullptr)
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) tile[r][c + i] = v[s][i];
+  }
   if (t < kTile) {
     const float amax = __int_as_float(kRowwise ? (row0 + t < R ? row_amax[row0 + t] : 0) : *tensor_amax);
     row_scale[t] = scale_from_amax(amax, fp8_max, power_of_two);
   } else if (t < 2 * kTile) {
-    const int c = t - kTile;
-    const float amax = __int_as_float(kRowwise ? (col0 + c < C ? col_amax[col0 + c] : 0) : *tensor_amax);
-    col_scale[c] = scale_from_amax(amax, fp8_max, power_of_two);
+    const int cc = t - kTile;
+    const float amax = __int_as_float(kRowwise ? (col0 + cc < C ? col_amax[col0 + cc] : 0) : *tensor_amax);
+    col_scale[cc] = scale_from_amax(amax, fp8_max, power_of_two);
   }
   __syncthreads();
   if (rows_inverse != nullptr && blockIdx.x == 0 && t < kTile && (kRowwise ? row0 + t < R : blockIdx.y == 0 && t == 0))
@@ -123,24 +164,22 @@ __device__ __forceinline__ void cast_tile(const T* __restrict__ x, int64_t R, in
   if (cols_inverse != nullptr && blockIdx.y == 0 && t >= kTile && t < 2 * kTile &&
       (kRowwise ? col0 + (t - kTile) < C : blockIdx.x == 0 && t == kTile))
     cols_inverse[kRowwise ? col0 + (t - kTile) : 0] = 1.f / col_scale[t - kTile];
-  const int lane = (t % kThreadsPerRow) * kVec;
   if (rows != nullptr)
-    for (int r = t / kThreadsPerRow; r < kTile; r += kRowsPerPass) {
-      const int64_t gr = row0 + r, gc = col0 + lane;
-      if (gr >= R || gc >= C) continue;
-      float v[kVec];
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) v[i] = tile[r][lane + i];
-      *reinterpret_cast<uint32_t*>(rows + gr * C + gc) = cast4<kE4M3>(v, row_scale[r]);
+    for (int s = 0; s < kSweeps; ++s) {
+      const int r = t / kThreadsPerRow + s * kRowsPerSweep;
+      const int64_t gr = row0 + r, gc = col0 + c;
+      if (gr < R && gc < C) *reinterpret_cast<uint2*>(rows + gr * C + gc) = cast8<kE4M3>(v[s], row_scale[r]);
     }
   if (cols != nullptr)
-    for (int c = t / kThreadsPerRow; c < kTile; c += kRowsPerPass) {
-      const int64_t gc = col0 + c, gr = row0 + lane;
-      if (gc >= C || gr >= R) continue;
-      float v[kVec];
+    for (int u = t; u < kTile * kThreadsPerRow; u += kThreads) {
+      const int cc = u / kThreadsPerRow, r = (u % kThreadsPerRow) * kVec;
+      const int64_t gc = col0 + cc, gr = row0 + r;
+      if (gc >= C || gr >= R) continue;  // R is a multiple of 16: 8 rows are wholly inside or outside
+      float w[kVec];
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) v[i] = tile[lane + i][c];
-      *reinterpret_cast<uint32_t*>(cols + gc * R + gr) = cast4<kE4M3>(v, col_scale[c]);
+      for (int i = 0; i < kVec; ++i) w[i] = tile[r + i][cc];
+      *reinterpret_cast<uint2*>(cols + gc * R + gr) = cast8<kE4M3>(w, col_scale[cc]);
     }
 }
 
@@ -186,7 +225,9 @@ Quantized quantize(const Tensor& x_in, const QuantizeOptions& o) {
   TORCH_CHECK(R % 16 == 0 && C % 16 == 0, "fp8 quantize: x's sizes must be multiples of 16 (what FP8 GEMMs take), got ",
               x_in.sizes());
   const float fp8_max = max_finite(o.dtype);
-  const Tensor x = x_in.contiguous();
+  // 16-byte loads: a view that starts off a 16-byte boundary is copied first.
+  Tensor x = x_in.contiguous();
+  if (reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 != 0) x = x.clone();
   const auto f32 = x.options().dtype(torch::kFloat);
   const bool rowwise = o.scaling == Scaling::rowwise;
   // One zeroed buffer for every amax: [R] rows, [C] columns, [1] tensor (as int bits of non-negative floats).
