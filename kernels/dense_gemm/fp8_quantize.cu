@@ -73,8 +73,8 @@ __device__ __forceinline__ void load_row_group(const T* __restrict__ x, int64_t 
 
 // Pass 1. rowwise: atomic max of each tile row's and column's amax into row_amax [R] and col_amax [C];
 // tensorwise: of the tile's amax into tensor_amax [1]. The amax buffers start at 0. Rows reduce across
-// their 8 lanes by shuffles, columns across a warp's 4 rows by shuffles and the 8 warps through shared
-// memory.
+// their 8 lanes by shuffles, columns (and the tensorwise tile) across a warp by shuffles and the 8 warps
+// through shared memory.
 template <typename T, bool kRowwise>
 __device__ __forceinline__ void amax_tile(const T* __restrict__ x, int64_t R, int64_t C, int* __restrict__ row_amax,
                                           int* __restrict__ col_amax, int* __restrict__ tensor_amax) {
@@ -121,9 +121,17 @@ __device__ __forceinline__ void amax_tile(const T* __restrict__ x, int64_t R, in
       atomicMax(col_amax + col0 + t, m);
     }
   } else {
+    // One atomic a block: every block's atomics meet at one address, where they run one at a time.
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) all_m = max(all_m, __shfl_xor_sync(0xffffffffu, all_m, offset));
-    if (lane == 0) atomicMax(tensor_amax, all_m);
+    if (lane == 0) col_partial[0][warp] = all_m;
+    __syncthreads();
+    if (t == 0) {
+      int m = 0;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) m = max(m, col_partial[0][w]);
+      atomicMax(tensor_amax, m);
+    }
   }
 }
 
