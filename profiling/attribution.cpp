@@ -251,7 +251,13 @@ std::vector<ObservedBackend> observe_backends(const ProfileSummary& summary,
         for (const auto& p : row.kernel_patterns)
           if (name.find(p) != std::string::npos) hits.insert(row.name);
       }
-      matched.insert(hits.begin(), hits.end());
+      // A kernel the chosen backend's own patterns name is its kernel, even where another backend shares
+      // the pattern (the FP8 head runs the bf16 fused head's row kernel): only a kernel the chosen backend
+      // does not name is evidence of another.
+      if (hits.count(chosen_name) != 0)
+        matched.insert(chosen_name);
+      else
+        matched.insert(hits.begin(), hits.end());
       ob.evidence.push_back({name, join(hits), sums.first, sums.second});
     }
     std::sort(ob.evidence.begin(), ob.evidence.end(),
