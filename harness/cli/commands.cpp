@@ -27,6 +27,7 @@ void register_commands(CLI::App& app, Globals& g) {
   register_trend(app, g);
   register_export(app, g);
   register_import(app, g);
+  register_site(app, g);
 #ifdef ABLATE_WITH_TORCH
   register_run(app, g);
   register_launch(app, g);

@@ -61,5 +61,6 @@ void register_report(CLI::App& app, Globals& g);            // report/: Markdown
 void register_trend(CLI::App& app, Globals& g);             // report/: a lane's level shifts over time
 void register_export(CLI::App& app, Globals& g);            // report/: CSV / JSON tables
 void register_import(CLI::App& app, Globals& g);            // merge other receipt stores into --db
+void register_site(CLI::App& app, Globals& g);              // report/: a static HTML site over the store
 
 }  // namespace ablate::cli
