@@ -13,7 +13,7 @@ export CCACHE_NOHASHDIR := true
 .PHONY: all build test demo bootstrap clean
 all: build
 
-$(BUILD)/.torch-prefix: scripts/bootstrap.sh
+$(BUILD)/.torch-prefix: scripts/bootstrap.sh scripts/hta-venv.sh scripts/hta-requirements.txt
 	@mkdir -p $(BUILD)
 	@scripts/bootstrap.sh > $(BUILD)/.torch-prefix.tmp && mv $(BUILD)/.torch-prefix.tmp $(BUILD)/.torch-prefix
 

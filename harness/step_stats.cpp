@@ -54,6 +54,23 @@ std::optional<double> dense_bf16_peak_flops(const std::string& name) {
   return std::nullopt;
 }
 
+std::optional<double> dense_fp8_peak_flops(const std::string& name) {
+  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+  // docs/model.md: Hopper's FP8 tensor cores run twice the dense bf16 rate (H100 SXM and H200 1978.9e12,
+  // H100 PCIe 1513e12); the A100 has none.
+  if (has("H200")) return 1978.9e12;
+  if (has("H100") && (has("SXM") || has("HBM3"))) return 1978.9e12;
+  if (has("H100") && has("PCIe")) return 1513e12;
+  return std::nullopt;
+}
+
+std::optional<double> flops_utilization(double run_dtype_flops_per_token, double fp8_flops_per_token,
+                                        double tokens_per_s, double peak_flops, std::optional<double> fp8_peak_flops) {
+  if (fp8_flops_per_token > 0 && !fp8_peak_flops) return std::nullopt;
+  return tokens_per_s * (run_dtype_flops_per_token / peak_flops +
+                         (fp8_flops_per_token > 0 ? fp8_flops_per_token / *fp8_peak_flops : 0.0));
+}
+
 std::optional<double> model_flops_utilization(double flops_per_token, double tokens_per_s, const std::string& gpu) {
   const auto peak = dense_bf16_peak_flops(gpu);
   if (!peak) return std::nullopt;

@@ -38,6 +38,10 @@ struct ModelDims {
   int64_t ssm_state = 0;     // M blocks: state N (the rotary turns N / 4 pairs)
   int64_t ssm_chunk = 0;     // M blocks: scan chunk L
   int64_t conv_width = 0;    // R blocks: causal_conv taps K
+  // Every block's dense projections (dense_gemm): the greatest common divisor of their widths (N and K
+  // of each weight) and of the tokens of a micro-batch (batch x T, the inner dimension of the weight
+  // gradient's GEMM). FP8 GEMMs (cuBLASLt) need every leading dimension a multiple of 16.
+  int64_t projection_alignment = 0;
 };
 
 // What availability checks may look at: filled from the live device, the run dtype and the model's
@@ -67,6 +71,10 @@ struct BackendInfo {
   // convergence as well as speed: its validation loss over several seeds (report/gate.h). False: the
   // reference's math with another reduction order or fused intermediates, held to its parity test.
   bool changes_numerics = false;
+  // Its GEMMs run in FP8 (e4m3/e5m2 inputs): the profiler checks the precision of every GEMM kernel that
+  // ran inside the seam against this (profiling/attribution.h observe_backends): an FP8 backend whose
+  // GEMMs ran in bf16, or another backend whose GEMMs ran in FP8, is a mismatch.
+  bool fp8_gemms = false;
   // Set by catalog(): non-empty when this build has no implementation of the row (no LibTorch, or a CUDA
   // backend without a CUDA compiler): the row stays listed, so specs stay valid everywhere, and is
   // unavailable for this reason.

@@ -116,6 +116,13 @@ Dispatcher Dispatcher::with_implementation_for_testing(const std::string& seam, 
 
 // Each seam call opens a launch scope (kernels/scope.h) named after the seam and its chosen backend,
 // so the profiler attributes its kernels, forward and backward, to this seam of this layer.
+torch::Tensor Dispatcher::dense_gemm(const torch::Tensor& x, const torch::Tensor& weight,
+                                     const torch::Tensor& bias) const {
+  Scope scope("forward", "dense_gemm", bound_.dense_gemm.backend);
+  const auto in = scope.enter({x, weight, bias});
+  return scope.exit(bound_.dense_gemm.call(in[0], in[1], in[2]));
+}
+
 torch::Tensor Dispatcher::attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                     double scale) const {
   Scope scope("forward", "attention", bound_.attention.backend);

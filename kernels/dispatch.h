@@ -46,6 +46,7 @@ class Dispatcher {
   // implementation this build does not have.
   Dispatcher with_implementation_for_testing(const std::string& seam, const std::string& implementation) const;
 
+  torch::Tensor dense_gemm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {}) const;
   torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale) const;
   std::pair<torch::Tensor, torch::Tensor> rope(const torch::Tensor& q_nope, const torch::Tensor& q_rope,
                                                const torch::Tensor& k_nope, const torch::Tensor& k_rope,

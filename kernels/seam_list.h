@@ -11,9 +11,10 @@
 // X(seam, FunctionType, lane_key) for every seam, one a line. lane_key (kernels/catalog.h LaneKey):
 // `always`, or `off_reference` for a seam added after lanes were first recorded whose reference computes
 // what ran in its place before (the optimizer's AdamW; the rotation, convolution and router split out of
-// the M, R and E blocks): it joins the key only off its reference, so the runs recorded before the seam
+// the M, R and E blocks; the blocks' dense projections): it joins the key only off its reference, so the runs recorded before the seam
 // existed stay in their lane.
 #define ABLATE_SEAMS(X)                             \
+  X(dense_gemm, DenseGemmFn, off_reference)         \
   X(attention, AttentionFn, always)                 \
   X(rope, RopeFn, always)                           \
   X(residual_norm, ResidualNormFn, always)          \

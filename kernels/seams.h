@@ -12,6 +12,13 @@ namespace ablate::kernels {
 
 class ExpertExchange;  // kernels/moe_dispatch/expert_exchange.h
 
+// dense_gemm: the blocks' dense projections, y = x W^T (+ b). x [..., K], weight [N, K], bias [N] or
+// undefined -> y [..., N]. Under CUDA autocast with fp32 weights (the training posture: fp32 master
+// weights, bf16 arithmetic) y is in the autocast dtype and the weight and bias gradients are fp32 (the
+// GEMM writes them); elsewhere torch::linear's dtypes. A backend that computes in a lower precision
+// (FP8: kernels/dense_gemm/fp8_scaled_mm.cu) changes the numerics (its catalog row says so).
+using DenseGemmFn =
+    std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias)>;
 // attention: causal softmax attention. q, k [B, H, T, Dqk], v [B, H, T, Dv] -> o [B, H, T, Dv].
 using AttentionFn = std::function<torch::Tensor(const torch::Tensor& q, const torch::Tensor& k,
                                                 const torch::Tensor& v, double scale)>;

@@ -1,5 +1,5 @@
 // model/accounting.cpp: parameter count and forward FLOPs per token (docs/model.md "FLOPs and MFU",
-// version `flops-v1`) from a ModelConfig, in plain arithmetic (no LibTorch). The parameter count
+// version `flops-v2`: flops-v1's total, split by precision) from a ModelConfig, in plain arithmetic (no LibTorch). The parameter count
 // mirrors exactly the parameters that model/blocks.cpp creates; model_tests checks both the hand-computed
 // numbers for `tiny` and `nam56r-small` and that sum(numel) of a built model equals parameter_count().
 #include "model/config.h"
@@ -29,32 +29,29 @@ MambaDims mamba_dims(const ModelConfig& c) {
   return dims;
 }
 
-// Weights of the projections of MLA, in the order of docs/model.md: W_dq + W_uq (or W_q), W_dkv, W_ukv, W_o.
-int64_t attention_projection_weights(const ModelConfig& c) {
-  const auto& a = c.attention;
-  const int64_t d = c.d_model, qk = a.nope_dim + a.rope_dim;
-  const int64_t q_proj = a.q_lora > 0 ? d * a.q_lora + a.q_lora * a.heads * qk : d * a.heads * qk;
-  return q_proj + d * (a.kv_lora + a.rope_dim) + a.kv_lora * a.heads * (a.nope_dim + a.v_dim) + a.heads * a.v_dim * d;
+// Weights of a block's dense projections: the sum of out x in over projection_shapes().
+int64_t projection_weights(char letter, const ModelConfig& c) {
+  int64_t sum = 0;
+  for (const auto& p : projection_shapes(letter, c)) sum += p.out * p.in;
+  return sum;
 }
 
 BlockParams block_params(char letter, const ModelConfig& c) {
   const int64_t d = c.d_model;
   BlockParams p;
+  p.total = p.active = projection_weights(letter, c);
   switch (letter) {
     case 'A': {
       const auto& a = c.attention;
-      const int64_t norms = (a.q_lora > 0 ? a.q_lora : 0) + a.kv_lora;  // RMSNorm_q, RMSNorm_kv weights
-      p.total = p.active = attention_projection_weights(c) + norms;
+      p.total = p.active += (a.q_lora > 0 ? a.q_lora : 0) + a.kv_lora;  // RMSNorm_q, RMSNorm_kv weights
       break;
     }
     case 'M': {
       const auto m = mamba_dims(c);
-      p.total = p.active = d * m.in_proj_out        // W_in
-                           + m.heads                // dt_bias
-                           + 2 * m.state            // RMSNorm_B, RMSNorm_C weights
-                           + 2 * m.heads * m.state  // b_B, b_C
-                           + m.heads                // D
-                           + m.d_inner * d;         // W_out
+      p.total = p.active += m.heads                // dt_bias
+                            + 2 * m.state            // RMSNorm_B, RMSNorm_C weights
+                            + 2 * m.heads * m.state  // b_B, b_C
+                            + m.heads;               // D
       break;
     }
     case 'E': {
@@ -66,18 +63,13 @@ BlockParams block_params(char letter, const ModelConfig& c) {
     }
     case 'R': {
       const int64_t w = c.recurrent.width;
-      p.total = p.active = d * 2 * w                           // W_in -> [g ; u]
-                           + (c.recurrent.conv_width + 1) * w  // depthwise conv weights + bias
-                           + 2 * (w * w + w)                   // W_a, b_a, W_x, b_x
-                           + w                                 // Lambda
-                           + w * d;                            // W_out
+      p.total = p.active += (c.recurrent.conv_width + 1) * w  // depthwise conv weights + bias
+                            + 2 * w                           // b_a, b_x
+                            + w;                              // Lambda
       break;
     }
-    case 'D':
-      p.total = p.active = 3 * d * c.dense.ffn;
-      break;
     default:
-      break;  // pattern_error() rejects everything else before this is reached
+      break;  // D: its projections only; pattern_error() rejects unknown letters before this is reached
   }
   // Every layer is pre-norm: one RMSNorm weight of d.
   p.total += d;
@@ -87,35 +79,60 @@ BlockParams block_params(char letter, const ModelConfig& c) {
 
 double block_forward_flops(char letter, const ModelConfig& c) {
   const double d = static_cast<double>(c.d_model);
+  const double projections = 2.0 * static_cast<double>(projection_weights(letter, c));
   switch (letter) {
     case 'A': {
       const auto& a = c.attention;
       const double half_context = static_cast<double>(c.seq_len) / 2.0;  // causal: T/2 keys per query on average
-      return 2.0 * static_cast<double>(attention_projection_weights(c)) +
+      return projections +
              2.0 * static_cast<double>(a.heads) * half_context * static_cast<double>(a.nope_dim + a.rope_dim + a.v_dim);
     }
     case 'M': {
       const auto m = mamba_dims(c);
-      return 2.0 * d * static_cast<double>(m.in_proj_out) + 2.0 * static_cast<double>(m.d_inner) * d +
-             7.0 * static_cast<double>(m.d_inner) * static_cast<double>(m.state);
+      return projections + 7.0 * static_cast<double>(m.d_inner) * static_cast<double>(m.state);
     }
     case 'E': {
       const auto& e = c.moe;
       return 2.0 * d * static_cast<double>(e.experts) +
              static_cast<double>(e.top_k) * 3.0 * 2.0 * d * static_cast<double>(e.ffn);
     }
-    case 'R': {
-      const double w = static_cast<double>(c.recurrent.width);
-      return 2.0 * d * 2.0 * w + 2.0 * 2.0 * w * w + 2.0 * w * d;
-    }
-    case 'D':
-      return 3.0 * 2.0 * d * static_cast<double>(c.dense.ffn);
     default:
-      return 0.0;
+      return projections;  // R, D: their projections
   }
 }
 
 }  // namespace
+
+std::vector<ProjectionShape> projection_shapes(char letter, const ModelConfig& c) {
+  const int64_t d = c.d_model;
+  switch (letter) {
+    case 'A': {  // MLA, in the order of docs/model.md: W_dq + W_uq (or W_q), W_dkv, W_ukv, W_o
+      const auto& a = c.attention;
+      const int64_t qk = a.nope_dim + a.rope_dim;
+      std::vector<ProjectionShape> p;
+      if (a.q_lora > 0)
+        p = {{a.q_lora, d}, {a.heads * qk, a.q_lora}};
+      else
+        p = {{a.heads * qk, d}};
+      p.push_back({a.kv_lora + a.rope_dim, d});
+      p.push_back({a.heads * (a.nope_dim + a.v_dim), a.kv_lora});
+      p.push_back({d, a.heads * a.v_dim});
+      return p;
+    }
+    case 'M': {
+      const auto m = mamba_dims(c);
+      return {{m.in_proj_out, d}, {d, m.d_inner}};  // W_in, W_out
+    }
+    case 'R': {
+      const int64_t w = c.recurrent.width;
+      return {{2 * w, d}, {w, w}, {w, w}, {d, w}};  // W_in -> [g ; u], W_a, W_x, W_out
+    }
+    case 'D':
+      return {{c.dense.ffn, d}, {c.dense.ffn, d}, {d, c.dense.ffn}};  // W1, W3, W2
+    default:
+      return {};  // E: the router and the experts have seams of their own
+  }
+}
 
 ParameterCount parameter_count(const ModelConfig& c) {
   ParameterCount count;
@@ -133,6 +150,18 @@ double forward_flops_per_token(const ModelConfig& c) {
   double flops = 2.0 * static_cast<double>(c.d_model) * static_cast<double>(c.vocab);  // LM head; embedding is free
   for (const char letter : c.pattern) flops += block_forward_flops(letter, c);
   return flops;
+}
+
+FlopsByPrecision training_flops_by_precision(const ModelConfig& c, bool projections_fp8) {
+  FlopsByPrecision f;
+  const double total = training_flops_per_token(c);
+  if (!projections_fp8) {
+    f.run_dtype = total;
+    return f;
+  }
+  for (const char letter : c.pattern) f.fp8 += 3.0 * 2.0 * static_cast<double>(projection_weights(letter, c));
+  f.run_dtype = total - f.fp8;
+  return f;
 }
 
 }  // namespace ablate::model

@@ -8,7 +8,6 @@
 #include "kernels/join_last_dim.h"
 #include "kernels/numerics.h"
 #include "model/blocks.h"
-#include "model/linear.h"
 
 namespace ablate::model {
 
@@ -45,7 +44,7 @@ BlockOutput AttentionBlock::forward(const torch::Tensor& x) {
   const double eps = config_.norm_eps;
 
   const auto q =
-      (a.q_lora > 0 ? model::linear(rms_norm(model::linear(x, w_dq), q_norm, eps), w_uq) : model::linear(x, w_q))
+      (a.q_lora > 0 ? dispatcher_->dense_gemm(rms_norm(dispatcher_->dense_gemm(x, w_dq), q_norm, eps), w_uq) : dispatcher_->dense_gemm(x, w_q))
           .view({batch, T, a.heads, qk});
   // Projections are cut into their parts by split, not narrow: split's backward is one join of the
   // parts' gradients, where each narrow's zero-fills the whole input, copies its part in, and the two
@@ -56,11 +55,11 @@ BlockOutput AttentionBlock::forward(const torch::Tensor& x) {
   const auto q_parts = kernels::split_last_dim(q, {a.nope_dim, a.rope_dim});
   const auto &q_nope = q_parts[0], &q_rope = q_parts[1];
 
-  const auto kv_down = kernels::split_last_dim(model::linear(x, w_dkv), {a.kv_lora, a.rope_dim});  // [c_kv ; k_r]
+  const auto kv_down = kernels::split_last_dim(dispatcher_->dense_gemm(x, w_dkv), {a.kv_lora, a.rope_dim});  // [c_kv ; k_r]
   const auto& c_kv = kv_down[0];
   const auto k_rope = kv_down[1].unsqueeze(2);  // one head, shared by all H
   const auto kv = kernels::split_last_dim(
-      model::linear(rms_norm(c_kv, kv_norm, eps), w_ukv).view({batch, T, a.heads, a.nope_dim + a.v_dim}),
+      dispatcher_->dense_gemm(rms_norm(c_kv, kv_norm, eps), w_ukv).view({batch, T, a.heads, a.nope_dim + a.v_dim}),
       {a.nope_dim, a.v_dim});
   const auto &k_nope = kv[0], &v = kv[1];
 
@@ -68,7 +67,7 @@ BlockOutput AttentionBlock::forward(const torch::Tensor& x) {
   const auto [q_full, k_full] = dispatcher_->rope(q_nope, q_rope, k_nope, k_rope, cos, sin);
   const auto o = dispatcher_->attention(q_full.transpose(1, 2), k_full.transpose(1, 2), v.transpose(1, 2),
                                         1.0 / std::sqrt(static_cast<double>(qk)));  // [B, H, T, dv]
-  return {model::linear(o.transpose(1, 2).reshape({batch, T, a.heads * a.v_dim}), w_o), {}, {}};
+  return {dispatcher_->dense_gemm(o.transpose(1, 2).reshape({batch, T, a.heads * a.v_dim}), w_o), {}, {}};
 }
 
 }  // namespace ablate::model

@@ -3,7 +3,6 @@
 // SwiGLU, small enough to live here). The other blocks have one file each.
 // Tests: model_tests (tests/model/blocks_test.cpp).
 #include "model/blocks.h"
-#include "model/linear.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
@@ -111,7 +110,7 @@ DenseBlock::DenseBlock(const ModelConfig& config, std::shared_ptr<const kernels:
 }
 
 BlockOutput DenseBlock::forward(const torch::Tensor& x) {
-  return {model::linear(dispatcher_->swiglu(model::linear(x, w1), model::linear(x, w3)), w2), {}, {}};
+  return {dispatcher_->dense_gemm(dispatcher_->swiglu(dispatcher_->dense_gemm(x, w1), dispatcher_->dense_gemm(x, w3)), w2), {}, {}};
 }
 
 std::shared_ptr<Block> make_block(char letter, const ModelConfig& config,

@@ -77,9 +77,26 @@ struct ParameterCount {
 };
 ParameterCount parameter_count(const ModelConfig& c);
 
-inline constexpr const char* kFlopsVersion = "flops-v1";
-// Forward FLOPs per token by docs/model.md's `flops-v1` (training = 3x forward).
+// One dense projection (the dense_gemm seam): a weight [out, in].
+struct ProjectionShape {
+  int64_t out = 0, in = 0;
+};
+// The dense projections of one block of kind `letter`, in the order the block applies them (none for E,
+// whose router and experts are seams of their own; none for an unknown letter).
+std::vector<ProjectionShape> projection_shapes(char letter, const ModelConfig& c);
+
+inline constexpr const char* kFlopsVersion = "flops-v2";
+// Forward FLOPs per token by docs/model.md's `flops-v2` (training = 3x forward; the total is flops-v1's).
 double forward_flops_per_token(const ModelConfig& c);
 inline double training_flops_per_token(const ModelConfig& c) { return 3.0 * forward_flops_per_token(c); }
+// Training FLOPs per token split by the precision their GEMMs run in (flops-v2): the blocks' dense
+// projections (the dense_gemm seam) in FP8 when `projections_fp8`, everything else in the run's dtype.
+// MFU divides each part by its own peak (harness/step_stats.h).
+struct FlopsByPrecision {
+  double run_dtype = 0.0;  // bf16 (or fp32) tensor-core work
+  double fp8 = 0.0;
+  double total() const { return run_dtype + fp8; }
+};
+FlopsByPrecision training_flops_by_precision(const ModelConfig& c, bool projections_fp8);
 
 }  // namespace ablate::model

@@ -11,7 +11,6 @@
 #include "kernels/join_last_dim.h"
 #include "kernels/numerics.h"
 #include "model/blocks.h"
-#include "model/linear.h"
 
 namespace ablate::model {
 namespace {
@@ -47,7 +46,7 @@ BlockOutput MambaBlock::forward(const torch::Tensor& u) {
   const int64_t batch = u.size(0), T = u.size(1);
   // split_last_dim: its backward joins the parts' gradients in one pass (kernels/join_last_dim.h).
   const auto parts =
-      kernels::split_last_dim(model::linear(u, w_in), {d_inner, d_inner, state, state, heads, heads, heads, angles});
+      kernels::split_last_dim(dispatcher_->dense_gemm(u, w_in), {d_inner, d_inner, state, state, heads, heads, heads, angles});
   const auto &z = parts[0], &x = parts[1], &b_raw = parts[2], &c_raw = parts[3], &dd_dt = parts[4], &dd_a = parts[5],
              &trap = parts[6], &theta = parts[7];
 
@@ -90,7 +89,7 @@ BlockOutput MambaBlock::forward(const torch::Tensor& u) {
     scan.chunk = config_.mamba.chunk;
     gated = dispatcher_->ssm_scan(scan).y.reshape({batch, T, d_inner});
   }
-  return {model::linear(gated, w_out), {}, {}};
+  return {dispatcher_->dense_gemm(gated, w_out), {}, {}};
 }
 
 }  // namespace ablate::model

@@ -10,7 +10,6 @@
 #include "kernels/gelu_gate.h"
 #include "kernels/join_last_dim.h"
 #include "model/blocks.h"
-#include "model/linear.h"
 
 namespace ablate::model {
 namespace {
@@ -41,17 +40,17 @@ RecurrentBlock::RecurrentBlock(const ModelConfig& config, std::shared_ptr<const 
 BlockOutput RecurrentBlock::forward(const torch::Tensor& x) {
   const int64_t w = config_.recurrent.width;
   // split, not two narrows: one join backward instead of two zero-filled copies and an add.
-  const auto gu = kernels::split_last_dim(model::linear(x, w_in), {w, w});
+  const auto gu = kernels::split_last_dim(dispatcher_->dense_gemm(x, w_in), {w, w});
   const auto& g = gu[0];
   const auto u = dispatcher_->causal_conv(gu[1], conv_weight, conv_bias);  // the `causal_conv` seam
-  const auto gate_a = model::linear(u, w_a, b_a), gate_x = model::linear(u, w_x, b_x);
+  const auto gate_a = dispatcher_->dense_gemm(u, w_a, b_a), gate_x = dispatcher_->dense_gemm(u, w_x, b_x);
 
   // The gates (r, i, a, sqrt(1 - a^2)) and the recurrence are one seam call: it takes the gate logits as
   // the projections hand them over (bf16 under autocast) and computes in fp32.
   const auto h = dispatcher_->recurrent_scan({.gate_a = gate_a, .gate_x = gate_x, .u = u, .lambda = lambda, .h0 = {}}).h;
   // gelu(g) * h in fp32, in g's dtype (bf16 under autocast: what the projection takes); one pass each way on CUDA.
   const auto gated = kernels::gelu_gate(g, h);
-  return {model::linear(gated, w_out), {}, {}};
+  return {dispatcher_->dense_gemm(gated, w_out), {}, {}};
 }
 
 }  // namespace ablate::model

@@ -85,7 +85,7 @@ const std::vector<std::string>& families() {
 
 std::string family_of_seam(const std::string& seam) {
   static const std::map<std::string, std::string> kBySeam = {
-      {"attention", "attention"},       {"rope", "rope"},         {"residual_norm", "norm"},
+      {"dense_gemm", "gemm"},           {"attention", "attention"},       {"rope", "rope"},         {"residual_norm", "norm"},
       {"swiglu", "elementwise"},        {"moe_router", "moe_dispatch"},  {"moe_dispatch", "moe_dispatch"}, {"ssm_rotary", "rope"}, {"ssm_scan", "ssm_scan"},
       {"causal_conv", "elementwise"},   {"recurrent_scan", "recurrent_scan"}, {"loss", "loss"}, {"optimizer", "optimizer"}};
   const auto it = kBySeam.find(seam);
@@ -111,6 +111,20 @@ std::string family_of_kernel_name(const std::string& name) {
   if (contains_any(n, {"recurrent_scan", "rglru", "linear_recurrence"})) return "recurrent_scan";
   if (contains_any(n, {"moe_", "grouped_topk", "expert"})) return "moe_dispatch";
   return "elementwise";
+}
+
+// Whether a GEMM kernel's name spells FP8 inputs: cuBLASLt's nvjet kernels as "qq" (nvjet_sm90_qqtst_...;
+// bf16 ones are nvjet_sm90_tst_), CUTLASS and cuBLASLt's templates as their element types (float_e4m3_t,
+// __nv_fp8_e4m3, E4M3E4M3).
+namespace {
+bool names_fp8_inputs(const std::string& name) {
+  const std::string n = lower(name);
+  return (contains_any(n, {"nvjet"}) && contains_any(n, {"_qq"})) || contains_any(n, {"e4m3", "e5m2", "fp8", "f8f8"});
+}
+}  // namespace
+
+bool is_fp8_gemm_kernel(const std::string& name) {
+  return family_of_kernel_name(name) == "gemm" && names_fp8_inputs(name);
 }
 
 std::string classify(const GpuActivity& a, const LaunchScope* scope) {
@@ -225,9 +239,10 @@ std::vector<ObservedBackend> observe_backends(const ProfileSummary& summary,
       k.first += a.calls;
       k.second += a.total_ns;
     }
-    const std::vector<std::string>* chosen_patterns = nullptr;
+    const kernels::BackendInfo* chosen_row = nullptr;
     for (const auto& row : catalog)
-      if (row.seam == seam && row.name == chosen_name) chosen_patterns = &row.kernel_patterns;
+      if (row.seam == seam && row.name == chosen_name) chosen_row = &row;
+    const std::vector<std::string>* chosen_patterns = chosen_row ? &chosen_row->kernel_patterns : nullptr;
     std::set<std::string> matched;
     for (const auto& [name, sums] : kernels_in_seam) {
       std::set<std::string> hits;
@@ -262,6 +277,19 @@ std::vector<ObservedBackend> observe_backends(const ProfileSummary& summary,
     } else {
       ob.observed = chosen_name;
       ob.note = "the chosen backend has no kernel-name patterns: kernel names cannot tell it from the reference";
+    }
+    // Precision: the seam's GEMM kernels must run in FP8 exactly when the chosen backend's do.
+    const bool fp8_requested = chosen_row != nullptr && chosen_row->fp8_gemms;
+    std::set<std::string> wrong_precision;
+    for (const auto& [name, sums] : kernels_in_seam)
+      if (family_of_kernel_name(name) == "gemm" && names_fp8_inputs(name) != fp8_requested)
+        wrong_precision.insert(name);
+    if (!wrong_precision.empty()) {
+      ob.mismatch = true;
+      ob.note += std::string("; precision: ") +
+                 (fp8_requested ? "GEMM kernels in bf16 or wider ran where FP8 was requested: "
+                                : "FP8 GEMM kernels ran where bf16 or wider was requested: ") +
+                 join(wrong_precision);
     }
     out.push_back(std::move(ob));
   }

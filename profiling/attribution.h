@@ -24,6 +24,9 @@ std::string family_of_seam(const std::string& seam);
 // Kernel-name rules for work launched outside a seam (cutlass/cublas/gemm/nvjet -> gemm,
 // flash/fmha -> attention, nccl -> communication, ...); "elementwise" when no rule matches.
 std::string family_of_kernel_name(const std::string& name);
+// Whether a kernel is a GEMM (by family_of_kernel_name) whose name says its inputs are FP8 (cuBLASLt's
+// "nvjet_..._qq...", CUTLASS's e4m3/e5m2); the project's FP8 quantisation kernels (ablate_fp8_*) are not GEMMs.
+bool is_fp8_gemm_kernel(const std::string& name);
 // The family of one activity: memcpy/memset by kind, NCCL kernels are communication wherever they
 // ran, then the seam's family, then the optimizer phase, then the name rules.
 std::string classify(const GpuActivity& activity, const LaunchScope* scope);
@@ -85,7 +88,9 @@ struct ObservedBackend {
   std::vector<BackendEvidence> evidence;
 };
 // A seam's kernels must match the chosen backend's catalog patterns and no other backend's. A chosen
-// backend without patterns (the reference) is confirmed when no other backend's patterns match.
+// backend without patterns (the reference) is confirmed when no other backend's patterns match. And the
+// seam's GEMM kernels must run in the chosen backend's precision (catalog fp8_gemms): an FP8 backend
+// whose GEMMs ran in bf16, or another whose GEMMs ran in FP8, is a mismatch whatever the patterns say.
 std::vector<ObservedBackend> observe_backends(const ProfileSummary& summary,
                                               const std::map<std::string, std::string>& chosen,
                                               const std::vector<kernels::BackendInfo>& catalog);

@@ -7,6 +7,13 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(ABLATE_HAVE_LIBIBERTY)
+// demangle.h includes libiberty.h, whose own basename() declaration clashes with glibc's unless told
+// that one is declared already.
+#define HAVE_DECL_BASENAME 1
+#include <libiberty/demangle.h>
+#endif
+
 namespace ablate::profiling {
 
 std::string demangle_kernel_name(const char* raw) {
@@ -16,6 +23,17 @@ std::string demangle_kernel_name(const char* raw) {
   if (std::strncmp(raw, "_Z", 2) != 0 || std::strlen(raw) > kMaxMangled) return raw;
   int status = 0;
   char* demangled = abi::__cxa_demangle(raw, nullptr, nullptr, &status);
+#if defined(ABLATE_HAVE_LIBIBERTY)
+  // libstdc++'s demangler stops at a fixed nesting depth (libiberty's DEMANGLE_RECURSION_LIMIT, which
+  // __cxa_demangle cannot lift) and calls deeper names invalid: CUTLASS 3 kernels (cute::tuple of
+  // layouts of tuples) are such names. The same demangler without the limit reads them; the length
+  // cap above bounds its work and stack.
+  if (status == -2) {
+    std::free(demangled);
+    demangled = cplus_demangle_v3(raw, DMGL_PARAMS | DMGL_TYPES | DMGL_NO_RECURSE_LIMIT);
+    status = demangled == nullptr ? -2 : 0;
+  }
+#endif
   if (status != 0 || demangled == nullptr) {
     std::free(demangled);
     return raw;
@@ -23,6 +41,14 @@ std::string demangle_kernel_name(const char* raw) {
   std::string out(demangled);
   std::free(demangled);
   return out;
+}
+
+bool deep_demangling_available() {
+#if defined(ABLATE_HAVE_LIBIBERTY)
+  return true;
+#else
+  return false;
+#endif
 }
 
 std::string api_name_without_version(std::string_view name) {

@@ -14,10 +14,15 @@ namespace ablate::profiling {
 
 // CUPTI reports kernel names as the compiler emitted them: mangled C++ symbols ("_ZN..."), or plain
 // names for extern "C" and JIT kernels (nvjet_*, sm90_xmma_*, cudnn_generated_*). A mangled name comes
-// back demangled (abi::__cxa_demangle, as Kineto does: "void pytorch_flash::flash_fwd_kernel<...>(...)");
-// anything else, a name that does not demangle, or one longer than 16 KiB comes back unchanged.
-// Null gives "".
+// back demangled (abi::__cxa_demangle, as Kineto does: "void pytorch_flash::flash_fwd_kernel<...>(...)").
+// Names nested deeper than libstdc++'s demangler goes (CUTLASS 3 GEMMs: each of the 182
+// cutlass::device_kernel symbols of torch 2.11's libtorch_cuda.so) are demangled by libiberty without
+// that limit where the build found it (deep_demangling_available(): libiberty-dev, installed by
+// scripts/bootstrap.sh); Kineto leaves them mangled, and so does a build without libiberty. Anything
+// else, a name that does not demangle, or one longer than 16 KiB comes back unchanged. Null gives "".
 std::string demangle_kernel_name(const char* raw);
+// Whether the build has libiberty's demangler for the names libstdc++'s gives up on.
+bool deep_demangling_available();
 
 // cuptiGetCallbackName gives a runtime API name with the version of its callback id
 // ("cudaLaunchKernel_v7000", "cudaLaunchKernel_ptsz_v7000", "cudaSignalExternalSemaphoresAsync_v2_v11020")

@@ -53,7 +53,9 @@ struct GpuTracks {
   std::vector<Lane> lanes;    // lanes 1.. of every stream that needed them
 };
 
-GpuTracks gpu_tracks(const std::vector<GpuActivity>& gpu) {
+// `spans`: each activity's [start, end) as written (whole microseconds), in log order: the lanes are
+// laid out on the times the trace shows, so the written slices nest whatever the rounding merged.
+GpuTracks gpu_tracks(const std::vector<GpuActivity>& gpu, const std::vector<std::pair<int64_t, int64_t>>& spans) {
   GpuTracks out;
   out.tid.resize(gpu.size());
   std::map<std::pair<uint32_t, uint32_t>, std::vector<size_t>> by_stream;
@@ -65,19 +67,19 @@ GpuTracks gpu_tracks(const std::vector<GpuActivity>& gpu) {
   }
   for (auto& [key, indices] : by_stream) {
     const auto [device, stream] = key;
-    std::stable_sort(indices.begin(), indices.end(), [&](size_t a, size_t b) { return gpu[a].start_ns < gpu[b].start_ns; });
-    std::vector<uint64_t> lane_end;  // when the last activity of each lane ends
+    std::stable_sort(indices.begin(), indices.end(), [&](size_t a, size_t b) { return spans[a].first < spans[b].first; });
+    std::vector<int64_t> lane_end;  // when the last activity of each lane ends
     std::vector<uint32_t> lane_tid;
     for (size_t i : indices) {
-      const auto& a = gpu[i];
+      const auto [start, end] = spans[i];
       size_t lane = 0;
-      while (lane < lane_end.size() && lane_end[lane] > a.start_ns) ++lane;
+      while (lane < lane_end.size() && lane_end[lane] > start) ++lane;
       if (lane == lane_end.size()) {
         lane_end.push_back(0);
         lane_tid.push_back(lane == 0 ? stream : next_lane_tid[device]++);
         if (lane > 0) out.lanes.push_back({device, lane_tid.back(), stream, static_cast<uint32_t>(lane)});
       }
-      lane_end[lane] = std::max(a.start_ns, a.end_ns);
+      lane_end[lane] = end;
       out.tid[i] = lane_tid[lane];
     }
   }
@@ -112,22 +114,49 @@ nlohmann::json chrome_trace(const ActivityLog& log, const TraceMeta& meta) {
   for (const auto& c : log.api) base = std::min(base, c.start_ns);
   for (const auto& s : steps) base = std::min(base, s.begin_ns);
   if (base == UINT64_MAX) base = 0;
-  // Microseconds since `base` with nanosecond digits: Kineto writes the same (pytorch/pytorch#122425).
-  auto us = [base](uint64_t ns) { return static_cast<double>(ns - base) / 1000.0; };
-  auto dur_us = [](uint64_t begin, uint64_t end) { return end > begin ? static_cast<double>(end - begin) / 1000.0 : 0.0; };
+  // Whole microseconds since `base`, every start and end rounded to the nearest one by the same rule.
+  // HTA's parser (0.5.0, hta/common/trace_parser.py round_down_time_stamps) rounds fractional times,
+  // ts up and ts + dur down, which gives an event inside one microsecond a negative duration (Kineto's
+  // times carry nanosecond digits and get the same); whole microseconds pass through it unchanged.
+  // One monotone rule for both ends keeps every order between two times (a <= b stays a <= b), so
+  // slices that nested or followed each other in nanoseconds still do; a sub-microsecond event may
+  // shrink to dur 0 (its exact length is args "duration (ns)" on GPU work).
+  auto us = [base](uint64_t ns) { return static_cast<int64_t>((ns - base + 500) / 1000); };
+  auto span_us = [&](uint64_t begin, uint64_t end) { return std::pair{us(begin), us(std::max(begin, end))}; };
 
-  nlohmann::json events = nlohmann::json::array();
+  // Every slice with the flow events bound to it, ordered by start and, at one start, longest first:
+  // the trace event format gives events of equal timestamp no order but the file's (whole microseconds
+  // make such ties common), so an enclosing slice comes before what it encloses, and a flow event right
+  // after its slice binds to it in an importer that reads them so.
+  struct Slice {
+    nlohmann::json event;
+    std::vector<nlohmann::json> flows;
+    int64_t ts, dur;
+  };
+  std::vector<Slice> slices;
+  auto add = [&](nlohmann::json event, std::pair<int64_t, int64_t> span) -> Slice& {
+    event["ts"] = span.first;
+    event["dur"] = span.second - span.first;
+    slices.push_back({std::move(event), {}, span.first, span.second - span.first});
+    return slices.back();
+  };
+
+  std::vector<std::pair<int64_t, int64_t>> gpu_spans;
+  gpu_spans.reserve(log.gpu.size());
+  for (const auto& a : log.gpu) gpu_spans.push_back(span_us(a.start_ns, a.end_ns));
   std::set<uint32_t> devices;
   std::set<std::pair<uint32_t, uint32_t>> streams;
   std::set<uint32_t> launched;  // correlations that reached the GPU: only those get a flow
-  const GpuTracks tracks = gpu_tracks(log.gpu);
+  const GpuTracks tracks = gpu_tracks(log.gpu, gpu_spans);
+  std::vector<size_t> gpu_slices;  // indices into `slices` of the GPU work, for their flow ends below
   for (const auto& r : attribute(log)) {
     const GpuActivity& a = *r.activity;
-    const uint32_t tid = tracks.tid[static_cast<size_t>(r.activity - log.gpu.data())];
+    const auto index = static_cast<size_t>(r.activity - log.gpu.data());
+    const uint32_t tid = tracks.tid[index];
     devices.insert(a.device);
     streams.insert({a.device, a.stream});
     nlohmann::json args = {{"device", a.device}, {"stream", a.stream}, {"correlation", a.correlation},
-                           {"family", r.family}, {"step", r.step}};
+                           {"family", r.family}, {"step", r.step}, {"duration (ns)", a.duration_ns()}};
     if (const auto ext = external_id_of(log, a); ext != 0) args["External id"] = ext;
     if (a.graph_node != 0) args["graph node"] = a.graph_node;
     if (r.scope != nullptr) {
@@ -143,24 +172,10 @@ nlohmann::json chrome_trace(const ActivityLog& log, const TraceMeta& meta) {
       if (a.duration_ns() > 0)
         args["memory bandwidth (GB/s)"] = static_cast<double>(a.bytes) / static_cast<double>(a.duration_ns());
     }
-    events.push_back({{"ph", "X"},
-                      {"cat", category(a.kind)},
-                      {"name", a.name},
-                      {"pid", a.device},
-                      {"tid", tid},
-                      {"ts", us(a.start_ns)},
-                      {"dur", dur_us(a.start_ns, a.end_ns)},
-                      {"args", args}});
-    // One flow end per launch: a graph launch's kernels share its correlation, and a flow id ends once.
-    if (!launched.insert(a.correlation).second) continue;
-    events.push_back({{"ph", "f"},
-                      {"id", a.correlation},
-                      {"pid", a.device},
-                      {"tid", tid},
-                      {"ts", us(a.start_ns)},
-                      {"cat", "ac2g"},
-                      {"name", "ac2g"},
-                      {"bp", "e"}});
+    add({{"ph", "X"}, {"cat", category(a.kind)}, {"name", a.name}, {"pid", a.device}, {"tid", tid}, {"args", args}},
+        gpu_spans[index]);
+    gpu_slices.push_back(slices.size() - 1);
+    launched.insert(a.correlation);
   }
   std::set<std::pair<uint32_t, uint32_t>> threads;
   std::set<uint32_t> flow_started;
@@ -169,43 +184,58 @@ nlohmann::json chrome_trace(const ActivityLog& log, const TraceMeta& meta) {
     nlohmann::json args = {{"correlation", c.correlation}};
     if (const auto ext = log.external_id.find(c.correlation); ext != log.external_id.end())
       args["External id"] = ext->second;
-    events.push_back({{"ph", "X"},
-                      {"cat", c.driver ? "cuda_driver" : "cuda_runtime"},
-                      {"name", c.name},
-                      {"pid", c.process},
-                      {"tid", c.thread},
-                      {"ts", us(c.start_ns)},
-                      {"dur", dur_us(c.start_ns, c.end_ns)},
-                      {"args", args}});
+    auto& slice = add({{"ph", "X"},
+                       {"cat", c.driver ? "cuda_driver" : "cuda_runtime"},
+                       {"name", c.name},
+                       {"pid", c.process},
+                       {"tid", c.thread},
+                       {"args", args}},
+                      span_us(c.start_ns, c.end_ns));
     // One flow start per launch: the outermost API record (runtime before driver when both exist).
-    if (launched.count(c.correlation) && flow_started.insert(c.correlation).second) {
-      events.push_back({{"ph", "s"},
-                        {"id", c.correlation},
-                        {"pid", c.process},
-                        {"tid", c.thread},
-                        {"ts", us(c.start_ns)},
-                        {"cat", "ac2g"},
-                        {"name", "ac2g"}});
-    }
+    if (launched.count(c.correlation) && flow_started.insert(c.correlation).second)
+      slice.flows.push_back({{"ph", "s"},
+                             {"id", c.correlation},
+                             {"pid", c.process},
+                             {"tid", c.thread},
+                             {"ts", slice.ts},
+                             {"cat", "ac2g"},
+                             {"name", "ac2g"}});
   }
-  // Flow ends whose launch record is missing (dropped) would dangle: drop them.
-  events.erase(std::remove_if(events.begin(), events.end(),
-                              [&](const nlohmann::json& e) {
-                                return e["ph"] == "f" && !flow_started.count(e["id"].get<uint32_t>());
-                              }),
-               events.end());
+  // A flow end on every piece of GPU work whose launch record exists (a dropped one would dangle). The
+  // kernels of a graph replay share the cudaGraphLaunch's correlation and each gets its own end, as
+  // Kineto writes them: Perfetto's JSON importer keeps a v1 flow open after an `f`, so every end of
+  // the id links the launch to that kernel.
+  for (size_t i : gpu_slices) {
+    auto& slice = slices[i];
+    const uint32_t correlation = slice.event["args"]["correlation"];
+    if (!flow_started.count(correlation)) continue;
+    slice.flows.push_back({{"ph", "f"},
+                           {"id", correlation},
+                           {"pid", slice.event["pid"]},
+                           {"tid", slice.event["tid"]},
+                           {"ts", slice.ts},
+                           {"cat", "ac2g"},
+                           {"name", "ac2g"},
+                           {"bp", "e"}});
+  }
   // Step markers as the PyTorch profiler writes them: HTA numbers iterations by the ProfilerStep#N
   // slice holding a host event (hta/common/trace.py add_iteration) and leaves the last step out of its
   // analyses, taking it for incomplete. Without a host call in any step there is no thread to put them on.
   if (const auto thread = step_thread(steps, log.api)) {
     for (const auto& s : steps)
-      events.push_back({{"ph", "X"},
-                        {"cat", "user_annotation"},
-                        {"name", "ProfilerStep#" + std::to_string(s.step)},
-                        {"pid", thread->first},
-                        {"tid", thread->second},
-                        {"ts", us(s.begin_ns)},
-                        {"dur", dur_us(s.begin_ns, s.end_ns)}});
+      add({{"ph", "X"},
+           {"cat", "user_annotation"},
+           {"name", "ProfilerStep#" + std::to_string(s.step)},
+           {"pid", thread->first},
+           {"tid", thread->second}},
+          span_us(s.begin_ns, s.end_ns));
+  }
+  std::stable_sort(slices.begin(), slices.end(),
+                   [](const Slice& a, const Slice& b) { return a.ts != b.ts ? a.ts < b.ts : a.dur > b.dur; });
+  nlohmann::json events = nlohmann::json::array();
+  for (auto& s : slices) {
+    events.push_back(std::move(s.event));
+    for (auto& f : s.flows) events.push_back(std::move(f));
   }
   // Track names, as Kineto writes them: GPU n / stream n, the overlap lanes, and the host threads.
   for (uint32_t d : devices)

@@ -7,11 +7,17 @@
 // device's stream ids named "stream N (overlap lane L)" (Perfetto drops slices that do not nest on a
 // track), args.stream staying the real stream. Host launches are `ph: "X"` cuda_runtime / cuda_driver on
 // (process, thread); each launch is linked to its GPU work by a flow (`ph: "s"` at the launch,
-// `ph: "f"`, `bp: "e"` at the GPU work, on its track, id = correlation). Each closed step span is a
+// `ph: "f"`, `bp: "e"` at the GPU work, on its track, id = correlation): a cudaGraphLaunch's flow has
+// one end at every kernel of the replay, as Kineto writes it. Each closed step span is a
 // `ProfilerStep#N` slice (cat user_annotation) on the thread that starts the steps, which HTA numbers
-// iterations by. `ts`/`dur` are microseconds since baseTimeNanoseconds. Args carry correlation, stream,
-// device, External id, the launch scope (phase, layer, block, seam, backend), family and step from
-// attribution.h; memcpy/memset also bytes and "memory bandwidth (GB/s)".
+// iterations by. `ts`/`dur` are whole microseconds since baseTimeNanoseconds, every start and end rounded
+// to the nearest one: Holistic Trace Analysis rounds fractional times (ts up, ts + dur down), which
+// turns an event inside one microsecond negative, and leaves whole ones as they are; one rounding rule
+// for both ends keeps slices nested. Slices are written by start, longest first at one start, each
+// followed by its flow events (equal timestamps have no order but the file's). Args carry correlation,
+// stream, device, "duration (ns)" (the exact length of GPU work), External id, the launch scope (phase,
+// layer, block, seam, backend), family and step from attribution.h; memcpy/memset also bytes and
+// "memory bandwidth (GB/s)".
 // Tests: tests/profiling/trace_writer_test.cpp (profiling_tests); scripts/check-trace.sh loads a sample
 // in HTA (and Perfetto where its trace_processor_shell is at hand).
 #pragma once

@@ -354,7 +354,9 @@ json precision_json(const PrecisionFacts& p) {
   return {{"dtype", p.dtype},
           {"flops_version", p.flops_version},
           {"mfu_peak_flops", or_null(p.mfu_peak_flops)},
-          {"mfu_peak_source", p.mfu_peak_source}};
+          {"mfu_peak_source", p.mfu_peak_source},
+          {"fp8_flops_per_token", or_null(p.fp8_flops_per_token)},
+          {"mfu_fp8_peak_flops", or_null(p.mfu_fp8_peak_flops)}};
 }
 
 PrecisionFacts precision_from(Reader& r) {
@@ -363,6 +365,8 @@ PrecisionFacts precision_from(Reader& r) {
   p.flops_version = r.text_or_empty("flops_version");
   p.mfu_peak_flops = r.number("mfu_peak_flops");
   p.mfu_peak_source = r.text_or_empty("mfu_peak_source");
+  p.fp8_flops_per_token = r.number("fp8_flops_per_token");
+  p.mfu_fp8_peak_flops = r.number("mfu_fp8_peak_flops");
   return p;
 }
 

@@ -152,6 +152,10 @@ struct PrecisionFacts {
   std::string flops_version;
   std::optional<double> mfu_peak_flops;  // the dense peak (FLOP/s) MFU divides by; unknown GPU: none
   std::string mfu_peak_source;           // which GPU the peak is for, or why there is none
+  // flops-v2: the part of training_flops_per_token that FP8 GEMMs ran (0 without them) and the FP8
+  // peak it is divided by (none without FP8 GEMMs, or for a GPU without a known one).
+  std::optional<double> fp8_flops_per_token;
+  std::optional<double> mfu_fp8_peak_flops;
 };
 
 struct RunFacts {

@@ -15,17 +15,27 @@
 //                       its spec, 30 env keys and a summary) into a new store, all of it: hashing and
 //                       copying the source, the merge, closing the destination. Step rows/s counter.
 //                       Target (issue 34): >= 100,000 step rows/s.
+//   BM_AtScale/R/S/Q  - what `ablate runs` and `ablate show` ask of a store of R ok runs x S steps (a tenth
+//                       of them tagged nightly): Q = 0 the newest 50 runs (`ablate runs`), 1 the newest 50
+//                       nightly ones (`--tag nightly`), 2 the newest 50 since a date (`--since`), 3 one run
+//                       read whole (`ablate show`). Target (issue 34): < 100 ms each at 100 k runs and 10 M
+//                       step rows. The default store is 10 k x 100 (built in ~1 min); ABLATE_BENCH_SCALE=1
+//                       adds the target's 100 k x 100 (several minutes to build, once per process).
 // Build and run: ninja -C build-receipts store_bench && build-receipts/bench/store_bench
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "receipts/step_buffer.h"
 #include "receipts/store.h"
 #include "base/temp_dir.h"
@@ -230,7 +240,73 @@ void BM_Import(benchmark::State& state) {
 }
 BENCHMARK(BM_Import)->Args({100, 1000})->Args({1000, 1000})->Unit(benchmark::kSecond)->UseRealTime();
 
+// One store per size, built on first use and kept for the process (the cases only read it).
+struct ScaleStore {
+  base::TempDir dir{"ablate-store-bench-scale"};
+  std::string path;
+  std::int64_t middle_run = 0, since = 0;
+};
+ScaleStore& scale_store(std::int64_t runs, std::int64_t steps) {
+  static std::map<std::pair<std::int64_t, std::int64_t>, std::unique_ptr<ScaleStore>> stores;
+  auto& slot = stores[{runs, steps}];
+  if (slot) return *slot;
+  slot = std::make_unique<ScaleStore>();
+  slot->path = slot->dir.file("receipts.db");
+  auto store = Store::open(slot->path);
+  const auto rows = steps_from(0, steps);
+  for (std::int64_t r = 0; r < runs; ++r) {
+    RunStart start = bench_start(fmt::format("run-{}", r));
+    start.tags = {r % 10 == 0 ? "nightly" : "adhoc"};
+    const auto id = store.begin_run(start);
+    store.append_steps(id, rows);
+    store.finish_run(id, RunStatus::ok, "", bench_summary(steps));
+    if (r == runs / 2) slot->middle_run = id, slot->since = static_cast<std::int64_t>(base::unix_now());
+  }
+  return *slot;
+}
+
+void BM_AtScale(benchmark::State& state) {
+  const std::int64_t runs = state.range(0), steps = state.range(1), query = state.range(2);
+  auto& scale = scale_store(runs, steps);
+  auto store = Store::open_existing(scale.path);
+  RunFilter filter;
+  filter.limit = 50;  // `ablate runs`' default
+  if (query == 1) filter.tag = "nightly";
+  if (query == 2) filter.since = std::to_string(scale.since);
+  std::size_t found = 0;
+  for (auto _ : state) {
+    if (query == 3) {
+      const nlohmann::json doc = store.run_json(scale.middle_run);
+      found = doc["steps"].size();
+    } else {
+      found = store.list_runs(filter).size();
+    }
+    benchmark::DoNotOptimize(found);
+  }
+  if (found != static_cast<std::size_t>(query == 3 ? steps : 50)) state.SkipWithError("unexpected result size");
+  state.counters["MB"] = static_cast<double>(std::filesystem::file_size(scale.path)) / 1e6;
+}
+
+void register_scale_cases() {
+  std::vector<std::pair<std::int64_t, std::int64_t>> sizes = {{10000, 100}};
+  if (const char* big = std::getenv("ABLATE_BENCH_SCALE"); big != nullptr && std::string(big) == "1")
+    sizes.push_back({100000, 100});
+  for (const auto& [runs, steps] : sizes)
+    for (std::int64_t query = 0; query < 4; ++query)
+      benchmark::RegisterBenchmark("BM_AtScale", BM_AtScale)
+          ->Args({runs, steps, query})
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+}
+
 }  // namespace
 }  // namespace ablate::receipts
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  ablate::receipts::register_scale_cases();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

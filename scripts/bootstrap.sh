@@ -2,7 +2,8 @@
 # scripts/bootstrap.sh: installs what the build needs, once per machine, and skips everything that is
 # already there (safe to run on every `make`). Debian packages through apt; LibTorch 2.11.0 from the
 # PyPI torch wheel in a virtual environment OUTSIDE the clone ($ABLATE_VENV, default
-# ~/.cache/ablate/torch-2.11.0) so every clone on the machine, CI's included, reuses it.
+# ~/.cache/ablate/torch-2.11.0) so every clone on the machine, CI's included, reuses it; the trace
+# check's HTA venv the same way (scripts/hta-venv.sh).
 # Prints the CMake prefix path of LibTorch on its last line.
 set -euo pipefail
 
@@ -10,7 +11,7 @@ TORCH_VERSION=2.11.0
 VENV=${ABLATE_VENV:-$HOME/.cache/ablate/torch-$TORCH_VERSION}
 PACKAGES=(build-essential cmake ninja-build ccache pkg-config libsqlite3-dev sqlite3 libfmt-dev
           libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
-          gnuplot-nox python3-venv libgloo-dev xz-utils chromium)
+          gnuplot-nox python3-venv libgloo-dev xz-utils libiberty-dev chromium)
 # chromium: only the ctest site_browser (every page of `ablate site` in a headless browser) uses it.
 
 log() { echo "bootstrap: $*" >&2; }
@@ -36,4 +37,6 @@ if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(0 if torch.__version__.s
   "$PY" -m venv "$VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" >&2
 fi
+# The trace check's venv (HolisticTraceAnalysis, perfetto), so the CTest check_trace_sample runs here.
+bash "$(dirname "$0")/hta-venv.sh" >&2
 "$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null

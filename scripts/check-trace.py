@@ -8,9 +8,11 @@ Files are *.json or *.json.gz; a folder means every *.json / *.json.gz directly 
 Three stages:
   contract  plain json/gzip: the layout trace_writer.h promises (top-level distributedInfo.rank, deviceProperties,
             baseTimeNanoseconds; `ph: X` events with numeric ts/dur >= 0, pid = device and tid = stream for GPU
-            work with args.device/stream/correlation; launch -> kernel flows paired s/f by id and bound to the
-            launch call and to the GPU event), what HTA reads from the raw text (the rank regex), and what
-            Perfetto's JSON importer needs (slices on one pid/tid track nest).
+            work with args.device/stream/correlation; launch -> kernel flows, one s at the launch call and an f
+            at each GPU event of its correlation, a graph replay's kernels included), what HTA reads from the
+            raw text (the rank regex) and what its default rounding of fractional times does to them (no slice
+            may turn negative), and what Perfetto's JSON importer needs (slices on one pid/tid track nest, the
+            enclosing one first at an equal ts).
   hta       TraceAnalysis(trace_dir=FOLDER): ranks found, events parsed (stream/correlation), launches linked to
             their GPU work, then get_temporal_breakdown, get_gpu_kernel_breakdown, get_cuda_kernel_launch_stats
             and best-effort extras (comm/compute overlap, idle time, memory bandwidth, queue length), printed.
@@ -227,7 +229,9 @@ def check_contract(path: str, rep: Report) -> dict | None:
     if mangled:
         nccl = sorted({n for n in mangled if "nccl" in n and "Kernel" in n})
         msg = (f"{len(mangled)} of {sum(e['cat'] == 'kernel' for e in gpu)} kernel names are mangled C++ symbols "
-               f"(CUPTI's raw names; Kineto demangles them), e.g. {mangled[0][:80]!r}")
+               f"(CUPTI's raw names), e.g. {mangled[0][:80]!r}: the writer demangles them, those nested deeper than "
+               "libstdc++'s demangler goes (CUTLASS 3 kernels) only when built with libiberty (libiberty-dev; Kineto "
+               "leaves those mangled)")
         if nccl:
             rep.fail(where, msg + f"; HTA tells communication kernels by '^nccl.*Kernel' (hta/utils/utils.py:56), so it "
                      f"counts {nccl[0][:60]!r} as computation")
@@ -248,20 +252,28 @@ def check_contract(path: str, rep: Report) -> dict | None:
         host_by_corr[e["args"]["correlation"]].append(e)
     host_corrs = {e["args"]["correlation"] for e in host}
     ids = set(flows_s) | set(flows_f)
-    unpaired = sorted(i for i in ids if len(flows_s.get(i, [])) != 1 or len(flows_f.get(i, [])) != 1)
+    # One s per id, at the launch; an f at each piece of GPU work of that correlation (the kernels of a
+    # cudaGraphLaunch replay share its correlation: Kineto ends the flow at each, and Perfetto keeps a v1
+    # flow open after an f, linking the launch to every one of them).
+    unpaired = sorted(i for i in ids if len(flows_s.get(i, [])) != 1 or len(flows_f.get(i, [])) != len(gpu_by_corr.get(i, []))
+                      or not flows_f.get(i))
     if unpaired:
-        rep.fail(where, f"{len(unpaired)} flow ids without exactly one s and one f, e.g. {unpaired[:5]}")
+        i = unpaired[0]
+        rep.fail(where, f"{len(unpaired)} flow ids without exactly one s and one f per GPU event of the correlation, "
+                 f"e.g. id {i}: {len(flows_s.get(i, []))} s, {len(flows_f.get(i, []))} f, {len(gpu_by_corr.get(i, []))} "
+                 "GPU events")
     unbound = []
     for i in sorted(ids - set(unpaired)):
-        s, f = flows_s[i][0], flows_f[i][0]
+        s = flows_s[i][0]
         s_ok = any(x["pid"] == s["pid"] and x["tid"] == s["tid"] and x["ts"] - EPS_US <= s["ts"] <= x["ts"] + x["dur"] + EPS_US
                    for x in host_by_corr.get(i, []))
-        f_ok = any(abs(x["ts"] - f["ts"]) <= EPS_US and x["pid"] == f["pid"] and x["tid"] == f["tid"]
-                   for x in gpu_by_corr.get(i, []))
+        ends = sorted((f["pid"], f["tid"], f["ts"]) for f in flows_f[i])
+        starts = sorted((x["pid"], x["tid"], x["ts"]) for x in gpu_by_corr[i])
+        f_ok = len(ends) == len(starts) and all(a[:2] == b[:2] and abs(a[2] - b[2]) <= EPS_US for a, b in zip(ends, starts))
         if not (s_ok and f_ok):
             unbound.append(i)
     if unbound:
-        rep.fail(where, f"{len(unbound)} flows not bound to the launch call (s) and its GPU event (f) of the same "
+        rep.fail(where, f"{len(unbound)} flows not bound to the launch call (s) and each GPU event (f) of the same "
                  f"correlation on the same pid/tid, e.g. ids {unbound[:5]}")
     linked = host_corrs & set(gpu_by_corr)
     missing_flow = sorted(linked - ids)
@@ -270,6 +282,16 @@ def check_contract(path: str, rep: Report) -> dict | None:
     dangling = sorted(ids - linked)
     if dangling:
         rep.fail(where, f"{len(dangling)} flows whose correlation has no launch call or no GPU event, e.g. {dangling[:5]}")
+
+    # HTA's parser rounds fractional times (ts up, ts + dur down: hta/common/trace_parser.py:319
+    # round_down_time_stamps, on unless HTA_DISABLE_NS_ROUNDING=1), which turns an event that holds no whole
+    # microsecond negative, and its temporal breakdown then fails (assert non_compute_time >= 0).
+    hta_negative = [e for e in gpu + host + other_x if math.floor(e["ts"] + e["dur"]) < math.ceil(e["ts"])]
+    if hta_negative:
+        e = hta_negative[0]
+        rep.fail(where, f"{len(hta_negative)} slices get a negative duration from HTA's default rounding of fractional "
+                 f"times (ts up, ts + dur down: hta/common/trace_parser.py:319), e.g. {e['name'][:50]!r} ts {e['ts']} "
+                 f"dur {e['dur']}: the writer writes whole microseconds, which HTA leaves as they are")
 
     # Perfetto's JSON importer builds one slice stack per (pid, tid): slices there must nest.
     overlaps = 0
@@ -285,6 +307,25 @@ def check_contract(path: str, rep: Report) -> dict | None:
                 overlap_example = overlap_example or f"{e['name'][:60]!r} at ts {e['ts']} on pid/tid {track}"
                 continue
             stack.append(end)
+    # Events of equal ts have no order but the file's: of two slices starting together on a track, the one
+    # that encloses the other must come first, or it would be taken for the child and dropped.
+    misordered = 0
+    kept = {id(e) for e in gpu + host + other_x}
+    in_file_order: dict[tuple, list] = defaultdict(list)
+    for e in trace["traceEvents"]:
+        if id(e) in kept:
+            in_file_order[(e["pid"], e["tid"])].append(e)
+    for evs in in_file_order.values():
+        first_at: dict = {}
+        for e in evs:
+            longest = first_at.get(e["ts"])
+            if longest is not None and e["dur"] > longest + EPS_US:
+                misordered += 1
+            first_at[e["ts"]] = max(e["dur"], longest if longest is not None else e["dur"])
+    if misordered:
+        rep.fail(where, f"{misordered} slices come after a shorter slice with the same ts on their pid/tid track: "
+                 "equal timestamps have no order but the file's, so the enclosing slice must be written first, or an "
+                 "importer reading them so nests them the wrong way round and drops the longer one")
     if overlaps:
         rep.fail(where, f"{overlaps} slices partially overlap an earlier slice on the same pid/tid track, e.g. "
                  f"{overlap_example}: Perfetto's JSON importer needs slices on one track to nest and drops the others "
@@ -293,9 +334,10 @@ def check_contract(path: str, rep: Report) -> dict | None:
 
     if len(rep.fails) == n_fail and len(rep.warns) == n_warn:
         rep.ok(where, f"contract: rank {rank}, {len(gpu)} GPU events, {len(host)} launch calls, "
-               f"{len(ids)} flows, {len(other_x)} other slices")
+               f"{len(ids)} flows ending at {sum(len(v) for v in flows_f.values())} GPU events, {len(other_x)} other slices")
     names = Counter(e["name"] for e in host)
-    return {"path": path, "rank": rank, "gpu": gpu, "host": host, "other_x": other_x, "flows": len(ids),
+    return {"path": path, "rank": rank, "gpu": gpu, "host": host, "other_x": other_x,
+            "flows": sum(len(v) for v in flows_f.values()),
             "linked": linked, "host_names": names}
 
 
@@ -347,7 +389,7 @@ def check_hta(folder: str, infos: list[dict], rep: Report, verbose: bool) -> Non
         if len(neg):
             neg_gpu = neg[neg["stream"].ge(0)]
             ex = (neg_gpu if len(neg_gpu) else neg).iloc[0]
-            rep.warn(w, f"{len(neg_gpu)} GPU events and {len(neg) - len(neg_gpu)} host events get a negative dur from "
+            rep.fail(w, f"{len(neg_gpu)} GPU events and {len(neg) - len(neg_gpu)} host events get a negative dur from "
                      "HTA's rounding of sub-microsecond times (ts rounded up, ts+dur down: hta/common/trace_parser.py:"
                      f"319; it does so to Kineto traces too; HTA_DISABLE_NS_ROUNDING=1 turns it off), e.g. "
                      f"{names[ex['name']][:50]!r} dur {ex['dur']}")
@@ -429,9 +471,15 @@ def check_hta(folder: str, infos: list[dict], rep: Report, verbose: bool) -> Non
                 rep.fail(where, f"rank {r}: get_cuda_kernel_launch_stats covers none of the {len(launched)} launches; "
                          f"it matches only the names {sorted(HTA_LAUNCH_NAMES)} (hta/analyzers/cuda_kernel_analysis.py"
                          f":561), the trace has {sorted(set(launched.values()))}")
-            elif missed:
+            elif any(n in HTA_LAUNCH_NAMES for n in missed):
                 rep.warn(where, f"rank {r}: get_cuda_kernel_launch_stats covers {len(covered)} of {len(launched)} "
-                         f"launches; HTA does not recognise {dict(missed)}")
+                         f"launches, leaving out calls it lists: {dict(missed)}")
+            elif missed:
+                # Not a finding: HTA 0.5.0's list is fixed, and Kineto names these calls the same way.
+                rep.ok(where, f"rank {r}: get_cuda_kernel_launch_stats covers {len(covered)} of {len(launched)} "
+                       f"launches: the others are {dict(missed)}, which HTA 0.5.0 does not list (it counts only "
+                       f"{sorted(HTA_LAUNCH_NAMES)}, hta/analyzers/cuda_kernel_analysis.py:561, in Kineto's traces "
+                       "too); their GPU work is linked to them by correlation all the same")
             else:
                 rep.ok(where, f"rank {r}: get_cuda_kernel_launch_stats covers all {len(launched)} launches")
 
@@ -487,7 +535,7 @@ def check_perfetto(infos: list[dict], rep: Report, mode: str, tp_shell: str | No
         print(f"     {os.path.basename(info['path'])}: {n_slices} slices, {n_flows} flows in trace_processor")
         if n_slices != want_slices or n_flows != info["flows"]:
             rep.fail(w, f"trace_processor has {n_slices} slices and {n_flows} flows, the file has {want_slices} "
-                     f"X events and {info['flows']} flows")
+                     f"X events and {info['flows']} flow ends (one flow row per f)")
         else:
             rep.ok(w, f"{n_slices} slices, {n_flows} flows")
         if errors:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu-check.sh OUT [STEPS]: the GPU machine's lane in one call (see docs/gpu.md).
 # Configures and builds with the machine's own LibTorch (python3's torch) plus the carried headers in
-# .gpu-deps/include (SQLite, toml++, Gloo), runs every test suite (GPU tests run for real there), the
+# .gpu-deps/include (SQLite, toml++, Gloo, libiberty) and .gpu-deps/lib/libiberty.a, runs every test suite (GPU tests run for real there), the
 # benchmarks, and the default GPU experiment; writes logs, benchmark JSON and receipts.db to OUT and
 # prints a short summary last.
 #   device run: bash scripts/gpu-check.sh $OUT        (carry .gpu-deps)
@@ -10,7 +10,9 @@
 # read as names joined by |; PREBUILT_OFF=1 builds anyway):
 #   device run (carry .gpu-deps and .gpu-prebuilt): bash scripts/gpu-check.sh $OUT
 # STEPS=0 skips the experiment; SPEC=FILE runs FILE instead of experiments/nam56r-small.toml; EXTRA_RUNS=N
-# adds N unprofiled runs of it. Logs, traces and the rest come back in OUT/logs.tgz (8 files at most
+# adds N unprofiled runs of it. The profiled run's traces go through check-trace (--strict; HTA where
+# this machine has it, else the contract stage: scripts/gpu-trace-check.sh), its verdict in the summary
+# and its output in check-trace.log. Logs, traces and the rest come back in OUT/logs.tgz (8 files at most
 # come back); receipts.db, ctest.log, show.txt and the benchmarks' JSON beside it.
 # Environment: BENCH=0 skips the benchmarks, BENCHES="kernels_bench ..." runs only those, BENCH_FILTER
 # is passed as --benchmark_filter, TESTS is a ctest -R regex, CTEST_JOBS (default 4) the tests run at
@@ -52,7 +54,8 @@ else
   for link in build $BUILD; do [ -L $link ] && rm -f $link; done  # a previous call's prebuilt links
   cmake -G Ninja -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX" \
     -DSQLite3_INCLUDE_DIR="$DEPS" -DSQLite3_LIBRARY=/usr/lib/x86_64-linux-gnu/libsqlite3.so.0 \
-    -DCMAKE_CXX_FLAGS="-isystem $DEPS" -DCMAKE_CUDA_FLAGS="-isystem $DEPS" > "$OUT/configure.log" 2>&1 \
+    -DCMAKE_CXX_FLAGS="-isystem $DEPS" -DCMAKE_CUDA_FLAGS="-isystem $DEPS" \
+    -DCMAKE_INCLUDE_PATH="$DEPS" -DCMAKE_LIBRARY_PATH="$PWD/.gpu-deps/lib" > "$OUT/configure.log" 2>&1 \
     || { tail -40 "$OUT/configure.log"; exit 1; }
   if ! ninja -C $BUILD -j 16 -k 0 ${TARGETS:-} > "$OUT/build.log" 2>&1; then
     grep -E "error|FAILED" "$OUT/build.log" | head -40
@@ -90,6 +93,9 @@ export ABLATE_DB="$OUT/receipts.db"
 PROFILE=(); [ "$STEPS" -ge 25 ] && PROFILE=(--set profile.enabled=true --set "profile.trace_dir=\"$OUT/traces\"")
 $BUILD/ablate run "${SPEC:-experiments/nam56r-small.toml}" --set train.steps=$STEPS --set train.log_every=10 "${PROFILE[@]}" 2>&1 | tee "$OUT/run.log"
 note "${SPEC:-experiments/nam56r-small.toml} run: rc ${PIPESTATUS[0]}"
+# The profiled run's traces through check-trace (scripts/gpu-trace-check.sh): its verdict in the summary.
+source scripts/gpu-trace-check.sh
+[ ${#PROFILE[@]} -gt 0 ] && note "$(check_traces "$OUT/traces" "$OUT/check-trace.log")"
 newest_run() { $BUILD/ablate runs --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])'; }
 profiled_run=$(newest_run)
 # EXTRA_RUNS=N: N more runs of the same spec, unprofiled, into the same receipts (a step time from

@@ -3,10 +3,11 @@
 // two training steps: kernels on two streams (compute 7, communication 13), an H2D memcpy, a memset,
 // a sub-microsecond kernel, two kernels that overlap on one stream (programmatic dependent launch), runtime
 // and driver launch calls with correlation ids, seam scopes (External id), one kernel whose launch record
-// was dropped (no flow), a CUDA graph replay (two overlapping kernels of one cudaGraphLaunch), one idle gap.
+// was dropped (no flow), a CUDA graph replay (eight kernels of one cudaGraphLaunch: two that overlap, then
+// six sub-microsecond ones, each linked to the launch by a flow end), one idle gap.
 // Names start as CUPTI gives them (API names from cuptiGetCallbackName with their _vNNNN suffix, mangled
-// kernel names, taken from an H100 run) and go through the conversion profiling/cupti_tracer.cpp applies
-// (profiling/cupti_names.h), as on a GPU.
+// kernel names, taken from an H100 run, a CUTLASS 3 grouped GEMM's among them) and go
+// through the conversion profiling/cupti_tracer.cpp applies (profiling/cupti_names.h), as on a GPU.
 // Build and run: scripts/check-trace.sh (compiles this with the writer's sources, no CMake build needed); the
 // CTest check_trace_sample runs the CMake-built tests/trace_sample the same way.
 // Usage: trace-sample OUT_DIR  -> OUT_DIR/rank0.trace.json.gz, OUT_DIR/rank1.trace.json.gz
@@ -16,6 +17,7 @@
 
 #include "profiling/cupti_names.h"
 #include "profiling/trace_writer.h"
+#include "tests/profiling/cutlass_kernel_name.h"
 
 using namespace ablate::profiling;
 
@@ -60,6 +62,7 @@ ActivityLog rank_log(int rank) {
       "_ZN2at6native52_GLOBAL__N__c815dac0_19_fused_adamw_impl_cu_8b44fa2325multi_tensor_apply_kernelINS1_32FusedOptimizer"
       "TensorListMetadataILi4EEENS1_20FusedAdamMathFunctorIN3c108BFloat16ELi4ELNS0_9ADAM_MODEE1ELb0EEEJPKfdddddbSB_SB_EEEvT_"
       "T0_DpT1_";
+  const char* k_cutlass = samples::kCutlassGroupedGemmKernel;
   const char* k_fill = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_";
   using K = GpuActivity::Kind;
   for (int step = 0; step < 2; ++step) {
@@ -77,15 +80,28 @@ ActivityLog rank_log(int rank) {
     launch("cudaLaunchKernel_v7000", false, K::kernel, k_flash_bwd, 7, 270'000, 200'000, 3);
     // Gradient all-reduce on the communication stream, overlapping the backward kernel.
     launch("cudaLaunchKernel_v7000", false, K::kernel, k_nccl, 13, 300'000, 150'000, 3);
+    // A CUTLASS 3 grouped GEMM (the experts' backward), nested deeper than libstdc++'s demangler goes.
+    launch("cudaLaunchKernelExC_v11060", false, K::kernel, k_cutlass, 7, 471'000, 8'000, 0);
     // Optimizer kernel whose launch record was dropped: no flow for it.
     launch("cudaLaunchKernel_v7000", false, K::kernel, k_fill, 7, 480'000, 30'000, 4, 0, /*drop_api=*/true);
-    // A CUDA graph replay: one cudaGraphLaunch runs two captured kernels with its correlation, each
-    // attributed through its graph node's capture-time scope; the second overlaps the first (PDL).
+    // A CUDA graph replay: one cudaGraphLaunch runs its captured kernels with its correlation, each
+    // attributed through its graph node's capture-time scope: the optimizer kernel, one that overlaps it
+    // (PDL inside the graph), then a tail of sub-microsecond kernels back to back or a fraction of a
+    // microsecond apart, as a replayed step's elementwise tail runs.
     const uint32_t graph = corr++;
     log.api.push_back({api_name_without_version("cudaGraphLaunch_v10000"), false, t, t + 5'000, pid, tid, graph});
-    log.gpu.push_back({K::kernel, demangle_kernel_name(k_adam), step_begin + 515'000, step_begin + 545'000, dev, 7, graph, 0, 9001});
-    log.gpu.push_back({K::kernel, demangle_kernel_name(k_add), step_begin + 544'000, step_begin + 550'000, dev, 7, graph, 0, 9002});
-    log.graph_node_scope[9001] = log.graph_node_scope[9002] = 4;
+    uint64_t node = 9001;
+    auto replayed = [&](const char* name, uint64_t at, uint64_t dur) {
+      log.gpu.push_back({K::kernel, demangle_kernel_name(name), step_begin + at, step_begin + at + dur, dev, 7, graph, 0, node});
+      log.graph_node_scope[node++] = 4;
+    };
+    replayed(k_adam, 515'000, 30'000);
+    replayed(k_add, 544'000, 6'000);
+    for (uint64_t i = 0, at = 550'150; i < 6; ++i) {
+      const uint64_t dur = 400 + 90 * i;
+      replayed(i % 2 == 0 ? k_mean : k_fill, at, dur);
+      at += dur + 120 * (i % 3);
+    }
     t = step_begin + 600'000;  // ~50 us idle gap before the next step
     log.steps.push_back({step, step_begin, t});
   }

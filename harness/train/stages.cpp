@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <thread>
 
 #include <fmt/format.h>
@@ -158,6 +159,11 @@ kernels::ModelDims model_dims(const model::ModelConfig& m) {
     dims.ssm_chunk = m.mamba.chunk;
   }
   if (has('R')) dims.conv_width = m.recurrent.conv_width;
+  for (const char letter : m.pattern)
+    for (const auto& p : model::projection_shapes(letter, m))
+      dims.projection_alignment = std::gcd(std::gcd(dims.projection_alignment, p.out), p.in);
+  if (dims.projection_alignment != 0)
+    dims.projection_alignment = std::gcd(dims.projection_alignment, m.batch_size * m.seq_len);
   return dims;
 }
 
@@ -836,11 +842,17 @@ receipts::RunFacts run_facts(const ExperimentSpec& spec, const RunPosture& postu
   receipts::PrecisionFacts p;
   p.dtype = posture.bf16 ? "bf16-autocast" : "fp32";
   p.flops_version = model::kFlopsVersion;
+  const auto* projections = kernels::find_backend("dense_gemm", posture.dispatcher->chosen("dense_gemm"));
+  p.fp8_flops_per_token = model::training_flops_by_precision(spec.model, projections && projections->fp8_gemms).fp8;
   if (posture.device.is_cuda()) {
     const std::string gpu = device_fingerprint()["gpu_model"];
     p.mfu_peak_flops = dense_bf16_peak_flops(gpu);
-    p.mfu_peak_source = p.mfu_peak_flops ? fmt::format("{} dense bf16", gpu)
-                                         : fmt::format("no known dense peak for '{}': MFU is null", gpu);
+    if (*p.fp8_flops_per_token > 0) p.mfu_fp8_peak_flops = dense_fp8_peak_flops(gpu);
+    p.mfu_peak_source = !p.mfu_peak_flops ? fmt::format("no known dense peak for '{}': MFU is null", gpu)
+                        : *p.fp8_flops_per_token == 0 ? fmt::format("{} dense bf16", gpu)
+                        : p.mfu_fp8_peak_flops
+                            ? fmt::format("{} dense bf16, and dense FP8 for the FP8 GEMMs' FLOPs", gpu)
+                            : fmt::format("no known dense FP8 peak for '{}', whose FP8 GEMMs ran: MFU is null", gpu);
   } else {
     p.mfu_peak_source = "a CPU run: MFU is null";
   }
@@ -892,8 +904,12 @@ RunResult finalise_receipt(const ExperimentSpec& spec, const RunOptions& opt, co
     summary.median_step_ms = median(outcome.steady_ms);
     summary.tokens_per_s = static_cast<double>(*facts.tokens_per_step) / (*summary.median_step_ms / 1000.0);
     // Per GPU: the job's tokens over its GPUs against one GPU's peak, the one facts.precision records.
-    if (const auto& peak = facts.precision->mfu_peak_flops)
-      summary.mfu = flops_utilization(*facts.training_flops_per_token, *summary.tokens_per_s / static_cast<double>(world), *peak);
+    if (const auto& peak = facts.precision->mfu_peak_flops) {
+      const double fp8 = facts.precision->fp8_flops_per_token.value_or(0.0);
+      summary.mfu = flops_utilization(*facts.training_flops_per_token - fp8, fp8,
+                                      *summary.tokens_per_s / static_cast<double>(world), *peak,
+                                      facts.precision->mfu_fp8_peak_flops);
+    }
   }
   summary.goodput_pct = 100.0 * ledger.goodput();
   summary.peak_memory_bytes = outcome.peak_memory;

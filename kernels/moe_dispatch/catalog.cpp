@@ -31,9 +31,9 @@ std::vector<BackendInfo> catalog_rows::moe_dispatch() {
       {.name = "grouped_mm",
        .role = Role::vendor,
        .fallback = "reference",
-       // CUTLASS's grouped GEMM (cutlass::gemm::GroupProblemShape), in the raw name
-       // CUPTI keeps when the demangler gives up on it, and in the demangled one; the
-       // fused passes around it (expert_kernels.cu).
+       // CUTLASS's grouped GEMM (cutlass::gemm::GroupProblemShape), in the demangled
+       // name and in the raw one a build without libiberty keeps
+       // (profiling/cupti_names.h); the fused passes around it (expert_kernels.cu).
        .kernel_patterns = {"GroupProblemShape", "ablate_moe_sum_slots", "ablate_moe_swiglu",
                            "ablate_moe_copy_blocks"},
        .description = "dropless without a host sync: slots sorted by expert on the device, "

@@ -80,7 +80,7 @@ TEST_F(RunnerTest, TinyTrainsOnTheCorpusAndStoresAnOkReceipt) {
   EXPECT_NEAR(goodput_sum, *run_row.ended_at - run_row.started_at, 1.5);
   EXPECT_GT(run_row.summary.median_step_ms.value_or(0), 0);
   EXPECT_FALSE(run_row.summary.mfu.has_value());  // CPU: MFU is null, never guessed
-  EXPECT_EQ(run_row.summary.flops_version, "flops-v1");
+  EXPECT_EQ(run_row.summary.flops_version, "flops-v2");
 }
 
 // Schema v4: every step row of a model with E blocks carries the router's load-balancing loss and its

@@ -45,3 +45,17 @@ TEST(StepStats, MfuOnlyForKnownPeaks) {
   EXPECT_NEAR(*model_flops_utilization(1e9, 98940, "NVIDIA H200"), 0.1, 1e-12);
   EXPECT_FALSE(model_flops_utilization(1e9, 1e5, "Tesla T4").has_value());
 }
+
+// flops-v2: FP8 GEMMs' FLOPs against the FP8 peak, the rest against the bf16 one.
+TEST(StepStats, MfuDividesEachPrecisionsFlopsByItsOwnPeak) {
+  EXPECT_EQ(dense_fp8_peak_flops("NVIDIA H100 80GB HBM3"), 1978.9e12);
+  EXPECT_EQ(dense_fp8_peak_flops("NVIDIA H200"), 1978.9e12);
+  EXPECT_FALSE(dense_fp8_peak_flops("NVIDIA A100-SXM4-80GB").has_value());  // no FP8 tensor cores
+  // 6e8 bf16 + 4e8 FP8 FLOPs/token at 1e5 tokens/s against peaks of 1e15 and 2e15: 6 % of the bf16
+  // peak's time + 2 % of the FP8 one's.
+  EXPECT_NEAR(*flops_utilization(6e8, 4e8, 1e5, 1e15, 2e15), 0.06 + 0.02, 1e-12);
+  // Without FP8 FLOPs it is flops-v1's MFU, whatever the FP8 peak.
+  EXPECT_NEAR(*flops_utilization(1e9, 0.0, 98940, 989.4e12, std::nullopt), 0.1, 1e-12);
+  // FP8 FLOPs on a GPU without a known FP8 peak: unknown, never divided by the bf16 peak.
+  EXPECT_FALSE(flops_utilization(6e8, 4e8, 98940, 989.4e12, std::nullopt).has_value());
+}

@@ -10,6 +10,8 @@
 
 #include <functional>
 #include <map>
+#include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,7 @@
 #include "kernels/recurrent_scan/reference.h"
 #include "kernels/registry.h"
 #include "tests/kernels/tensor_checks.h"
+#include "tests/model/bf16_autocast.h"
 
 namespace ablate::kernels {
 namespace {
@@ -60,6 +63,12 @@ struct ParityCase {
   std::function<std::vector<Tensor>(const std::vector<Tensor>&)> definition = {};
   // Per-dtype bounds that replace tolerance_for's for this case (each with its reason where it is set).
   std::map<torch::ScalarType, Tolerance> tolerance = {};
+  // The model shapes the case stands for, as the catalog's availability checks see them (a backend
+  // that cannot take them is skipped with the catalog's reason); unset: not checked.
+  ModelDims dims = {};
+  // Bounds for rows whose backend changes the numerics (catalog changes_numerics: FP8 GEMMs), with
+  // their derivation where set; such a row of a case without them fails.
+  std::optional<Tolerance> changed_numerics = {};
 };
 
 const std::vector<torch::ScalarType> kAllDtypes = {torch::kDouble, torch::kFloat, torch::kBFloat16};
@@ -80,6 +89,32 @@ Tensor distinct_experts(int64_t tokens, int64_t experts, int64_t k, at::Generato
   std::vector<Tensor> rows;
   for (int64_t t = 0; t < tokens; ++t) rows.push_back(torch::randperm(experts, gen, torch::kLong).narrow(0, 0, k));
   return torch::stack(rows);
+}
+
+// dense_gemm as the blocks call it: x [B, T, K] in the run dtype (bf16 under autocast, as the model
+// trains), an fp32 master weight [N, K] and bias [N].
+ParityCase dense_gemm_case(int64_t B, int64_t T, int64_t K, int64_t N, bool with_bias) {
+  ParityCase c{"dense_gemm", shape_label({{"B", B}, {"T", T}, {"K", K}, {"N", N}}).append(with_bias ? "_bias" : ""),
+               kAllDtypes,
+               [=](at::Generator& g) {
+                 return std::vector<Input>{
+                     floating(random_normal({B, T, K}, g)), fp32_floor(random_normal({N, K}, g, 1.0 / std::sqrt(double(K)))),
+                     with_bias ? fp32_floor(random_normal({N}, g)) : Input{Tensor(), Kind::absent, false}};
+               },
+               [](const std::string& name, const std::vector<Tensor>& in) {
+                 std::optional<testing::Bf16Autocast> autocast;
+                 if (in[0].scalar_type() == torch::kBFloat16) autocast.emplace(in[0].device().type());
+                 return std::vector<Tensor>{implementations().dense_gemm.at(name)(in[0], in[1], in[2])};
+               }};
+  c.dims.projection_alignment = std::gcd(std::gcd(K, N), B * T);
+  // FP8 rows (fp8_tensorwise, fp8_rowwise): e4m3 rounds each operand to 3 mantissa bits, a relative error
+  // uniform in +-2^-4 (standard deviation 2^-4 / sqrt(3) = 0.036), e5m2 (the tensorwise output gradient)
+  // to 2 bits (0.072). A GEMM's sum of K independently rounded products then errs by ~0.051 of its own
+  // spread (two e4m3 operands: sqrt(2) x 0.036) and ~0.080 with an e5m2 one; the check's max |diff| /
+  // max |reference| over thousands of outputs tracks that ratio. Twice it leaves room for the tails and
+  // the bf16 rounding of y and dx; a wrong scale, transpose or dtype errs by O(1).
+  c.changed_numerics = Tolerance{0.1, 0.16};
+  return c;
 }
 
 ParityCase attention_case(int64_t B, int64_t H, int64_t T, int64_t dqk, int64_t dv) {
@@ -448,6 +483,12 @@ ParityCase optimizer_case(std::vector<int64_t> shape_a, std::vector<int64_t> sha
 // Odd shapes: widths that are not powers of two, single rows and single steps, masked rows.
 const std::vector<ParityCase>& parity_cases() {
   static const std::vector<ParityCase> cases = {
+      // dense_gemm: multiples of 16 (what FP8 GEMMs take: the FP8 rows run), a 64-wide tile's tail in
+      // every dimension of the quantisation (80, 48, 208), and odd widths (the FP8 rows skip themselves
+      // with the catalog's reason).
+      dense_gemm_case(2, 48, 128, 80, false),
+      dense_gemm_case(1, 208, 80, 48, true),
+      dense_gemm_case(3, 7, 37, 23, true),
       attention_case(2, 3, 7, 20, 12),
       attention_case(1, 1, 1, 24, 16),
       attention_case(1, 2, 33, 96, 64),
@@ -655,7 +696,9 @@ TEST_P(Parity, ForwardAndBackwardMatchTheReference) {
   ASSERT_NE(row, nullptr);
   const torch::Device device =
       torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
-  if (const auto why = why_unavailable(*row, describe_device(device, p.dtype)); !why.empty())
+  auto device_info = describe_device(device, p.dtype);
+  device_info.model = c.dims;
+  if (const auto why = why_unavailable(*row, device_info); !why.empty())
     GTEST_SKIP() << p.seam << "/" << p.backend << " unavailable on this machine: " << why;
 
   auto gen = seeded_generator(std::hash<std::string>{}(c.seam + c.label));
@@ -673,7 +716,12 @@ TEST_P(Parity, ForwardAndBackwardMatchTheReference) {
   const auto actual = evaluate(backend(p.backend), inputs, p.dtype, device);
   ASSERT_EQ(actual.outputs.size(), expected.outputs.size());
   const auto override_tol = c.tolerance.find(p.dtype);
-  const auto tol = override_tol != c.tolerance.end() ? override_tol->second : tolerance_for(p.dtype);
+  auto tol = override_tol != c.tolerance.end() ? override_tol->second : tolerance_for(p.dtype);
+  if (row->changes_numerics) {
+    ASSERT_TRUE(c.changed_numerics.has_value())
+        << p.seam << "/" << p.backend << " changes the numerics: its case needs changed_numerics bounds";
+    tol = *c.changed_numerics;
+  }
   for (size_t i = 0; i < expected.outputs.size(); ++i) {
     const auto& want = expected.outputs[i];
     const auto got = actual.outputs[i];

@@ -143,6 +143,20 @@ TEST(Accounting, Nam56rSmallMatchesTheHandComputedValues) {
   EXPECT_EQ(forward_flops_per_token(c), 203390976.0);
 }
 
+// flops-v2 splits the same total by precision: with FP8 projections, the blocks' dense projections
+// (dense_gemm) count as FP8. nam56r-small's, forward, from the terms above: A 2*2850816 x 3 =
+// 17104896, M 2*(4587520 + 2097152) x 3 = 40108032, R 2*(2097152 + 2*1048576 + 1048576) = 10485760
+// -> 67698688; training x 3 = 203096064 of 610172928 (a third).
+TEST(Accounting, FlopsByPrecisionCountTheProjectionsAsFp8WhenTheyRunFp8) {
+  const auto c = *named_config("nam56r-small");
+  const auto bf16 = training_flops_by_precision(c, false), fp8 = training_flops_by_precision(c, true);
+  EXPECT_EQ(bf16.fp8, 0.0);
+  EXPECT_EQ(bf16.run_dtype, training_flops_per_token(c));
+  EXPECT_EQ(fp8.fp8, 3.0 * 67698688.0);
+  EXPECT_EQ(fp8.total(), training_flops_per_token(c));
+  EXPECT_EQ(std::string(kFlopsVersion), "flops-v2");
+}
+
 // The larger nam56r configurations: the same formulas, term by term as above, at their widths.
 //  nam56r-medium (d 2048, 24 layers; A 16, 128, 64, 128, 768, 512; E f 1536; R w 2048):
 //    A 11,404,544 + 2048, E 151,027,712 + 2048, M 26,165,632 + 2048, R 20,987,904 + 2048 (x 6, 10, 6, 2);

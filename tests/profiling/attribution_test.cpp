@@ -229,5 +229,39 @@ TEST_F(ObservedBackendsTest, UnexercisedAndPatternlessSeamsAreUndecided) {
   EXPECT_NE(only(chunked).note.find("no kernel-name patterns"), std::string::npos);
 }
 
+// Precision observed, not assumed: the kernel names of cuBLASLt's GEMMs on an H200 (2026-11-28,
+// experiments/results/2026-11-28-h200-fp8/fp8_probe.py): nvjet_sm90_tst_* for bf16, nvjet_sm90_qqtst_* for FP8 inputs.
+TEST_F(ObservedBackendsTest, AnFp8BackendWhoseGemmsRanInBf16IsAMismatch) {
+  const std::string fp8_gemm = "nvjet_sm90_qqtst_128x128_128x6_1x1_h_bz_coopA_algo2_ovscale_TNT";
+  const std::string bf16_gemm = "nvjet_sm90_tst_192x192_64x4_1x2_h_bz_coopB_TNN";
+  const std::string quantise = "void ablate::kernels::fp8::ablate_fp8_rowwise_cast<__nv_bfloat16, true>(...)";
+  const auto fp8 = observe_backends(with_seam_kernels("dense_gemm", "fp8_rowwise", {quantise, fp8_gemm}),
+                                    {{"dense_gemm", "fp8_rowwise"}}, kernels::catalog());
+  EXPECT_EQ(only(fp8).observed, "fp8_rowwise");
+  EXPECT_EQ(only(fp8).mismatch, false) << only(fp8).note;
+  // The quantisation ran (its pattern matches) but the GEMM was bf16: requested is not observed.
+  const auto fell_back = observe_backends(with_seam_kernels("dense_gemm", "fp8_rowwise", {quantise, bf16_gemm}),
+                                          {{"dense_gemm", "fp8_rowwise"}}, kernels::catalog());
+  EXPECT_EQ(only(fell_back).mismatch, true);
+  EXPECT_NE(only(fell_back).note.find("bf16 or wider ran where FP8 was requested: " + bf16_gemm), std::string::npos)
+      << only(fell_back).note;
+  // And the reverse: the reference's GEMMs must not be FP8 ones.
+  const auto reverse = observe_backends(with_seam_kernels("dense_gemm", "reference", {fp8_gemm}),
+                                        {{"dense_gemm", "reference"}}, kernels::catalog());
+  EXPECT_EQ(only(reverse).mismatch, true);
+  EXPECT_NE(only(reverse).note.find("FP8 GEMM kernels ran"), std::string::npos) << only(reverse).note;
+  const auto bf16 = observe_backends(with_seam_kernels("dense_gemm", "reference", {bf16_gemm}),
+                                     {{"dense_gemm", "reference"}}, kernels::catalog());
+  EXPECT_EQ(only(bf16).mismatch, false) << only(bf16).note;
+}
+
+TEST(KernelPrecision, Fp8GemmsAreToldByTheirNames) {
+  EXPECT_TRUE(is_fp8_gemm_kernel("nvjet_sm90_qqtst_192x192_128x4_1x2_h_bz_coopB_TNN"));
+  EXPECT_TRUE(is_fp8_gemm_kernel(
+      "_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalI...MMA_64x256x32_F32E4M3E4M3_SS_TN..."));
+  EXPECT_FALSE(is_fp8_gemm_kernel("nvjet_sm90_tst_128x128_64x6_1x2_h_bz_splitK_NTT"));
+  EXPECT_FALSE(is_fp8_gemm_kernel("ablate_fp8_tensorwise_cast"));  // not a GEMM
+}
+
 }  // namespace
 }  // namespace ablate::profiling

@@ -1,7 +1,8 @@
 // tests/profiling/trace_writer_test.cpp: the Chrome/Perfetto trace of a synthetic log parses back
 // (through the gzip file when zlib is built in) and has the fields Perfetto and Holistic Trace
 // Analysis read: traceEvents, deviceProperties, distributedInfo.rank (where HTA's line regex finds it),
-// X events with pid = device and tid = stream (or an overlap lane of it), ts/dur in microseconds,
+// X events with pid = device and tid = stream (or an overlap lane of it), ts/dur in whole microseconds
+// that HTA's rounding leaves as they are and that still nest,
 // args.correlation, launch -> kernel flows (s/f, bp "e"), ProfilerStep#N slices, memory bandwidth.
 // Run: build/tests/profiling_tests --gtest_filter='TraceWriter*'
 #include "profiling/trace_writer.h"
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -66,8 +68,12 @@ TEST(TraceWriter, HasTheLayoutPerfettoAndHtaRead) {
   EXPECT_EQ((*kernel)["cat"], "kernel");
   EXPECT_EQ((*kernel)["pid"], 0);  // device
   EXPECT_EQ((*kernel)["tid"], 7);  // stream
-  EXPECT_DOUBLE_EQ((*kernel)["ts"].get<double>(), 2.0);   // (1'002'000 - 1'000'000) ns in us
-  EXPECT_DOUBLE_EQ((*kernel)["dur"].get<double>(), 2.5);
+  // Whole microseconds since the base: 2.0 us stays 2, the end at 4.5 us rounds to 5; the exact length
+  // stays in args.
+  EXPECT_TRUE((*kernel)["ts"].is_number_integer() && (*kernel)["dur"].is_number_integer()) << kernel->dump();
+  EXPECT_EQ((*kernel)["ts"], 2);
+  EXPECT_EQ((*kernel)["dur"], 3);
+  EXPECT_EQ((*kernel)["args"]["duration (ns)"], 2'500);
   EXPECT_EQ((*kernel)["args"]["correlation"], 55);
   EXPECT_EQ((*kernel)["args"]["stream"], 7);
   EXPECT_EQ((*kernel)["args"]["External id"], 1);
@@ -83,8 +89,9 @@ TEST(TraceWriter, HasTheLayoutPerfettoAndHtaRead) {
 }
 
 // A graph replay: one cudaGraphLaunch runs two kernels with its correlation. Each kernel names its
-// graph node and its node's capture-time scope; the launch gets one flow, ending at the first kernel.
-TEST(TraceWriter, GraphReplayKernelsNameTheirNodeAndShareOneFlow) {
+// graph node and its node's capture-time scope; the launch's flow (one start) ends at each kernel, as
+// Kineto writes a replay, so every kernel is linked to the launch that ran it.
+TEST(TraceWriter, GraphReplayKernelsNameTheirNodeAndEachEndTheLaunchFlow) {
   ActivityLog log;
   log.scopes[1] = {"forward", 3, "A", "attention", "sdpa_flash"};
   log.scopes[2] = {"optimizer", -1, "", "optimizer", "fused_adamw"};
@@ -94,15 +101,20 @@ TEST(TraceWriter, GraphReplayKernelsNameTheirNodeAndShareOneFlow) {
   log.gpu.push_back({GpuActivity::Kind::kernel, "FusedAdamMathFunctor", 1'004'500, 1'005'000, 0, 7, 90, 0, 502});
   log.graph_node_scope = {{501, 1}, {502, 2}};
   const auto trace = chrome_trace(log, TraceMeta{});
-  int flow_starts = 0, flow_ends = 0;
+  int flow_starts = 0;
+  std::vector<std::pair<int64_t, int64_t>> flow_ends;  // (ts, id)
   std::map<std::string, nlohmann::json> kernels;
+  std::vector<std::pair<int64_t, int64_t>> kernel_starts;  // (ts, correlation)
   for (const auto& e : trace["traceEvents"]) {
     if (e["ph"] == "s") ++flow_starts;
-    if (e["ph"] == "f") ++flow_ends;
-    if (e["ph"] == "X" && e["cat"] == "kernel") kernels[e["name"]] = e["args"];
+    if (e["ph"] == "f") flow_ends.push_back({e["ts"], e["id"]});
+    if (e["ph"] == "X" && e["cat"] == "kernel") {
+      kernels[e["name"]] = e["args"];
+      kernel_starts.push_back({e["ts"], e["args"]["correlation"]});
+    }
   }
   EXPECT_EQ(flow_starts, 1);
-  EXPECT_EQ(flow_ends, 1);
+  EXPECT_EQ(flow_ends, kernel_starts) << "one flow end at each replayed kernel, with the launch's id";
   ASSERT_EQ(kernels.size(), 2u);
   EXPECT_EQ(kernels["flash_fwd_kernel"]["graph node"], 501);
   EXPECT_EQ(kernels["flash_fwd_kernel"]["External id"], 1);
@@ -167,8 +179,9 @@ TEST(TraceWriter, TextPutsTheRankWhereHtaFindsItAndOneEventPerLine) {
 TEST(TraceWriter, KernelsOverlappingOnAStreamGetLanes) {
   ActivityLog log;
   uint32_t correlation = 1;
-  auto kernel = [&](const char* name, uint64_t start, uint64_t end, uint32_t stream) {
-    log.api.push_back({"cudaLaunchKernel", false, start - 50, start - 40, 42, 1, correlation});
+  auto kernel = [&](const char* name, uint64_t start_us, uint64_t end_us, uint32_t stream) {
+    const uint64_t start = start_us * 1'000, end = end_us * 1'000;
+    log.api.push_back({"cudaLaunchKernel", false, start - 50'000, start - 40'000, 42, 1, correlation});
     log.gpu.push_back({GpuActivity::Kind::kernel, name, start, end, 0, stream, correlation++, 0});
   };
   kernel("gemm", 1'000, 2'000, 7);
@@ -216,13 +229,13 @@ TEST(TraceWriter, KernelsOverlappingOnAStreamGetLanes) {
   }
 }
 
-// Both at once: a replayed graph's kernels share its launch's correlation, so only the first gets the
-// flow end; when the second overlaps the first (PDL inside the graph) it still goes on a lane.
-TEST(TraceWriter, OverlappingGraphKernelsGetALaneAndTheLaunchOneFlow) {
+// Both at once: when a replayed kernel overlaps the one before it (PDL inside the graph) it goes on a
+// lane, and the launch's flow ends there, on the lane's track.
+TEST(TraceWriter, OverlappingGraphKernelsGetALaneAndTheirFlowEndsThere) {
   ActivityLog log;
-  log.api.push_back({"cudaGraphLaunch", false, 100, 200, 42, 1, 90});
-  log.gpu.push_back({GpuActivity::Kind::kernel, "first", 1'000, 2'000, 0, 7, 90, 0, 501});
-  log.gpu.push_back({GpuActivity::Kind::kernel, "second", 1'900, 2'500, 0, 7, 90, 0, 502});
+  log.api.push_back({"cudaGraphLaunch", false, 100'000, 200'000, 42, 1, 90});
+  log.gpu.push_back({GpuActivity::Kind::kernel, "first", 1'000'000, 2'000'000, 0, 7, 90, 0, 501});
+  log.gpu.push_back({GpuActivity::Kind::kernel, "second", 1'900'000, 2'500'000, 0, 7, 90, 0, 502});
   const auto trace = chrome_trace(log, TraceMeta{});
   std::map<std::string, uint32_t> tid;
   std::vector<const nlohmann::json*> flow_ends;
@@ -232,9 +245,91 @@ TEST(TraceWriter, OverlappingGraphKernelsGetALaneAndTheLaunchOneFlow) {
   }
   EXPECT_EQ(tid["first"], 7u);
   EXPECT_EQ(tid["second"], 8u);
-  ASSERT_EQ(flow_ends.size(), 1u);
+  ASSERT_EQ(flow_ends.size(), 2u);
   EXPECT_EQ((*flow_ends[0])["tid"], 7);
-  EXPECT_DOUBLE_EQ((*flow_ends[0])["ts"].get<double>(), 0.9);
+  EXPECT_EQ((*flow_ends[0])["ts"], 900);
+  EXPECT_EQ((*flow_ends[1])["tid"], 8);
+  EXPECT_EQ((*flow_ends[1])["ts"], 1'800);
+}
+
+// HTA 0.5.0's parser on a trace's times (hta/common/trace_parser.py round_down_time_stamps, on by
+// default): ts rounded up, ts + dur rounded down, dur the difference.
+double hta_dur(double ts, double dur) { return std::floor(ts + dur) - std::ceil(ts); }
+
+// A busy stretch of sub-microsecond GPU work, as a graph replay or an elementwise tail makes it: kernels
+// of 0.1-3 us, back to back or with gaps under a microsecond, some starting before the previous one
+// ends (PDL), on two streams; launches as runtime calls with the driver call inside, inside step spans.
+// Every written time must come through HTA's rounding unchanged (no negative duration), and every
+// track must still nest when equal timestamps are read in file order, each flow event right after the
+// slice it binds to.
+TEST(TraceWriter, TimesSurviveHtaRoundingAndSlicesStillNest) {
+  ActivityLog log;
+  uint64_t rng = 12345;
+  auto next = [&](uint64_t n) { rng = rng * 6364136223846793005ull + 1442695040888963407ull; return (rng >> 33) % n; };
+  const uint64_t t0 = 1'700'000'000'000'000'000ull;
+  uint64_t host = t0 + 137, gpu7 = t0 + 20'000, gpu9 = t0 + 20'000;
+  uint32_t correlation = 1;
+  log.steps.push_back({0, t0, 0});
+  for (int i = 0; i < 400; ++i) {
+    if (i == 200) {  // the step boundary lands on host time that is not a whole microsecond
+      log.steps[0].end_ns = host;
+      log.steps.push_back({1, host, 0});
+      host += next(900);
+    }
+    const uint64_t call = 1'000 + next(4'000);
+    log.api.push_back({"cudaLaunchKernel", false, host, host + call, 42, 1, correlation});
+    log.api.push_back({"cuLaunchKernel", true, host + next(2) * next(400), host + call - next(300), 42, 1, correlation});
+    auto& gpu = next(4) == 0 ? gpu9 : gpu7;
+    const uint64_t start = next(5) == 0 && gpu > t0 + 20'000 ? gpu - 1 - next(300) : gpu + next(3) * next(700);
+    const uint64_t end = start + 100 + next(next(3) == 0 ? 3'000 : 900);
+    log.gpu.push_back({GpuActivity::Kind::kernel, "elementwise_kernel", start, end, 0, &gpu == &gpu9 ? 9u : 7u,
+                       correlation++, 0});
+    gpu = std::max(gpu, end);
+    host += call + 200 + next(2'000);
+  }
+  log.steps.back().end_ns = host;
+  const auto trace = chrome_trace(log, TraceMeta{});
+
+  int sub_us = 0, kineto_negative = 0, slices = 0;
+  for (const auto& a : log.gpu) {
+    sub_us += a.duration_ns() < 1'000;
+    // The same event with Kineto's times, nanosecond digits since the base: what HTA makes of it.
+    const double ts = static_cast<double>(a.start_ns - trace["baseTimeNanoseconds"].get<uint64_t>()) / 1000.0;
+    kineto_negative += hta_dur(ts, static_cast<double>(a.duration_ns()) / 1000.0) < 0;
+  }
+  EXPECT_GT(sub_us, 100);
+  EXPECT_GT(kineto_negative, 10) << "the sample must hold events HTA's rounding turns negative";
+
+  std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> open;  // track -> ends of the open slices
+  std::map<std::pair<int64_t, int64_t>, int64_t> last_ts;            // track -> latest start taken
+  const nlohmann::json* previous_slice = nullptr;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "s" || e["ph"] == "f") {
+      ASSERT_NE(previous_slice, nullptr) << e.dump();
+      EXPECT_EQ(e["pid"], (*previous_slice)["pid"]) << "a flow event follows the slice it binds to: " << e.dump();
+      EXPECT_EQ(e["tid"], (*previous_slice)["tid"]) << e.dump();
+      EXPECT_EQ(e["ts"], (*previous_slice)["ts"]) << e.dump();
+      continue;
+    }
+    if (e["ph"] != "X") continue;
+    ++slices;
+    previous_slice = &e;
+    ASSERT_TRUE(e["ts"].is_number_integer() && e["dur"].is_number_integer()) << e.dump();
+    const int64_t ts = e["ts"], dur = e["dur"];
+    ASSERT_GE(dur, 0) << e.dump();
+    EXPECT_EQ(hta_dur(static_cast<double>(ts), static_cast<double>(dur)), static_cast<double>(dur)) << e.dump();
+    const std::pair<int64_t, int64_t> track{e["pid"], e["tid"]};
+    auto& last = last_ts.try_emplace(track, ts).first->second;
+    EXPECT_GE(ts, last) << "slices of a track in start order: " << e.dump();
+    last = ts;
+    auto& stack = open[track];
+    while (!stack.empty() && stack.back() <= ts) stack.pop_back();
+    if (!stack.empty()) {
+      EXPECT_LE(ts + dur, stack.back()) << "does not nest in the slice open on its track: " << e.dump();
+    }
+    stack.push_back(ts + dur);
+  }
+  EXPECT_EQ(slices, static_cast<int>(log.gpu.size() + log.api.size() + log.steps.size()));
 }
 
 // HTA numbers iterations by ProfilerStep#N slices (cat user_annotation) holding the host events
@@ -264,10 +359,10 @@ TEST(TraceWriter, StepSpansBecomeProfilerStepSlicesOnTheTrainingThread) {
     EXPECT_EQ((*s)["pid"], 42);
     EXPECT_EQ((*s)["tid"], 1);
   }
-  EXPECT_DOUBLE_EQ((*steps[0])["ts"].get<double>(), 0.0);
-  EXPECT_DOUBLE_EQ((*steps[0])["dur"].get<double>(), 10.0);
-  EXPECT_DOUBLE_EQ((*steps[1])["ts"].get<double>(), 10.5);
-  EXPECT_DOUBLE_EQ((*steps[1])["dur"].get<double>(), 9.5);
+  EXPECT_EQ((*steps[0])["ts"], 0);
+  EXPECT_EQ((*steps[0])["dur"], 10);
+  EXPECT_EQ((*steps[1])["ts"], 11);  // 10.5 us rounds to 11, the end at 20 us stays
+  EXPECT_EQ((*steps[1])["dur"], 9);
 
   ActivityLog no_calls;  // no host thread to put them on
   no_calls.steps = {{0, 100, 200}};

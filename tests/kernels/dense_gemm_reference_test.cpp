@@ -1,17 +1,17 @@
-// tests/model/linear_test.cpp: model::linear (model/linear.h). Off the autocast path it is torch::linear,
+// tests/kernels/dense_gemm_reference_test.cpp: dense_gemm's reference (kernels/dense_gemm/reference.h). Off the autocast path it is torch::linear,
 // bit for bit. Under CUDA bf16 autocast with fp32 weights: the output and the input gradient equal
 // autocast's torch::linear bit for bit (the same casts and GEMMs), and the weight and bias gradients,
 // written in fp32 by the GEMM and the reduction, match an fp64 product of the same bf16-rounded operands
 // to 1e-5 relative (fp32 accumulation over 111 rows; autocast's bf16 weight gradient is ~4e-3 off, so the
-// bound also tells the two apart). Run: build/tests/model_tests --gtest_filter='Linear*'
-#include "model/linear.h"
+// bound also tells the two apart). Run: build/tests/kernels_tests --gtest_filter='DenseGemmReference*'
+#include "kernels/dense_gemm/reference.h"
 
 #include <gtest/gtest.h>
 
 #include "tests/kernels/tensor_checks.h"
 #include "tests/model/bf16_autocast.h"
 
-namespace ablate::model {
+namespace ablate::kernels {
 namespace {
 
 using ablate::testing::random_normal;
@@ -19,15 +19,15 @@ using ablate::testing::relative_error;
 using ablate::testing::seeded_generator;
 using torch::Tensor;
 
-TEST(Linear, WithoutAutocastIsTorchLinear) {
+TEST(DenseGemmReference, WithoutAutocastIsTorchLinear) {
   auto gen = seeded_generator(3);
   const auto x = random_normal({3, 5, 7}, gen).to(torch::kFloat), w = random_normal({4, 7}, gen).to(torch::kFloat);
   const auto b = random_normal({4}, gen).to(torch::kFloat);
-  EXPECT_TRUE(torch::equal(model::linear(x, w, b), torch::linear(x, w, b)));
-  EXPECT_TRUE(torch::equal(model::linear(x, w), torch::linear(x, w)));
+  EXPECT_TRUE(torch::equal(reference::dense_gemm(x, w, b), torch::linear(x, w, b)));
+  EXPECT_TRUE(torch::equal(reference::dense_gemm(x, w), torch::linear(x, w)));
 }
 
-TEST(LinearCuda, UnderAutocastMatchesTorchLinearWithFp32WeightGradients) {
+TEST(DenseGemmReferenceCuda, UnderAutocastMatchesTorchLinearWithFp32WeightGradients) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device";
   const auto cuda = torch::TensorOptions(torch::kCUDA);
   for (const auto x_dtype : {torch::kBFloat16, torch::kFloat}) {
@@ -45,7 +45,7 @@ TEST(LinearCuda, UnderAutocastMatchesTorchLinearWithFp32WeightGradients) {
       {
         ablate::testing::Bf16Autocast autocast;
         const auto bias = with_bias ? b : Tensor();
-        y = ours ? model::linear(x, w, bias) : torch::linear(x, w, bias);
+        y = ours ? reference::dense_gemm(x, w, bias) : torch::linear(x, w, bias);
       }
       if (!with_bias) {
         const auto g = torch::autograd::grad({y}, {x, w}, {dy});
@@ -79,4 +79,4 @@ TEST(LinearCuda, UnderAutocastMatchesTorchLinearWithFp32WeightGradients) {
 }
 
 }  // namespace
-}  // namespace ablate::model
+}  // namespace ablate::kernels

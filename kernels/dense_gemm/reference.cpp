@@ -1,11 +1,12 @@
-// model/linear.cpp: see linear.h.
-#include "model/linear.h"
+// kernels/dense_gemm/reference.cpp: see reference.h.
+#include "kernels/dense_gemm/reference.h"
 
 #include <ATen/autocast_mode.h>
 
 #include "kernels/numerics.h"
+#include "kernels/registry.h"
 
-namespace ablate::model {
+namespace ablate::kernels::reference {
 namespace {
 
 using torch::Tensor;
@@ -15,7 +16,7 @@ using torch::autograd::variable_list;
 // y = cast(x) cast(W)^T + cast(b) in the autocast dtype, the casts saved for the backward.
 Tensor cast_and_project(AutogradContext* ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
                         at::ScalarType dtype) {
-  kernels::NoAutocastScope casts_done_here;
+  NoAutocastScope casts_done_here;
   const auto xc = x.to(dtype), wc = weight.to(dtype);
   ctx->save_for_backward({xc, wc});
   ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
@@ -24,7 +25,7 @@ Tensor cast_and_project(AutogradContext* ctx, const Tensor& x, const Tensor& wei
 
 // {dx in x's dtype (undefined when x needs none), dW in fp32 from the GEMM, db in fp32 when with_bias}.
 variable_list project_backward(AutogradContext* ctx, const Tensor& grad, bool with_bias) {
-  kernels::NoAutocastScope explicit_dtypes;
+  NoAutocastScope explicit_dtypes;
   const auto saved = ctx->get_saved_variables();
   const Tensor &xc = saved[0], &wc = saved[1];
   const int64_t out = wc.size(0), in = wc.size(1);
@@ -62,7 +63,7 @@ class AutocastLinearBias : public torch::autograd::Function<AutocastLinearBias> 
 
 }  // namespace
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor dense_gemm(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const bool autocast = x.is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA);
   if (!autocast || weight.scalar_type() != torch::kFloat || (bias.defined() && bias.scalar_type() != torch::kFloat))
     return torch::linear(x, weight, bias);
@@ -71,4 +72,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return bias.defined() ? AutocastLinearBias::apply(x, weight, bias, dtype) : AutocastLinear::apply(x, weight, dtype);
 }
 
-}  // namespace ablate::model
+}  // namespace ablate::kernels::reference
+
+namespace ablate::kernels {
+
+ABLATE_REGISTER_BACKENDS(dense_gemm_reference) {
+  registry.dense_gemm("reference", [](const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+    return reference::dense_gemm(x, w, b);
+  });
+}
+
+}  // namespace ablate::kernels
