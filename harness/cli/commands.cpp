@@ -28,7 +28,7 @@ void register_commands(CLI::App& app, Globals& g) {
   register_export(app, g);
   register_import(app, g);
   register_site(app, g);
-#ifdef ABLATE_WITH_TORCH
+#if defined(ABLATE_WITH_TORCH) || defined(ABLATE_TRAIN_EXECUTABLE)
   register_run(app, g);
   register_launch(app, g);
 #endif
