@@ -7,6 +7,9 @@
 //   BM_Report          `ablate report --matrix bench`: the model, Markdown and HTML (no plots)
 //   BM_ReportPlots     the same plus gnuplot (skipped when gnuplot is missing)
 //   BM_Trend           `ablate trend --lane`: 1,000 runs of one lane, step detection
+//   BM_Site            `ablate site`: every page of the store (10,000 run pages, 10 lanes with their trend
+//                      plots, the matrix's report with its plots when gnuplot is there), written to a
+//                      temp folder and swapped in; the target is < 10 s
 // Building the store takes a while (once per program run); it lives in a temp folder.
 // Build and run: cmake --build build --target report_bench && build/bench/report_bench
 #include <benchmark/benchmark.h>
@@ -22,6 +25,7 @@
 #include "report/plots.h"
 #include "report/report.h"
 #include "report/selection.h"
+#include "report/site.h"
 #include "report/stats.h"
 #include "report/trend.h"
 
@@ -152,6 +156,18 @@ void BM_Trend(benchmark::State& state) {
   if (points != kRuns / kLanes) state.SkipWithError("expected every run of the lane");
 }
 BENCHMARK(BM_Trend)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_Site(benchmark::State& state) {
+  auto& store = bench_store().store();
+  base::TempDir out("ablate-site-bench");
+  SiteSummary summary;
+  for (auto _ : state) summary = write_site(store, out.file("site"));
+  if (summary.runs != kRuns || summary.lanes != kLanes || summary.matrices != 1)
+    state.SkipWithError("expected a page for every run, lane and the matrix");
+  state.counters["pages"] = static_cast<double>(summary.pages);
+  state.counters["plots"] = static_cast<double>(summary.plots);
+}
+BENCHMARK(BM_Site)->Unit(benchmark::kSecond)->UseRealTime()->Iterations(2);
 
 }  // namespace
 }  // namespace ablate::report
