@@ -282,6 +282,11 @@ TEST_F(ObservedBackendsTest, AKernelTheChosenBackendSharesWithAnotherIsTheChosen
 
 TEST(KernelPrecision, Fp8GemmsAreToldByTheirNames) {
   EXPECT_TRUE(is_fp8_gemm_kernel("nvjet_sm90_qqtst_192x192_128x4_1x2_h_bz_coopB_TNN"));
+  // e4m3 x e5m2: the tensorwise recipe's gradient GEMMs (a profiled H200 run, 2026-11-28).
+  EXPECT_TRUE(is_fp8_gemm_kernel("nvjet_sm90_qrtst_128x128_128x6_2x1_v_bz_coopA_algo2_TNT"));
+  EXPECT_TRUE(is_fp8_gemm_kernel("nvjet_sm90_qqsss_128x128_128x6_1x1_h_bz_coopA_algo2_ovscale_TNT"));
+  EXPECT_FALSE(is_fp8_gemm_kernel("nvjet_sm90_sss_128x128_64x6_1x2_h_bz_NTT"));
+  EXPECT_FALSE(is_fp8_gemm_kernel("nvjet_sm90_hsh_64x8_64x16_4x1_v_bz_TNN"));
   EXPECT_TRUE(is_fp8_gemm_kernel(
       "_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalI...MMA_64x256x32_F32E4M3E4M3_SS_TN..."));
   EXPECT_FALSE(is_fp8_gemm_kernel("nvjet_sm90_tst_128x128_64x6_1x2_h_bz_splitK_NTT"));
