@@ -311,6 +311,7 @@ void run_chunks(const LceInputs& in, ChunkPass& pass) {
   auto at_row = [](const Tensor& t, int64_t start) { return t.defined() ? t.data_ptr<float>() + start : nullptr; };
   Tensor buffer = torch::empty({std::min(in.chunk, rows), V}, in.hidden.options());
   const Tensor w_t = in.fp8 ? Tensor() : in.w_mm.t();
+  Tensor dw_chunk;  // FP8: a later chunk's dW, added to the first's (one buffer for every chunk)
   for (int64_t start = 0; start < rows; start += in.chunk) {
     const int64_t n = std::min(in.chunk, rows - start);
     Tensor logits = buffer.narrow(0, 0, n);
@@ -340,9 +341,9 @@ void run_chunks(const LceInputs& in, ChunkPass& pass) {
       if (start == 0) {  // the first chunk writes dW, the others add to it
         scaled_mm_out(pass.dw, gq.cols, gq.cols_inverse, hq.cols, hq.cols_inverse, /*fast=*/false);
       } else {
-        Tensor part = torch::empty_like(pass.dw);
-        scaled_mm_out(part, gq.cols, gq.cols_inverse, hq.cols, hq.cols_inverse, /*fast=*/false);
-        pass.dw.add_(part);
+        if (!dw_chunk.defined()) dw_chunk = torch::empty_like(pass.dw);
+        scaled_mm_out(dw_chunk, gq.cols, gq.cols_inverse, hq.cols, hq.cols_inverse, /*fast=*/false);
+        pass.dw.add_(dw_chunk);
       }
     }
   }
