@@ -14,16 +14,27 @@
 
 namespace ablate::base {
 
-TempDir::TempDir(std::string_view prefix) {
-  const char* tmp = std::getenv("TMPDIR");
-  const std::string pattern = fmt::format("{}/{}-XXXXXX", tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", prefix);
+namespace {
+
+std::filesystem::path make_temp_dir(const std::string& parent, std::string_view prefix) {
+  const std::string pattern = fmt::format("{}/{}-XXXXXX", parent, prefix);
   std::string name = pattern;  // mkdtemp fills in the Xs, even when it fails
   if (::mkdtemp(name.data()) == nullptr) {
     const int error = errno;
     throw std::runtime_error(fmt::format("cannot create a temporary folder {}: {}", pattern, std::strerror(error)));
   }
-  path_ = name;
+  return name;
 }
+
+}  // namespace
+
+TempDir::TempDir(std::string_view prefix) {
+  const char* tmp = std::getenv("TMPDIR");
+  path_ = make_temp_dir(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", prefix);
+}
+
+TempDir::TempDir(std::string_view prefix, const std::filesystem::path& parent)
+    : path_(make_temp_dir(parent.empty() ? "." : parent.string(), prefix)) {}
 
 TempDir::~TempDir() { remove(); }
 

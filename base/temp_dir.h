@@ -1,6 +1,7 @@
 // base/temp_dir.h: a scratch folder that lives as long as its owner (the project's one mkdtemp).
 // It is removed with base::remove_tree, never std::filesystem::remove_all (see remove_tree.h).
-// Used by the tests of every folder, the benchmarks and report/plots.cpp (gnuplot's scratch space).
+// Used by the tests of every folder, the benchmarks, report/plots.cpp (gnuplot's scratch space) and
+// report/site.cpp (a site built beside its destination).
 // Tests: tests/base/temp_dir_test.cpp.
 #pragma once
 #include <filesystem>
@@ -16,6 +17,9 @@ namespace ablate::base {
 class TempDir {
  public:
   explicit TempDir(std::string_view prefix = "ablate");
+  // The same inside `parent` instead of $TMPDIR: a folder that is renamed into place when complete
+  // must be on the destination's filesystem (`ablate site` builds its site this way).
+  TempDir(std::string_view prefix, const std::filesystem::path& parent);
   ~TempDir();
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;

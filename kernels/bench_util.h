@@ -28,8 +28,7 @@ namespace ablate::kernels::bench {
 // Measured on the H100 (docs/gpu.md): device-to-device copy counting read + write, dense bf16 GEMM.
 constexpr double kCopyCeilingBytesPerSecond = 3.0e12;
 constexpr double kBf16PeakFlopsPerSecond = 790e12;
-// The H100 SXM datasheet's dense peaks, what the FP8 cases' pct_of_peak divides by (the precision the
-// GEMMs ran in): bf16 989 TFLOP/s, FP8 1979.
+// The H100 SXM datasheet's dense peaks, against which a GEMM's share of its precision's peak is stated.
 constexpr double kBf16DatasheetFlopsPerSecond = 989e12;
 constexpr double kFp8DatasheetFlopsPerSecond = 1979e12;
 // nam56r-small: 8 x 2048 tokens, d 1024, dense FFN 2816.

@@ -38,9 +38,9 @@ struct ModelDims {
   int64_t ssm_state = 0;     // M blocks: state N (the rotary turns N / 4 pairs)
   int64_t ssm_chunk = 0;     // M blocks: scan chunk L
   int64_t conv_width = 0;    // R blocks: causal_conv taps K
-  // Every block's dense projections (dense_gemm): the greatest common divisor of their widths (N and K
-  // of each weight) and of the tokens of a micro-batch (batch x T, the inner dimension of the weight
-  // gradient's GEMM). FP8 GEMMs (cuBLASLt) need every leading dimension a multiple of 16.
+  // Dense GEMMs (the blocks' projections, dense_gemm; the LM head, loss): the gcd of their widths (N, K
+  // of each weight; the head's vocabulary and d) and of a micro-batch's tokens (batch x T, the weight
+  // gradient's inner dimension). FP8 GEMMs (cuBLASLt) need every leading dimension a multiple of 16.
   int64_t projection_alignment = 0;
   // E blocks: the greatest common divisor of d_model and the expert FFN width f, the expert GEMMs' N and K
   // (moe_dispatch). FP8 grouped GEMMs need both multiples of 16.

@@ -77,11 +77,6 @@ BlockParams block_params(char letter, const ModelConfig& c) {
   return p;
 }
 
-// The experts' GEMMs of an E block, forward, per token: k experts of three d x f matrices each.
-double expert_forward_flops(const ModelConfig& c) {
-  return static_cast<double>(c.moe.top_k) * 3.0 * 2.0 * static_cast<double>(c.d_model) * static_cast<double>(c.moe.ffn);
-}
-
 double block_forward_flops(char letter, const ModelConfig& c) {
   const double d = static_cast<double>(c.d_model);
   const double projections = 2.0 * static_cast<double>(projection_weights(letter, c));
@@ -96,8 +91,11 @@ double block_forward_flops(char letter, const ModelConfig& c) {
       const auto m = mamba_dims(c);
       return projections + 7.0 * static_cast<double>(m.d_inner) * static_cast<double>(m.state);
     }
-    case 'E':
-      return 2.0 * d * static_cast<double>(c.moe.experts) + expert_forward_flops(c);  // router + experts
+    case 'E': {
+      const auto& e = c.moe;
+      return 2.0 * d * static_cast<double>(e.experts) +
+             static_cast<double>(e.top_k) * 3.0 * 2.0 * d * static_cast<double>(e.ffn);
+    }
     default:
       return projections;  // R, D: their projections
   }
@@ -154,12 +152,15 @@ double forward_flops_per_token(const ModelConfig& c) {
   return flops;
 }
 
-FlopsByPrecision training_flops_by_precision(const ModelConfig& c, bool projections_fp8, bool experts_fp8) {
+FlopsByPrecision training_flops_by_precision(const ModelConfig& c, Fp8Families fp8) {
+  // Each term is one of forward_flops_per_token's (2 FLOPs a weight a token, x 3 for training).
   FlopsByPrecision f;
   for (const char letter : c.pattern) {
-    if (projections_fp8) f.fp8 += 3.0 * 2.0 * static_cast<double>(projection_weights(letter, c));
-    if (experts_fp8 && letter == 'E') f.fp8 += 3.0 * expert_forward_flops(c);
+    if (fp8.projections) f.fp8 += 3.0 * 2.0 * static_cast<double>(projection_weights(letter, c));
+    if (fp8.experts && letter == 'E')
+      f.fp8 += 3.0 * 2.0 * static_cast<double>(c.moe.top_k) * 3.0 * static_cast<double>(c.d_model * c.moe.ffn);
   }
+  if (fp8.head) f.fp8 += 3.0 * 2.0 * static_cast<double>(c.d_model) * static_cast<double>(c.vocab);
   f.run_dtype = training_flops_per_token(c) - f.fp8;
   return f;
 }

@@ -89,15 +89,20 @@ inline constexpr const char* kFlopsVersion = "flops-v2";
 // Forward FLOPs per token by docs/model.md's `flops-v2` (training = 3x forward; the total is flops-v1's).
 double forward_flops_per_token(const ModelConfig& c);
 inline double training_flops_per_token(const ModelConfig& c) { return 3.0 * forward_flops_per_token(c); }
-// Training FLOPs per token split by the precision their GEMMs run in (flops-v2): the blocks' dense
-// projections (the dense_gemm seam) in FP8 when `projections_fp8`, the E blocks' expert GEMMs (the
-// moe_dispatch seam; not the router) when `experts_fp8`, everything else in the run's dtype. MFU divides
-// each part by its own peak (harness/step_stats.h).
+// Which GEMM families run in FP8 (the chosen backend's catalog fp8_gemms of each family's seam).
+struct Fp8Families {
+  bool projections = false;  // the blocks' dense projections (seam dense_gemm)
+  bool head = false;         // the LM head (seam loss)
+  bool experts = false;      // the MoE experts' GEMMs (seam moe_dispatch); the router stays in the run dtype
+};
+// Training FLOPs per token split by the precision their GEMMs run in (flops-v2): each family's GEMMs in
+// FP8 when it runs FP8, everything else in the run's dtype. MFU divides each part by its own peak
+// (harness/step_stats.h).
 struct FlopsByPrecision {
   double run_dtype = 0.0;  // bf16 (or fp32) tensor-core work
   double fp8 = 0.0;
   double total() const { return run_dtype + fp8; }
 };
-FlopsByPrecision training_flops_by_precision(const ModelConfig& c, bool projections_fp8, bool experts_fp8);
+FlopsByPrecision training_flops_by_precision(const ModelConfig& c, Fp8Families fp8);
 
 }  // namespace ablate::model

@@ -113,13 +113,23 @@ std::string family_of_kernel_name(const std::string& name) {
   return "elementwise";
 }
 
-// Whether a GEMM kernel's name spells FP8 inputs: cuBLASLt's nvjet kernels as "qq" (nvjet_sm90_qqtst_...;
-// bf16 ones are nvjet_sm90_tst_), CUTLASS and cuBLASLt's templates as their element types (float_e4m3_t,
+// Whether a GEMM kernel's name spells FP8 inputs: cuBLASLt's nvjet kernels by the type letters after the
+// architecture, the two inputs' first, q (e4m3) or r (e5m2) for FP8 (nvjet_sm90_qqtst_... e4m3 x e4m3,
+// nvjet_sm90_qrtst_... e4m3 x e5m2: the tensorwise recipe's gradients, H200 profiles of 2026-11-28; bf16
+// ones are nvjet_sm90_tst_...); CUTLASS and cuBLASLt's templates by their element types (float_e4m3_t,
 // __nv_fp8_e4m3, E4M3E4M3).
 namespace {
+bool nvjet_fp8_inputs(const std::string& n) {
+  const auto at = n.find("nvjet_sm");
+  if (at == std::string::npos) return false;
+  const auto types = n.find('_', at + 8);  // past the architecture: nvjet_sm90_
+  if (types == std::string::npos || types + 2 >= n.size()) return false;
+  const auto fp8 = [](char c) { return c == 'q' || c == 'r'; };
+  return fp8(n[types + 1]) || fp8(n[types + 2]);
+}
 bool names_fp8_inputs(const std::string& name) {
   const std::string n = lower(name);
-  return (contains_any(n, {"nvjet"}) && contains_any(n, {"_qq"})) || contains_any(n, {"e4m3", "e5m2", "fp8", "f8f8"});
+  return nvjet_fp8_inputs(n) || contains_any(n, {"e4m3", "e5m2", "fp8", "f8f8"});
 }
 }  // namespace
 
@@ -251,7 +261,13 @@ std::vector<ObservedBackend> observe_backends(const ProfileSummary& summary,
         for (const auto& p : row.kernel_patterns)
           if (name.find(p) != std::string::npos) hits.insert(row.name);
       }
-      matched.insert(hits.begin(), hits.end());
+      // A kernel the chosen backend's own patterns name is its kernel, even where another backend shares
+      // the pattern (the FP8 head runs the bf16 fused head's row kernel): only a kernel the chosen backend
+      // does not name is evidence of another.
+      if (hits.count(chosen_name) != 0)
+        matched.insert(chosen_name);
+      else
+        matched.insert(hits.begin(), hits.end());
       ob.evidence.push_back({name, join(hits), sums.first, sums.second});
     }
     std::sort(ob.evidence.begin(), ob.evidence.end(),

@@ -87,7 +87,8 @@ struct ObservedBackend {
   std::string note;                     // why, in words
   std::vector<BackendEvidence> evidence;
 };
-// A seam's kernels must match the chosen backend's catalog patterns and no other backend's. A chosen
+// A seam's kernels must match the chosen backend's catalog patterns, and none may match only another
+// backend's (a kernel both name, a shared pass, is the chosen one's). A chosen
 // backend without patterns (the reference) is confirmed when no other backend's patterns match. And the
 // seam's GEMM kernels must run in the chosen backend's precision (catalog fp8_gemms): an FP8 backend
 // whose GEMMs ran in bf16, or another whose GEMMs ran in FP8, is a mismatch whatever the patterns say.

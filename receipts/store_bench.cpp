@@ -21,7 +21,17 @@
 //                       read whole (`ablate show`). Target (issue 34): < 100 ms each at 100 k runs and 10 M
 //                       step rows. The default store is 10 k x 100 (built in ~1 min); ABLATE_BENCH_SCALE=1
 //                       adds the target's 100 k x 100 (several minutes to build, once per process).
+//   BM_CliAtScale<EXE>/R/S/Q - the same stores through each executable ABLATE_BENCH_CLI names (paths joined
+//                       by :, e.g. build/ablate:build/ablate-train), as a user runs it: the whole process (start, open, query, print to /dev/null, exit), exit
+//                       0 required: Q = 0 `ablate --help` (start-up alone), 1 `ablate runs`, 2 `ablate show
+//                       N` (the middle run). Target (issue 34): `runs` and `show` < 100 ms at 100 k runs.
+//                       Only when ABLATE_BENCH_CLI is set: this folder's benchmarks build no executable.
 // Build and run: ninja -C build-receipts store_bench && build-receipts/bench/store_bench
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
@@ -32,6 +42,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -287,16 +298,62 @@ void BM_AtScale(benchmark::State& state) {
   state.counters["MB"] = static_cast<double>(std::filesystem::file_size(scale.path)) / 1e6;
 }
 
+// The exit status of `cli args...` with its output thrown away.
+int run_quietly(const std::string& cli, std::vector<std::string> args) {
+  args.insert(args.begin(), cli);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, cli.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return -1;
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+void BM_CliAtScale(benchmark::State& state, const std::string& cli) {
+  const std::int64_t runs = state.range(0), steps = state.range(1), query = state.range(2);
+  auto& scale = scale_store(runs, steps);
+  const std::vector<std::string> args =
+      query == 0   ? std::vector<std::string>{"--help"}
+      : query == 1 ? std::vector<std::string>{"runs", "--db", scale.path}
+                   : std::vector<std::string>{"show", std::to_string(scale.middle_run), "--db", scale.path};
+  for (auto _ : state) {
+    if (const int rc = run_quietly(cli, args); rc != 0) {
+      state.SkipWithError(fmt::format("{} {} exited with {}", cli, args[0], rc).c_str());
+      break;
+    }
+  }
+}
+
 void register_scale_cases() {
   std::vector<std::pair<std::int64_t, std::int64_t>> sizes = {{10000, 100}};
   if (const char* big = std::getenv("ABLATE_BENCH_SCALE"); big != nullptr && std::string(big) == "1")
     sizes.push_back({100000, 100});
-  for (const auto& [runs, steps] : sizes)
+  const char* cli = std::getenv("ABLATE_BENCH_CLI");
+  for (const auto& [runs, steps] : sizes) {
     for (std::int64_t query = 0; query < 4; ++query)
       benchmark::RegisterBenchmark("BM_AtScale", BM_AtScale)
           ->Args({runs, steps, query})
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
+    std::stringstream paths(cli ? cli : "");
+    for (std::string path; std::getline(paths, path, ':');) {
+      if (path.empty()) continue;
+      const std::string name = fmt::format("BM_CliAtScale<{}>", std::filesystem::path(path).filename().string());
+      for (std::int64_t query = 0; query < 3; ++query)
+        benchmark::RegisterBenchmark(name.c_str(), BM_CliAtScale, path)
+            ->Args({runs, steps, query})
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+    }
+  }
 }
 
 }  // namespace

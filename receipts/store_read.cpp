@@ -189,7 +189,7 @@ nlohmann::json Store::child_rows(std::string_view table, std::string_view order_
   return rows;
 }
 
-nlohmann::json Store::run_json(std::int64_t run_id) {
+nlohmann::json Store::run_json(std::int64_t run_id, bool with_steps) {
   // One snapshot for the whole document, even while the run is still being written.
   return db_->read_transaction([&] {
     nlohmann::json out;
@@ -201,7 +201,7 @@ nlohmann::json Store::run_json(std::int64_t run_id) {
     out["spec"] = spec.empty() ? nlohmann::json(nullptr) : spec[0];
     out["backends"] = child_rows("run_backends", "seam", run_id);
     out["catalog"] = child_rows("catalog", "seam, backend", run_id);
-    out["steps"] = child_rows("steps", "rank, step", run_id);
+    if (with_steps) out["steps"] = child_rows("steps", "rank, step", run_id);
     out["evaluations"] = child_rows("evaluations", "step", run_id);
     out["goodput"] = nlohmann::json::object();
     for (const auto& row : child_rows("goodput", "category", run_id)) {

@@ -1,9 +1,10 @@
-// report/document.h: a small document model (sections of paragraphs, tables and plots) that
-// `ablate report` fills once and renders twice: as Markdown and as one self-contained HTML page. Keeping
+// report/document.h: a small document model (sections of paragraphs, tables, plots, links and
+// preformatted text) that `ablate report` fills once and renders twice: as Markdown and as one
+// self-contained HTML page, and that every page of `ablate site` (report/site.h) is rendered from. Keeping
 // one model means the two outputs cannot drift apart, and escaping lives in exactly one place per format:
 // every string handed to the model is treated as untrusted text (run names, tags and environment values
 // are user-controlled); only Plot::svg is embedded as markup, and the plot code sanitizes what it feeds
-// gnuplot (report/plots.h).
+// gnuplot (report/plots.h). Link targets are escaped too; the site only makes relative ones.
 // Tests: tests/report/document_test.cpp, report_test.cpp (report_tests).
 #pragma once
 
@@ -22,6 +23,23 @@ struct Paragraph {
 struct Table {
   std::vector<std::string> header;
   std::vector<std::vector<std::string>> rows;  // each as long as the header
+  // Empty, or shaped like `rows`: the target each cell links to ("" for none).
+  std::vector<std::vector<std::string>> links = {};
+};
+
+struct Link {
+  std::string text;
+  std::string href;
+};
+
+// Links on one line (a page's navigation, the runs of a segment).
+struct LinkList {
+  std::vector<Link> links;
+};
+
+// Text shown as is, in a fixed-width font: column-aligned listings such as `ablate show`'s.
+struct Preformatted {
+  std::string text;
 };
 
 // An SVG plot: Markdown links the file (written next to the report), HTML embeds the markup inline.
@@ -31,7 +49,7 @@ struct Plot {
   std::string svg;   // the <svg>...</svg> element, without an XML prolog
 };
 
-using Block = std::variant<Paragraph, Table, Plot>;
+using Block = std::variant<Paragraph, Table, Plot, LinkList, Preformatted>;
 
 struct Section {
   std::string heading;
@@ -40,6 +58,7 @@ struct Section {
 
 struct Document {
   std::string title;
+  std::vector<Link> navigation;  // shown above the title (the site's way back to its index)
   std::vector<Section> sections;
 };
 

@@ -190,14 +190,10 @@ std::string plot_label(std::string_view text) {
   return out;
 }
 
-PlotSet make_plots(const Report& report) {
-  std::vector<PlotJob> jobs;
-  for (auto job : {step_time_job(report),
-                   curve_job(report, "loss.svg", "Loss per step (median over ok runs)", "loss", &CellReport::loss_curve, "lines"),
-                   curve_job(report, "validation.svg", "Validation loss on held-out documents (median over ok runs)",
-                             "validation", &CellReport::validation_curve, "linespoints"),
-                   goodput_job(report), memory_job(report)})
-    if (job) jobs.push_back(std::move(*job));
+namespace {
+
+// Runs every job in one gnuplot process; plots keep the jobs' order.
+PlotSet draw(const std::vector<PlotJob>& jobs) {
   PlotSet set;
   if (jobs.empty()) return set;
   // A scratch folder for gnuplot's inputs and outputs, removed afterwards.
@@ -219,6 +215,60 @@ PlotSet make_plots(const Report& report) {
     set.plots.push_back({job.file, job.title, embeddable_svg(read_file(dir / job.file), "ablate_" + stem)});
   }
   return set;
+}
+
+// A lane's median step time per run over calendar time, each segment's median as a level line, and
+// the first run after each regression marked.
+std::optional<PlotJob> trend_job(const Trend& t, std::size_t index) {
+  if (t.points.empty()) return std::nullopt;
+  const std::string stem = fmt::format("trend_{}", index);
+  PlotJob job{stem + ".svg", "Median step time per run over time; lines: each level's median; red: a regression starts",
+              "", {}};
+  std::string runs, levels, regressions;
+  for (const auto& p : t.points) runs += fmt::format("{:.0f} {:.6f}\n", p.started_at, p.median_step_ms);
+  for (const auto& s : t.segments)
+    levels += fmt::format("{:.0f} {:.6f}\n{:.0f} {:.6f}\n\n", t.points[s.first].started_at, s.median_step_ms,
+                          t.points[s.last].started_at, s.median_step_ms);
+  for (const auto& shift : t.shifts) {
+    if (shift.kind != ShiftKind::regression) continue;
+    const auto& first_after = t.points[t.segments[shift.after].first];
+    regressions += fmt::format("{:.0f} {:.6f}\n", first_after.started_at, first_after.median_step_ms);
+  }
+  job.data.push_back({stem + ".dat", runs});
+  job.data.push_back({stem + "_levels.dat", levels});
+  std::string plot = fmt::format("plot '{0}.dat' using 1:2 with points pt 7 ps 0.6 lc rgb 'gray40' title 'run', \\\n"
+                                 "  '{0}_levels.dat' using 1:2 with lines lw 3 lc rgb 'blue' title 'level'",
+                                 stem);
+  if (!regressions.empty()) {
+    job.data.push_back({stem + "_regressions.dat", regressions});
+    plot += fmt::format(", \\\n  '{}_regressions.dat' using 1:2 with points pt 9 ps 1.8 lc rgb 'red' title 'regression'",
+                        stem);
+  }
+  job.script = fmt::format(
+      "set title 'lane {}: median step time (ms)'\nset ylabel 'ms'\nset xdata time\nset timefmt '%s'\n"
+      "set format x '%Y-%m-%d'\nset offsets graph 0.02, graph 0.02, graph 0.1, graph 0.1\nset key outside right\n{}\n",
+      plot_label(t.lane), plot);
+  return job;
+}
+
+}  // namespace
+
+PlotSet make_plots(const Report& report) {
+  std::vector<PlotJob> jobs;
+  for (auto job : {step_time_job(report),
+                   curve_job(report, "loss.svg", "Loss per step (median over ok runs)", "loss", &CellReport::loss_curve, "lines"),
+                   curve_job(report, "validation.svg", "Validation loss on held-out documents (median over ok runs)",
+                             "validation", &CellReport::validation_curve, "linespoints"),
+                   goodput_job(report), memory_job(report)})
+    if (job) jobs.push_back(std::move(*job));
+  return draw(jobs);
+}
+
+PlotSet make_trend_plots(const std::vector<Trend>& trends) {
+  std::vector<PlotJob> jobs;
+  for (std::size_t i = 0; i < trends.size(); ++i)
+    if (auto job = trend_job(trends[i], i)) jobs.push_back(std::move(*job));
+  return draw(jobs);
 }
 
 }  // namespace ablate::report

@@ -1,4 +1,4 @@
-// report/plots.h: the SVG plots of `ablate report`, drawn by gnuplot run as a child process (a data
+// report/plots.h: the SVG plots of `ablate report` and of the lane pages of `ablate site`, drawn by gnuplot run as a child process (a data
 // file per plot and one script, `set terminal svg`). gnuplot is $ABLATE_GNUPLOT when set, else `gnuplot`
 // on PATH. When it is missing or fails, the report is still written, without plots and with a note
 // saying why: plots are a convenience, the tables carry the numbers.
@@ -13,6 +13,7 @@
 
 #include "report/document.h"
 #include "report/report.h"
+#include "report/trend.h"
 
 namespace ablate::report {
 
@@ -22,6 +23,11 @@ struct PlotSet {
 };
 
 PlotSet make_plots(const Report& report);
+
+// One plot per trend with runs, trend_<index>.svg for trends[index], all drawn by one gnuplot process:
+// the runs' median step time over calendar time, each level's median, the first run of each
+// regression marked. Lanes without runs get none.
+PlotSet make_trend_plots(const std::vector<Trend>& trends);
 
 // The gnuplot executable: $ABLATE_GNUPLOT, else "gnuplot" (looked up on PATH).
 std::string gnuplot_binary();

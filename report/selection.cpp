@@ -74,19 +74,28 @@ RunSelection select_matrix(receipts::Store& store, std::string_view name) {
                                             known.empty() ? "the store has no matrices"
                                                           : fmt::format("known matrices: {}", fmt::join(known, ", "))));
   }
-  RunSelection selection;
-  selection.matrix_id = rows[0]["id"].get<std::int64_t>();
-  selection.title = fmt::format("matrix {} (id {})", name, *selection.matrix_id);
+  RunSelection selection = select_matrix_id(store, rows[0]["id"].get<std::int64_t>());
   if (rows.size() > 1) {
-    selection.notes.push_back(fmt::format("{} older matri{} named '{}' (another cell set or base) not included; this "
-                                          "report covers the newest, id {}",
-                                          rows.size() - 1, rows.size() == 2 ? "x" : "ces", name, *selection.matrix_id));
+    selection.notes.insert(selection.notes.begin(),
+                           fmt::format("{} older matri{} named '{}' (another cell set or base) not included; this "
+                                       "report covers the newest, id {}",
+                                       rows.size() - 1, rows.size() == 2 ? "x" : "ces", name, *selection.matrix_id));
   }
+  return selection;
+}
+
+RunSelection select_matrix_id(receipts::Store& store, std::int64_t matrix_id) {
+  const json rows = store.query("SELECT name, spec_json FROM matrices WHERE id = ?", {matrix_id});
+  if (rows.empty()) throw std::invalid_argument(fmt::format("no matrix with id {} in {}", matrix_id, store.path()));
+  const std::string name = rows[0]["name"].get<std::string>();
+  RunSelection selection;
+  selection.matrix_id = matrix_id;
+  selection.title = fmt::format("matrix {} (id {})", name, matrix_id);
   // Cell order from the matrix's identity (baseline first), then any cell it does not list.
   std::vector<std::string> order;
   const json identity = json::parse(rows[0]["spec_json"].get<std::string>());
   std::map<std::string, std::vector<std::int64_t>> by_cell;
-  for (const auto& cell : store.matrix_cells(*selection.matrix_id)) by_cell[cell.cell].push_back(cell.run_id);
+  for (const auto& cell : store.matrix_cells(matrix_id)) by_cell[cell.cell].push_back(cell.run_id);
   if (identity.contains("cells") && identity["cells"].is_array()) {
     for (const auto& cell : identity["cells"]) {
       if (!cell.contains("name") || !cell["name"].is_string()) continue;
@@ -105,7 +114,7 @@ RunSelection select_matrix(receipts::Store& store, std::string_view name) {
   }
   if (selection.groups.empty())
     throw std::invalid_argument(fmt::format("matrix '{}' (id {}) in {} has no runs yet (run it with `ablate matrix run`)",
-                                            name, *selection.matrix_id, store.path()));
+                                            name, matrix_id, store.path()));
   return selection;
 }
 

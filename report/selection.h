@@ -43,6 +43,10 @@ struct RunSelection {
 // unknown name (listing the names the store knows) or a matrix without runs.
 RunSelection select_matrix(receipts::Store& store, std::string_view name);
 
+// The same for the matrix with this id (matrices share a name when their cells or base changed).
+// Throws std::invalid_argument for an unknown id or a matrix without runs.
+RunSelection select_matrix_id(receipts::Store& store, std::int64_t matrix_id);
+
 // Runs picked by a compare-style selector, grouped by cell (else run name). Groups are ordered by
 // their oldest run, except that a group named "baseline" comes first. Throws std::invalid_argument
 // for a bad selector or one that matches nothing.

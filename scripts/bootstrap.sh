@@ -11,7 +11,8 @@ TORCH_VERSION=2.11.0
 VENV=${ABLATE_VENV:-$HOME/.cache/ablate/torch-$TORCH_VERSION}
 PACKAGES=(build-essential cmake ninja-build ccache pkg-config libsqlite3-dev sqlite3 libfmt-dev
           libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
-          gnuplot-nox python3-venv libgloo-dev xz-utils libiberty-dev)
+          gnuplot-nox python3-venv libgloo-dev xz-utils libiberty-dev chromium)
+# chromium: only the ctest site_browser (every page of `ablate site` in a headless browser) uses it.
 
 log() { echo "bootstrap: $*" >&2; }
 

@@ -48,6 +48,13 @@ link_torch_runpath() {
   done
 }
 
+# The same for the CLI of a staged tree: ablate-train loads LibTorch (ablate, where a tree predates
+# ablate-train).
+link_torch_runpath_of() {
+  local b
+  for b in "$1/ablate" "$1/ablate-train"; do [ ! -f "$b" ] || link_torch_runpath "$b"; done
+}
+
 use_prebuilt() {
   local why
   why=$(prebuilt_refusal)
@@ -56,7 +63,7 @@ use_prebuilt() {
   rm -rf $PREBUILT/tree && mkdir -p $PREBUILT/tree && tar xJf $PREBUILT/tree.tar.xz -C $PREBUILT/tree ||
     { note "prebuilt: not used: could not unpack $PREBUILT/tree.tar.xz"; return 1; }
   ln -sfn $PREBUILT/tree build && ln -sfn $PREBUILT/tree "$BUILD"
-  link_torch_runpath $PREBUILT/tree/ablate
+  link_torch_runpath_of $PREBUILT/tree
   mkdir -p "$OUT"  # its smoke log goes there, before a caller may have made OUT
   if ! "$BUILD/ablate" catalog > "$OUT/prebuilt-smoke.log" 2>&1 ||
      ! "$BUILD/tests/kernels_tests" --gtest_list_tests >> "$OUT/prebuilt-smoke.log" 2>&1; then
@@ -127,7 +134,7 @@ use_baseline() {
   [ -n "$root" ] || { echo "$(basename "$0"): $BASELINE_DIR/STAMP names no root" >&2; return 1; }
   mkdir -p "$root/build" && tar xJf $BASELINE_DIR/tree.tar.xz -C "$root/build" ||
     { echo "$(basename "$0"): could not unpack $BASELINE_DIR into $root/build" >&2; return 1; }
-  link_torch_runpath "$root/build/ablate"
+  link_torch_runpath_of "$root/build"
   if ! "$root/build/ablate" catalog > "$OUT/baseline-smoke.log" 2>&1; then
     echo "$(basename "$0"): the baseline's smoke test failed: $(grep -m1 -iE 'error|not found|undefined' "$OUT/baseline-smoke.log")" >&2
     return 1

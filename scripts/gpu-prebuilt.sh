@@ -5,16 +5,17 @@
 # when its stamp matches the sources it was sent (scripts/source-hash.sh; no git needed there) and a
 # smoke test passes, else builds as before and says why (docs/gpu.md "Prebuilt binaries").
 #   bash scripts/gpu-prebuilt.sh      # on the development machine, after the commit you will send
-# Stages: ablate, every test and benchmark program, libablate_kernels.so, and the runtime libraries the
-# binaries take from this machine (libcudart, libcupti, Google Benchmark) beside it, as one xz archive
-# .gpu-prebuilt/tree.tar.xz (~10 MB) with a STAMP (the binaries' RUNPATH names $PWD/build/kernels;
-# gpu-check.sh unpacks the tree into .gpu-prebuilt/tree and links build -> it there).
+# Stages: ablate and ablate-train, every test and benchmark program, libablate_kernels.so, and the
+# runtime libraries the binaries take from this machine (libcudart, libcupti, Google Benchmark) beside
+# it, as one xz archive .gpu-prebuilt/tree.tar.xz (~10 MB) with a STAMP (the binaries' RUNPATH names
+# $PWD/build/kernels; gpu-check.sh unpacks the tree into .gpu-prebuilt/tree and links build -> it there).
 #
 #   bash scripts/gpu-prebuilt.sh --baseline REV
 # A baseline for an A/B across revisions (docs/gpu.md "A/B across revisions"): builds REV in a git
 # worktree beside the repository (../ablate-baseline-<12 hex>, ccache shares what did not change) and
-# stages its ablate and kernels into .gpu-baseline/tree.tar.xz (~5 MB) with a STAMP; carried, it
-# lets scripts/gpu-ab.sh run side A on REV's binary and side B on the current one, interleaved.
+# stages its ablate (with ablate-train, where REV has it) and kernels into .gpu-baseline/tree.tar.xz
+# (~5 MB) with a STAMP; carried, it lets scripts/gpu-ab.sh run side A on REV's binary and side B on the
+# current one, interleaved.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,8 +36,9 @@ if [ $# = 2 ]; then
 fi
 
 # The project's own build (Makefile: installs what is missing, configures Release, ccache), then checks.
-# A baseline stages only ablate and the kernels library: it builds just those two targets (the test and
-# benchmark programs are most of a full build, ~40 minutes on 2 cores when the cache misses).
+# A baseline stages only ablate and the kernels library: it builds just those two targets, and with them
+# ablate-train where REV has it (the test and benchmark programs are most of a full build, ~40 minutes on
+# 2 cores when the cache misses).
 if [ $baseline = 1 ]; then
   { make -s -C "$root" build/build.ninja > /dev/null && cmake --build "$root/build" --target ablate ablate_kernels > /dev/null; } ||
     { echo "gpu-prebuilt: building ablate and ablate_kernels failed in $root" >&2; exit 1; }
@@ -51,6 +53,8 @@ grep -q '^CMAKE_CUDA_COMPILER:STRING=.*nvcc' "$root/build/CMakeCache.txt" ||
 staged=$out.tmp
 rm -rf "$staged" && mkdir -p "$staged"/{tests,bench,kernels}
 cp "$root/build/ablate" "$staged/"
+# ablate runs training in ablate-train beside it (harness/cli/hand_off.cpp); a REV before that split has none.
+[ ! -f "$root/build/ablate-train" ] || cp "$root/build/ablate-train" "$staged/"
 if [ $baseline = 0 ]; then
   for f in "$root"/build/tests/* "$root"/build/bench/*; do
     [ -f "$f" ] && [ -x "$f" ] && cp "$f" "$staged/${f#"$root"/build/}"
@@ -60,7 +64,7 @@ cp "$root"/build/kernels/*.so "$staged/kernels/"
 # Runtime libraries resolved from this machine's paths: copied under their soname so the copies win
 # through RUNPATH wherever the GPU machine keeps its own.
 for lib in libcudart.so libcupti.so libbenchmark.so; do
-  path=$({ ldd "$staged/ablate" $(find "$staged/bench" -type f) 2>/dev/null || true; } |
+  path=$({ ldd "$staged"/ablate* $(find "$staged/bench" -type f) 2>/dev/null || true; } |
          awk -v l="$lib" 'index($1, l) == 1 && $3 ~ /^\// && !found {print $1, $3; found = 1}')
   [ -n "$path" ] && cp -L "${path#* }" "$staged/kernels/${path%% *}"
 done

@@ -55,7 +55,7 @@ std::map<std::pair<std::string, std::string>, std::vector<report::StandingDecisi
 }  // namespace
 
 void register_catalog(CLI::App& app, Globals& g) {
-  auto* cmd = app.add_subcommand("catalog", "Print the kernel catalog: seams, backends, roles, fallbacks, availability");
+  auto* cmd = app.add_subcommand(kCatalogCommand.name, kCatalogCommand.about);
   static bool as_json = false;
   static std::string dtype = "bf16", lane;
   cmd->add_flag("--json", as_json, "print JSON instead of a table");

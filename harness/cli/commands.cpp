@@ -27,7 +27,8 @@ void register_commands(CLI::App& app, Globals& g) {
   register_trend(app, g);
   register_export(app, g);
   register_import(app, g);
-#ifdef ABLATE_WITH_TORCH
+  register_site(app, g);
+#if defined(ABLATE_WITH_TORCH) || defined(ABLATE_TRAIN_EXECUTABLE)
   register_run(app, g);
   register_launch(app, g);
 #endif

@@ -48,11 +48,32 @@ inline CLI::Validator at_least(double min) {
       "NUMBER >= " + bound);
 }
 
+// The commands that need LibTorch (the model, the kernels, the live CUDA device) run in the executable
+// `ablate-train`; in a build with LibTorch, `ablate` lists them with the same line and hands them over to
+// it (harness/cli/hand_off.cpp says why). Name and one-line description, shared by both executables.
+struct TrainCommand {
+  const char* name;
+  const char* about;
+};
+inline constexpr TrainCommand kCatalogCommand{
+    "catalog", "Print the kernel catalog: seams, backends, roles, fallbacks, availability"};
+inline constexpr TrainCommand kRunCommand{"run",
+                                          "Run one experiment and store its receipt (exit 1 when the run fails)"};
+inline constexpr TrainCommand kLaunchCommand{
+    "launch", "Run one experiment data-parallel on this node: N ranks of `ablate run` (torchrun's variables)"};
+
+#ifdef ABLATE_TRAIN_EXECUTABLE
+// `ablate` only: whether `command` is one ablate-train runs, and the hand-over: exec of ablate-train
+// beside this executable with the same arguments. Returns only when it cannot (exit 2, saying why).
+bool runs_in_train(const std::string& command);
+int hand_off_to_train(char** argv);
+#endif
+
 // One register function per command file.
 void register_validate(CLI::App& app, Globals& g);
-void register_catalog(CLI::App& app, Globals& g);
+void register_catalog(CLI::App& app, Globals& g);            // ablate-train (ablate without LibTorch: itself)
 void register_receipt_queries(CLI::App& app, Globals& g);  // runs, show
-void register_run(CLI::App& app, Globals& g);               // only in builds with LibTorch
+void register_run(CLI::App& app, Globals& g);               // only in builds with LibTorch: ablate-train
 void register_launch(CLI::App& app, Globals& g);            // only in builds with LibTorch: N ranks of run
 void register_compare(CLI::App& app, Globals& g);           // report/: compare two groups of runs
 void register_gate(CLI::App& app, Globals& g);              // report/: keep/drop gate
@@ -61,5 +82,6 @@ void register_report(CLI::App& app, Globals& g);            // report/: Markdown
 void register_trend(CLI::App& app, Globals& g);             // report/: a lane's level shifts over time
 void register_export(CLI::App& app, Globals& g);            // report/: CSV / JSON tables
 void register_import(CLI::App& app, Globals& g);            // merge other receipt stores into --db
+void register_site(CLI::App& app, Globals& g);              // report/: a static HTML site over the store
 
 }  // namespace ablate::cli

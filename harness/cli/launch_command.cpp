@@ -154,8 +154,7 @@ void settle_run(const std::string& db, std::optional<int64_t> run_id, const std:
 }  // namespace
 
 void register_launch(CLI::App& app, Globals& g) {
-  auto* cmd = app.add_subcommand(
-      "launch", "Run one experiment data-parallel on this node: N ranks of `ablate run` (torchrun's variables)");
+  auto* cmd = app.add_subcommand(kLaunchCommand.name, kLaunchCommand.about);
   static std::string file;
   static std::vector<std::string> overrides;
   static int64_t nproc = 0;

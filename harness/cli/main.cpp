@@ -1,5 +1,5 @@
-// harness/cli/main.cpp: the `ablate` command line. Subcommands live in harness/cli/*_command.cpp and register
-// themselves here. Exit codes: 0 ok, 1 a run failed (or a failing gate / trend --fail-on-regression),
+// harness/cli/main.cpp: the `ablate` command line (and `ablate-train`'s: the same file, see hand_off.cpp).
+// Subcommands live in harness/cli/*_command.cpp and register themselves here. Exit codes: 0 ok, 1 a run failed (or a failing gate / trend --fail-on-regression),
 // 2 bad input (spec, CLI, database, data) or output that could not be written.
 // Try: ablate --help; ablate validate experiments/tiny.toml
 #include <CLI/CLI.hpp>
@@ -44,6 +44,10 @@ int run_main(int argc, char** argv) {
                  known);
       return kExitBadInput;
     }
+#ifdef ABLATE_TRAIN_EXECUTABLE
+    // Before parsing: ablate-train parses the whole command line itself, --help included.
+    if (runs_in_train(word)) return hand_off_to_train(argv);
+#endif
     break;
   }
   try {

@@ -38,7 +38,7 @@ int64_t env_count(const char* name, int64_t lo) {
 }  // namespace
 
 void register_run(CLI::App& app, Globals& g) {
-  auto* cmd = app.add_subcommand("run", "Run one experiment and store its receipt (exit 1 when the run fails)");
+  auto* cmd = app.add_subcommand(kRunCommand.name, kRunCommand.about);
   static std::string file;
   static std::vector<std::string> overrides;
   static bool quiet = false;

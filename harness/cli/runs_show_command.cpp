@@ -1,6 +1,7 @@
 // harness/cli/runs_show_command.cpp: `ablate runs` (a table of runs, filtered) and `ablate show RUN`
 // (everything the store holds about one run, as text or --json). Read-only: a database that does
-// not exist yet is not created by these commands.
+// not exist yet is not created by these commands. `show`'s text is report/run_view.h's, which the
+// run pages of `ablate site` show too.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -10,61 +11,11 @@
 #include "harness/cli/commands.h"
 #include "base/clock.h"
 #include "receipts/store.h"
+#include "report/run_view.h"
 
 namespace ablate::cli {
-namespace {
-
-template <typename T>
-std::string opt(const std::optional<T>& v, const char* format = "{}") {
-  return v ? fmt::format(fmt::runtime(format), *v) : "-";
-}
-
-std::string human_bytes(const std::optional<int64_t>& b) {
-  if (!b) return "-";
-  return fmt::format("{:.2f} GiB", static_cast<double>(*b) / (1024.0 * 1024 * 1024));
-}
-
-// A parameter count as people say it: 290.1 M, 1.82 B.
-std::string human_count(const std::optional<int64_t>& n) {
-  if (!n) return "-";
-  const double v = static_cast<double>(*n);
-  return v >= 1e9 ? fmt::format("{:.2f} B", v / 1e9) : fmt::format("{:.1f} M", v / 1e6);
-}
-
-// The kernels that took the most GPU time a step in the run's profiled window (rank 0), summed over
-// layers, each with where it was launched from: what a kernel change must move, and proof of which
-// instantiation the model really runs (names keep their template arguments).
-void print_top_kernels(receipts::Store& store, int64_t run_id, int64_t count) {
-  const auto window = store.query("SELECT steps FROM profile_windows WHERE run_id = ? AND rank = 0 AND status = 'ok'",
-                                  {run_id});
-  if (window.empty() || !window[0]["steps"].is_number() || window[0]["steps"].get<int64_t>() <= 0) {
-    fmt::print("kernels: no profiled window on rank 0 (run with [profile] enabled = true)\n");
-    return;
-  }
-  const double steps = window[0]["steps"].get<double>();
-  const auto rows = store.query(
-      "SELECT phase, block, seam, backend, name, SUM(calls) AS calls, SUM(total_ns) AS ns FROM kernel_attribution "
-      "WHERE run_id = ? AND rank = 0 GROUP BY phase, block, seam, backend, name ORDER BY ns DESC, name LIMIT ?",
-      {run_id, count});
-  const auto total = store.query("SELECT SUM(total_ns) AS ns FROM kernel_attribution WHERE run_id = ? AND rank = 0",
-                                 {run_id});
-  const double total_ms = total.empty() || !total[0]["ns"].is_number() ? 0 : total[0]["ns"].get<double>() / 1e6 / steps;
-  fmt::print("kernels: top {} of {:.2f} ms of GPU time a step ({} profiled steps, rank 0)\n", rows.size(), total_ms,
-             static_cast<int64_t>(steps));
-  fmt::print("  {:>9}  {:>7}  {:<9}  {:<5}  {:<28}  {}\n", "ms/step", "calls", "phase", "block", "seam[backend]", "kernel");
-  for (const auto& r : rows) {
-    const std::string seam = r["seam"].get<std::string>().empty()
-                                 ? "-"
-                                 : fmt::format("{}[{}]", r["seam"].get<std::string>(), r["backend"].get<std::string>());
-    std::string name = r["name"].get<std::string>();
-    if (name.size() > 160) name = name.substr(0, 157) + "...";
-    fmt::print("  {:>9.3f}  {:>7.1f}  {:<9}  {:<5}  {:<28}  {}\n", r["ns"].get<double>() / 1e6 / steps,
-               r["calls"].get<double>() / steps, r["phase"].get<std::string>(),
-               r["block"].get<std::string>().empty() ? "-" : r["block"].get<std::string>(), seam, name);
-  }
-}
-
-}  // namespace
+using report::human_bytes;
+using report::text_or_dash;
 
 void register_receipt_queries(CLI::App& app, Globals& g) {
   static receipts::RunFilter filter;
@@ -83,7 +34,7 @@ void register_receipt_queries(CLI::App& app, Globals& g) {
     const auto rows = store.list_runs(filter);
     if (runs_json) {
       nlohmann::json out = nlohmann::json::array();
-      for (const auto& r : rows) out.push_back(store.run_json(r.id)["run"]);
+      for (const auto& r : rows) out.push_back(store.run_json(r.id, false)["run"]);
       fmt::print("{}\n", out.dump(2));
       return kExitOk;
     }
@@ -92,8 +43,8 @@ void register_receipt_queries(CLI::App& app, Globals& g) {
     for (const auto& r : rows) {
       const auto& s = r.summary;
       fmt::print("{:>5}  {:<9}  {:<24}  {:<19}  {:>5}  {:>9}  {:>10}  {:>6}  {:>8}  {:>10}  {}\n", r.id,
-                 receipts::to_string(r.status), r.name.substr(0, 24), base::format_utc(r.started_at), opt(s.steps),
-                 opt(s.median_step_ms, "{:.2f}"), opt(s.tokens_per_s, "{:.0f}"),
+                 receipts::to_string(r.status), r.name.substr(0, 24), base::format_utc(r.started_at), text_or_dash(s.steps),
+                 text_or_dash(s.median_step_ms, "{:.2f}"), text_or_dash(s.tokens_per_s, "{:.0f}"),
                  s.mfu ? fmt::format("{:.1f}%", *s.mfu * 100) : "-",
                  s.goodput_pct ? fmt::format("{:.1f}%", *s.goodput_pct) : "-", human_bytes(s.peak_memory_bytes),
                  fmt::join(r.tags, ","));
@@ -115,106 +66,11 @@ void register_receipt_queries(CLI::App& app, Globals& g) {
   show->add_flag("--json", show_json, "print JSON");
   command_table().push_back({show, [&g] {
     auto store = receipts::Store::open_existing(g.db);
-    const auto j = store.run_json(run_id);
     if (show_json) {
-      fmt::print("{}\n", j.dump(2));
+      fmt::print("{}\n", store.run_json(run_id).dump(2));
       return kExitOk;
     }
-    const auto r = store.get_run(run_id);
-    fmt::print("run {}  {}  [{}]\n", r.id, r.name, receipts::to_string(r.status));
-    if (r.error) fmt::print("error: {}\n", *r.error);
-    fmt::print("started {} UTC, ended {}, host {}, spec {}\n", base::format_utc(r.started_at), r.ended_at ? base::format_utc(*r.ended_at) + " UTC" : "-",
-               r.host, r.spec_hash.substr(0, 16));
-    fmt::print("evidence: {}\n", receipts::is_evidence(r) ? "yes" : "no (only complete ok runs count)");
-    const auto& s = r.summary;
-    fmt::print("summary: steps {}  median step {} ms  tokens/s {}  MFU {}  goodput {}  peak memory {}\n", opt(s.steps),
-               opt(s.median_step_ms, "{:.2f}"), opt(s.tokens_per_s, "{:.0f}"), s.mfu ? fmt::format("{:.2f}%", *s.mfu * 100) : "null",
-               s.goodput_pct ? fmt::format("{:.1f}%", *s.goodput_pct) : "-", human_bytes(s.peak_memory_bytes));
-    if (j["env"].contains("profiling")) fmt::print("profiling: {}\n", j["env"]["profiling"].get<std::string>());
-    auto shown = [](std::optional<double> v, const char* fmt_spec, double scale = 1.0) {
-      return v ? fmt::format(fmt::runtime(fmt_spec), *v * scale) : std::string("-");
-    };
-    const auto& facts = s.facts;
-    // The model as it ran: a --set may have changed the named configuration's shape.
-    if (const auto& m = facts.model) {
-      fmt::print("model: {}{}  pattern {}  d_model {}  {} layers  T {}  batch {} a rank  {} parameters ({} active)\n",
-                 m->config.empty() ? "(no named config)" : m->config,
-                 m->config_overridden ? " (overridden by --set: its name no longer tells the shape)" : "", m->pattern,
-                 m->d_model, m->layers, m->seq_len, m->batch_size, human_count(m->parameters),
-                 human_count(m->active_parameters));
-    }
-    if (const auto& m = facts.model; m && !m->overrides.empty())
-      fmt::print("overrides: {}\n", fmt::join(m->overrides, " "));
-    if (const auto& p = facts.precision)
-      fmt::print("precision: {}  MFU peak {}\n", p->dtype,
-                 p->mfu_peak_flops ? fmt::format("{:.1f} TFLOP/s ({})", *p->mfu_peak_flops / 1e12, p->mfu_peak_source)
-                                   : fmt::format("none ({})", p->mfu_peak_source));
-    // Data parallel: the job's shape and where its time went.
-    if (const auto& d = facts.distributed) {
-      fmt::print("data parallel: {} ranks over {} ({})  straggler {}  comm share {}  comm wait share {}\n", d->world_size,
-                 d->backend, d->launcher,
-                 d->straggler_rank ? fmt::format("rank {} (others waited {} of the step for it)", *d->straggler_rank,
-                                                 shown(d->straggler_wait_share, "{:.1f}%", 100))
-                                   : std::string("-"),
-                 shown(d->comm_share, "{:.1f}%", 100), shown(d->comm_wait_share, "{:.1f}%", 100));
-      if (const auto& s = d->sharding) {
-        const auto* rank0 = d->per_rank.empty() ? nullptr : &d->per_rank.front();
-        auto kind = [&](const char* name, const std::optional<double>& ms, std::int64_t bytes) -> std::string {
-          if (bytes == 0) return "";
-          return fmt::format("  {} {} of {:.2f} GB", name, shown(ms, "{:.2f} ms"), bytes / 1e9);
-        };
-        fmt::print("sharding: {}  {} buckets  optimizer state {:.2f} GB  gradients kept {:.2f} GB{}{}\n", s->stage,
-                   s->buckets, s->optimizer_state_bytes / 1e9, s->gradient_bytes / 1e9,
-                   s->staging_peak_bytes > 0 ? fmt::format(" (+{:.2f} GB staged at most)", s->staging_peak_bytes / 1e9)
-                                             : std::string(),
-                   s->expert_parallel > 1 ? fmt::format("  experts over {} ranks", s->expert_parallel) : std::string());
-        if (rank0)
-          fmt::print("collectives a step (rank 0):{}{}{}{}\n",
-                     kind("all-reduce", rank0->median_all_reduce_ms, s->all_reduce_bytes),
-                     kind("reduce-scatter", rank0->median_reduce_scatter_ms, s->reduce_scatter_bytes),
-                     kind("all-gather", rank0->median_all_gather_ms, s->all_gather_bytes),
-                     kind("all-to-all", rank0->median_all_to_all_ms, s->all_to_all_bytes));
-      }
-    }
-    // The MoE router over the run (models with E blocks).
-    if (const auto& m = facts.moe) {
-      fmt::print("moe: {} E layers, top-{}, capacity factor {:g}  dropped {} of {} slots ({})  final aux loss {}\n",
-                 m->e_layers, m->top_k, m->capacity_factor, m->dropped_slots, m->routed_slots,
-                 shown(m->drop_rate, "{:.2f}%", 100), shown(m->final_aux_loss, "{:.4f}"));
-    }
-    // Held-out evaluations (train.eval_every): the first and the last, and how many.
-    if (const auto& evals = j["evaluations"]; !evals.empty()) {
-      const auto loss = [](const nlohmann::json& e) {
-        return e["loss"].is_number() ? fmt::format("{:.4f}", e["loss"].get<double>()) : std::string("not finite");
-      };
-      fmt::print("validation: loss {} after step {} ... {} after step {} ({} evaluations of {} held-out tokens)\n",
-                 loss(evals.front()), evals.front()["step"].get<int64_t>(), loss(evals.back()),
-                 evals.back()["step"].get<int64_t>(), evals.size(), evals.back()["tokens"].get<int64_t>());
-    }
-    // Requested is not achieved: a requested CUDA graph says which it was, and why.
-    if (j["env"].value("compile.cuda_graphs_requested", "") == "true")
-      fmt::print("cuda graphs: {} ({})\n",
-                 j["env"].value("compile.cuda_graphs_achieved", "") == "true" ? "achieved" : "not achieved",
-                 j["env"].value("compile.cuda_graphs_reason", "no reason recorded"));
-    // A seam whose kernels contradict its chosen backend, with the kernels that say so.
-    for (const auto& b : j["backends"]) {
-      if (b["mismatch"] != true) continue;  // the store reads the 0/1 column back as a JSON boolean
-      std::vector<std::string> kernels;
-      for (const auto& e : j["profile"]["backend_evidence"])
-        if (e["seam"] == b["seam"] && kernels.size() < 5)
-          kernels.push_back(fmt::format("{} ({})", e["kernel"].get<std::string>(),
-                                        e["matches"].get<std::string>().empty() ? "no backend's pattern"
-                                                                                : e["matches"].get<std::string>()));
-      fmt::print("backend mismatch: seam {} chose {} but observed {}; kernels: {}\n", b["seam"].get<std::string>(),
-                 b["chosen"].get<std::string>(), b["observed"].is_string() ? b["observed"].get<std::string>() : "-",
-                 fmt::join(kernels, ", "));
-    }
-    // The remaining sections print as compact JSON blocks: complete, and stable for diffing.
-    for (const char* section : {"backends", "goodput", "env", "artifacts", "annotations"}) {
-      if (j.contains(section) && !j[section].empty()) fmt::print("{}: {}\n", section, j[section].dump());
-    }
-    if (j.contains("steps")) fmt::print("steps: {} rows (ablate show {} --json for all)\n", j["steps"].size(), run_id);
-    if (top_kernels > 0) print_top_kernels(store, run_id, top_kernels);
+    fmt::print("{}", report::render_run_text(store, run_id, {.top_kernels = top_kernels}));
     return kExitOk;
   }});
 }

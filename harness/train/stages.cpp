@@ -162,11 +162,12 @@ kernels::ModelDims model_dims(const model::ModelConfig& m) {
     dims.ssm_chunk = m.mamba.chunk;
   }
   if (has('R')) dims.conv_width = m.recurrent.conv_width;
+  // The LM head ([vocab, d]) is a dense GEMM too; vocabularies are padded to such multiples for speed anyway.
+  dims.projection_alignment = std::gcd(m.vocab, m.d_model);
   for (const char letter : m.pattern)
     for (const auto& p : model::projection_shapes(letter, m))
       dims.projection_alignment = std::gcd(std::gcd(dims.projection_alignment, p.out), p.in);
-  if (dims.projection_alignment != 0)
-    dims.projection_alignment = std::gcd(dims.projection_alignment, m.batch_size * m.seq_len);
+  dims.projection_alignment = std::gcd(dims.projection_alignment, m.batch_size * m.seq_len);
   return dims;
 }
 
@@ -848,11 +849,14 @@ receipts::RunFacts run_facts(const ExperimentSpec& spec, const RunPosture& postu
   receipts::PrecisionFacts p;
   p.dtype = posture.bf16 ? "bf16-autocast" : "fp32";
   p.flops_version = model::kFlopsVersion;
-  const auto* projections = kernels::find_backend("dense_gemm", posture.dispatcher->chosen("dense_gemm"));
-  const auto* experts = kernels::find_backend("moe_dispatch", posture.dispatcher->chosen("moe_dispatch"));
-  p.fp8_flops_per_token = model::training_flops_by_precision(spec.model, projections && projections->fp8_gemms,
-                                                             experts && experts->fp8_gemms)
-                              .fp8;
+  const auto runs_fp8 = [&](const char* seam) {
+    const auto* row = kernels::find_backend(seam, posture.dispatcher->chosen(seam));
+    return row != nullptr && row->fp8_gemms;
+  };
+  p.fp8_flops_per_token =
+      model::training_flops_by_precision(
+          spec.model, {.projections = runs_fp8("dense_gemm"), .head = runs_fp8("loss"), .experts = runs_fp8("moe_dispatch")})
+          .fp8;
   if (posture.device.is_cuda()) {
     const std::string gpu = device_fingerprint()["gpu_model"];
     p.mfu_peak_flops = dense_bf16_peak_flops(gpu);

@@ -4,19 +4,17 @@
 // Tests: kernels_tests --gtest_filter='Catalog*:Registry*:*Fp8*' (tests/kernels/catalog_test.cpp,
 // tests/kernels/fp8_test.cpp).
 #include "kernels/catalog_rows.h"
+#include "kernels/dense_gemm/fp8_availability.h"
 
 namespace ablate::kernels {
-namespace {
 
-// FP8 GEMMs replace the bf16 autocast GEMMs of a bf16 run on Hopper's FP8 tensor cores, and cuBLASLt
-// takes FP8 operands only with every leading dimension a multiple of 16.
-std::string fp8_unavailable(const DeviceInfo& dev) {
-  return catalog_rows::fp8_gemms_unavailable(dev, "the bf16 autocast GEMMs", dev.model.projection_alignment,
-                                             "every projection width and the tokens of a micro-batch",
-                                             "dense_gemm = \"reference\"");
+std::string availability::fp8_gemms(const DeviceInfo& dev) {
+  return catalog_rows::fp8_gemms_unavailable(
+      dev, "the bf16 autocast GEMMs", dev.model.projection_alignment,
+      "every dense GEMM width (the blocks' projections, the LM head's vocabulary and d) and the tokens of a "
+      "micro-batch",
+      "bf16 GEMMs (dense_gemm = \"reference\", loss = \"fused_cuda\")");
 }
-
-}  // namespace
 
 std::vector<BackendInfo> catalog_rows::dense_gemm() {
   return {
@@ -31,7 +29,7 @@ std::vector<BackendInfo> catalog_rows::dense_gemm() {
        .kernel_patterns = {"ablate_fp8_tensorwise"},
        .description = "kernels/dense_gemm/fp8_scaled_mm.cu: FP8 GEMMs (at::_scaled_mm) with one current "
                       "scale per tensor: x and W e4m3, the output gradient e5m2; fp32 master weights",
-       .unavailable_reason = &fp8_unavailable,
+       .unavailable_reason = &availability::fp8_gemms,
        .needs_nvcc = true,
        .changes_numerics = true,
        .fp8_gemms = true},
@@ -42,7 +40,7 @@ std::vector<BackendInfo> catalog_rows::dense_gemm() {
        .description = "kernels/dense_gemm/fp8_scaled_mm.cu: FP8 GEMMs (at::_scaled_mm) with one current "
                       "power-of-two scale per row of each operand along the GEMM's inner dimension, e4m3 "
                       "throughout; fp32 master weights",
-       .unavailable_reason = &fp8_unavailable,
+       .unavailable_reason = &availability::fp8_gemms,
        .needs_nvcc = true,
        .changes_numerics = true,
        .fp8_gemms = true},

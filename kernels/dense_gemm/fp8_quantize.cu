@@ -1,9 +1,12 @@
 // kernels/dense_gemm/fp8_quantize.cu: quantize(), quantize_stacked() and quantize_grouped() of
 // fp8_quantize.h, two passes over x [R, C] in 64 x 64 tiles (what each pass does: fp8_quantize.h), one
 // grid layer per matrix of a stack. Memory-bound: pass 1 reads x once, pass 2 reads it again and writes
-// both FP8 orientations (1 byte an element each); nam56r-small's largest activation, 16384 x 4352 bf16
-// (143 MB), takes ~0.1 ms at the H100's ~3 TB/s. Token groups' transposed rows are written a byte at a
-// time (a group's columns start at a multiple of 16, its rows anywhere), the rest as 32-bit words.
+// both FP8 orientations (1 byte an element each), every global access 8 or 16 bytes a thread but for
+// token groups' transposed rows, written a byte at a time (a group's columns start at a multiple of 16,
+// its rows anywhere); nam56r-small's largest activation, 16384 x 4352 bf16 (143 MB), moves 428 MB:
+// ~0.14 ms at the H100's ~3 TB/s. Two passes because current scaling needs a tensor's (row's, column's)
+// amax before the first value is cast; one pass would take the scale from an earlier step (delayed
+// scaling), another recipe.
 // Tests: kernels_tests --gtest_filter='Fp8*'. Benchmark: build/bench/kernels_bench --benchmark_filter=fp8_quantize.
 // Without a CUDA compiler this file is compiled as C++ and leaves everything out (fp8_quantize.h
 // declares quantize() only for CUDA builds).
@@ -12,23 +15,27 @@
 #if defined(__CUDACC__)
 #include <cuda_fp8.h>
 
+#include <cstdint>
+
 #include "kernels/cuda_common.cuh"
 
 namespace ablate::kernels::fp8 {
 namespace {
 
 using fused::ceil_div;
-using fused::to_float;
 using torch::Tensor;
 
-// Tile shape and threads: a 64 x 64 tile of x, 256 threads, each moving 4 consecutive elements of 4 rows
-// in a pass (16 threads span the tile's 64 columns; 16 rows a pass, 4 passes).
+// Tile shape and threads: a 64 x 64 tile of x, 256 threads; a thread moves 8 consecutive elements of a row
+// (one 16-byte load of bf16, two of fp32; 8 bytes of FP8 out), so 8 threads span the tile's 64 columns,
+// 32 rows a sweep, 2 sweeps.
 constexpr int kTile = 64;
 constexpr int kThreads = 256;
-constexpr int kVec = 4;                           // elements a thread moves at once (one 32-bit word of FP8)
-constexpr int kThreadsPerRow = kTile / kVec;      // 16
-constexpr int kRowsPerPass = kThreads / kThreadsPerRow;  // 16
-constexpr int kSharedStride = kTile + 1;          // a padded row of the shared tile (no bank conflicts on columns)
+constexpr int kVec = 8;                                     // elements a thread moves at once
+constexpr int kThreadsPerRow = kTile / kVec;                // 8, consecutive lanes of one warp
+constexpr int kRowsPerSweep = kThreads / kThreadsPerRow;    // 32
+constexpr int kSweeps = kTile / kRowsPerSweep;              // 2
+constexpr int kWarps = kThreads / 32;                       // 8
+constexpr int kSharedStride = kTile + 1;                    // a padded row of the shared tile (column reads)
 
 // |v| as ordered bits: for non-negative floats (and +NaN, above +inf) integer order is float order, and a
 // NaN wins every max (fmaxf would drop it).
@@ -41,16 +48,17 @@ __device__ __forceinline__ float scale_from_amax(float amax, float fp8_max, bool
   return isfinite(amax) ? scale : __int_as_float(0x7fc00000);
 }
 
+// kVec values times scale, round-to-nearest-even with saturation, packed little-endian into 8 bytes.
 template <bool kE4M3>
-__device__ __forceinline__ uint32_t cast4(const float (&v)[kVec], float scale) {
-  uint32_t word = 0;
+__device__ __forceinline__ uint2 cast8(const float (&v)[kVec], float scale) {
+  uint32_t word[2] = {0, 0};
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
     const __nv_fp8_storage_t b =
         __nv_cvt_float_to_fp8(v[i] * scale, __NV_SATFINITE, kE4M3 ? __NV_E4M3 : __NV_E5M2);
-    word |= uint32_t(b) << (8 * i);
+    word[i / 4] |= uint32_t(b) << (8 * (i % 4));
   }
-  return word;
+  return make_uint2(word[0], word[1]);
 }
 
 // What the two passes read and write. x is `batches` matrices of R x C (blockIdx.z picks one): rows
@@ -108,74 +116,112 @@ __device__ __forceinline__ SharedGroups load_groups(const TileArgs<T>& a) {
   return {shared_groups, shared_groups + a.groups, a.groups};  // read after the caller's __syncthreads
 }
 
-// Loads the tile at (row0, col0) of matrix blockIdx.z into shared memory as fp32; elements outside x read as 0.
+// This thread's kVec elements of row gr of matrix b (a group of 8 columns at gc) as fp32, 0 outside x: rows
+// [0, split) from top, the rest from bottom. C is a multiple of 16, so a group of 8 is wholly inside or
+// outside, and every row starts 16-byte aligned (launch() sees to it).
 template <typename T>
-__device__ __forceinline__ void load_tile(const TileArgs<T>& a, int64_t row0, int64_t col0,
-                                          float (*tile)[kSharedStride]) {
-  const int64_t b = blockIdx.z;
-  const int c = (threadIdx.x % kThreadsPerRow) * kVec;
-  for (int r = threadIdx.x / kThreadsPerRow; r < kTile; r += kRowsPerPass) {
-    const int64_t gr = row0 + r, gc = col0 + c;
-    const bool inside = gr < a.R && gc < a.C;  // C is a multiple of 4: a group is wholly inside or outside
-    const T* src = !inside          ? nullptr
-                   : gr < a.split ? a.top + (b * a.split + gr) * a.C + gc
-                                  : a.bottom + (b * (a.R - a.split) + gr - a.split) * a.C + gc;
+__device__ __forceinline__ void load_row_group(const TileArgs<T>& a, int64_t b, int64_t gr, int64_t gc,
+                                               float (&v)[kVec]) {
+  if (gr < a.R && gc < a.C) {
+    const T* src = gr < a.split ? a.top + (b * a.split + gr) * a.C + gc
+                                : a.bottom + (b * (a.R - a.split) + gr - a.split) * a.C + gc;
+    fused::load_vec<kVec>(src, v);
+  } else {
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) tile[r][c + i] = inside ? to_float(src[i]) : 0.f;
+    for (int i = 0; i < kVec; ++i) v[i] = 0.f;
   }
 }
 
-// Pass 1. rowwise: atomic max of each tile row's and column's amax into row_amax and col_amax (per group
-// of rows when grouped); tensorwise: of the tile's amax into tensor_amax. The amax buffers start at 0.
+// Pass 1. rowwise: atomic max of each tile row's and column's amax into row_amax [B R] and col_amax [B C]
+// (per group of rows, [G C], when grouped; skipped when null); tensorwise: of the tile's amax into
+// tensor_amax [1]. The amax buffers start at 0. Rows reduce across their 8 lanes by shuffles, columns (and
+// the tensorwise tile) across a warp by shuffles and the 8 warps through shared memory; grouped columns
+// walk the tile's rows in shared memory, one atomic per group the tile meets.
 template <typename T, bool kRowwise, bool kGrouped>
 __device__ __forceinline__ void amax_tile(const TileArgs<T>& a) {
-  __shared__ float tile[kTile][kSharedStride];
+  __shared__ int col_partial[kWarps][kTile];
+  __shared__ float tile[kGrouped ? kTile : 1][kGrouped ? kSharedStride : 1];
   const int64_t row0 = int64_t(blockIdx.y) * kTile, col0 = int64_t(blockIdx.x) * kTile, b = blockIdx.z;
+  const int t = threadIdx.x, lane = t % 32, warp = t / 32, c = (t % kThreadsPerRow) * kVec;
   SharedGroups groups{};
   if constexpr (kGrouped) groups = load_groups(a);
-  load_tile(a, row0, col0, tile);
-  __syncthreads();
+  int col_m[kVec] = {};
+  int all_m = 0;
+#pragma unroll
+  for (int s = 0; s < kSweeps; ++s) {
+    const int r = t / kThreadsPerRow + s * kRowsPerSweep;
+    const int64_t gr = row0 + r;
+    float v[kVec];
+    load_row_group(a, b, gr, col0 + c, v);
+    int row_m = 0;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      const int bits = magnitude_bits(v[i]);
+      row_m = max(row_m, bits);
+      col_m[i] = max(col_m[i], bits);
+      if constexpr (kGrouped) tile[r][c + i] = v[i];
+    }
+    if constexpr (kRowwise) {
+#pragma unroll
+      for (int offset = kThreadsPerRow / 2; offset > 0; offset >>= 1)
+        row_m = max(row_m, __shfl_xor_sync(0xffffffffu, row_m, offset));
+      if (t % kThreadsPerRow == 0 && gr < a.R) atomicMax(a.row_amax + b * a.R + gr, row_m);
+    } else {
+      all_m = max(all_m, row_m);
+    }
+  }
   if constexpr (kRowwise) {
-    const int t = threadIdx.x;
-    if (t < kTile && row0 + t < a.R) {
-      int m = 0;
-      for (int c = 0; c < kTile; ++c) m = max(m, magnitude_bits(tile[t][c]));
-      atomicMax(a.row_amax + b * a.R + row0 + t, m);
-    } else if (t >= kTile && t < 2 * kTile && col0 + (t - kTile) < a.C && a.col_amax != nullptr) {
-      const int c = t - kTile;
-      if constexpr (kGrouped) {
-        // The tile's rows in order, their groups in order: one atomic per group the tile meets.
+    if (a.col_amax == nullptr) return;  // no transposed orientation asked for
+    if constexpr (kGrouped) {
+      __syncthreads();
+      if (t < kTile && col0 + t < a.C) {
+        // The tile's rows in order, their groups in order.
         const int64_t rows = min(int64_t(kTile), a.R - row0);
         int g = groups.of_row(row0), m = 0;
         for (int r = 0; r < rows && g < groups.count; ++r) {
           while (g < groups.count && row0 + r >= groups.end[g]) {
-            if (m > 0) atomicMax(a.col_amax + int64_t(g) * a.C + col0 + c, m);
+            if (m > 0) atomicMax(a.col_amax + int64_t(g) * a.C + col0 + t, m);
             m = 0;
             ++g;
           }
-          if (g < groups.count) m = max(m, magnitude_bits(tile[r][c]));
+          if (g < groups.count) m = max(m, magnitude_bits(tile[r][t]));
         }
-        if (g < groups.count && m > 0) atomicMax(a.col_amax + int64_t(g) * a.C + col0 + c, m);
-      } else {
+        if (g < groups.count && m > 0) atomicMax(a.col_amax + int64_t(g) * a.C + col0 + t, m);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kVec; ++i)
+#pragma unroll
+        for (int offset = kThreadsPerRow; offset < 32; offset <<= 1)
+          col_m[i] = max(col_m[i], __shfl_xor_sync(0xffffffffu, col_m[i], offset));
+      if (lane < kThreadsPerRow)
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) col_partial[warp][c + i] = col_m[i];
+      __syncthreads();
+      if (t < kTile && col0 + t < a.C) {
         int m = 0;
-        for (int r = 0; r < kTile; ++r) m = max(m, magnitude_bits(tile[r][c]));
-        atomicMax(a.col_amax + b * a.C + col0 + c, m);
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) m = max(m, col_partial[w][t]);
+        atomicMax(a.col_amax + b * a.C + col0 + t, m);
       }
     }
   } else {
-    int m = 0;
-    const int c = (threadIdx.x % kThreadsPerRow) * kVec;
-    for (int r = threadIdx.x / kThreadsPerRow; r < kTile; r += kRowsPerPass)
+    // One atomic a block: every block's atomics meet at one address, where they run one at a time.
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) m = max(m, magnitude_bits(tile[r][c + i]));
+    for (int offset = 16; offset > 0; offset >>= 1) all_m = max(all_m, __shfl_xor_sync(0xffffffffu, all_m, offset));
+    if (lane == 0) col_partial[0][warp] = all_m;
+    __syncthreads();
+    if (t == 0) {
+      int m = 0;
 #pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, offset));
-    if (threadIdx.x % 32 == 0) atomicMax(a.tensor_amax, m);
+      for (int w = 0; w < kWarps; ++w) m = max(m, col_partial[0][w]);
+      atomicMax(a.tensor_amax, m);
+    }
   }
 }
 
-// Pass 2 of token groups' cols: each of this thread's 4 rows to its group's columns, a byte each (a
-// group's columns start at a multiple of 16, its rows anywhere: 4 rows need not share a word); and, by
+// Pass 2 of token groups' cols: each of this thread's 8 rows to its group's columns, a byte each (a
+// group's columns start at a multiple of 16, its rows anywhere: 8 rows need not share a word); and, by
 // the first tile row, the inverse scales and the zeros between and after the groups.
 template <typename T, bool kE4M3>
 __device__ __forceinline__ void cast_grouped_cols(const TileArgs<T>& a, const SharedGroups& groups, int64_t row0,
@@ -191,7 +237,7 @@ __device__ __forceinline__ void cast_grouped_cols(const TileArgs<T>& a, const Sh
     group_of[i] = gr < a.R ? g : groups.count;
     column_of[i] = group_of[i] < groups.count ? groups.padded_start(g) + (gr - groups.start(g)) : 0;
   }
-  for (int c = t / kThreadsPerRow; c < kTile; c += kRowsPerPass) {
+  for (int c = t / kThreadsPerRow; c < kTile; c += kRowsPerSweep) {
     const int64_t gc = col0 + c;
     if (gc >= a.C) continue;
     uint8_t* out = a.cols + gc * a.cols_stride;
@@ -223,25 +269,36 @@ __device__ __forceinline__ void cast_grouped_cols(const TileArgs<T>& a, const Sh
   }
 }
 
-// Pass 2: rows and cols (either may be null), their inverse scales written by the first tile column
-// (rows) and the first tile row (cols).
+// Pass 2: rows [B R C] and cols [B C R] (either may be null; token groups' cols as above), their inverse
+// scales written by the first tile column (rows) and the first tile row (cols). Rows are cast from the
+// loaded registers; columns from the tile in shared memory, 8 consecutive rows of one column a thread (8
+// threads a column's 64 bytes, so the writes coalesce).
 template <typename T, bool kRowwise, bool kE4M3, bool kGrouped>
 __device__ __forceinline__ void cast_tile(const TileArgs<T>& a) {
   __shared__ float tile[kTile][kSharedStride];
   __shared__ float row_scale[kTile], col_scale[kTile];
   const int64_t row0 = int64_t(blockIdx.y) * kTile, col0 = int64_t(blockIdx.x) * kTile, b = blockIdx.z;
+  const int t = threadIdx.x, c = (t % kThreadsPerRow) * kVec;
   SharedGroups groups{};
   if constexpr (kGrouped) groups = load_groups(a);
-  load_tile(a, row0, col0, tile);
-  const int t = threadIdx.x;
+  float v[kSweeps][kVec];
+#pragma unroll
+  for (int s = 0; s < kSweeps; ++s) {
+    const int r = t / kThreadsPerRow + s * kRowsPerSweep;
+    load_row_group(a, b, row0 + r, col0 + c, v[s]);
+    if (a.cols != nullptr)
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) tile[r][c + i] = v[s][i];
+  }
   if (t < kTile) {
-    const float amax = __int_as_float(kRowwise ? (row0 + t < a.R ? a.row_amax[b * a.R + row0 + t] : 0) : *a.tensor_amax);
+    const float amax =
+        __int_as_float(kRowwise ? (row0 + t < a.R ? a.row_amax[b * a.R + row0 + t] : 0) : *a.tensor_amax);
     row_scale[t] = scale_from_amax(amax, a.fp8_max, a.power_of_two);
   } else if (t < 2 * kTile && !kGrouped) {
-    const int c = t - kTile;
+    const int cc = t - kTile;
     const float amax = __int_as_float(
-        kRowwise ? (col0 + c < a.C && a.col_amax != nullptr ? a.col_amax[b * a.C + col0 + c] : 0) : *a.tensor_amax);
-    col_scale[c] = scale_from_amax(amax, a.fp8_max, a.power_of_two);
+        kRowwise ? (col0 + cc < a.C && a.col_amax != nullptr ? a.col_amax[b * a.C + col0 + cc] : 0) : *a.tensor_amax);
+    col_scale[cc] = scale_from_amax(amax, a.fp8_max, a.power_of_two);
   }
   __syncthreads();
   if (a.rows_inverse != nullptr && blockIdx.x == 0 && t < kTile &&
@@ -250,27 +307,26 @@ __device__ __forceinline__ void cast_tile(const TileArgs<T>& a) {
   if (!kGrouped && a.cols_inverse != nullptr && blockIdx.y == 0 && t >= kTile && t < 2 * kTile &&
       (kRowwise ? col0 + (t - kTile) < a.C : blockIdx.x == 0 && t == kTile))
     a.cols_inverse[kRowwise ? b * a.C + col0 + (t - kTile) : 0] = 1.f / col_scale[t - kTile];
-  const int lane = (t % kThreadsPerRow) * kVec;
   if (a.rows != nullptr)
-    for (int r = t / kThreadsPerRow; r < kTile; r += kRowsPerPass) {
-      const int64_t gr = row0 + r, gc = col0 + lane;
-      if (gr >= a.R || gc >= a.C) continue;
-      float v[kVec];
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) v[i] = tile[r][lane + i];
-      *reinterpret_cast<uint32_t*>(a.rows + (b * a.R + gr) * a.C + gc) = cast4<kE4M3>(v, row_scale[r]);
+    for (int s = 0; s < kSweeps; ++s) {
+      const int r = t / kThreadsPerRow + s * kRowsPerSweep;
+      const int64_t gr = row0 + r, gc = col0 + c;
+      if (gr < a.R && gc < a.C)
+        *reinterpret_cast<uint2*>(a.rows + (b * a.R + gr) * a.C + gc) = cast8<kE4M3>(v[s], row_scale[r]);
     }
   if (a.cols == nullptr) return;
   if constexpr (kGrouped) {
     cast_grouped_cols<T, kE4M3>(a, groups, row0, col0, tile);
   } else {
-    for (int c = t / kThreadsPerRow; c < kTile; c += kRowsPerPass) {
-      const int64_t gc = col0 + c, gr = row0 + lane;
-      if (gc >= a.C || gr >= a.R) continue;
-      float v[kVec];
+    for (int u = t; u < kTile * kThreadsPerRow; u += kThreads) {
+      const int cc = u / kThreadsPerRow, r = (u % kThreadsPerRow) * kVec;
+      const int64_t gc = col0 + cc, gr = row0 + r;
+      if (gc >= a.C || gr >= a.R) continue;  // R is a multiple of 16: 8 rows are wholly inside or outside
+      float w[kVec];
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) v[i] = tile[lane + i][c];
-      *reinterpret_cast<uint32_t*>(a.cols + (b * a.C + gc) * a.R + gr) = cast4<kE4M3>(v, col_scale[c]);
+      for (int i = 0; i < kVec; ++i) w[i] = tile[r + i][cc];
+      *reinterpret_cast<uint2*>(a.cols + (b * a.C + gc) * a.R + gr) = cast8<kE4M3>(w, col_scale[cc]);
     }
   }
 }
@@ -307,8 +363,13 @@ struct Layout {
 
 // x [batches, split, C] (2-D: one matrix); the two passes over every matrix and what `layout` adds.
 Quantized launch(const Tensor& x_in, const Layout& layout, const QuantizeOptions& o) {
-  const Tensor x = x_in.dim() == 2 ? x_in.unsqueeze(0).contiguous() : x_in.contiguous();
-  const Tensor below = layout.below.defined() ? layout.below.to(x.scalar_type()).contiguous() : Tensor();
+  // 16-byte loads: an operand that starts off a 16-byte boundary is copied first.
+  const auto aligned = [](Tensor t) {
+    t = t.contiguous();
+    return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 ? t : t.clone();
+  };
+  const Tensor x = aligned(x_in.dim() == 2 ? x_in.unsqueeze(0) : x_in);
+  const Tensor below = layout.below.defined() ? aligned(layout.below.to(x.scalar_type())) : Tensor();
   const bool grouped = layout.group_end.defined(), rowwise = o.scaling == Scaling::rowwise;
   const int64_t batches = x.size(0), split = x.size(1), C = x.size(2), R = split + (below.defined() ? below.size(1) : 0);
   const int groups = grouped ? static_cast<int>(layout.group_end.size(0)) : 0;

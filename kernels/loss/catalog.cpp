@@ -3,6 +3,7 @@
 // Each backend's function registers itself from its own file under its row's name (kernels/registry.h).
 // Tests: kernels_tests --gtest_filter='Catalog*:Registry*' (tests/kernels/catalog_test.cpp).
 #include "kernels/catalog_rows.h"
+#include "kernels/dense_gemm/fp8_availability.h"
 
 namespace ablate::kernels {
 
@@ -28,6 +29,17 @@ std::vector<BackendInfo> catalog_rows::loss() {
                       "computed in forward",
        .unavailable_reason = &availability::hopper_fp32_or_bf16,
        .needs_nvcc = true},
+      {.name = "fused_cuda_fp8_rowwise",
+       .role = Role::experimental,
+       .fallback = "fused_cuda",
+       .kernel_patterns = {"ablate_lce_rows", "ablate_lce_scale", "ablate_fp8_rowwise"},
+       .description = "kernels/loss/fused_cuda.cu: fused_cuda with the LM head's three GEMMs in FP8 "
+                      "(at::_scaled_mm): one current power-of-two scale per row of each operand along the "
+                      "GEMM's inner dimension, e4m3 throughout; fp32 master weights",
+       .unavailable_reason = &availability::fp8_gemms,
+       .needs_nvcc = true,
+       .changes_numerics = true,
+       .fp8_gemms = true},
   };
 }
 

@@ -15,21 +15,29 @@
 //     log-sum-exp only and backward recomputes each chunk's logits with row scale mask_r * g_r (a known
 //     bug of a popular implementation scales every row by g_0; tests/kernels/fused_test.cpp checks
 //     exactly that case).
+// Backend `fused_cuda_fp8_rowwise` (the LM head's FP8 family; the projections' is seam dense_gemm): the same
+// passes with the three GEMMs in FP8 (at::_scaled_mm), the rowwise recipe of the FP8 projections: W
+// quantised once a call from its fp32 master along d and along V, each chunk's hidden rows along d and
+// along its rows, each chunk's logits gradient along V and along its rows (fp8_quantize.h), every operand
+// e4m3 with power-of-two scales; logits and d hidden bf16, dW fp32 (written by the first chunk's GEMM,
+// added to by the others). Mean mode only; N, d and V multiples of 16.
 // fp32 arithmetic in the row kernel; masked rows have loss 0 and gradient 0 (their target is not read);
 // an unmasked target outside [0, V) gives a NaN loss (the runner then fails the run at that step).
-// Tests: kernels_tests --gtest_filter='*Parity*loss*:FusedCuda*Loss*'. Benchmark: build/bench/kernels_bench --benchmark_filter=loss.
+// Tests: kernels_tests --gtest_filter='*Parity*loss*:FusedCuda*Loss*:Fp8Head*'. Benchmark: build/bench/kernels_bench --benchmark_filter=loss.
 // Without a CUDA compiler this file is compiled as C++ with everything but the registration left out
 // (kernels/registry.h): the row stays listed, unavailable as "built without CUDA".
 #include "kernels/registry.h"
 
 #if defined(__CUDACC__)
 #include <ATen/autocast_mode.h>
+#include <ATen/ops/_scaled_mm.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/mm.h>
 
 #include <cfloat>
 
 #include "kernels/cuda_common.cuh"
+#include "kernels/dense_gemm/fp8_quantize.h"
 #include "kernels/loss/fused_cuda.h"
 
 namespace ablate::kernels::fused {
@@ -220,13 +228,38 @@ void accumulate_grads(const Tensor& grad, const Tensor& h, const Tensor& w_mm, T
   }
 }
 
+// FP8 head GEMMs (HeadGemms::fp8_rowwise): the rowwise recipe of the FP8 projections
+// (kernels/dense_gemm/fp8_scaled_mm.cu): every operand e4m3 with one current power-of-two scale per row
+// along its GEMM's inner dimension; the logits GEMM with fast accumulation, the gradients' without.
+constexpr int64_t kFp8Multiple = 16;  // cuBLASLt's FP8 GEMMs take leading dimensions in multiples of 16
+
+fp8::Quantized quantize_rowwise(const Tensor& x, bool rows, bool cols) {
+  fp8::QuantizeOptions options;
+  options.scaling = fp8::Scaling::rowwise;
+  options.dtype = at::kFloat8_e4m3fn;
+  options.power_of_two_scales = true;
+  options.rows = rows;
+  options.cols = cols;
+  return fp8::quantize(x, options);
+}
+
+// out = a b^T from a [M, K] and b [N, K], both quantised along K, with their per-row inverse scales.
+void scaled_mm_out(Tensor& out, const Tensor& a, const Tensor& a_inverse, const Tensor& b, const Tensor& b_inverse,
+                   bool fast_accumulation) {
+  at::_scaled_mm_out(out, a, b.t(), a_inverse.view({-1, 1}), b_inverse.view({1, -1}), /*bias=*/{},
+                     /*scale_result=*/{}, out.scalar_type(), fast_accumulation);
+}
+
 struct LceInputs {
   Tensor hidden, w_mm, targets, mask;  // hidden and w_mm in the GEMM dtype; targets int64; mask fp32
   int64_t chunk;
+  // FP8 only: W quantised along d (rows, for the logits) and along V (cols, for d hidden); w_mm undefined.
+  bool fp8 = false;
+  fp8::Quantized w_fp8;
 };
 
 LceInputs prepare(const Tensor& hidden, const Tensor& weight, const Tensor& targets, const Tensor& mask,
-                  int64_t chunk_rows) {
+                  int64_t chunk_rows, HeadGemms gemms = HeadGemms::autocast) {
   TORCH_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
               "loss fused_cuda: hidden must be [N, d] and head_weight [V, d], got ", hidden.sizes(), " and ",
               weight.sizes());
@@ -236,10 +269,28 @@ LceInputs prepare(const Tensor& hidden, const Tensor& weight, const Tensor& targ
   const auto mm = gemm_dtype(hidden, weight);
   TORCH_CHECK(mm == at::kFloat || mm == at::kBFloat16, "loss fused_cuda: GEMM dtype must be fp32 or bf16, got ", mm);
   LceInputs in;
-  in.hidden = on_device(hidden.to(mm), hidden, "hidden");
-  in.w_mm = on_device(weight.to(mm), hidden, "head_weight");
   in.targets = on_device(targets.to(torch::kLong), hidden, "targets");
   in.mask = on_device(mask.to(torch::kFloat), hidden, "mask");
+  if (gemms == HeadGemms::fp8_rowwise) {
+    const int64_t N = hidden.size(0), d = hidden.size(1), V = weight.size(0);
+    TORCH_CHECK(N % kFp8Multiple == 0 && d % kFp8Multiple == 0 && V % kFp8Multiple == 0,
+                "loss fused_cuda_fp8_rowwise: hidden ", hidden.sizes(), " and head_weight ", weight.sizes(),
+                " must have every size a multiple of 16 (FP8 GEMMs); use loss = \"fused_cuda\" for this model");
+    TORCH_CHECK(hidden.scalar_type() == at::kBFloat16 || hidden.scalar_type() == at::kFloat,
+                "loss fused_cuda_fp8_rowwise: hidden must be bf16 or fp32, got ", hidden.scalar_type());
+    in.fp8 = true;
+    // Logits and d hidden are bf16 (the GEMM outputs); the operands are quantised from what they are
+    // (fp32 master weights directly, no bf16 copy of W).
+    in.hidden = on_device(hidden.to(at::kBFloat16), hidden, "hidden");
+    in.w_fp8 = quantize_rowwise(on_device(weight, hidden, "head_weight").contiguous(), /*rows=*/true,
+                                /*cols=*/hidden.requires_grad());
+    // Each chunk is an operand of the weight gradient's GEMM along its rows: a multiple of 16 rows.
+    const int64_t rows = chunk_rows_for(chunk_rows, N, V, c10::elementSize(at::kBFloat16));
+    in.chunk = std::min(N, std::max(kFp8Multiple, rows / kFp8Multiple * kFp8Multiple));
+    return in;
+  }
+  in.hidden = on_device(hidden.to(mm), hidden, "hidden");
+  in.w_mm = on_device(weight.to(mm), hidden, "head_weight");
   in.chunk = chunk_rows_for(chunk_rows, hidden.size(0), weight.size(0), c10::elementSize(mm));
   return in;
 }
@@ -259,16 +310,42 @@ void run_chunks(const LceInputs& in, ChunkPass& pass) {
   if (rows == 0) return;
   auto at_row = [](const Tensor& t, int64_t start) { return t.defined() ? t.data_ptr<float>() + start : nullptr; };
   Tensor buffer = torch::empty({std::min(in.chunk, rows), V}, in.hidden.options());
-  const Tensor w_t = in.w_mm.t();
+  const Tensor w_t = in.fp8 ? Tensor() : in.w_mm.t();
+  Tensor dw_chunk;  // FP8: a later chunk's dW, added to the first's (one buffer for every chunk)
   for (int64_t start = 0; start < rows; start += in.chunk) {
     const int64_t n = std::min(in.chunk, rows - start);
     Tensor logits = buffer.narrow(0, 0, n);
     const Tensor h = in.hidden.narrow(0, start, n);
-    at::mm_out(logits, h, w_t);
+    fp8::Quantized hq;
+    if (in.fp8) {
+      hq = quantize_rowwise(h, /*rows=*/true, /*cols=*/pass.write_grad && pass.dw.defined());
+      scaled_mm_out(logits, hq.rows, hq.rows_inverse, in.w_fp8.rows, in.w_fp8.rows_inverse, /*fast=*/true);
+    } else {
+      at::mm_out(logits, h, w_t);
+    }
     launch_rows(logits, n, in.targets.data_ptr<int64_t>() + start, in.mask.data_ptr<float>() + start,
                 at_row(pass.lse_in, start), at_row(pass.lse_out, start), at_row(pass.loss, start), pass.write_grad,
                 at_row(pass.uniform_scale, 0), at_row(pass.row_grad, start));
-    if (pass.write_grad) accumulate_grads(logits, h, in.w_mm, pass.dh, pass.dw, start, n);
+    if (!pass.write_grad) continue;
+    if (!in.fp8) {
+      accumulate_grads(logits, h, in.w_mm, pass.dh, pass.dw, start, n);
+      continue;
+    }
+    // The logits gradient along V (d hidden = grad W) and along the chunk's rows (dW += grad^T h).
+    const auto gq = quantize_rowwise(logits, /*rows=*/pass.dh.defined(), /*cols=*/pass.dw.defined());
+    if (pass.dh.defined()) {
+      Tensor dh_rows = pass.dh.narrow(0, start, n);
+      scaled_mm_out(dh_rows, gq.rows, gq.rows_inverse, in.w_fp8.cols, in.w_fp8.cols_inverse, /*fast=*/false);
+    }
+    if (pass.dw.defined()) {
+      if (start == 0) {  // the first chunk writes dW, the others add to it
+        scaled_mm_out(pass.dw, gq.cols, gq.cols_inverse, hq.cols, hq.cols_inverse, /*fast=*/false);
+      } else {
+        if (!dw_chunk.defined()) dw_chunk = torch::empty_like(pass.dw);
+        scaled_mm_out(dw_chunk, gq.cols, gq.cols_inverse, hq.cols, hq.cols_inverse, /*fast=*/false);
+        pass.dw.add_(dw_chunk);
+      }
+    }
   }
 }
 
@@ -278,14 +355,16 @@ void run_chunks(const LceInputs& in, ChunkPass& pass) {
 class LinearCrossEntropyMean : public torch::autograd::Function<LinearCrossEntropyMean> {
  public:
   static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& hidden, const Tensor& weight,
-                        const Tensor& targets, const Tensor& mask, int64_t chunk_rows) {
-    const LceInputs in = prepare(hidden, weight, targets, mask, chunk_rows);
+                        const Tensor& targets, const Tensor& mask, int64_t chunk_rows, int64_t gemms) {
+    const LceInputs in = prepare(hidden, weight, targets, mask, chunk_rows, static_cast<HeadGemms>(gemms));
     const Tensor count = in.mask.sum().clamp_min(1.0);
     ChunkPass pass;
     pass.lse_out = torch::empty({in.hidden.size(0)}, in.mask.options());
     pass.loss = torch::empty_like(pass.lse_out);
     if (hidden.requires_grad()) pass.dh = torch::empty_like(in.hidden);
-    if (weight.requires_grad()) pass.dw = torch::zeros(weight.sizes(), in.mask.options());
+    // FP8: the first chunk's GEMM writes every element of dW.
+    if (weight.requires_grad())
+      pass.dw = in.fp8 ? torch::empty(weight.sizes(), in.mask.options()) : torch::zeros(weight.sizes(), in.mask.options());
     pass.write_grad = pass.dh.defined() || pass.dw.defined();
     if (pass.write_grad) pass.uniform_scale = count.reciprocal().reshape({1});
     run_chunks(in, pass);
@@ -316,7 +395,7 @@ class LinearCrossEntropyMean : public torch::autograd::Function<LinearCrossEntro
       scale_in_place(dw, g);
       dw = dw.to(static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt()));
     }
-    return {dh, dw, Tensor(), Tensor(), Tensor()};
+    return {dh, dw, Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
 
@@ -360,9 +439,11 @@ class LinearCrossEntropyRows : public torch::autograd::Function<LinearCrossEntro
 }  // namespace
 
 Tensor linear_cross_entropy(const Tensor& hidden, const Tensor& head_weight, const Tensor& targets, const Tensor& mask,
-                            LossReduction reduction, int64_t chunk_rows) {
+                            LossReduction reduction, int64_t chunk_rows, HeadGemms gemms) {
   if (reduction == LossReduction::mean)
-    return LinearCrossEntropyMean::apply(hidden, head_weight, targets, mask, chunk_rows);
+    return LinearCrossEntropyMean::apply(hidden, head_weight, targets, mask, chunk_rows, static_cast<int64_t>(gemms));
+  TORCH_CHECK(gemms == HeadGemms::autocast, "loss fused_cuda: per-row losses run the head GEMMs as autocast does "
+                                            "(FP8 head GEMMs: the mean reduction only)");
   return LinearCrossEntropyRows::apply(hidden, head_weight, targets, mask, chunk_rows);
 }
 
@@ -375,6 +456,12 @@ ABLATE_REGISTER_BACKENDS(loss_fused_cuda) {
   registry.loss("fused_cuda", ABLATE_CUDA_ONLY([](const torch::Tensor& h, const torch::Tensor& w, const torch::Tensor& t,
                                     const torch::Tensor& m) {
                   return fused::linear_cross_entropy(h, w, t, m, fused::LossReduction::mean);
+                }));
+  registry.loss("fused_cuda_fp8_rowwise",
+                ABLATE_CUDA_ONLY([](const torch::Tensor& h, const torch::Tensor& w, const torch::Tensor& t,
+                                    const torch::Tensor& m) {
+                  return fused::linear_cross_entropy(h, w, t, m, fused::LossReduction::mean, /*chunk_rows=*/0,
+                                                     fused::HeadGemms::fp8_rowwise);
                 }));
 }
 

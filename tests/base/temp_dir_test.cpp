@@ -1,4 +1,4 @@
-// tests/base/temp_dir_test.cpp: TempDir creates a fresh folder under $TMPDIR with the prefix in its
+// tests/base/temp_dir_test.cpp: TempDir creates a fresh folder under $TMPDIR (or a given parent) with the prefix in its
 // name, removes it with everything below it on destruction, hands ownership over on a move, and
 // names the folder and errno's text when it cannot be created.
 #include <gmock/gmock.h>
@@ -66,4 +66,18 @@ TEST(TempDir, NamesTheFolderAndTheReasonWhenItCannotBeCreated) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("/nonexistent-ablate-tmp/ablate-tempdir-test-XXXXXX"));
     EXPECT_THAT(e.what(), ::testing::HasSubstr("No such file or directory"));
   }
+}
+
+TEST(TempDir, InAGivenParentIgnoresTmpdir) {
+  TempDir parent("ablate-tempdir-test");
+  ScopedEnv tmp("TMPDIR", "/nonexistent-ablate-tmp");
+  fs::path where;
+  {
+    TempDir inside("site-build", parent.path());
+    where = inside.path();
+    EXPECT_EQ(where.parent_path(), parent.path());
+    EXPECT_THAT(where.filename().string(), ::testing::StartsWith("site-build-"));
+    EXPECT_TRUE(fs::is_directory(where));
+  }
+  EXPECT_FALSE(fs::exists(where));
 }

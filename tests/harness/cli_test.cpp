@@ -46,6 +46,63 @@ TEST_F(CliTest, HelpForEverySubcommand) {
   }
 }
 
+// Two executables (harness/cli/hand_off.cpp): `ablate` loads no LibTorch, lists every command as
+// `ablate-train` does, and hands the training commands over with their arguments, so their help, messages
+// and exit codes are ablate-train's.
+TEST_F(CliTest, AblateLoadsNoLibTorchAndHandsTheTrainingCommandsOver) {
+  const std::string ablate = std::string(ABLATE_BINARY_DIR) + "/ablate";
+  const auto libs = run_shell("ldd " + ablate);
+  ASSERT_EQ(libs.rc, 0) << libs.out;
+  EXPECT_EQ(libs.out.find("libtorch"), std::string::npos) << libs.out;
+  EXPECT_EQ(libs.out.find("libc10"), std::string::npos) << libs.out;
+  EXPECT_NE(libs.out.find("libsqlite3"), std::string::npos) << libs.out;
+
+  // The same listing, but for the executable's own name in the usage line.
+  const auto own_help = run_cli("--help");
+  auto train_help = run_shell(std::string(ABLATE_BINARY_DIR) + "/ablate-train --help");
+  ASSERT_EQ(train_help.rc, 0);
+  const std::string train_usage = "Usage: " + std::string(ABLATE_BINARY_DIR) + "/ablate-train ";
+  ASSERT_NE(train_help.out.find(train_usage), std::string::npos) << train_help.out;
+  train_help.out.replace(train_help.out.find(train_usage), train_usage.size(), "Usage: " + ablate + " ");
+  EXPECT_EQ(own_help.out, train_help.out);
+  for (const char* command : {"  catalog ", "  run ", "  launch ", "  runs ", "  site "})
+    EXPECT_NE(own_help.out.find(command), std::string::npos) << command;
+
+  // Handed over: ablate-train parses and answers, under the name it was called by.
+  const auto run_help = run_cli("run --help");
+  EXPECT_EQ(run_help.rc, 0);
+  EXPECT_NE(run_help.out.find("Usage: " + ablate + " run [OPTIONS] [file]"), std::string::npos) << run_help.out;
+  const auto bad = run_cli("--db " + (dir_ / "r.db").string() + " run " + (dir_ / "missing.toml").string());
+  EXPECT_EQ(bad.rc, 2) << bad.out;
+  EXPECT_NE(bad.out.find("missing.toml"), std::string::npos) << bad.out;
+  EXPECT_FALSE(fs::exists(dir_ / "r.db"));
+  // validate runs in ablate itself: the spec's backends come from the plain catalog, the same answer.
+  const std::string experiments = std::string(ABLATE_SOURCE_DIR) + "/experiments/*.toml";
+  const auto validated = run_cli("validate " + experiments);
+  EXPECT_EQ(validated.rc, 0) << validated.out;
+  EXPECT_EQ(validated.out, run_shell(std::string(ABLATE_BINARY_DIR) + "/ablate-train validate " + experiments).out);
+  const auto catalog = run_cli("catalog --json");
+  EXPECT_EQ(catalog.rc, 0) << catalog.out;
+  EXPECT_NE(catalog.out.find("\"seam\": \"dense_gemm\""), std::string::npos) << catalog.out;
+}
+
+// A copy of `ablate` without its ablate-train beside it: the store commands work, a training command says
+// what is missing and where, exit 2.
+TEST_F(CliTest, WithoutAblateTrainBesideItATrainingCommandSaysWhatIsMissing) {
+  const fs::path lone = dir_ / "ablate";
+  fs::copy_file(std::string(ABLATE_BINARY_DIR) + "/ablate", lone);
+  const auto valid = run_shell(lone.string() + " validate -q " + std::string(ABLATE_SOURCE_DIR) + "/experiments/tiny.toml");
+  EXPECT_EQ(valid.rc, 0) << valid.out;
+  for (const char* command : {"run", "launch --nproc 2 x.toml", "catalog"}) {
+    const auto r = run_shell(lone.string() + " " + command);
+    EXPECT_EQ(r.rc, 2) << command << ": " << r.out;
+    EXPECT_NE(r.out.find("ablate: error: the training commands (catalog, run, launch) run in ablate-train"),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find((dir_ / "ablate-train").string() + ": No such file or directory"), std::string::npos) << r.out;
+  }
+}
+
 // A number option below its bound (or not a number) is exit 2 with what was given and what to give,
 // not CLI11's "not in range 0.000000 to <DBL_MAX>".
 TEST_F(CliTest, NumberOptionsBelowTheirBoundSayWhatToGive) {

@@ -62,7 +62,8 @@ TEST(Catalog, EverySeamHasAnAlwaysAvailableReference) {
 TEST(Catalog, ListsTheExpectedBackends) {
   EXPECT_EQ(backend_names("attention"),
             (std::vector<std::string>{"reference", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient"}));
-  EXPECT_EQ(backend_names("loss"), (std::vector<std::string>{"reference", "chunked", "fused_cuda"}));
+  EXPECT_EQ(backend_names("loss"),
+            (std::vector<std::string>{"reference", "chunked", "fused_cuda", "fused_cuda_fp8_rowwise"}));
   EXPECT_EQ(find_backend("loss", "chunked")->role, Role::experimental);
   // Without the fused kernel (no CUDA, fp16) the loss still avoids the full logits: chunked, then reference.
   EXPECT_EQ(find_backend("loss", "fused_cuda")->fallback, "chunked");

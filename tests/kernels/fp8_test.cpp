@@ -1,17 +1,23 @@
-// tests/kernels/fp8_test.cpp: FP8 quantisation (kernels/dense_gemm/fp8_quantize.h) and the FP8
-// dense_gemm backends' edge cases; their GEMM parity against fp64 is the parity driver's
-// (tests/kernels/parity_test.cpp, `*Parity*dense_gemm*`). On the CPU: the reference quantisation's
+// tests/kernels/fp8_test.cpp: FP8 quantisation (kernels/dense_gemm/fp8_quantize.h) and the edge cases of
+// the FP8 backends (dense_gemm's, the LM head's loss fused_cuda_fp8_rowwise); their parity against fp64
+// is the parity driver's (tests/kernels/parity_test.cpp, `*Parity*dense_gemm*`, `*Parity*loss*`). On the CPU: the reference quantisation's
 // arithmetic on hand-checked values, an all-zero tensor, an outlier, inf and NaN, and the catalog's FP8
 // rows unavailable with their reason. On a GPU: the CUDA kernels bit for bit against the reference, and
 // the backends on zeros and non-finite inputs.
 // Run: build/tests/kernels_tests --gtest_filter='Fp8*'
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
+#include <tuple>
+#include <vector>
 
 #include "kernels/catalog.h"
 #include "kernels/dense_gemm/fp8_quantize.h"
 #include "kernels/registry.h"
+#if defined(ABLATE_HAVE_CUDA)
+#include "kernels/loss/fused_cuda.h"
+#endif
 #include "tests/kernels/tensor_checks.h"
 #include "tests/model/bf16_autocast.h"
 
@@ -117,11 +123,15 @@ TEST(Fp8Reference, AnInfOrNanMakesEverythingItsScaleTouchesNan) {
 }
 
 TEST(Fp8Catalog, TheFp8RowsChangeNumericsAndNeedABf16RunOnHopperWithAlignedWidths) {
-  for (const char* name : {"fp8_tensorwise", "fp8_rowwise"}) {
-    const auto* row = find_backend("dense_gemm", name);
+  const std::vector<std::tuple<const char*, const char*, const char*>> rows = {
+      {"dense_gemm", "fp8_tensorwise", "reference"},
+      {"dense_gemm", "fp8_rowwise", "reference"},
+      {"loss", "fused_cuda_fp8_rowwise", "fused_cuda"}};
+  for (const auto& [seam, name, fallback] : rows) {
+    const auto* row = find_backend(seam, name);
     ASSERT_NE(row, nullptr) << name;
     EXPECT_TRUE(row->changes_numerics && row->fp8_gemms) << name;
-    EXPECT_EQ(row->fallback, "reference");
+    EXPECT_EQ(row->fallback, fallback);
     DeviceInfo hopper{.cuda = true, .sm_major = 9, .sm_minor = 0, .dtype = "bf16", .model = {}};
     EXPECT_EQ(row->unavailable_reason(hopper), "") << name;
     EXPECT_NE(row->unavailable_reason(DeviceInfo{}).find("CUDA"), std::string::npos) << name;
@@ -139,6 +149,7 @@ TEST(Fp8Catalog, TheFp8RowsChangeNumericsAndNeedABf16RunOnHopperWithAlignedWidth
 #endif
   }
   EXPECT_FALSE(find_backend("dense_gemm", "reference")->changes_numerics);
+  EXPECT_FALSE(find_backend("loss", "fused_cuda")->changes_numerics);
 }
 
 #if defined(ABLATE_HAVE_CUDA)
@@ -196,6 +207,77 @@ TEST(Fp8Cuda, DenseGemmOutsideBf16AutocastIsAnError) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device";
   const auto x = torch::ones({16, 32}, torch::kCUDA), w = torch::ones({16, 32}, torch::kCUDA);
   EXPECT_THROW(implementations().dense_gemm.at("fp8_rowwise")(x, w, {}), c10::Error);
+}
+
+// The FP8 LM head (loss fused_cuda_fp8_rowwise) as the model calls it: bf16 hidden, the fp32 master head
+// weight, under bf16 autocast. Returns {loss, d hidden, d W}.
+std::vector<Tensor> fp8_head(const Tensor& hidden, const Tensor& weight, const Tensor& targets, const Tensor& mask,
+                             int64_t chunk_rows) {
+  auto h = hidden.detach().requires_grad_(true);
+  auto w = weight.detach().requires_grad_(true);
+  ablate::testing::Bf16Autocast autocast;
+  auto loss = fused::linear_cross_entropy(h, w, targets, mask, fused::LossReduction::mean, chunk_rows,
+                                          fused::HeadGemms::fp8_rowwise);
+  loss.backward();
+  return {loss.detach().cpu(), h.grad().to(torch::kFloat).cpu(), w.grad().cpu()};
+}
+
+struct HeadInputs {
+  Tensor hidden, weight, targets, mask;
+};
+
+HeadInputs head_inputs(int64_t N, int64_t d, int64_t V, uint64_t seed) {
+  auto gen = seeded_generator(seed);
+  HeadInputs in;
+  in.hidden = random_normal({N, d}, gen).to(torch::kCUDA, torch::kBFloat16);
+  in.weight = random_normal({V, d}, gen, 0.5).to(torch::kCUDA, torch::kFloat);
+  in.targets = torch::randint(V, {N}, gen, torch::kLong).to(torch::kCUDA);
+  in.mask = (testing::random_uniform({N}, gen, 0, 1) > 0.2).to(torch::kCUDA, torch::kFloat);
+  return in;
+}
+
+// Chunks split the rows: the logits, the loss and d hidden are quantised per row, so they are the same
+// bits whatever the chunking; dW's operands are quantised along each chunk's rows (per column over the
+// chunk), so it moves by FP8 rounding only (the parity bound's 0.16 of its scale), not by a missed chunk.
+TEST(Fp8Head, SeveralChunksComputeWhatOneChunkDoes) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device";
+  const auto in = head_inputs(96, 64, 160, 21);
+  const auto one = fp8_head(in.hidden, in.weight, in.targets, in.mask, 0);
+  const auto three = fp8_head(in.hidden, in.weight, in.targets, in.mask, 32);
+  EXPECT_TRUE(torch::equal(one[0], three[0])) << one[0] << " vs " << three[0];
+  EXPECT_TRUE(torch::equal(one[1], three[1])) << "d hidden";
+  EXPECT_LE((one[2] - three[2]).abs().max().item<double>(), 0.16 * one[2].abs().max().item<double>()) << "dW";
+  EXPECT_GT(three[2].abs().max().item<double>(), 0.0) << "dW of three chunks is not all zero";
+  // A chunk size that is not a multiple of 16 is rounded down to one (the weight gradient's GEMM takes
+  // each chunk along its rows).
+  const auto odd = fp8_head(in.hidden, in.weight, in.targets, in.mask, 40);
+  EXPECT_TRUE(torch::equal(one[1], odd[1]));
+}
+
+// Zeros stay zeros (a zero hidden state gives uniform logits, log V each), an inf poisons the loss.
+TEST(Fp8Head, ZeroHiddenGivesLogVAndAnInfGivesNan) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device";
+  auto in = head_inputs(32, 48, 64, 22);
+  in.mask.fill_(1.0);
+  const auto zero = fp8_head(torch::zeros_like(in.hidden), in.weight, in.targets, in.mask, 0);
+  EXPECT_NEAR(zero[0].item<double>(), std::log(64.0), 1e-5);
+  in.hidden[3][7] = std::numeric_limits<float>::infinity();
+  const auto poisoned = fp8_head(in.hidden, in.weight, in.targets, in.mask, 0);
+  EXPECT_TRUE(std::isnan(poisoned[0].item<double>()));
+}
+
+TEST(Fp8Head, SizesFp8GemmsCannotTakeAreAnError) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device";
+  const auto in = head_inputs(32, 48, 72, 23);  // V 72: not a multiple of 16
+  try {
+    fp8_head(in.hidden, in.weight, in.targets, in.mask, 0);
+    ADD_FAILURE() << "no error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("multiple of 16"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(fused::linear_cross_entropy(in.hidden, in.weight, in.targets, in.mask, fused::LossReduction::none, 0,
+                                           fused::HeadGemms::fp8_rowwise),
+               c10::Error);
 }
 #endif
 

@@ -147,21 +147,21 @@ TEST(Accounting, Nam56rSmallMatchesTheHandComputedValues) {
 // (dense_gemm) count as FP8. nam56r-small's, forward, from the terms above: A 2*2850816 x 3 =
 // 17104896, M 2*(4587520 + 2097152) x 3 = 40108032, R 2*(2097152 + 2*1048576 + 1048576) = 10485760
 // -> 67698688; training x 3 = 203096064 of 610172928 (a third).
-// With FP8 experts, the E blocks' expert GEMMs (moe_dispatch) count as FP8: five E layers of
-// k 3 2 d f = 2 x 3 x 2 x 1024 x 768 = 9437184 forward -> 47185920, training x 3 = 141557760 (the router's
-// 2 d E stays in the run's dtype).
-TEST(Accounting, FlopsByPrecisionCountTheProjectionsAsFp8WhenTheyRunFp8) {
+// The head: 2 d V = 2 * 1024 * 32768 = 67108864 forward. The experts: E blocks x top_k x 3 GEMMs x 2 d f
+// (nam56r-small: 5 E blocks, k 2, f 768 -> 5 * 2 * 3 * 2 * 1024 * 768 = 47185920).
+TEST(Accounting, FlopsByPrecisionCountEachFamilyAsFp8WhenItRunsFp8) {
   const auto c = *named_config("nam56r-small");
-  const auto bf16 = training_flops_by_precision(c, false, false), fp8 = training_flops_by_precision(c, true, false);
+  const auto bf16 = training_flops_by_precision(c, {});
   EXPECT_EQ(bf16.fp8, 0.0);
   EXPECT_EQ(bf16.run_dtype, training_flops_per_token(c));
-  EXPECT_EQ(fp8.fp8, 3.0 * 67698688.0);
-  EXPECT_EQ(fp8.total(), training_flops_per_token(c));
-  const auto experts = training_flops_by_precision(c, false, true), both = training_flops_by_precision(c, true, true);
-  EXPECT_EQ(experts.fp8, 3.0 * 47185920.0);
-  EXPECT_EQ(experts.total(), training_flops_per_token(c));
-  EXPECT_EQ(both.fp8, 3.0 * (67698688.0 + 47185920.0));
-  EXPECT_EQ(both.total(), training_flops_per_token(c));
+  const auto projections = training_flops_by_precision(c, {.projections = true});
+  EXPECT_EQ(projections.fp8, 3.0 * 67698688.0);
+  EXPECT_EQ(projections.total(), training_flops_per_token(c));
+  EXPECT_EQ(training_flops_by_precision(c, {.head = true}).fp8, 3.0 * 67108864.0);
+  EXPECT_EQ(training_flops_by_precision(c, {.experts = true}).fp8, 3.0 * 47185920.0);
+  const auto all = training_flops_by_precision(c, {.projections = true, .head = true, .experts = true});
+  EXPECT_EQ(all.fp8, 3.0 * (67698688.0 + 67108864.0 + 47185920.0));
+  EXPECT_EQ(all.total(), training_flops_per_token(c));
   EXPECT_EQ(std::string(kFlopsVersion), "flops-v2");
 }
 

@@ -295,8 +295,38 @@ TEST_F(ObservedBackendsTest, TheExpertGemmsPrecisionTellsTheGroupedBackendsApart
       << only(wrong).note;
 }
 
+// Backends that share a pass: the FP8 head (loss fused_cuda_fp8_rowwise) runs the bf16 fused head's row
+// kernel, which both rows' patterns name; its FP8 quantisation and GEMMs tell the two apart. Kernel names
+// of the profiled FP8 head on an H200 (2026-11-28, experiments/results/2026-11-28-h200-fp8-head/).
+TEST_F(ObservedBackendsTest, AKernelTheChosenBackendSharesWithAnotherIsTheChosenOnes) {
+  const std::string rows = "void ablate::kernels::fused::ablate_lce_rows<__nv_bfloat16, 8, true>(...)";
+  const std::string quantise = "void ablate::kernels::fp8::ablate_fp8_rowwise_cast<__nv_bfloat16, true>(...)";
+  const std::string fp8_gemm = "nvjet_sm90_qqtst_128x128_128x6_2x1_v_bz_ovscale_TNT";
+  const std::string bf16_gemm = "nvjet_sm90_tst_192x192_64x4_1x2_h_bz_coopB_TNN";
+  const auto fp8 = observe_backends(with_seam_kernels("loss", "fused_cuda_fp8_rowwise", {rows, quantise, fp8_gemm}),
+                                    {{"loss", "fused_cuda_fp8_rowwise"}}, kernels::catalog());
+  EXPECT_EQ(only(fp8).observed, "fused_cuda_fp8_rowwise");
+  EXPECT_EQ(only(fp8).mismatch, false) << only(fp8).note;
+  EXPECT_EQ(only(fp8).evidence.size(), 3u);
+  // The bf16 fused head chosen, the FP8 one's kernels ran: another backend's, and GEMMs in FP8.
+  const auto other = observe_backends(with_seam_kernels("loss", "fused_cuda", {rows, quantise, fp8_gemm}),
+                                      {{"loss", "fused_cuda"}}, kernels::catalog());
+  EXPECT_EQ(only(other).mismatch, true);
+  EXPECT_EQ(only(other).observed, "fused_cuda,fused_cuda_fp8_rowwise");
+  // The FP8 head chosen, the bf16 one ran (its row kernel is the FP8 head's too): the GEMMs' precision says so.
+  const auto bf16 = observe_backends(with_seam_kernels("loss", "fused_cuda_fp8_rowwise", {rows, bf16_gemm}),
+                                     {{"loss", "fused_cuda_fp8_rowwise"}}, kernels::catalog());
+  EXPECT_EQ(only(bf16).mismatch, true);
+  EXPECT_NE(only(bf16).note.find("where FP8 was requested"), std::string::npos) << only(bf16).note;
+}
+
 TEST(KernelPrecision, Fp8GemmsAreToldByTheirNames) {
   EXPECT_TRUE(is_fp8_gemm_kernel("nvjet_sm90_qqtst_192x192_128x4_1x2_h_bz_coopB_TNN"));
+  // e4m3 x e5m2: the tensorwise recipe's gradient GEMMs (a profiled H200 run, 2026-11-28).
+  EXPECT_TRUE(is_fp8_gemm_kernel("nvjet_sm90_qrtst_128x128_128x6_2x1_v_bz_coopA_algo2_TNT"));
+  EXPECT_TRUE(is_fp8_gemm_kernel("nvjet_sm90_qqsss_128x128_128x6_1x1_h_bz_coopA_algo2_ovscale_TNT"));
+  EXPECT_FALSE(is_fp8_gemm_kernel("nvjet_sm90_sss_128x128_64x6_1x2_h_bz_NTT"));
+  EXPECT_FALSE(is_fp8_gemm_kernel("nvjet_sm90_hsh_64x8_64x16_4x1_v_bz_TNN"));
   EXPECT_TRUE(is_fp8_gemm_kernel(
       "_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalI...MMA_64x256x32_F32E4M3E4M3_SS_TN..."));
   EXPECT_FALSE(is_fp8_gemm_kernel("nvjet_sm90_tst_128x128_64x6_1x2_h_bz_splitK_NTT"));

@@ -148,6 +148,9 @@ const std::vector<Sample>& samples() {
       {"dense_gemm/fp8_tensorwise", "elementwise",
        "_ZN6ablate7kernels3fp848_GLOBAL__N__4cb2fbef_15_fp8_quantize_cu_77c993dfL"
        "26ablate_fp8_tensorwise_castI13__nv_bfloat16Lb0EEEvNS2_8TileArgsIT_EE"},
+      // The tensorwise recipe's GEMMs: e4m3 x e4m3 forward, e4m3 x e5m2 for the gradients (an H200's profile).
+      {"dense_gemm/fp8_tensorwise", "gemm", "nvjet_sm90_qqtst_256x128_128x4_1x2_h_bz_coopA_TNT"},
+      {"dense_gemm/fp8_tensorwise", "gemm", "nvjet_sm90_qrtst_128x128_128x6_2x1_v_bz_coopA_algo2_TNT"},
       {"dense_gemm/fp8_tensorwise", "gemm", "nvjet_sm90_qqtst_128x160_128x5_2x1_v_bz_coopA_algo2_TNT"},
       // kernels/recurrent_scan/fused_cuda.cu (nm of libablate_kernels.so, H100 build of 2026-11-25).
       {"recurrent_scan/fused_cuda", "recurrent_scan",
@@ -198,6 +201,19 @@ const std::vector<Sample>& samples() {
       {"loss/fused_cuda", "loss",
        "_ZN6ablate7kernels5fused56_GLOBAL__N__92fc6e8d_23_linear_cross_entropy_cu_5e8d1a37L16ablate_lce_scaleI13__nv_bfloat16"
        "Li1EEEvPT_lPKf"},
+      // The FP8 head (loss fused_cuda_fp8_rowwise): the fused head's row kernel, the rowwise quantisation
+      // (nm of libablate_kernels.so) and the FP8 GEMMs of its profile on an H200 (2026-11-28).
+      {"loss/fused_cuda_fp8_rowwise", "loss",
+       "_ZN6ablate7kernels5fused56_GLOBAL__N__92fc6e8d_23_linear_cross_entropy_cu_5e8d1a37L15ablate_lce_rowsI13__nv_bfloat16"
+       "Li8ELb1EEEvPT_lPKlPKfSA_PfSB_SA_SA_"},
+      {"loss/fused_cuda_fp8_rowwise", "loss",
+       "_ZN6ablate7kernels5fused56_GLOBAL__N__92fc6e8d_23_linear_cross_entropy_cu_5e8d1a37L16ablate_lce_scaleI13__nv_bfloat16"
+       "Li1EEEvPT_lPKf"},
+      {"loss/fused_cuda_fp8_rowwise", "elementwise",
+       "_ZN6ablate7kernels3fp848_GLOBAL__N__884feefb_15_fp8_quantize_cu_77c993dfL23ablate_fp8_rowwise_castI13__nv_"
+       "bfloat16Lb1EEEvPKT_llPKiS9_S9_fbPhPfSA_SB_"},
+      {"loss/fused_cuda_fp8_rowwise", "gemm", "nvjet_sm90_qqtst_128x128_128x6_2x1_v_bz_ovscale_TNT"},
+      {"loss/fused_cuda_fp8_rowwise", "gemm", "nvjet_sm90_qqsss_128x128_128x6_1x1_h_bz_coopA_algo2_ovscale_TNT"},
       // kernels/optimizer/fused_cuda.cu's multi-tensor AdamW, as nvcc 13.0 mangles it.
       {"optimizer/fused_cuda", "optimizer",
        "_ZN6ablate7kernels5fused52_GLOBAL__N__c62d182b_13_fused_cuda_cu_8a41e999_2412412ablate_adamwENS2_11AdamWLaunchENS2_"

@@ -59,6 +59,8 @@ struct FixtureRun {
 class FixtureStore {
  public:
   FixtureStore() : store_(receipts::Store::open(dir_.file("receipts.db"))) {}
+  // A store at `db_path`, kept after the fixture goes (tests/site_fixture_store.cpp writes one for a script).
+  explicit FixtureStore(const std::string& db_path) : store_(receipts::Store::open(db_path)) {}
 
   receipts::Store& store() { return store_; }
 
