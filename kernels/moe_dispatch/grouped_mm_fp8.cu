@@ -63,15 +63,16 @@ Tensor scaled_grouped_mm(const Tensor& a, const Tensor& b, const Tensor& a_inver
 }
 
 // y = x W^T over expert groups in FP8, W = [top; bottom] row-stacked per expert (w1 over w3 for the gate
-// and up projections; bottom undefined for the down projection): x [S, K] bf16, top [E, Na, K] and
+// and up projections; bottom [E, 0, K] for the down projection): x [S, K] bf16, top [E, Na, K] and
 // bottom [E, Nb, K] fp32 (or bf16) masters, group_end [E] int32 -> y [S, Na + Nb] bf16. Saves what the
 // backward's GEMMs read: W quantised along N per (expert, column), x^T along each group's tokens.
 class Fp8GroupedLinear : public torch::autograd::Function<Fp8GroupedLinear> {
  public:
   static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& top, const Tensor& bottom,
                         const Tensor& group_end, bool need_dx, bool need_dw) {
-    const int64_t S = x.size(0), E = top.size(0), N = top.size(1) + (bottom.defined() ? bottom.size(1) : 0);
-    const auto wq = fp8::quantize_stacked(top, bottom, rowwise(/*rows=*/true, /*cols=*/need_dx));
+    const int64_t S = x.size(0), E = top.size(0), N = top.size(1) + bottom.size(1);
+    const auto wq = fp8::quantize_stacked(top, bottom.size(1) > 0 ? bottom : Tensor(),
+                                          rowwise(/*rows=*/true, /*cols=*/need_dx));
     Tensor padded_end;
     int64_t rows_out = 0;
     if (need_dw) padded_end = fp8::padded_group_ends(group_end), rows_out = fp8::padded_rows(S, E);
@@ -84,7 +85,7 @@ class Fp8GroupedLinear : public torch::autograd::Function<Fp8GroupedLinear> {
     ctx->saved_data["rows_out"] = rows_out;
     ctx->saved_data["top_rows"] = top.size(1);
     ctx->saved_data["top_dtype"] = static_cast<int64_t>(top.scalar_type());
-    ctx->saved_data["bottom_dtype"] = static_cast<int64_t>(bottom.defined() ? bottom.scalar_type() : top.scalar_type());
+    ctx->saved_data["bottom_dtype"] = static_cast<int64_t>(bottom.scalar_type());
     ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
     return y;
   }
@@ -124,10 +125,13 @@ class Fp8GroupedLinear : public torch::autograd::Function<Fp8GroupedLinear> {
   }
 };
 
+// A custom autograd function takes no undefined tensor among its inputs, so a projection without a
+// bottom stack passes an empty one ([E, 0, K]).
 Tensor fp8_linear(const Tensor& x, const Tensor& top, const Tensor& bottom, const Tensor& group_end) {
   const bool grad = at::GradMode::is_enabled();
   const bool need_dw = grad && (top.requires_grad() || (bottom.defined() && bottom.requires_grad()));
-  return Fp8GroupedLinear::apply(x, top, bottom, group_end, grad && x.requires_grad(), need_dw);
+  const Tensor below = bottom.defined() ? bottom : top.new_empty({top.size(0), 0, top.size(2)});
+  return Fp8GroupedLinear::apply(x, top, below, group_end, grad && x.requires_grad(), need_dw);
 }
 
 // The FP8 GEMM step (grouped_dispatch.h): the weights are quantised inside each projection, from their
