@@ -132,6 +132,27 @@ __device__ __forceinline__ void load_row_group(const TileArgs<T>& a, int64_t b, 
   }
 }
 
+// Each of the tile's columns' amax over its rows, from every thread's col_m (the amax of its kVec
+// columns over its rows): across a warp by shuffles, across the warps through col_partial. Every thread
+// calls it; thread t < kTile gets column t's.
+__device__ __forceinline__ int tile_column_amax(int (&col_m)[kVec], int (*col_partial)[kTile]) {
+  const int t = threadIdx.x, lane = t % 32, warp = t / 32, c = (t % kThreadsPerRow) * kVec;
+#pragma unroll
+  for (int i = 0; i < kVec; ++i)
+#pragma unroll
+    for (int offset = kThreadsPerRow; offset < 32; offset <<= 1)
+      col_m[i] = max(col_m[i], __shfl_xor_sync(0xffffffffu, col_m[i], offset));
+  if (lane < kThreadsPerRow)
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) col_partial[warp][c + i] = col_m[i];
+  __syncthreads();
+  int m = 0;
+  if (t < kTile)
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) m = max(m, col_partial[w][t]);
+  return m;
+}
+
 // Pass 1. rowwise: atomic max of each tile row's and column's amax into row_amax [B R] and col_amax [B C]
 // (per group of rows, [G C], when grouped; skipped when null); tensorwise: of the tile's amax into
 // tensor_amax [1]. The amax buffers start at 0. Rows reduce across their 8 lanes by shuffles, columns (and
@@ -173,11 +194,17 @@ __device__ __forceinline__ void amax_tile(const TileArgs<T>& a) {
   if constexpr (kRowwise) {
     if (a.col_amax == nullptr) return;  // no transposed orientation asked for
     if constexpr (kGrouped) {
-      __syncthreads();
-      if (t < kTile && col0 + t < a.C) {
-        // The tile's rows in order, their groups in order.
+      __syncthreads();  // the group ends and the tile
+      const int first = groups.of_row(row0), last = groups.of_row(min(row0 + kTile, a.R) - 1);
+      if (first == last) {
+        // The tile's rows all in one group (the usual case: groups are far taller than a tile).
+        const int m = tile_column_amax(col_m, col_partial);
+        if (first < groups.count && t < kTile && col0 + t < a.C && m > 0)
+          atomicMax(a.col_amax + int64_t(first) * a.C + col0 + t, m);
+      } else if (t < kTile && col0 + t < a.C) {
+        // The tile's rows in order, their groups in order: one atomic per group the tile meets.
         const int64_t rows = min(int64_t(kTile), a.R - row0);
-        int g = groups.of_row(row0), m = 0;
+        int g = first, m = 0;
         for (int r = 0; r < rows && g < groups.count; ++r) {
           while (g < groups.count && row0 + r >= groups.end[g]) {
             if (m > 0) atomicMax(a.col_amax + int64_t(g) * a.C + col0 + t, m);
@@ -189,21 +216,8 @@ __device__ __forceinline__ void amax_tile(const TileArgs<T>& a) {
         if (g < groups.count && m > 0) atomicMax(a.col_amax + int64_t(g) * a.C + col0 + t, m);
       }
     } else {
-#pragma unroll
-      for (int i = 0; i < kVec; ++i)
-#pragma unroll
-        for (int offset = kThreadsPerRow; offset < 32; offset <<= 1)
-          col_m[i] = max(col_m[i], __shfl_xor_sync(0xffffffffu, col_m[i], offset));
-      if (lane < kThreadsPerRow)
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) col_partial[warp][c + i] = col_m[i];
-      __syncthreads();
-      if (t < kTile && col0 + t < a.C) {
-        int m = 0;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) m = max(m, col_partial[w][t]);
-        atomicMax(a.col_amax + b * a.C + col0 + t, m);
-      }
+      const int m = tile_column_amax(col_m, col_partial);
+      if (t < kTile && col0 + t < a.C) atomicMax(a.col_amax + b * a.C + col0 + t, m);
     }
   } else {
     // One atomic a block: every block's atomics meet at one address, where they run one at a time.
@@ -220,33 +234,61 @@ __device__ __forceinline__ void amax_tile(const TileArgs<T>& a) {
   }
 }
 
-// Pass 2 of token groups' cols: each of this thread's 8 rows to its group's columns, a byte each (a
-// group's columns start at a multiple of 16, its rows anywhere: 8 rows need not share a word); and, by
-// the first tile row, the inverse scales and the zeros between and after the groups.
+// Pass 2 of token groups' cols, after a __syncthreads that made the tile and the group ends visible:
+// each of this thread's 8 rows to its group's columns, and, by the first tile row, the inverse scales
+// and the zeros between and after the groups. A tile wholly in one group casts with its columns' scales
+// from shared memory and writes 8 bytes at once where they land 8-byte aligned (a group's columns start
+// at a multiple of 16, its rows anywhere); a tile that meets several groups goes a byte at a time.
 template <typename T, bool kE4M3>
 __device__ __forceinline__ void cast_grouped_cols(const TileArgs<T>& a, const SharedGroups& groups, int64_t row0,
-                                                  int64_t col0, const float (*tile)[kSharedStride]) {
+                                                  int64_t col0, const float (*tile)[kSharedStride],
+                                                  float* col_scale) {
   const int t = threadIdx.x, lane = (t % kThreadsPerRow) * kVec;
-  int group_of[kVec];
-  int64_t column_of[kVec];
-  int g = groups.of_row(row0 + lane);
+  const int first = groups.of_row(row0), last = groups.of_row(min(row0 + kTile, a.R) - 1);
+  if (first == last && first < groups.count) {
+    if (t < kTile && col0 + t < a.C)
+      col_scale[t] = scale_from_amax(__int_as_float(a.col_amax[int64_t(first) * a.C + col0 + t]), a.fp8_max,
+                                     a.power_of_two);
+    __syncthreads();
+    const int64_t r0 = row0 + lane, column0 = groups.padded_start(first) + (r0 - groups.start(first));
+    const int n = static_cast<int>(min(int64_t(kVec), a.R - r0));
+    for (int c = t / kThreadsPerRow; c < kTile && n > 0; c += kRowsPerSweep) {
+      const int64_t gc = col0 + c;
+      if (gc >= a.C) continue;
+      float w[kVec];
 #pragma unroll
-  for (int i = 0; i < kVec; ++i) {
-    const int64_t gr = row0 + lane + i;
-    while (g < groups.count && gr >= groups.end[g]) ++g;
-    group_of[i] = gr < a.R ? g : groups.count;
-    column_of[i] = group_of[i] < groups.count ? groups.padded_start(g) + (gr - groups.start(g)) : 0;
-  }
-  for (int c = t / kThreadsPerRow; c < kTile; c += kRowsPerSweep) {
-    const int64_t gc = col0 + c;
-    if (gc >= a.C) continue;
-    uint8_t* out = a.cols + gc * a.cols_stride;
+      for (int i = 0; i < kVec; ++i) w[i] = tile[lane + i][c];
+      const uint2 packed = cast8<kE4M3>(w, col_scale[c]);
+      uint8_t* out = a.cols + gc * a.cols_stride + column0;
+      if (n == kVec && reinterpret_cast<uintptr_t>(out) % 8 == 0) {
+        *reinterpret_cast<uint2*>(out) = packed;
+      } else {
+        for (int i = 0; i < n; ++i) out[i] = uint8_t((i < 4 ? packed.x : packed.y) >> (8 * (i % 4)));
+      }
+    }
+  } else {
+    int group_of[kVec];
+    int64_t column_of[kVec];
+    int g = groups.of_row(row0 + lane);
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
-      if (group_of[i] >= groups.count) continue;
-      const float amax = __int_as_float(a.col_amax[int64_t(group_of[i]) * a.C + gc]);
-      out[column_of[i]] = __nv_cvt_float_to_fp8(tile[lane + i][c] * scale_from_amax(amax, a.fp8_max, a.power_of_two),
-                                                __NV_SATFINITE, kE4M3 ? __NV_E4M3 : __NV_E5M2);
+      const int64_t gr = row0 + lane + i;
+      while (g < groups.count && gr >= groups.end[g]) ++g;
+      group_of[i] = gr < a.R ? g : groups.count;
+      column_of[i] = group_of[i] < groups.count ? groups.padded_start(g) + (gr - groups.start(g)) : 0;
+    }
+    for (int c = t / kThreadsPerRow; c < kTile; c += kRowsPerSweep) {
+      const int64_t gc = col0 + c;
+      if (gc >= a.C) continue;
+      uint8_t* out = a.cols + gc * a.cols_stride;
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        if (group_of[i] >= groups.count) continue;
+        const float amax = __int_as_float(a.col_amax[int64_t(group_of[i]) * a.C + gc]);
+        out[column_of[i]] = __nv_cvt_float_to_fp8(
+            tile[lane + i][c] * scale_from_amax(amax, a.fp8_max, a.power_of_two), __NV_SATFINITE,
+            kE4M3 ? __NV_E4M3 : __NV_E5M2);
+      }
     }
   }
   if (blockIdx.y != 0) return;
@@ -317,7 +359,7 @@ __device__ __forceinline__ void cast_tile(const TileArgs<T>& a) {
     }
   if (a.cols == nullptr) return;
   if constexpr (kGrouped) {
-    cast_grouped_cols<T, kE4M3>(a, groups, row0, col0, tile);
+    cast_grouped_cols<T, kE4M3>(a, groups, row0, col0, tile, col_scale);
   } else {
     for (int u = t; u < kTile * kThreadsPerRow; u += kThreads) {
       const int cc = u / kThreadsPerRow, r = (u % kThreadsPerRow) * kVec;
@@ -361,17 +403,18 @@ struct Layout {
   int64_t cols_stride = 0;
 };
 
-// x [batches, split, C] (2-D: one matrix); the two passes over every matrix and what `layout` adds.
+// x [batches, split, C] or [split, C] (one matrix); the two passes over every matrix and what `layout` adds.
 Quantized launch(const Tensor& x_in, const Layout& layout, const QuantizeOptions& o) {
   // 16-byte loads: an operand that starts off a 16-byte boundary is copied first.
   const auto aligned = [](Tensor t) {
     t = t.contiguous();
     return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 ? t : t.clone();
   };
-  const Tensor x = aligned(x_in.dim() == 2 ? x_in.unsqueeze(0) : x_in);
+  const Tensor x = aligned(x_in);
   const Tensor below = layout.below.defined() ? aligned(layout.below.to(x.scalar_type())) : Tensor();
   const bool grouped = layout.group_end.defined(), rowwise = o.scaling == Scaling::rowwise;
-  const int64_t batches = x.size(0), split = x.size(1), C = x.size(2), R = split + (below.defined() ? below.size(1) : 0);
+  const int64_t batches = x.dim() == 3 ? x.size(0) : 1, split = x.size(-2), C = x.size(-1),
+                R = split + (below.defined() ? below.size(1) : 0);
   const int groups = grouped ? static_cast<int>(layout.group_end.size(0)) : 0;
   const float fp8_max = max_finite(o.dtype);
   const auto f32 = x.options().dtype(torch::kFloat);

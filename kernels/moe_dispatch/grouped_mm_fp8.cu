@@ -19,8 +19,10 @@
 // kernels/dense_gemm/fp8_quantize.cu: W from its fp32 master (w1 over w3 as one [E, 2f, d] operand,
 // never written in bf16), x and dy from their bf16 rows. Master weights stay fp32; the weight gradients
 // come out of the GEMM in bf16 (the only output _scaled_grouped_mm has) and are cast into the masters'
-// dtype. The forward GEMMs accumulate with CUTLASS's fast accumulation, the gradients' without, as
-// dense_gemm's FP8 backends do. An inf or NaN in an operand makes its scale NaN: every output it reaches
+// dtype. All six GEMMs accumulate with CUTLASS's fast accumulation (no periodic promotion of the FP8
+// MMA's partial sums to fp32), as torchao's FP8 row-wise grouped GEMMs for MoE training do: without it the
+// gradient GEMMs ran 2.7x slower than the forward's on an H200 (327 against 120 us at nam56r-small,
+// 2026-11-28), which made the family lose; what it costs in accuracy the convergence gate judges. An inf or NaN in an operand makes its scale NaN: every output it reaches
 // is NaN (the loss turns non-finite and the run stops), never clipped silently.
 // Only on bf16 GEMMs on the GPU (bf16 autocast, or bf16 x), with d and f multiples of 16 (FP8 rows span
 // whole 16-byte units); a call outside that is an error, never a silent bf16 GEMM (the catalog row's
@@ -57,9 +59,10 @@ QuantizeOptions rowwise(bool rows, bool cols) {
 // a [M, K] rows x b^T per group, b_cols [E, N, K] given so that its transpose is the column-major operand
 // the kernel takes; scales: a's [M] (2D x 3D) or [E M] (2D x 2D), b's [E, N] or [E N].
 Tensor scaled_grouped_mm(const Tensor& a, const Tensor& b, const Tensor& a_inverse, const Tensor& b_inverse,
-                         const Tensor& offsets, bool fast_accumulation) {
+                         const Tensor& offsets) {
   return at::_scaled_grouped_mm(a, b, a_inverse, b_inverse, offsets, /*bias=*/std::nullopt,
-                                /*scale_result=*/std::nullopt, at::kBFloat16, fast_accumulation);
+                                /*scale_result=*/std::nullopt, at::kBFloat16,
+                                /*use_fast_accum=*/true);
 }
 
 // y = x W^T over expert groups in FP8, W = [top; bottom] row-stacked per expert (w1 over w3 for the gate
@@ -79,8 +82,7 @@ class Fp8GroupedLinear : public torch::autograd::Function<Fp8GroupedLinear> {
     const auto xq = fp8::quantize_grouped(x, group_end, padded_end, rows_out, rowwise(/*rows=*/true, /*cols=*/need_dw));
     // No rows (an expert-parallel rank that received none): nothing for the kernel to do.
     auto y = S == 0 ? torch::empty({0, N}, x.options().dtype(at::kBFloat16))
-                    : scaled_grouped_mm(xq.rows, wq.rows.transpose(1, 2), xq.rows_inverse, wq.rows_inverse, group_end,
-                                        /*fast_accumulation=*/true);
+                    : scaled_grouped_mm(xq.rows, wq.rows.transpose(1, 2), xq.rows_inverse, wq.rows_inverse, group_end);
     ctx->save_for_backward({wq.cols, wq.cols_inverse, xq.cols, xq.cols_inverse, padded_end, group_end});
     ctx->saved_data["rows_out"] = rows_out;
     ctx->saved_data["top_rows"] = top.size(1);
@@ -103,14 +105,13 @@ class Fp8GroupedLinear : public torch::autograd::Function<Fp8GroupedLinear> {
     Tensor dx, dtop, dbottom;
     if (need_dx) {
       dx = S == 0 ? torch::empty({0, w_cols.size(1)}, dy.options())
-                  : scaled_grouped_mm(dyq.rows, w_cols.transpose(1, 2), dyq.rows_inverse, w_cols_inverse, group_end,
-                                      /*fast_accumulation=*/false);
+                  : scaled_grouped_mm(dyq.rows, w_cols.transpose(1, 2), dyq.rows_inverse, w_cols_inverse, group_end);
       dx = dx.to(dtype_of("x_dtype"));
     }
     if (need_dw) {
       // [E, N, K] in bf16: each expert's dy^T x over its (padded) tokens.
       const auto dw = scaled_grouped_mm(dyq.cols, x_cols.t(), dyq.cols_inverse.view({-1}), x_cols_inverse.view({-1}),
-                                        padded_end, /*fast_accumulation=*/false);
+                                        padded_end);
       const int64_t top_rows = ctx->saved_data["top_rows"].toInt(), bottom_rows = dw.size(1) - top_rows;
       std::vector<std::pair<Tensor, Tensor>> blocks;
       dtop = torch::empty({dw.size(0), top_rows, dw.size(2)}, dw.options().dtype(dtype_of("top_dtype")));
