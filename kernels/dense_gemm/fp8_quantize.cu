@@ -2,8 +2,8 @@
 // fp8_quantize.h, two passes over x [R, C] in 64 x 64 tiles (what each pass does: fp8_quantize.h), one
 // grid layer per matrix of a stack. Memory-bound: pass 1 reads x once, pass 2 reads it again and writes
 // both FP8 orientations (1 byte an element each), every global access 8 or 16 bytes a thread but for
-// token groups' transposed rows, written a byte at a time (a group's columns start at a multiple of 16,
-// its rows anywhere); nam56r-small's largest activation, 16384 x 4352 bf16 (143 MB), moves 428 MB:
+// token groups' transposed rows where they land off an 8-byte boundary (a group's columns start at a
+// multiple of 16, its rows anywhere), written a byte at a time; nam56r-small's largest activation, 16384 x 4352 bf16 (143 MB), moves 428 MB:
 // ~0.14 ms at the H100's ~3 TB/s. Two passes because current scaling needs a tensor's (row's, column's)
 // amax before the first value is cast; one pass would take the scale from an earlier step (delayed
 // scaling), another recipe.
