@@ -3,13 +3,7 @@
 // cuBLASLt on Hopper's FP8 tensor cores) with current scaling: every operand is quantised from its own
 // amax in this step (fp8_quantize.h), its two orientations in one pair of passes. fp32 master weights
 // stay fp32 (they are quantised from fp32 every step); y and dx are bf16, dW fp32 (written by the GEMM).
-// The recipes (torchao's float8 training recipes of the same names):
-//   tensorwise: one scale per tensor; x and W e4m3 (3 mantissa bits), the output gradient e5m2 (2 bits,
-//               exponent range to 57344): with a single scale a tensor's small values sit far below its
-//               amax, and gradients span the widest range, so they trade a mantissa bit for range;
-//   rowwise:    one power-of-two scale per row along each GEMM's inner dimension, e4m3 throughout: each
-//               row's own scale keeps its values near the top of the range, so precision wins over range
-//               (a power of two makes the scaling itself exact).
+// The recipes, tensorwise and rowwise (torchao's float8 training recipes): fp8_recipe.h.
 // The forward GEMM accumulates with CUTLASS/cuBLASLt "fast accumulation" (periodic promotion to fp32), the
 // gradients' GEMMs without (their sums over the token dimension are the longest), as torchao does.
 // Only under CUDA bf16 autocast with fp32 weights, the training posture the catalog row's availability
@@ -22,7 +16,7 @@
 #if defined(__CUDACC__)
 #include <ATen/autocast_mode.h>
 
-#include "kernels/dense_gemm/fp8_quantize.h"
+#include "kernels/dense_gemm/fp8_recipe.h"
 #include "kernels/numerics.h"
 
 namespace ablate::kernels::fp8 {
@@ -32,33 +26,8 @@ using torch::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-struct Recipe {
-  Scaling scaling;
-  at::ScalarType inputs;    // x and W
-  at::ScalarType gradient;  // dy
-  bool power_of_two_scales;
-};
-constexpr Recipe kTensorwise{Scaling::tensorwise, at::kFloat8_e4m3fn, at::kFloat8_e5m2, false};
-constexpr Recipe kRowwise{Scaling::rowwise, at::kFloat8_e4m3fn, at::kFloat8_e4m3fn, true};
-
 Quantized quantize_operand(const Tensor& x, const Recipe& r, at::ScalarType dtype, bool rows, bool cols) {
-  QuantizeOptions options;
-  options.scaling = r.scaling;
-  options.dtype = dtype;
-  options.power_of_two_scales = r.power_of_two_scales;
-  options.rows = rows;
-  options.cols = cols;
-  return quantize(x, options);
-}
-
-// a [M, K] x b^T, b given as b_rows [N, K] row-major (its transpose is the column-major [K, N] operand
-// cuBLASLt takes), each with its inverse scales ([1], or [M] and [N] for rowwise) -> [M, N] in `out`.
-Tensor scaled_mm(const Tensor& a, const Tensor& a_inverse, const Tensor& b_rows, const Tensor& b_inverse,
-                 const Recipe& r, at::ScalarType out, bool fast_accumulation) {
-  const bool rowwise = r.scaling == Scaling::rowwise;
-  return at::_scaled_mm(a, b_rows.t(), rowwise ? a_inverse.view({-1, 1}) : a_inverse,
-                        rowwise ? b_inverse.view({1, -1}) : b_inverse, /*bias=*/{}, /*scale_result=*/{}, out,
-                        fast_accumulation);
+  return quantize(x, r.options(dtype, rows, cols));
 }
 
 // What the backward will need (nothing under no_grad, e.g. an evaluation): decided before the autograd
@@ -74,7 +43,7 @@ Tensor project(AutogradContext* ctx, const Tensor& x, const Tensor& weight, cons
   const auto x2 = x.reshape({-1, K});
   const auto xq = quantize_operand(x2, r, r.inputs, /*rows=*/true, /*cols=*/needs.dw);
   const auto wq = quantize_operand(weight, r, r.inputs, /*rows=*/true, /*cols=*/needs.dx);
-  auto y = scaled_mm(xq.rows, xq.rows_inverse, wq.rows, wq.rows_inverse, r, at::kBFloat16, /*fast=*/true);
+  auto y = scaled_mm(xq.rows, xq.rows_inverse, wq.rows, wq.rows_inverse, r.scaling, at::kBFloat16, /*fast=*/true);
   ctx->save_for_backward({xq.cols, xq.cols_inverse, wq.cols, wq.cols_inverse});
   ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
   auto out_sizes = x.sizes().vec();
@@ -96,11 +65,12 @@ variable_list project_backward(AutogradContext* ctx, const Tensor& grad, const R
     const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
     auto dx_sizes = grad.sizes().vec();
     dx_sizes.back() = w_cols.size(0);  // K
-    dx = scaled_mm(dyq.rows, dyq.rows_inverse, w_cols, w_cols_inverse, r, at::kBFloat16, /*fast=*/false)
+    dx = scaled_mm(dyq.rows, dyq.rows_inverse, w_cols, w_cols_inverse, r.scaling, at::kBFloat16, /*fast=*/false)
              .view(dx_sizes)
              .to(x_dtype);
   }
-  if (need_dw) dw = scaled_mm(dyq.cols, dyq.cols_inverse, x_cols, x_cols_inverse, r, at::kFloat, /*fast=*/false);
+  if (need_dw)
+    dw = scaled_mm(dyq.cols, dyq.cols_inverse, x_cols, x_cols_inverse, r.scaling, at::kFloat, /*fast=*/false);
   return {dx, dw, with_bias ? dy.sum(0, /*keepdim=*/false, torch::kFloat) : Tensor()};
 }
 

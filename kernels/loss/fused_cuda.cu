@@ -30,14 +30,13 @@
 
 #if defined(__CUDACC__)
 #include <ATen/autocast_mode.h>
-#include <ATen/ops/_scaled_mm.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/mm.h>
 
 #include <cfloat>
 
 #include "kernels/cuda_common.cuh"
-#include "kernels/dense_gemm/fp8_quantize.h"
+#include "kernels/dense_gemm/fp8_recipe.h"
 #include "kernels/loss/fused_cuda.h"
 
 namespace ablate::kernels::fused {
@@ -229,25 +228,18 @@ void accumulate_grads(const Tensor& grad, const Tensor& h, const Tensor& w_mm, T
 }
 
 // FP8 head GEMMs (HeadGemms::fp8_rowwise): the rowwise recipe of the FP8 projections
-// (kernels/dense_gemm/fp8_scaled_mm.cu): every operand e4m3 with one current power-of-two scale per row
+// (kernels/dense_gemm/fp8_recipe.h): every operand e4m3 with one current power-of-two scale per row
 // along its GEMM's inner dimension; the logits GEMM with fast accumulation, the gradients' without.
 constexpr int64_t kFp8Multiple = 16;  // cuBLASLt's FP8 GEMMs take leading dimensions in multiples of 16
 
 fp8::Quantized quantize_rowwise(const Tensor& x, bool rows, bool cols) {
-  fp8::QuantizeOptions options;
-  options.scaling = fp8::Scaling::rowwise;
-  options.dtype = at::kFloat8_e4m3fn;
-  options.power_of_two_scales = true;
-  options.rows = rows;
-  options.cols = cols;
-  return fp8::quantize(x, options);
+  return fp8::quantize(x, fp8::kRowwise.options(fp8::kRowwise.inputs, rows, cols));
 }
 
 // out = a b^T from a [M, K] and b [N, K], both quantised along K, with their per-row inverse scales.
 void scaled_mm_out(Tensor& out, const Tensor& a, const Tensor& a_inverse, const Tensor& b, const Tensor& b_inverse,
                    bool fast_accumulation) {
-  at::_scaled_mm_out(out, a, b.t(), a_inverse.view({-1, 1}), b_inverse.view({1, -1}), /*bias=*/{},
-                     /*scale_result=*/{}, out.scalar_type(), fast_accumulation);
+  fp8::scaled_mm_out(out, a, a_inverse, b, b_inverse, fp8::Scaling::rowwise, fast_accumulation);
 }
 
 struct LceInputs {

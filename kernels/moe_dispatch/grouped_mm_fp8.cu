@@ -33,7 +33,7 @@
 #include "kernels/registry.h"
 
 #if defined(__CUDACC__)
-#include "kernels/dense_gemm/fp8_quantize.h"
+#include "kernels/dense_gemm/fp8_recipe.h"
 #include "kernels/moe_dispatch/expert_groups.h"
 #include "kernels/moe_dispatch/grouped_dispatch.h"
 
@@ -46,15 +46,7 @@ using torch::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-QuantizeOptions rowwise(bool rows, bool cols) {
-  QuantizeOptions o;
-  o.scaling = fp8::Scaling::rowwise;
-  o.dtype = at::kFloat8_e4m3fn;
-  o.power_of_two_scales = true;
-  o.rows = rows;
-  o.cols = cols;
-  return o;
-}
+QuantizeOptions rowwise(bool rows, bool cols) { return fp8::kRowwise.options(fp8::kRowwise.inputs, rows, cols); }
 
 // a [M, K] rows x b^T per group, b_cols [E, N, K] given so that its transpose is the column-major operand
 // the kernel takes; scales: a's [M] (2D x 3D) or [E M] (2D x 2D), b's [E, N] or [E N].
