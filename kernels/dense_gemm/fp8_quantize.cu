@@ -118,14 +118,24 @@ __device__ __forceinline__ SharedGroups load_groups(const TileArgs<T>& a) {
 
 // This thread's kVec elements of row gr of matrix b (a group of 8 columns at gc) as fp32, 0 outside x: rows
 // [0, split) from top, the rest from bottom. C is a multiple of 16, so a group of 8 is wholly inside or
-// outside, and every row starts 16-byte aligned (launch() sees to it).
+// outside, and every row starts 16-byte aligned (launch() sees to it). Loads go through the read-only
+// data path (ld.global.nc): x is never written here, but the compiler cannot prove that for pointers
+// held in TileArgs, and plain loads left these passes slower than ones taking __restrict__ arguments.
 template <typename T>
 __device__ __forceinline__ void load_row_group(const TileArgs<T>& a, int64_t b, int64_t gr, int64_t gc,
                                                float (&v)[kVec]) {
   if (gr < a.R && gc < a.C) {
     const T* src = gr < a.split ? a.top + (b * a.split + gr) * a.C + gc
                                 : a.bottom + (b * (a.R - a.split) + gr - a.split) * a.C + gc;
-    fused::load_vec<kVec>(src, v);
+    constexpr int kWords = kVec * sizeof(T) / 16;  // 16-byte words: 1 of bf16, 2 of fp32
+    union {
+      int4 words[kWords];
+      T elems[kVec];
+    } u;
+#pragma unroll
+    for (int k = 0; k < kWords; ++k) u.words[k] = __ldg(reinterpret_cast<const int4*>(src) + k);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) v[i] = fused::to_float(u.elems[i]);
   } else {
 #pragma unroll
     for (int i = 0; i < kVec; ++i) v[i] = 0.f;
