@@ -480,11 +480,6 @@ class Parser {
                                    "\"{}\"): sharding the expert weights over the ranks that hold the same experts is "
                                    "not built yet",
                                    ep, spec.distributed.sharding));
-      if (spec.train.checkpoint_every > 0 || spec.train.resume)
-        errs.push_back(fmt::format("distributed.expert_parallel = {} with {}: checkpoints of expert-parallel runs (each "
-                                   "rank holding other experts) are not written or read yet; set "
-                                   "train.checkpoint_every = 0 and train.resume = false",
-                                   ep, spec.train.resume ? "train.resume = true" : "periodic checkpoints"));
     }
     if (spec.train.eval_every > 0 && spec.data.validation_fraction <= 0)
       errs.push_back(fmt::format("train.eval_every = {} evaluates on held-out data and data.validation_fraction is 0: "

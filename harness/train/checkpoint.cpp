@@ -11,12 +11,14 @@
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
+#include <unordered_map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "base/remove_tree.h"
 #include "base/sha256.h"
+#include "harness/train/expert_parallel.h"
 
 namespace ablate::harness {
 namespace fs = std::filesystem;
@@ -42,12 +44,63 @@ void write_text(const fs::path& p, const std::string& text) {
   fsync_path(p);
 }
 
+// Each expert weight whole (every rank of its group's rows), by the parameter it replaces in a save.
+using WholeExperts = std::unordered_map<const c10::TensorImpl*, torch::Tensor>;
+
+WholeExperts gather_experts(const ExpertWeights& experts) {
+  WholeExperts whole;
+  for (const auto& p : experts.params) {
+    auto w = experts.group->gather_experts(p);
+    w.set_requires_grad(p.requires_grad());  // as Module::save stores the parameter
+    whole.emplace(p.unsafeGetTensorImpl(), std::move(w));
+  }
+  return whole;
+}
+
+// Module::save's layout (parameters, buffers, then each serializable child's archive under its name)
+// with the expert weights whole, so the file is what a run without expert parallelism writes.
+void save_module(const torch::nn::Module& module, torch::serialize::OutputArchive& archive, const WholeExperts& whole) {
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) {
+    const auto it = whole.find(p.value().unsafeGetTensorImpl());
+    archive.write(p.key(), it == whole.end() ? p.value() : it->second);
+  }
+  for (const auto& b : module.named_buffers(/*recurse=*/false)) archive.write(b.key(), b.value(), /*is_buffer=*/true);
+  for (const auto& child : module.named_children()) {
+    if (!child.value()->is_serializable()) continue;
+    torch::serialize::OutputArchive child_archive(archive.compilation_unit());
+    save_module(*child.value(), child_archive, whole);
+    archive.write(child.key(), child_archive);
+  }
+}
+
+// Module::load's walk, each expert weight taking this rank's rows of the whole one saved.
+void load_module(torch::nn::Module& module, torch::serialize::InputArchive& archive, const ExpertWeights& experts) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : module.named_parameters(/*recurse=*/false)) {
+    if (std::none_of(experts.params.begin(), experts.params.end(), [&](const auto& e) { return e.is_same(p.value()); })) {
+      archive.read(p.key(), p.value());
+      continue;
+    }
+    torch::Tensor whole;
+    archive.read(p.key(), whole);
+    p.value().copy_(experts.group->own_experts(whole, p.value()));
+  }
+  for (auto& b : module.named_buffers(/*recurse=*/false)) archive.read(b.key(), b.value(), /*is_buffer=*/true);
+  for (const auto& child : module.named_children()) {
+    if (!child.value()->is_serializable()) continue;
+    torch::serialize::InputArchive child_archive;
+    archive.read(child.key(), child_archive);
+    load_module(*child.value(), child_archive, experts);
+  }
+}
+
 }  // namespace
 
 std::string save_checkpoint(const std::string& dir, torch::nn::Module& model, TrainOptimizer& optimizer,
-                            const CheckpointState& state, bool writes) {
+                            const CheckpointState& state, bool writes, const ExpertWeights& experts) {
   torch::serialize::OutputArchive optim_archive;
-  optimizer.save(optim_archive);  // a sharded optimizer gathers here: every rank takes part
+  optimizer.save(optim_archive);  // a sharded or expert-parallel optimizer gathers here: every rank takes part
+  const WholeExperts whole = experts.group ? gather_experts(experts) : WholeExperts{};
   if (!writes) return "";
   const fs::path root(dir);
   fs::create_directories(root);
@@ -57,7 +110,10 @@ std::string save_checkpoint(const std::string& dir, torch::nn::Module& model, Tr
   fs::create_directories(tmp);
 
   torch::serialize::OutputArchive model_archive;
-  model.save(model_archive);
+  if (experts.group)
+    save_module(model, model_archive, whole);
+  else
+    model.save(model_archive);
   model_archive.save_to((tmp / "model.pt").string());
   fsync_path(tmp / "model.pt");
   optim_archive.save_to((tmp / "optimizer.pt").string());
@@ -180,7 +236,8 @@ CheckpointFolderLock::~CheckpointFolderLock() {
 }
 
 CheckpointState load_checkpoint(const std::string& folder, torch::nn::Module& model, TrainOptimizer* optimizer,
-                                const std::string& expected_model_hash, const std::string& expected_data_fingerprint) {
+                                const std::string& expected_model_hash, const std::string& expected_data_fingerprint,
+                                const ExpertWeights& experts) {
   // latest_checkpoint() verified the folder; a state.json that still does not read is refused, not thrown raw.
   const fs::path f(folder);
   std::ifstream in(f / "state.json");
@@ -210,7 +267,10 @@ CheckpointState load_checkpoint(const std::string& folder, torch::nn::Module& mo
       params.empty() ? std::nullopt : std::optional<torch::Device>(params.front().device());
   torch::serialize::InputArchive model_archive;
   model_archive.load_from((f / "model.pt").string(), device);
-  model.load(model_archive);
+  if (experts.group)
+    load_module(model, model_archive, experts);
+  else
+    model.load(model_archive);
   if (optimizer) load_optimizer_state(folder, *optimizer, device);
   return s;
 }

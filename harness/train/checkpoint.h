@@ -7,7 +7,8 @@
 // The run that writes checkpoints holds the folder's lock (.lock, flock) for its lifetime, so two runs
 // never write into one folder; after each save it keeps the newest train.keep_checkpoints.
 // Tests: tests/harness/runner_test.cpp (20 steps == 10 + checkpoint + resume 10, bitwise on CPU),
-// tests/harness/cli_receipts_test.cpp (damaged checkpoints, the lock, pruning).
+// tests/harness/cli_receipts_test.cpp (damaged checkpoints, the lock, pruning),
+// tests/harness/distributed_test.cpp (sharded and expert-parallel checkpoints, resumed either way).
 #pragma once
 #include <torch/torch.h>
 
@@ -28,10 +29,21 @@ struct CheckpointState {
   std::string data_fingerprint;  // ... and one taken on other data
 };
 
-// Returns the folder written. Under distributed.sharding every rank calls it (the optimizer's state is
-// gathered, a collective) and only the rank with `writes` true writes the folder (returning "" elsewhere).
+class ExpertParallel;
+
+// Under expert parallelism: the model's expert weights (HybridModel::expert_parameters(), this rank's rows
+// of each) and the expert group that holds the other rows. A checkpoint holds every expert whole, as a run
+// without expert parallelism writes it, so either resumes the other. Default: none.
+struct ExpertWeights {
+  std::vector<torch::Tensor> params;
+  const ExpertParallel* group = nullptr;
+};
+
+// Returns the folder written. Under distributed.sharding or expert parallelism every rank calls it (the
+// optimizer's state and the experts are gathered, collectives) and only the rank with `writes` true writes
+// the folder (returning "" elsewhere).
 std::string save_checkpoint(const std::string& dir, torch::nn::Module& model, TrainOptimizer& optimizer,
-                            const CheckpointState& state, bool writes = true);
+                            const CheckpointState& state, bool writes = true, const ExpertWeights& experts = {});
 // Why `folder` cannot be resumed from ("" when it is intact): no COMPLETE marker, a state.json that
 // does not parse or holds nonsense (next_step < 1), a file missing or of another size or SHA-256 than
 // its manifest says. A checkpoint written before manifests existed is checked without them.
@@ -61,9 +73,11 @@ class CheckpointFolderLock {
   int fd_ = -1;
 };
 // Loads into model and optimizer (same structure; null: the optimizer later, load_optimizer_state),
-// returns the state. Throws std::invalid_argument when the checkpoint belongs to another model or other data.
+// returns the state; each of `experts` takes this rank's rows of its whole tensor. Throws
+// std::invalid_argument when the checkpoint belongs to another model or other data.
 CheckpointState load_checkpoint(const std::string& folder, torch::nn::Module& model, TrainOptimizer* optimizer,
-                                const std::string& expected_model_hash, const std::string& expected_data_fingerprint);
+                                const std::string& expected_model_hash, const std::string& expected_data_fingerprint,
+                                const ExpertWeights& experts = {});
 // The optimizer's state from the checkpoint folder (its optimizer.pt), read onto `device` (the run's).
 // The file's layout is the same for every sharding stage and world size, so any of them resumes any other.
 void load_optimizer_state(const std::string& folder, TrainOptimizer& optimizer, std::optional<torch::Device> device);

@@ -36,6 +36,26 @@ void ExpertParallel::all_to_all(torch::Tensor& out, const torch::Tensor& in, con
 
 void ExpertParallel::sum_over_group(torch::Tensor& t) const { experts_->allreduce_sum_async(t)->wait(); }
 
+torch::Tensor ExpertParallel::gather_experts(const torch::Tensor& mine) const {
+  auto in = mine.detach().contiguous();
+  auto sizes = in.sizes().vec();
+  sizes[0] *= ranks();
+  auto whole = torch::empty(sizes, in.options());
+  experts_->all_gather_async(whole, in)->wait();
+  return whole.cpu();  // the device holds one expert tensor whole at a time
+}
+
+torch::Tensor ExpertParallel::own_experts(const torch::Tensor& whole, const torch::Tensor& mine) const {
+  auto sizes = mine.sizes().vec();
+  sizes[0] *= ranks();
+  const c10::IntArrayRef expected(sizes);
+  if (whole.sizes() != expected)
+    throw std::invalid_argument(fmt::format("the checkpoint holds an expert tensor of shape {} where this model's {} "
+                                            "experts make {}: the checkpoint belongs to another model",
+                                            c10::str(whole.sizes()), sizes[0], c10::str(expected)));
+  return whole.narrow(0, rank() * mine.size(0), mine.size(0));
+}
+
 void ExpertParallel::begin_step() {
   works_.clear();
   step_bytes_ = 0;

@@ -6,7 +6,8 @@
 // job's mean). ExpertParallel is the kernels::ExpertExchange the moe_dispatch seam exchanges rows through:
 // all-to-alls on the expert group's own communicator, waited for in stream order (NCCL) or on the host
 // (Gloo), and timed like every other collective (the step's all-to-alls, from the backend's timing).
-// Tests: tests/harness/distributed_test.cpp (2 and 4 Gloo ranks: expert_parallel N trains as 1 does).
+// Tests: tests/harness/distributed_test.cpp (2 and 4 Gloo ranks: expert_parallel N trains as 1 does; its
+// checkpoints resume at any expert_parallel).
 #pragma once
 #include <torch/torch.h>
 
@@ -36,6 +37,12 @@ class ExpertParallel : public kernels::ExpertExchange {
   // Sums a device tensor over this rank's expert group in place, waited for (the norm of the expert
   // weights' gradient is spread over the group).
   void sum_over_group(torch::Tensor& t) const;
+  // Checkpoints hold every expert, as one process does. gather_experts: every place's rows of `mine` (this
+  // rank's part of an expert tensor: its experts first), in place order, on the host; a collective over
+  // the expert group. own_experts: this rank's rows of such a whole tensor, checked against `mine`'s shape
+  // (std::invalid_argument: a checkpoint of another model).
+  torch::Tensor gather_experts(const torch::Tensor& mine) const;
+  torch::Tensor own_experts(const torch::Tensor& whole, const torch::Tensor& mine) const;
   // The ranks that hold this rank's experts, one in each expert group.
   ProcessGroup& expert_data_group() const { return *expert_data_; }
 

@@ -10,6 +10,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "harness/train/data_parallel.h"
+#include "harness/train/expert_parallel.h"
 
 namespace ablate::harness {
 namespace {
@@ -17,14 +18,20 @@ namespace {
 // The checkpoint key of AdamW's state of parameter i of group g ("group0.param3.").
 std::string state_key(size_t group, size_t index) { return fmt::format("group{}.param{}.", group, index); }
 
-// `key` from the archive, checked against the shape this model needs.
-torch::Tensor read_state(torch::serialize::InputArchive& archive, const std::string& key, c10::IntArrayRef sizes) {
+// `key` from the archive.
+torch::Tensor read_saved(torch::serialize::InputArchive& archive, const std::string& key) {
   torch::Tensor saved;
   if (!archive.try_read(key, saved, /*is_buffer=*/true))
     throw std::invalid_argument(fmt::format(
         "the checkpoint's optimizer.pt has no '{}': it was written by another optimizer layout (ablate before the "
         "optimizer seam, or another model); resume from a newer checkpoint or set train.resume = false",
         key));
+  return saved;
+}
+
+// `key` from the archive, checked against the shape this model needs.
+torch::Tensor read_state(torch::serialize::InputArchive& archive, const std::string& key, c10::IntArrayRef sizes) {
+  auto saved = read_saved(archive, key);
   if (saved.sizes() != sizes)
     throw std::invalid_argument(fmt::format("the checkpoint's optimizer state '{}' has shape {} where this model needs "
                                             "{}: the checkpoint belongs to another model",
@@ -62,23 +69,27 @@ GradNorm measure_grad_norm(const std::vector<torch::Tensor>& params, double max_
 }
 
 GradNorm AdamW::grad_norm(double max_norm) {
-  if (!sum_over_group_) return measure_grad_norm(params_, max_norm);
+  if (!expert_group_) return measure_grad_norm(params_, max_norm);
   auto partitioned = grad_square_norm(partitioned_).to(lr_.device()).view({1});
-  sum_over_group_(partitioned);
+  expert_group_->sum_over_group(partitioned);
   return clipped((grad_square_norm(replicated_).to(lr_.device()) + partitioned.squeeze(0)).sqrt(), max_norm);
 }
 
-void AdamW::partition_norm(const std::vector<torch::Tensor>& partitioned,
-                           std::function<void(torch::Tensor&)> sum_over_group) {
+void AdamW::partition_experts(const std::vector<torch::Tensor>& experts, const ExpertParallel& group) {
+  auto is_expert = [&](const torch::Tensor& p) {
+    return std::any_of(experts.begin(), experts.end(), [&](const auto& q) { return q.is_same(p); });
+  };
   replicated_.clear();
   partitioned_.clear();
-  for (const auto& p : params_) {
-    const bool split = std::any_of(partitioned.begin(), partitioned.end(), [&](const auto& q) { return q.is_same(p); });
-    (split ? partitioned_ : replicated_).push_back(p);
+  for (const auto& p : params_) (is_expert(p) ? partitioned_ : replicated_).push_back(p);
+  if (partitioned_.size() != experts.size())
+    throw std::logic_error("AdamW::partition_experts: an expert parameter is not one of the optimizer's");
+  partitioned_in_group_.clear();
+  for (const auto& g : groups_) {
+    partitioned_in_group_.emplace_back();
+    for (const auto& p : g.params) partitioned_in_group_.back().push_back(is_expert(p));
   }
-  if (partitioned_.size() != partitioned.size())
-    throw std::logic_error("AdamW::partition_norm: a partitioned parameter is not one of the optimizer's");
-  sum_over_group_ = std::move(sum_over_group);
+  expert_group_ = &group;
 }
 
 AdamW::AdamW(const std::vector<torch::Tensor>& params, const TrainSection& t, const kernels::Dispatcher& dispatcher)
@@ -120,13 +131,21 @@ void AdamW::step(const torch::Tensor& grad_scale) {
   }
 }
 
+bool AdamW::is_partitioned(size_t group, size_t index) const {
+  return expert_group_ && partitioned_in_group_[group][index];
+}
+
 void AdamW::save(torch::serialize::OutputArchive& archive) const {
+  torch::NoGradGuard no_grad;
   for (size_t gi = 0; gi < groups_.size(); ++gi)
     for (size_t i = 0; i < groups_[gi].params.size(); ++i) {
       const auto key = state_key(gi, i);
-      archive.write(key + "exp_avg", groups_[gi].exp_avgs[i], /*is_buffer=*/true);
-      archive.write(key + "exp_avg_sq", groups_[gi].exp_avg_sqs[i], /*is_buffer=*/true);
-      archive.write(key + "step", groups_[gi].steps[i], /*is_buffer=*/true);
+      const auto& g = groups_[gi];
+      // An expert's moments whole, every rank's rows (in the group's order on every rank).
+      auto whole = [&](const torch::Tensor& t) { return is_partitioned(gi, i) ? expert_group_->gather_experts(t) : t; };
+      archive.write(key + "exp_avg", whole(g.exp_avgs[i]), /*is_buffer=*/true);
+      archive.write(key + "exp_avg_sq", whole(g.exp_avg_sqs[i]), /*is_buffer=*/true);
+      archive.write(key + "step", g.steps[i], /*is_buffer=*/true);
     }
 }
 
@@ -136,8 +155,14 @@ void AdamW::load(torch::serialize::InputArchive& archive) {
     for (size_t i = 0; i < groups_[gi].params.size(); ++i) {
       const auto key = state_key(gi, i);
       auto& g = groups_[gi];
-      g.exp_avgs[i].copy_(read_state(archive, key + "exp_avg", g.exp_avgs[i].sizes()));
-      g.exp_avg_sqs[i].copy_(read_state(archive, key + "exp_avg_sq", g.exp_avg_sqs[i].sizes()));
+      auto read_into = [&](torch::Tensor& mine, const std::string& name) {
+        if (is_partitioned(gi, i))
+          mine.copy_(expert_group_->own_experts(read_saved(archive, key + name), mine));
+        else
+          mine.copy_(read_state(archive, key + name, mine.sizes()));
+      };
+      read_into(g.exp_avgs[i], "exp_avg");
+      read_into(g.exp_avg_sqs[i], "exp_avg_sq");
       g.steps[i].copy_(read_state(archive, key + "step", g.steps[i].sizes()));
     }
 }

@@ -11,7 +11,6 @@
 #pragma once
 #include <torch/torch.h>
 
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,6 +34,8 @@ GradNorm measure_grad_norm(const std::vector<torch::Tensor>& params, double max_
 
 // What the step executor asks of the run's optimizer: AdamW (every rank the whole state) or
 // ShardedAdamW (distributed.sharding = "optimizer": each rank its shard).
+class ExpertParallel;
+
 class TrainOptimizer {
  public:
   virtual ~TrainOptimizer() = default;
@@ -59,11 +60,12 @@ class AdamW : public TrainOptimizer {
   void set_lr(double lr) override;
   void zero_grad() override;
   GradNorm grad_norm(double max_norm) override;
-  // Expert parallelism: the `partitioned` parameters (some of this optimizer's) differ between the ranks
-  // of a group, and `sum_over_group` adds a device tensor up over them in place: grad_norm() is then the
-  // norm of the whole model's gradient, every rank's experts counted once.
-  void partition_norm(const std::vector<torch::Tensor>& partitioned,
-                      std::function<void(torch::Tensor&)> sum_over_group);
+  // Expert parallelism: the `experts` parameters (some of this optimizer's) hold this rank's rows of each
+  // expert tensor, `group` the rest. grad_norm() is then the norm of the whole model's gradient, every
+  // rank's experts counted once (summed over the group); save() gathers their moments whole (a
+  // collective: every rank of the group calls it) and load() takes this rank's rows, so the checkpoint's
+  // layout is AdamW's without expert parallelism.
+  void partition_experts(const std::vector<torch::Tensor>& experts, const ExpertParallel& group);
   // Throws std::logic_error when a parameter has no gradient: every parameter of the model takes part
   // in every step, so a missing gradient is a bug.
   void step(const torch::Tensor& grad_scale) override;
@@ -76,10 +78,13 @@ class AdamW : public TrainOptimizer {
     std::vector<torch::Tensor> params, exp_avgs, exp_avg_sqs, steps;
     kernels::AdamWHyper hyper;
   };
+  bool is_partitioned(size_t group, size_t index) const;  // groups_[group].params[index] is an expert's
+
   const kernels::Dispatcher& dispatcher_;
   std::vector<torch::Tensor> params_;  // in the model's order (the norm's summation order)
-  std::vector<torch::Tensor> replicated_, partitioned_;  // partition_norm(): params_ split (in order)
-  std::function<void(torch::Tensor&)> sum_over_group_;
+  std::vector<torch::Tensor> replicated_, partitioned_;  // partition_experts(): params_ split (in order)
+  std::vector<std::vector<bool>> partitioned_in_group_;  // groups_[g].params[i] is one of partitioned_
+  const ExpertParallel* expert_group_ = nullptr;
   std::vector<Group> groups_;  // decayed matrices, then the rest
   torch::Tensor lr_;
 };

@@ -89,8 +89,11 @@ std::string lane_of(const ExperimentSpec& spec, const kernels::Dispatcher& d, co
 // "hang:<rank>:<step>" (it stops making progress there, as a deadlocked rank would) or
 // "throw:<rank>:<step>" (its step fails with an error, as a rank whose training fails would), all as
 // the step begins; or "stop:<rank>:<step>" (SIGSTOP once it has reported the step: the whole process,
-// heartbeat included, stops answering while its progress says it is where the others are).
-void inject_test_fault(int64_t rank, int64_t step, bool reported) {
+// heartbeat included, stops answering while its progress says it is where the others are); or
+// "save:<rank>:<step>" (the rank SIGKILLs itself as the checkpoint save after that step begins, the
+// other ranks already in the save's collectives).
+enum class FaultPoint { step_begins, step_reported, save };
+void inject_test_fault(int64_t rank, int64_t step, FaultPoint point) {
   struct Fault {
     char kind[8] = {};
     long long rank = -1, step = -1;
@@ -102,14 +105,19 @@ void inject_test_fault(int64_t rank, int64_t step, bool reported) {
     return f;
   }();
   if (fault.rank != rank || fault.step != step) return;
-  if (reported) {
-    if (std::string(fault.kind) == "stop") ::raise(SIGSTOP);
+  const std::string kind = fault.kind;
+  if (point == FaultPoint::save) {
+    if (kind == "save") ::raise(SIGKILL);
     return;
   }
-  if (std::string(fault.kind) == "kill") ::raise(SIGKILL);
-  if (std::string(fault.kind) == "hang")
+  if (point == FaultPoint::step_reported) {
+    if (kind == "stop") ::raise(SIGSTOP);
+    return;
+  }
+  if (kind == "kill") ::raise(SIGKILL);
+  if (kind == "hang")
     for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
-  if (std::string(fault.kind) == "throw")
+  if (kind == "throw")
     throw std::runtime_error(fmt::format("injected test fault at step {} (ABLATE_TEST_FAULT)", step));
 }
 
@@ -251,6 +259,14 @@ std::unique_ptr<data::DataSource> open_run_data(const ExperimentSpec& spec, Good
 
 // ---- 3 -----------------------------------------------------------------------------------------
 
+namespace {
+// The model's expert weights as checkpoints gather and restore them (none without expert parallelism).
+ExpertWeights expert_weights(const model::HybridModel& model, const RunPosture& posture) {
+  if (!posture.experts) return {};
+  return {model->expert_parameters(), posture.experts.get()};
+}
+}  // namespace
+
 ModelState build_model(const ExperimentSpec& spec, const RunOptions& opt, const RunPosture& posture,
                        const data::DataSource& source, GoodputLedger& ledger) {
   ModelState s;
@@ -262,8 +278,11 @@ ModelState build_model(const ExperimentSpec& spec, const RunOptions& opt, const 
   s.params = s.model->parameters();
   // Sharded, the step executor builds the optimizer on its shards (the whole-model moments would
   // count in the run's peak memory though freed at once).
-  if (spec.distributed.sharding == "none")
-    s.optimizer = std::make_unique<AdamW>(s.params, spec.train, *posture.dispatcher);
+  if (spec.distributed.sharding == "none") {
+    auto adamw = std::make_unique<AdamW>(s.params, spec.train, *posture.dispatcher);
+    if (posture.experts) adamw->partition_experts(s.model->expert_parameters(), *posture.experts);
+    s.optimizer = std::move(adamw);
+  }
   s.model_hash = model_hash(spec);
   s.checkpoint_dir = !spec.train.checkpoint_dir.empty()
                          ? spec.train.checkpoint_dir
@@ -278,7 +297,8 @@ ModelState build_model(const ExperimentSpec& spec, const RunOptions& opt, const 
       fmt::print(stderr, "ablate: skipped the checkpoint {}/{}; resuming from an older one if any\n", s.checkpoint_dir, why);
     if (latest.folder) {
       // Sharded, the optimizer is built on its shards later and loads then (step executor).
-      const auto st = load_checkpoint(*latest.folder, *s.model, s.optimizer.get(), s.model_hash, source.description().fingerprint);
+      const auto st = load_checkpoint(*latest.folder, *s.model, s.optimizer.get(), s.model_hash,
+                                      source.description().fingerprint, expert_weights(s.model, posture));
       s.start_step = st.next_step;
       s.data_state = st.data;
       s.resumed_from = *latest.folder;
@@ -536,9 +556,9 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
     for (; step < spec.train.steps; ++step) {
       const bool warm = step - start_step < out.warmup_steps;
       if (group) {
-        inject_test_fault(group->rank(), step, /*reported=*/false);
+        inject_test_fault(group->rank(), step, FaultPoint::step_begins);
         group->report_progress(step);
-        inject_test_fault(group->rank(), step, /*reported=*/true);
+        inject_test_fault(group->rank(), step, FaultPoint::step_reported);
       }
       {
         // Before t0: opening the CUPTI window (its first use initialises CUPTI) is profiling time, not
@@ -571,15 +591,17 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
       if (spec.train.log_every > 0 && (step % spec.train.log_every == 0 || step + 1 == spec.train.steps))
         say(fmt::format("  step {:>5}/{}  loss {:.4f}  grad norm {:.3f}  lr {:.2e}  {:.1f} ms{}", step, spec.train.steps,
                         result.loss, result.grad_norm, lr, wall_ms, warm ? "  (warm-up)" : ""));
-      // Rank 0 writes; under sharding every rank takes part (the optimizer's state is gathered).
-      const bool takes_part = posture.writes_receipt() || spec.distributed.sharding != "none";
+      // Rank 0 writes; under sharding or expert parallelism every rank takes part (the optimizer's state
+      // and the experts are gathered).
+      const bool takes_part = posture.writes_receipt() || spec.distributed.sharding != "none" || posture.experts;
       if (takes_part && spec.train.checkpoint_every > 0 && (step + 1) % spec.train.checkpoint_every == 0 &&
           step + 1 < spec.train.steps) {
         GoodputLedger::Scope save(ledger, Goodput::checkpoint);
+        if (group) inject_test_fault(group->rank(), step, FaultPoint::save);
         executor.settle(/*whole=*/true);
         save_checkpoint(state.checkpoint_dir, *state.model, *state.optimizer,
                         {step + 1, loaded.batch.state_after, state.model_hash, source.description().fingerprint},
-                        posture.writes_receipt());
+                        posture.writes_receipt(), expert_weights(state.model, posture));
         if (posture.writes_receipt()) prune_checkpoints(state.checkpoint_dir, spec.train.keep_checkpoints);
         executor.release_settled();
       }

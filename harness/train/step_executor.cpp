@@ -61,10 +61,6 @@ StepExecutor::StepExecutor(const ExperimentSpec& spec, const RunPosture& posture
       sync_ = std::make_unique<GradientSync>(*posture.group, shared, bucket_bytes, stage);
       expert_sync_ = std::make_unique<GradientSync>(posture.experts->expert_data_group(), experts, bucket_bytes, stage);
       expert_sync_->divide_gradients_by(posture.group->world_size());
-      auto* exchange = posture.experts.get();
-      dynamic_cast<AdamW&>(*state.optimizer).partition_norm(experts, [exchange](torch::Tensor& t) {
-        exchange->sum_over_group(t);
-      });
     } else {
       sync_ = std::make_unique<GradientSync>(*posture.group, state.params, bucket_bytes, stage,
                                              state.model->parameter_units());

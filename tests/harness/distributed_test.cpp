@@ -1,7 +1,8 @@
 // tests/harness/distributed_test.cpp: data parallel on the CPU with Gloo, through the `ablate` binary
 // as users start it (`ablate launch`, torchrun): 2 ranks train as 1 rank on the same global batch;
 // a rank killed mid-run or hung fails the job within the timeout, naming the rank, with no process
-// left; nproc against the launched world fails closed. On a machine with 2 GPUs (self-skipping
+// left; nproc against the launched world fails closed; sharded and expert-parallel checkpoints resume
+// at the same layout bit for bit and at another one within the training tolerance. On a machine with 2 GPUs (self-skipping
 // elsewhere): the whole step captured with its NCCL collectives in every sharding stage trains as the
 // eager step does, expert parallelism refuses capture with its reason, and a rank that hangs during
 // the replays fails the job within the timeout. GPU (NCCL) figures come from the GPU machine.
@@ -22,6 +23,7 @@
 #include <thread>
 
 #include "base/remove_tree.h"
+#include "harness/train/checkpoint.h"
 #include "receipts/store.h"
 #include "tests/cli_runner.h"
 
@@ -398,6 +400,82 @@ TEST_F(DistributedTest, ExpertParallelRefusesADispatchThatCannotExchange) {
   const auto job = run_cli(ablate("launch " + spec_.string() + kExpertParallel2 + " --set backends.moe_dispatch=reference"));
   EXPECT_NE(job.rc, 0) << job.out;
   EXPECT_NE(job.out.find("needs backends.moe_dispatch = \"grouped_mm\""), std::string::npos) << job.out;
+}
+
+// An expert-parallel checkpoint holds every expert whole (gathered from the ranks holding them), keyed as
+// a run without expert parallelism writes it: resumed at the same expert_parallel it continues bit for
+// bit (each rank takes back its own rows of the same values), and it resumes at expert_parallel = 1, as
+// a replicated-experts checkpoint resumes at 2, within the 1e-5 of ExpertParallelTrainsLikeReplicatedExperts
+// (the expert gradients sum in another order). A layout that kept a rank's rows only fails the
+// cross-resume (AdamW refuses a moment of another shape; the model would run on half its experts).
+TEST_F(DistributedTest, ExpertParallelCheckpointsResumeAtAnyExpertParallelSize) {
+  const std::string moe = " --set model.pattern=AEMR --set backends.moe_dispatch=grouped_mm";
+  const std::string ep2 = moe + " --set distributed.expert_parallel=2";
+  Recorded straight, saved;
+  ASSERT_NO_FATAL_FAILURE(launch_ok(ep2, 6, &straight));
+  ASSERT_NO_FATAL_FAILURE(launch_ok(ep2 + " --set train.checkpoint_every=3", 6, &saved));
+  ASSERT_EQ(saved.loss, straight.loss) << "saving a checkpoint changed the run";
+  const fs::path written = dir_ / "checkpoints" / "dp-test" / "step-00000003";
+  ASSERT_EQ(ablate::harness::checkpoint_problem(written.string()), "") << written;
+  auto expect_resumed = [&](const Recorded& run, const fs::path& from) {
+    EXPECT_EQ(run.summary["facts"]["start_step"], 3) << run.summary["facts"].dump();
+    EXPECT_EQ(run.summary["facts"]["resumed_from"], from.string());
+  };
+  Recorded same;
+  ASSERT_NO_FATAL_FAILURE(launch_ok(ep2 + " --set train.resume=true", 3, &same));
+  expect_resumed(same, written);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(same.loss[i], straight.loss[3 + i]) << "step " << 3 + i;
+  Recorded replicated;
+  ASSERT_NO_FATAL_FAILURE(launch_ok(moe + " --set train.resume=true", 3, &replicated));
+  expect_resumed(replicated, written);
+  expect_steps_near(replicated.loss, {straight.loss.begin() + 3, straight.loss.end()}, 1e-5);
+  expect_steps_near(replicated.grad_norm, {straight.grad_norm.begin() + 3, straight.grad_norm.end()}, 1e-5);
+
+  // The other way: replicated experts' checkpoint (its own folder), resumed with the experts spread.
+  const std::string own_folder = " --set train.checkpoint_dir=" + (dir_ / "replicated").string();
+  Recorded replicated_straight, spread;
+  ASSERT_NO_FATAL_FAILURE(launch_ok(moe + own_folder + " --set train.checkpoint_every=3", 6, &replicated_straight));
+  ASSERT_NO_FATAL_FAILURE(launch_ok(ep2 + own_folder + " --set train.resume=true", 3, &spread));
+  expect_resumed(spread, dir_ / "replicated" / "step-00000003");
+  expect_steps_near(spread.loss, {replicated_straight.loss.begin() + 3, replicated_straight.loss.end()}, 1e-5);
+  expect_steps_near(spread.grad_norm, {replicated_straight.grad_norm.begin() + 3, replicated_straight.grad_norm.end()}, 1e-5);
+}
+
+// Four ranks, two expert groups of two: each group gathers its own copy of the experts (rank 0 writes
+// its group's), and every rank takes its rows back, at 2 expert ranks bit for bit and at 4 within 1e-5.
+TEST_F(DistributedTest, FourRankExpertParallelCheckpointsResumeAcrossExpertGroups) {
+  const std::string four = " --set model.pattern=AEMR --set backends.moe_dispatch=grouped_mm --set distributed.nproc=4 "
+                           "--set model.batch_size=1";
+  const std::string ep2 = four + " --set distributed.expert_parallel=2";
+  Recorded saved, same, spread;
+  ASSERT_NO_FATAL_FAILURE(launch_ok(ep2 + " --set train.checkpoint_every=3", 6, &saved));
+  ASSERT_NO_FATAL_FAILURE(launch_ok(ep2 + " --set train.resume=true", 3, &same));
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(same.loss[i], saved.loss[3 + i]) << "step " << 3 + i;
+  ASSERT_NO_FATAL_FAILURE(launch_ok(four + " --set distributed.expert_parallel=4 --set train.resume=true", 3, &spread));
+  expect_steps_near(spread.loss, {saved.loss.begin() + 3, saved.loss.end()}, 1e-5);
+}
+
+// A rank killed as the step-6 save begins (the other rank already waiting in the save's gathers) fails
+// the job naming it, and the step-3 checkpoint stays intact and resumable: rank 0 writes nothing before
+// every gather is done, and a folder is renamed into place only complete.
+TEST_F(DistributedTest, AKilledRankDuringAnExpertParallelSaveKeepsThePreviousCheckpoint) {
+  const auto job = launch_with_fault("save:1:5", kExpertParallel2 + " --set train.checkpoint_every=3");
+  EXPECT_EQ(job.rc, 1) << job.out;
+  EXPECT_LT(job.seconds, 90) << job.out;  // the bound of KilledRankFailsTheJobNamingItAndLeavesNoProcess
+  const auto rec = newest();
+  EXPECT_EQ(rec.status, "failed");
+  EXPECT_NE(rec.error.find("rank 1"), std::string::npos) << rec.error;
+  EXPECT_NE(job.out.find("killed by signal 9"), std::string::npos) << job.out;
+  expect_no_rank_left(job.out);
+  const fs::path folder = dir_ / "checkpoints" / "dp-test";
+  EXPECT_EQ(ablate::harness::checkpoint_problem((folder / "step-00000003").string()), "");
+  EXPECT_FALSE(fs::exists(folder / "step-00000006"));
+  const auto latest = ablate::harness::latest_checkpoint(folder.string());
+  ASSERT_TRUE(latest.folder.has_value());
+  EXPECT_EQ(*latest.folder, (folder / "step-00000003").string());
+  Recorded resumed;
+  ASSERT_NO_FATAL_FAILURE(launch_ok(kExpertParallel2 + " --set train.resume=true", 3, &resumed));
+  EXPECT_EQ(resumed.summary["facts"]["start_step"], 3) << resumed.summary["facts"].dump();
 }
 
 // The collective rank 0 is left waiting in when rank 1 stops before step 3, by mode: sharding none, the
