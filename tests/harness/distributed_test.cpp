@@ -2,8 +2,8 @@
 // as users start it (`ablate launch`, torchrun): 2 ranks train as 1 rank on the same global batch;
 // a rank killed mid-run or hung fails the job within the timeout, naming the rank, with no process
 // left; nproc against the launched world fails closed; sharded and expert-parallel checkpoints resume
-// at the same layout bit for bit and at another one within the training tolerance. On a machine with 2 GPUs (self-skipping
-// elsewhere): the whole step captured with its NCCL collectives in every sharding stage trains as the
+// at the same layout bit for bit and at another one within the training tolerance. On a machine with 2
+// GPUs (self-skipping elsewhere): the whole step captured with its NCCL collectives in every sharding stage trains as the
 // eager step does, expert parallelism refuses capture with its reason, and a rank that hangs during
 // the replays fails the job within the timeout. GPU (NCCL) figures come from the GPU machine.
 #include <gtest/gtest.h>
