@@ -90,8 +90,8 @@ std::string lane_of(const ExperimentSpec& spec, const kernels::Dispatcher& d, co
 // "throw:<rank>:<step>" (its step fails with an error, as a rank whose training fails would), all as
 // the step begins; or "stop:<rank>:<step>" (SIGSTOP once it has reported the step: the whole process,
 // heartbeat included, stops answering while its progress says it is where the others are); or
-// "save:<rank>:<step>" (the rank SIGKILLs itself as the checkpoint save after that step begins, the
-// other ranks already in the save's collectives).
+// "save:<rank>:<step>" (the rank SIGKILLs itself as the checkpoint save after that step begins, so the
+// other ranks wait for it in the save's collectives).
 enum class FaultPoint { step_begins, step_reported, save };
 void inject_test_fault(int64_t rank, int64_t step, FaultPoint point) {
   struct Fault {
