@@ -39,9 +39,9 @@ struct ExpertWeights {
   const ExpertParallel* group = nullptr;
 };
 
-// Returns the folder written. Under distributed.sharding or expert parallelism every rank calls it (the
-// optimizer's state and the experts are gathered, collectives) and only the rank with `writes` true writes
-// the folder (returning "" elsewhere).
+// Returns the folder written. Under distributed.sharding every rank calls it, under expert parallelism
+// the ranks of rank 0's expert group (the optimizer's state and the experts are gathered, collectives);
+// only the rank with `writes` true writes the folder (returning "" elsewhere).
 std::string save_checkpoint(const std::string& dir, torch::nn::Module& model, TrainOptimizer& optimizer,
                             const CheckpointState& state, bool writes = true, const ExpertWeights& experts = {});
 // Why `folder` cannot be resumed from ("" when it is intact): no COMPLETE marker, a state.json that

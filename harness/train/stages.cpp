@@ -591,9 +591,11 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
       if (spec.train.log_every > 0 && (step % spec.train.log_every == 0 || step + 1 == spec.train.steps))
         say(fmt::format("  step {:>5}/{}  loss {:.4f}  grad norm {:.3f}  lr {:.2e}  {:.1f} ms{}", step, spec.train.steps,
                         result.loss, result.grad_norm, lr, wall_ms, warm ? "  (warm-up)" : ""));
-      // Rank 0 writes; under sharding or expert parallelism every rank takes part (the optimizer's state
-      // and the experts are gathered).
-      const bool takes_part = posture.writes_receipt() || spec.distributed.sharding != "none" || posture.experts;
+      // Rank 0 writes; under sharding every rank takes part (the optimizer's state is gathered), under
+      // expert parallelism the ranks of rank 0's expert group (ranks 0 .. N-1 gather the experts it
+      // writes; the other groups hold copies of the same experts).
+      const bool takes_part = posture.writes_receipt() || spec.distributed.sharding != "none" ||
+                              (posture.experts && group && group->rank() < posture.experts->ranks());
       if (takes_part && spec.train.checkpoint_every > 0 && (step + 1) % spec.train.checkpoint_every == 0 &&
           step + 1 < spec.train.steps) {
         GoodputLedger::Scope save(ledger, Goodput::checkpoint);
