@@ -99,7 +99,7 @@ void load_module(torch::nn::Module& module, torch::serialize::InputArchive& arch
 std::string save_checkpoint(const std::string& dir, torch::nn::Module& model, TrainOptimizer& optimizer,
                             const CheckpointState& state, bool writes, const ExpertWeights& experts) {
   torch::serialize::OutputArchive optim_archive;
-  optimizer.save(optim_archive);  // a sharded or expert-parallel optimizer gathers here: every rank takes part
+  optimizer.save(optim_archive);  // a sharded or expert-parallel optimizer gathers here (a collective)
   const WholeExperts whole = experts.group ? gather_experts(experts) : WholeExperts{};
   if (!writes) return "";
   const fs::path root(dir);

@@ -15,6 +15,7 @@
 #include "kernels/dense_gemm/fp8_quantize.h"
 #include "kernels/dispatch.h"
 #include "kernels/registry.h"
+#include "tests/kernels/fp8_checks.h"
 #include "tests/kernels/tensor_checks.h"
 #include "tests/model/bf16_autocast.h"
 
@@ -30,26 +31,11 @@ namespace {
 using testing::random_normal;
 using testing::seeded_generator;
 using torch::Tensor;
+using testing::as_float;
+using testing::same_bits;
 
 QuantizeOptions rowwise(bool power_of_two = true, at::ScalarType dtype = at::kFloat8_e4m3fn) {
-  QuantizeOptions o;
-  o.scaling = Scaling::rowwise;
-  o.dtype = dtype;
-  o.power_of_two_scales = power_of_two;
-  return o;
-}
-
-Tensor as_float(const Tensor& fp8) { return fp8.to(torch::kFloat); }
-
-// Bit patterns (NaN compares equal to itself this way).
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.defined() != b.defined()) return false;
-  if (!a.defined()) return true;
-  if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
-  const auto as_int = [](const Tensor& t) {
-    return t.element_size() == 1 ? t.cpu().contiguous().view(torch::kUInt8) : t.cpu().contiguous().view(torch::kInt32);
-  };
-  return torch::equal(as_int(a), as_int(b));
+  return testing::fp8_options(Scaling::rowwise, dtype, power_of_two);
 }
 
 Tensor int32(std::vector<int> values) { return torch::tensor(values, torch::kInt); }

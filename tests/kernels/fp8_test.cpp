@@ -18,6 +18,7 @@
 #if defined(ABLATE_HAVE_CUDA)
 #include "kernels/loss/fused_cuda.h"
 #endif
+#include "tests/kernels/fp8_checks.h"
 #include "tests/kernels/tensor_checks.h"
 #include "tests/model/bf16_autocast.h"
 
@@ -27,30 +28,14 @@ namespace {
 using testing::random_normal;
 using testing::seeded_generator;
 using torch::Tensor;
-
-QuantizeOptions options(Scaling scaling, at::ScalarType dtype = at::kFloat8_e4m3fn, bool power_of_two = false) {
-  QuantizeOptions o;
-  o.scaling = scaling;
-  o.dtype = dtype;
-  o.power_of_two_scales = power_of_two;
-  return o;
-}
-
-Tensor as_float(const Tensor& fp8) { return fp8.to(torch::kFloat); }
-
-// Bit patterns (NaN compares equal to itself this way).
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
-  const auto as_int = [](const Tensor& t) {
-    return t.element_size() == 1 ? t.cpu().view(torch::kUInt8) : t.cpu().contiguous().view(torch::kInt32);
-  };
-  return torch::equal(as_int(a), as_int(b));
-}
+using testing::as_float;
+using testing::same_bits;
+using testing::fp8_options;
 
 TEST(Fp8Reference, ScalesFromTheAmaxAndCastsExactlyRepresentableValues) {
   const auto x = torch::tensor({{4.f, 1.f, -2.f, 0.5f}, {0.25f, -0.125f, 0.f, 0.0625f}});
   // Rowwise with power-of-two scales: row 0 amax 4 -> 448 / 4 = 112 -> 64; row 1 amax 0.25 -> 1792 -> 1024.
-  const auto rw = quantize_reference(x, options(Scaling::rowwise, at::kFloat8_e4m3fn, true));
+  const auto rw = quantize_reference(x, fp8_options(Scaling::rowwise, at::kFloat8_e4m3fn, true));
   EXPECT_TRUE(torch::equal(rw.rows_inverse, torch::tensor({1.f / 64, 1.f / 1024})));
   EXPECT_TRUE(torch::equal(as_float(rw.rows), torch::tensor({{256.f, 64.f, -128.f, 32.f}, {256.f, -128.f, 0.f, 64.f}})));
   // Columns: amax 4, 1, 2, 0.5 -> scales 112, 448, 224, 896 -> 64, 256, 128, 512; cols is x^T.
@@ -58,7 +43,7 @@ TEST(Fp8Reference, ScalesFromTheAmaxAndCastsExactlyRepresentableValues) {
   EXPECT_TRUE(torch::equal(as_float(rw.cols),
                            torch::tensor({{256.f, 16.f}, {256.f, -32.f}, {-256.f, 0.f}, {256.f, 32.f}})));
   // Tensorwise without rounding the scale: 448 / 4 = 112, both orientations.
-  const auto tw = quantize_reference(x, options(Scaling::tensorwise));
+  const auto tw = quantize_reference(x, fp8_options(Scaling::tensorwise));
   EXPECT_TRUE(torch::equal(tw.rows_inverse, torch::tensor({1.f / 112})));
   EXPECT_TRUE(torch::equal(as_float(tw.rows), torch::tensor({{448.f, 112.f, -224.f, 56.f}, {28.f, -14.f, 0.f, 7.f}})));
   EXPECT_TRUE(torch::equal(as_float(tw.cols), as_float(tw.rows).t()));
@@ -68,7 +53,7 @@ TEST(Fp8Reference, RoundsToNearestEvenAndSaturatesAtTheLargestFiniteValue) {
   // Scale 1 (amax 448): 17 lies between e4m3's 16 and 18 (spacing 2): a tie, to the even mantissa 16;
   // 19 is a tie between 18 and 20: to 20 (even).
   const auto x = torch::tensor({{448.f, 17.f, 19.f, -448.f}});
-  const auto q = quantize_reference(x, options(Scaling::tensorwise));
+  const auto q = quantize_reference(x, fp8_options(Scaling::tensorwise));
   EXPECT_TRUE(torch::equal(as_float(q.rows), torch::tensor({{448.f, 16.f, 20.f, -448.f}})));
   EXPECT_EQ(max_finite(at::kFloat8_e4m3fn), 448.f);
   EXPECT_EQ(max_finite(at::kFloat8_e5m2), 57344.f);
@@ -77,7 +62,7 @@ TEST(Fp8Reference, RoundsToNearestEvenAndSaturatesAtTheLargestFiniteValue) {
 
 TEST(Fp8Reference, AnAllZeroTensorQuantisesToZeroWithUnitScales) {
   for (const auto scaling : {Scaling::tensorwise, Scaling::rowwise}) {
-    const auto q = quantize_reference(torch::zeros({16, 32}), options(scaling));
+    const auto q = quantize_reference(torch::zeros({16, 32}), fp8_options(scaling));
     EXPECT_TRUE(torch::equal(as_float(q.rows), torch::zeros({16, 32})));
     EXPECT_TRUE(torch::equal(as_float(q.cols), torch::zeros({32, 16})));
     EXPECT_TRUE(torch::equal(q.rows_inverse, torch::ones_like(q.rows_inverse)));
@@ -95,8 +80,8 @@ TEST(Fp8Reference, AnOutlierCostsItsOwnRowOnlyUnderRowwiseScaling) {
   auto gen = seeded_generator(5);
   auto x = random_normal({64, 64}, gen).to(torch::kFloat);
   x[3][5] = 1e5f;
-  const auto rowwise = row_errors(quantize_reference(x, options(Scaling::rowwise)), x);
-  const auto tensorwise = row_errors(quantize_reference(x, options(Scaling::tensorwise)), x);
+  const auto rowwise = row_errors(quantize_reference(x, fp8_options(Scaling::rowwise)), x);
+  const auto tensorwise = row_errors(quantize_reference(x, fp8_options(Scaling::tensorwise)), x);
   // e4m3 rounds a normal value by at most 2^-4 relative; every row keeps that under its own scale.
   EXPECT_LE(rowwise.max().item<float>(), 0.0625f);
   // One scale for the tensor (448 / 1e5) puts the other rows' values of ~1 at ~0.0045 after scaling, in
@@ -110,10 +95,10 @@ TEST(Fp8Reference, AnInfOrNanMakesEverythingItsScaleTouchesNan) {
   for (const float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
     auto x = torch::ones({16, 32});
     x[2][7] = bad;
-    const auto tw = quantize_reference(x, options(Scaling::tensorwise));
+    const auto tw = quantize_reference(x, fp8_options(Scaling::tensorwise));
     EXPECT_TRUE(torch::isnan(as_float(tw.rows)).all().item<bool>()) << bad;
     EXPECT_TRUE(torch::isnan(tw.rows_inverse).all().item<bool>()) << bad;
-    const auto rw = quantize_reference(x, options(Scaling::rowwise));
+    const auto rw = quantize_reference(x, fp8_options(Scaling::rowwise));
     const auto rows = as_float(rw.rows), cols = as_float(rw.cols);
     EXPECT_TRUE(torch::isnan(rows[2]).all().item<bool>()) << bad;
     EXPECT_TRUE(torch::isnan(cols[7]).all().item<bool>()) << bad;
@@ -163,7 +148,7 @@ TEST(Fp8Cuda, QuantiseMatchesTheReferenceBitForBit) {
           for (const bool power_of_two : {false, true}) {
             auto x = random_normal(shape, gen, 3.0).to(torch::kCUDA, input);
             x[1].zero_();  // a row whose amax is 0
-            const auto o = options(scaling, dtype, power_of_two);
+            const auto o = fp8_options(scaling, dtype, power_of_two);
             const auto got = quantize(x, o), want = quantize_reference(x, o);
             const auto label = ::testing::Message() << "shape " << shape[0] << "x" << shape[1] << " input " << input
                                                     << " rowwise " << (scaling == Scaling::rowwise) << " " << dtype
@@ -177,8 +162,8 @@ TEST(Fp8Cuda, QuantiseMatchesTheReferenceBitForBit) {
 
 TEST(Fp8Cuda, QuantiseRefusesSizesFp8GemmsCannotTake) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device";
-  EXPECT_THROW(quantize(torch::ones({16, 20}, torch::kCUDA), options(Scaling::rowwise)), c10::Error);
-  EXPECT_THROW(quantize(torch::ones({16, 16}), options(Scaling::rowwise)), c10::Error);  // on the CPU
+  EXPECT_THROW(quantize(torch::ones({16, 20}, torch::kCUDA), fp8_options(Scaling::rowwise)), c10::Error);
+  EXPECT_THROW(quantize(torch::ones({16, 16}), fp8_options(Scaling::rowwise)), c10::Error);  // on the CPU
 }
 
 // The backends on inputs the scaling must not turn into garbage: zeros stay zeros, an inf poisons every
