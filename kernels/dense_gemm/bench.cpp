@@ -2,7 +2,8 @@
 // backend, at the widths of nam56r-small (d 1024) and nam56r-medium (d 2048) with 8 x 2048 tokens:
 // TFLOP/s and the share of the dense peak of the precision the GEMMs run in (H100 SXM datasheet: bf16
 // 989 TFLOP/s, FP8 1979), the FP8 rows' quantisation and casts included. And the FP8 quantisation alone
-// (both orientations of an activation) against the copy ceiling.
+// (both orientations of an activation; current scaling's two passes, delayed scaling's one) against the
+// copy ceiling.
 // Timed with CUDA events after warm-up, an L2 flush before each iteration (kernels/bench_util.h);
 // counters from the median iteration. Run: build/bench/kernels_bench --benchmark_filter=dense_gemm
 #include "kernels/bench_util.h"
@@ -52,6 +53,14 @@ void quantize_bench(benchmark::State& st, fp8::Scaling scaling, int64_t width) {
   timed(st, bytes, [&] { benchmark::DoNotOptimize(fp8::quantize(x, o)); });
 }
 
+// Delayed scaling's one pass: one read of x and the two orientations written.
+void quantize_delayed_bench(benchmark::State& st, int64_t width) {
+  const auto x = torch::randn({kRows, width}, torch::TensorOptions(torch::kCUDA).dtype(torch::kBFloat16));
+  const auto history = fp8::new_amax_history(x.device());
+  const double bytes = double(kRows) * width * (2.0 + 2.0);
+  timed(st, bytes, [&] { benchmark::DoNotOptimize(fp8::quantize_delayed(x, history, fp8::QuantizeOptions{})); });
+}
+
 }  // namespace
 }  // namespace ablate::kernels::bench
 
@@ -78,5 +87,9 @@ ABLATE_BENCHMARKS(dense_gemm) {
                                    quantize_bench, scaling, width)
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond);
+  for (const int64_t width : {int64_t{1024}, int64_t{4480}})
+    benchmark::RegisterBenchmark(("fp8_quantize/delayed/" + std::to_string(width)).c_str(), quantize_delayed_bench, width)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
 }
 #endif  // ABLATE_HAVE_CUDA

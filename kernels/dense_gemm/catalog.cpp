@@ -1,5 +1,6 @@
 // kernels/dense_gemm/catalog.cpp: the dense_gemm seam's catalog rows (kernels/catalog.h), plain C++: the
-// blocks' dense projections in bf16 (the reference) or FP8 with current scaling, per tensor or per row.
+// blocks' dense projections in bf16 (the reference) or FP8 with current scaling (per tensor or per row)
+// or delayed scaling (per tensor).
 // Each backend's function registers itself from its own file under its row's name (kernels/registry.h).
 // Tests: kernels_tests --gtest_filter='Catalog*:Registry*:*Fp8*' (tests/kernels/catalog_test.cpp,
 // tests/kernels/fp8_test.cpp).
@@ -40,6 +41,17 @@ std::vector<BackendInfo> catalog_rows::dense_gemm() {
        .description = "kernels/dense_gemm/fp8_scaled_mm.cu: FP8 GEMMs (at::_scaled_mm) with one current "
                       "power-of-two scale per row of each operand along the GEMM's inner dimension, e4m3 "
                       "throughout; fp32 master weights",
+       .unavailable_reason = &availability::fp8_gemms,
+       .needs_nvcc = true,
+       .changes_numerics = true,
+       .fp8_gemms = true},
+      {.name = "fp8_delayed",
+       .role = Role::experimental,
+       .fallback = "reference",
+       .kernel_patterns = {"ablate_fp8_delayed"},
+       .description = "kernels/dense_gemm/fp8_scaled_mm.cu: FP8 GEMMs (at::_scaled_mm) with one delayed scale "
+                      "per tensor, from each operand's amax over its last 16 calls at this projection (one "
+                      "quantisation pass, not two): x and W e4m3, the output gradient e5m2; fp32 master weights",
        .unavailable_reason = &availability::fp8_gemms,
        .needs_nvcc = true,
        .changes_numerics = true,

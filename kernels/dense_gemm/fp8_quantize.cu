@@ -1,12 +1,12 @@
 // kernels/dense_gemm/fp8_quantize.cu: quantize(), quantize_stacked() and quantize_grouped() of
 // fp8_quantize.h, two passes over x [R, C] in 64 x 64 tiles (what each pass does: fp8_quantize.h), one
-// grid layer per matrix of a stack. Memory-bound: pass 1 reads x once, pass 2 reads it again and writes
+// grid layer per matrix of a stack; quantize_delayed(), pass 2 alone with the scale from an amax history. Memory-bound: pass 1 reads x once, pass 2 reads it again and writes
 // both FP8 orientations (1 byte an element each), every global access 8 or 16 bytes a thread but for
 // token groups' transposed rows where they land off an 8-byte boundary (a group's columns start at a
 // multiple of 16, its rows anywhere), written a byte at a time; nam56r-small's largest activation, 16384 x 4352 bf16 (143 MB), moves 428 MB:
 // ~0.14 ms at the H100's ~3 TB/s. Two passes because current scaling needs a tensor's (row's, column's)
-// amax before the first value is cast; one pass would take the scale from an earlier step (delayed
-// scaling), another recipe.
+// amax before the first value is cast; delayed scaling takes the scale from earlier calls' amaxes and
+// runs one.
 // Tests: kernels_tests --gtest_filter='Fp8*'. Benchmark: build/bench/kernels_bench --benchmark_filter=fp8_quantize.
 // Without a CUDA compiler this file is compiled as C++ and leaves everything out (fp8_quantize.h
 // declares quantize() only for CUDA builds).
@@ -49,13 +49,15 @@ __device__ __forceinline__ float scale_from_amax(float amax, float fp8_max, bool
 }
 
 // kVec values times scale, round-to-nearest-even with saturation, packed little-endian into 8 bytes.
-template <bool kE4M3>
+// kNonFiniteToNan (delayed scaling, whose scale does not see this x): an inf becomes NaN, not fp8_max.
+template <bool kE4M3, bool kNonFiniteToNan = false>
 __device__ __forceinline__ uint2 cast8(const float (&v)[kVec], float scale) {
   uint32_t word[2] = {0, 0};
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
-    const __nv_fp8_storage_t b =
-        __nv_cvt_float_to_fp8(v[i] * scale, __NV_SATFINITE, kE4M3 ? __NV_E4M3 : __NV_E5M2);
+    float scaled = v[i] * scale;
+    if (kNonFiniteToNan && !isfinite(v[i])) scaled = __int_as_float(0x7fc00000);
+    const __nv_fp8_storage_t b = __nv_cvt_float_to_fp8(scaled, __NV_SATFINITE, kE4M3 ? __NV_E4M3 : __NV_E5M2);
     word[i / 4] |= uint32_t(b) << (8 * (i % 4));
   }
   return make_uint2(word[0], word[1]);
@@ -85,6 +87,7 @@ struct TileArgs {
   const int* padded_end;  // [G] (grouped)
   int groups;
   int64_t cols_stride;    // the row length of cols when grouped
+  int* history;           // delayed scaling: the amax history (fp8_quantize.h), updated by the pass
 };
 
 // The group ends in shared memory (grouped kernels: 2 G ints of dynamic shared memory).
@@ -244,6 +247,52 @@ __device__ __forceinline__ void amax_tile(const TileArgs<T>& a) {
   }
 }
 
+// Delayed scaling: the largest amax of the history's past calls (float bits).
+template <typename T>
+__device__ __forceinline__ int past_amax(const TileArgs<T>& a) {
+  int m = 0;
+#pragma unroll
+  for (int i = 0; i < kAmaxHistory; ++i) m = max(m, a.history[i]);
+  return m;
+}
+
+// Delayed scaling, after every thread loaded its values (v) and the block read past_amax: the tile's amax
+// into the history's accumulator, and the block done; the last block of the grid (every other block has
+// read the history and added its amax, each fenced before it counted itself) shifts the history by one
+// and enters the call's amax as the newest (CUDA's threadFenceReduction pattern: no second launch).
+template <typename T>
+__device__ __forceinline__ void record_amax(const TileArgs<T>& a, const float (&v)[kSweeps][kVec]) {
+  __shared__ int warp_amax[kWarps];
+  __shared__ bool last_block;
+  const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+  int m = 0;
+#pragma unroll
+  for (int s = 0; s < kSweeps; ++s)
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) m = max(m, magnitude_bits(v[s][i]));
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, offset));
+  if (lane == 0) warp_amax[warp] = m;
+  __syncthreads();
+  if (t == 0) {
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) m = max(m, warp_amax[w]);
+    int* accumulated = a.history + kAmaxHistory;
+    int* blocks_done = accumulated + 1;
+    atomicMax(accumulated, m);
+    __threadfence();
+    const unsigned blocks = gridDim.x * gridDim.y * gridDim.z;
+    last_block = atomicAdd(blocks_done, 1) == int(blocks) - 1;
+    if (last_block) {
+      __threadfence();
+      const int newest = atomicExch(accumulated, 0);
+      for (int i = kAmaxHistory - 1; i > 0; --i) a.history[i] = a.history[i - 1];
+      a.history[0] = newest;
+      *blocks_done = 0;
+    }
+  }
+}
+
 // Pass 2 of token groups' cols, after a __syncthreads that made the tile and the group ends visible:
 // each of this thread's 8 rows to its group's columns, and, by the first tile row, the inverse scales
 // and the zeros between and after the groups. A tile wholly in one group casts with its columns' scales
@@ -325,7 +374,8 @@ __device__ __forceinline__ void cast_grouped_cols(const TileArgs<T>& a, const Sh
 // scales written by the first tile column (rows) and the first tile row (cols). Rows are cast from the
 // loaded registers; columns from the tile in shared memory, 8 consecutive rows of one column a thread (8
 // threads a column's 64 bytes, so the writes coalesce).
-template <typename T, bool kRowwise, bool kE4M3, bool kGrouped>
+// kDelayed (tensorwise): the scale from the history's past amaxes, and this x's amax entered into it.
+template <typename T, bool kRowwise, bool kE4M3, bool kGrouped, bool kDelayed = false>
 __device__ __forceinline__ void cast_tile(const TileArgs<T>& a) {
   __shared__ float tile[kTile][kSharedStride];
   __shared__ float row_scale[kTile], col_scale[kTile];
@@ -343,16 +393,20 @@ __device__ __forceinline__ void cast_tile(const TileArgs<T>& a) {
       for (int i = 0; i < kVec; ++i) tile[r][c + i] = v[s][i];
   }
   if (t < kTile) {
-    const float amax =
-        __int_as_float(kRowwise ? (row0 + t < a.R ? a.row_amax[b * a.R + row0 + t] : 0) : *a.tensor_amax);
+    const float amax = __int_as_float(kDelayed   ? past_amax(a)
+                                      : kRowwise ? (row0 + t < a.R ? a.row_amax[b * a.R + row0 + t] : 0)
+                                                 : *a.tensor_amax);
     row_scale[t] = scale_from_amax(amax, a.fp8_max, a.power_of_two);
   } else if (t < 2 * kTile && !kGrouped) {
     const int cc = t - kTile;
     const float amax = __int_as_float(
-        kRowwise ? (col0 + cc < a.C && a.col_amax != nullptr ? a.col_amax[b * a.C + col0 + cc] : 0) : *a.tensor_amax);
+        kDelayed   ? past_amax(a)
+        : kRowwise ? (col0 + cc < a.C && a.col_amax != nullptr ? a.col_amax[b * a.C + col0 + cc] : 0)
+                   : *a.tensor_amax);
     col_scale[cc] = scale_from_amax(amax, a.fp8_max, a.power_of_two);
   }
   __syncthreads();
+  if constexpr (kDelayed) record_amax(a, v);  // after the block read the past amaxes
   if (a.rows_inverse != nullptr && blockIdx.x == 0 && t < kTile &&
       (kRowwise ? row0 + t < a.R : blockIdx.y == 0 && t == 0))
     a.rows_inverse[kRowwise ? b * a.R + row0 + t : 0] = 1.f / row_scale[t];
@@ -365,7 +419,7 @@ __device__ __forceinline__ void cast_tile(const TileArgs<T>& a) {
       const int r = t / kThreadsPerRow + s * kRowsPerSweep;
       const int64_t gr = row0 + r, gc = col0 + c;
       if (gr < a.R && gc < a.C)
-        *reinterpret_cast<uint2*>(a.rows + (b * a.R + gr) * a.C + gc) = cast8<kE4M3>(v[s], row_scale[r]);
+        *reinterpret_cast<uint2*>(a.rows + (b * a.R + gr) * a.C + gc) = cast8<kE4M3, kDelayed>(v[s], row_scale[r]);
     }
   if (a.cols == nullptr) return;
   if constexpr (kGrouped) {
@@ -378,7 +432,7 @@ __device__ __forceinline__ void cast_tile(const TileArgs<T>& a) {
       float w[kVec];
 #pragma unroll
       for (int i = 0; i < kVec; ++i) w[i] = tile[r + i][cc];
-      *reinterpret_cast<uint2*>(a.cols + (b * a.C + gc) * a.R + gr) = cast8<kE4M3>(w, col_scale[cc]);
+      *reinterpret_cast<uint2*>(a.cols + (b * a.C + gc) * a.R + gr) = cast8<kE4M3, kDelayed>(w, col_scale[cc]);
     }
   }
 }
@@ -401,6 +455,12 @@ __global__ void __launch_bounds__(kThreads) ablate_fp8_tensorwise_cast(TileArgs<
   cast_tile<T, false, kE4M3, false>(a);
 }
 
+// Delayed scaling's one pass (fp8_quantize.h).
+template <typename T, bool kE4M3>
+__global__ void __launch_bounds__(kThreads) ablate_fp8_delayed_cast(TileArgs<T> a) {
+  cast_tile<T, false, kE4M3, false, true>(a);
+}
+
 template <typename T>
 T* data_or_null(const Tensor& t) {
   return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
@@ -413,8 +473,9 @@ struct Layout {
   int64_t cols_stride = 0;
 };
 
-// x [batches, split, C] or [split, C] (one matrix); the two passes over every matrix and what `layout` adds.
-Quantized launch(const Tensor& x_in, const Layout& layout, const QuantizeOptions& o) {
+// x [batches, split, C] or [split, C] (one matrix); the two passes over every matrix and what `layout` adds,
+// or with an amax history (delayed scaling) the one pass.
+Quantized launch(const Tensor& x_in, const Layout& layout, const QuantizeOptions& o, const Tensor& history = {}) {
   // 16-byte loads: an operand that starts off a 16-byte boundary is copied first.
   const auto aligned = [](Tensor t) {
     t = t.contiguous();
@@ -464,7 +525,13 @@ Quantized launch(const Tensor& x_in, const Layout& layout, const QuantizeOptions
                            data_or_null<uint8_t>(q.rows), data_or_null<float>(q.rows_inverse),
                            data_or_null<uint8_t>(q.cols), data_or_null<float>(q.cols_inverse),
                            grouped ? layout.group_end.data_ptr<int>() : nullptr,
-                           grouped ? layout.padded_end.data_ptr<int>() : nullptr, groups, layout.cols_stride};
+                           grouped ? layout.padded_end.data_ptr<int>() : nullptr, groups, layout.cols_stride,
+                           data_or_null<int>(history)};
+    if (history.defined()) {
+      (e4m3 ? ablate_fp8_delayed_cast<T, true> : ablate_fp8_delayed_cast<T, false>)<<<grid, kThreads, shared, stream>>>(args);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      return;
+    }
     const auto amax_kernel = !rowwise ? ablate_fp8_tensorwise_amax<T>
                              : grouped ? ablate_fp8_rowwise_amax<T, true>
                                        : ablate_fp8_rowwise_amax<T, false>;
@@ -486,12 +553,25 @@ void check_cuda_operand(const Tensor& x, const char* what) {
 
 }  // namespace
 
-Quantized quantize(const Tensor& x, const QuantizeOptions& o) {
-  TORCH_CHECK(x.is_cuda() && x.dim() == 2, "fp8 quantize: x must be a 2-D CUDA tensor, got ", x.sizes(), " on ",
+namespace {
+void check_matrix(const Tensor& x, const char* what) {
+  TORCH_CHECK(x.is_cuda() && x.dim() == 2, "fp8 ", what, ": x must be a 2-D CUDA tensor, got ", x.sizes(), " on ",
               x.device());
-  TORCH_CHECK(x.size(0) % 16 == 0 && x.size(1) % 16 == 0,
-              "fp8 quantize: x's sizes must be multiples of 16 (what FP8 GEMMs take), got ", x.sizes());
+  TORCH_CHECK(x.size(0) % 16 == 0 && x.size(1) % 16 == 0, "fp8 ", what,
+              ": x's sizes must be multiples of 16 (what FP8 GEMMs take), got ", x.sizes());
+}
+}  // namespace
+
+Quantized quantize(const Tensor& x, const QuantizeOptions& o) {
+  check_matrix(x, "quantize");
   return launch(x, {}, o);
+}
+
+Quantized quantize_delayed(const Tensor& x, const Tensor& history, const QuantizeOptions& o) {
+  check_matrix(x, "quantize_delayed");
+  check_cuda_operand(x, "quantize_delayed");
+  check_amax_history(history, x, o);
+  return launch(x, {}, o, history);
 }
 
 Quantized quantize_stacked(const Tensor& x, const Tensor& below, const QuantizeOptions& o) {

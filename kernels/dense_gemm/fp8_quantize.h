@@ -1,4 +1,4 @@
-// kernels/dense_gemm/fp8_quantize.h: FP8 quantisation with current scaling for the FP8 GEMMs
+// kernels/dense_gemm/fp8_quantize.h: FP8 quantisation with current (and delayed) scaling for the FP8 GEMMs
 // (dense_gemm/fp8_scaled_mm.cu, moe_dispatch/grouped_mm_fp8.cu). A GEMM operand x [R, C] is read twice by
 // a training step's three GEMMs: once along its rows (its own GEMM's inner dimension is C) and once
 // transposed (the weight gradient's inner dimension is R). quantize() writes both from two passes over x:
@@ -75,6 +75,20 @@ int64_t padded_rows(int64_t rows, int64_t groups);
 Quantized quantize_grouped_reference(const torch::Tensor& x, const torch::Tensor& group_end,
                                      const torch::Tensor& padded_end, int64_t rows_out, const QuantizeOptions& options);
 
+// Delayed scaling (tensorwise only; TransformerEngine's and torchao's "delayed" recipe): the scale comes
+// from the largest amax this operand had over its last kAmaxHistory calls, so one pass casts x and enters
+// x's own amax into the history for the calls after it. A history is int32 [kAmaxHistory + 2]: the amaxes
+// (float bits) of the last calls, newest first; then this call's amax as the pass reduces it, and a count
+// of the pass's blocks done (both 0 between calls). Values above the delayed scale's range saturate at
+// fp8_max (the price of one pass: what TransformerEngine's delayed recipe pays too); a non-finite value of
+// x is cast to NaN (it does not saturate silently) and its amax makes the next call's scale NaN.
+inline constexpr int64_t kAmaxHistory = 16;
+torch::Tensor new_amax_history(const torch::Device& device);  // zeros: scale 1 until the first amax enters
+// Throws c10::Error unless `history` is such a tensor on x's device and the options are tensorwise.
+void check_amax_history(const torch::Tensor& history, const torch::Tensor& x, const QuantizeOptions& options);
+// LibTorch ops, any device: the CUDA pass's arithmetic, `history` updated in place.
+Quantized quantize_delayed_reference(const torch::Tensor& x, torch::Tensor& history, const QuantizeOptions& options);
+
 #if defined(ABLATE_HAVE_CUDA)
 // The two-pass CUDA kernels: x a 2-D fp32 or bf16 CUDA tensor whose sizes are multiples of 16 (what the
 // FP8 GEMMs take); throws c10::Error naming what is wrong otherwise.
@@ -84,6 +98,9 @@ Quantized quantize(const torch::Tensor& x, const QuantizeOptions& options);
 Quantized quantize_stacked(const torch::Tensor& x, const torch::Tensor& below, const QuantizeOptions& options);
 Quantized quantize_grouped(const torch::Tensor& x, const torch::Tensor& group_end, const torch::Tensor& padded_end,
                            int64_t rows_out, const QuantizeOptions& options);
+// Delayed scaling's one pass (tensorwise; x as quantize() takes it; history from new_amax_history() on x's
+// device, updated in stream order: no host read, capturable).
+Quantized quantize_delayed(const torch::Tensor& x, const torch::Tensor& history, const QuantizeOptions& options);
 #endif
 
 }  // namespace ablate::kernels::fp8

@@ -27,6 +27,9 @@ void check_rowwise(const QuantizeOptions& o, const char* what) {
   TORCH_CHECK(o.scaling == Scaling::rowwise, "fp8 ", what, ": only rowwise scaling");
 }
 
+// Float bits of a non-negative fp32 amax as int32 (the history's entries): integer order is float order.
+Tensor amax_bits(const Tensor& x) { return x.abs().amax().reshape({1}).contiguous().view(torch::kInt32); }
+
 }  // namespace
 
 float max_finite(at::ScalarType dtype) {
@@ -57,6 +60,36 @@ Quantized quantize_reference(const Tensor& x_in, const QuantizeOptions& o) {
     q.cols = cast(x, scale.unsqueeze(0), o).t().contiguous();
     q.cols_inverse = scale.reciprocal();
   }
+  return q;
+}
+
+Tensor new_amax_history(const torch::Device& device) {
+  return torch::zeros({kAmaxHistory + 2}, torch::dtype(torch::kInt32).device(device));
+}
+
+void check_amax_history(const Tensor& history, const Tensor& x, const QuantizeOptions& o) {
+  TORCH_CHECK(o.scaling == Scaling::tensorwise, "fp8 quantize_delayed: delayed scaling is tensorwise only");
+  TORCH_CHECK(history.dim() == 1 && history.size(0) == kAmaxHistory + 2 && history.scalar_type() == torch::kInt32 &&
+                  history.is_contiguous() && history.device() == x.device(),
+              "fp8 quantize_delayed: the amax history must be new_amax_history()'s int32 [", kAmaxHistory + 2,
+              "] on x's device, got ", history.scalar_type(), " ", history.sizes(), " on ", history.device());
+}
+
+Quantized quantize_delayed_reference(const Tensor& x_in, Tensor& history, const QuantizeOptions& o) {
+  TORCH_CHECK(x_in.dim() == 2, "fp8 quantize_delayed: x must be 2-D, got ", x_in.sizes());
+  check_amax_history(history, x_in, o);
+  const float fp8_max = max_finite(o.dtype);
+  const auto x = x_in.to(torch::kFloat);
+  const auto past = history.narrow(0, 0, kAmaxHistory);
+  const auto scale = scale_from_amax(past.amax().reshape({1}).view(torch::kFloat), fp8_max, o.power_of_two_scales);
+  const auto scaled = torch::where(torch::isfinite(x), x * scale, torch::full_like(x, std::numeric_limits<float>::quiet_NaN()));
+  const auto quantized = scaled.clamp(-fp8_max, fp8_max).to(o.dtype);
+  Quantized q;
+  if (o.rows) q.rows = quantized, q.rows_inverse = scale.reciprocal();
+  if (o.cols) q.cols = quantized.t().contiguous(), q.cols_inverse = scale.reciprocal();
+  if (x.numel() == 0) return q;  // no pass ran: the history stays
+  past.copy_(torch::cat({amax_bits(x), past.narrow(0, 0, kAmaxHistory - 1)}));
+  history.narrow(0, kAmaxHistory, 2).zero_();
   return q;
 }
 

@@ -7,7 +7,10 @@
 //               below its amax, and gradients span the widest range, so they trade a mantissa bit for range;
 //   rowwise:    one current power-of-two scale per row along each GEMM's inner dimension, e4m3
 //               throughout: each row's own scale keeps its values near the top of the range, so
-//               precision wins over range (a power of two makes the scaling itself exact).
+//               precision wins over range (a power of two makes the scaling itself exact);
+//   delayed:    tensorwise's formats with each operand's scale from its amax over its last calls
+//               (fp8_quantize.h "Delayed scaling"; TransformerEngine's default recipe): one pass each
+//               instead of two, for values above the past range saturating (projections only).
 // Tests: kernels_tests --gtest_filter='Fp8*:*Parity*fp8*'.
 #pragma once
 #include <ATen/ATen.h>
@@ -21,6 +24,7 @@ struct Recipe {
   at::ScalarType inputs;    // x and W
   at::ScalarType gradient;  // dy
   bool power_of_two_scales;
+  bool delayed = false;  // scales from each operand's amax history (tensorwise only)
 
   // How to quantise one operand in `dtype` (inputs or gradient), in the orientations asked for.
   QuantizeOptions options(at::ScalarType dtype, bool rows, bool cols) const {
@@ -35,6 +39,7 @@ struct Recipe {
 };
 inline constexpr Recipe kTensorwise{Scaling::tensorwise, at::kFloat8_e4m3fn, at::kFloat8_e5m2, false};
 inline constexpr Recipe kRowwise{Scaling::rowwise, at::kFloat8_e4m3fn, at::kFloat8_e4m3fn, true};
+inline constexpr Recipe kDelayed{Scaling::tensorwise, at::kFloat8_e4m3fn, at::kFloat8_e5m2, false, true};
 
 // a [M, K] x b^T, b given row-major as b_rows [N, K] (its transpose is the column-major [K, N] operand
 // cuBLASLt takes), both quantised along K with their inverse scales ([1] each, or [M] and [N] per row):

@@ -1,7 +1,8 @@
-// kernels/dense_gemm/fp8_scaled_mm.cu: backends `fp8_tensorwise` and `fp8_rowwise` of seam `dense_gemm`:
-// the three GEMMs of a projection (y = x W^T, dx = dy W, dW = dy^T x) as FP8 GEMMs (at::_scaled_mm,
-// cuBLASLt on Hopper's FP8 tensor cores) with current scaling: every operand is quantised from its own
-// amax in this step (fp8_quantize.h), its two orientations in one pair of passes. fp32 master weights
+// kernels/dense_gemm/fp8_scaled_mm.cu: backends `fp8_tensorwise`, `fp8_rowwise` and `fp8_delayed` of seam
+// `dense_gemm`: the three GEMMs of a projection (y = x W^T, dx = dy W, dW = dy^T x) as FP8 GEMMs
+// (at::_scaled_mm, cuBLASLt on Hopper's FP8 tensor cores). Current scaling (tensorwise, rowwise): every
+// operand is quantised from its own amax in this step (fp8_quantize.h), its two orientations in one pair
+// of passes; delayed: from its amax over its last calls at this projection, in one pass. fp32 master weights
 // stay fp32 (they are quantised from fp32 every step); y and dx are bf16, dW fp32 (written by the GEMM).
 // The recipes, tensorwise and rowwise (torchao's float8 training recipes): fp8_recipe.h.
 // The forward GEMM accumulates with CUTLASS/cuBLASLt "fast accumulation" (periodic promotion to fp32), the
@@ -16,6 +17,9 @@
 #if defined(__CUDACC__)
 #include <ATen/autocast_mode.h>
 
+#include <mutex>
+#include <unordered_map>
+
 #include "kernels/dense_gemm/fp8_recipe.h"
 #include "kernels/numerics.h"
 
@@ -26,8 +30,60 @@ using torch::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-Quantized quantize_operand(const Tensor& x, const Recipe& r, at::ScalarType dtype, bool rows, bool cols) {
-  return quantize(x, r.options(dtype, rows, cols));
+// Delayed scaling's state: per projection an amax history for each operand it quantises (x, W, dy), kept
+// by the weight, one tensor for the whole run.
+struct DelayedOperand {
+  Tensor history;
+  bool seen = false;  // the first call enters its own amax before it casts: it scales as current scaling does
+};
+struct CallSite : torch::CustomClassHolder {
+  DelayedOperand x, weight, dy;
+};
+
+// The call sites by weight. An entry holds a weak reference to its weight: the entry of a freed weight is
+// swept away, and while it lives the freed weight's address is not reused, so no new weight inherits
+// another's histories.
+class CallSites {
+ public:
+  c10::intrusive_ptr<CallSite> of(const Tensor& weight) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto* key = weight.unsafeGetTensorImpl();
+    if (const auto it = sites_.find(key); it != sites_.end()) return it->second.site;
+    if (sites_.size() >= sweep_at_) {
+      for (auto it = sites_.begin(); it != sites_.end();) it = it->second.weight.expired() ? sites_.erase(it) : std::next(it);
+      sweep_at_ = 2 * std::max<size_t>(sites_.size(), 64);
+    }
+    auto site = c10::make_intrusive<CallSite>();
+    for (auto* operand : {&site->x, &site->weight, &site->dy}) operand->history = new_amax_history(weight.device());
+    sites_.emplace(key, Entry{c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(weight.getIntrusivePtr()), site});
+    return site;
+  }
+
+ private:
+  struct Entry {
+    c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> weight;
+    c10::intrusive_ptr<CallSite> site;
+  };
+  std::mutex mutex_;
+  std::unordered_map<const c10::TensorImpl*, Entry> sites_;
+  size_t sweep_at_ = 64;
+};
+
+CallSites& call_sites() {
+  static CallSites sites;
+  return sites;
+}
+
+// `delayed`: the operand's history under the delayed recipe, null under current scaling.
+Quantized quantize_operand(const Tensor& x, const Recipe& r, at::ScalarType dtype, bool rows, bool cols,
+                           DelayedOperand* delayed) {
+  const auto o = r.options(dtype, rows, cols);
+  if (delayed == nullptr) return quantize(x, o);
+  if (!delayed->seen) {
+    quantize_delayed(x, delayed->history, o);
+    delayed->seen = true;
+  }
+  return quantize_delayed(x, delayed->history, o);
 }
 
 // What the backward will need (nothing under no_grad, e.g. an evaluation): decided before the autograd
@@ -41,8 +97,10 @@ Tensor project(AutogradContext* ctx, const Tensor& x, const Tensor& weight, cons
   NoAutocastScope casts_done_here;
   const int64_t K = x.size(-1), N = weight.size(0);
   const auto x2 = x.reshape({-1, K});
-  const auto xq = quantize_operand(x2, r, r.inputs, /*rows=*/true, /*cols=*/needs.dw);
-  const auto wq = quantize_operand(weight, r, r.inputs, /*rows=*/true, /*cols=*/needs.dx);
+  const auto site = r.delayed ? call_sites().of(weight) : c10::intrusive_ptr<CallSite>();
+  const auto xq = quantize_operand(x2, r, r.inputs, /*rows=*/true, /*cols=*/needs.dw, site ? &site->x : nullptr);
+  const auto wq = quantize_operand(weight, r, r.inputs, /*rows=*/true, /*cols=*/needs.dx, site ? &site->weight : nullptr);
+  if (site) ctx->saved_data["call_site"] = c10::IValue::make_capsule(site);
   auto y = scaled_mm(xq.rows, xq.rows_inverse, wq.rows, wq.rows_inverse, r.scaling, at::kBFloat16, /*fast=*/true);
   ctx->save_for_backward({xq.cols, xq.cols_inverse, wq.cols, wq.cols_inverse});
   ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
@@ -59,7 +117,9 @@ variable_list project_backward(AutogradContext* ctx, const Tensor& grad, const R
   const int64_t N = grad.size(-1);
   const auto dy = grad.to(at::kBFloat16).reshape({-1, N}).contiguous();
   const bool need_dx = w_cols.defined() && ctx->needs_input_grad(0), need_dw = x_cols.defined();
-  const auto dyq = quantize_operand(dy, r, r.gradient, /*rows=*/need_dx, /*cols=*/need_dw);
+  const auto site = r.delayed ? c10::static_intrusive_pointer_cast<CallSite>(ctx->saved_data["call_site"].toCapsule())
+                              : c10::intrusive_ptr<CallSite>();
+  const auto dyq = quantize_operand(dy, r, r.gradient, /*rows=*/need_dx, /*cols=*/need_dw, site ? &site->dy : nullptr);
   Tensor dx, dw;
   if (need_dx) {
     const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
@@ -124,6 +184,7 @@ Tensor dense_gemm(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 
 Tensor dense_gemm_tensorwise(const Tensor& x, const Tensor& w, const Tensor& b) { return dense_gemm<kTensorwise>(x, w, b); }
 Tensor dense_gemm_rowwise(const Tensor& x, const Tensor& w, const Tensor& b) { return dense_gemm<kRowwise>(x, w, b); }
+Tensor dense_gemm_delayed(const Tensor& x, const Tensor& w, const Tensor& b) { return dense_gemm<kDelayed>(x, w, b); }
 
 }  // namespace ablate::kernels::fp8
 #endif  // __CUDACC__
@@ -133,6 +194,7 @@ namespace ablate::kernels {
 ABLATE_REGISTER_BACKENDS(dense_gemm_fp8) {
   registry.dense_gemm("fp8_tensorwise", ABLATE_CUDA_ONLY(&fp8::dense_gemm_tensorwise));
   registry.dense_gemm("fp8_rowwise", ABLATE_CUDA_ONLY(&fp8::dense_gemm_rowwise));
+  registry.dense_gemm("fp8_delayed", ABLATE_CUDA_ONLY(&fp8::dense_gemm_delayed));
 }
 
 }  // namespace ablate::kernels

@@ -2,8 +2,9 @@
 // the FP8 backends (dense_gemm's, the LM head's loss fused_cuda_fp8_rowwise); their parity against fp64
 // is the parity driver's (tests/kernels/parity_test.cpp, `*Parity*dense_gemm*`, `*Parity*loss*`). On the CPU: the reference quantisation's
 // arithmetic on hand-checked values, an all-zero tensor, an outlier, inf and NaN, and the catalog's FP8
-// rows unavailable with their reason. On a GPU: the CUDA kernels bit for bit against the reference, and
-// the backends on zeros and non-finite inputs.
+// rows unavailable with their reason; delayed scaling's history. On a GPU: the CUDA kernels bit for bit
+// against the reference (delayed scaling over calls and in a CUDA graph too), and the backends on zeros
+// and non-finite inputs.
 // Run: build/tests/kernels_tests --gtest_filter='Fp8*'
 #include <gtest/gtest.h>
 
@@ -16,6 +17,10 @@
 #include "kernels/dense_gemm/fp8_quantize.h"
 #include "kernels/registry.h"
 #if defined(ABLATE_HAVE_CUDA)
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
 #include "kernels/loss/fused_cuda.h"
 #endif
 #include "tests/kernels/fp8_checks.h"
@@ -107,10 +112,72 @@ TEST(Fp8Reference, AnInfOrNanMakesEverythingItsScaleTouchesNan) {
   }
 }
 
+// The history's amaxes as floats (its entries are float bits), newest first.
+Tensor past_amaxes(const Tensor& history) { return history.narrow(0, 0, kAmaxHistory).cpu().view(torch::kFloat); }
+
+// Delayed scaling: a call scales by the past calls' amax (none yet: scale 1) whatever its own, and enters
+// its own amax as the newest; an amax leaves after kAmaxHistory later calls.
+TEST(Fp8Reference, DelayedScalingScalesByThePastCallsAndEntersItsOwnAmax) {
+  auto history = new_amax_history(torch::kCPU);
+  const auto o = fp8_options(Scaling::tensorwise);
+  const auto x = torch::tensor({{2.f, -1.f}, {0.5f, 0.25f}});
+  auto q = quantize_delayed_reference(x, history, o);
+  EXPECT_TRUE(torch::equal(q.rows_inverse, torch::ones({1})));
+  EXPECT_TRUE(torch::equal(as_float(q.rows), x));
+  EXPECT_TRUE(torch::equal(as_float(q.cols), x.t()));
+  // amax 2 entered: the next call scales by 448 / 2 = 224 though its own amax is 4, so 4 saturates.
+  q = quantize_delayed_reference(x * 2, history, o);
+  EXPECT_FLOAT_EQ(q.rows_inverse.item<float>(), 2.f / 448);
+  EXPECT_TRUE(torch::equal(as_float(q.rows), torch::tensor({{448.f, -448.f}, {224.f, 112.f}})));
+  EXPECT_TRUE(torch::equal(q.cols_inverse, q.rows_inverse));
+  auto past = past_amaxes(history);
+  EXPECT_EQ(past[0].item<float>(), 4.f);
+  EXPECT_EQ(past[1].item<float>(), 2.f);
+  EXPECT_EQ(past.narrow(0, 2, kAmaxHistory - 2).abs().sum().item<float>(), 0.f);
+  EXPECT_TRUE(torch::equal(history.narrow(0, kAmaxHistory, 2), torch::zeros({2}, torch::kInt32)))
+      << "accumulator and block count back to 0";
+  // The 4 stays the largest for kAmaxHistory calls in all (its own included), then leaves.
+  for (int64_t i = 0; i < kAmaxHistory - 1; ++i) q = quantize_delayed_reference(x, history, o);
+  EXPECT_FLOAT_EQ(q.rows_inverse.item<float>(), 4.f / 448);
+  q = quantize_delayed_reference(x, history, o);
+  EXPECT_FLOAT_EQ(q.rows_inverse.item<float>(), 2.f / 448);
+}
+
+// The delayed scale does not see this call's values, so an inf would saturate silently: it becomes NaN,
+// and its amax makes every value of the next call NaN (the loss turns non-finite, the run stops).
+TEST(Fp8Reference, DelayedScalingTurnsNonFiniteValuesToNanAndPoisonsTheNextCall) {
+  for (const float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    auto history = new_amax_history(torch::kCPU);
+    const auto o = fp8_options(Scaling::tensorwise, at::kFloat8_e5m2);
+    auto x = torch::ones({16, 32});
+    quantize_delayed_reference(x, history, o);
+    x[2][7] = bad;
+    const auto hit = quantize_delayed_reference(x, history, o);
+    EXPECT_EQ(torch::isnan(as_float(hit.rows)).sum().item<int64_t>(), 1) << bad;
+    EXPECT_TRUE(torch::isnan(as_float(hit.rows)[2][7]).item<bool>()) << bad;
+    EXPECT_TRUE(torch::isnan(as_float(hit.cols)[7][2]).item<bool>()) << bad;
+    const auto next = quantize_delayed_reference(torch::ones({16, 32}), history, o);
+    EXPECT_TRUE(torch::isnan(next.rows_inverse).all().item<bool>()) << bad;
+    EXPECT_TRUE(torch::isnan(as_float(next.rows)).all().item<bool>()) << bad;
+  }
+}
+
+TEST(Fp8Reference, DelayedScalingRefusesRowwiseAndAnyOtherHistory) {
+  const auto x = torch::ones({16, 16});
+  auto history = new_amax_history(torch::kCPU);
+  EXPECT_THROW(quantize_delayed_reference(x, history, fp8_options(Scaling::rowwise)), c10::Error);
+  const auto every_other = torch::zeros({2 * (kAmaxHistory + 2)}, torch::kInt32).slice(0, 0, 2 * (kAmaxHistory + 2), 2);
+  for (auto other : {torch::zeros({kAmaxHistory}, torch::kInt32), torch::zeros({kAmaxHistory + 2}, torch::kFloat),
+                     every_other})
+    EXPECT_THROW(quantize_delayed_reference(x, other, fp8_options(Scaling::tensorwise)), c10::Error) << other.sizes();
+  EXPECT_NO_THROW(quantize_delayed_reference(x, history, fp8_options(Scaling::tensorwise)));
+}
+
 TEST(Fp8Catalog, TheFp8RowsChangeNumericsAndNeedABf16RunOnHopperWithAlignedWidths) {
   const std::vector<std::tuple<const char*, const char*, const char*>> rows = {
       {"dense_gemm", "fp8_tensorwise", "reference"},
       {"dense_gemm", "fp8_rowwise", "reference"},
+      {"dense_gemm", "fp8_delayed", "reference"},
       {"loss", "fused_cuda_fp8_rowwise", "fused_cuda"}};
   for (const auto& [seam, name, fallback] : rows) {
     const auto* row = find_backend(seam, name);
@@ -160,6 +227,59 @@ TEST(Fp8Cuda, QuantiseMatchesTheReferenceBitForBit) {
           }
 }
 
+// Over several calls (a growing amax, so later calls saturate), the one pass's outputs and the history
+// it leaves match the reference's bit for bit; 1024 x 1040 is 272 blocks, whichever finishes last rolls.
+TEST(Fp8Cuda, DelayedQuantiseMatchesTheReferenceBitForBitOverCalls) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device";
+  auto gen = seeded_generator(10);
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{80, 48}, {16, 1040}, {208, 144}, {1024, 1040}})
+    for (const auto input : {torch::kBFloat16, torch::kFloat})
+      for (const auto dtype : {at::kFloat8_e4m3fn, at::kFloat8_e5m2})
+        for (const bool power_of_two : {false, true}) {
+          const auto o = fp8_options(Scaling::tensorwise, dtype, power_of_two);
+          auto history = new_amax_history(torch::kCUDA), expected = new_amax_history(torch::kCUDA);
+          for (int call = 0; call < 4; ++call) {
+            auto x = random_normal(shape, gen, 1.0 + call).to(torch::kCUDA, input);
+            if (call == 3) x[3][5] = std::numeric_limits<float>::infinity();
+            const auto got = quantize_delayed(x, history, o), want = quantize_delayed_reference(x, expected, o);
+            const auto label = ::testing::Message() << "shape " << shape[0] << "x" << shape[1] << " input " << input
+                                                    << " " << dtype << " pow2 " << power_of_two << " call " << call;
+            EXPECT_TRUE(same_bits(got.rows, want.rows)) << label;
+            EXPECT_TRUE(same_bits(got.cols, want.cols)) << label;
+            EXPECT_TRUE(same_bits(got.rows_inverse, want.rows_inverse)) << label;
+            EXPECT_TRUE(same_bits(got.cols_inverse, want.cols_inverse)) << label;
+            EXPECT_TRUE(same_bits(history, expected)) << label << ": " << history.cpu() << " vs " << expected.cpu();
+          }
+        }
+}
+
+// The pass reads and writes its history on the device only: captured once, each replay scales by the
+// calls before it, as eager calls do.
+TEST(Fp8Cuda, DelayedQuantiseReplaysInACudaGraphAsEagerCallsDo) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device";
+  auto gen = seeded_generator(11);
+  const auto o = fp8_options(Scaling::tensorwise);
+  auto x = random_normal({128, 192}, gen).to(torch::kCUDA, torch::kBFloat16);
+  auto history = new_amax_history(torch::kCUDA), expected = new_amax_history(torch::kCUDA);
+  const auto side = c10::cuda::getStreamFromPool(false, 0);
+  c10::cuda::CUDAStreamGuard on_side(side);
+  quantize_delayed(x, history, o);  // allocations outside the capture
+  quantize_delayed_reference(x, expected, o);
+  at::cuda::CUDAGraph graph;
+  graph.capture_begin();
+  const auto captured = quantize_delayed(x, history, o);
+  graph.capture_end();
+  for (int replay = 0; replay < 3; ++replay) {
+    x.copy_(random_normal({128, 192}, gen, 1.0 + replay));
+    graph.replay();
+    const auto want = quantize_delayed_reference(x, expected, o);
+    side.synchronize();
+    EXPECT_TRUE(same_bits(captured.rows, want.rows)) << replay;
+    EXPECT_TRUE(same_bits(captured.rows_inverse, want.rows_inverse)) << replay;
+    EXPECT_TRUE(same_bits(history, expected)) << replay;
+  }
+}
+
 TEST(Fp8Cuda, QuantiseRefusesSizesFp8GemmsCannotTake) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device";
   EXPECT_THROW(quantize(torch::ones({16, 20}, torch::kCUDA), fp8_options(Scaling::rowwise)), c10::Error);
@@ -186,6 +306,59 @@ TEST(Fp8Cuda, DenseGemmOfZerosIsZeroAndOfAnInfIsNan) {
     else
       EXPECT_TRUE(torch::isnan(y).all().item<bool>()) << "tensorwise: the one scale reaches every output";
   }
+}
+
+// fp8_delayed at one projection: its first call scales as tensorwise (current scaling) does, forward and
+// backward (each operand enters its own amax before it casts); later calls take the earlier calls' scale,
+// so an x four times larger saturates where tensorwise rescales, and another weight keeps its own history.
+TEST(Fp8Cuda, DelayedDenseGemmStartsAsTensorwiseAndThenScalesByEarlierCalls) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device";
+  auto gen = seeded_generator(14);
+  const auto& delayed = implementations().dense_gemm.at("fp8_delayed");
+  const auto& tensorwise = implementations().dense_gemm.at("fp8_tensorwise");
+  const auto w = random_normal({48, 64}, gen, 0.1).to(torch::kCUDA, torch::kFloat);
+  const auto x = random_normal({32, 64}, gen).to(torch::kCUDA, torch::kBFloat16);
+  const auto dy = random_normal({32, 48}, gen).to(torch::kCUDA, torch::kBFloat16);
+  // {y, dx, dW} of one call.
+  const auto call = [&](const DenseGemmFn& gemm, const Tensor& weight, const Tensor& input, double scale) {
+    auto wi = weight.detach().requires_grad_(true);
+    auto xi = (input * scale).detach().requires_grad_(true);
+    Tensor y;
+    {
+      ablate::testing::Bf16Autocast autocast;
+      y = gemm(xi, wi, {});
+    }
+    y.backward(dy * scale);
+    return std::vector<Tensor>{y.detach(), xi.grad(), wi.grad()};
+  };
+  const auto first = call(delayed, w, x, 1.0), current = call(tensorwise, w, x, 1.0);
+  for (size_t i = 0; i < first.size(); ++i) EXPECT_TRUE(torch::equal(first[i], current[i])) << "output " << i;
+  const auto again = call(delayed, w, x, 1.0);
+  for (size_t i = 0; i < again.size(); ++i) EXPECT_TRUE(torch::equal(again[i], current[i])) << "same amax, output " << i;
+  const auto larger = call(delayed, w, x, 4.0), rescaled = call(tensorwise, w, x, 4.0);
+  EXPECT_FALSE(torch::equal(larger[0], rescaled[0])) << "the past scale saturates x's larger values";
+  EXPECT_FALSE(torch::equal(larger[2], rescaled[2])) << "and dy's";
+  const auto w2 = random_normal({48, 64}, gen, 0.1).to(torch::kCUDA, torch::kFloat);
+  const auto own = call(delayed, w2, x, 4.0), own_current = call(tensorwise, w2, x, 4.0);
+  for (size_t i = 0; i < own.size(); ++i) EXPECT_TRUE(torch::equal(own[i], own_current[i])) << "new weight, output " << i;
+}
+
+// An inf reaches delayed scaling's output as NaN in its row (not saturated), and the next call, whose
+// scale has the inf in its history, is NaN throughout.
+TEST(Fp8Cuda, DelayedDenseGemmTurnsAnInfToNanAndPoisonsTheNextCall) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device";
+  auto gen = seeded_generator(15);
+  const auto& gemm = implementations().dense_gemm.at("fp8_delayed");
+  const auto w = random_normal({48, 64}, gen, 0.1).to(torch::kCUDA, torch::kFloat);
+  auto x = random_normal({32, 64}, gen).to(torch::kCUDA, torch::kBFloat16);
+  ablate::testing::Bf16Autocast autocast;
+  EXPECT_TRUE(torch::isfinite(gemm(x, w, {})).all().item<bool>());
+  auto poisoned = x.clone();
+  poisoned[4][9] = std::numeric_limits<float>::infinity();
+  const auto y = gemm(poisoned, w, {}).to(torch::kFloat).cpu();
+  EXPECT_TRUE(torch::isnan(y[4]).all().item<bool>()) << "the row holding the inf";
+  EXPECT_EQ(torch::isnan(y).sum().item<int64_t>(), 48) << "only that row: the scale came from the past";
+  EXPECT_TRUE(torch::isnan(gemm(x, w, {})).all().item<bool>()) << "the next call's scale holds the inf";
 }
 
 TEST(Fp8Cuda, DenseGemmOutsideBf16AutocastIsAnError) {
