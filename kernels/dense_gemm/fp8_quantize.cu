@@ -256,20 +256,15 @@ __device__ __forceinline__ int past_amax(const TileArgs<T>& a) {
   return m;
 }
 
-// Delayed scaling, after every thread loaded its values (v) and the block read past_amax: the tile's amax
-// into the history's accumulator, and the block done; the last block of the grid (every other block has
-// read the history and added its amax, each fenced before it counted itself) shifts the history by one
-// and enters the call's amax as the newest (CUDA's threadFenceReduction pattern: no second launch).
+// Delayed scaling, once the block cast all its tiles (each thread's amax of its values in m): the block's
+// amax into the history's accumulator, and the block done; the last block of the grid (every other block
+// has read the history and added its amax, each fenced before it counted itself) shifts the history by
+// one and enters the call's amax as the newest (CUDA's threadFenceReduction pattern: no second launch).
 template <typename T>
-__device__ __forceinline__ void record_amax(const TileArgs<T>& a, const float (&v)[kSweeps][kVec]) {
+__device__ __forceinline__ void record_amax(const TileArgs<T>& a, int m) {
   __shared__ int warp_amax[kWarps];
   __shared__ bool last_block;
   const int t = threadIdx.x, lane = t % 32, warp = t / 32;
-  int m = 0;
-#pragma unroll
-  for (int s = 0; s < kSweeps; ++s)
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) m = max(m, magnitude_bits(v[s][i]));
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, offset));
   if (lane == 0) warp_amax[warp] = m;
@@ -350,7 +345,7 @@ __device__ __forceinline__ void cast_grouped_cols(const TileArgs<T>& a, const Sh
       }
     }
   }
-  if (blockIdx.y != 0) return;
+  if (row0 != 0) return;
   for (int i = t; i < kTile * groups.count; i += kThreads) {
     const int c = i % kTile, g = i / kTile;
     const int64_t gc = col0 + c;
@@ -374,12 +369,13 @@ __device__ __forceinline__ void cast_grouped_cols(const TileArgs<T>& a, const Sh
 // scales written by the first tile column (rows) and the first tile row (cols). Rows are cast from the
 // loaded registers; columns from the tile in shared memory, 8 consecutive rows of one column a thread (8
 // threads a column's 64 bytes, so the writes coalesce).
-// kDelayed (tensorwise): the scale from the history's past amaxes, and this x's amax entered into it.
+// Tile `at` (column tile, row tile, matrix). kDelayed (tensorwise): the scale from the history's past
+// amaxes; returns the amax (bits) of this thread's values (0 otherwise), which record_amax enters.
 template <typename T, bool kRowwise, bool kE4M3, bool kGrouped, bool kDelayed = false>
-__device__ __forceinline__ void cast_tile(const TileArgs<T>& a) {
+__device__ __forceinline__ int cast_tile(const TileArgs<T>& a, const uint3 at) {
   __shared__ float tile[kTile][kSharedStride];
   __shared__ float row_scale[kTile], col_scale[kTile];
-  const int64_t row0 = int64_t(blockIdx.y) * kTile, col0 = int64_t(blockIdx.x) * kTile, b = blockIdx.z;
+  const int64_t row0 = int64_t(at.y) * kTile, col0 = int64_t(at.x) * kTile, b = at.z;
   const int t = threadIdx.x, c = (t % kThreadsPerRow) * kVec;
   SharedGroups groups{};
   if constexpr (kGrouped) groups = load_groups(a);
@@ -406,12 +402,16 @@ __device__ __forceinline__ void cast_tile(const TileArgs<T>& a) {
     col_scale[cc] = scale_from_amax(amax, a.fp8_max, a.power_of_two);
   }
   __syncthreads();
-  if constexpr (kDelayed) record_amax(a, v);  // after the block read the past amaxes
-  if (a.rows_inverse != nullptr && blockIdx.x == 0 && t < kTile &&
-      (kRowwise ? row0 + t < a.R : blockIdx.y == 0 && t == 0))
+  int amax = 0;
+  if constexpr (kDelayed)
+#pragma unroll
+    for (int s = 0; s < kSweeps; ++s)
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) amax = max(amax, magnitude_bits(v[s][i]));
+  if (a.rows_inverse != nullptr && col0 == 0 && t < kTile && (kRowwise ? row0 + t < a.R : row0 == 0 && t == 0))
     a.rows_inverse[kRowwise ? b * a.R + row0 + t : 0] = 1.f / row_scale[t];
-  if (!kGrouped && a.cols_inverse != nullptr && blockIdx.y == 0 && t >= kTile && t < 2 * kTile &&
-      (kRowwise ? col0 + (t - kTile) < a.C : blockIdx.x == 0 && t == kTile))
+  if (!kGrouped && a.cols_inverse != nullptr && row0 == 0 && t >= kTile && t < 2 * kTile &&
+      (kRowwise ? col0 + (t - kTile) < a.C : col0 == 0 && t == kTile))
     a.cols_inverse[kRowwise ? b * a.C + col0 + (t - kTile) : 0] = 1.f / col_scale[t - kTile];
   if (a.rows != nullptr)
 #pragma unroll
@@ -421,7 +421,7 @@ __device__ __forceinline__ void cast_tile(const TileArgs<T>& a) {
       if (gr < a.R && gc < a.C)
         *reinterpret_cast<uint2*>(a.rows + (b * a.R + gr) * a.C + gc) = cast8<kE4M3, kDelayed>(v[s], row_scale[r]);
     }
-  if (a.cols == nullptr) return;
+  if (a.cols == nullptr) return amax;
   if constexpr (kGrouped) {
     cast_grouped_cols<T, kE4M3>(a, groups, row0, col0, tile, col_scale);
   } else {
@@ -435,6 +435,7 @@ __device__ __forceinline__ void cast_tile(const TileArgs<T>& a) {
       *reinterpret_cast<uint2*>(a.cols + (b * a.C + gc) * a.R + gr) = cast8<kE4M3, kDelayed>(w, col_scale[cc]);
     }
   }
+  return amax;
 }
 
 // The kernels, named after their scaling so that the catalog's CUPTI patterns tell the two backends apart.
@@ -448,17 +449,32 @@ __global__ void __launch_bounds__(kThreads) ablate_fp8_tensorwise_amax(TileArgs<
 }
 template <typename T, bool kE4M3, bool kGrouped>
 __global__ void __launch_bounds__(kThreads) ablate_fp8_rowwise_cast(TileArgs<T> a) {
-  cast_tile<T, true, kE4M3, kGrouped>(a);
+  cast_tile<T, true, kE4M3, kGrouped>(a, blockIdx);
 }
 template <typename T, bool kE4M3>
 __global__ void __launch_bounds__(kThreads) ablate_fp8_tensorwise_cast(TileArgs<T> a) {
-  cast_tile<T, false, kE4M3, false>(a);
+  cast_tile<T, false, kE4M3, false>(a, blockIdx);
 }
 
-// Delayed scaling's one pass (fp8_quantize.h).
+// Delayed scaling's one pass (fp8_quantize.h) over one matrix's tiles, tiles_x a row of them: a grid of
+// as many blocks as stay resident, each striding over the tiles, so that the one-address atomics of
+// record_amax come once a block, not once a tile (a tile each left the pass slower than two passes).
 template <typename T, bool kE4M3>
-__global__ void __launch_bounds__(kThreads) ablate_fp8_delayed_cast(TileArgs<T> a) {
-  cast_tile<T, false, kE4M3, false, true>(a);
+__global__ void __launch_bounds__(kThreads) ablate_fp8_delayed_cast(TileArgs<T> a, unsigned tiles_x, unsigned tiles) {
+  int amax = 0;
+  for (unsigned i = blockIdx.x; i < tiles; i += gridDim.x) {
+    amax = max(amax, cast_tile<T, false, kE4M3, false, true>(a, make_uint3(i % tiles_x, i / tiles_x, 0)));
+    __syncthreads();  // the next tile reuses the shared tile and scales
+  }
+  record_amax(a, amax);
+}
+
+// Blocks of `kernel` (kThreads each) resident on the current device at once.
+template <typename Kernel>
+int resident_blocks(Kernel kernel) {
+  int per_sm = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
+  return std::max(1, per_sm) * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
 }
 
 template <typename T>
@@ -528,7 +544,9 @@ Quantized launch(const Tensor& x_in, const Layout& layout, const QuantizeOptions
                            grouped ? layout.padded_end.data_ptr<int>() : nullptr, groups, layout.cols_stride,
                            data_or_null<int>(history)};
     if (history.defined()) {
-      (e4m3 ? ablate_fp8_delayed_cast<T, true> : ablate_fp8_delayed_cast<T, false>)<<<grid, kThreads, shared, stream>>>(args);
+      const auto kernel = e4m3 ? ablate_fp8_delayed_cast<T, true> : ablate_fp8_delayed_cast<T, false>;
+      const unsigned tiles = grid.x * grid.y;
+      kernel<<<std::min<unsigned>(tiles, resident_blocks(kernel)), kThreads, 0, stream>>>(args, grid.x, tiles);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       return;
     }

@@ -136,9 +136,11 @@ TEST(Fp8Reference, DelayedScalingScalesByThePastCallsAndEntersItsOwnAmax) {
   EXPECT_EQ(past.narrow(0, 2, kAmaxHistory - 2).abs().sum().item<float>(), 0.f);
   EXPECT_TRUE(torch::equal(history.narrow(0, kAmaxHistory, 2), torch::zeros({2}, torch::kInt32)))
       << "accumulator and block count back to 0";
-  // The 4 stays the largest for kAmaxHistory calls in all (its own included), then leaves.
-  for (int64_t i = 0; i < kAmaxHistory - 1; ++i) q = quantize_delayed_reference(x, history, o);
-  EXPECT_FLOAT_EQ(q.rows_inverse.item<float>(), 4.f / 448);
+  // The 4 scales the kAmaxHistory calls after its own, then leaves.
+  for (int64_t i = 0; i < kAmaxHistory; ++i) {
+    q = quantize_delayed_reference(x, history, o);
+    EXPECT_FLOAT_EQ(q.rows_inverse.item<float>(), 4.f / 448) << "call " << i + 1 << " after it";
+  }
   q = quantize_delayed_reference(x, history, o);
   EXPECT_FLOAT_EQ(q.rows_inverse.item<float>(), 2.f / 448);
 }
@@ -319,18 +321,19 @@ TEST(Fp8Cuda, DelayedDenseGemmStartsAsTensorwiseAndThenScalesByEarlierCalls) {
   const auto w = random_normal({48, 64}, gen, 0.1).to(torch::kCUDA, torch::kFloat);
   const auto x = random_normal({32, 64}, gen).to(torch::kCUDA, torch::kBFloat16);
   const auto dy = random_normal({32, 48}, gen).to(torch::kCUDA, torch::kBFloat16);
-  // {y, dx, dW} of one call.
+  // {y, dx, dW} of one call. The histories are kept by the weight tensor itself, as a model's parameter
+  // is passed every step (a detached copy would be a new projection).
   const auto call = [&](const DenseGemmFn& gemm, const Tensor& weight, const Tensor& input, double scale) {
-    auto wi = weight.detach().requires_grad_(true);
     auto xi = (input * scale).detach().requires_grad_(true);
     Tensor y;
     {
       ablate::testing::Bf16Autocast autocast;
-      y = gemm(xi, wi, {});
+      y = gemm(xi, weight, {});
     }
-    y.backward(dy * scale);
-    return std::vector<Tensor>{y.detach(), xi.grad(), wi.grad()};
+    const auto grads = torch::autograd::grad({y}, {xi, weight}, {dy * scale});
+    return std::vector<Tensor>{y.detach(), grads[0], grads[1]};
   };
+  w.requires_grad_(true);
   const auto first = call(delayed, w, x, 1.0), current = call(tensorwise, w, x, 1.0);
   for (size_t i = 0; i < first.size(); ++i) EXPECT_TRUE(torch::equal(first[i], current[i])) << "output " << i;
   const auto again = call(delayed, w, x, 1.0);
@@ -338,7 +341,7 @@ TEST(Fp8Cuda, DelayedDenseGemmStartsAsTensorwiseAndThenScalesByEarlierCalls) {
   const auto larger = call(delayed, w, x, 4.0), rescaled = call(tensorwise, w, x, 4.0);
   EXPECT_FALSE(torch::equal(larger[0], rescaled[0])) << "the past scale saturates x's larger values";
   EXPECT_FALSE(torch::equal(larger[2], rescaled[2])) << "and dy's";
-  const auto w2 = random_normal({48, 64}, gen, 0.1).to(torch::kCUDA, torch::kFloat);
+  const auto w2 = random_normal({48, 64}, gen, 0.1).to(torch::kCUDA, torch::kFloat).requires_grad_(true);
   const auto own = call(delayed, w2, x, 4.0), own_current = call(tensorwise, w2, x, 4.0);
   for (size_t i = 0; i < own.size(); ++i) EXPECT_TRUE(torch::equal(own[i], own_current[i])) << "new weight, output " << i;
 }
