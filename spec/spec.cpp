@@ -475,11 +475,6 @@ class Parser {
         errs.push_back(fmt::format("distributed.expert_parallel = {} does not divide model.moe.experts = {}: every rank "
                                    "of an expert group holds the same number of experts",
                                    ep, spec.model.moe.experts));
-      if (spec.distributed.sharding != "none")
-        errs.push_back(fmt::format("distributed.expert_parallel = {} runs with distributed.sharding = \"none\" (got "
-                                   "\"{}\"): sharding the expert weights over the ranks that hold the same experts is "
-                                   "not built yet",
-                                   ep, spec.distributed.sharding));
     }
     if (spec.train.eval_every > 0 && spec.data.validation_fraction <= 0)
       errs.push_back(fmt::format("train.eval_every = {} evaluates on held-out data and data.validation_fraction is 0: "

@@ -473,8 +473,8 @@ void GradientSync::stage_bucket(size_t index) {
   auto& b = buckets_[index];
   const auto& plan = layout_.buckets[index];
   b.flat = torch::empty({plan.numel}, b.shard.options());
-  staged_bytes_ += plan.numel * static_cast<int64_t>(sizeof(float));
-  staging_peak_bytes_ = std::max(staging_peak_bytes_, staged_bytes_);
+  staging_->now += plan.numel * static_cast<int64_t>(sizeof(float));
+  staging_->peak = std::max(staging_->peak, staging_->now);
   if (b.padding_index.defined()) b.flat.index_fill_(0, b.padding_index, 0.0);
   for (size_t k = 0; k < plan.params.size(); ++k) {
     const auto& p = params_[plan.params[k]];
@@ -493,7 +493,7 @@ void GradientSync::release_bucket(size_t index) {
     params_[i].mutable_grad() = torch::Tensor();
   }
   b.flat = torch::Tensor();
-  staged_bytes_ -= layout_.buckets[index].numel * static_cast<int64_t>(sizeof(float));
+  staging_->now -= layout_.buckets[index].numel * static_cast<int64_t>(sizeof(float));
 }
 
 torch::Tensor GradientSync::on_gradient(size_t i, const torch::Tensor& grad) {
@@ -550,6 +550,22 @@ void GradientSync::finish() {
       params_[i].mutable_grad() = slots_[i].view(slots_[i].sizes());
     }
   }
+}
+
+void UnitHooksOfSyncs::before_unit(int64_t unit) {
+  for (auto* sync : syncs_) sync->before_unit(unit);
+}
+
+void UnitHooksOfSyncs::after_unit(int64_t unit) {
+  for (auto* sync : syncs_) sync->after_unit(unit);
+}
+
+bool UnitHooksOfSyncs::wants_backward_hooks() const {
+  return std::any_of(syncs_.begin(), syncs_.end(), [](const GradientSync* s) { return s->wants_backward_hooks(); });
+}
+
+void UnitHooksOfSyncs::before_unit_backward(int64_t unit) {
+  for (auto* sync : syncs_) sync->before_unit_backward(unit);
 }
 
 double collectives_ms(const std::vector<const c10d::Work*>& works) {

@@ -188,9 +188,12 @@ class GradientSync : public model::ParameterUnitHooks {
   // under "full".
   int64_t parameter_bytes() const;
   // Staged ("gradients"): bytes of full-size buckets allocated now, and the most at once since the
-  // sync was built (0 otherwise).
-  int64_t staged_bytes() const { return staged_bytes_; }
-  int64_t staging_peak_bytes() const { return staging_peak_bytes_; }
+  // sync was built (0 otherwise); after count_staging_with, those of both syncs together.
+  int64_t staged_bytes() const { return staging_->now; }
+  int64_t staging_peak_bytes() const { return staging_->peak; }
+  // Counts this sync's staged buckets with `other`'s: expert parallelism's two syncs stage buckets in
+  // the same backward, so the peak a rank holds is of their sum. Before the first step.
+  void count_staging_with(const GradientSync& other) { staging_ = other.staging_; }
   // Sharded: bucket b's flat fp32 parameter buffer (every parameter of the bucket is a view into it) and
   // the rank's reduced gradient shard (its slice of the gradient bucket, layout().buckets[b].shard_numel
   // elements).
@@ -266,7 +269,24 @@ class GradientSync : public model::ParameterUnitHooks {
   std::vector<c10::intrusive_ptr<c10d::Work>> gathers_waited_, gathers_of_step_;
   double last_wait_ms_ = 0;
   int64_t gradient_divisor_ = 0;  // 0: the group's size
-  int64_t staged_bytes_ = 0, staging_peak_bytes_ = 0;
+  struct StagingBytes {
+    int64_t now = 0, peak = 0;
+  };
+  std::shared_ptr<StagingBytes> staging_ = std::make_shared<StagingBytes>();
+};
+
+// The model takes one ParameterUnitHooks; under expert parallelism both syncs (the shared weights' over
+// the job, the experts' over the ranks holding them) need every call, each for its own buckets of the unit.
+class UnitHooksOfSyncs : public model::ParameterUnitHooks {
+ public:
+  explicit UnitHooksOfSyncs(std::vector<GradientSync*> syncs) : syncs_(std::move(syncs)) {}
+  void before_unit(int64_t unit) override;
+  void after_unit(int64_t unit) override;
+  bool wants_backward_hooks() const override;
+  void before_unit_backward(int64_t unit) override;
+
+ private:
+  std::vector<GradientSync*> syncs_;
 };
 
 }  // namespace ablate::harness

@@ -3,11 +3,11 @@
 // each holding one copy of every E layer's experts, E/N a place (model::ExpertPlacement), and N
 // expert-data-parallel groups, the ranks at one place of every group (r, N + r, ...), which hold the same
 // experts and average their gradients (a GradientSync over that group, divided by W: the loss is the
-// job's mean). ExpertParallel is the kernels::ExpertExchange the moe_dispatch seam exchanges rows through:
+// job's mean; sharded over that group at the run's distributed.sharding stage). ExpertParallel is the kernels::ExpertExchange the moe_dispatch seam exchanges rows through:
 // all-to-alls on the expert group's own communicator, waited for in stream order (NCCL) or on the host
 // (Gloo), and timed like every other collective (the step's all-to-alls, from the backend's timing).
-// Tests: tests/harness/distributed_test.cpp (2 and 4 Gloo ranks: expert_parallel N trains as 1 does; its
-// checkpoints resume at any expert_parallel).
+// Tests: tests/harness/distributed_test.cpp (2 and 4 Gloo ranks: expert_parallel N trains as 1 does,
+// sharded as unsharded; its checkpoints resume at any expert_parallel and sharding stage).
 #pragma once
 #include <torch/torch.h>
 

@@ -39,6 +39,11 @@ torch::Tensor read_state(torch::serialize::InputArchive& archive, const std::str
   return saved;
 }
 
+// A copy of `t` on the host with storage of its own: a view would be saved with its whole bucket.
+torch::Tensor on_host(const torch::Tensor& t) {
+  return t.to(torch::TensorOptions().device(torch::kCPU), /*non_blocking=*/false, /*copy=*/true);
+}
+
 // The norm and, when max_norm > 0, the clipping scale max(1, (norm + 1e-6) / max_norm).
 GradNorm clipped(torch::Tensor norm, double max_norm) {
   GradNorm out;
@@ -167,32 +172,43 @@ void AdamW::load(torch::serialize::InputArchive& archive) {
     }
 }
 
-ShardedAdamW::ShardedAdamW(GradientSync& sync, const TrainSection& t, const kernels::Dispatcher& dispatcher)
-    : sync_(sync), dispatcher_(dispatcher) {
-  const auto& layout = sync.layout();
-  if (!layout.sharded) throw std::logic_error("ShardedAdamW needs a GradientSync built sharded");
+ShardedAdamW::ShardedAdamW(const std::vector<torch::Tensor>& params, GradientSync& sync, const TrainSection& t,
+                           const kernels::Dispatcher& dispatcher, const ShardedExperts& experts)
+    : dispatcher_(dispatcher) {
+  parts_.emplace_back(&sync, nullptr);
+  if (experts.sync) parts_.emplace_back(experts.sync, experts.group);
+  // AdamW's keys: every parameter in the model's order, decayed ones group 0, the rest group 1.
+  std::map<const c10::TensorImpl*, std::string> key_of;
+  size_t counts[2] = {0, 0};
+  for (const auto& p : params) {
+    const size_t g = p.dim() >= 2 ? 0 : 1;
+    key_of[p.unsafeGetTensorImpl()] = state_key(g, counts[g]++);
+  }
   Group decay, no_decay;
   decay.hyper = {t.beta1, t.beta2, t.eps, t.weight_decay};
   no_decay.hyper = {t.beta1, t.beta2, t.eps, 0.0};
-  for (size_t b = 0; b < layout.buckets.size(); ++b) {
-    const auto& bucket = layout.buckets[b];
-    const auto options = sync.parameter_shard(b).options();
-    exp_avg_shards_.push_back(torch::zeros({bucket.shard_numel}, options));
-    exp_avg_sq_shards_.push_back(torch::zeros({bucket.shard_numel}, options));
-    for (const auto& run : bucket.runs) {
-      auto& g = run.decay ? decay : no_decay;
-      g.params.push_back(sync.parameter_shard(b).narrow(0, run.offset, run.length));
-      g.grads.push_back(sync.gradient_shard(b).narrow(0, run.offset, run.length));
-      g.exp_avgs.push_back(exp_avg_shards_.back().narrow(0, run.offset, run.length));
-      g.exp_avg_sqs.push_back(exp_avg_sq_shards_.back().narrow(0, run.offset, run.length));
-      g.steps.push_back(torch::zeros({}, options));
+  for (auto& part : parts_) {
+    const auto& layout = part.sync->layout();
+    if (!layout.sharded) throw std::logic_error("ShardedAdamW needs a GradientSync built sharded");
+    for (size_t b = 0; b < layout.buckets.size(); ++b) {
+      const auto& bucket = layout.buckets[b];
+      const auto options = part.sync->parameter_shard(b).options();
+      part.exp_avg_shards.push_back(torch::zeros({bucket.shard_numel}, options));
+      part.exp_avg_sq_shards.push_back(torch::zeros({bucket.shard_numel}, options));
+      for (const auto& run : bucket.runs) {
+        auto& g = run.decay ? decay : no_decay;
+        g.params.push_back(part.sync->parameter_shard(b).narrow(0, run.offset, run.length));
+        g.grads.push_back(part.sync->gradient_shard(b).narrow(0, run.offset, run.length));
+        g.exp_avgs.push_back(part.exp_avg_shards.back().narrow(0, run.offset, run.length));
+        g.exp_avg_sqs.push_back(part.exp_avg_sq_shards.back().narrow(0, run.offset, run.length));
+        g.steps.push_back(torch::zeros({}, options));
+      }
     }
-  }
-  // AdamW's keys: parameters in the model's order, decayed ones group 0, the rest group 1.
-  size_t counts[2] = {0, 0};
-  for (const auto& p : sync.params()) {
-    const size_t g = p.dim() >= 2 ? 0 : 1;
-    state_keys_.push_back(state_key(g, counts[g]++));
+    for (const auto& p : part.sync->params()) {
+      const auto key = key_of.find(p.unsafeGetTensorImpl());
+      if (key == key_of.end()) throw std::logic_error("ShardedAdamW: a synced parameter is not one of the model's");
+      part.state_keys.push_back(key->second);
+    }
   }
   const auto options = sync.params().empty() ? torch::TensorOptions(torch::kFloat)
                                              : sync.params().front().options().dtype(torch::kFloat);
@@ -203,15 +219,20 @@ ShardedAdamW::ShardedAdamW(GradientSync& sync, const TrainSection& t, const kern
 void ShardedAdamW::set_lr(double lr) { lr_.fill_(lr); }
 
 void ShardedAdamW::zero_grad() {
-  for (const auto& p : sync_.params()) p.mutable_grad() = torch::Tensor();
+  for (const auto& part : parts_)
+    for (const auto& p : part.sync->params()) p.mutable_grad() = torch::Tensor();
 }
 
 GradNorm ShardedAdamW::grad_norm(double max_norm) {
-  // The shards' padding is zero on every rank, so it adds nothing.
+  // Each element of the model's reduced gradient lies in exactly one rank's shard across the job: the
+  // job-wide sync's shards split the job, and each place's experts are split over its expert-data group
+  // (the places of an expert group times those groups are the job's ranks, each once). So one sum over
+  // the job counts every element once. The shards' padding is zero on every rank, so it adds nothing.
   std::vector<torch::Tensor> shards;
-  for (size_t b = 0; b < sync_.buckets(); ++b) shards.push_back(sync_.gradient_shard(b));
+  for (const auto& part : parts_)
+    for (size_t b = 0; b < part.sync->buckets(); ++b) shards.push_back(part.sync->gradient_shard(b));
   auto squares = shards.empty() ? torch::zeros({1}, torch::kFloat) : torch::stack(at::_foreach_norm(shards, 2, torch::kFloat)).square().sum().view({1});
-  sync_.group().allreduce_sum_async(squares)->wait();
+  parts_.front().sync->group().allreduce_sum_async(squares)->wait();
   return clipped(squares.sqrt().squeeze(0), max_norm);  // 0-dim, as measure_grad_norm's
 }
 
@@ -231,49 +252,61 @@ static torch::Tensor any_step(const std::vector<torch::Tensor>& decayed, const s
 
 void ShardedAdamW::save(torch::serialize::OutputArchive& archive) const {
   torch::NoGradGuard no_grad;
-  const auto& layout = sync_.layout();
-  std::vector<torch::Tensor> whole_m, whole_v;  // each bucket's moments, every rank's shard
-  for (size_t b = 0; b < layout.buckets.size(); ++b) {
-    auto m = torch::empty({layout.buckets[b].numel}, exp_avg_shards_[b].options());
-    auto v = torch::empty_like(m);
-    auto m_shard = exp_avg_shards_[b], v_shard = exp_avg_sq_shards_[b];
-    auto wm = sync_.group().all_gather_async(m, m_shard);
-    auto wv = sync_.group().all_gather_async(v, v_shard);
-    wm->wait();
-    wv->wait();
-    whole_m.push_back(m.cpu());
-    whole_v.push_back(v.cpu());  // to the host bucket by bucket: the device holds one bucket's at a time
-  }
   const auto step = any_step(groups_[0].steps, groups_[1].steps).cpu();
-  for (size_t i = 0; i < state_keys_.size(); ++i) {
-    const auto& p = sync_.params()[i];
-    const auto& key = state_keys_[i];
-    const size_t b = layout.bucket_of[i];
-    const int64_t offset = layout.offset_of[i];
-    archive.write(key + "exp_avg", whole_m[b].narrow(0, offset, p.numel()).view(p.sizes()).clone(), true);
-    archive.write(key + "exp_avg_sq", whole_v[b].narrow(0, offset, p.numel()).view(p.sizes()).clone(), true);
-    archive.write(key + "step", step, /*is_buffer=*/true);
+  for (const auto& part : parts_) {
+    const auto& layout = part.sync->layout();
+    for (size_t b = 0; b < layout.buckets.size(); ++b) {
+      // The bucket's moments whole, every rank's shard; the device holds one bucket's at a time.
+      auto m = torch::empty({layout.buckets[b].numel}, part.exp_avg_shards[b].options());
+      auto v = torch::empty_like(m);
+      auto m_shard = part.exp_avg_shards[b], v_shard = part.exp_avg_sq_shards[b];
+      auto wm = part.sync->group().all_gather_async(m, m_shard);
+      auto wv = part.sync->group().all_gather_async(v, v_shard);
+      wm->wait();
+      wv->wait();
+      for (const size_t i : layout.buckets[b].params) {
+        const auto& p = part.sync->params()[i];
+        const auto& key = part.state_keys[i];
+        // An expert tensor's moments hold every place's rows (gathered over the expert group, in the same
+        // order on each of its ranks), as AdamW::partition_experts saves them.
+        auto whole = [&](const torch::Tensor& bucket) {
+          auto mine = bucket.narrow(0, layout.offset_of[i], p.numel()).view(p.sizes());
+          return part.experts ? part.experts->gather_experts(mine) : on_host(mine);
+        };
+        archive.write(key + "exp_avg", whole(m), /*is_buffer=*/true);
+        archive.write(key + "exp_avg_sq", whole(v), /*is_buffer=*/true);
+        archive.write(key + "step", step, /*is_buffer=*/true);
+      }
+    }
   }
 }
 
 void ShardedAdamW::load(torch::serialize::InputArchive& archive) {
   torch::NoGradGuard no_grad;
-  const auto& layout = sync_.layout();
   torch::Tensor step;
-  for (size_t i = 0; i < state_keys_.size(); ++i) {
-    const auto& p = sync_.params()[i];
-    const auto& key = state_keys_[i];
-    const size_t b = layout.bucket_of[i];
-    const int64_t offset = layout.offset_of[i];
-    const auto m = read_state(archive, key + "exp_avg", p.sizes()).reshape({-1});
-    const auto v = read_state(archive, key + "exp_avg_sq", p.sizes()).reshape({-1});
-    step = read_state(archive, key + "step", {});
-    // The part of this parameter inside the rank's slice [lo, lo + S) of its bucket.
-    const int64_t S = layout.buckets[b].shard_numel, lo = layout.rank * S;
-    const int64_t start = std::max(lo, offset), end = std::min(lo + S, offset + p.numel());
-    if (start >= end) continue;
-    exp_avg_shards_[b].narrow(0, start - lo, end - start).copy_(m.narrow(0, start - offset, end - start));
-    exp_avg_sq_shards_[b].narrow(0, start - lo, end - start).copy_(v.narrow(0, start - offset, end - start));
+  for (auto& part : parts_) {
+    const auto& layout = part.sync->layout();
+    for (size_t i = 0; i < part.state_keys.size(); ++i) {
+      const auto& p = part.sync->params()[i];
+      const auto& key = part.state_keys[i];
+      // This rank's values of the parameter (an expert tensor's: its place's rows of the whole saved).
+      auto read = [&](const std::string& name) {
+        return (part.experts ? part.experts->own_experts(read_saved(archive, key + name), p)
+                             : read_state(archive, key + name, p.sizes()))
+            .reshape({-1});
+      };
+      const auto m = read("exp_avg");
+      const auto v = read("exp_avg_sq");
+      step = read_state(archive, key + "step", {});
+      // The part of this parameter inside the rank's slice [lo, lo + S) of its bucket.
+      const size_t b = layout.bucket_of[i];
+      const int64_t offset = layout.offset_of[i];
+      const int64_t S = layout.buckets[b].shard_numel, lo = layout.rank * S;
+      const int64_t start = std::max(lo, offset), end = std::min(lo + S, offset + p.numel());
+      if (start >= end) continue;
+      part.exp_avg_shards[b].narrow(0, start - lo, end - start).copy_(m.narrow(0, start - offset, end - start));
+      part.exp_avg_sq_shards[b].narrow(0, start - lo, end - start).copy_(v.narrow(0, start - offset, end - start));
+    }
   }
   if (step.defined())
     for (auto& g : groups_)
@@ -289,7 +322,8 @@ int64_t AdamW::state_bytes() const {
 
 int64_t ShardedAdamW::state_bytes() const {
   int64_t bytes = 0;
-  for (const auto& m : exp_avg_shards_) bytes += 2 * m.numel() * static_cast<int64_t>(sizeof(float));
+  for (const auto& part : parts_)
+    for (const auto& m : part.exp_avg_shards) bytes += 2 * m.numel() * static_cast<int64_t>(sizeof(float));
   return bytes;
 }
 

@@ -96,15 +96,29 @@ class GradientSync;
 // tensor of the seam's lists with moments and a step count of its own. The step executor then starts
 // every bucket's parameter all-gather (GradientSync::gather_parameters: after the update, or at the next
 // step's start when the step is captured; the forward waits for each bucket just before it reads it).
-// The gradient norm is the sum of the ranks' shard norms squared (one all-reduce of
-// one value). Checkpoints hold the state as AdamW's, per parameter: save() all-gathers each bucket's
-// moments (a collective: every rank calls it) and load() takes the rank's slices, so a checkpoint of any
-// sharding stage or world size resumes any other.
-// Tests: tests/harness/distributed_test.cpp (two ranks against none; checkpoint and resume, across stages).
+// Under expert parallelism the expert weights are a second sync's buckets, sharded over the ranks that
+// hold the same experts; their runs join the same seam calls. The gradient norm is the sum of the
+// ranks' shard norms squared (one all-reduce of one value over the job). Checkpoints hold the state as
+// AdamW's, per parameter (the experts' whole, every place's rows, as AdamW::partition_experts writes
+// them): save() all-gathers each bucket's moments (a collective: every rank calls it) and load() takes
+// the rank's slices, so a checkpoint of any sharding stage, world size or expert_parallel resumes any
+// other.
+// Tests: tests/harness/distributed_test.cpp (two ranks against none; checkpoint and resume, across
+// stages; expert parallelism sharded against unsharded, and its checkpoints).
+// ShardedAdamW's second part under expert parallelism: the expert weights' sync over the ranks holding
+// the same experts (built at the same stage) and the expert groups their rows are spread over.
+struct ShardedExperts {
+  GradientSync* sync = nullptr;
+  const ExpertParallel* group = nullptr;
+};
+
 class ShardedAdamW : public TrainOptimizer {
  public:
-  // `sync` was built sharded; the optimizer keeps a reference to it.
-  ShardedAdamW(GradientSync& sync, const TrainSection& train, const kernels::Dispatcher& dispatcher);
+  // `sync` (over the job) and experts.sync were built sharded; the optimizer keeps references to them.
+  // `params`: the model's parameters in its order, which names each one's state in a checkpoint as
+  // AdamW names it.
+  ShardedAdamW(const std::vector<torch::Tensor>& params, GradientSync& sync, const TrainSection& train,
+               const kernels::Dispatcher& dispatcher, const ShardedExperts& experts = {});
 
   void set_lr(double lr) override;
   void zero_grad() override;
@@ -119,11 +133,17 @@ class ShardedAdamW : public TrainOptimizer {
     std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
     kernels::AdamWHyper hyper;
   };
-  GradientSync& sync_;
+  // One sync's buckets and their moments.
+  struct Part {
+    Part(GradientSync* s, const ExpertParallel* e) : sync(s), experts(e) {}
+    GradientSync* sync;
+    const ExpertParallel* experts;  // set for the expert weights: their rows are spread over it
+    std::vector<torch::Tensor> exp_avg_shards, exp_avg_sq_shards;  // one per bucket, the shard's length
+    std::vector<std::string> state_keys;  // sync->params()[i]'s AdamW checkpoint key (group g, index in it)
+  };
   const kernels::Dispatcher& dispatcher_;
-  std::vector<Group> groups_;  // decayed runs, then the rest (views of the shard buffers below)
-  std::vector<torch::Tensor> exp_avg_shards_, exp_avg_sq_shards_;  // one per bucket, the shard's length
-  std::vector<std::string> state_keys_;  // parameter i's AdamW checkpoint key (group g, index in it)
+  std::vector<Part> parts_;    // the job-wide sync's, then the experts' (expert parallelism)
+  std::vector<Group> groups_;  // decayed runs, then the rest (views of the parts' shard buffers)
   torch::Tensor lr_;
 };
 

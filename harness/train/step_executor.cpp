@@ -49,21 +49,23 @@ StepExecutor::StepExecutor(const ExperimentSpec& spec, const RunPosture& posture
   if (posture.group) {
     const auto stage = sharding_stage(spec.distributed.sharding);
     const int64_t bucket_bytes = spec.distributed.bucket_mb << 20;
+    const auto units = state.model->parameter_units();
     if (posture.experts) {
-      // The expert weights differ between the ranks of an expert group: they are averaged over the ranks
-      // holding the same experts (divided by the job's size: the loss is the job's mean), the rest over
-      // the job. Unsharded only (the spec refuses expert parallelism with a sharding stage).
+      // The expert weights differ between the ranks of an expert group: they are averaged (and sharded)
+      // over the ranks holding the same experts (divided by the job's size: the loss is the job's mean),
+      // the rest over the job.
       const auto experts = state.model->expert_parameters();
       std::vector<torch::Tensor> shared;
       for (const auto& p : state.params)
         if (std::none_of(experts.begin(), experts.end(), [&](const torch::Tensor& e) { return e.is_same(p); }))
           shared.push_back(p);
-      sync_ = std::make_unique<GradientSync>(*posture.group, shared, bucket_bytes, stage);
-      expert_sync_ = std::make_unique<GradientSync>(posture.experts->expert_data_group(), experts, bucket_bytes, stage);
+      sync_ = std::make_unique<GradientSync>(*posture.group, shared, bucket_bytes, stage, units);
+      expert_sync_ =
+          std::make_unique<GradientSync>(posture.experts->expert_data_group(), experts, bucket_bytes, stage, units);
       expert_sync_->divide_gradients_by(posture.group->world_size());
+      expert_sync_->count_staging_with(*sync_);
     } else {
-      sync_ = std::make_unique<GradientSync>(*posture.group, state.params, bucket_bytes, stage,
-                                             state.model->parameter_units());
+      sync_ = std::make_unique<GradientSync>(*posture.group, state.params, bucket_bytes, stage, units);
     }
     moe_collectives_.experts = posture.experts.get();
     moe_collectives_.sum_over_job = [group = posture.group.get()](torch::Tensor& t) {
@@ -72,8 +74,10 @@ StepExecutor::StepExecutor(const ExperimentSpec& spec, const RunPosture& posture
     state.model->set_moe_collectives(&moe_collectives_);
     // Sharded: the optimizer updates the rank's shards of the flat buffers the parameters now live in.
     if (stage != ShardingStage::none) {
-      state.model->set_unit_hooks(sync_.get());  // each unit waits for its own buckets' all-gathers
-      state.optimizer = std::make_unique<ShardedAdamW>(*sync_, spec.train, *posture.dispatcher);
+      unit_hooks_ = std::make_unique<UnitHooksOfSyncs>(syncs());
+      state.model->set_unit_hooks(unit_hooks_.get());  // each unit waits for its own buckets' all-gathers
+      state.optimizer = std::make_unique<ShardedAdamW>(state.params, *sync_, spec.train, *posture.dispatcher,
+                                                       ShardedExperts{expert_sync_.get(), posture.experts.get()});
       if (!state.resumed_from.empty()) load_optimizer_state(state.resumed_from, *state.optimizer, posture.device);
     }
   }
@@ -101,6 +105,13 @@ StepExecutor::~StepExecutor() {
   state_.model->set_moe_collectives(nullptr);
 }
 
+std::vector<GradientSync*> StepExecutor::syncs() const {
+  std::vector<GradientSync*> out;
+  for (const auto& sync : {sync_.get(), expert_sync_.get()})
+    if (sync) out.push_back(sync);
+  return out;
+}
+
 StepExecutor::StepCollectives StepExecutor::step_collectives() const {
   StepCollectives c;
   if (!sync_) return c;
@@ -113,8 +124,11 @@ StepExecutor::StepCollectives StepExecutor::step_collectives() const {
   c.ms = sync_->collective_ms();
   c.total_ms = sync_->comm_ms();
   c.wait_ms = sync_->last_wait_ms();
-  if (expert_sync_) {
-    c.ms.all_reduce += expert_sync_->collective_ms().all_reduce;  // unsharded: the kind both run
+  if (expert_sync_) {  // the same stage: it runs the same kinds (NaN + NaN for the others)
+    const auto experts = expert_sync_->collective_ms();
+    c.ms.all_reduce += experts.all_reduce;
+    c.ms.reduce_scatter += experts.reduce_scatter;
+    c.ms.all_gather += experts.all_gather;
     c.total_ms += expert_sync_->comm_ms();
     c.wait_ms += expert_sync_->last_wait_ms();
   }
@@ -126,16 +140,19 @@ StepExecutor::StepCollectives StepExecutor::step_collectives() const {
 }
 
 void StepExecutor::settle(bool whole) {
-  if (!sync_ || !sync_->layout().sharded) return;
-  // Gathering first, a step leaves its updated shards ungathered (the next step gathers them).
-  if (whole && gathers_first_) sync_->gather_parameters();
-  sync_->wait_parameters(whole);
+  for (auto* sync : syncs()) {
+    if (!sync->layout().sharded) continue;
+    // Gathering first, a step leaves its updated shards ungathered (the next step gathers them).
+    if (whole && gathers_first_) sync->gather_parameters();
+    sync->wait_parameters(whole);
+  }
 }
 
 void StepExecutor::release_settled() {
   // Eager, the next forward frees each gathered unit after use; a replay runs no host code, so the
   // units a checkpoint gathered are freed here.
-  if (sync_ && sync_->stage() == ShardingStage::full && graph_ && graph_->captured()) sync_->release_units();
+  if (!graph_ || !graph_->captured()) return;
+  for (auto* sync : syncs()) sync->release_units();  // a no-op but under "full"
 }
 
 StepExecutor::Evaluation StepExecutor::evaluate(const data::DataSource& source, int64_t target_tokens) {
@@ -197,7 +214,8 @@ void StepExecutor::load(const data::Batch& batch) {
 torch::Tensor StepExecutor::body(int64_t step, bool probes) {
   model::ModelOutput fwd;
   if (posture_.experts) posture_.experts->begin_step();
-  if (gathers_first_) sync_->gather_parameters();  // every rank's updated shard; each unit waits for its own
+  if (gathers_first_)  // every rank's updated shard; each unit waits for its own
+    for (auto* sync : syncs()) sync->gather_parameters();
   {
     kernels::Scope phase("forward");  // launch scope: NVTX range, CUPTI external id (kernels/scope.h)
     AutocastScope autocast(posture_.bf16, posture_.device.type());
@@ -229,7 +247,8 @@ torch::Tensor StepExecutor::body(int64_t step, bool probes) {
     state_.optimizer->step(clipping.scale);
     // Sharded: every rank's updated shard into every rank's buffers, overlapping the host read and the
     // next forward (which waits for each unit's buckets); "full" gathers each unit as it is used.
-    if (sync_ && sync_->layout().sharded && !gathers_first_) sync_->gather_parameters();
+    if (sync_ && sync_->layout().sharded && !gathers_first_)
+      for (auto* sync : syncs()) sync->gather_parameters();
   }
   if (probes) profiler_.after_phase(step, "optimizer");
   if (has_moe_) stats = torch::cat({stats, fwd.dropped_slots.to(torch::kDouble).view({1})});

@@ -108,6 +108,8 @@ class StepExecutor {
   int64_t warmup_steps_ = 0;
   std::optional<int64_t> capture_step_;
   std::unique_ptr<GradientSync> sync_, expert_sync_;
+  std::vector<GradientSync*> syncs() const;  // sync_, and expert_sync_ under expert parallelism
+  std::unique_ptr<UnitHooksOfSyncs> unit_hooks_;  // sharded: what the model calls around each unit
   model::MoeCollectives moe_collectives_;  // what the E layers reach the other ranks through
   torch::Tensor ids_, mask_, inputs_, targets_;
   std::shared_ptr<StepGraph> graph_;  // while it lives, the thread works on the graph's side stream

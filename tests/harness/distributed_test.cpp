@@ -455,6 +455,97 @@ TEST_F(DistributedTest, FourRankExpertParallelCheckpointsResumeAcrossExpertGroup
   expect_steps_near(spread.loss, {saved.loss.begin() + 3, saved.loss.end()}, 1e-5);
 }
 
+// Expert parallelism sharded: the shared weights shard over the job and each place's experts over the
+// ranks holding them (its expert-data group), at the stage asked. Against the same job unsharded the
+// same gradients are summed (one addition at most in either collective) and AdamW runs elementwise on
+// slices, so the losses agree to 1e-6 relative, as in ShardedStagesTrainLikeTheUnshardedJob, and the
+// norm, whose squares sum in another order (bucket shards then the job, against parameters then the
+// experts over the expert group), to 1e-5. train.grad_clip = 0.05 is below every step's norm, so every
+// update goes through the clipping scale. A norm that counts the expert shards twice fails the norm's
+// 1e-5 at every step (by ~3e-3 relative); the losses hardly move, since AdamW divides a steady scale out.
+// Two ranks are one expert group (a place's expert-data group is the rank alone: only the shared weights
+// are split); four ranks are two (each place's experts split over 2).
+TEST_F(DistributedTest, ExpertParallelShardedStagesTrainLikeTheUnshardedJob) {
+  const std::string moe = " --set model.pattern=AEMR --set backends.moe_dispatch=grouped_mm"
+                          " --set distributed.expert_parallel=2 --set train.grad_clip=0.05";
+  // tiny's experts on one place: 2 of 4, each 3 d x f = 3 x 64 x 64 elements.
+  const double place_experts = 2 * 3 * 64 * 64;
+  for (const int64_t world : {2, 4}) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    const std::string job =
+        moe + " --set distributed.nproc=" + std::to_string(world) + " --set model.batch_size=" + std::to_string(4 / world);
+    Recorded none;
+    ASSERT_NO_FATAL_FAILURE(launch_ok(job, 6, &none));
+    for (double norm : none.grad_norm) EXPECT_GT(norm, 0.05) << "clipping is not active";
+    const auto& plain = none.summary["facts"]["distributed"]["sharding"];
+    const double shared = plain["gradient_bytes"].get<int64_t>() / 4.0 - place_experts;  // every bucket unsharded
+    for (const std::string stage : {"optimizer", "gradients", "full"}) {
+      SCOPED_TRACE("distributed.sharding = " + stage);
+      Recorded sharded;
+      ASSERT_NO_FATAL_FAILURE(launch_ok(job + " --set distributed.sharding=" + stage, 6, &sharded));
+      expect_steps_near(sharded.loss, none.loss, 1e-6);
+      expect_steps_near(sharded.grad_norm, none.grad_norm, 1e-5);
+      EXPECT_EQ(sharded.rows_per_rank.size(), static_cast<size_t>(world));
+      const auto& layout = sharded.summary["facts"]["distributed"]["sharding"];
+      EXPECT_EQ(layout["stage"], stage) << layout.dump();
+      EXPECT_EQ(layout["expert_parallel"], 2) << layout.dump();
+      // A rank's shard: 1/world of the shared weights and 1/(world / 2) of its place's experts, plus
+      // its part of the padding.
+      const auto padding = layout["padding_elements"].get<int64_t>();
+      const auto shard = layout["shard_elements"].get<int64_t>();
+      const double least = shared / static_cast<double>(world) + place_experts / static_cast<double>(world / 2);
+      EXPECT_GE(static_cast<double>(shard), least) << layout.dump();
+      EXPECT_LE(static_cast<double>(shard), least + static_cast<double>(padding)) << layout.dump();
+      EXPECT_EQ(layout["optimizer_state_bytes"], 2 * 4 * shard) << layout.dump();
+      // Both syncs' buckets are reduce-scattered, padded, and none is all-reduced.
+      const auto buckets = plain["all_reduce_bytes"].get<int64_t>() + 4 * padding;
+      EXPECT_EQ(layout["all_reduce_bytes"], 0) << layout.dump();
+      EXPECT_EQ(layout["reduce_scatter_bytes"], buckets) << layout.dump();
+      EXPECT_EQ(layout["gradient_bytes"], stage == "optimizer" ? buckets : 4 * shard) << layout.dump();
+      EXPECT_EQ(layout["parameter_bytes"], stage == "full" ? 4 * shard : buckets) << layout.dump();
+      if (stage == "full") {
+        EXPECT_GT(layout["all_gather_bytes"].get<int64_t>(), buckets) << layout.dump();  // gathered again for backward
+      } else {
+        EXPECT_EQ(layout["all_gather_bytes"], buckets) << layout.dump();
+      }
+      if (stage != "optimizer") {  // both syncs' transient buckets, counted together
+        EXPECT_GT(layout["staging_peak_bytes"].get<int64_t>(), 0) << layout.dump();
+        EXPECT_LE(layout["staging_peak_bytes"].get<int64_t>(), buckets) << layout.dump();
+      }
+    }
+  }
+}
+
+// A sharded expert-parallel checkpoint holds what every other checkpoint does: AdamW's state per
+// parameter, the experts' weights and moments whole (a bucket's moments gathered over the expert-data
+// group, then each expert tensor's rows over the expert group). Resumed at the same layout it continues
+// bit for bit (each rank takes back its own slices of the same values; ZeRO-2 reduces what ZeRO-1 does,
+// so it counts as the same); resumed unsharded within the 1e-6 above; resumed with replicated experts,
+// sharded over the job, within ExpertParallelTrainsLikeReplicatedExperts' 1e-5.
+TEST_F(DistributedTest, ExpertParallelShardedCheckpointsResumeShardedOrNot) {
+  const std::string moe = " --set model.pattern=AEMR --set backends.moe_dispatch=grouped_mm";
+  const std::string ep2 = moe + " --set distributed.expert_parallel=2";
+  for (const int64_t world : {2, 4}) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    const std::string job = " --set distributed.nproc=" + std::to_string(world) + " --set model.batch_size=" +
+                            std::to_string(4 / world) + " --set train.checkpoint_dir=" +
+                            (dir_ / ("world" + std::to_string(world))).string();
+    const std::string saved_as = ep2 + job + " --set distributed.sharding=optimizer";
+    Recorded straight, saved, same, unsharded, replicated;
+    ASSERT_NO_FATAL_FAILURE(launch_ok(saved_as, 6, &straight));
+    ASSERT_NO_FATAL_FAILURE(launch_ok(saved_as + " --set train.checkpoint_every=3", 6, &saved));
+    ASSERT_EQ(saved.loss, straight.loss) << "saving a checkpoint changed the run";
+    const std::vector<double> after(straight.loss.begin() + 3, straight.loss.end());
+    ASSERT_NO_FATAL_FAILURE(launch_ok(ep2 + job + " --set distributed.sharding=gradients --set train.resume=true", 3, &same));
+    EXPECT_EQ(same.summary["facts"]["start_step"], 3) << same.summary["facts"].dump();
+    EXPECT_EQ(same.loss, after);
+    ASSERT_NO_FATAL_FAILURE(launch_ok(ep2 + job + " --set train.resume=true", 3, &unsharded));
+    expect_steps_near(unsharded.loss, after, 1e-6);
+    ASSERT_NO_FATAL_FAILURE(launch_ok(moe + job + " --set distributed.sharding=optimizer --set train.resume=true", 3, &replicated));
+    expect_steps_near(replicated.loss, after, 1e-5);
+  }
+}
+
 // A rank killed as the step-6 save begins (the other rank already waiting in the save's gathers) fails
 // the job naming it, and the step-3 checkpoint stays intact and resumable: rank 0 writes nothing before
 // every gather is done, and a folder is renamed into place only complete.

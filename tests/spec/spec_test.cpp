@@ -238,6 +238,18 @@ TEST(Spec, GivenKeysAreWhatTheFileOrASetGave) {
   EXPECT_TRUE(parse_spec_string("", "g.toml", {"distributed.backend=\"gloo\""}).given("distributed.backend"));
 }
 
+// Expert parallelism shards its experts over the ranks holding the same experts at whichever stage the
+// rest is sharded (harness/train/step_executor.cpp): every stage is a valid spec with it.
+TEST(Spec, ExpertParallelTakesEveryShardingStage) {
+  for (const char* stage : {"none", "optimizer", "gradients", "full"}) {
+    SCOPED_TRACE(stage);
+    const auto spec = parse_spec_string("[model]\npattern = \"AEMR\"\n[distributed]\nnproc = 4\nexpert_parallel = 2\n",
+                                        "ep.toml", {std::string("distributed.sharding=\"") + stage + "\""});
+    EXPECT_EQ(spec.distributed.expert_parallel, 2);
+    EXPECT_EQ(spec.distributed.sharding, stage);
+  }
+}
+
 TEST(Spec, CanonicalJsonIsTheIdentity) {
   const auto a = parse_spec_string("[train]\nsteps = 20\nlr = 0.001\n", "a.toml");
   // Same values, other order, other spelling of the number, comments: same identity.
