@@ -358,6 +358,11 @@ TEST(Schema, MigratesV7FixtureToV8KeepingItsData) {
   }
   EXPECT_EQ(windows[2]["compute_ns"], 83000000);  // run 5, rank 1
   EXPECT_EQ(store.run_json(5)["run"]["uid"], "5e7c1a0b9d8f6e4c2a1b3d5f7e9c0a2b");
+  const auto distributed = store.get_run(5).summary.facts.distributed;
+  ASSERT_TRUE(distributed);
+  EXPECT_EQ(distributed->comm_share, 0.127435);
+  EXPECT_FALSE(distributed->exposed_comm_share.has_value());  // its facts were made before it was measured
+  EXPECT_FALSE(distributed->per_rank.at(1).exposed_comm_share.has_value());
   EXPECT_EQ(store.query("SELECT import_id FROM import_runs WHERE run_id = 5")[0]["import_id"], 1);
   RawDb raw(path);
   EXPECT_NE(raw.exec("UPDATE profile_windows SET exposed_communication_ns = 0 WHERE run_id = 5").find("append-only"),
