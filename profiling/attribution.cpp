@@ -48,26 +48,6 @@ int64_t step_of(const std::vector<StepSpan>& spans, const ApiCall* launch, const
   return step;
 }
 
-// Union length of [start, end) intervals.
-uint64_t union_ns(std::vector<std::pair<uint64_t, uint64_t>> iv) {
-  std::sort(iv.begin(), iv.end());
-  uint64_t total = 0, cur_begin = 0, cur_end = 0;
-  bool open = false;
-  for (const auto& [b, e] : iv) {
-    if (e <= b) continue;
-    if (!open || b > cur_end) {
-      if (open) total += cur_end - cur_begin;
-      cur_begin = b;
-      cur_end = e;
-      open = true;
-    } else {
-      cur_end = std::max(cur_end, e);
-    }
-  }
-  if (open) total += cur_end - cur_begin;
-  return total;
-}
-
 std::string join(const std::set<std::string>& items) {
   std::string out;
   for (const auto& s : items) out += (out.empty() ? "" : ",") + s;
@@ -173,18 +153,43 @@ std::vector<AttributedActivity> attribute(const ActivityLog& log) {
 TemporalBreakdown temporal_breakdown(const std::vector<GpuActivity>& gpu) {
   TemporalBreakdown b;
   if (gpu.empty()) return b;
-  std::vector<std::pair<uint64_t, uint64_t>> kernels_iv, all_iv;
+  // One sweep over the activities' starts and ends: between two consecutive instants the set of
+  // running activities is constant, so each segment's length goes to every measure it satisfies.
+  enum Lane { communication, other_kernel, transfer };  // transfer: memcpy / memset
+  struct Edge {
+    uint64_t at;
+    Lane lane;
+    int delta;
+  };
+  std::vector<Edge> edges;
+  edges.reserve(2 * gpu.size());
   uint64_t first = UINT64_MAX, last = 0;
   for (const auto& a : gpu) {
-    all_iv.emplace_back(a.start_ns, a.end_ns);
-    if (a.kind == GpuActivity::Kind::kernel) kernels_iv.emplace_back(a.start_ns, a.end_ns);
     first = std::min(first, a.start_ns);
     last = std::max(last, a.end_ns);
     b.busy_sum_ns += a.duration_ns();
+    if (a.end_ns <= a.start_ns) continue;
+    const Lane lane = a.kind != GpuActivity::Kind::kernel                   ? transfer
+                      : family_of_kernel_name(a.name) == "communication" ? communication
+                                                                          : other_kernel;
+    edges.push_back({a.start_ns, lane, +1});
+    edges.push_back({a.end_ns, lane, -1});
+  }
+  std::sort(edges.begin(), edges.end(), [](const Edge& x, const Edge& y) { return x.at < y.at; });
+  int running[3] = {0, 0, 0};
+  uint64_t busy = 0;
+  for (std::size_t i = 0; i < edges.size();) {
+    const uint64_t at = edges[i].at;
+    for (; i < edges.size() && edges[i].at == at; ++i) running[edges[i].lane] += edges[i].delta;
+    if (i == edges.size()) break;
+    const uint64_t length = edges[i].at - at;
+    const bool comm = running[communication] > 0, kernel = comm || running[other_kernel] > 0;
+    if (kernel) b.compute_ns += length;
+    if (kernel || running[transfer] > 0) busy += length;
+    if (comm) b.communication_ns += length;
+    if (comm && running[other_kernel] == 0 && running[transfer] == 0) b.exposed_communication_ns += length;
   }
   b.window_ns = last > first ? last - first : 0;
-  b.compute_ns = union_ns(kernels_iv);
-  const uint64_t busy = union_ns(all_iv);
   b.non_compute_ns = busy - b.compute_ns;
   b.idle_ns = b.window_ns - busy;
   return b;

@@ -1,7 +1,8 @@
 // profiling/attribution.h: from a rank's ActivityLog to what the receipt stores: each GPU activity's
 // family, launch scope (phase, layer, block, seam, backend) and step; per-kernel totals; GPU time per
-// step by family and by seam; the window's temporal breakdown (compute / non-compute / idle); and the
-// observed backend of every seam checked against the kernel catalog's name patterns.
+// step by family and by seam; the window's temporal breakdown (compute / non-compute / idle, and the
+// communication nothing else ran beside); and the observed backend of every seam checked against the
+// kernel catalog's name patterns.
 // Plain C++ (no CUPTI, no LibTorch): tests build synthetic logs.
 // Tests: tests/profiling/attribution_test.cpp (profiling_tests).
 #pragma once
@@ -42,10 +43,16 @@ struct AttributedActivity {
 std::vector<AttributedActivity> attribute(const ActivityLog& log);
 
 // GPU time of the window [first activity start, last activity end]: compute = union of kernel
-// intervals, non_compute = union of memcpy/memset intervals not covered by a kernel, idle = the rest.
+// intervals (communication kernels included), non_compute = union of memcpy/memset intervals not
+// covered by a kernel, idle = the rest, so window = compute + non_compute + idle.
 // busy_sum_ns is the plain sum of all durations (equal to compute + non_compute when nothing overlaps).
+// communication_ns: union of the communication-family kernels (family_of_kernel_name: NCCL), a part of
+// compute; exposed_communication_ns: the part of it when no other kernel, memcpy or memset ran: the
+// communication this GPU hid behind nothing, on its critical path as the GPU saw it.
+// Computed in one sweep over the activities' edges, O(n log n).
 struct TemporalBreakdown {
   uint64_t window_ns = 0, compute_ns = 0, non_compute_ns = 0, idle_ns = 0, busy_sum_ns = 0;
+  uint64_t communication_ns = 0, exposed_communication_ns = 0;
 };
 TemporalBreakdown temporal_breakdown(const std::vector<GpuActivity>& gpu);
 

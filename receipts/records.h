@@ -113,8 +113,9 @@ struct KernelRow {
   std::int64_t total_ns = 0;
 };
 
-// What the profiler did for one rank (schema v3 `profile_windows`): status ok, unavailable (reason:
-// e.g. no CUDA device, CUPTI held by nsys/ncu) or off (--no-profile); the breakdown fields need status ok.
+// What the profiler did for one rank (schema v3 `profile_windows`, v8 its communication columns): status
+// ok, unavailable (reason: e.g. no CUDA device, CUPTI held by nsys/ncu) or off (--no-profile); the
+// breakdown fields need status ok.
 struct ProfileWindowRow {
   std::int64_t rank = 0;
   std::string status;  // ok | unavailable | off
@@ -122,6 +123,8 @@ struct ProfileWindowRow {
   std::optional<std::int64_t> start_step, steps;
   std::optional<std::int64_t> records, dropped_records, buffers, buffers_refused;
   std::optional<std::int64_t> window_ns, compute_ns, non_compute_ns, idle_ns;
+  // v8: union of the communication kernels, and the part of it no other GPU work ran beside.
+  std::optional<std::int64_t> communication_ns, exposed_communication_ns;
 };
 
 // GPU time of one profiled step along one dimension ("family" or "seam"; key '' = outside every seam).

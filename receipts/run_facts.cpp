@@ -217,7 +217,8 @@ json distributed_json(const DistributedFacts& d) {
                      {"median_all_reduce_ms", or_null(r.median_all_reduce_ms)},
                      {"median_reduce_scatter_ms", or_null(r.median_reduce_scatter_ms)},
                      {"median_all_gather_ms", or_null(r.median_all_gather_ms)},
-                     {"median_all_to_all_ms", or_null(r.median_all_to_all_ms)}});
+                     {"median_all_to_all_ms", or_null(r.median_all_to_all_ms)},
+                     {"exposed_comm_share", or_null(r.exposed_comm_share)}});
   return {{"world_size", d.world_size},
           {"backend", d.backend},
           {"launcher", d.launcher},
@@ -227,6 +228,7 @@ json distributed_json(const DistributedFacts& d) {
           {"straggler_wait_share", or_null(d.straggler_wait_share)},
           {"comm_share", or_null(d.comm_share)},
           {"comm_wait_share", or_null(d.comm_wait_share)},
+          {"exposed_comm_share", or_null(d.exposed_comm_share)},
           {"sharding", sharding_json(d.sharding)}};
 }
 
@@ -249,6 +251,7 @@ DistributedFacts distributed_from(Reader& r) {
     f.median_reduce_scatter_ms = rr.number("median_reduce_scatter_ms");
     f.median_all_gather_ms = rr.number("median_all_gather_ms");
     f.median_all_to_all_ms = rr.number("median_all_to_all_ms");
+    f.exposed_comm_share = rr.number("exposed_comm_share");
     d.per_rank.push_back(f);
   }
   d.step_time_ratio = r.number("straggler_ratio");
@@ -256,6 +259,7 @@ DistributedFacts distributed_from(Reader& r) {
   d.straggler_wait_share = r.number("straggler_wait_share");
   d.comm_share = r.number("comm_share");
   d.comm_wait_share = r.number("comm_wait_share");
+  d.exposed_comm_share = r.number("exposed_comm_share");
   d.sharding = sharding_from(r);
   return d;
 }

@@ -67,6 +67,10 @@ struct RankFacts {
   // and the parameter all-gathers.
   std::optional<double> median_all_reduce_ms, median_reduce_scatter_ms, median_all_gather_ms;
   std::optional<double> median_all_to_all_ms;  // expert parallelism's token exchanges
+  // From the rank's profile window (profile_windows, v8): exposed_communication_ns over window_ns, the
+  // share of the traced GPU span in which communication ran with no other GPU work beside it. Absent
+  // without a traced window, and in receipts made before it was measured.
+  std::optional<double> exposed_comm_share;
 };
 
 // How data parallel laid out and sharded the gradients and optimizer state (harness/shard_layout.h),
@@ -108,6 +112,7 @@ struct DistributedFacts {
   std::optional<double> straggler_wait_share;
   std::optional<double> comm_share;       // collectives' own time over the step (NCCL), median of ranks
   std::optional<double> comm_wait_share;  // host wait for them over the step, median of ranks
+  std::optional<double> exposed_comm_share;  // RankFacts::exposed_comm_share, median of the ranks that have it
   std::optional<ShardingFacts> sharding;  // absent in receipts made before sharding existed
 };
 

@@ -3,7 +3,8 @@
 // v4 = MoE router evidence per step (load-balancing loss, slots dropped by the capacity factor);
 // v5 = matrix runners and their claims on (cell, repeat) pairs, so concurrent `matrix run`s share the work;
 // v6 = validation loss on held-out data (train.eval_every) and which backends change numerics;
-// v7 = a globally unique id per run (runs.uid) and the provenance of imported runs (`ablate import`).
+// v7 = a globally unique id per run (runs.uid) and the provenance of imported runs (`ablate import`);
+// v8 = the communication of a profile window and the part of it exposed (no other GPU work beside it).
 // Frozen history: never edit a migration that has shipped (schema_test compares v1 with its fixture).
 // Tests: tests/receipts/schema_test.cpp.
 #include "receipts/schema.h"
@@ -433,6 +434,19 @@ CREATE INDEX import_runs_by_import ON import_runs(import_id);
   return sql;
 }
 
+// v8: what the profile window's trace says about communication (profiling::temporal_breakdown): the
+// union of the communication kernels (NCCL), part of compute_ns, and the part of that when no other
+// kernel, memcpy or memset ran, the exposed communication. NULL in rows written before v8 (unknown: 0
+// would claim none was exposed) and in windows that did not trace. The added columns keep the v3 guards
+// of profile_windows (row-level triggers).
+std::string migration_v8() {
+  return R"(
+ALTER TABLE profile_windows ADD COLUMN communication_ns INTEGER CHECK (communication_ns IS NULL OR communication_ns >= 0);
+ALTER TABLE profile_windows ADD COLUMN exposed_communication_ns INTEGER
+  CHECK (exposed_communication_ns IS NULL OR (exposed_communication_ns >= 0 AND exposed_communication_ns <= communication_ns));
+)";
+}
+
 void derived_run_uid(sqlite3_context* context, int argc, sqlite3_value** argv) {
   std::string identity;
   for (int i = 0; i < argc; ++i) {
@@ -467,7 +481,7 @@ void register_functions(sqlite3* db) {
 
 const std::vector<std::string>& migrations() {
   static const std::vector<std::string> all = {migration_v1(), migration_v2(), migration_v3(), migration_v4(),
-                                               migration_v5(), migration_v6(), migration_v7()};
+                                               migration_v5(), migration_v6(), migration_v7(), migration_v8()};
   return all;
 }
 

@@ -523,10 +523,11 @@ void Store::record_profile_window(std::int64_t run_id, const ProfileWindowRow& r
   write_run(run_id, "record the profile window of", [&] {
     sql::Lease st = db_->prepare(
         "INSERT INTO profile_windows (run_id, rank, status, reason, start_step, steps, records, dropped_records, "
-        "buffers, buffers_refused, window_ns, compute_ns, non_compute_ns, idle_ns) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+        "buffers, buffers_refused, window_ns, compute_ns, non_compute_ns, idle_ns, communication_ns, "
+        "exposed_communication_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     st->bind_all(run_id, r.rank, r.status, r.reason, r.start_step, r.steps, r.records, r.dropped_records, r.buffers,
-                 r.buffers_refused, r.window_ns, r.compute_ns, r.non_compute_ns, r.idle_ns);
+                 r.buffers_refused, r.window_ns, r.compute_ns, r.non_compute_ns, r.idle_ns, r.communication_ns,
+                 r.exposed_communication_ns);
     insert_unique(*st, [&] { return fmt::format("run {} already has a profile window for rank {}", run_id, r.rank); });
   });
 }

@@ -105,7 +105,7 @@ void add_memory(receipts::Store& store, CellReport& cell) {
 
 void add_scaling(CellReport& cell) {
   std::set<std::int64_t> worlds;
-  std::vector<double> per_gpu, comm, wait, straggler, straggler_wait, all_reduce, reduce_scatter, all_gather;
+  std::vector<double> per_gpu, comm, wait, exposed, straggler, straggler_wait, all_reduce, reduce_scatter, all_gather;
   std::set<std::string> stages;
   for (const auto& run : cell.side.evidence) {
     const auto& distributed = run.row.summary.facts.distributed;
@@ -115,6 +115,7 @@ void add_scaling(CellReport& cell) {
     if (!distributed) continue;
     if (distributed->comm_share) comm.push_back(*distributed->comm_share);
     if (distributed->comm_wait_share) wait.push_back(*distributed->comm_wait_share);
+    if (distributed->exposed_comm_share) exposed.push_back(*distributed->exposed_comm_share);
     if (distributed->step_time_ratio) straggler.push_back(*distributed->step_time_ratio);
     if (distributed->straggler_wait_share) straggler_wait.push_back(*distributed->straggler_wait_share);
     if (distributed->sharding) stages.insert(distributed->sharding->stage);
@@ -130,6 +131,7 @@ void add_scaling(CellReport& cell) {
   cell.scaling.tokens_per_s_per_gpu = median_of(std::move(per_gpu));
   cell.scaling.comm_share = median_of(std::move(comm));
   cell.scaling.comm_wait_share = median_of(std::move(wait));
+  cell.scaling.exposed_comm_share = median_of(std::move(exposed));
   cell.scaling.straggler_ratio = median_of(std::move(straggler));
   cell.scaling.straggler_wait_share = median_of(std::move(straggler_wait));
   if (!stages.empty()) cell.scaling.sharding = stages.size() == 1 ? *stages.begin() : std::string("mixed");
@@ -247,6 +249,7 @@ json scaling_json(const ScalingFacts& s) {
           {"efficiency_vs_1_gpu", value_or_null(s.efficiency)},
           {"comm_share", value_or_null(s.comm_share)},
           {"comm_wait_share", value_or_null(s.comm_wait_share)},
+          {"exposed_comm_share", value_or_null(s.exposed_comm_share)},
           {"straggler_wait_share", value_or_null(s.straggler_wait_share)},
           {"straggler_ratio", value_or_null(s.straggler_ratio)},
           {"sharding", value_or_null(s.sharding)},
@@ -399,15 +402,18 @@ Section scaling_section(const Report& r) {
   s.blocks.push_back(Paragraph{fmt::format(
       "Data parallel, median over each cell's ok runs. Efficiency: tokens/s per GPU over {}. Communication share: "
       "the bucket collectives' own time over the step (all-reduces, or reduce-scatters and parameter all-gathers; "
-      "NCCL's timing; '-' on Gloo, which cannot time them); wait share: host time blocked on them after backward; straggler wait: the longest a rank's collectives waited for "
+      "NCCL's timing; '-' on Gloo, which cannot time them); wait share: host time blocked on them after backward; "
+      "exposed comm share: the GPU time in which communication kernels ran with no other kernel, memcpy or memset beside them, "
+      "over the profile window (median of the ranks; '-' without a traced window); straggler wait: the longest a "
+      "rank's collectives waited for "
       "the slowest rank, over the step ('-' for runs recorded before it was measured; the ratio of the ranks' "
       "step-time medians is no measure: synchronous training makes it ~1). Sharding: distributed.sharding; "
       "collectives: rank 0's a step by kind (AR all-reduce, RS reduce-scatter, AG all-gather), ms of NCCL's own "
       "timing, overlapped with compute or not.",
       r.scaling_reference ? "the 1-GPU cell " + *r.scaling_reference : std::string("a 1-GPU cell (none here: no efficiency)"))});
   auto share = [](const std::optional<double>& v) { return v ? fmt::format("{:.1f} %", *v * 100) : "-"; };
-  Table t{{"cell", "GPUs", "tokens/s", "tokens/s per GPU", "efficiency", "comm share", "comm wait share", "straggler wait",
-           "sharding", "collectives (ms)"},
+  Table t{{"cell", "GPUs", "tokens/s", "tokens/s per GPU", "efficiency", "comm share", "comm wait share",
+           "exposed comm share", "straggler wait", "sharding", "collectives (ms)"},
           {}};
   auto collectives = [](const ScalingFacts& f) {
     std::vector<std::string> parts;
@@ -421,7 +427,8 @@ Section scaling_section(const Report& r) {
     t.rows.push_back({c.name, f.world_size ? std::to_string(*f.world_size) : (f.mixed_world ? "mixed" : "-"),
                       fixed(c.side.median_tokens_per_s, 0),
                       fixed(f.tokens_per_s_per_gpu, 0), share(f.efficiency), share(f.comm_share),
-                      share(f.comm_wait_share), share(f.straggler_wait_share), f.sharding.value_or("-"),
+                      share(f.comm_wait_share), share(f.exposed_comm_share), share(f.straggler_wait_share),
+                      f.sharding.value_or("-"),
                       collectives(f)});
   }
   s.blocks.push_back(std::move(t));

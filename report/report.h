@@ -55,6 +55,9 @@ struct ScalingFacts {
   std::optional<double> tokens_per_s_per_gpu;   // median over evidence runs of tokens/s / world size
   std::optional<double> efficiency;             // per-GPU tokens/s over the 1-GPU cell's
   std::optional<double> comm_share, comm_wait_share;  // medians over evidence runs
+  // DistributedFacts::exposed_comm_share (communication with no other GPU work beside it, over the
+  // profile window), median over the evidence runs that traced one.
+  std::optional<double> exposed_comm_share;
   // The largest time a rank's collectives waited for the slowest rank, over the step (median over
   // evidence runs): the straggler measure. The ratio of the ranks' step-time medians is kept for the
   // record only: synchronous data parallel makes every rank's step as long as the slowest's (~1).

@@ -98,6 +98,13 @@ std::string render_run_text(receipts::Store& store, std::int64_t run_id, const R
                                                shown(d->straggler_wait_share, "{:.1f}%", 100))
                                  : std::string("-"),
                shown(d->comm_share, "{:.1f}%", 100), shown(d->comm_wait_share, "{:.1f}%", 100));
+    // Only ranks whose profile window traced it: no window says nothing, which is not 0.
+    std::vector<std::string> exposed;
+    for (const auto& f : d->per_rank)
+      if (f.exposed_comm_share) exposed.push_back(fmt::format("rank {} {:.1f}%", f.rank, *f.exposed_comm_share * 100));
+    if (!exposed.empty())
+      out += fmt::format("exposed communication (no other GPU work beside it, over the profile window): {}\n",
+                         fmt::join(exposed, "  "));
     if (const auto& s = d->sharding) {
       const auto* rank0 = d->per_rank.empty() ? nullptr : &d->per_rank.front();
       auto kind = [&](const char* name, const std::optional<double>& ms, std::int64_t bytes) -> std::string {

@@ -239,6 +239,8 @@ receipts::ProfileFacts RunProfiler::record(receipts::RunRecorder& rec) {
     window.compute_ns = static_cast<int64_t>(summary.breakdown.compute_ns);
     window.non_compute_ns = static_cast<int64_t>(summary.breakdown.non_compute_ns);
     window.idle_ns = static_cast<int64_t>(summary.breakdown.idle_ns);
+    window.communication_ns = static_cast<int64_t>(summary.breakdown.communication_ns);
+    window.exposed_communication_ns = static_cast<int64_t>(summary.breakdown.exposed_communication_ns);
 
     std::vector<receipts::KernelRow> kernels;
     for (const auto& k : summary.kernels) kernels.push_back({k.name, k.family, k.seam, rank_, k.calls, k.total_ns});

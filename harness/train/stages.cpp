@@ -897,6 +897,23 @@ receipts::RunFacts run_facts(const ExperimentSpec& spec, const RunPosture& postu
   return f;
 }
 
+void add_exposed_communication(receipts::Store& store, int64_t run_id, receipts::DistributedFacts& d) {
+  const auto rows = store.query(
+      "SELECT rank, window_ns, exposed_communication_ns FROM profile_windows WHERE run_id = ? AND status = 'ok' "
+      "AND window_ns > 0 AND exposed_communication_ns IS NOT NULL",
+      {run_id});
+  std::vector<double> shares;
+  for (const auto& row : rows) {
+    const auto rank = row["rank"].get<int64_t>();
+    const auto it = std::find_if(d.per_rank.begin(), d.per_rank.end(),
+                                 [&](const receipts::RankFacts& f) { return f.rank == rank; });
+    if (it == d.per_rank.end()) continue;
+    it->exposed_comm_share = row["exposed_communication_ns"].get<double>() / row["window_ns"].get<double>();
+    shares.push_back(*it->exposed_comm_share);
+  }
+  if (!shares.empty()) d.exposed_comm_share = median(shares);
+}
+
 RunResult fail_receipt(const ExperimentSpec& spec, const RunOptions& opt, const RunPosture& posture,
                        const ModelState& state, const data::DataSource& source, receipts::RunRecorder& recorder,
                        GoodputLedger& ledger, const TrainOutcome& outcome, const std::string& error) {
@@ -930,6 +947,7 @@ RunResult finalise_receipt(const ExperimentSpec& spec, const RunOptions& opt, co
     GoodputLedger::Scope export_scope(ledger, Goodput::profiling);  // attribution, trace export, receipt rows
     facts.profile = profiler.record(recorder);
   }
+  if (facts.distributed) add_exposed_communication(recorder.store(), run_id, *facts.distributed);
   recorder.goodput(ledger.totals());
   facts.moe = moe_facts(recorder.store(), run_id, spec.model);
 

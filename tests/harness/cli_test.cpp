@@ -288,7 +288,8 @@ TEST_F(CliTest, RunRecordsTheGitRevisionOverrideAndRefusesAMalformedOne) {
   EXPECT_EQ(env["git_revision_source"], "ABLATE_GIT_REVISION");
 }
 
-// `ablate show` gives a data-parallel run's shape and a MoE run's drops from the run's summary.
+// `ablate show` gives a data-parallel run's shape, each traced rank's exposed communication and a MoE
+// run's drops from the run's summary.
 TEST_F(CliTest, ShowPrintsTheDataParallelShapeAndTheMoeRouter) {
   const std::string db = (dir_ / "dp.db").string();
   {
@@ -299,14 +300,18 @@ TEST_F(CliTest, ShowPrintsTheDataParallelShapeAndTheMoeRouter) {
     const auto id = store.begin_run(start);
     ablate::receipts::RunSummary summary;
     ablate::receipts::DistributedFacts d;
-    d.world_size = 2;
+    d.world_size = 3;
     d.backend = "nccl";
     d.launcher = "torchrun";
     d.step_time_ratio = 1.0126;
     d.straggler_rank = 1;
     d.straggler_wait_share = 0.1234;
     d.comm_share = 0.0831;
-    d.per_rank = {ablate::receipts::RankFacts{0, 39.5, 7.9, 0.1, 0.0, 1 << 30, std::nullopt, 5.28, 2.63, std::nullopt}};
+    d.per_rank = {ablate::receipts::RankFacts{0, 39.5, 7.9, 0.1, 0.0, 1 << 30, std::nullopt, 5.28, 2.63, std::nullopt},
+                  ablate::receipts::RankFacts{1, 39.6, 7.7}, ablate::receipts::RankFacts{2, 39.4, 7.8}};
+    d.per_rank[0].exposed_comm_share = 0.0214;
+    d.per_rank[2].exposed_comm_share = 0.0387;  // rank 1's window did not trace: it shows nothing
+    d.exposed_comm_share = 0.03005;
     d.sharding = ablate::receipts::ShardingFacts{"optimizer", 20, 144'900'000, 0, 1'159'000'000, 1'159'000'000,
                                                  0, 0, 1'159'000'000, 1'159'000'000};
     summary.facts.distributed = d;
@@ -328,8 +333,12 @@ TEST_F(CliTest, ShowPrintsTheDataParallelShapeAndTheMoeRouter) {
   EXPECT_NE(r.out.find("collectives a step (rank 0):  reduce-scatter 5.28 ms of 1.16 GB  all-gather 2.63 ms of 1.16 GB\n"),
             std::string::npos)
       << r.out;
-  EXPECT_NE(r.out.find("data parallel: 2 ranks over nccl (torchrun)  straggler rank 1 (others waited 12.3% of the "
+  EXPECT_NE(r.out.find("data parallel: 3 ranks over nccl (torchrun)  straggler rank 1 (others waited 12.3% of the "
                        "step for it)  comm share 8.3%  comm wait share -"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("exposed communication (no other GPU work beside it, over the profile window): rank 0 2.1%  "
+                       "rank 2 3.9%\n"),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("moe: 4 E layers, top-2, capacity factor 1.25  dropped 123 of 10000 slots (1.23%)  final aux "

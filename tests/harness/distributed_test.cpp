@@ -157,6 +157,9 @@ TEST_F(DistributedTest, TwoRanksTrainLikeOneRankOnTheSameGlobalBatch) {
   // Gloo cannot time its collectives (comm_share is NCCL's); its exposed wait is the host's.
   EXPECT_TRUE(d["comm_share"].is_null()) << d.dump();
   EXPECT_GE(d["comm_wait_share"].get<double>(), 0.0);
+  // No GPU traced: exposed communication is unknown on every rank, not 0.
+  EXPECT_TRUE(d["exposed_comm_share"].is_null()) << d.dump();
+  for (const auto& r : d["per_rank"]) EXPECT_TRUE(r["exposed_comm_share"].is_null()) << d.dump();
   EXPECT_GE(d["per_rank"][1]["median_comm_wait_ms"].get<double>(), 0.0);
   // Stragglers by collective wait: every rank's wait beyond the quickest is >= 0, and the rank named
   // as the straggler (the one the other waited for) waited least.

@@ -2,7 +2,8 @@
 // the CPU with the `tiny` model on synthetic data: the posture refuses what the machine cannot do and
 // writes nothing; data prep is charged to its goodput category; resume starts at the checkpoint and
 // refuses one with nothing left to train; the train loop leaves every step row in the store before
-// the receipt is closed and returns a training failure instead of throwing it.
+// the receipt is closed and returns a training failure instead of throwing it; rank 0 reads every
+// rank's exposed communication from the run's profile windows.
 // Run: build/tests/harness_tests --gtest_filter='Stages*'
 #include "harness/train/stages.h"
 
@@ -14,6 +15,7 @@
 #include "harness/train/run_profiler.h"
 #include "kernels/catalog.h"
 #include "base/temp_dir.h"
+#include "tests/receipts/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace ablate;
@@ -237,4 +239,46 @@ TEST_F(StagesTest, ATrainingFailureIsReturnedWithItsStepsStoredAndClosesTheRecei
   EXPECT_EQ(run.row().error, outcome.failure);
   // The failed run keeps the facts known when it failed.
   EXPECT_TRUE(run.row().summary.facts.model.has_value());
+}
+
+// Rank 0 reads every rank's exposed communication from the run's profile windows: each traced window's
+// exposed_communication_ns over its window_ns, and the median of the ranks that have one; a rank whose
+// window did not trace, and a window recorded before communication was measured, give none, never 0.
+TEST(StagesExposedCommunication, ComesFromEachRanksTracedWindow) {
+  base::TempDir dir{"ablate-exposed"};
+  auto store = receipts::Store::open(dir.file("receipts.db"));
+  const auto run = store.begin_run(receipts::testing::sample_start("dp"));
+  auto traced = [&](int64_t rank, std::optional<int64_t> exposed_ns) {
+    receipts::ProfileWindowRow w;
+    w.rank = rank;
+    w.status = "ok";
+    w.window_ns = 80'000'000;
+    w.communication_ns = 20'000'000;
+    w.exposed_communication_ns = exposed_ns;
+    store.record_profile_window(run, w);
+  };
+  traced(0, 4'000'000);
+  traced(1, 12'000'000);
+  traced(3, std::nullopt);
+  receipts::ProfileWindowRow untraced;
+  untraced.rank = 2;
+  untraced.status = "unavailable";
+  untraced.reason = "CUPTI held by another profiler";
+  store.record_profile_window(run, untraced);
+
+  receipts::DistributedFacts d;
+  for (int64_t r = 0; r < 4; ++r) d.per_rank.push_back(receipts::RankFacts{r});
+  add_exposed_communication(store, run, d);
+  EXPECT_DOUBLE_EQ(*d.per_rank[0].exposed_comm_share, 0.05);
+  EXPECT_DOUBLE_EQ(*d.per_rank[1].exposed_comm_share, 0.15);
+  EXPECT_FALSE(d.per_rank[2].exposed_comm_share.has_value());
+  EXPECT_FALSE(d.per_rank[3].exposed_comm_share.has_value());
+  EXPECT_DOUBLE_EQ(*d.exposed_comm_share, 0.10);
+
+  const auto unprofiled = store.begin_run(receipts::testing::sample_start("dp-unprofiled"));
+  receipts::DistributedFacts none;
+  none.per_rank = {receipts::RankFacts{0}, receipts::RankFacts{1}};
+  add_exposed_communication(store, unprofiled, none);
+  EXPECT_FALSE(none.exposed_comm_share.has_value());
+  EXPECT_FALSE(none.per_rank[0].exposed_comm_share.has_value());
 }

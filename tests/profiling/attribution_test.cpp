@@ -1,6 +1,7 @@
 // tests/profiling/attribution_test.cpp: the record -> receipt pipeline on synthetic CUPTI-like logs:
 // family rules, scope/step attribution through correlation and external ids, per-step sums, the
-// temporal breakdown, and the observed-backend check against the real kernel catalog.
+// temporal breakdown with the exposed communication, and the observed-backend check against the real
+// kernel catalog.
 // Run: build/tests/profiling_tests --gtest_filter='Attribution*:Families*:Breakdown*:ObservedBackends*'
 #include "profiling/attribution.h"
 
@@ -162,6 +163,60 @@ TEST(Breakdown, UnionOfIntervalsNotSums) {
   EXPECT_EQ(b.idle_ns, 100u);        // [300, 400)
   EXPECT_EQ(b.busy_sum_ns, 100u + 100u + 60u + 50u);
   EXPECT_EQ(temporal_breakdown({}).window_ns, 0u);
+}
+
+// Communication kernels (NCCL, by name) on the GPU's timeline: their union, and the part of it no other
+// kernel, memcpy or memset ran beside.
+GpuActivity nccl(uint64_t start, uint64_t end, uint32_t stream = 20) {
+  return {Kind::kernel, "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", start, end, 0,
+          stream, 0, 0};
+}
+GpuActivity compute(uint64_t start, uint64_t end) { return {Kind::kernel, "nvjet_sm90_tst_128x256", start, end, 0, 7, 0, 0}; }
+
+TEST(Breakdown, ACollectiveUnderComputeIsNotExposed) {
+  const auto b = temporal_breakdown({compute(0, 1000), nccl(200, 700)});
+  EXPECT_EQ(b.communication_ns, 500u);
+  EXPECT_EQ(b.exposed_communication_ns, 0u);
+  EXPECT_EQ(b.compute_ns, 1000u);  // communication kernels stay in compute
+  EXPECT_EQ(b.idle_ns, 0u);
+}
+
+TEST(Breakdown, ACollectiveAloneIsExposedWhole) {
+  const auto b = temporal_breakdown({compute(0, 100), nccl(300, 800), compute(900, 1000)});
+  EXPECT_EQ(b.communication_ns, 500u);
+  EXPECT_EQ(b.exposed_communication_ns, 500u);
+  EXPECT_EQ(b.compute_ns, 700u);
+  EXPECT_EQ(b.idle_ns, 300u);  // [100, 300) + [800, 900): idle is not exposed communication
+  EXPECT_EQ(b.window_ns, b.compute_ns + b.non_compute_ns + b.idle_ns);
+}
+
+TEST(Breakdown, APartlyOverlappedCollectiveExposesTheRest) {
+  // Compute [0, 400) and [600, 700); the collective [300, 1000): hidden [300, 400) and [600, 700).
+  const auto b = temporal_breakdown({compute(0, 400), nccl(300, 1000), compute(600, 700)});
+  EXPECT_EQ(b.communication_ns, 700u);
+  EXPECT_EQ(b.exposed_communication_ns, 500u);  // [400, 600) + [700, 1000)
+}
+
+TEST(Breakdown, OverlappingCollectivesOnTwoStreamsCountOnce) {
+  // Two streams' collectives overlap in [300, 500): the union is 600 ns, the sum 800.
+  const auto b = temporal_breakdown({nccl(100, 500, 20), nccl(300, 700, 21), compute(600, 800)});
+  EXPECT_EQ(b.communication_ns, 600u);
+  EXPECT_EQ(b.exposed_communication_ns, 500u);  // [100, 600)
+  EXPECT_EQ(b.busy_sum_ns, 400u + 400u + 200u);
+}
+
+TEST(Breakdown, ACopyBesideACollectiveHidesIt) {
+  const auto b = temporal_breakdown(
+      {nccl(0, 1000), {Kind::memcpy, "Memcpy DtoH", 100, 400, 0, 9, 0, 4096}, {Kind::memset, "Memset", 900, 950, 0, 9, 0, 64}});
+  EXPECT_EQ(b.communication_ns, 1000u);
+  EXPECT_EQ(b.exposed_communication_ns, 650u);  // [0, 100) + [400, 900) + [950, 1000)
+  EXPECT_EQ(b.non_compute_ns, 0u);              // the copies lie under a kernel
+}
+
+TEST(Breakdown, WithoutCollectivesNoTimeIsCommunication) {
+  const auto b = temporal_breakdown({compute(0, 100), {Kind::memcpy, "Memcpy HtoD", 100, 200, 0, 9, 0, 64}});
+  EXPECT_EQ(b.communication_ns, 0u);
+  EXPECT_EQ(b.exposed_communication_ns, 0u);
 }
 
 // The seams' kernels against the real catalog's patterns.

@@ -46,6 +46,8 @@ SourceRuns make_source(const std::string& path) {
   ProfileWindowRow window;
   window.status = "ok";
   window.compute_ns = 8000;
+  window.communication_ns = 3000;
+  window.exposed_communication_ns = 1200;
   store.record_profile_window(ids.profiled, window);
   const std::filesystem::path trace_dir = std::filesystem::path(path).parent_path() / "runs" / "1";
   std::filesystem::create_directories(trace_dir);
@@ -138,6 +140,9 @@ TEST_F(ImportTest, AddsRunsWithEveryRowUnderNewIdsLeavingTheSourceUntouched) {
     EXPECT_NE(here, id) << run.name;
     EXPECT_EQ(without_ids(dest.run_json(here)), without_ids(source.run_json(id))) << run.name;
   }
+  const auto window = dest.run_json(id_of(dest, source.get_run(ids_.profiled).uid))["profile"]["windows"][0];
+  EXPECT_EQ(window["communication_ns"], 3000);
+  EXPECT_EQ(window["exposed_communication_ns"], 1200);
   const RunRow failed = dest.get_run(id_of(dest, source.get_run(ids_.failed).uid));
   EXPECT_EQ(failed.status, RunStatus::failed);
   EXPECT_EQ(failed.error, "loss is NaN at step 3");
@@ -295,6 +300,13 @@ TEST_F(ImportTest, ReadsAnOlderSchemaThroughAnUpgradedCopy) {
                                                                        by_name[0]["id"].get<std::int64_t>()}));
   EXPECT_EQ(dest.run_json(by_name[0]["id"].get<std::int64_t>())["evaluations"][0]["loss"], 8.5);
   EXPECT_EQ(dest.query("SELECT source_schema_version AS v FROM imports")[0]["v"], 6);
+  // A window traced before communication was measured arrives unknown, not as "none exposed".
+  const auto window = dest.query(
+      "SELECT w.compute_ns, w.exposed_communication_ns FROM profile_windows AS w JOIN runs AS r ON r.id = w.run_id "
+      "WHERE r.name = 'tiny-moe-profiled'");
+  ASSERT_EQ(window.size(), 1u);
+  EXPECT_EQ(window[0]["compute_ns"], 80000000);
+  EXPECT_TRUE(window[0]["exposed_communication_ns"].is_null());
 
   const auto again = Store::import_stores(dest_, {old});
   EXPECT_EQ(again[0].runs_added, 0);

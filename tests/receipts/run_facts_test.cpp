@@ -42,6 +42,9 @@ RunFacts every_section() {
   d.straggler_wait_share = 0.367;
   d.comm_share = 0.35;
   d.comm_wait_share = 0.002;
+  d.per_rank[0].exposed_comm_share = 0.021;
+  d.per_rank[1].exposed_comm_share = 0.025;
+  d.exposed_comm_share = 0.023;
   d.sharding = ShardingFacts{"gradients", 12, 150'000'000, 480, 600'000'000, 300'000'000, 100'000'000};
   f.distributed = d;
   ProfileFacts p;
@@ -78,6 +81,8 @@ TEST(RunFacts, EverySectionSurvivesTheStore) {
   EXPECT_EQ(back.distributed->sharding->optimizer_state_bytes, 600'000'000);
   EXPECT_EQ(back.distributed->sharding->gradient_bytes, 300'000'000);
   EXPECT_EQ(back.distributed->per_rank.at(0).median_reduce_scatter_ms, 4.0);
+  EXPECT_EQ(back.distributed->per_rank.at(1).exposed_comm_share, 0.025);
+  EXPECT_EQ(back.distributed->exposed_comm_share, 0.023);
   EXPECT_FALSE(back.distributed->per_rank.at(0).median_all_reduce_ms.has_value());
   ASSERT_TRUE(back.model);
   EXPECT_TRUE(back.model->config_overridden);

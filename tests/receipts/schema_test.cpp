@@ -337,6 +337,56 @@ TEST(Schema, MigratesV6FixtureToV7KeepingItsData) {
   EXPECT_EQ(schema_dump(path), schema_dump(fresh));
 }
 
+// v8 added the profile windows' communication columns: the windows of a v7 file (an imported
+// two-rank run's among them) keep their breakdown and read NULL, unknown, for communication, never 0;
+// its finished runs stay frozen, its import provenance stays, and a new run writes the columns, which
+// refuse an exposed part larger than the communication it is part of.
+TEST(Schema, MigratesV7FixtureToV8KeepingItsData) {
+  base::TempDir dir;
+  const std::string path = load_fixture(dir, "schema_v7");
+  auto store = Store::open(path);
+  EXPECT_EQ(store.schema_version(), schema::latest_version());
+  EXPECT_EQ(tables(store), kTables);
+
+  const auto windows = store.query("SELECT run_id, rank, compute_ns, communication_ns, exposed_communication_ns "
+                                   "FROM profile_windows ORDER BY run_id, rank");
+  ASSERT_EQ(windows.size(), 3u);
+  for (const auto& w : windows) {
+    EXPECT_FALSE(w["compute_ns"].is_null()) << w.dump();
+    EXPECT_TRUE(w["communication_ns"].is_null()) << w.dump();
+    EXPECT_TRUE(w["exposed_communication_ns"].is_null()) << w.dump();
+  }
+  EXPECT_EQ(windows[2]["compute_ns"], 83000000);  // run 5, rank 1
+  EXPECT_EQ(store.run_json(5)["run"]["uid"], "5e7c1a0b9d8f6e4c2a1b3d5f7e9c0a2b");
+  const auto distributed = store.get_run(5).summary.facts.distributed;
+  ASSERT_TRUE(distributed);
+  EXPECT_EQ(distributed->comm_share, 0.127435);
+  EXPECT_FALSE(distributed->exposed_comm_share.has_value());  // its facts were made before it was measured
+  EXPECT_FALSE(distributed->per_rank.at(1).exposed_comm_share.has_value());
+  EXPECT_EQ(store.query("SELECT import_id FROM import_runs WHERE run_id = 5")[0]["import_id"], 1);
+  RawDb raw(path);
+  EXPECT_NE(raw.exec("UPDATE profile_windows SET exposed_communication_ns = 0 WHERE run_id = 5").find("append-only"),
+            std::string::npos);
+
+  const auto id = store.begin_run(testing::sample_start("after-v8"));
+  ProfileWindowRow window;
+  window.status = "ok";
+  window.compute_ns = 900;
+  window.communication_ns = 400;
+  window.exposed_communication_ns = 150;
+  store.record_profile_window(id, window);
+  EXPECT_EQ(store.run_json(id)["profile"]["windows"][0]["exposed_communication_ns"], 150);
+  EXPECT_NE(raw.exec(fmt::format("INSERT INTO profile_windows (run_id, rank, status, communication_ns, "
+                                 "exposed_communication_ns) VALUES ({}, 1, 'ok', 100, 101)",
+                                 id))
+                .find("CHECK constraint failed"),
+            std::string::npos);
+
+  const std::string fresh = dir.file("fresh.db");
+  Store::open(fresh);
+  EXPECT_EQ(schema_dump(path), schema_dump(fresh));
+}
+
 TEST(Schema, MigratesV1FixtureKeepingItsData) {
   base::TempDir dir;
   const std::string path = load_fixture(dir, "schema_v1");

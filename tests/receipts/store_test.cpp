@@ -177,6 +177,8 @@ TEST_F(StoreTest, ProfilingEvidenceRoundTripAndIsAppendOnly) {
   window.compute_ns = 700;
   window.non_compute_ns = 100;
   window.idle_ns = 200;
+  window.communication_ns = 300;
+  window.exposed_communication_ns = 50;
   store_.record_profile_window(id, window);
   store_.record_profile_time(id, {{0, 20, "family", "gemm", 4, 600}, {0, 20, "seam", "attention", 2, 300}});
   store_.record_kernel_attribution(
@@ -194,6 +196,8 @@ TEST_F(StoreTest, ProfilingEvidenceRoundTripAndIsAppendOnly) {
   store_.finish_run(id, RunStatus::ok, "", sample_summary(3));
   const auto profile = store_.run_json(id)["profile"];
   EXPECT_EQ(profile["windows"][0]["compute_ns"], 700);
+  EXPECT_EQ(profile["windows"][0]["communication_ns"], 300);
+  EXPECT_EQ(profile["windows"][0]["exposed_communication_ns"], 50);
   ASSERT_EQ(profile["time"].size(), 2u);
   EXPECT_EQ(profile["time"][0]["key"], "gemm");  // ordered by dimension: family before seam
   EXPECT_EQ(profile["time"][1]["dimension"], "seam");

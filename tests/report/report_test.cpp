@@ -70,8 +70,9 @@ TEST(Report, MarkdownMatchesTheGoldenFile) {
   }
 }
 
-// Data parallel cells: tokens/s per GPU against the 1-GPU cell, communication share (null on Gloo)
-// and straggler wait as medians of the runs' facts.distributed; a report without a
+// Data parallel cells: tokens/s per GPU against the 1-GPU cell, communication share (null on Gloo),
+// exposed communication share (none without a profile window) and straggler wait as medians of the
+// runs' facts.distributed; a report without a
 // multi-GPU cell has no Scaling section.
 TEST(Report, ScalingSectionForDataParallelCells) {
   FixtureStore f;
@@ -84,6 +85,7 @@ TEST(Report, ScalingSectionForDataParallelCells) {
   two.tokens_per_s = 2000 / 0.105;  // the job's 2000 tokens a step at 105 ms: 9523.8 per GPU
   for (const double share : {0.08, 0.10, 0.12}) {
     two.distributed = {{"world_size", 2}, {"backend", "nccl"}, {"comm_share", share}, {"comm_wait_share", 0.01},
+                       {"exposed_comm_share", share / 4},
                        {"straggler_ratio", 1.0 + share / 5}, {"straggler_wait_share", share / 2},
                        {"sharding", {{"stage", "optimizer"}}},
                        {"per_rank", {{{"rank", 0}, {"median_reduce_scatter_ms", 50 * share}, {"median_all_gather_ms", 2.5}},
@@ -110,6 +112,8 @@ TEST(Report, ScalingSectionForDataParallelCells) {
   EXPECT_NEAR(*dp2.tokens_per_s_per_gpu, 9523.81, 0.01);
   EXPECT_NEAR(*dp2.efficiency, 0.952381, 1e-6);
   EXPECT_DOUBLE_EQ(*dp2.comm_share, 0.10);
+  EXPECT_DOUBLE_EQ(*dp2.exposed_comm_share, 0.025);
+  EXPECT_FALSE(report.cells[2].scaling.exposed_comm_share.has_value());  // gloo2: no profile window
   EXPECT_DOUBLE_EQ(*dp2.straggler_ratio, 1.02);
   EXPECT_DOUBLE_EQ(*dp2.straggler_wait_share, 0.05);
   EXPECT_EQ(dp2.sharding, "optimizer");
@@ -118,10 +122,12 @@ TEST(Report, ScalingSectionForDataParallelCells) {
 
   const std::string markdown = render_markdown(to_document(report, {}, ""));
   EXPECT_NE(markdown.find("## Scaling"), std::string::npos) << markdown;
-  EXPECT_NE(markdown.find("| dp2 | 2 | 19048 | 9524 | 95.2 % | 10.0 % | 1.0 % | 5.0 % | optimizer | RS 5.00, AG 2.50 |"),
+  EXPECT_NE(markdown.find("| dp2 | 2 | 19048 | 9524 | 95.2 % | 10.0 % | 1.0 % | 2.5 % | 5.0 % | optimizer | RS 5.00, AG 2.50 |"),
             std::string::npos)
       << markdown;
-  EXPECT_NE(markdown.find("| gloo2 | 2 | 19048 | 9524 | 95.2 % | - | 20.0 % | - | - | - |"), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find("| gloo2 | 2 | 19048 | 9524 | 95.2 % | - | 20.0 % | - | - | - | - |"), std::string::npos) << markdown;
+  EXPECT_DOUBLE_EQ(to_json(report)["cells"][1]["scaling"]["exposed_comm_share"].get<double>(), 0.025);
+  EXPECT_TRUE(to_json(report)["cells"][2]["scaling"]["exposed_comm_share"].is_null());
   EXPECT_EQ(to_json(report)["cells"][0]["scaling"]["efficiency_vs_1_gpu"], 1.0);
   EXPECT_EQ(to_json(report)["scaling_reference"], "dp1");
 
