@@ -267,7 +267,7 @@ TEST(StagesExposedCommunication, ComesFromEachRanksTracedWindow) {
   store.record_profile_window(run, untraced);
 
   receipts::DistributedFacts d;
-  for (int64_t r = 0; r < 4; ++r) d.per_rank.push_back(receipts::RankFacts{r});
+  for (int64_t r = 0; r < 4; ++r) d.per_rank.emplace_back().rank = r;
   add_exposed_communication(store, run, d);
   EXPECT_DOUBLE_EQ(*d.per_rank[0].exposed_comm_share, 0.05);
   EXPECT_DOUBLE_EQ(*d.per_rank[1].exposed_comm_share, 0.15);
@@ -277,7 +277,8 @@ TEST(StagesExposedCommunication, ComesFromEachRanksTracedWindow) {
 
   const auto unprofiled = store.begin_run(receipts::testing::sample_start("dp-unprofiled"));
   receipts::DistributedFacts none;
-  none.per_rank = {receipts::RankFacts{0}, receipts::RankFacts{1}};
+  none.per_rank.resize(2);
+  none.per_rank[1].rank = 1;
   add_exposed_communication(store, unprofiled, none);
   EXPECT_FALSE(none.exposed_comm_share.has_value());
   EXPECT_FALSE(none.per_rank[0].exposed_comm_share.has_value());
