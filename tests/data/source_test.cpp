@@ -155,7 +155,9 @@ TEST(DataSourceTest, ValidationHoldsOutWholeDocumentsByPathHash) {
   uint64_t held_docs = 0;
   for (int i = 0; i < 40; ++i) {
     const bool out = held_out_document(paths[static_cast<size_t>(i)], o.validation_fraction);
-    if (out) EXPECT_TRUE(held_out_document(paths[static_cast<size_t>(i)], 0.5)) << "held out at 0.25, so at 0.5 too";
+    if (out) {
+      EXPECT_TRUE(held_out_document(paths[static_cast<size_t>(i)], 0.5)) << "held out at 0.25, so at 0.5 too";
+    }
     auto& side = out ? held : train;
     append_encoded(fmt::format("int document_{} = {};\n", i, i * 7), side);
     side.push_back(kEod);

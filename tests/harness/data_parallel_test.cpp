@@ -71,7 +71,9 @@ void check_identity_world(const torch::Device& device, const std::string& backen
     if (device.is_cuda()) torch::cuda::synchronize();
     // NCCL times its collectives with CUDA events on its stream; Gloo has no such timing (NaN).
     const double comm = sync.comm_ms();
-    if (backend == "nccl") EXPECT_TRUE(std::isfinite(comm) && comm >= 0) << "nccl comm_ms " << comm;
+    if (backend == "nccl") {
+      EXPECT_TRUE(std::isfinite(comm) && comm >= 0) << "nccl comm_ms " << comm;
+    }
     ASSERT_TRUE(params[3].grad().defined()) << "an unused parameter gets the (zero) mean too";
     EXPECT_EQ(params[3].grad().abs().sum().item<float>(), 0.f);
   }
@@ -195,6 +197,7 @@ TEST(DataParallel, TransportAgainstDeviceIsRefused) {
   WorldEnv w;
   w.master_port = free_port();
   EXPECT_THROW(ProcessGroup(w, "nccl", torch::kCPU, std::chrono::seconds(5)), std::invalid_argument);
-  if (torch::cuda::is_available())
+  if (torch::cuda::is_available()) {
     EXPECT_THROW(ProcessGroup(w, "gloo", torch::Device(torch::kCUDA, 0), std::chrono::seconds(5)), std::invalid_argument);
+  }
 }

@@ -87,8 +87,9 @@ TEST_F(StagesTest, PostureResolvesEverySeamForTheCpuAndRefusesWhatTheMachineCann
   EXPECT_FALSE(p.graphs.eligible);
   EXPECT_TRUE(choose_posture(spec({"train.dtype=\"bf16\""}), options()).bf16);
   EXPECT_THROW(choose_posture(spec({"distributed.nproc=2"}), options()), std::invalid_argument);
-  if (!torch::cuda::is_available())
+  if (!torch::cuda::is_available()) {
     EXPECT_THROW(choose_posture(spec({"train.device=\"cuda\""}), options()), std::invalid_argument);
+  }
   EXPECT_FALSE(fs::exists(options().db_path)) << "the posture stage writes nothing";
 }
 

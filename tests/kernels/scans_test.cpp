@@ -366,7 +366,9 @@ TEST(SsmScan, Fp32SurvivesVanishingAlpha) {
   EXPECT_LT(err, kFp32Tol);
   const auto g = ssm_cotangent(2, 50, 3, 5, 8, 501).to(torch::kFloat);
   for (const auto& d : grads(ssm_chunked(16), in32, g))
-    if (d.defined()) EXPECT_TRUE(all_finite(d));
+    if (d.defined()) {
+      EXPECT_TRUE(all_finite(d));
+    }
 }
 
 // Under bf16 autocast (as the model runs) the scan must still compute in fp32: compare with the same
