@@ -505,13 +505,17 @@ Quantized launch(const Tensor& x_in, const Layout& layout, const QuantizeOptions
   const int groups = grouped ? static_cast<int>(layout.group_end.size(0)) : 0;
   const float fp8_max = max_finite(o.dtype);
   const auto f32 = x.options().dtype(torch::kFloat);
-  // One zeroed buffer for every amax: [B R] rows, [B C] or [G C] columns, [1] tensor (int bits of
-  // non-negative floats).
-  const int64_t col_amax_size = o.cols ? (grouped ? groups : batches) * C : 0;
-  const Tensor amax = torch::zeros({batches * R + col_amax_size + 1}, x.options().dtype(torch::kInt32));
-  int* row_amax = amax.data_ptr<int>();
-  int* col_amax = o.cols ? row_amax + batches * R : nullptr;
-  int* tensor_amax = row_amax + batches * R + col_amax_size;
+  // Two passes: one zeroed buffer for every amax: [B R] rows, [B C] or [G C] columns, [1] tensor (int
+  // bits of non-negative floats). Delayed scaling's one pass reads its history instead: none.
+  int *row_amax = nullptr, *col_amax = nullptr, *tensor_amax = nullptr;
+  Tensor amax;
+  if (!history.defined()) {
+    const int64_t col_amax_size = o.cols ? (grouped ? groups : batches) * C : 0;
+    amax = torch::zeros({batches * R + col_amax_size + 1}, x.options().dtype(torch::kInt32));
+    row_amax = amax.data_ptr<int>();
+    col_amax = o.cols ? row_amax + batches * R : nullptr;
+    tensor_amax = row_amax + batches * R + col_amax_size;
+  }
   Quantized q;
   const auto fp8 = x.options().dtype(o.dtype);
   const bool stacked = x_in.dim() == 3;
