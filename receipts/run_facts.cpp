@@ -190,7 +190,7 @@ constexpr std::pair<const char*, std::int64_t ShardingFacts::*> kShardingCounts[
 
 json sharding_json(const std::optional<ShardingFacts>& s) {
   if (!s) return nullptr;
-  json j = {{"stage", s->stage}};
+  json j = {{"stage", s->stage}, {"reduce_dtype", s->reduce_dtype}};
   for (const auto& [key, field] : kShardingCounts) j[key] = (*s).*field;
   return j;
 }
@@ -201,6 +201,7 @@ std::optional<ShardingFacts> sharding_from(Reader& parent) {
   Reader r(section, parent.where("sharding"));
   ShardingFacts s;
   s.stage = r.text_or_empty("stage");
+  if (const auto dtype = r.text_or_empty("reduce_dtype"); !dtype.empty()) s.reduce_dtype = dtype;
   for (const auto& [key, field] : kShardingCounts) s.*field = r.integer(key).value_or(s.*field);
   return s;
 }

@@ -218,6 +218,7 @@ std::vector<Section> sections(ExperimentSpec& s) {
         int_field("bucket_mb", &s.distributed.bucket_mb, 1, 4096),
         int_field("timeout_s", &s.distributed.timeout_s, 1, 86400),
         string_field("sharding", &s.distributed.sharding, {"none", "optimizer", "gradients", "full"}),
+        string_field("reduce_dtype", &s.distributed.reduce_dtype, {"fp32", "bf16"}),
         int_field("expert_parallel", &s.distributed.expert_parallel, 1, 4096)}},
   };
 }
@@ -462,6 +463,11 @@ class Parser {
       errs.push_back(fmt::format("distributed.sharding = \"{}\" shards over ranks and distributed.nproc = {} is one: set "
                                  "distributed.nproc >= 2 or distributed.sharding = \"none\"",
                                  spec.distributed.sharding, spec.distributed.nproc));
+    if (spec.distributed.reduce_dtype != "fp32" && spec.distributed.sharding == "none")
+      errs.push_back(fmt::format("distributed.reduce_dtype = \"{}\" needs a sharded stage: under distributed.sharding = "
+                                 "\"none\" every parameter keeps its whole fp32 gradient; set distributed.sharding = "
+                                 "\"optimizer\" (or \"gradients\", \"full\") or distributed.reduce_dtype = \"fp32\"",
+                                 spec.distributed.reduce_dtype));
     if (const int64_t ep = spec.distributed.expert_parallel; ep > 1) {
       if (spec.distributed.nproc % ep != 0)
         errs.push_back(fmt::format("distributed.expert_parallel = {} does not divide distributed.nproc = {}: each "
@@ -569,6 +575,7 @@ nlohmann::json canonical_json(const ExperimentSpec& spec_in) {
   if (spec.distributed.timeout_s == DistributedSection{}.timeout_s) j["distributed"].erase("timeout_s");
   if (spec.distributed.sharding == DistributedSection{}.sharding) j["distributed"].erase("sharding");
   if (spec.distributed.expert_parallel == DistributedSection{}.expert_parallel) j["distributed"].erase("expert_parallel");
+  if (spec.distributed.reduce_dtype == DistributedSection{}.reduce_dtype) j["distributed"].erase("reduce_dtype");
   if (spec.train.keep_checkpoints == TrainSection{}.keep_checkpoints) j["train"].erase("keep_checkpoints");
   if (spec.train.eval_every == TrainSection{}.eval_every) j["train"].erase("eval_every");
   if (spec.train.eval_tokens == TrainSection{}.eval_tokens) j["train"].erase("eval_tokens");

@@ -89,6 +89,10 @@ struct DistributedSection {
   // (ZeRO-3): also only its shard of the parameters, each layer gathered just before use and freed after
   // (harness/shard_layout.h, harness/train/data_parallel.h).
   std::string sharding = "none";
+  // The precision gradients are summed over the ranks in: "fp32", or "bf16" (half the bytes of each
+  // reduce-scatter; the sum is rounded to bf16, so a change of numerics judged by convergence) under a
+  // sharded stage (harness/train/data_parallel.h).
+  std::string reduce_dtype = "fp32";
   // Expert parallelism: groups of this many ranks each hold one copy of every E layer's experts, E/N a
   // rank, and send tokens to their experts' ranks by all-to-all (kernels/moe_dispatch/expert_exchange.h,
   // harness/train/expert_parallel.h); divides nproc and model.moe.experts. 1: every rank holds them all.

@@ -5,6 +5,7 @@
 // (ProcessGroupNCCL::Options' layout depends on it): harness/CMakeLists.txt adds it in CUDA builds.
 #include "harness/train/data_parallel.h"
 
+#include <ATen/ScalarOps.h>
 #include <ATen/native/Resize.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -245,10 +246,20 @@ std::string ProcessGroup::ranks_behind(int64_t step) {
 // ---- GradientSync ------------------------------------------------------------------------------
 
 GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
-                           ShardingStage stage, const std::vector<std::vector<torch::Tensor>>& units)
-    : group_(group), stage_(stage) {
+                           ShardingStage stage, const std::vector<std::vector<torch::Tensor>>& units,
+                           torch::ScalarType reduce_dtype)
+    : group_(group), stage_(stage), reduce_dtype_(reduce_dtype) {
   const bool sharded = stage != ShardingStage::none;
   if (full() && units.empty()) throw std::logic_error("data parallel: sharding \"full\" needs the model's units");
+  if (reduce_dtype != torch::kFloat && reduce_dtype != torch::kBFloat16)
+    throw std::invalid_argument(fmt::format("data parallel: gradients reduce in fp32 or bf16, not {}",
+                                            c10::toString(reduce_dtype)));
+  // Unsharded, every .grad is the whole reduced gradient in fp32: a bf16 bucket would need a second,
+  // fp32 copy of every gradient to hand back.
+  if (reduces_in_bf16() && !sharded)
+    throw std::invalid_argument(
+        "distributed.reduce_dtype = \"bf16\" needs a sharded stage (distributed.sharding = \"optimizer\", "
+        "\"gradients\" or \"full\"): unsharded, every parameter keeps its whole fp32 gradient");
   std::map<const void*, int64_t> unit_of;
   for (size_t u = 0; u < units.size(); ++u)
     for (const auto& p : units[u]) unit_of[p.unsafeGetTensorImpl()] = static_cast<int64_t>(u);
@@ -273,6 +284,7 @@ GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>
   for (const auto& plan : layout_.buckets) {
     Bucket b;
     const auto options = params_[plan.params.front()].options().dtype(torch::kFloat);
+    const auto reduce_options = options.dtype(reduce_dtype_);
     if (staged()) {
       b.shard = torch::zeros({plan.shard_numel}, options);
       // The gaps between the parameters (placed in order) and after the last: alignment and padding.
@@ -285,10 +297,13 @@ GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>
       }
       if (!gaps.empty()) b.padding_index = torch::tensor(gaps, torch::kLong).to(options.device());
     } else {
-      b.flat = torch::zeros({plan.numel}, options);
+      b.flat = torch::zeros({plan.numel}, reduce_options);
       // The reduce-scatter writes the rank's slice of the bucket in place (both backends allow an output
-      // that is the input's own part r): no second buffer for the reduced shard.
-      if (sharded) b.shard = b.flat.narrow(0, group.rank() * plan.shard_numel, plan.shard_numel);
+      // that is the input's own part r): no second buffer for the reduced shard, unless it is widened.
+      if (sharded) {
+        b.reduced = b.flat.narrow(0, group.rank() * plan.shard_numel, plan.shard_numel);
+        b.shard = reduces_in_bf16() ? torch::zeros({plan.shard_numel}, options) : b.reduced;
+      }
     }
     if (sharded) b.param_flat = torch::zeros({plan.numel}, options);
     for (size_t k = 0; k < plan.params.size(); ++k) {
@@ -326,9 +341,13 @@ int64_t GradientSync::parameter_bytes() const {
 }
 
 int64_t GradientSync::gradient_bytes() const {
-  int64_t elements = 0;
-  for (const auto& b : layout_.buckets) elements += staged() ? b.shard_numel : b.numel;
-  return elements * static_cast<int64_t>(sizeof(float));
+  int64_t bytes = 0;
+  for (const auto& b : layout_.buckets) {
+    const int64_t fp32_shard = b.shard_numel * static_cast<int64_t>(sizeof(float));
+    if (staged()) bytes += fp32_shard;
+    else bytes += b.numel * reduce_element_bytes() + (reduces_in_bf16() ? fp32_shard : 0);
+  }
+  return bytes;
 }
 
 void GradientSync::order_gathers(const std::vector<std::vector<torch::Tensor>>& units) {
@@ -461,6 +480,7 @@ void GradientSync::begin_step() {
   gathers_of_step_ = std::move(gathers_waited_);
   gathers_waited_.clear();
   std::fill(arrived_.begin(), arrived_.end(), 0);
+  grads_to_drop_.clear();
   for (auto& b : buckets_) {
     b.pending = static_cast<int64_t>(b.params.size());
     b.launched = false;
@@ -472,8 +492,9 @@ void GradientSync::begin_step() {
 void GradientSync::stage_bucket(size_t index) {
   auto& b = buckets_[index];
   const auto& plan = layout_.buckets[index];
-  b.flat = torch::empty({plan.numel}, b.shard.options());
-  staging_->now += plan.numel * static_cast<int64_t>(sizeof(float));
+  b.flat = torch::empty({plan.numel}, b.shard.options().dtype(reduce_dtype_));
+  b.reduced = reduces_in_bf16() ? b.flat.narrow(0, layout_.rank * plan.shard_numel, plan.shard_numel) : b.shard;
+  staging_->now += plan.numel * reduce_element_bytes();
   staging_->peak = std::max(staging_->peak, staging_->now);
   if (b.padding_index.defined()) b.flat.index_fill_(0, b.padding_index, 0.0);
   for (size_t k = 0; k < plan.params.size(); ++k) {
@@ -488,29 +509,41 @@ void GradientSync::release_bucket(size_t index) {
   // Ordered after the reduce-scatter that reads it (a stream wait on NCCL): the caching allocator may
   // then hand the memory to the compute stream's next allocation.
   b.work->wait();
+  widen_shard(b);
   for (size_t i : b.params) {
     slots_[i] = torch::Tensor();
     params_[i].mutable_grad() = torch::Tensor();
   }
   b.flat = torch::Tensor();
-  staging_->now -= layout_.buckets[index].numel * static_cast<int64_t>(sizeof(float));
+  b.reduced = torch::Tensor();
+  staging_->now -= layout_.buckets[index].numel * reduce_element_bytes();
+}
+
+void GradientSync::widen_shard(Bucket& b) {
+  if (reduces_in_bf16()) b.shard.copy_(b.reduced);
 }
 
 torch::Tensor GradientSync::on_gradient(size_t i, const torch::Tensor& grad) {
   TORCH_CHECK(!arrived_[i], "data parallel: parameter ", i, " got two gradients in one backward");
   arrived_[i] = 1;
   if (staged() && !buckets_[bucket_of_[i]].flat.defined()) stage_bucket(bucket_of_[i]);
-  slots_[i].copy_(grad);
+  // The earlier parameters' fp32 gradients (bf16): their accumulation into .grad is done by now.
+  for (size_t earlier : grads_to_drop_) params_[earlier].mutable_grad() = torch::Tensor();
+  grads_to_drop_.clear();
+  // The scaling by 1/world in the copy's own pass (the same division the whole bucket got after it).
+  const double divisor = static_cast<double>(gradient_divisor_ > 0 ? gradient_divisor_ : group_.world_size());
+  at::div_out(slots_[i], grad, at::native::wrapped_scalar_tensor(divisor));
   // Taken before any launch: staged, launching a later bucket that was already full releases this one
   // (the view then keeps its memory until finish() drops every .grad).
-  auto view = slots_[i].view(slots_[i].sizes());
+  torch::Tensor view;
+  if (reduces_in_bf16()) grads_to_drop_.push_back(i);  // autograd keeps its own (undefined: unchanged)
+  else view = slots_[i].view(slots_[i].sizes());
   if (--buckets_[bucket_of_[i]].pending == 0) launch_ready();
   return view;
 }
 
 void GradientSync::launch(Bucket& b) {
-  b.flat.div_(static_cast<double>(gradient_divisor_ > 0 ? gradient_divisor_ : group_.world_size()));
-  b.work = layout_.sharded ? group_.reduce_scatter_sum_async(b.shard, b.flat) : group_.allreduce_sum_async(b.flat);
+  b.work = layout_.sharded ? group_.reduce_scatter_sum_async(b.reduced, b.flat) : group_.allreduce_sum_async(b.flat);
   b.launched = true;
   // Full: every gradient of the unit is in, so its backward has read its parameters for the last time.
   if (full()) release_parameters(b);
@@ -539,8 +572,11 @@ void GradientSync::finish() {
   const auto t0 = Clock::now();
   for (auto& b : buckets_) b.work->wait();
   last_wait_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  grads_to_drop_.clear();  // every .grad of a sharded sync is dropped below
   if (staged())
     for (size_t b = 0; b < buckets_.size(); ++b) release_bucket(b);
+  else if (layout_.sharded)
+    for (auto& b : buckets_) widen_shard(b);
   for (size_t i = 0; i < params_.size(); ++i) {
     if (layout_.sharded) {
       // Only the rank's shard is reduced: a full-size .grad would hold this rank's own gradient alone.
@@ -602,10 +638,10 @@ double GradientSync::comm_ms() const {
 GradientSync::CollectiveBytes GradientSync::collective_bytes() const {
   int64_t elements = 0;
   for (const auto& b : layout_.buckets) elements += b.numel;
-  const int64_t bytes = elements * static_cast<int64_t>(sizeof(float));
+  const int64_t reduced = elements * reduce_element_bytes(), gathered = elements * static_cast<int64_t>(sizeof(float));
   CollectiveBytes out;
-  if (layout_.sharded) out.reduce_scatter = out.all_gather = bytes;
-  else out.all_reduce = bytes;
+  if (layout_.sharded) out.reduce_scatter = reduced, out.all_gather = gathered;
+  else out.all_reduce = reduced;
   // Full: the layers are gathered again for their backward (not the embedding nor the last unit).
   if (full())
     for (size_t u = 1; u + 1 < unit_buckets_.size(); ++u)

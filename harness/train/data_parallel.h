@@ -4,10 +4,11 @@
 // gradient all-reduce that overlaps backward.
 //
 // GradientSync: parameters are packed, in reverse order (the order backward reaches them), into flat
-// fp32 buckets of distributed.bucket_mb (harness/shard_layout.h). A hook on each parameter copies its gradient into its slot and
-// hands the slot back to autograd as the parameter's .grad (so no second copy of the gradients lives
-// on); when a bucket's last gradient arrives, the bucket is scaled by 1/world and all-reduced (sum)
-// asynchronously while backward goes on. Buckets are launched strictly in index order, the same on
+// fp32 buckets of distributed.bucket_mb (harness/shard_layout.h). A hook on each parameter writes its
+// gradient divided by the world into its slot (one pass: the copy and the scaling together) and hands
+// the slot back to autograd as the parameter's .grad (so no second copy of the gradients lives on);
+// when a bucket's last gradient arrives, the bucket is all-reduced (sum) asynchronously while backward
+// goes on. Buckets are launched strictly in index order, the same on
 // every rank (NCCL needs the same sequence of collectives everywhere). finish() launches what a
 // parameter without a gradient held back (its slot zeroed), then waits: on CUDA a stream wait (no host
 // sync), on Gloo a host wait. A parameter's .grad is then the world's mean gradient.
@@ -32,6 +33,14 @@
 // and again before its backward (an identity node on its outputs: the previous unit's prefetched),
 // then freed: after its forward, and after its gradients are reduce-scattered. The last unit (final
 // norm and head) stays through its backward; the embedding's backward needs no weights.
+//
+// Reduced in bf16 (distributed.reduce_dtype = "bf16", sharded stages only): the buckets are bf16, so the
+// reduce-scatter carries half the bytes; the hook writes g / world rounded to bf16 into its slot and leaves
+// autograd's fp32 gradient as the .grad, dropped at the next hook (its accumulation is done by then:
+// one parameter's gradient lives on at most). The rank's reduced bf16 part is widened into its fp32
+// shard once reduced, where the optimizer reads it. The sum over ranks is rounded to bf16 (NCCL adds in
+// fp32 and stores bf16 at each step of its ring), so the result differs from the fp32 reduction by
+// more than reduction order: the convergence gate judges it (docs/architecture.md "Data parallel").
 //
 // A whole-step CUDA graph (harness/train/step_executor.h) captures every collective above with the
 // step, each launched from the same host code; a graph cannot end with collectives in flight, so a
@@ -150,8 +159,10 @@ class GradientSync : public model::ParameterUnitHooks {
   // buffers. `units`: the model's parameters by first use in forward (model/parameter_units.h); the
   // parameter all-gathers follow their order (without them, reverse bucket order), and under "full"
   // each unit is one bucket (bucket_bytes is not used) and required.
+  // `reduce_dtype`: kFloat, or kBFloat16 under a sharded stage (std::invalid_argument otherwise).
   GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
-               ShardingStage stage = ShardingStage::none, const std::vector<std::vector<torch::Tensor>>& units = {});
+               ShardingStage stage = ShardingStage::none, const std::vector<std::vector<torch::Tensor>>& units = {},
+               torch::ScalarType reduce_dtype = torch::kFloat);
   ~GradientSync() override;
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
@@ -181,8 +192,9 @@ class GradientSync : public model::ParameterUnitHooks {
   ProcessGroup& group() const { return group_; }
   const ShardLayout& layout() const { return layout_; }
   ShardingStage stage() const { return stage_; }
+  torch::ScalarType reduce_dtype() const { return reduce_dtype_; }
   // Bytes of gradient buffers this rank keeps between steps (the full buckets, or its shards under
-  // "gradients").
+  // "gradients"; reduced in bf16 the bf16 buckets and the fp32 shards).
   int64_t gradient_bytes() const;
   // Bytes of fp32 parameters this rank keeps between uses: the whole (padded) buffers, or its shards
   // under "full".
@@ -228,8 +240,11 @@ class GradientSync : public model::ParameterUnitHooks {
 
  private:
   struct Bucket {
-    torch::Tensor flat;               // staged: defined from its first gradient until released
-    torch::Tensor param_flat, shard;  // sharded only
+    torch::Tensor flat;               // in reduce_dtype_; staged: defined from its first gradient until released
+    torch::Tensor param_flat, shard;  // sharded only; the shard is fp32
+    // Sharded: where the reduce-scatter writes the rank's part: the shard itself, or (reduced in bf16)
+    // the rank's slice of `flat`, widened into the shard once reduced.
+    torch::Tensor reduced;
     torch::Tensor padding_index;      // staged: the bucket's elements that belong to no parameter
     std::vector<size_t> params;  // indices into params_
     int64_t pending = 0;
@@ -250,9 +265,13 @@ class GradientSync : public model::ParameterUnitHooks {
   void launch(Bucket& b);
   void stage_bucket(size_t b);    // staged: allocates the bucket and its parameters' slots
   void release_bucket(size_t b);  // staged: after its reduce-scatter, the bucket and the .grads into it
+  void widen_shard(Bucket& b);    // bf16: the reduced part into the fp32 shard, after its collective
+  bool reduces_in_bf16() const { return reduce_dtype_ != torch::kFloat; }
+  int64_t reduce_element_bytes() const { return reduces_in_bf16() ? 2 : 4; }
 
   ProcessGroup& group_;
   ShardingStage stage_;
+  torch::ScalarType reduce_dtype_;
   // Gradients staged in transient buckets (ZeRO-2 and 3); parameters sharded too (ZeRO-3).
   bool staged() const { return stage_ == ShardingStage::gradients || stage_ == ShardingStage::full; }
   bool full() const { return stage_ == ShardingStage::full; }
@@ -261,6 +280,8 @@ class GradientSync : public model::ParameterUnitHooks {
   std::vector<torch::Tensor> slots_;       // params_[i]'s view into its bucket
   std::vector<size_t> bucket_of_;          // params_[i] -> bucket
   std::vector<char> arrived_;              // this step
+  // bf16: parameters whose .grad autograd set to its own fp32 gradient, dropped at the next hook.
+  std::vector<size_t> grads_to_drop_;
   std::vector<Bucket> buckets_;
   size_t next_launch_ = 0;
   std::vector<unsigned> hook_ids_;

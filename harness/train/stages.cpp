@@ -520,6 +520,7 @@ static receipts::ShardingFacts sharding_facts(const ExperimentSpec& spec, const 
                                               const TrainOptimizer& optimizer) {
   receipts::ShardingFacts f;
   f.stage = spec.distributed.sharding;
+  f.reduce_dtype = spec.distributed.reduce_dtype;
   f.expert_parallel = spec.distributed.expert_parallel;
   f.optimizer_state_bytes = optimizer.state_bytes();
   for (const auto* sync : {executor.sync(), executor.expert_sync()}) {

@@ -50,6 +50,7 @@ StepExecutor::StepExecutor(const ExperimentSpec& spec, const RunPosture& posture
     const auto stage = sharding_stage(spec.distributed.sharding);
     const int64_t bucket_bytes = spec.distributed.bucket_mb << 20;
     const auto units = state.model->parameter_units();
+    const auto reduce_dtype = spec.distributed.reduce_dtype == "bf16" ? torch::kBFloat16 : torch::kFloat;
     if (posture.experts) {
       // The expert weights differ between the ranks of an expert group: they are averaged (and sharded)
       // over the ranks holding the same experts (divided by the job's size: the loss is the job's mean),
@@ -59,13 +60,13 @@ StepExecutor::StepExecutor(const ExperimentSpec& spec, const RunPosture& posture
       for (const auto& p : state.params)
         if (std::none_of(experts.begin(), experts.end(), [&](const torch::Tensor& e) { return e.is_same(p); }))
           shared.push_back(p);
-      sync_ = std::make_unique<GradientSync>(*posture.group, shared, bucket_bytes, stage, units);
-      expert_sync_ =
-          std::make_unique<GradientSync>(posture.experts->expert_data_group(), experts, bucket_bytes, stage, units);
+      sync_ = std::make_unique<GradientSync>(*posture.group, shared, bucket_bytes, stage, units, reduce_dtype);
+      expert_sync_ = std::make_unique<GradientSync>(posture.experts->expert_data_group(), experts, bucket_bytes,
+                                                    stage, units, reduce_dtype);
       expert_sync_->divide_gradients_by(posture.group->world_size());
       expert_sync_->count_staging_with(*sync_);
     } else {
-      sync_ = std::make_unique<GradientSync>(*posture.group, state.params, bucket_bytes, stage, units);
+      sync_ = std::make_unique<GradientSync>(*posture.group, state.params, bucket_bytes, stage, units, reduce_dtype);
     }
     moe_collectives_.experts = posture.experts.get();
     moe_collectives_.sum_over_job = [group = posture.group.get()](torch::Tensor& t) {

@@ -327,7 +327,7 @@ TEST_F(CliTest, ShowPrintsTheDataParallelShapeAndTheMoeRouter) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("overrides: model.d_model=2048"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("sharding: optimizer  20 buckets  optimizer state 1.16 GB  gradients kept 1.16 GB\n"),
+  EXPECT_NE(r.out.find("sharding: optimizer  gradients reduced in fp32  20 buckets  optimizer state 1.16 GB  gradients kept 1.16 GB\n"),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("collectives a step (rank 0):  reduce-scatter 5.28 ms of 1.16 GB  all-gather 2.63 ms of 1.16 GB\n"),

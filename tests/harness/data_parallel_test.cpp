@@ -83,9 +83,13 @@ void check_identity_world(const torch::Device& device, const std::string& backen
   EXPECT_EQ(group.ranks_behind(0), "");  // nobody else to be behind
 }
 
-// ZeRO-2 in a world of 1: the shard is the whole bucket, so it must hold autograd's gradients bit for bit
-// (the padding zero), while no parameter keeps a .grad and no staged bucket outlives the step.
-void check_staged_world(const torch::Device& device, const std::string& backend) {
+// Sharded in a world of 1: the shard is the whole bucket, so it must hold autograd's gradients bit for bit
+// (the padding zero), or reduced in bf16 exactly their rounding to bf16 (a sum of one is the value
+// itself), while no parameter keeps a .grad and (ZeRO-2) no staged bucket outlives the step.
+void check_sharded_world(const torch::Device& device, const std::string& backend, ShardingStage stage,
+                         torch::ScalarType reduce_dtype = torch::kFloat) {
+  SCOPED_TRACE(std::string(backend) + (stage == ShardingStage::optimizer ? " optimizer" : " gradients") +
+               (reduce_dtype == torch::kFloat ? " fp32" : " bf16"));
   auto group = world_of_one(device, backend);
   torch::manual_seed(12);
   const auto opt = torch::TensorOptions(device).dtype(torch::kFloat);
@@ -103,21 +107,34 @@ void check_staged_world(const torch::Device& device, const std::string& backend)
   for (size_t i = 0; i < 3; ++i) expected.push_back(params[i].grad().clone());
   expected.push_back(torch::zeros({7}, opt));  // unused: the zero mean
   for (auto& p : params) p.mutable_grad() = torch::Tensor();
+  if (reduce_dtype != torch::kFloat)
+    for (auto& e : expected) e = e.to(reduce_dtype).to(torch::kFloat);
+  const int64_t reduce_bytes = reduce_dtype == torch::kFloat ? 4 : 2;
 
-  GradientSync sync(*group, params, /*bucket_bytes=*/1024, ShardingStage::gradients);
+  GradientSync sync(*group, params, /*bucket_bytes=*/1024, stage, {}, reduce_dtype);
   ASSERT_EQ(sync.buckets(), 2u);
   for (size_t i = 0; i < params.size(); ++i)  // moved into the flat parameter buffers, values kept
     EXPECT_TRUE(torch::equal(params[i], values[i])) << backend << " param " << i;
   int64_t whole = 0;
   for (const auto& b : sync.layout().buckets) whole += b.numel;
-  EXPECT_EQ(sync.gradient_bytes(), 4 * whole);  // a world of 1 keeps the whole shard
+  // A world of 1's shard is the whole bucket: ZeRO-2 keeps the fp32 shard alone, ZeRO-1 the bucket (in
+  // the reduction's dtype) and, reduced in bf16, the fp32 shard it is widened into.
+  const int64_t kept = stage == ShardingStage::gradients ? 4 * whole
+                                                         : reduce_bytes * whole + (reduce_bytes == 4 ? 0 : 4 * whole);
+  EXPECT_EQ(sync.gradient_bytes(), kept);
+  EXPECT_EQ(sync.collective_bytes().reduce_scatter, reduce_bytes * whole);
+  EXPECT_EQ(sync.collective_bytes().all_gather, 4 * whole);
   for (int step = 0; step < 2; ++step) {
     sync.begin_step();
     loss_of().backward();
     sync.finish();
     EXPECT_EQ(sync.staged_bytes(), 0) << "a staged bucket outlived the step";
-    EXPECT_GT(sync.staging_peak_bytes(), 0);
-    EXPECT_LE(sync.staging_peak_bytes(), 4 * whole);
+    if (stage == ShardingStage::gradients) {
+      EXPECT_GT(sync.staging_peak_bytes(), 0);
+      EXPECT_LE(sync.staging_peak_bytes(), reduce_bytes * whole);
+    } else {
+      EXPECT_EQ(sync.staging_peak_bytes(), 0);
+    }
     std::vector<torch::Tensor> padding;  // per bucket: true where no parameter lies
     for (const auto& b : sync.layout().buckets) padding.push_back(torch::ones({b.numel}, opt.dtype(torch::kBool)));
     for (size_t i = 0; i < params.size(); ++i) {
@@ -181,11 +198,36 @@ TEST(DataParallel, NcclStagedBucketsMayFillOutOfOrder) {
 
 TEST(DataParallel, GlooWorldOfOneHandsBackAutogradsGradients) { check_identity_world(torch::kCPU, "gloo"); }
 
-TEST(DataParallel, GlooWorldOfOneStagesGradientsIntoItsShard) { check_staged_world(torch::kCPU, "gloo"); }
+TEST(DataParallel, GlooWorldOfOneStagesGradientsIntoItsShard) {
+  check_sharded_world(torch::kCPU, "gloo", ShardingStage::gradients);
+}
 
 TEST(DataParallel, NcclWorldOfOneStagesGradientsIntoItsShard) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: NCCL runs on the GPU machine";
-  check_staged_world(torch::Device(torch::kCUDA, 0), "nccl");
+  check_sharded_world(torch::Device(torch::kCUDA, 0), "nccl", ShardingStage::gradients);
+}
+
+TEST(DataParallel, GlooWorldOfOneReducesInBf16IntoFp32Shards) {
+  for (const auto stage : {ShardingStage::optimizer, ShardingStage::gradients})
+    check_sharded_world(torch::kCPU, "gloo", stage, torch::kBFloat16);
+}
+
+TEST(DataParallel, NcclWorldOfOneReducesInBf16IntoFp32Shards) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: NCCL runs on the GPU machine";
+  for (const auto stage : {ShardingStage::optimizer, ShardingStage::gradients})
+    check_sharded_world(torch::Device(torch::kCUDA, 0), "nccl", stage, torch::kBFloat16);
+}
+
+TEST(DataParallel, Bf16ReductionNeedsASharding) {
+  auto group = world_of_one(torch::kCPU, "gloo");
+  std::vector<torch::Tensor> params{torch::randn({4}).requires_grad_()};
+  try {
+    GradientSync sync(*group, params, 1024, ShardingStage::none, {}, torch::kBFloat16);
+    FAIL() << "an unsharded bf16 reduction was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("distributed.sharding"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(GradientSync(*group, params, 1024, ShardingStage::optimizer, {}, torch::kHalf), std::invalid_argument);
 }
 
 TEST(DataParallel, NcclWorldOfOneHandsBackAutogradsGradients) {

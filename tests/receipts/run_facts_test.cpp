@@ -46,6 +46,7 @@ RunFacts every_section() {
   d.per_rank[1].exposed_comm_share = 0.025;
   d.exposed_comm_share = 0.023;
   d.sharding = ShardingFacts{"gradients", 12, 150'000'000, 480, 600'000'000, 300'000'000, 100'000'000};
+  d.sharding->reduce_dtype = "bf16";
   f.distributed = d;
   ProfileFacts p;
   p.status = "ok";
@@ -78,6 +79,7 @@ TEST(RunFacts, EverySectionSurvivesTheStore) {
   EXPECT_EQ(back.distributed->per_rank.at(1).collective_wait_ms, 14.0);
   ASSERT_TRUE(back.distributed->sharding);
   EXPECT_EQ(back.distributed->sharding->stage, "gradients");
+  EXPECT_EQ(back.distributed->sharding->reduce_dtype, "bf16");
   EXPECT_EQ(back.distributed->sharding->optimizer_state_bytes, 600'000'000);
   EXPECT_EQ(back.distributed->sharding->gradient_bytes, 300'000'000);
   EXPECT_EQ(back.distributed->per_rank.at(0).median_reduce_scatter_ms, 4.0);
@@ -89,6 +91,16 @@ TEST(RunFacts, EverySectionSurvivesTheStore) {
   EXPECT_EQ(back.model->overrides, std::vector<std::string>{"--set model.d_model=2048"});
   ASSERT_TRUE(back.precision);
   EXPECT_EQ(back.precision->mfu_peak_flops, 989.4e12);
+}
+
+// Sharding facts written before reduce_dtype was recorded: every reduction then was fp32.
+TEST(RunFacts, ShardingWithoutAReductionDtypeReadsAsFp32) {
+  const json j = json::parse(R"({"distributed": {"world_size": 2, "backend": "nccl", "per_rank": [],
+    "sharding": {"stage": "optimizer", "buckets": 20}}})");
+  const RunFacts f = run_facts_from_json(j);
+  ASSERT_TRUE(f.distributed && f.distributed->sharding);
+  EXPECT_EQ(f.distributed->sharding->reduce_dtype, "fp32");
+  EXPECT_EQ(f.distributed->sharding->buckets, 20);
 }
 
 // A summary as receipts held it before the facts were typed (schema v4 stores, 2026-11): the flat
