@@ -25,6 +25,7 @@ RunResult run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
   // are finalised (ncclCommFinalize waits for every graph that holds them).
   const auto shutdown = [&] {
     outcome.graph.reset();
+    if (posture.counts) posture.counts->shutdown();
     posture.group->shutdown();
   };
   if (!recorder->owns_run()) {

@@ -246,6 +246,11 @@ RunPosture choose_posture(const ExperimentSpec& spec, const RunOptions& opt) {
                                              std::chrono::seconds(spec.distributed.timeout_s));
     if (spec.distributed.expert_parallel > 1)
       p.experts = std::make_shared<ExpertParallel>(*p.group, spec.distributed.expert_parallel);
+    if (spec.distributed.sharding != "none" && spec.model.pattern.find('E') != std::string::npos) {
+      std::vector<int64_t> job(static_cast<size_t>(p.group->world_size()));
+      std::iota(job.begin(), job.end(), int64_t{0});
+      p.counts = p.group->subgroup("moe-counts", job);
+    }
   }
   return p;
 }

@@ -63,6 +63,11 @@ struct RunPosture {
   std::shared_ptr<ProcessGroup> group;
   // distributed.expert_parallel > 1: the expert groups this rank belongs to; null otherwise.
   std::shared_ptr<ExpertParallel> experts;
+  // Sharded with E layers: the job's ranks again, on a communicator of their own, for the E layers'
+  // load counts (one small all-reduce a layer in the forward). On the job's communicator they would
+  // queue behind the step's parameter all-gathers (one stream, issue order): the first E layer would
+  // wait for every gather of the model. Null otherwise (the counts use `group`).
+  std::shared_ptr<ProcessGroup> counts;
   bool writes_receipt() const { return !group || group->rank() == 0; }
 };
 // The model's shapes the backends' availability checks see (kernels/catalog.h ModelDims), for the block

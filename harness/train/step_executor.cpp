@@ -69,9 +69,8 @@ StepExecutor::StepExecutor(const ExperimentSpec& spec, const RunPosture& posture
       sync_ = std::make_unique<GradientSync>(*posture.group, state.params, bucket_bytes, stage, units, reduce_dtype);
     }
     moe_collectives_.experts = posture.experts.get();
-    moe_collectives_.sum_over_job = [group = posture.group.get()](torch::Tensor& t) {
-      group->allreduce_sum_async(t)->wait();
-    };
+    ProcessGroup* counts = posture.counts ? posture.counts.get() : posture.group.get();
+    moe_collectives_.sum_over_job = [counts](torch::Tensor& t) { counts->allreduce_sum_async(t)->wait(); };
     state.model->set_moe_collectives(&moe_collectives_);
     // Sharded: the optimizer updates the rank's shards of the flat buffers the parameters now live in.
     if (stage != ShardingStage::none) {
