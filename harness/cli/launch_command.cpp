@@ -102,6 +102,10 @@ pid_t start_rank(const std::vector<std::string>& args, const std::vector<std::st
   return pid;
 }
 
+// CUDA's hardware work queues per context (the driver's default is 8), set for ranks `ablate launch` starts.
+constexpr const char* kCudaConnectionsEnv = "CUDA_DEVICE_MAX_CONNECTIONS";
+constexpr int kRankCudaConnections = 16;
+
 // The launcher's own variables and any a surrounding launcher left, replaced by this job's.
 std::vector<std::string> rank_env(int64_t rank, int64_t nproc, int port, const std::string& run_id_file) {
   static const char* kOwned[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
@@ -125,6 +129,12 @@ std::vector<std::string> rank_env(int64_t rank, int64_t nproc, int port, const s
     const int64_t cores = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
     env.push_back(fmt::format("OMP_NUM_THREADS={}", std::max<int64_t>(1, cores / std::max<int64_t>(1, nproc))));
   }
+  // The hardware work queues a rank's CUDA context spreads its streams over, unless the user set it:
+  // a captured data-parallel step replays each parameter all-gather on a stream of its own, and with the
+  // driver's default 8 queues compute kernels wait behind gathers that share theirs (16: 0.9906x the
+  // step at 4 x H200, ZeRO-1; experiments/results/2026-11-28-h200x4-bf16-reduce/). The receipt records it.
+  if (std::getenv(kCudaConnectionsEnv) == nullptr)
+    env.push_back(fmt::format("{}={}", kCudaConnectionsEnv, kRankCudaConnections));
   return env;
 }
 

@@ -325,6 +325,12 @@ Fingerprint run_fingerprint(const ExperimentSpec& spec, const RunPosture& postur
   for (const auto& [k, v] : device_fingerprint()) env[k] = v;
   env["device"] = posture.device_kind;
   env["intra_op_threads"] = std::to_string(at::get_num_threads());  // LibTorch's CPU pool (OMP_NUM_THREADS)
+  // CUDA's hardware work queues (read at context creation; the driver's default is 8): a captured
+  // data-parallel step's speed depends on it (harness/cli/launch_command.cpp sets it for its ranks).
+  if (posture.device.is_cuda()) {
+    const char* connections = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    env["cuda_device_max_connections"] = connections != nullptr ? connections : "default";
+  }
   env["dtype"] = posture.bf16 ? "bf16-autocast" : "fp32";
   env["compile.cuda_graphs_requested"] = spec.compile.cuda_graphs ? "true" : "false";
   env["compile.cuda_graphs_achieved"] = "false";
