@@ -314,6 +314,30 @@ TEST_F(DistributedTest, ShardedStagesReducingInBf16TrainNearTheFp32Job) {
   }
 }
 
+// Expert parallelism reduced in bf16: 4 ranks in two expert groups, so the experts' sync sums over its
+// expert-data group of 2 (divided by the job's 4 in the hook) and the shared weights' over 4 ranks: per
+// element the hook's rounding and up to 3 roundings of NCCL's (or Gloo's) running sum, at most 4 x 2^-9 =
+// 7.8e-3 relative on the norm; the losses as above. Both syncs' reduce-scatters carry bf16.
+TEST_F(DistributedTest, ExpertParallelReducingInBf16TrainsNearTheFp32Job) {
+  const std::string job = " --set model.pattern=AEMR --set backends.moe_dispatch=grouped_mm"
+                          " --set distributed.expert_parallel=2 --set train.grad_clip=0.05"
+                          " --set distributed.nproc=4 --set model.batch_size=1";
+  for (const std::string stage : {"optimizer", "gradients"}) {
+    SCOPED_TRACE("distributed.sharding = " + stage);
+    Recorded fp32, bf16;
+    ASSERT_NO_FATAL_FAILURE(launch_ok(job + " --set distributed.sharding=" + stage, 6, &fp32));
+    ASSERT_NO_FATAL_FAILURE(
+        launch_ok(job + " --set distributed.sharding=" + stage + " --set distributed.reduce_dtype=bf16", 6, &bf16));
+    expect_steps_near(bf16.loss, fp32.loss, 5e-4);
+    expect_steps_near(bf16.grad_norm, fp32.grad_norm, 7.8e-3);
+    EXPECT_NE(bf16.grad_norm, fp32.grad_norm);
+    const auto& a = fp32.summary["facts"]["distributed"]["sharding"];
+    const auto& b = bf16.summary["facts"]["distributed"]["sharding"];
+    EXPECT_EQ(b["reduce_dtype"], "bf16") << b.dump();
+    EXPECT_EQ(2 * b["reduce_scatter_bytes"].get<int64_t>(), a["reduce_scatter_bytes"].get<int64_t>()) << b.dump();
+  }
+}
+
 // A sharded job's checkpoint holds AdamW's state per parameter (gathered from the ranks): resuming it
 // sharded continues bit for bit (fp32 on the CPU; the same shards come back), and resuming it unsharded
 // continues as the unsharded job would (1e-6, as above): the file does not depend on the stage.
