@@ -11,6 +11,11 @@ namespace ablate::harness {
 
 using Fingerprint = std::map<std::string, std::string>;
 
+// CUDA's hardware work queues a context spreads its streams over (read when the context is created; the
+// driver's default is 8): `ablate launch` sets it for its ranks, a CUDA run records it (run_env
+// cuda_device_max_connections).
+inline constexpr const char* kCudaConnectionsEnv = "CUDA_DEVICE_MAX_CONNECTIONS";
+
 // The git facts a receipt records (run_env git_revision, git_dirty, git_revision_source).
 struct GitFacts {
   std::string revision;  // full or abbreviated hex revision, or "unknown"

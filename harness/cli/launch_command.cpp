@@ -31,6 +31,7 @@
 
 #include "ablations/child_env.h"
 #include "harness/cli/commands.h"
+#include "harness/env.h"
 #include "harness/train/device.h"
 #include "receipts/store.h"
 #include "spec/spec.h"
@@ -102,8 +103,7 @@ pid_t start_rank(const std::vector<std::string>& args, const std::vector<std::st
   return pid;
 }
 
-// CUDA's hardware work queues per context (the driver's default is 8), set for ranks `ablate launch` starts.
-constexpr const char* kCudaConnectionsEnv = "CUDA_DEVICE_MAX_CONNECTIONS";
+// CUDA's hardware work queues a rank's context gets (kCudaConnectionsEnv) unless the user set them.
 constexpr int kRankCudaConnections = 16;
 
 // The launcher's own variables and any a surrounding launcher left, replaced by this job's.
@@ -133,8 +133,8 @@ std::vector<std::string> rank_env(int64_t rank, int64_t nproc, int port, const s
   // a captured data-parallel step replays each parameter all-gather on a stream of its own, and with the
   // driver's default 8 queues compute kernels wait behind gathers that share theirs (16: 0.9906x the
   // step at 4 x H200, ZeRO-1; experiments/results/2026-11-28-h200x4-bf16-reduce/). The receipt records it.
-  if (std::getenv(kCudaConnectionsEnv) == nullptr)
-    env.push_back(fmt::format("{}={}", kCudaConnectionsEnv, kRankCudaConnections));
+  if (std::getenv(harness::kCudaConnectionsEnv) == nullptr)
+    env.push_back(fmt::format("{}={}", harness::kCudaConnectionsEnv, kRankCudaConnections));
   return env;
 }
 

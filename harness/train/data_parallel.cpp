@@ -249,6 +249,7 @@ GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>
                            ShardingStage stage, const std::vector<std::vector<torch::Tensor>>& units,
                            torch::ScalarType reduce_dtype)
     : group_(group), stage_(stage), reduce_dtype_(reduce_dtype) {
+  divide_gradients_by(group.world_size());
   const bool sharded = stage != ShardingStage::none;
   if (full() && units.empty()) throw std::logic_error("data parallel: sharding \"full\" needs the model's units");
   if (reduce_dtype != torch::kFloat && reduce_dtype != torch::kBFloat16)
@@ -519,6 +520,10 @@ void GradientSync::release_bucket(size_t index) {
   staging_->now -= layout_.buckets[index].numel * reduce_element_bytes();
 }
 
+void GradientSync::divide_gradients_by(int64_t ranks) {
+  gradient_divisor_ = at::native::wrapped_scalar_tensor(static_cast<double>(ranks));
+}
+
 void GradientSync::widen_shard(Bucket& b) {
   if (reduces_in_bf16()) b.shard.copy_(b.reduced);
 }
@@ -531,8 +536,7 @@ torch::Tensor GradientSync::on_gradient(size_t i, const torch::Tensor& grad) {
   for (size_t earlier : grads_to_drop_) params_[earlier].mutable_grad() = torch::Tensor();
   grads_to_drop_.clear();
   // The scaling by 1/world in the copy's own pass (the same division the whole bucket got after it).
-  const double divisor = static_cast<double>(gradient_divisor_ > 0 ? gradient_divisor_ : group_.world_size());
-  at::div_out(slots_[i], grad, at::native::wrapped_scalar_tensor(divisor));
+  at::div_out(slots_[i], grad, gradient_divisor_);
   // Taken before any launch: staged, launching a later bucket that was already full releases this one
   // (the view then keeps its memory until finish() drops every .grad).
   torch::Tensor view;

@@ -170,7 +170,7 @@ class GradientSync : public model::ParameterUnitHooks {
   // The reduced gradient is the sum over the group divided by `ranks` (default: the group's size, the
   // mean). Expert parallelism syncs the expert weights over the ranks holding the same experts, while
   // the loss they descend is the mean over every rank of the job: their divisor is the job's size.
-  void divide_gradients_by(int64_t ranks) { gradient_divisor_ = ranks; }
+  void divide_gradients_by(int64_t ranks);
 
   void begin_step();  // before backward
   void finish();      // after backward: every parameter's .grad is the mean over ranks
@@ -267,7 +267,7 @@ class GradientSync : public model::ParameterUnitHooks {
   void release_bucket(size_t b);  // staged: after its reduce-scatter, the bucket and the .grads into it
   void widen_shard(Bucket& b);    // bf16: the reduced part into the fp32 shard, after its collective
   bool reduces_in_bf16() const { return reduce_dtype_ != torch::kFloat; }
-  int64_t reduce_element_bytes() const { return reduces_in_bf16() ? 2 : 4; }
+  int64_t reduce_element_bytes() const { return static_cast<int64_t>(c10::elementSize(reduce_dtype_)); }
 
   ProcessGroup& group_;
   ShardingStage stage_;
@@ -289,7 +289,9 @@ class GradientSync : public model::ParameterUnitHooks {
   std::vector<std::vector<size_t>> unit_buckets_;  // unit -> the buckets its parameters lie in
   std::vector<c10::intrusive_ptr<c10d::Work>> gathers_waited_, gathers_of_step_;
   double last_wait_ms_ = 0;
-  int64_t gradient_divisor_ = 0;  // 0: the group's size
+  // What each hook divides a gradient by (the group's size unless divide_gradients_by), as the wrapped CPU
+  // scalar a Tensor-by-Scalar division makes: made once, not at every hook.
+  torch::Tensor gradient_divisor_;
   struct StagingBytes {
     int64_t now = 0, peak = 0;
   };

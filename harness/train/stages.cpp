@@ -328,7 +328,7 @@ Fingerprint run_fingerprint(const ExperimentSpec& spec, const RunPosture& postur
   // CUDA's hardware work queues (read at context creation; the driver's default is 8): a captured
   // data-parallel step's speed depends on it (harness/cli/launch_command.cpp sets it for its ranks).
   if (posture.device.is_cuda()) {
-    const char* connections = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    const char* connections = std::getenv(kCudaConnectionsEnv);
     env["cuda_device_max_connections"] = connections != nullptr ? connections : "default";
   }
   env["dtype"] = posture.bf16 ? "bf16-autocast" : "fp32";
