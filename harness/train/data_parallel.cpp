@@ -264,16 +264,25 @@ GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>
   std::map<const void*, int64_t> unit_of;
   for (size_t u = 0; u < units.size(); ++u)
     for (const auto& p : units[u]) unit_of[p.unsafeGetTensorImpl()] = static_cast<int64_t>(u);
-  std::vector<ParamShape> shapes;
+  // The trained parameters by first use in forward (a parameter in no unit after every unit's), so that
+  // the layout's reverse order is backward's: a bucket's gradients arrive together and the buckets fill
+  // in launch order (registration order would put the LM head, used last, beside the first layer: its
+  // gradient, among the first to arrive, would wait for the first layer's, reduced last).
+  std::vector<std::pair<int64_t, torch::Tensor>> trained;
   for (const auto& p : params) {
     if (!p.requires_grad()) continue;
     TORCH_CHECK(p.scalar_type() == torch::kFloat, "data parallel: parameters must be fp32 master weights, got ",
                 p.scalar_type());
-    params_.push_back(p);
     const auto unit = unit_of.find(p.unsafeGetTensorImpl());
     if (full() && unit == unit_of.end()) throw std::logic_error("data parallel: a parameter in no unit of the model");
+    trained.emplace_back(unit == unit_of.end() ? static_cast<int64_t>(units.size()) : unit->second, p);
+  }
+  std::stable_sort(trained.begin(), trained.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<ParamShape> shapes;
+  for (const auto& [unit, p] : trained) {
+    params_.push_back(p);
     shapes.push_back({p.numel(), p.dim(), static_cast<int64_t>(p.device().type()) * 1024 + p.device().index(),
-                      full() ? unit->second : 0});
+                      full() ? unit : 0});
   }
   // Full: a bucket is a unit (no byte limit closes one).
   layout_ = plan_buckets(shapes, full() ? std::numeric_limits<int64_t>::max() / 8 : bucket_bytes, sharded,

@@ -3,8 +3,9 @@
 // on the CPU (the same code path, so CI tests it without a GPU), and GradientSync, the bucketed
 // gradient all-reduce that overlaps backward.
 //
-// GradientSync: parameters are packed, in reverse order (the order backward reaches them), into flat
-// fp32 buckets of distributed.bucket_mb (harness/shard_layout.h). A hook on each parameter writes its
+// GradientSync: parameters are packed, in reverse order of first use in forward (the model's units:
+// the order backward reaches them), into flat fp32 buckets of distributed.bucket_mb
+// (harness/shard_layout.h). A hook on each parameter writes its
 // gradient divided by the world into its slot (one pass: the copy and the scaling together) and hands
 // the slot back to autograd as the parameter's .grad (so no second copy of the gradients lives on);
 // when a bucket's last gradient arrives, the bucket is all-reduced (sum) asynchronously while backward
@@ -157,8 +158,9 @@ class GradientSync : public model::ParameterUnitHooks {
  public:
   // Sharded (any stage but none; see the header): moves every parameter's data into the flat parameter
   // buffers. `units`: the model's parameters by first use in forward (model/parameter_units.h); the
-  // parameter all-gathers follow their order (without them, reverse bucket order), and under "full"
-  // each unit is one bucket (bucket_bytes is not used) and required.
+  // buckets are laid out in their reverse order (without them, the reverse of `params`), the parameter
+  // all-gathers follow their order, and under "full" each unit is one bucket (bucket_bytes is not used)
+  // and required. params() lists the parameters in that order.
   // `reduce_dtype`: kFloat, or kBFloat16 under a sharded stage (std::invalid_argument otherwise).
   GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
                ShardingStage stage = ShardingStage::none, const std::vector<std::vector<torch::Tensor>>& units = {},

@@ -187,6 +187,14 @@ void check_staged_out_of_order(const torch::Device& device, const std::string& b
   }
 }
 
+// Where the sync lists `p` (its params() order is its own: by first use in forward).
+size_t sync_index(const GradientSync& sync, const torch::Tensor& p) {
+  for (size_t i = 0; i < sync.params().size(); ++i)
+    if (sync.params()[i].is_same(p)) return i;
+  ADD_FAILURE() << "a parameter the sync does not hold";
+  return 0;
+}
+
 }  // namespace
 
 TEST(DataParallel, GlooStagedBucketsMayFillOutOfOrder) { check_staged_out_of_order(torch::kCPU, "gloo"); }
@@ -228,6 +236,54 @@ TEST(DataParallel, Bf16ReductionNeedsASharding) {
     EXPECT_NE(std::string(e.what()).find("distributed.sharding"), std::string::npos) << e.what();
   }
   EXPECT_THROW(GradientSync(*group, params, 1024, ShardingStage::optimizer, {}, torch::kHalf), std::invalid_argument);
+}
+
+// The buckets follow the model's units backwards (the order backward produces gradients), not the order
+// the parameters were registered in: a model registers its embedding, final norm and LM head before its
+// layers, yet uses the head last, so the head's gradient, among the first to arrive, must not share a
+// bucket with (and wait for) the first layer's. One parameter a bucket shows the order itself.
+TEST(DataParallel, GlooBucketsFollowTheUnitsBackwards) {
+  auto group = world_of_one(torch::kCPU, "gloo");
+  torch::manual_seed(14);
+  // Registration order: embedding, final norm, head, layer 0, layer 1.
+  auto embedding = torch::randn({11, 8}).requires_grad_(), norm = torch::randn({8}).requires_grad_(),
+       head = torch::randn({11, 8}).requires_grad_(), layer0 = torch::randn({8, 8}).requires_grad_(),
+       layer1 = torch::randn({8, 8}).requires_grad_();
+  const std::vector<torch::Tensor> params{embedding, norm, head, layer0, layer1};
+  const std::vector<std::vector<torch::Tensor>> units{{embedding}, {layer0}, {layer1}, {norm, head}};
+  const auto tokens = torch::tensor({3, 1, 4, 1, 5}, torch::kLong);
+  auto loss_of = [&] {
+    auto h = embedding.index_select(0, tokens).matmul(layer0).tanh().matmul(layer1).tanh() * norm;
+    return torch::log_softmax(h.matmul(head.t()), -1).select(1, 2).sum();
+  };
+  loss_of().backward();
+  std::vector<torch::Tensor> expected;
+  for (auto& p : params) {
+    expected.push_back(p.grad().clone());
+    p.mutable_grad() = torch::Tensor();
+  }
+  for (const auto stage : {ShardingStage::none, ShardingStage::optimizer}) {
+    SCOPED_TRACE(stage == ShardingStage::none ? "none" : "optimizer");
+    GradientSync sync(*group, params, /*bucket_bytes=*/1, stage, units);
+    const std::vector<torch::Tensor> backward_order{head, norm, layer1, layer0, embedding};
+    ASSERT_EQ(sync.buckets(), backward_order.size());
+    for (size_t b = 0; b < backward_order.size(); ++b) {
+      ASSERT_EQ(sync.layout().buckets[b].params.size(), 1u);
+      EXPECT_TRUE(sync.params()[sync.layout().buckets[b].params[0]].is_same(backward_order[b])) << "bucket " << b;
+    }
+    sync.begin_step();
+    loss_of().backward();
+    sync.finish();
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto got = stage == ShardingStage::none
+                           ? params[i].grad()
+                           : sync.gradient_shard(sync.layout().bucket_of[sync_index(sync, params[i])])
+                                 .narrow(0, sync.layout().offset_of[sync_index(sync, params[i])], params[i].numel())
+                                 .view(params[i].sizes());
+      EXPECT_TRUE(torch::equal(got, expected[i])) << "param " << i;
+      params[i].mutable_grad() = torch::Tensor();
+    }
+  }
 }
 
 TEST(DataParallel, NcclWorldOfOneHandsBackAutogradsGradients) {
