@@ -183,6 +183,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::all_gather_async(torch::Tensor& out
   return backend_->_allgather_base(out, in);
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroup::all_gather_coalesced_async(std::vector<torch::Tensor>& outs,
+                                                                       std::vector<torch::Tensor>& ins) {
+  return backend_->allgather_into_tensor_coalesced(outs, ins);
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroup::all_to_all_async(torch::Tensor& out, torch::Tensor& in,
                                                               const std::vector<int64_t>& out_splits,
                                                               const std::vector<int64_t>& in_splits) {
@@ -364,9 +369,11 @@ void GradientSync::order_gathers(const std::vector<std::vector<torch::Tensor>>& 
   std::map<const void*, size_t> index_of;
   for (size_t i = 0; i < params_.size(); ++i) index_of[params_[i].unsafeGetTensorImpl()] = i;
   unit_buckets_.assign(units.size(), {});
-  gather_order_.clear();
+  gather_groups_.clear();
   std::vector<char> ordered(buckets_.size(), 0);
-  for (size_t u = 0; u < units.size(); ++u)
+  size_t gathered = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    std::vector<size_t> first_needed;
     for (const auto& p : units[u]) {
       const auto it = index_of.find(p.unsafeGetTensorImpl());
       if (it == index_of.end()) continue;  // not trained (no gradient, never sharded)
@@ -375,34 +382,44 @@ void GradientSync::order_gathers(const std::vector<std::vector<torch::Tensor>>& 
       if (std::find(mine.begin(), mine.end(), b) == mine.end()) mine.push_back(b);
       if (!ordered[b]) {
         ordered[b] = 1;
-        gather_order_.push_back(b);
+        first_needed.push_back(b);
       }
     }
-  if (gather_order_.size() != buckets_.size())
+    gathered += first_needed.size();
+    if (!first_needed.empty()) gather_groups_.push_back(std::move(first_needed));
+  }
+  if (gathered != buckets_.size())
     throw std::logic_error(fmt::format("data parallel: the model's units hold {} of {} buckets' parameters",
-                                       gather_order_.size(), buckets_.size()));
+                                       gathered, buckets_.size()));
 }
 
 void GradientSync::gather_parameters() {
   if (!layout_.sharded) throw std::logic_error("data parallel: gather_parameters() on an unsharded sync");
   if (full()) return;  // each unit is gathered from its shard when the next forward reaches it
   wait_parameters();  // none should be pending: the forward waited for them all
-  std::vector<size_t> order = gather_order_;
-  if (order.empty())
-    for (size_t b = buckets_.size(); b-- > 0;) order.push_back(b);  // reverse layout order: forward's, roughly
-  for (size_t b : order) {
-    auto& bucket = buckets_[b];
-    const int64_t S = layout_.buckets[b].shard_numel;
-    auto mine = bucket.param_flat.narrow(0, layout_.rank * S, S);
+  auto groups = gather_groups_;
+  if (groups.empty())
+    for (size_t b = buckets_.size(); b-- > 0;) groups.push_back({b});  // reverse layout order: forward's, roughly
+  for (const auto& group : groups) {
     // In place: the rank's input is its own part of the output, which both backends allow.
-    bucket.gather = group_.all_gather_async(bucket.param_flat, mine);
+    std::vector<torch::Tensor> outs, ins;
+    for (size_t b : group) {
+      const int64_t S = layout_.buckets[b].shard_numel;
+      outs.push_back(buckets_[b].param_flat);
+      ins.push_back(buckets_[b].param_flat.narrow(0, layout_.rank * S, S));
+    }
+    const auto work = group.size() == 1 ? group_.all_gather_async(outs[0], ins[0])
+                                        : group_.all_gather_coalesced_async(outs, ins);
+    for (size_t b : group) buckets_[b].gather = work;
   }
 }
 
 void GradientSync::wait_gather(Bucket& b) {
   if (!b.gather) return;
   b.gather->wait();
-  gathers_waited_.push_back(std::move(b.gather));
+  // A coalesced gather is one collective for several buckets: counted once.
+  if (std::find(gathers_waited_.begin(), gathers_waited_.end(), b.gather) == gathers_waited_.end())
+    gathers_waited_.push_back(b.gather);
   b.gather.reset();
 }
 

@@ -22,7 +22,11 @@
 // ShardedAdamW (harness/train/optimizer.h) updates the shards; gather_parameters() then starts every
 // bucket's all-gather, in the order the next forward pass first needs the buckets, and returns at once:
 // as a model::ParameterUnitHooks the sync waits for a unit's buckets just before the forward reads them
-// (a stream wait on NCCL), so the gathers overlap the end of the step and the next forward.
+// (a stream wait on NCCL), so the gathers overlap the end of the step and the next forward. The buckets
+// a unit first needs are gathered as one coalesced collective (NCCL: one group, one kernel): the
+// forward waits for them together anyway, and a captured step, which issues every gather at once,
+// replays each collective as a graph branch of its own that can hold one of the hardware queues
+// (CUDA_DEVICE_MAX_CONNECTIONS) the compute stream shares: one per unit, not one per bucket.
 // "gradients" (ZeRO-2) keeps no full-size gradient bucket between steps: a bucket is allocated when its
 // first gradient arrives (its padding zeroed, so the shard's runs read zeros there), reduce-scattered
 // into a persistent shard of its own, and released once the next bucket is launched (the compute stream
@@ -114,6 +118,9 @@ class ProcessGroup {
   // Starts gathering every rank's `in` into `out` (world x in.numel() elements, rank order; `in` may be
   // part r of `out` itself); the caller waits.
   c10::intrusive_ptr<c10d::Work> all_gather_async(torch::Tensor& out, torch::Tensor& in);
+  // all_gather_async of each (outs[i], ins[i]) pair as one collective (NCCL: one group, one launch).
+  c10::intrusive_ptr<c10d::Work> all_gather_coalesced_async(std::vector<torch::Tensor>& outs,
+                                                            std::vector<torch::Tensor>& ins);
   // Starts the all-to-all of rows: `in`'s first in_splits[0] rows to rank 0 of the group, ...; `out`
   // receives out_splits[q] rows from rank q, in rank order; the caller waits.
   c10::intrusive_ptr<c10d::Work> all_to_all_async(torch::Tensor& out, torch::Tensor& in,
@@ -191,6 +198,9 @@ class GradientSync : public model::ParameterUnitHooks {
   bool wants_backward_hooks() const override { return full(); }
   void before_unit_backward(int64_t unit) override;
   size_t buckets() const { return buckets_.size(); }
+  // Sharded with units: the buckets each coalesced parameter all-gather carries, in issue order (each
+  // unit's that an earlier unit did not need, units without one left out).
+  const std::vector<std::vector<size_t>>& gather_groups() const { return gather_groups_; }
   ProcessGroup& group() const { return group_; }
   const ShardLayout& layout() const { return layout_; }
   ShardingStage stage() const { return stage_; }
@@ -287,7 +297,9 @@ class GradientSync : public model::ParameterUnitHooks {
   std::vector<Bucket> buckets_;
   size_t next_launch_ = 0;
   std::vector<unsigned> hook_ids_;
-  std::vector<size_t> gather_order_;               // buckets by first use in forward
+  // The buckets by the unit that first uses them, in forward order: a unit's are gathered as one
+  // coalesced collective (see gather_parameters()).
+  std::vector<std::vector<size_t>> gather_groups_;
   std::vector<std::vector<size_t>> unit_buckets_;  // unit -> the buckets its parameters lie in
   std::vector<c10::intrusive_ptr<c10d::Work>> gathers_waited_, gathers_of_step_;
   double last_wait_ms_ = 0;

@@ -257,9 +257,10 @@ TEST(DataParallel, GlooBucketsFollowTheUnitsBackwards) {
     return torch::log_softmax(h.matmul(head.t()), -1).select(1, 2).sum();
   };
   loss_of().backward();
-  std::vector<torch::Tensor> expected;
+  std::vector<torch::Tensor> expected, values;
   for (auto& p : params) {
     expected.push_back(p.grad().clone());
+    values.push_back(p.detach().clone());
     p.mutable_grad() = torch::Tensor();
   }
   for (const auto stage : {ShardingStage::none, ShardingStage::optimizer}) {
@@ -271,9 +272,20 @@ TEST(DataParallel, GlooBucketsFollowTheUnitsBackwards) {
       ASSERT_EQ(sync.layout().buckets[b].params.size(), 1u);
       EXPECT_TRUE(sync.params()[sync.layout().buckets[b].params[0]].is_same(backward_order[b])) << "bucket " << b;
     }
+    if (stage != ShardingStage::none) {
+      // One all-gather a unit, in forward order; the head's unit gathers its two buckets together.
+      const std::vector<std::vector<size_t>> groups{{4}, {3}, {2}, {1, 0}};
+      EXPECT_EQ(sync.gather_groups(), groups);
+    }
     sync.begin_step();
     loss_of().backward();
     sync.finish();
+    if (stage != ShardingStage::none) {
+      // A world of one's gathers (the coalesced one too, in place) leave the parameters as they were.
+      sync.gather_parameters();
+      sync.wait_parameters();
+      for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(torch::equal(params[i], values[i])) << "param " << i;
+    }
     for (size_t i = 0; i < params.size(); ++i) {
       const auto got = stage == ShardingStage::none
                            ? params[i].grad()
