@@ -63,7 +63,7 @@ std::optional<WorldEnv> read_world_env(const EnvLookup& getenv) {
         getenv("LOCAL_WORLD_SIZE") ? parse_int(getenv, "LOCAL_WORLD_SIZE", 1, w.world_size) : w.world_size;
     if (getenv("ABLATE_LAUNCH")) {
       w.launcher = "ablate launch";
-      w.store_hosted_by_launcher = false;  // rank 0 hosts it; the launcher only watches the processes
+      w.store_hosted_by_launcher = true;  // bound before the ranks start (harness/cli/launch_command.cpp)
     } else if (getenv("TORCHELASTIC_RUN_ID") || getenv("TORCHELASTIC_RESTART_COUNT")) {
       w.launcher = "torchrun";
       // torchrun's agent hosts a TCPStore on MASTER_PORT and tells its workers so (what

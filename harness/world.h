@@ -22,8 +22,8 @@ struct WorldEnv {
   std::string master_addr = "127.0.0.1";
   int64_t master_port = 29500;
   std::string launcher;  // "torchrun" | "ablate launch" | "slurm" | "" (a single process)
-  // The rendezvous store is hosted by the launcher (torchrun's agent store, or `ablate launch`): every
-  // rank connects to it as a client. Otherwise rank 0 hosts it.
+  // The rendezvous store is hosted by the launcher (`ablate launch`, or torchrun's agent store when it
+  // says so): every rank connects to it as a client. Otherwise rank 0 hosts it.
   bool store_hosted_by_launcher = false;
   std::string store_prefix = "ablate/";  // keys of this attempt (torchrun restarts get their own)
 };

@@ -11,10 +11,8 @@
 // Exit: 0 when every rank exited 0; 2 when the first rank to fail exited 2 (bad input); else 1.
 // Tests: tests/harness/distributed_test.cpp.
 #ifdef ABLATE_WITH_TORCH
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,6 +26,8 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "ablations/child_env.h"
 #include "harness/cli/commands.h"
@@ -46,21 +46,28 @@ using Clock = std::chrono::steady_clock;
 volatile sig_atomic_t g_forward_signal = 0;
 void on_termination_signal(int sig) { g_forward_signal = sig; }
 
-// A port the kernel just gave out: bound, read back, closed (the ranks bind it a moment later).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw std::runtime_error(fmt::format("launch: socket(): {}", std::strerror(errno)));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    ::close(fd);
-    throw std::runtime_error(fmt::format("launch: could not pick a free port: {}", std::strerror(errno)));
+// The job's rendezvous store, hosted by the launcher for the job's life (as torchrun's agent hosts
+// its own): bound before any rank starts, on `port` or (0) on one the kernel picks as it binds, so no
+// other process can take the port between its choice and its use, and still up for a rank that reads
+// it after another rank ended. The ranks connect to it as clients.
+c10::intrusive_ptr<c10d::TCPStore> host_rendezvous_store(int port) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<uint16_t>(port);
+  o.isServer = true;
+  o.waitWorkers = false;  // the ranks, not this process, wait for each other (ProcessGroup's rendezvous)
+  std::string why;
+  try {
+    return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
+  } catch (const c10::Error& e) {
+    why = e.what_without_backtrace();  // c10's what() carries its C++ stack
+  } catch (const std::exception& e) {
+    why = e.what();
   }
-  ::close(fd);
-  return ntohs(a.sin_port);
+  why = why.substr(0, why.find('\n'));
+  throw std::invalid_argument(port > 0 ? fmt::format("the launcher cannot host the rendezvous store on port {} ({}): "
+                                                     "give another --port, or leave it out for one the kernel picks",
+                                                     port, why)
+                                       : fmt::format("the launcher cannot host the rendezvous store ({})", why));
 }
 
 std::string describe_exit(int status) {
@@ -174,7 +181,7 @@ void register_launch(CLI::App& app, Globals& g) {
   cmd->add_option("file", file, "experiment TOML")->required()->check(CLI::ExistingFile);
   cmd->add_option("--nproc", nproc, "ranks (default: the file's distributed.nproc); sets distributed.nproc")
       ->check(CLI::Range(1, 4096));
-  cmd->add_option("--port", port, "rendezvous port on 127.0.0.1 (default: a free one)")->check(CLI::Range(1, 65535));
+  cmd->add_option("--port", port, "rendezvous port on 127.0.0.1 (default: one the kernel picks)")->check(CLI::Range(1, 65535));
   cmd->add_option("--grace", grace_s, "seconds the other ranks get to fail on their own after one died")
       ->check(CLI::Range(0.0, 3600.0));
   cmd->add_option("--set", overrides, "override section.key=value (repeatable)");
@@ -197,7 +204,8 @@ void register_launch(CLI::App& app, Globals& g) {
                          "as --set distributed.backend=\"gloo\")\n",
                  world, file);
     }
-    const int rendezvous = port > 0 ? port : free_port();
+    const auto store = host_rendezvous_store(port);
+    const int rendezvous = store->getPort();
     const fs::path run_id_file =
         fs::temp_directory_path() / fmt::format("ablate-launch-{}-{}.runid", ::getpid(), rendezvous);
     std::vector<std::string> args{"ablate", "--db", g.db, "run", file};

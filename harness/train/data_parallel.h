@@ -1,7 +1,7 @@
 // harness/train/data_parallel.h: data-parallel training over LibTorch's own c10d: the rendezvous
-// TCPStore (rank 0 hosts it, or torchrun's agent does), ProcessGroupNCCL on CUDA and ProcessGroupGloo
-// on the CPU (the same code path, so CI tests it without a GPU), and GradientSync, the bucketed
-// gradient all-reduce that overlaps backward.
+// TCPStore (hosted by the launcher, `ablate launch` or torchrun's agent, else by rank 0),
+// ProcessGroupNCCL on CUDA and ProcessGroupGloo on the CPU (the same code path, so CI tests it without
+// a GPU), and GradientSync, the bucketed gradient all-reduce that overlaps backward.
 //
 // GradientSync: parameters are packed, in reverse order of first use in forward (the model's units:
 // the order backward reaches them), into flat fp32 buckets of distributed.bucket_mb

@@ -6,8 +6,11 @@
 // GPUs (self-skipping elsewhere): the whole step captured with its NCCL collectives in every sharding stage trains as the
 // eager step does, expert parallelism refuses capture with its reason, and a rank that hangs during
 // the replays fails the job within the timeout. GPU (NCCL) figures come from the GPU machine.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <torch/cuda.h>
 #include <unistd.h>
 
@@ -726,6 +729,28 @@ TEST_F(DistributedTest, NprocAgainstTheLaunchedWorldFailsClosed) {
   const auto nccl = run_cli(ablate("launch " + spec_.string() + " --set distributed.backend=\"nccl\""));
   EXPECT_EQ(nccl.rc, 2) << nccl.out;
   EXPECT_NE(nccl.out.find("needs CUDA devices"), std::string::npos) << nccl.out;
+}
+
+// The launcher hosts the rendezvous store before any rank starts: a --port another process listens on is
+// bad input (exit 2, what and how to fix, nothing written), not a rank's stack trace.
+TEST_F(DistributedTest, LaunchOnAPortInUseSaysSoAndWritesNothing) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const int port = ntohs(a.sin_port);
+  const auto job = run_cli(ablate(fmt::format("launch --port {} {}", port, spec_.string())));
+  ::close(fd);
+  EXPECT_EQ(job.rc, 2) << job.out;
+  EXPECT_NE(job.out.find(fmt::format("cannot host the rendezvous store on port {}", port)), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("give another --port"), std::string::npos) << job.out;
+  EXPECT_EQ(job.out.find("frame #"), std::string::npos) << "a stack trace: " << job.out;
+  EXPECT_FALSE(fs::exists(db_)) << "bad input must write nothing";
 }
 
 TEST_F(DistributedTest, TorchrunLaunchesTheSameJob) {

@@ -53,7 +53,7 @@ TEST(WorldEnv, TorchrunVariablesWithItsAgentStore) {
   EXPECT_EQ(w->store_prefix, "ablate/attempt_2/");
 }
 
-TEST(WorldEnv, AblateLaunchRankZeroHostsTheStore) {
+TEST(WorldEnv, AblateLaunchHostsTheStore) {
   const auto w = read_world_env(env_of({{"RANK", "0"},
                                         {"WORLD_SIZE", "2"},
                                         {"MASTER_ADDR", "127.0.0.1"},
@@ -61,7 +61,7 @@ TEST(WorldEnv, AblateLaunchRankZeroHostsTheStore) {
                                         {"ABLATE_LAUNCH", "1"}}));
   ASSERT_TRUE(w);
   EXPECT_EQ(w->launcher, "ablate launch");
-  EXPECT_FALSE(w->store_hosted_by_launcher);
+  EXPECT_TRUE(w->store_hosted_by_launcher);
   EXPECT_EQ(w->local_rank, 0);  // defaults to RANK
 }
 
