@@ -339,7 +339,11 @@ GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>
     b.params = plan.params;
     buckets_.push_back(std::move(b));
   }
-  if (!units.empty()) order_gathers(units);
+  if (!units.empty()) {
+    order_gathers(units);
+  } else {
+    for (size_t b = buckets_.size(); b-- > 0;) gather_groups_.push_back({b});  // reverse layout: forward's, roughly
+  }
   for (size_t i = 0; i < params_.size(); ++i)
     hook_ids_.push_back(params_[i].register_hook(
         [this, i](const torch::Tensor& grad) -> torch::Tensor { return on_gradient(i, grad); }));
@@ -397,10 +401,7 @@ void GradientSync::gather_parameters() {
   if (!layout_.sharded) throw std::logic_error("data parallel: gather_parameters() on an unsharded sync");
   if (full()) return;  // each unit is gathered from its shard when the next forward reaches it
   wait_parameters();  // none should be pending: the forward waited for them all
-  auto groups = gather_groups_;
-  if (groups.empty())
-    for (size_t b = buckets_.size(); b-- > 0;) groups.push_back({b});  // reverse layout order: forward's, roughly
-  for (const auto& group : groups) {
+  for (const auto& group : gather_groups_) {
     // In place: the rank's input is its own part of the output, which both backends allow.
     std::vector<torch::Tensor> outs, ins;
     for (size_t b : group) {

@@ -198,8 +198,8 @@ class GradientSync : public model::ParameterUnitHooks {
   bool wants_backward_hooks() const override { return full(); }
   void before_unit_backward(int64_t unit) override;
   size_t buckets() const { return buckets_.size(); }
-  // Sharded with units: the buckets each coalesced parameter all-gather carries, in issue order (each
-  // unit's that an earlier unit did not need, units without one left out).
+  // The buckets each parameter all-gather carries, in issue order: with units, each unit's that an
+  // earlier unit did not need (units without one left out); without, one bucket each, in reverse.
   const std::vector<std::vector<size_t>>& gather_groups() const { return gather_groups_; }
   ProcessGroup& group() const { return group_; }
   const ShardLayout& layout() const { return layout_; }
@@ -297,8 +297,8 @@ class GradientSync : public model::ParameterUnitHooks {
   std::vector<Bucket> buckets_;
   size_t next_launch_ = 0;
   std::vector<unsigned> hook_ids_;
-  // The buckets by the unit that first uses them, in forward order: a unit's are gathered as one
-  // coalesced collective (see gather_parameters()).
+  // The buckets by the unit that first uses them, in forward order (without units, one a group in reverse
+  // layout order): a group is gathered as one coalesced collective (see gather_parameters()).
   std::vector<std::vector<size_t>> gather_groups_;
   std::vector<std::vector<size_t>> unit_buckets_;  // unit -> the buckets its parameters lie in
   std::vector<c10::intrusive_ptr<c10d::Work>> gathers_waited_, gathers_of_step_;
