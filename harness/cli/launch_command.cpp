@@ -181,7 +181,8 @@ void register_launch(CLI::App& app, Globals& g) {
   cmd->add_option("file", file, "experiment TOML")->required()->check(CLI::ExistingFile);
   cmd->add_option("--nproc", nproc, "ranks (default: the file's distributed.nproc); sets distributed.nproc")
       ->check(CLI::Range(1, 4096));
-  cmd->add_option("--port", port, "rendezvous port on 127.0.0.1 (default: one the kernel picks)")->check(CLI::Range(1, 65535));
+  cmd->add_option("--port", port, "rendezvous port on 127.0.0.1 (default: one the kernel picks)")
+      ->check(CLI::Range(1, 65535));
   cmd->add_option("--grace", grace_s, "seconds the other ranks get to fail on their own after one died")
       ->check(CLI::Range(0.0, 3600.0));
   cmd->add_option("--set", overrides, "override section.key=value (repeatable)");
