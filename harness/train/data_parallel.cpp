@@ -250,6 +250,12 @@ std::string ProcessGroup::ranks_behind(int64_t step) {
 
 // ---- GradientSync ------------------------------------------------------------------------------
 
+torch::ScalarType reduce_dtype_of(const std::string& name) {
+  if (name == "fp32") return torch::kFloat;
+  if (name == "bf16") return torch::kBFloat16;
+  throw std::invalid_argument(fmt::format("distributed.reduce_dtype = \"{}\" is not a reduction dtype", name));
+}
+
 GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
                            ShardingStage stage, const std::vector<std::vector<torch::Tensor>>& units,
                            torch::ScalarType reduce_dtype)

@@ -5,14 +5,14 @@
 //
 // GradientSync: parameters are packed, in reverse order of first use in forward (the model's units:
 // the order backward reaches them), into flat fp32 buckets of distributed.bucket_mb
-// (harness/shard_layout.h). A hook on each parameter writes its
-// gradient divided by the world into its slot (one pass: the copy and the scaling together) and hands
-// the slot back to autograd as the parameter's .grad (so no second copy of the gradients lives on);
-// when a bucket's last gradient arrives, the bucket is all-reduced (sum) asynchronously while backward
-// goes on. Buckets are launched strictly in index order, the same on
-// every rank (NCCL needs the same sequence of collectives everywhere). finish() launches what a
-// parameter without a gradient held back (its slot zeroed), then waits: on CUDA a stream wait (no host
-// sync), on Gloo a host wait. A parameter's .grad is then the world's mean gradient.
+// (harness/shard_layout.h). A hook on each parameter writes its gradient divided by the world into its
+// slot (one pass: the copy and the scaling together) and hands the slot back to autograd as the
+// parameter's .grad (so no second copy of the gradients lives on); when a bucket's last gradient
+// arrives, the bucket is all-reduced (sum) asynchronously while backward goes on. Buckets are launched
+// strictly in index order, the same on every rank (NCCL needs the same sequence of collectives
+// everywhere). finish() launches what a parameter without a gradient held back (its slot zeroed), then
+// waits: on CUDA a stream wait (no host sync), on Gloo a host wait. A parameter's .grad is then the
+// world's mean gradient.
 //
 // Sharded (distributed.sharding = "optimizer", ZeRO-1): the buckets are padded to split evenly over the
 // ranks, and each parameter's data is moved into a flat fp32 parameter buffer laid out as its gradient
@@ -160,6 +160,10 @@ class ProcessGroup {
 // The summed durations of completed collectives by the backend's own timing (NCCL: CUDA events on its
 // stream); NaN when one is missing, not complete, or not timed (Gloo).
 double collectives_ms(const std::vector<const c10d::Work*>& works);
+
+// distributed.reduce_dtype's dtype: kFloat for "fp32", kBFloat16 for "bf16"; std::invalid_argument for
+// a name the spec does not allow (the spec checked it already).
+torch::ScalarType reduce_dtype_of(const std::string& name);
 
 class GradientSync : public model::ParameterUnitHooks {
  public:

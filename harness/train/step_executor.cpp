@@ -50,7 +50,7 @@ StepExecutor::StepExecutor(const ExperimentSpec& spec, const RunPosture& posture
     const auto stage = sharding_stage(spec.distributed.sharding);
     const int64_t bucket_bytes = spec.distributed.bucket_mb << 20;
     const auto units = state.model->parameter_units();
-    const auto reduce_dtype = spec.distributed.reduce_dtype == "bf16" ? torch::kBFloat16 : torch::kFloat;
+    const auto reduce_dtype = reduce_dtype_of(spec.distributed.reduce_dtype);
     if (posture.experts) {
       // The expert weights differ between the ranks of an expert group: they are averaged (and sharded)
       // over the ranks holding the same experts (divided by the job's size: the loss is the job's mean),

@@ -298,6 +298,12 @@ TEST(DataParallel, GlooBucketsFollowTheUnitsBackwards) {
   }
 }
 
+TEST(DataParallel, ReductionDtypeNamesFailClosed) {
+  EXPECT_EQ(reduce_dtype_of("fp32"), torch::kFloat);
+  EXPECT_EQ(reduce_dtype_of("bf16"), torch::kBFloat16);
+  EXPECT_THROW(reduce_dtype_of("fp16"), std::invalid_argument);
+}
+
 TEST(DataParallel, NcclWorldOfOneHandsBackAutogradsGradients) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: NCCL runs on the GPU machine";
   check_identity_world(torch::Device(torch::kCUDA, 0), "nccl");
