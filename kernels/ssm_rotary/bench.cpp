@@ -1,6 +1,8 @@
 // kernels/ssm_rotary/bench.cpp: Mamba-3's rotary keys and queries at nam56r-small's shape (B 8, T 2048,
 // H 32, N 128, S 32; computed in fp32 as the M block does), forward and forward+backward, every backend,
-// q and k returned in fp32 or (`/bf16`, qk_dtype: what the M block asks under autocast) in bf16.
+// q and k returned in fp32 or (`/bf16`, qk_dtype: what the M block asks under autocast) in bf16; and with
+// bf16 q and k at nam56r-medium's (`/medium`: B 4, T 4096, H 64) and nam56r-large's (`/large`: B 2,
+// T 4096, H 128) shapes, where the heads a row grow with the width.
 // The floor is the fused kernels' own traffic: forward writes q and k (2 x B T H N in their dtype) and reads Phi
 // (B T H S) plus b, c; backward reads dq, dk and Phi and writes dPhi, db, dc. Phi's sum over time and its
 // backward (LibTorch's cumsum in the reference, fused_cuda's own scan) are timed but not counted in the
@@ -18,11 +20,18 @@ namespace {
 
 using torch::Tensor;
 
-void ssm_rotary_bench(benchmark::State& st, std::string backend, bool backward, torch::Dtype qk_dtype) {
+struct RotaryBenchShape {
+  const char* suffix;  // "" for nam56r-small's
+  int64_t B, T, H;
+};
+constexpr int64_t N = 128, S = 32;  // every named configuration's state dims and turned pairs
+
+void ssm_rotary_bench(benchmark::State& st, std::string backend, bool backward, torch::Dtype qk_dtype,
+                      RotaryBenchShape shape) {
   const torch::Device cuda(torch::kCUDA, 0);
   const auto& fn = implementations().ssm_rotary.at(backend);
   const auto opts = torch::TensorOptions(cuda).dtype(torch::kFloat);
-  constexpr int64_t B = 8, T = 2048, H = 32, N = 128, S = 32;
+  const int64_t B = shape.B, T = shape.T, H = shape.H;
   auto b = torch::randn({B, T, N}, opts).requires_grad_(backward);
   auto c = torch::randn({B, T, N}, opts).requires_grad_(backward);
   auto b_bias = (1 + 0.5 * torch::randn({H, N}, opts)).requires_grad_(backward);
@@ -62,16 +71,21 @@ void ssm_rotary_bench(benchmark::State& st, std::string backend, bool backward, 
 ABLATE_BENCHMARKS(ssm_rotary) {
   using namespace ablate::kernels::bench;
   if (!torch::cuda::is_available()) return;
+  const RotaryBenchShape small{"", 8, 2048, 32}, medium{"/medium", 4, 4096, 64}, large{"/large", 2, 4096, 128};
   for (const std::string backend : {"reference", "fused_cuda"}) {
     if (!ablate::kernels::has_implementation("ssm_rotary", backend)) continue;
+    const auto add = [&](bool backward, torch::Dtype qk_dtype, RotaryBenchShape shape) {
+      benchmark::RegisterBenchmark(("ssm_rotary/" + backend + (backward ? "/fwd_bwd" : "/fwd") +
+                                    (qk_dtype == torch::kFloat ? "/fp32" : "/bf16") + shape.suffix)
+                                       .c_str(),
+                                   ssm_rotary_bench, backend, backward, qk_dtype, shape)
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+    };
     for (const bool backward : {false, true})
-      for (const auto qk_dtype : {torch::kFloat, torch::kBFloat16})
-        benchmark::RegisterBenchmark(("ssm_rotary/" + backend + (backward ? "/fwd_bwd" : "/fwd") +
-                                      (qk_dtype == torch::kFloat ? "/fp32" : "/bf16"))
-                                         .c_str(),
-                                     ssm_rotary_bench, backend, backward, qk_dtype)
-            ->UseManualTime()
-            ->Unit(benchmark::kMicrosecond);
+      for (const auto qk_dtype : {torch::kFloat, torch::kBFloat16}) add(backward, qk_dtype, small);
+    for (const auto& shape : {medium, large})
+      for (const bool backward : {false, true}) add(backward, torch::kBFloat16, shape);
   }
 }
 #endif  // ABLATE_HAVE_CUDA

@@ -11,9 +11,10 @@
 //            ablate_ssm_rotary_fwd writes q and k in one pass (bias added, pairs turned by
 //            sincosf(Phi), the tail dims passed through);
 //   backward ablate_ssm_rotary_bwd, one pass over dq, dk: d Phi = (-g0 k1 + g1 k0) summed over q and
-//            k, d b and d c = Rot^T g summed over the heads (in shared memory, a fixed order), and the
-//            bias gradients summed over the block's rows into one partial per block, added up by a
-//            LibTorch sum (no atomics: the result is the same on every run on one GPU model). Phi's
+//            k, d b and d c = Rot^T g summed over a group of heads (in shared memory, a fixed order;
+//            one partial a head group, added up in group order), and the bias gradients summed in
+//            registers over the block's rows into one partial per block, added up by a LibTorch sum
+//            (no atomics: the result is the same on every run on one GPU model). Phi's
 //            gradient then goes through the reverse scan (the same kernels) into the steps, and one
 //            pass a row (ablate_ssm_rotary_angle_grads) into delta and tanh(theta).
 // Saved for backward: b, c [B,T,N], the biases and Phi [B,T,H,S] (q, k, cos and sin are recomputed).
@@ -105,62 +106,84 @@ __global__ void ablate_ssm_rotary_fwd(const float2* __restrict__ b, const float2
   }
 }
 
-// Dynamic shared memory: the block's bias-gradient sums [H][half] for b and for c (each slot owned by
-// one thread: no synchronisation), then one row's per-head-lane sums [blockDim.y][half] for b and c.
-// dq or dk may be null (an output without a gradient: zeros); their pairs are of type QK, like q and k.
+// Backward tiling. A block is the N/2 pairs of a row (x) by `lanes` head lanes (y), at most
+// kBackwardThreads threads, and owns one group of lanes * kHeadsInFlight heads (blockIdx.y): thread
+// (p, lane) of group g owns heads g * lanes * kHeadsInFlight + lane + u * lanes, u < kHeadsInFlight, and
+// sums their bias gradients over its rows in registers. Keeping every head's bias sums in shared memory
+// instead (H x N x 16 bytes: 128 KB at nam56r-large's 128 heads) left one block of 8 warps an SM and
+// the pass ~10x off the memory floor (H200, 2026-11-28, bed6d4b: 1.6 ms a call at nam56r-large).
+constexpr int kBackwardThreads = 512;
+
+// Threads a backward block: x = the N/2 pairs of a row, y = head lanes.
+dim3 backward_block_for(const RotaryShape& shape) {
+  const int lanes = std::max(1, std::min(shape.heads, kBackwardThreads / shape.half));
+  return dim3(static_cast<unsigned>(shape.half), static_cast<unsigned>(lanes));
+}
+
+// Head groups (blockIdx.y): each writes its own partial d b, d c [rows, N/2] pairs, summed over the groups
+// afterwards in group order.
+int head_groups(const RotaryShape& shape, const dim3& block) {
+  const int per_group = static_cast<int>(block.y) * kHeadsInFlight;
+  return (shape.heads + per_group - 1) / per_group;
+}
+
+// Dynamic shared memory: one row's per-lane sums [blockDim.y][half] for b and for c. dq or dk may be null
+// (an output without a gradient: zeros); their pairs are of type QK, like q and k. Writes d b and d c of
+// head group blockIdx.y at db_part / dc_part + blockIdx.y * rows * half, the bias partials of block
+// (blockIdx.x, its heads) at [blockIdx.x, h, p], and d Phi.
 template <typename QK>
-__global__ void ablate_ssm_rotary_bwd(const QK* __restrict__ dq, const QK* __restrict__ dk,
-                                      const float2* __restrict__ b, const float2* __restrict__ c,
-                                      const float2* __restrict__ b_bias, const float2* __restrict__ c_bias,
-                                      const float* __restrict__ phi, float2* __restrict__ db, float2* __restrict__ dc,
-                                      float* __restrict__ dphi, float2* __restrict__ db_bias_part,
-                                      float2* __restrict__ dc_bias_part, RotaryShape shape) {
+__global__ void __launch_bounds__(1024)
+    ablate_ssm_rotary_bwd(const QK* __restrict__ dq, const QK* __restrict__ dk, const float2* __restrict__ b,
+                          const float2* __restrict__ c, const float2* __restrict__ b_bias,
+                          const float2* __restrict__ c_bias, const float* __restrict__ phi,
+                          float2* __restrict__ db_part, float2* __restrict__ dc_part, float* __restrict__ dphi,
+                          float2* __restrict__ db_bias_part, float2* __restrict__ dc_bias_part, RotaryShape shape) {
   extern __shared__ float2 smem[];
   const int p = threadIdx.x, lane = threadIdx.y, lanes = blockDim.y, half = shape.half;
-  float2* bias_b = smem;
-  float2* bias_c = bias_b + shape.heads * half;
-  float2* row_b = bias_c + shape.heads * half;
+  const int first_head = blockIdx.y * lanes * kHeadsInFlight + lane;
+  float2* row_b = smem;
   float2* row_c = row_b + lanes * half;
-  for (int h = lane; h < shape.heads; h += lanes) bias_b[h * half + p] = bias_c[h * half + p] = float2{0.f, 0.f};
+  db_part += int64_t(blockIdx.y) * shape.rows * half;
+  dc_part += int64_t(blockIdx.y) * shape.rows * half;
   const float2 zero{0.f, 0.f};
+  float2 bias_b[kHeadsInFlight], bias_c[kHeadsInFlight];
+#pragma unroll
+  for (int u = 0; u < kHeadsInFlight; ++u) bias_b[u] = bias_c[u] = zero;
   for (int64_t row = blockIdx.x; row < shape.rows; row += gridDim.x) {  // the same trip count in every thread
     const float2 bv = b[row * half + p], cv = c[row * half + p];
+    // The thread's heads' gradients and angles loaded before any is used.
+    float2 gk[kHeadsInFlight], gq[kHeadsInFlight];
+    float angle[kHeadsInFlight];
+#pragma unroll
+    for (int u = 0; u < kHeadsInFlight; ++u) {
+      const int h = first_head + u * lanes;
+      const bool in = h < shape.heads;
+      const int64_t head_row = row * shape.heads + h, at = head_row * half + p;
+      gk[u] = in && dk != nullptr ? pair_to_float2(dk[at]) : zero;
+      gq[u] = in && dq != nullptr ? pair_to_float2(dq[at]) : zero;
+      angle[u] = in && p < shape.turned ? phi[head_row * shape.turned + p] : 0.f;
+    }
     float2 sum_b = zero, sum_c = zero;
-    for (int h0 = lane; h0 < shape.heads; h0 += lanes * kHeadsInFlight) {
-      // kHeadsInFlight heads' gradients and angles loaded before any is used (heads h0, h0 + lanes, ...:
-      // the order the sums below take them in is the one-at-a-time loop's).
-      float2 gk[kHeadsInFlight], gq[kHeadsInFlight];
-      float angle[kHeadsInFlight];
 #pragma unroll
-      for (int u = 0; u < kHeadsInFlight; ++u) {
-        const int h = h0 + u * lanes;
-        const bool in = h < shape.heads;
-        const int64_t head_row = row * shape.heads + h, at = head_row * half + p;
-        gk[u] = in && dk != nullptr ? pair_to_float2(dk[at]) : zero;
-        gq[u] = in && dq != nullptr ? pair_to_float2(dq[at]) : zero;
-        angle[u] = in && p < shape.turned ? phi[head_row * shape.turned + p] : 0.f;
+    for (int u = 0; u < kHeadsInFlight; ++u) {
+      const int h = first_head + u * lanes;
+      if (h >= shape.heads) break;
+      float2 du_k = gk[u], du_q = gq[u];  // d(b + bias), d(c + bias): Rot^T g on turned pairs, g on the rest
+      if (p < shape.turned) {
+        float sn, cs;
+        sincosf(angle[u], &sn, &cs);
+        const float2 kr = turn(add(bv, b_bias[h * half + p]), cs, sn);
+        const float2 qr = turn(add(cv, c_bias[h * half + p]), cs, sn);
+        // d/dPhi of (u c - v s, u s + v c) is (-(u s + v c), u c - v s) = (-k1, k0).
+        dphi[(row * shape.heads + h) * shape.turned + p] =
+            (gk[u].y * kr.x - gk[u].x * kr.y) + (gq[u].y * qr.x - gq[u].x * qr.y);
+        du_k = turn(gk[u], cs, -sn);
+        du_q = turn(gq[u], cs, -sn);
       }
-#pragma unroll
-      for (int u = 0; u < kHeadsInFlight; ++u) {
-        const int h = h0 + u * lanes;
-        if (h >= shape.heads) break;
-        const int64_t head_row = row * shape.heads + h;
-        float2 du_k = gk[u], du_q = gq[u];  // d(b + bias), d(c + bias): Rot^T g on turned pairs, g on the rest
-        if (p < shape.turned) {
-          float sn, cs;
-          sincosf(angle[u], &sn, &cs);
-          const float2 kr = turn(add(bv, b_bias[h * half + p]), cs, sn);
-          const float2 qr = turn(add(cv, c_bias[h * half + p]), cs, sn);
-          // d/dPhi of (u c - v s, u s + v c) is (-(u s + v c), u c - v s) = (-k1, k0).
-          dphi[head_row * shape.turned + p] = (gk[u].y * kr.x - gk[u].x * kr.y) + (gq[u].y * qr.x - gq[u].x * qr.y);
-          du_k = turn(gk[u], cs, -sn);
-          du_q = turn(gq[u], cs, -sn);
-        }
-        sum_b = add(sum_b, du_k);
-        sum_c = add(sum_c, du_q);
-        bias_b[h * half + p] = add(bias_b[h * half + p], du_k);
-        bias_c[h * half + p] = add(bias_c[h * half + p], du_q);
-      }
+      sum_b = add(sum_b, du_k);
+      sum_c = add(sum_c, du_q);
+      bias_b[u] = add(bias_b[u], du_k);
+      bias_c[u] = add(bias_c[u], du_q);
     }
     row_b[lane * half + p] = sum_b;
     row_c[lane * half + p] = sum_c;
@@ -171,15 +194,18 @@ __global__ void ablate_ssm_rotary_bwd(const QK* __restrict__ dq, const QK* __res
         total_b = add(total_b, row_b[l * half + p]);
         total_c = add(total_c, row_c[l * half + p]);
       }
-      db[row * half + p] = total_b;
-      dc[row * half + p] = total_c;
+      db_part[row * half + p] = total_b;
+      dc_part[row * half + p] = total_c;
     }
     __syncthreads();  // row_b / row_c are rewritten by the next row
   }
-  for (int h = lane; h < shape.heads; h += lanes) {
+#pragma unroll
+  for (int u = 0; u < kHeadsInFlight; ++u) {
+    const int h = first_head + u * lanes;
+    if (h >= shape.heads) break;
     const int64_t at = (int64_t(blockIdx.x) * shape.heads + h) * half + p;
-    db_bias_part[at] = bias_b[h * half + p];
-    dc_bias_part[at] = bias_c[h * half + p];
+    db_bias_part[at] = bias_b[u];
+    dc_bias_part[at] = bias_c[u];
   }
 }
 
@@ -361,7 +387,17 @@ dim3 block_for(const RotaryShape& shape) {
 }
 
 size_t backward_smem_bytes(const RotaryShape& shape, const dim3& block) {
-  return sizeof(float2) * static_cast<size_t>(shape.half) * (2 * static_cast<size_t>(shape.heads) + 2 * block.y);
+  return sizeof(float2) * static_cast<size_t>(shape.half) * 2 * block.y;
+}
+
+// Blocks along the rows: every group's blocks resident at once (one wave; each walks its rows).
+template <typename QK>
+int64_t backward_row_blocks(const RotaryShape& shape, const dim3& block, int groups, size_t smem) {
+  int per_sm = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, ablate_ssm_rotary_bwd<QK>, static_cast<int>(block.x * block.y), smem));
+  const int64_t resident = int64_t(std::max(per_sm, 1)) * sm_count();
+  return std::max<int64_t>(1, std::min<int64_t>(shape.rows, (resident + groups - 1) / groups));
 }
 
 // In `dtype` (fp32 by default), contiguous, on the device of `like`, and aligned to a pair (8 bytes
@@ -435,28 +471,27 @@ class SsmRotaryFunction : public torch::autograd::Function<SsmRotaryFunction> {
     if (shape.rows == 0 || H == 0 || (!dq.defined() && !dk.defined()))
       return {torch::zeros_like(b), torch::zeros_like(c), torch::zeros_like(b_bias), torch::zeros_like(c_bias),
               torch::zeros_like(phi), Tensor()};
-    // Every element of these is written by the kernel.
-    Tensor db = torch::empty_like(b), dc = torch::empty_like(c), dphi = torch::empty_like(phi);
-    const dim3 block = block_for(shape);
-    const auto grid = static_cast<unsigned>(std::min<int64_t>(shape.rows, int64_t(sm_count()) * 4));
+    // Every element of these is written by the kernel: d b and d c a head group, d Phi, the bias partials.
+    const dim3 block = backward_block_for(shape);
+    const int groups = head_groups(shape, block);
     const size_t smem = backward_smem_bytes(shape, block);
-    const auto* props = at::cuda::getCurrentDeviceProperties();
-    TORCH_CHECK(smem <= props->sharedMemPerBlockOptin, "ssm_rotary fused_cuda: H x N = ", H, " x ", N, " needs ", smem,
-                " bytes of shared memory for its bias gradients, more than the device's ", props->sharedMemPerBlockOptin,
-                "; use backend ssm_rotary = \"reference\" for this shape");
-    Tensor db_bias_part = torch::empty({int64_t(grid), H, N}, b.options());
-    Tensor dc_bias_part = torch::empty({int64_t(grid), H, N}, b.options());
+    Tensor db_part = torch::empty({groups, B, T, N}, b.options()), dc_part = torch::empty({groups, B, T, N}, b.options());
+    Tensor dphi = torch::empty_like(phi);
+    Tensor db_bias_part, dc_bias_part;
     with_pair_type(qk_dtype, [&](auto pair) {
       using QK = decltype(pair);
-      if (smem > 48 * 1024)
-        C10_CUDA_CHECK(cudaFuncSetAttribute(ablate_ssm_rotary_bwd<QK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(smem)));
+      const int64_t row_blocks = backward_row_blocks<QK>(shape, block, groups, smem);
+      db_bias_part = torch::empty({row_blocks, H, N}, b.options());
+      dc_bias_part = torch::empty({row_blocks, H, N}, b.options());
+      const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(groups));
       ablate_ssm_rotary_bwd<QK><<<grid, block, smem, at::cuda::getCurrentCUDAStream()>>>(
           dq.defined() ? as<QK>(dq) : nullptr, dk.defined() ? as<QK>(dk) : nullptr, as<float2>(b), as<float2>(c),
-          as<float2>(b_bias), as<float2>(c_bias), phi.data_ptr<float>(), as_mut<float2>(db), as_mut<float2>(dc),
-          dphi.data_ptr<float>(), as_mut<float2>(db_bias_part), as_mut<float2>(dc_bias_part), shape);
+          as<float2>(b_bias), as<float2>(c_bias), phi.data_ptr<float>(), as_mut<float2>(db_part),
+          as_mut<float2>(dc_part), dphi.data_ptr<float>(), as_mut<float2>(db_bias_part), as_mut<float2>(dc_bias_part),
+          shape);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
+    const Tensor db = groups == 1 ? db_part[0] : db_part.sum(0), dc = groups == 1 ? dc_part[0] : dc_part.sum(0);
     return {db, dc, db_bias_part.sum(0), dc_bias_part.sum(0), dphi, Tensor()};
   }
 };

@@ -550,6 +550,10 @@ const std::vector<ParityCase>& parity_cases() {
       ssm_rotary_case(1, 9, 33, 6, 1, true),       // more heads than a warp, 3 pairs a row
       ssm_rotary_case(2, 150, 6, 128, 32, true, true),  // q, k in bf16 (the M block under autocast)
       ssm_rotary_case(1, 20, 5, 12, 6, false, true),
+      // fused_cuda's backward splits the heads into groups of 8 lanes x 4 at N 128: two groups, the second
+      // partly filled, and nam56r-large's 128 heads (four groups) with q, k in bf16.
+      ssm_rotary_case(2, 24, 40, 128, 32, true),
+      ssm_rotary_case(1, 16, 128, 128, 32, false, true),
       // ssm_scan: P and N multiples of 16 (the fused kernel's contract), T not a multiple of the chunk,
       // one token, several chunks at nam56r-small's P 64 / N 128, every optional input alone and together.
       ssm_scan_case(2, 75, 3, 16, 16, 16, {}),
