@@ -208,8 +208,9 @@ std::vector<Section> sections(ExperimentSpec& s) {
         int_field("eval_every", &s.train.eval_every, 0, kMaxSteps),
         int_field("eval_tokens", &s.train.eval_tokens, 1, kMaxSteps)}},
       {"compile",
-       {bool_field("cuda_graphs", &s.compile.cuda_graphs), bool_field("cudnn_benchmark", &s.compile.cudnn_benchmark),
-        bool_field("tf32", &s.compile.tf32), bool_field("deterministic", &s.compile.deterministic)}},
+       {bool_field("cuda_graphs", &s.compile.cuda_graphs), bool_field("launch_ahead", &s.compile.launch_ahead),
+        bool_field("cudnn_benchmark", &s.compile.cudnn_benchmark), bool_field("tf32", &s.compile.tf32),
+        bool_field("deterministic", &s.compile.deterministic)}},
       {"profile",
        {bool_field("enabled", &s.profile.enabled), int_field("start_step", &s.profile.start_step, 0, kMaxSteps),
         int_field("steps", &s.profile.steps, 1, kMaxSteps), string_field("trace_dir", &s.profile.trace_dir)}},
@@ -580,6 +581,7 @@ nlohmann::json canonical_json(const ExperimentSpec& spec_in) {
   if (spec.train.eval_every == TrainSection{}.eval_every) j["train"].erase("eval_every");
   if (spec.train.eval_tokens == TrainSection{}.eval_tokens) j["train"].erase("eval_tokens");
   if (spec.data.validation_fraction == DataSection{}.validation_fraction) j["data"].erase("validation_fraction");
+  if (spec.compile.launch_ahead == CompileSection{}.launch_ahead) j["compile"].erase("launch_ahead");
   return j;
 }
 

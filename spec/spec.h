@@ -64,6 +64,9 @@ struct BackendsSection {
 
 struct CompileSection {
   bool cuda_graphs = false;
+  // A replayed step is launched before the previous step's numbers are read, so the GPU does not wait
+  // for the host between replays (harness/train/step_executor.h); no effect without a captured graph.
+  bool launch_ahead = true;
   bool cudnn_benchmark = false;
   bool tf32 = true;
   bool deterministic = false;

@@ -336,6 +336,7 @@ Fingerprint run_fingerprint(const ExperimentSpec& spec, const RunPosture& postur
   env["compile.cuda_graphs_achieved"] = "false";
   env["compile.cuda_graphs_outcome"] = std::string(receipts::to_string(posture.graphs.outcome));
   env["compile.cuda_graphs_reason"] = posture.graphs.reason;
+  env["compile.launch_ahead"] = spec.compile.launch_ahead ? "true" : "false";
   env["compile.cudnn_benchmark"] = spec.compile.cudnn_benchmark ? "true" : "false";
   env["compile.tf32"] = spec.compile.tf32 ? "true" : "false";
   env["compile.deterministic"] = spec.compile.deterministic ? "true" : "false";
@@ -549,6 +550,23 @@ static receipts::ShardingFacts sharding_facts(const ExperimentSpec& spec, const 
   return f;
 }
 
+bool checkpoint_after(const ExperimentSpec& spec, int64_t step) {
+  return spec.train.checkpoint_every > 0 && (step + 1) % spec.train.checkpoint_every == 0 &&
+         step + 1 < spec.train.steps;
+}
+
+bool eval_after(const ExperimentSpec& spec, int64_t step) {
+  return spec.train.eval_every > 0 && ((step + 1) % spec.train.eval_every == 0 || step + 1 == spec.train.steps);
+}
+
+bool may_launch_ahead(const ExperimentSpec& spec, int64_t step) {
+  const auto profiled = [&](int64_t s) {
+    return spec.profile.enabled && s >= spec.profile.start_step && s < spec.profile.start_step + spec.profile.steps;
+  };
+  return spec.compile.launch_ahead && step + 1 < spec.train.steps && !checkpoint_after(spec, step) &&
+         !eval_after(spec, step) && !profiled(step) && !profiled(step + 1);
+}
+
 TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const RunPosture& posture,
                         ModelState& state, const data::DataSource& source, receipts::RunRecorder& recorder,
                         RunProfiler& profiler, GoodputLedger& ledger) {
@@ -564,6 +582,7 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
   int64_t step = start_step;
   try {
     data::Loader loader(source, state.data_state, spec.data.prefetch);
+    std::optional<data::LoadedBatch> upcoming;  // the next step's batch, fetched a step early to launch it ahead
     ledger.end();  // startup ends where the first step begins
     for (; step < spec.train.steps; ++step) {
       const bool warm = step - start_step < out.warmup_steps;
@@ -580,11 +599,20 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
       }
       const auto t0 = Clock::now();
       ledger.begin(warm ? Goodput::warmup : Goodput::productive, t0);
-      auto loaded = loader.next();
-      ledger.move_to(Goodput::data_wait, loaded.wait_ns / 1e9);
-      executor.load(loaded.batch);
-      const double lr = learning_rate(step, spec.train.steps, spec.train.lr_warmup_steps, spec.train.lr, spec.train.min_lr_ratio);
-      const auto result = executor.run(step, lr);
+      auto loaded = upcoming ? std::move(*upcoming) : loader.next();
+      if (!upcoming) ledger.move_to(Goodput::data_wait, loaded.wait_ns / 1e9);
+      upcoming.reset();
+      const auto rate = [&](int64_t s) {
+        return learning_rate(s, spec.train.steps, spec.train.lr_warmup_steps, spec.train.lr, spec.train.min_lr_ratio);
+      };
+      const double lr = rate(step);
+      std::optional<StepExecutor::NextStep> next;
+      if (may_launch_ahead(spec, step) && executor.replays()) {
+        upcoming = loader.next();
+        ledger.move_to(Goodput::data_wait, upcoming->wait_ns / 1e9);
+        next = StepExecutor::NextStep{&upcoming->batch, rate(step + 1)};
+      }
+      const auto result = executor.run(step, lr, loaded.batch, next ? &*next : nullptr);
       const auto t1 = Clock::now();
       ledger.end(t1);
       const double wall_ms = ms_between(t0, t1);
@@ -608,8 +636,7 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
       // writes; the other groups hold copies of the same experts).
       const bool takes_part = posture.writes_receipt() || spec.distributed.sharding != "none" ||
                               (posture.experts && group && group->rank() < posture.experts->ranks());
-      if (takes_part && spec.train.checkpoint_every > 0 && (step + 1) % spec.train.checkpoint_every == 0 &&
-          step + 1 < spec.train.steps) {
+      if (takes_part && checkpoint_after(spec, step)) {
         GoodputLedger::Scope save(ledger, Goodput::checkpoint);
         if (group) inject_test_fault(group->rank(), step, FaultPoint::save);
         executor.settle(/*whole=*/true);
@@ -619,7 +646,7 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
         if (posture.writes_receipt()) prune_checkpoints(state.checkpoint_dir, spec.train.keep_checkpoints);
         executor.release_settled();
       }
-      if (spec.train.eval_every > 0 && ((step + 1) % spec.train.eval_every == 0 || step + 1 == spec.train.steps)) {
+      if (eval_after(spec, step)) {
         GoodputLedger::Scope eval(ledger, Goodput::eval);
         const auto e0 = Clock::now();
         const auto e = executor.evaluate(source, spec.train.eval_tokens);
@@ -643,6 +670,12 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
   } catch (const std::exception& e) {
     out.failure = fmt::format("at step {}: {}", step, e.what());
   }
+  try {
+    executor.drain();  // a step launched ahead of a step that failed: it ends before anything is torn down
+  } catch (const std::exception& e) {
+    if (!out.failure) out.failure = fmt::format("after step {}: {}", step, e.what());
+  }
+  out.launched_ahead = executor.launched_ahead();
   out.graph = executor.graph();
   if (!out.failure) {
     try {
@@ -953,7 +986,8 @@ RunResult finalise_receipt(const ExperimentSpec& spec, const RunOptions& opt, co
   for (size_t i : slow_outliers(outcome.steady_ms)) facts.outlier_steps.push_back(outcome.steady_steps[i]);
   // Compile posture known only after the run: the first step (autotune, allocator growth, lazy init).
   recorder.env({{"compile.first_step_ms", fmt::format("{:.3f}", outcome.first_step_ms.value_or(NAN))},
-                {"compile.warmup_steps", std::to_string(outcome.warmup_steps)}});
+                {"compile.warmup_steps", std::to_string(outcome.warmup_steps)},
+                {"compile.launched_ahead_steps", std::to_string(outcome.launched_ahead)}});
   if (facts.cuda_graphs->outcome == receipts::CaptureOutcome::not_reached) recorder.capture(*facts.cuda_graphs);
   {
     GoodputLedger::Scope export_scope(ledger, Goodput::profiling);  // attribution, trace export, receipt rows

@@ -125,6 +125,7 @@ struct TrainOutcome {
   std::optional<double> last_validation_loss;   // train.eval_every: the last evaluation's loss
   std::optional<int64_t> last_validation_step;  // and the steps trained when it was taken
   int64_t warmup_steps = 0;            // train.warmup_steps, raised to cover the graph capture step
+  int64_t launched_ahead = 0;          // replayed steps launched before the previous step's read (compile.launch_ahead)
   receipts::CaptureFacts capture;      // the posture's decision, then what the capture step did
   // Kept alive until the receipt is closed: while it lives the thread works on the graph's side stream.
   std::shared_ptr<StepGraph> graph;
@@ -134,6 +135,14 @@ struct TrainOutcome {
   std::vector<double> all_reduce_ms, reduce_scatter_ms, all_gather_ms, all_to_all_ms;
   std::optional<receipts::ShardingFacts> sharding;  // data parallel: the buckets and this rank's shard
 };
+// Whether the loop checkpoints, or evaluates, after `step`.
+bool checkpoint_after(const ExperimentSpec& spec, int64_t step);
+bool eval_after(const ExperimentSpec& spec, int64_t step);
+// Whether step + 1 may be launched before `step`'s numbers are read (compile.launch_ahead; it happens
+// only while replaying a captured graph): only where nothing between the two steps reads or writes the
+// model (a checkpoint, an evaluation), step + 1 is a step of the run, and neither step is in the
+// profiled window (its edges stay step boundaries).
+bool may_launch_ahead(const ExperimentSpec& spec, int64_t step);
 // `ledger` comes with the startup charge open (run_experiment opens it at process start): the loop
 // closes it where the first step begins.
 TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& options, const RunPosture& posture,

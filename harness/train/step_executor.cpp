@@ -203,9 +203,25 @@ StepExecutor::Evaluation StepExecutor::evaluate(const data::DataSource& source, 
 void StepExecutor::load(const data::Batch& batch) {
   const int64_t B = spec_.model.batch_size, T = spec_.model.seq_len, rows = B * spec_.distributed.nproc;
   // This rank's rows of the global batch (all of it in a single process).
-  ids_.copy_(torch::from_blob(const_cast<int32_t*>(batch.tokens.data()), {rows, T + 1}, torch::kInt32).narrow(0, rank_ * B, B));
-  mask_.copy_(
-      torch::from_blob(const_cast<uint8_t*>(batch.loss_mask.data()), {rows, T}, torch::kUInt8).narrow(0, rank_ * B, B));
+  const auto ids = torch::from_blob(const_cast<int32_t*>(batch.tokens.data()), {rows, T + 1}, torch::kInt32).narrow(0, rank_ * B, B);
+  const auto mask = torch::from_blob(const_cast<uint8_t*>(batch.loss_mask.data()), {rows, T}, torch::kUInt8).narrow(0, rank_ * B, B);
+  if (!posture_.device.is_cuda()) {
+    ids_.copy_(ids);
+    mask_.copy_(mask);
+    return;
+  }
+  // The buffer staged two loads ago was read by a step whose numbers have been read since: free.
+  auto& staged = staged_[next_staging_];
+  next_staging_ = 1 - next_staging_;
+  if (!staged.ids.defined()) {
+    const auto pinned = torch::TensorOptions().pinned_memory(true);
+    staged.ids = torch::empty(ids_.sizes(), pinned.dtype(ids_.scalar_type()));
+    staged.mask = torch::empty(mask_.sizes(), pinned.dtype(mask_.scalar_type()));
+  }
+  staged.ids.copy_(ids);
+  staged.mask.copy_(mask);
+  ids_.copy_(staged.ids, /*non_blocking=*/true);
+  mask_.copy_(staged.mask, /*non_blocking=*/true);
 }
 
 // forward, backward, clipping, optimizer; returns [loss, grad norm(, aux loss, dropped slots)] on the
@@ -269,15 +285,25 @@ StepExecutor::Result StepExecutor::read(const torch::Tensor& stats, Mode mode) c
   return r;
 }
 
-void StepExecutor::await_replay(int64_t step) {
-  if (!posture_.group) return;  // one process: the host read waits, and nothing can stall the replay
-  const auto timeout = posture_.group->timeout();
-  if (graph_->finished_within(timeout)) return;
-  abort_replay(timeout);
+torch::Tensor StepExecutor::await_launch(int64_t step, int slot) {
+  std::optional<std::chrono::milliseconds> timeout;
+  if (posture_.group) timeout = posture_.group->timeout();  // one process: nothing can stall the replay
+  auto host = graph_->output_within(slot, timeout);
+  if (host.defined()) return host;
+  abort_replay(*timeout);
   throw std::runtime_error(fmt::format(
-        "the CUDA graph replay of step {} did not finish within distributed.timeout_s = {} s: a collective "
-        "captured in it waits for a rank that stopped",
-        step, std::chrono::duration_cast<std::chrono::seconds>(timeout).count()));
+      "the CUDA graph replay of step {} did not finish within distributed.timeout_s = {} s: a collective "
+      "captured in it waits for a rank that stopped",
+      step, std::chrono::duration_cast<std::chrono::seconds>(*timeout).count()));
+}
+
+bool StepExecutor::replays() const { return graph_ && graph_->captured(); }
+
+void StepExecutor::drain() {
+  if (!ahead_) return;
+  const Ahead ahead = *ahead_;
+  ahead_.reset();
+  await_launch(ahead.step, ahead.slot);
 }
 
 // The replay's NCCL kernels spin, waiting for the stopped rank, and anything that synchronises with the
@@ -315,14 +341,30 @@ std::string StepExecutor::agree_on_capture(const std::string& failure) {
   return joint;
 }
 
-StepExecutor::Result StepExecutor::run(int64_t step, double lr) {
-  state_.optimizer->set_lr(lr);
-  if (graph_ && graph_->captured()) {
-    const auto stats = graph_->replay();
-    await_replay(step);
+StepExecutor::Result StepExecutor::run(int64_t step, double lr, const data::Batch& batch, const NextStep* next) {
+  if (replays()) {
+    int slot = 0;
+    if (ahead_ && ahead_->step == step) {
+      slot = ahead_->slot;
+      ahead_.reset();
+    } else {
+      if (ahead_) throw std::logic_error(fmt::format("step {} was launched ahead, step {} run", ahead_->step, step));
+      state_.optimizer->set_lr(lr);
+      load(batch);
+      slot = graph_->launch();
+    }
+    if (next != nullptr) {  // queued behind this step's replay: its batch, rate and replay
+      state_.optimizer->set_lr(next->lr);
+      load(*next->batch);
+      ahead_ = Ahead{step + 1, graph_->launch()};
+      ++launched_ahead_;
+    }
+    const auto stats = await_launch(step, slot);
     profiler_.after_phase(step, "graph replay");
     return read(stats, Mode::replaying);
   }
+  state_.optimizer->set_lr(lr);
+  load(batch);
   if (!graph_ || step != capture_step_) {
     state_.optimizer->zero_grad();
     return read(body(step, true), Mode::eager);
@@ -344,9 +386,7 @@ StepExecutor::Result StepExecutor::run(int64_t step, double lr) {
                                "capture and instantiate){}; every later step replays the graph",
                                step, kGraphWarmupEagerSteps, *facts.capture_ms,
                                sync_ ? " with its collectives, on every rank" : "");
-    const auto stats = graph_->replay();
-    await_replay(step);
-    r = read(stats, Mode::capturing);
+    r = read(await_launch(step, graph_->launch()), Mode::capturing);
   } else {
     facts.outcome = receipts::CaptureOutcome::failed;
     facts.reason = fmt::format("capture failed at step {}: {}; the run went on eager", step, failure);

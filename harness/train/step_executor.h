@@ -9,13 +9,21 @@
 // run() returns the step's numbers (one host read) and, on the capturing step, the typed capture
 // outcome (receipts::CaptureFacts: captured, or failed with why), so the loop records the fact as it
 // happens instead of inferring it from a sentence later.
-// Batches go into static device buffers (a captured graph reads the same addresses on every replay).
+// Batches go into static device buffers (a captured graph reads the same addresses on every replay),
+// on CUDA through pinned host memory in the stream's order.
+// Launch ahead (compile.launch_ahead): while replaying, run() may also be handed the next step; it
+// then queues that step's batch, learning rate and replay behind this step's, and only then waits for
+// this step's numbers (copied out of the graph behind its replay). The GPU runs the two replays back
+// to back instead of idling while the host reads, records and loads (0.58 ms a step at nam56r-small
+// on an H200, 2026-11-28, bed6d4b). The loop hands over the next step only where nothing between the
+// two steps reads or writes the model (stages.h may_launch_ahead).
 // Tests: tests/harness/stages_test.cpp (eager, CPU), tests/harness/profiling_gpu_test.cpp (capture,
 // replay and the failed-capture fallback on a GPU, self-skipping), tests/harness/distributed_test.cpp
 // (captured under data parallel on 2 GPUs, self-skipping).
 #pragma once
 #include <torch/torch.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -52,9 +60,22 @@ class StepExecutor {
   int64_t warmup_steps() const { return warmup_steps_; }
   // The step the graph is captured at; none when the run does not capture.
   std::optional<int64_t> capture_step() const { return capture_step_; }
-  // This rank's rows of the global batch into the static buffers.
-  void load(const data::Batch& batch);
-  Result run(int64_t step, double lr);
+  // The step after run()'s, when the loop lets it start before run()'s numbers are read.
+  struct NextStep {
+    const data::Batch* batch = nullptr;
+    double lr = 0;
+  };
+  // Runs `step` on `batch` (unless it was launched ahead, with its batch, by the previous call) and
+  // returns its numbers; replaying, launches `next` behind it first when given.
+  Result run(int64_t step, double lr, const data::Batch& batch, const NextStep* next = nullptr);
+  // Whether run() replays the captured graph (a step launched ahead can only be a replay).
+  bool replays() const;
+  // Steps launched ahead so far (compile.launch_ahead; the receipt's count).
+  int64_t launched_ahead() const { return launched_ahead_; }
+  // Waits for a step launched ahead whose numbers the loop will not read (it stopped early), so its
+  // work and collectives end before anything is torn down; under data parallel at most the collective
+  // timeout, past it the replay is aborted as a stalled one.
+  void drain();
   // Data parallel: the gradient all-reduces or reduce-scatters (their per-step timings, the bucket
   // layout); null in a single process.
   const GradientSync* sync() const { return sync_.get(); }
@@ -93,8 +114,13 @@ class StepExecutor {
  private:
   torch::Tensor body(int64_t step, bool probes);
   Result read(const torch::Tensor& stats, Mode mode) const;
-  // Data parallel: waits for the step's replay at most the collective timeout, else throws naming it.
-  void await_replay(int64_t step);
+  // This rank's rows of the global batch into the static buffers: on CUDA staged in pinned host memory
+  // (two buffers, alternating: the one in use for the step before may still be in flight) and copied in
+  // the stream's order, so the copy may be queued behind a replay.
+  void load(const data::Batch& batch);
+  // Replaying: waits for launch `slot`'s numbers (step `step`), under data parallel at most the
+  // collective timeout, else aborts the replay and throws naming the step.
+  torch::Tensor await_launch(int64_t step, int slot);
   void abort_replay(std::chrono::milliseconds wait);  // ends a replay stalled on a stopped rank
   // Data parallel: every rank's capture outcome through the store; "" only when every rank captured.
   std::string agree_on_capture(const std::string& failure);
@@ -112,6 +138,17 @@ class StepExecutor {
   std::unique_ptr<UnitHooksOfSyncs> unit_hooks_;  // sharded: what the model calls around each unit
   model::MoeCollectives moe_collectives_;  // what the E layers reach the other ranks through
   torch::Tensor ids_, mask_, inputs_, targets_;
+  struct StagedRows {
+    torch::Tensor ids, mask;  // pinned, in the static buffers' dtypes
+  };
+  std::array<StagedRows, 2> staged_;
+  int next_staging_ = 0;
+  struct Ahead {
+    int64_t step = 0;
+    int slot = 0;  // StepGraph::launch's
+  };
+  std::optional<Ahead> ahead_;  // launched, its numbers not read yet
+  int64_t launched_ahead_ = 0;
   std::shared_ptr<StepGraph> graph_;  // while it lives, the thread works on the graph's side stream
   bool gathers_first_ = false;        // sharded, capturing: parameters gathered at a step's start, not its end
 };

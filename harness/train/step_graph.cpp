@@ -3,7 +3,9 @@
 
 #include <ATen/autocast_mode.h>
 
+#include <array>
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -35,10 +37,33 @@ struct StepGraph::Impl {
   std::unique_ptr<at::cuda::CUDAGraph> graph;
   torch::Tensor output;
   cudaEvent_t replayed = nullptr;  // recorded after each replay: finished_within() polls it
+  // launch(): the outputs copied to pinned host memory, and the events recorded behind the copies.
+  std::array<torch::Tensor, 2> host_output;
+  std::array<cudaEvent_t, 2> copied{nullptr, nullptr};
+  int next_slot = 0;
   ~Impl() {
     if (replayed != nullptr) cudaEventDestroy(replayed);
+    for (cudaEvent_t e : copied)
+      if (e != nullptr) cudaEventDestroy(e);
   }
 };
+
+namespace {
+
+// Polls `event` until it has completed or `deadline` passed (false). Polled, not waited: a blocking
+// wait could not end at the deadline; yielding between queries keeps the host's latency to the event as
+// low as the spin of a synchronising copy.
+bool completed_by(cudaEvent_t event, std::optional<std::chrono::steady_clock::time_point> deadline) {
+  for (;;) {
+    const cudaError_t state = cudaEventQuery(event);
+    if (state == cudaSuccess) return true;
+    if (state != cudaErrorNotReady) C10_CUDA_CHECK(state);
+    if (deadline && std::chrono::steady_clock::now() >= *deadline) return false;
+    std::this_thread::yield();
+  }
+}
+
+}  // namespace
 
 StepGraph::StepGraph(const torch::Device& device) {
   if (!device.is_cuda()) throw std::invalid_argument("CUDA graphs need a CUDA device");
@@ -89,25 +114,32 @@ std::string StepGraph::capture(const std::function<torch::Tensor()>& body) {
   return failure;
 }
 
-torch::Tensor StepGraph::replay() {
-  if (!impl_->graph) throw std::logic_error("StepGraph::replay before a successful capture");
+int StepGraph::launch() {
+  if (!impl_->graph) throw std::logic_error("StepGraph::launch before a successful capture");
+  const int slot = impl_->next_slot;
+  impl_->next_slot = 1 - slot;
+  auto& host = impl_->host_output[slot];
+  if (!host.defined())
+    host = torch::empty(impl_->output.sizes(), impl_->output.options().device(torch::kCPU).pinned_memory(true));
+  if (impl_->copied[slot] == nullptr)
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->copied[slot], cudaEventDisableTiming));
   impl_->graph->replay();
-  return impl_->output;
+  host.copy_(impl_->output, /*non_blocking=*/true);
+  C10_CUDA_CHECK(cudaEventRecord(impl_->copied[slot], impl_->stream.stream()));
+  return slot;
+}
+
+torch::Tensor StepGraph::output_within(int slot, std::optional<std::chrono::milliseconds> timeout) {
+  if (slot < 0 || slot > 1 || impl_->copied[slot] == nullptr) throw std::logic_error("StepGraph::output_within: no such launch");
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  if (timeout) deadline = std::chrono::steady_clock::now() + *timeout;
+  return completed_by(impl_->copied[slot], deadline) ? impl_->host_output[slot] : torch::Tensor();
 }
 
 bool StepGraph::finished_within(std::chrono::milliseconds timeout) {
   if (impl_->replayed == nullptr) C10_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->replayed, cudaEventDisableTiming));
   C10_CUDA_CHECK(cudaEventRecord(impl_->replayed, impl_->stream.stream()));
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  // Polled, not waited: a blocking wait could not end at the deadline. Yielding between queries keeps
-  // the host's latency to the step's end as low as the spin of a synchronising copy.
-  for (;;) {
-    const cudaError_t state = cudaEventQuery(impl_->replayed);
-    if (state == cudaSuccess) return true;
-    if (state != cudaErrorNotReady) C10_CUDA_CHECK(state);
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::yield();
-  }
+  return completed_by(impl_->replayed, std::chrono::steady_clock::now() + timeout);
 }
 
 void StepGraph::abandon() {
@@ -123,7 +155,10 @@ StepGraph::StepGraph(const torch::Device&) { throw std::invalid_argument("CUDA g
 StepGraph::~StepGraph() = default;
 bool StepGraph::captured() const { return false; }
 std::string StepGraph::capture(const std::function<torch::Tensor()>&) { return "built without CUDA"; }
-torch::Tensor StepGraph::replay() { throw std::logic_error("CUDA graphs: built without CUDA"); }
+int StepGraph::launch() { throw std::logic_error("CUDA graphs: built without CUDA"); }
+torch::Tensor StepGraph::output_within(int, std::optional<std::chrono::milliseconds>) {
+  throw std::logic_error("CUDA graphs: built without CUDA");
+}
 bool StepGraph::finished_within(std::chrono::milliseconds) { throw std::logic_error("CUDA graphs: built without CUDA"); }
 void StepGraph::abandon() {}
 

@@ -3,9 +3,10 @@
 // legacy default stream, and the eager warm-up steps must run on the capturing stream so cuBLAS
 // workspaces and autotuning exist before the capture). capture() records one call of the step's body
 // (forward, backward, clipping, optimizer) into a graph with a private memory pool and instantiates it;
-// nothing runs while capturing. replay() runs it and returns the tensor the captured body returned. The
-// body must read its inputs from static buffers that the caller refills before each replay, and the
-// learning rate and step counts from device tensors (harness/train/optimizer.h).
+// nothing runs while capturing. launch() replays it and copies the tensor the captured body returned
+// to the host behind the replay; output_within() waits for that copy. The body must read its inputs
+// from static buffers that the caller refills before each replay, and the learning rate and step
+// counts from device tensors (harness/train/optimizer.h).
 // A capture that fails (a host sync inside, an unsupported call) is abandoned: the stream leaves capture
 // mode, the partial graph is dropped, and capture() returns why, so the run goes on eager.
 // Tests: tests/harness/profiling_gpu_test.cpp (GPU, self-skipping): captured and replayed on the
@@ -18,6 +19,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace ablate::harness {
@@ -32,8 +34,13 @@ class StepGraph {
   // "" once captured and instantiated, else why not (and nothing is captured).
   std::string capture(const std::function<torch::Tensor()>& body);
   bool captured() const;
-  // Runs the captured step; returns the captured body's output (the same tensor every time).
-  torch::Tensor replay();
+  // Launches a replay and, behind it on the graph's stream, the copy of its output into pinned host
+  // memory (one of two buffers, alternating) and an event; returns the buffer's number. A second
+  // launch may follow before this one's output is read (compile.launch_ahead), never a third.
+  int launch();
+  // Launch `slot`'s output on the host once its copy has run, waiting at most `timeout` (none: as long
+  // as it takes); undefined when the timeout passed first.
+  torch::Tensor output_within(int slot, std::optional<std::chrono::milliseconds> timeout);
   // Waits, at most `timeout`, until the replays launched so far have run; false if they have not. Under
   // data parallel this bounds a replay whose captured collective waits on a rank that stopped: NCCL's
   // own watchdog times only the collectives it launched, never those a graph replays.

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -69,6 +70,30 @@ class ProfilingGpuTest : public ::testing::Test {
     const auto r = harness::run_experiment(s, o);
     EXPECT_EQ(r.status, "ok") << r.error;
     return receipts::Store::open(db_).run_json(r.run_id);
+  }
+  // `lane` with `reference` set, twice, then with `other` set: the receipts.
+  std::array<nlohmann::json, 3> twice_then(std::vector<std::string> lane, const std::string& reference,
+                                           const std::string& other) {
+    auto other_lane = lane;
+    lane.push_back(reference);
+    other_lane.push_back(other);
+    const auto first = run(spec(lane));
+    const auto again = run(spec(lane));
+    return {first, again, run(spec(other_lane))};
+  }
+  // `got`'s steps against `want`'s, each within 10x the difference between `want` and `again` (the same
+  // run twice), with floors of 5e-4 (loss) and 2e-2 (gradient norm) relative: see the capture test.
+  static void expect_same_steps(const nlohmann::json& want, const nlohmann::json& again, const nlohmann::json& got,
+                                size_t steps) {
+    ASSERT_EQ(want["steps"].size(), steps);
+    ASSERT_EQ(again["steps"].size(), steps);
+    ASSERT_EQ(got["steps"].size(), steps);
+    for (size_t i = 0; i < steps; ++i) {
+      for (const auto& [key, floor] : {std::pair{"loss", 5e-4}, std::pair{"grad_norm", 2e-2}}) {
+        const double w = want["steps"][i][key], a = again["steps"][i][key], g = got["steps"][i][key];
+        EXPECT_NEAR(g, w, std::max(10 * std::abs(a - w), floor * std::abs(w))) << key << " at step " << i;
+      }
+    }
   }
   static const nlohmann::json* backend(const nlohmann::json& doc, const std::string& seam) {
     for (const auto& b : doc["backends"])
@@ -204,12 +229,7 @@ TEST_F(ProfilingGpuTest, GraphCaptureIsRefusedOnTheStandardMoeLane) {
 TEST_F(ProfilingGpuTest, GraphCaptureIsAchievedOnTheCapacityFactorLaneAndMatchesEager) {
   const std::vector<std::string> lane = {"train.steps=10", "model.moe.capacity_factor=1.25",
                                          "backends.optimizer=\"fused_adamw\"", "profile.start_step=6"};
-  auto eager_sets = lane, graph_sets = lane;
-  eager_sets.push_back("compile.cuda_graphs=false");
-  graph_sets.push_back("compile.cuda_graphs=true");
-  const auto eager = run(spec(eager_sets));
-  const auto eager_again = run(spec(eager_sets));
-  const auto graphed = run(spec(graph_sets));
+  const auto [eager, eager_again, graphed] = twice_then(lane, "compile.cuda_graphs=false", "compile.cuda_graphs=true");
 
   EXPECT_EQ(graphed["env"]["compile.cuda_graphs_achieved"], "true") << graphed["env"].dump();
   EXPECT_EQ(graphed["env"]["compile.cuda_graphs_capture_step"], "3");
@@ -223,17 +243,7 @@ TEST_F(ProfilingGpuTest, GraphCaptureIsAchievedOnTheCapacityFactorLaneAndMatches
   // autocast): on the H100 they drifted to 2e-4 relative in the loss by step 9. So the bound per step is
   // 10x the eager-vs-eager difference, with floors of 5e-4 (loss) and 2e-2 (gradient norm) relative; a
   // replay that read a stale batch, learning rate or step count moves the gradient norm by far more.
-  ASSERT_EQ(eager["steps"].size(), 10u);
-  ASSERT_EQ(eager_again["steps"].size(), 10u);
-  ASSERT_EQ(graphed["steps"].size(), 10u);
-  for (size_t i = 0; i < 10; ++i) {
-    const double want = eager["steps"][i]["loss"], again = eager_again["steps"][i]["loss"],
-                 got = graphed["steps"][i]["loss"];
-    EXPECT_NEAR(got, want, std::max(10 * std::abs(again - want), 5e-4 * std::abs(want))) << "step " << i;
-    const double gn_want = eager["steps"][i]["grad_norm"], gn_again = eager_again["steps"][i]["grad_norm"],
-                 gn_got = graphed["steps"][i]["grad_norm"];
-    EXPECT_NEAR(gn_got, gn_want, std::max(10 * std::abs(gn_again - gn_want), 2e-2 * std::abs(gn_want))) << "step " << i;
-  }
+  expect_same_steps(eager, eager_again, graphed, 10);
 
   // The window holds only replays: every kernel's launch is the graph launch, and the node tags carry
   // them back to their scopes.
@@ -270,6 +280,24 @@ TEST_F(ProfilingGpuTest, GraphCaptureIsAchievedOnTheCapacityFactorLaneAndMatches
     if (t["dimension"] == "family") family_ns += t["total_ns"].get<int64_t>();
   const double busy = w["compute_ns"].get<double>() + w["non_compute_ns"].get<double>();
   EXPECT_NEAR(static_cast<double>(family_ns), busy, 0.02 * busy);
+}
+
+// Launch ahead queues a replayed step behind the one before it: the same steps (each within the spread of
+// two runs that replay one step at a time, bounded as above), launched ahead exactly where the loop
+// allows it. Captured at step 3, replays from 4; the window is steps 6 and 7: ahead of 5 and of 9, 10,
+// 11, not into the window (6), inside it (7), out of it (8), nor past the last step.
+TEST_F(ProfilingGpuTest, LaunchAheadRunsTheSameStepsAndKeepsTheWindowsEdges) {
+  const std::vector<std::string> lane = {"train.steps=12", "model.moe.capacity_factor=1.25", "compile.cuda_graphs=true",
+                                         "profile.start_step=6", "profile.steps=2"};
+  const auto [one, one_again, ahead] = twice_then(lane, "compile.launch_ahead=false", "compile.launch_ahead=true");
+  EXPECT_EQ(ahead["env"]["compile.cuda_graphs_achieved"], "true") << ahead["env"].dump();
+  EXPECT_EQ(ahead["env"]["compile.launch_ahead"], "true");
+  EXPECT_EQ(ahead["env"]["compile.launched_ahead_steps"], "4");
+  EXPECT_EQ(one["env"]["compile.launch_ahead"], "false");
+  EXPECT_EQ(one["env"]["compile.launched_ahead_steps"], "0");
+  expect_same_steps(one, one_again, ahead, 12);
+  ASSERT_EQ(ahead["profile"]["windows"].size(), 1u);
+  EXPECT_EQ(ahead["profile"]["windows"][0]["status"], "ok") << ahead["profile"]["windows"][0].dump();
 }
 
 // The up-front check is skipped (test hook) on the dropless lane: the capture meets the MoE host sync,

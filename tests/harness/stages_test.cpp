@@ -95,6 +95,45 @@ TEST_F(StagesTest, PostureResolvesEverySeamForTheCpuAndRefusesWhatTheMachineCann
 
 // The shapes the backends' availability checks see: nam56r-small's, and nothing for block kinds the
 // pattern lacks (a limit of a seam the model never calls must refuse nothing).
+// Which steps may start before the previous step's read (the rule train_loop applies while replaying):
+// none into the last step, none across a checkpoint or an evaluation, none into, inside or out of the
+// profiled window, and none at all with compile.launch_ahead off.
+TEST(StagesLaunchAhead, StopsAtCheckpointsEvaluationsTheWindowAndTheLastStep) {
+  const auto spec_with = [](std::vector<std::string> sets) {
+    sets.push_back("train.steps=20");
+    return parse_spec_file(std::string(ABLATE_SOURCE_DIR) + "/experiments/tiny.toml", sets);
+  };
+  const auto ahead_of = [](const ExperimentSpec& s) {
+    std::vector<int64_t> steps;
+    for (int64_t step = 0; step < s.train.steps; ++step)
+      if (may_launch_ahead(s, step)) steps.push_back(step + 1);
+    return steps;
+  };
+  using Steps = std::vector<int64_t>;
+  Steps all;
+  for (int64_t s = 1; s < 20; ++s) all.push_back(s);
+  EXPECT_EQ(ahead_of(spec_with({})), all);
+  EXPECT_EQ(ahead_of(spec_with({"compile.launch_ahead=false"})), Steps{});
+  // A checkpoint after steps 5, 11 and 17 (every 6, not after the last): steps 6, 12 and 18 wait.
+  const auto checkpoints = spec_with({"train.checkpoint_every=6"});
+  EXPECT_TRUE(checkpoint_after(checkpoints, 5));
+  EXPECT_FALSE(checkpoint_after(checkpoints, 19));
+  Steps expected;
+  for (int64_t s = 1; s < 20; ++s)
+    if (s % 6 != 0) expected.push_back(s);
+  EXPECT_EQ(ahead_of(checkpoints), expected);
+  // An evaluation after steps 9 and 19.
+  expected.clear();
+  for (int64_t s = 1; s < 20; ++s)
+    if (s != 10) expected.push_back(s);
+  EXPECT_EQ(ahead_of(spec_with({"train.eval_every=10"})), expected);
+  // The window is steps 8 and 9: 8 (into it), 9 (inside it) and 10 (out of it) wait.
+  expected.clear();
+  for (int64_t s = 1; s < 20; ++s)
+    if (s < 8 || s > 10) expected.push_back(s);
+  EXPECT_EQ(ahead_of(spec_with({"profile.enabled=true", "profile.start_step=8", "profile.steps=2"})), expected);
+}
+
 TEST(StagesModelDims, ComeFromThePatternsBlockKindsOnly) {
   const auto full = model_dims(*model::named_config("nam56r-small"));  // AEMEAEMEAEMR
   EXPECT_EQ(full.experts, 16);

@@ -273,6 +273,10 @@ TEST(Spec, CanonicalJsonIsTheIdentity) {
   // out keep their hash.
   for (const char* key : {"eval_every", "eval_tokens", "keep_checkpoints"}) EXPECT_FALSE(j["train"].contains(key)) << key;
   EXPECT_FALSE(j["data"].contains("validation_fraction"));
+  EXPECT_FALSE(j["compile"].contains("launch_ahead"));
+  const auto g = parse_spec_string("[train]\nsteps = 20\nlr = 0.001\n[compile]\nlaunch_ahead = false\n", "g.toml");
+  EXPECT_EQ(canonical_json(g)["compile"]["launch_ahead"], false);
+  EXPECT_NE(spec_hash(a), spec_hash(g));
   const auto e = parse_spec_string("[train]\nsteps = 20\nlr = 0.001\neval_every = 5\n", "e.toml");
   EXPECT_EQ(canonical_json(e)["train"]["eval_every"], 5);
   EXPECT_NE(spec_hash(a), spec_hash(e));
