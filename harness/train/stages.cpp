@@ -559,12 +559,9 @@ bool eval_after(const ExperimentSpec& spec, int64_t step) {
   return spec.train.eval_every > 0 && ((step + 1) % spec.train.eval_every == 0 || step + 1 == spec.train.steps);
 }
 
-bool may_launch_ahead(const ExperimentSpec& spec, int64_t step) {
-  const auto profiled = [&](int64_t s) {
-    return spec.profile.enabled && s >= spec.profile.start_step && s < spec.profile.start_step + spec.profile.steps;
-  };
+bool may_launch_ahead(const ExperimentSpec& spec, int64_t step, const std::function<bool(int64_t)>& traced) {
   return spec.compile.launch_ahead && step + 1 < spec.train.steps && !checkpoint_after(spec, step) &&
-         !eval_after(spec, step) && !profiled(step) && !profiled(step + 1);
+         !eval_after(spec, step) && !traced(step) && !traced(step + 1);
 }
 
 TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const RunPosture& posture,
@@ -607,7 +604,7 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
       };
       const double lr = rate(step);
       std::optional<StepExecutor::NextStep> next;
-      if (may_launch_ahead(spec, step) && executor.replays()) {
+      if (executor.replays() && may_launch_ahead(spec, step, [&](int64_t s) { return profiler.traced(s); })) {
         upcoming = loader.next();
         ledger.move_to(Goodput::data_wait, upcoming->wait_ns / 1e9);
         next = StepExecutor::NextStep{&upcoming->batch, rate(step + 1)};

@@ -20,6 +20,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -140,9 +141,9 @@ bool checkpoint_after(const ExperimentSpec& spec, int64_t step);
 bool eval_after(const ExperimentSpec& spec, int64_t step);
 // Whether step + 1 may be launched before `step`'s numbers are read (compile.launch_ahead; it happens
 // only while replaying a captured graph): only where nothing between the two steps reads or writes the
-// model (a checkpoint, an evaluation), step + 1 is a step of the run, and neither step is in the
-// profiled window (its edges stay step boundaries).
-bool may_launch_ahead(const ExperimentSpec& spec, int64_t step);
+// model (a checkpoint, an evaluation), step + 1 is a step of the run, and neither step is `traced` (a
+// traced window's edges stay step boundaries; RunProfiler::traced).
+bool may_launch_ahead(const ExperimentSpec& spec, int64_t step, const std::function<bool(int64_t)>& traced);
 // `ledger` comes with the startup charge open (run_experiment opens it at process start): the loop
 // closes it where the first step begins.
 TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& options, const RunPosture& posture,

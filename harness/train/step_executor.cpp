@@ -290,6 +290,7 @@ torch::Tensor StepExecutor::await_launch(int64_t step, int slot) {
   if (posture_.group) timeout = posture_.group->timeout();  // one process: nothing can stall the replay
   auto host = graph_->output_within(slot, timeout);
   if (host.defined()) return host;
+  ahead_.reset();  // a step launched ahead ends with the aborted replay; nothing is left to drain
   abort_replay(*timeout);
   throw std::runtime_error(fmt::format(
       "the CUDA graph replay of step {} did not finish within distributed.timeout_s = {} s: a collective "

@@ -96,17 +96,20 @@ TEST_F(StagesTest, PostureResolvesEverySeamForTheCpuAndRefusesWhatTheMachineCann
 // The shapes the backends' availability checks see: nam56r-small's, and nothing for block kinds the
 // pattern lacks (a limit of a seam the model never calls must refuse nothing).
 // Which steps may start before the previous step's read (the rule train_loop applies while replaying):
-// none into the last step, none across a checkpoint or an evaluation, none into, inside or out of the
-// profiled window, and none at all with compile.launch_ahead off.
+// none into the last step, none across a checkpoint or an evaluation, none into, inside or out of a
+// traced window (an untraced one, as under --no-profile, is no edge), and none with compile.launch_ahead off.
 TEST(StagesLaunchAhead, StopsAtCheckpointsEvaluationsTheWindowAndTheLastStep) {
   const auto spec_with = [](std::vector<std::string> sets) {
     sets.push_back("train.steps=20");
     return parse_spec_file(std::string(ABLATE_SOURCE_DIR) + "/experiments/tiny.toml", sets);
   };
-  const auto ahead_of = [](const ExperimentSpec& s) {
+  const auto ahead_of = [](const ExperimentSpec& s, bool tracing = true) {
+    const auto traced = [&](int64_t step) {
+      return tracing && s.profile.enabled && step >= s.profile.start_step && step < s.profile.start_step + s.profile.steps;
+    };
     std::vector<int64_t> steps;
     for (int64_t step = 0; step < s.train.steps; ++step)
-      if (may_launch_ahead(s, step)) steps.push_back(step + 1);
+      if (may_launch_ahead(s, step, traced)) steps.push_back(step + 1);
     return steps;
   };
   using Steps = std::vector<int64_t>;
@@ -131,7 +134,9 @@ TEST(StagesLaunchAhead, StopsAtCheckpointsEvaluationsTheWindowAndTheLastStep) {
   expected.clear();
   for (int64_t s = 1; s < 20; ++s)
     if (s < 8 || s > 10) expected.push_back(s);
-  EXPECT_EQ(ahead_of(spec_with({"profile.enabled=true", "profile.start_step=8", "profile.steps=2"})), expected);
+  const auto window = spec_with({"profile.enabled=true", "profile.start_step=8", "profile.steps=2"});
+  EXPECT_EQ(ahead_of(window), expected);
+  EXPECT_EQ(ahead_of(window, /*tracing=*/false), all);
 }
 
 TEST(StagesModelDims, ComeFromThePatternsBlockKindsOnly) {
