@@ -561,7 +561,7 @@ bool eval_after(const ExperimentSpec& spec, int64_t step) {
 
 bool may_launch_ahead(const ExperimentSpec& spec, int64_t step, const std::function<bool(int64_t)>& traced) {
   return spec.compile.launch_ahead && step + 1 < spec.train.steps && !checkpoint_after(spec, step) &&
-         !eval_after(spec, step) && !traced(step) && !traced(step + 1);
+         !eval_after(spec, step) && traced(step) == traced(step + 1);
 }
 
 TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const RunPosture& posture,

@@ -141,8 +141,10 @@ bool checkpoint_after(const ExperimentSpec& spec, int64_t step);
 bool eval_after(const ExperimentSpec& spec, int64_t step);
 // Whether step + 1 may be launched before `step`'s numbers are read (compile.launch_ahead; it happens
 // only while replaying a captured graph): only where nothing between the two steps reads or writes the
-// model (a checkpoint, an evaluation), step + 1 is a step of the run, and neither step is `traced` (a
-// traced window's edges stay step boundaries; RunProfiler::traced).
+// model (a checkpoint, an evaluation), step + 1 is a step of the run, and the two steps lie on the same
+// side of a traced window's edge (`traced`: RunProfiler::traced): the window opens before its first
+// step is launched and closes after its last has run, while inside it the replays run back to back as
+// they do outside, so the window shows the run's own posture.
 bool may_launch_ahead(const ExperimentSpec& spec, int64_t step, const std::function<bool(int64_t)>& traced);
 // `ledger` comes with the startup charge open (run_experiment opens it at process start): the loop
 // closes it where the first step begins.

@@ -284,15 +284,15 @@ TEST_F(ProfilingGpuTest, GraphCaptureIsAchievedOnTheCapacityFactorLaneAndMatches
 
 // Launch ahead queues a replayed step behind the one before it: the same steps (each within the spread of
 // two runs that replay one step at a time, bounded as above), launched ahead exactly where the loop
-// allows it. Captured at step 3, replays from 4; the window is steps 6 and 7: ahead of 5 and of 9, 10,
-// 11, not into the window (6), inside it (7), out of it (8), nor past the last step.
+// allows it. Captured at step 3, replays from 4; the window is steps 6 and 7: ahead of 5, 7 (inside the
+// window), 9, 10 and 11; not into the window (6), out of it (8), nor past the last step.
 TEST_F(ProfilingGpuTest, LaunchAheadRunsTheSameStepsAndKeepsTheWindowsEdges) {
   const std::vector<std::string> lane = {"train.steps=12", "model.moe.capacity_factor=1.25", "compile.cuda_graphs=true",
                                          "profile.start_step=6", "profile.steps=2"};
   const auto [one, one_again, ahead] = twice_then(lane, "compile.launch_ahead=false", "compile.launch_ahead=true");
   EXPECT_EQ(ahead["env"]["compile.cuda_graphs_achieved"], "true") << ahead["env"].dump();
   EXPECT_EQ(ahead["env"]["compile.launch_ahead"], "true");
-  EXPECT_EQ(ahead["env"]["compile.launched_ahead_steps"], "4");
+  EXPECT_EQ(ahead["env"]["compile.launched_ahead_steps"], "5");
   EXPECT_EQ(one["env"]["compile.launch_ahead"], "false");
   EXPECT_EQ(one["env"]["compile.launched_ahead_steps"], "0");
   expect_same_steps(one, one_again, ahead, 12);

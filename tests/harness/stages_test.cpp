@@ -96,8 +96,8 @@ TEST_F(StagesTest, PostureResolvesEverySeamForTheCpuAndRefusesWhatTheMachineCann
 // The shapes the backends' availability checks see: nam56r-small's, and nothing for block kinds the
 // pattern lacks (a limit of a seam the model never calls must refuse nothing).
 // Which steps may start before the previous step's read (the rule train_loop applies while replaying):
-// none into the last step, none across a checkpoint or an evaluation, none into, inside or out of a
-// traced window (an untraced one, as under --no-profile, is no edge), and none with compile.launch_ahead off.
+// none into the last step, none across a checkpoint or an evaluation, none into or out of a traced
+// window (an untraced one, as under --no-profile, has no edges), and none with compile.launch_ahead off.
 TEST(StagesLaunchAhead, StopsAtCheckpointsEvaluationsTheWindowAndTheLastStep) {
   const auto spec_with = [](std::vector<std::string> sets) {
     sets.push_back("train.steps=20");
@@ -130,10 +130,10 @@ TEST(StagesLaunchAhead, StopsAtCheckpointsEvaluationsTheWindowAndTheLastStep) {
   for (int64_t s = 1; s < 20; ++s)
     if (s != 10) expected.push_back(s);
   EXPECT_EQ(ahead_of(spec_with({"train.eval_every=10"})), expected);
-  // The window is steps 8 and 9: 8 (into it), 9 (inside it) and 10 (out of it) wait.
+  // The window is steps 8 and 9: 8 (into it) and 10 (out of it) wait; 9 (inside it) does not.
   expected.clear();
   for (int64_t s = 1; s < 20; ++s)
-    if (s < 8 || s > 10) expected.push_back(s);
+    if (s != 8 && s != 10) expected.push_back(s);
   const auto window = spec_with({"profile.enabled=true", "profile.start_step=8", "profile.steps=2"});
   EXPECT_EQ(ahead_of(window), expected);
   EXPECT_EQ(ahead_of(window, /*tracing=*/false), all);
