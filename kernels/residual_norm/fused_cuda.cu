@@ -314,7 +314,9 @@ torch::autograd::variable_list backward_impl(torch::autograd::AutogradContext* c
   const bool separate_dx = x_defined && x_dtype != s.scalar_type();
   Tensor dx = separate_dx ? torch::empty_like(s, x_dtype) : Tensor();
   const bool want_dw = ctx->needs_input_grad(weight_input);
-  Tensor dw = want_dw ? torch::zeros({d}, s.options().dtype(torch::kFloat)) : Tensor();
+  // ablate_residual_norm_dw writes every column of dw: zeros only where no row launches it.
+  const auto dw_options = s.options().dtype(torch::kFloat);
+  Tensor dw = !want_dw ? Tensor() : rows > 0 ? torch::empty({d}, dw_options) : torch::zeros({d}, dw_options);
   if (rows > 0) {
     const RowLayout l = row_layout(d, vectorisable(d, {&dy, &ds, &s, &weight}), Pass::backward);
     const auto stream = at::cuda::getCurrentCUDAStream();
