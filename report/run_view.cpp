@@ -145,6 +145,12 @@ std::string render_run_text(receipts::Store& store, std::int64_t run_id, const R
     out += fmt::format("cuda graphs: {} ({})\n",
                j["env"].value("compile.cuda_graphs_achieved", "") == "true" ? "achieved" : "not achieved",
                j["env"].value("compile.cuda_graphs_reason", "no reason recorded"));
+  // Launch ahead acts on replays only: shown where a graph was replayed, with how many steps it moved.
+  if (j["env"].value("compile.cuda_graphs_achieved", "") == "true" && j["env"].contains("compile.launch_ahead"))
+    out += j["env"].value("compile.launch_ahead", "") == "true"
+               ? fmt::format("launch ahead: on, {} replayed steps queued before the previous step's read\n",
+                             j["env"].value("compile.launched_ahead_steps", "an unrecorded number of"))
+               : std::string("launch ahead: off (each replay waits for the host to read the step before it)\n");
   // A seam whose kernels contradict its chosen backend, with the kernels that say so.
   for (const auto& b : j["backends"]) {
     if (b["mismatch"] != true) continue;  // the store reads the 0/1 column back as a JSON boolean

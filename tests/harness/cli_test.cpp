@@ -10,6 +10,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <string>
+#include <tuple>
 
 #include "base/remove_tree.h"
 #include "receipts/store.h"
@@ -417,6 +420,35 @@ TEST_F(CliTest, ShowPrintsBackendMismatchesWithTheirKernelsAndTheGraphPosture) {
             std::string::npos)
       << r.out;
   EXPECT_EQ(r.out.find("backend mismatch: seam attention"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("launch ahead:"), std::string::npos) << r.out;  // no replays: no such line
+}
+
+// `ablate show` says whether replayed steps were launched ahead, and how many; nothing for a run whose
+// receipt predates the key.
+TEST_F(CliTest, ShowPrintsLaunchAheadWhereAGraphWasReplayed) {
+  const std::string db = (dir_ / "la.db").string();
+  {
+    auto store = ablate::receipts::Store::open(db);
+    for (const auto& [name, ahead, steps] : {std::tuple{"on", "true", "55"}, std::tuple{"off", "false", "0"},
+                                             std::tuple{"older", "", ""}}) {
+      ablate::receipts::RunStart start;
+      start.name = name;
+      start.spec_json = "{}";
+      const auto id = store.begin_run(start);
+      std::map<std::string, std::string> env = {{"compile.cuda_graphs_requested", "true"},
+                                                {"compile.cuda_graphs_achieved", "true"},
+                                                {"compile.cuda_graphs_reason", "captured at step 3"}};
+      if (*ahead) env.insert({{"compile.launch_ahead", ahead}, {"compile.launched_ahead_steps", steps}});
+      store.record_env(id, env);
+      store.finish_run(id, ablate::receipts::RunStatus::ok, "", {});
+    }
+  }
+  EXPECT_NE(run_cli("show 1 --db " + db).out.find("launch ahead: on, 55 replayed steps queued before the previous step's read"),
+            std::string::npos);
+  EXPECT_NE(run_cli("show 2 --db " + db).out.find("launch ahead: off"), std::string::npos);
+  const auto older = run_cli("show 3 --db " + db);
+  EXPECT_NE(older.out.find("cuda graphs: achieved (captured at step 3)"), std::string::npos) << older.out;
+  EXPECT_EQ(older.out.find("launch ahead:"), std::string::npos) << older.out;
 }
 
 // Every environment input of `ablate run` is read before a run row exists: a malformed one is exit 2
