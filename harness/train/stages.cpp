@@ -580,6 +580,9 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
   try {
     data::Loader loader(source, state.data_state, spec.data.prefetch);
     std::optional<data::LoadedBatch> upcoming;  // the next step's batch, fetched a step early to launch it ahead
+    const auto rate = [&](int64_t s) {
+      return learning_rate(s, spec.train.steps, spec.train.lr_warmup_steps, spec.train.lr, spec.train.min_lr_ratio);
+    };
     ledger.end();  // startup ends where the first step begins
     for (; step < spec.train.steps; ++step) {
       const bool warm = step - start_step < out.warmup_steps;
@@ -599,9 +602,6 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
       auto loaded = upcoming ? std::move(*upcoming) : loader.next();
       if (!upcoming) ledger.move_to(Goodput::data_wait, loaded.wait_ns / 1e9);
       upcoming.reset();
-      const auto rate = [&](int64_t s) {
-        return learning_rate(s, spec.train.steps, spec.train.lr_warmup_steps, spec.train.lr, spec.train.min_lr_ratio);
-      };
       const double lr = rate(step);
       std::optional<StepExecutor::NextStep> next;
       if (executor.replays() && may_launch_ahead(spec, step, [&](int64_t s) { return profiler.traced(s); })) {

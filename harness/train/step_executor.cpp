@@ -285,6 +285,11 @@ StepExecutor::Result StepExecutor::read(const torch::Tensor& stats, Mode mode) c
   return r;
 }
 
+void StepExecutor::prepare(double lr, const data::Batch& batch) {
+  state_.optimizer->set_lr(lr);
+  load(batch);
+}
+
 torch::Tensor StepExecutor::await_launch(int64_t step, int slot) {
   std::optional<std::chrono::milliseconds> timeout;
   if (posture_.group) timeout = posture_.group->timeout();  // one process: nothing can stall the replay
@@ -350,13 +355,11 @@ StepExecutor::Result StepExecutor::run(int64_t step, double lr, const data::Batc
       ahead_.reset();
     } else {
       if (ahead_) throw std::logic_error(fmt::format("step {} was launched ahead, step {} run", ahead_->step, step));
-      state_.optimizer->set_lr(lr);
-      load(batch);
+      prepare(lr, batch);
       slot = graph_->launch();
     }
     if (next != nullptr) {  // queued behind this step's replay: its batch, rate and replay
-      state_.optimizer->set_lr(next->lr);
-      load(*next->batch);
+      prepare(next->lr, *next->batch);
       ahead_ = Ahead{step + 1, graph_->launch()};
       ++launched_ahead_;
     }
@@ -364,8 +367,7 @@ StepExecutor::Result StepExecutor::run(int64_t step, double lr, const data::Batc
     profiler_.after_phase(step, "graph replay");
     return read(stats, Mode::replaying);
   }
-  state_.optimizer->set_lr(lr);
-  load(batch);
+  prepare(lr, batch);
   if (!graph_ || step != capture_step_) {
     state_.optimizer->zero_grad();
     return read(body(step, true), Mode::eager);

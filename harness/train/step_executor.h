@@ -118,6 +118,8 @@ class StepExecutor {
   // (two buffers, alternating: the one in use for the step before may still be in flight) and copied in
   // the stream's order, so the copy may be queued behind a replay.
   void load(const data::Batch& batch);
+  // A step's learning rate and batch into the device's buffers, in the stream's order.
+  void prepare(double lr, const data::Batch& batch);
   // Replaying: waits for launch `slot`'s numbers (step `step`), under data parallel at most the
   // collective timeout, else aborts the replay and throws naming the step.
   torch::Tensor await_launch(int64_t step, int slot);

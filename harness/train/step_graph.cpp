@@ -130,7 +130,8 @@ int StepGraph::launch() {
 }
 
 torch::Tensor StepGraph::output_within(int slot, std::optional<std::chrono::milliseconds> timeout) {
-  if (slot < 0 || slot > 1 || impl_->copied[slot] == nullptr) throw std::logic_error("StepGraph::output_within: no such launch");
+  if (slot < 0 || slot >= static_cast<int>(impl_->copied.size()) || impl_->copied[slot] == nullptr)
+    throw std::logic_error("StepGraph::output_within: no such launch");
   std::optional<std::chrono::steady_clock::time_point> deadline;
   if (timeout) deadline = std::chrono::steady_clock::now() + *timeout;
   return completed_by(impl_->copied[slot], deadline) ? impl_->host_output[slot] : torch::Tensor();

@@ -113,18 +113,18 @@ __global__ void ablate_ssm_rotary_fwd(const float2* __restrict__ b, const float2
 // instead (H x N x 16 bytes: 128 KB at nam56r-large's 128 heads) left one block of 8 warps an SM and
 // the pass ~10x off the memory floor (H200, 2026-11-28, bed6d4b: 1.6 ms a call at nam56r-large).
 constexpr int kBackwardThreads = 512;
+constexpr int kForwardThreads = 256;
 
-// Threads a backward block: x = the N/2 pairs of a row, y = head lanes.
-dim3 backward_block_for(const RotaryShape& shape) {
-  const int lanes = std::max(1, std::min(shape.heads, kBackwardThreads / shape.half));
+// Threads a block, about `threads` in all: x = the N/2 pairs of a row, y = head lanes.
+dim3 block_for(const RotaryShape& shape, int threads) {
+  const int lanes = std::max(1, std::min(shape.heads, threads / shape.half));
   return dim3(static_cast<unsigned>(shape.half), static_cast<unsigned>(lanes));
 }
 
 // Head groups (blockIdx.y): each writes its own partial d b, d c [rows, N/2] pairs, summed over the groups
 // afterwards in group order.
 int head_groups(const RotaryShape& shape, const dim3& block) {
-  const int per_group = static_cast<int>(block.y) * kHeadsInFlight;
-  return (shape.heads + per_group - 1) / per_group;
+  return static_cast<int>(ceil_div(int64_t{shape.heads}, int64_t(block.y) * kHeadsInFlight));
 }
 
 // Dynamic shared memory: one row's per-lane sums [blockDim.y][half] for b and for c. dq or dk may be null
@@ -380,12 +380,6 @@ class AngleScanFunction : public torch::autograd::Function<AngleScanFunction> {
   }
 };
 
-// Threads a block: x = the N/2 pairs of a row, y = head lanes up to ~256 threads in all.
-dim3 block_for(const RotaryShape& shape) {
-  const int lanes = std::max(1, std::min(shape.heads, 256 / shape.half));
-  return dim3(static_cast<unsigned>(shape.half), static_cast<unsigned>(lanes));
-}
-
 size_t backward_smem_bytes(const RotaryShape& shape, const dim3& block) {
   return sizeof(float2) * static_cast<size_t>(shape.half) * 2 * block.y;
 }
@@ -397,7 +391,7 @@ int64_t backward_row_blocks(const RotaryShape& shape, const dim3& block, int gro
   C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       &per_sm, ablate_ssm_rotary_bwd<QK>, static_cast<int>(block.x * block.y), smem));
   const int64_t resident = int64_t(std::max(per_sm, 1)) * sm_count();
-  return std::max<int64_t>(1, std::min<int64_t>(shape.rows, (resident + groups - 1) / groups));
+  return std::max<int64_t>(1, std::min<int64_t>(shape.rows, ceil_div(resident, int64_t{groups})));
 }
 
 // In `dtype` (fp32 by default), contiguous, on the device of `like`, and aligned to a pair (8 bytes
@@ -442,7 +436,7 @@ class SsmRotaryFunction : public torch::autograd::Function<SsmRotaryFunction> {
     const auto qk_options = b.options().dtype(qk_dtype);
     Tensor q = torch::empty({B, T, H, N}, qk_options), k = torch::empty({B, T, H, N}, qk_options);
     if (shape.rows > 0 && H > 0) {
-      const dim3 block = block_for(shape);
+      const dim3 block = block_for(shape, kForwardThreads);
       const auto grid = static_cast<unsigned>(std::min<int64_t>(shape.rows, int64_t(sm_count()) * 16));
       with_pair_type(qk_dtype, [&](auto pair) {
         using QK = decltype(pair);
@@ -472,7 +466,7 @@ class SsmRotaryFunction : public torch::autograd::Function<SsmRotaryFunction> {
       return {torch::zeros_like(b), torch::zeros_like(c), torch::zeros_like(b_bias), torch::zeros_like(c_bias),
               torch::zeros_like(phi), Tensor()};
     // Every element of these is written by the kernel: d b and d c a head group, d Phi, the bias partials.
-    const dim3 block = backward_block_for(shape);
+    const dim3 block = block_for(shape, kBackwardThreads);
     const int groups = head_groups(shape, block);
     const size_t smem = backward_smem_bytes(shape, block);
     Tensor db_part = torch::empty({groups, B, T, N}, b.options()), dc_part = torch::empty({groups, B, T, N}, b.options());
