@@ -10,7 +10,16 @@
 //               precision wins over range (a power of two makes the scaling itself exact);
 //   delayed:    tensorwise's formats with each operand's scale from its amax over its last calls
 //               (fp8_quantize.h "Delayed scaling"; TransformerEngine's default recipe): one pass each
-//               instead of two, for values above the past range saturating (projections only).
+//               instead of two, for values above the past range saturating (projections only);
+//   delayed, fast gradient accumulation: delayed's, with the two gradient GEMMs in fast accumulation too.
+// Accumulation: Hopper's FP8 tensor cores add products into partial sums of about 14 mantissa bits
+// (DeepSeek-V3's measurement). cuBLASLt's default ("2x accumulation", TransformerEngine's split
+// accumulator) promotes those partials into fp32 registers every few k-blocks; fast accumulation keeps
+// them in the tensor core for the whole inner dimension: ~25 % faster at medium's widths, its error
+// growing with K. Every recipe accumulates the forward fast (K is the layer's width); the gradients'
+// GEMMs sum over the longest dimensions (the output width, the tokens: 16384 a micro-batch at medium),
+// which torchao and TransformerEngine keep promoted: fast there changes numerics beyond an FP8 cast, so
+// it is a recipe of its own, for the convergence gate to judge.
 // Tests: kernels_tests --gtest_filter='Fp8*:*Parity*fp8*'.
 #pragma once
 #include <ATen/ATen.h>
@@ -24,7 +33,8 @@ struct Recipe {
   at::ScalarType inputs;    // x and W
   at::ScalarType gradient;  // dy
   bool power_of_two_scales;
-  bool delayed = false;  // scales from each operand's amax history (tensorwise only)
+  bool delayed = false;         // scales from each operand's amax history (tensorwise only)
+  bool fast_gradients = false;  // dx and dW GEMMs in fast accumulation (the forward's always is)
 
   // How to quantise one operand in `dtype` (inputs or gradient), in the orientations asked for.
   QuantizeOptions options(at::ScalarType dtype, bool rows, bool cols) const {
@@ -40,6 +50,8 @@ struct Recipe {
 inline constexpr Recipe kTensorwise{Scaling::tensorwise, at::kFloat8_e4m3fn, at::kFloat8_e5m2, false};
 inline constexpr Recipe kRowwise{Scaling::rowwise, at::kFloat8_e4m3fn, at::kFloat8_e4m3fn, true};
 inline constexpr Recipe kDelayed{Scaling::tensorwise, at::kFloat8_e4m3fn, at::kFloat8_e5m2, false, true};
+inline constexpr Recipe kDelayedFastGradients{Scaling::tensorwise, at::kFloat8_e4m3fn, at::kFloat8_e5m2, false, true,
+                                              true};
 
 // a [M, K] x b^T, b given row-major as b_rows [N, K] (its transpose is the column-major [K, N] operand
 // cuBLASLt takes), both quantised along K with their inverse scales ([1] each, or [M] and [N] per row):

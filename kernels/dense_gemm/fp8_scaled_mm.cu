@@ -1,12 +1,13 @@
-// kernels/dense_gemm/fp8_scaled_mm.cu: backends `fp8_tensorwise`, `fp8_rowwise` and `fp8_delayed` of seam
-// `dense_gemm`: the three GEMMs of a projection (y = x W^T, dx = dy W, dW = dy^T x) as FP8 GEMMs
-// (at::_scaled_mm, cuBLASLt on Hopper's FP8 tensor cores). Current scaling (tensorwise, rowwise): every
-// operand is quantised from its own amax in this step (fp8_quantize.h), its two orientations in one pair
-// of passes; delayed: from its amax over its last calls at this projection, in one pass. fp32 master weights
-// stay fp32 (they are quantised from fp32 every step); y and dx are bf16, dW fp32 (written by the GEMM).
-// The recipes, tensorwise and rowwise (torchao's float8 training recipes): fp8_recipe.h.
-// The forward GEMM accumulates with CUTLASS/cuBLASLt "fast accumulation" (periodic promotion to fp32), the
-// gradients' GEMMs without (their sums over the token dimension are the longest), as torchao does.
+// kernels/dense_gemm/fp8_scaled_mm.cu: backends `fp8_tensorwise`, `fp8_rowwise`, `fp8_delayed` and
+// `fp8_delayed_fast_accum` of seam `dense_gemm`: the three GEMMs of a projection (y = x W^T, dx = dy W,
+// dW = dy^T x) as FP8 GEMMs (at::_scaled_mm, cuBLASLt on Hopper's FP8 tensor cores). Current scaling
+// (tensorwise, rowwise): every operand is quantised from its own amax in this step (fp8_quantize.h), its
+// two orientations in one pair of passes; delayed: from its amax over its last calls at this projection,
+// in one pass. fp32 master weights stay fp32 (they are quantised from fp32 every step); y and dx are
+// bf16, dW fp32 (written by the GEMM). The recipes: fp8_recipe.h.
+// The forward GEMM accumulates with cuBLASLt's "fast accumulation", the gradients' GEMMs without (their
+// sums over the token dimension are the longest), as torchao does; fp8_delayed_fast_accum runs them fast
+// too (fp8_recipe.h "Accumulation").
 // Only under CUDA bf16 autocast with fp32 weights, the training posture the catalog row's availability
 // asks for (a bf16 run on Hopper); a call outside it is an error, never a silent bf16 GEMM.
 // Tests: kernels_tests --gtest_filter='*Parity*dense_gemm*:Fp8*'. Benchmark:
@@ -125,12 +126,12 @@ variable_list project_backward(AutogradContext* ctx, const Tensor& grad, const R
     const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
     auto dx_sizes = grad.sizes().vec();
     dx_sizes.back() = w_cols.size(0);  // K
-    dx = scaled_mm(dyq.rows, dyq.rows_inverse, w_cols, w_cols_inverse, r.scaling, at::kBFloat16, /*fast=*/false)
+    dx = scaled_mm(dyq.rows, dyq.rows_inverse, w_cols, w_cols_inverse, r.scaling, at::kBFloat16, r.fast_gradients)
              .view(dx_sizes)
              .to(x_dtype);
   }
   if (need_dw)
-    dw = scaled_mm(dyq.cols, dyq.cols_inverse, x_cols, x_cols_inverse, r.scaling, at::kFloat, /*fast=*/false);
+    dw = scaled_mm(dyq.cols, dyq.cols_inverse, x_cols, x_cols_inverse, r.scaling, at::kFloat, r.fast_gradients);
   return {dx, dw, with_bias ? dy.sum(0, /*keepdim=*/false, torch::kFloat) : Tensor()};
 }
 
@@ -185,6 +186,9 @@ Tensor dense_gemm(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 Tensor dense_gemm_tensorwise(const Tensor& x, const Tensor& w, const Tensor& b) { return dense_gemm<kTensorwise>(x, w, b); }
 Tensor dense_gemm_rowwise(const Tensor& x, const Tensor& w, const Tensor& b) { return dense_gemm<kRowwise>(x, w, b); }
 Tensor dense_gemm_delayed(const Tensor& x, const Tensor& w, const Tensor& b) { return dense_gemm<kDelayed>(x, w, b); }
+Tensor dense_gemm_delayed_fast_accum(const Tensor& x, const Tensor& w, const Tensor& b) {
+  return dense_gemm<kDelayedFastGradients>(x, w, b);
+}
 
 }  // namespace ablate::kernels::fp8
 #endif  // __CUDACC__
@@ -195,6 +199,7 @@ ABLATE_REGISTER_BACKENDS(dense_gemm_fp8) {
   registry.dense_gemm("fp8_tensorwise", ABLATE_CUDA_ONLY(&fp8::dense_gemm_tensorwise));
   registry.dense_gemm("fp8_rowwise", ABLATE_CUDA_ONLY(&fp8::dense_gemm_rowwise));
   registry.dense_gemm("fp8_delayed", ABLATE_CUDA_ONLY(&fp8::dense_gemm_delayed));
+  registry.dense_gemm("fp8_delayed_fast_accum", ABLATE_CUDA_ONLY(&fp8::dense_gemm_delayed_fast_accum));
 }
 
 }  // namespace ablate::kernels

@@ -151,6 +151,10 @@ const std::vector<Sample>& samples() {
       {"dense_gemm/fp8_delayed", "elementwise",
        "_ZN6ablate7kernels3fp848_GLOBAL__N__884feefb_15_fp8_quantize_cu_77c993dfL"
        "23ablate_fp8_delayed_castI13__nv_bfloat16Lb1EEEvNS2_8TileArgsIT_EE"},
+      // fp8_delayed_fast_accum runs fp8_delayed's quantisation (its GEMMs' accumulation mode is a flag).
+      {"dense_gemm/fp8_delayed_fast_accum", "elementwise",
+       "_ZN6ablate7kernels3fp848_GLOBAL__N__884feefb_15_fp8_quantize_cu_77c993dfL"
+       "23ablate_fp8_delayed_castI13__nv_bfloat16Lb1EEEvNS2_8TileArgsIT_EE"},
       // The tensorwise recipe's GEMMs: e4m3 x e4m3 forward, e4m3 x e5m2 for the gradients (an H200's profile).
       {"dense_gemm/fp8_tensorwise", "gemm", "nvjet_sm90_qqtst_256x128_128x4_1x2_h_bz_coopA_TNT"},
       {"dense_gemm/fp8_tensorwise", "gemm", "nvjet_sm90_qrtst_128x128_128x6_2x1_v_bz_coopA_algo2_TNT"},
