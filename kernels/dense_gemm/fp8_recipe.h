@@ -15,11 +15,12 @@
 // Accumulation: Hopper's FP8 tensor cores add products into partial sums of about 14 mantissa bits
 // (DeepSeek-V3's measurement). cuBLASLt's default ("2x accumulation", TransformerEngine's split
 // accumulator) promotes those partials into fp32 registers every few k-blocks; fast accumulation keeps
-// them in the tensor core for the whole inner dimension: ~25 % faster at medium's widths, its error
-// growing with K. Every recipe accumulates the forward fast (K is the layer's width); the gradients'
-// GEMMs sum over the longest dimensions (the output width, the tokens: 16384 a micro-batch at medium),
-// which torchao and TransformerEngine keep promoted: fast there changes numerics beyond an FP8 cast, so
-// it is a recipe of its own, for the convergence gate to judge.
+// them in the tensor core for the whole inner dimension: faster (a projection's forward + backward ~4 %
+// at medium's widths, an H200 on 2026-11-29), its error growing with K. Every recipe accumulates the
+// forward fast (K is the layer's width); the gradients' GEMMs sum over the longest dimensions (the output
+// width, the tokens: 16384 a micro-batch at medium), which torchao and TransformerEngine keep promoted:
+// fast there changes numerics beyond an FP8 cast, so it is a recipe of its own, for the convergence gate
+// to judge.
 // Tests: kernels_tests --gtest_filter='Fp8*:*Parity*fp8*'.
 #pragma once
 #include <ATen/ATen.h>
