@@ -63,12 +63,13 @@ receipts::CaptureFacts decide_graph_capture(bool requested, bool cuda_device,
   return p;
 }
 
-std::string graph_refusal_under_data_parallel(int64_t expert_parallel) {
-  if (expert_parallel <= 1) return "";
+std::string graph_refusal_under_data_parallel(int64_t expert_parallel, double capacity_factor) {
+  if (expert_parallel <= 1 || capacity_factor > 0) return "";
   return fmt::format(
-      "refused: distributed.expert_parallel = {} reads each E layer's token counts on the host to size its "
-      "all-to-all (a host sync inside the step); the step runs eager (set distributed.expert_parallel = 1 to "
-      "capture)",
+      "refused: distributed.expert_parallel = {} without a capacity (model.moe.capacity_factor = 0, dropless) "
+      "reads each E layer's token counts on the host to size its all-to-all (a host sync inside the step); the "
+      "step runs eager (set model.moe.capacity_factor > 0, whose exchange sends every expert a fixed capacity of "
+      "rows, or distributed.expert_parallel = 1 to capture)",
       expert_parallel);
 }
 

@@ -28,8 +28,9 @@ receipts::CaptureFacts decide_graph_capture(bool requested, bool cuda_device,
 
 // Under data parallel the whole step is captured with its collectives (NCCL kernels replay from the
 // graph: the gradient all-reduces or reduce-scatters, the parameter all-gathers, the stats' mean), for
-// every sharding stage. "" when the layout allows it, else the reason a capture is refused: expert
-// parallelism reads each E layer's token counts on the host to size its all-to-all.
-std::string graph_refusal_under_data_parallel(int64_t expert_parallel);
+// every sharding stage. "" when the layout allows it, else the reason a capture is refused: dropless
+// expert parallelism reads each E layer's token counts on the host to size its all-to-all (under a
+// capacity factor its all-to-alls have fixed sizes: kernels/moe_dispatch/expert_exchange.h).
+std::string graph_refusal_under_data_parallel(int64_t expert_parallel, double capacity_factor);
 
 }  // namespace ablate::harness

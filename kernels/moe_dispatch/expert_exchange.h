@@ -1,7 +1,8 @@
 // kernels/moe_dispatch/expert_exchange.h: expert parallelism as the moe_dispatch seam sees it
 // (distributed.expert_parallel = N; docs/architecture.md "Expert parallelism"). The N ranks of an expert
 // group each hold E/N of every E layer's experts (place r: experts [r E/N, (r+1) E/N)) and see their own
-// tokens; a token's rows travel to the ranks of its experts and back by all-to-alls with variable splits.
+// tokens; a token's rows travel to the ranks of its experts and back by all-to-alls: with variable splits
+// (dropless), or with a fixed capacity of rows for each expert (under a capacity factor).
 // ExpertExchange is that one collective; the harness implements it over c10d (harness/train/
 // expert_parallel.h), and exchange_expert_rows() is the dispatch around it that the grouped_mm backend runs.
 // Tests: tests/harness/distributed_test.cpp (expert_parallel 2 against 1 on Gloo ranks).
@@ -11,6 +12,8 @@
 #include <cstdint>
 #include <functional>
 #include <vector>
+
+#include "kernels/moe_dispatch/expert_groups.h"
 
 namespace ablate::kernels {
 
@@ -38,5 +41,16 @@ using LocalExperts = std::function<torch::Tensor(const torch::Tensor& rows, cons
 torch::Tensor exchange_expert_rows(const ExpertExchange& exchange, const torch::Tensor& rows,
                                    const torch::Tensor& weight, const torch::Tensor& load,
                                    const LocalExperts& local_experts);
+
+// The same exchange under a capacity (model.moe.capacity_factor > 0, which keeps each expert's first
+// `capacity` slots of a rank): every rank sends every expert exactly `capacity` rows, its kept slots then
+// zero rows of weight 0, so each split is capacity x E/N rows and the groups arriving are fixed: no
+// count exchange, no host read, the same collectives every step (a CUDA graph can capture them), at the
+// price of E x capacity rows a rank (~capacity_factor x its slots) through the experts. `groups` orders
+// `rows` (the dispatch's ExpertGroups over the group's E experts); a dropped slot's output row is zero
+// (its weight is zero either way). Differentiable like exchange_expert_rows.
+torch::Tensor exchange_capacity_rows(const ExpertExchange& exchange, const torch::Tensor& rows,
+                                     const torch::Tensor& weight, const ExpertGroups& groups, int64_t capacity,
+                                     const LocalExperts& local_experts);
 
 }  // namespace ablate::kernels

@@ -1,8 +1,10 @@
-// kernels/moe_dispatch/expert_parallel.cpp: exchange_expert_rows (expert_exchange.h), the all-to-all
-// dispatch of expert parallelism: the loads go out first (an all-to-all of E counts, read on the host
-// once: they are the splits), then the rows and their routing weights to the ranks of their experts,
-// which group what arrives by local expert (a stable counting sort: source rank order kept inside each
-// expert's group), run their experts, and send the output rows back the way they came.
+// kernels/moe_dispatch/expert_parallel.cpp: exchange_expert_rows and exchange_capacity_rows
+// (expert_exchange.h), the all-to-all dispatches of expert parallelism. Dropless: the loads go out first
+// (an all-to-all of E counts, read on the host once: they are the splits), then the rows and their
+// routing weights to the ranks of their experts, which group what arrives by local expert (a stable
+// counting sort: source rank order kept inside each expert's group), run their experts, and send the
+// output rows back the way they came. Under a capacity every (rank, expert) pair sends `capacity` rows,
+// so the splits and the arriving groups are known without a count and the same in every step.
 // Tests: tests/harness/distributed_test.cpp (Gloo ranks, expert_parallel 2 against 1).
 #include "kernels/moe_dispatch/expert_exchange.h"
 
@@ -96,6 +98,51 @@ torch::Tensor exchange_expert_rows(const ExpertExchange& exchange, const torch::
   // Back into arrival order (a permutation: exact in any dtype), then home.
   const auto in_arrival_order = combine_slot_rows(out, groups.by_expert, groups.position, 1, out.scalar_type());
   return AllToAllRows::apply(in_arrival_order, &exchange, send_splits, recv_splits);
+}
+
+torch::Tensor exchange_capacity_rows(const ExpertExchange& exchange, const torch::Tensor& rows,
+                                     const torch::Tensor& weight, const ExpertGroups& groups, int64_t capacity,
+                                     const LocalExperts& local_experts) {
+  const int64_t ranks = exchange.ranks(), experts = groups.load.size(0), slots = rows.size(0);
+  TORCH_CHECK(ranks >= 1 && experts % ranks == 0, "expert parallel: ", experts, " experts do not split over ", ranks,
+              " ranks");
+  TORCH_CHECK(rows.dim() == 2 && weight.dim() == 1 && weight.size(0) == slots && groups.by_expert.size(0) == slots,
+              "expert parallel: rows must be [S, d] and weight [S], S the grouped slots");
+  TORCH_CHECK(capacity >= 1, "expert parallel: a capacity of ", capacity, " rows");
+  const int64_t local = experts / ranks, buffer = experts * capacity;
+  const auto index = groups.load.options().dtype(torch::kLong);
+
+  // Send-buffer row b holds expert b / capacity's slot at position b % capacity of its group, or a zero
+  // row (index `slots`) where the expert has fewer slots: gathers (deterministic), no scatter.
+  const auto b = torch::arange(buffer, index);
+  const auto expert = b.div(capacity, "floor"), position = b.remainder(capacity);
+  const auto source = torch::where(position < groups.load.to(torch::kLong).index_select(0, expert),
+                                   groups.group_start.to(torch::kLong).index_select(0, expert) + position,
+                                   torch::full({}, slots, index));
+  const auto with_zero_row = [](const torch::Tensor& t) {
+    return torch::cat({t, torch::zeros({1, t.size(1)}, t.options())});
+  };
+  const auto send = with_zero_row(rows).index_select(0, source);
+  const auto send_weight = with_zero_row(weight.view({-1, 1})).index_select(0, source);
+
+  // Each place sends every other E/N experts' capacity rows; what arrives is [source place, local expert,
+  // capacity], regrouped expert-major (source place order inside each expert's group, as the dropless path).
+  const std::vector<int64_t> splits(ranks, local * capacity);
+  const auto expert_major = [&](const torch::Tensor& t) {
+    return t.view({ranks, local, capacity, t.size(1)}).transpose(0, 1).reshape({buffer, t.size(1)});
+  };
+  const auto arrived = expert_major(AllToAllRows::apply(send, &exchange, splits, splits));
+  const auto arrived_weight = expert_major(AllToAllRows::apply(send_weight, &exchange, splits, splits)).view({-1});
+  const auto group_end = (torch::arange(1, local + 1, index) * (ranks * capacity)).to(torch::kInt);
+  const auto out = local_experts(arrived, arrived_weight, group_end);
+
+  // Back to source-place order and home, then each kept slot its row; a dropped slot the zero row.
+  const auto place_major = out.view({local, ranks, capacity, out.size(1)}).transpose(0, 1).reshape({buffer, out.size(1)});
+  const auto home = AllToAllRows::apply(place_major, &exchange, splits, splits);
+  const auto rank = rank_in_expert(groups);
+  const auto slot_row = torch::where(rank < capacity, groups.sorted_expert.to(torch::kLong) * capacity + rank,
+                                     torch::full({}, buffer, index));
+  return with_zero_row(home).index_select(0, slot_row);
 }
 
 }  // namespace ablate::kernels

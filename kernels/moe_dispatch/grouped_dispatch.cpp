@@ -9,10 +9,12 @@
 // (expert_kernels.cu); no scatter-add, forward or backward. Nothing is padded to a capacity and nothing
 // is read on the host, so a CUDA graph can capture the dropless path.
 // Under expert parallelism (an ExpertExchange of N ranks: this rank holds E/N experts) the rows sorted
-// by global expert travel to their experts' ranks and back (exchange_expert_rows, expert_exchange.h);
-// the GEMMs and the weighted SwiGLU between them run on what arrived, the same passes as above.
-// A capacity factor keeps the standard path's semantics: slots past capacity (in token order) get
-// weight 0 and are counted (they are computed, not skipped: no shapes depend on the data).
+// by global expert travel to their experts' ranks and back (expert_exchange.h); the GEMMs and the
+// weighted SwiGLU between them run on what arrived, the same passes as above. A capacity factor keeps
+// the standard path's semantics: slots past capacity (in token order) get weight 0 and are counted
+// (they are computed, not skipped: no shapes depend on the data); under expert parallelism they are not
+// sent, and every expert gets a fixed capacity of rows from each rank (exchange_capacity_rows: no host
+// read, fixed all-to-alls), where the dropless exchange reads the loads on the host for its splits.
 // Contract: MoeDispatchFn in kernels/seams.h. Arithmetic in the autocast dtype when autocast is on, else
 // in x's dtype; d and f are zero-padded to multiples of 8 when they are not (exact: padded rows and
 // columns contribute zeros and are sliced off).
@@ -79,8 +81,11 @@ torch::Tensor grouped_dispatch(const torch::Tensor& x, const torch::Tensor& topk
     const auto hidden = weighted_swiglu(gate_up, weight);
     return projections.down(hidden, group_end);
   };
-  auto expert_out = across_ranks ? exchange_expert_rows(*exchange, rows, sorted_weight, groups.load, run_experts)
-                                 : run_experts(rows, sorted_weight, offsets);
+  auto expert_out = !across_ranks ? run_experts(rows, sorted_weight, offsets)
+                    : capacity_factor > 0
+                        ? exchange_capacity_rows(*exchange, rows, sorted_weight, groups,
+                                                 expert_capacity(capacity_factor, slots, experts), run_experts)
+                        : exchange_expert_rows(*exchange, rows, sorted_weight, groups.load, run_experts);
   // Sliced only when padded: a narrow's backward zero-fills and copies even when it keeps everything.
   if (shape.dp != d) expert_out = expert_out.narrow(1, 0, d);
 

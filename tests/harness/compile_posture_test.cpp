@@ -54,14 +54,17 @@ TEST(CompilePosture, StandardDroplessMoeIsRefusedForItsHostSync) {
   }
 }
 
-// Data parallel captures its collectives with the step in every sharding stage; expert parallelism's
-// host read of the token counts refuses it, saying how to capture.
-TEST(CompilePosture, DataParallelCapturesUnlessExpertsAreExchanged) {
-  EXPECT_EQ(graph_refusal_under_data_parallel(1), "");
-  const auto why = graph_refusal_under_data_parallel(4);
+// Data parallel captures its collectives with the step in every sharding stage; dropless expert
+// parallelism's host read of the token counts refuses it, saying how to capture; under a capacity
+// factor the exchange has fixed sizes and is captured.
+TEST(CompilePosture, DataParallelCapturesUnlessExpertsAreExchangedDropless) {
+  EXPECT_EQ(graph_refusal_under_data_parallel(1, 0.0), "");
+  EXPECT_EQ(graph_refusal_under_data_parallel(4, 1.25), "");
+  const auto why = graph_refusal_under_data_parallel(4, 0.0);
   EXPECT_EQ(why.rfind("refused: distributed.expert_parallel = 4", 0), 0u) << why;
   EXPECT_NE(why.find("host sync"), std::string::npos) << why;
-  EXPECT_NE(why.find("set distributed.expert_parallel = 1 to capture"), std::string::npos) << why;
+  EXPECT_NE(why.find("set model.moe.capacity_factor > 0"), std::string::npos) << why;
+  EXPECT_NE(why.find("distributed.expert_parallel = 1 to capture"), std::string::npos) << why;
 }
 
 // Every chosen backend is a catalog row; one that is not is a bug of the caller, never eligible.

@@ -457,6 +457,35 @@ TEST_F(DistributedTest, ExpertParallelTrainsLikeReplicatedExperts) {
   }
 }
 
+// Under a capacity factor every rank sends every expert a fixed capacity of rows (its kept slots, then
+// zero rows of weight 0) instead of exchanging counts: the same training as replicated experts within
+// ExpertParallelTrainsLikeReplicatedExperts' 1e-5 (the same slots dropped, decided on each token's rank;
+// the padding adds zeros), and a step's all-to-all bytes are fixed by the shapes alone: tiny's 4 experts,
+// 2 x 128 tokens a rank, top-2 -> 512 slots, capacity ceil(0.5 x 512 / 4) = 64 rows an expert, so 256
+// rows of d 64 fp32 out and back and their routing weights, forward and backward (the backward sends
+// each one's gradient back): 2 x (2 x 256 x 64 + 256) x 4 bytes for the one E layer, no counts, at 2
+// experts a rank (2 ranks) as at 1 (4 ranks).
+TEST_F(DistributedTest, ExpertParallelUnderACapacityTrainsLikeReplicatedExperts) {
+  for (const int64_t world : {2, 4}) {
+    SCOPED_TRACE("world " + std::to_string(world) + ", distributed.expert_parallel = " + std::to_string(world));
+    const std::string moe = " --set model.pattern=AEMR --set backends.moe_dispatch=grouped_mm"
+                            " --set model.moe.capacity_factor=0.5 --set distributed.nproc=" + std::to_string(world);
+    Recorded replicated, spread;
+    ASSERT_NO_FATAL_FAILURE(launch_ok(moe, 6, &replicated));
+    ASSERT_NO_FATAL_FAILURE(launch_ok(moe + " --set distributed.expert_parallel=" + std::to_string(world), 6, &spread));
+    expect_steps_near(spread.loss, replicated.loss, 1e-5);
+    expect_steps_near(spread.grad_norm, replicated.grad_norm, 1e-5);
+    const auto& dropped = replicated.summary["facts"]["moe"]["dropped_slots"];
+    ASSERT_TRUE(dropped.is_number_integer()) << replicated.summary["facts"].dump();
+    EXPECT_GT(dropped.get<int64_t>(), 0) << "capacity 0.5 drops slots";
+    EXPECT_EQ(spread.summary["facts"]["moe"]["dropped_slots"], dropped);
+    const int64_t rows = 4 * 64, width = 64, fp32 = 4;
+    EXPECT_EQ(spread.summary["facts"]["distributed"]["sharding"]["all_to_all_bytes"],
+              2 * (2 * rows * width + rows) * fp32)
+        << spread.summary["facts"]["distributed"].dump();
+  }
+}
+
 // Fails closed: expert parallelism needs the dispatch that exchanges rows.
 TEST_F(DistributedTest, ExpertParallelRefusesADispatchThatCannotExchange) {
   const auto job = run_cli(ablate("launch " + spec_.string() + kExpertParallel2 + " --set backends.moe_dispatch=reference"));
@@ -818,29 +847,36 @@ class DistributedGpuTest : public DistributedTest {
   const std::string gpu_ = " --set train.device=\"cuda\" --set train.dtype=\"bf16\" --set distributed.backend=\"nccl\""
                            " --set model.pattern=\"AEMR\" --set backends.moe_dispatch=\"grouped_mm\""
                            " --set train.steps=12 --set distributed.bucket_mb=1";
-};
 
-// In every sharding stage the graphed job trains as its eager twin: the same kernels and collectives in
-// the same order. Two eager bf16 runs on a GPU differ (kernels with atomics) by up to ~2e-4 relative
-// over a few steps (profiling_gpu_test's graph-vs-eager calibration), so 5e-3 is 25x that, while a
-// replay that skipped a collective or read stale shards differs in the step it happens.
-TEST_F(DistributedGpuTest, GraphedStepsTrainLikeEagerInEveryShardingStage) {
-  for (const char* stage : {"none", "optimizer", "gradients", "full"}) {
-    SCOPED_TRACE(std::string("distributed.sharding = ") + stage);
-    const std::string sets = gpu_ + " --set distributed.sharding=\"" + stage + "\"";
+  // The job of `sets` eager, then graphed: the graphed run is ok, captured, all 12 steps, and trains as
+  // the eager one. Two eager bf16 runs on a GPU differ (kernels with atomics) by up to ~2e-4 relative
+  // over a few steps (profiling_gpu_test's graph-vs-eager calibration), so 5e-3 is 25x that, while a
+  // replay that skipped a collective or read stale shards differs in the step it happens.
+  // Call through ASSERT_NO_FATAL_FAILURE.
+  void expect_graphed_like_eager(const std::string& sets, Recorded* graphed) {
     const auto eager_job = run_cli(ablate("launch " + spec_.string() + sets + " --set compile.cuda_graphs=false"));
     ASSERT_EQ(eager_job.rc, 0) << eager_job.out;
     const auto eager = newest();
     const auto graphed_job = run_cli(ablate("launch " + spec_.string() + sets + " --set compile.cuda_graphs=true"));
     ASSERT_EQ(graphed_job.rc, 0) << graphed_job.out;
-    const auto graphed = newest();
-    ASSERT_EQ(graphed.status, "ok") << graphed.error;
-    const auto& capture = graphed.summary["facts"]["cuda_graphs"];
+    *graphed = newest();
+    ASSERT_EQ(graphed->status, "ok") << graphed->error;
+    const auto& capture = graphed->summary["facts"]["cuda_graphs"];
     EXPECT_EQ(capture["outcome"], "captured") << capture.dump();
     EXPECT_EQ(capture["achieved"], true) << capture.dump();
-    ASSERT_EQ(graphed.loss.size(), 12u);
+    ASSERT_EQ(graphed->loss.size(), 12u);
     ASSERT_EQ(eager.loss.size(), 12u);
-    expect_steps_near(graphed.loss, eager.loss, 5e-3);
+    expect_steps_near(graphed->loss, eager.loss, 5e-3);
+  }
+};
+
+// In every sharding stage the graphed job trains as its eager twin: the same kernels and collectives in
+// the same order (expect_graphed_like_eager).
+TEST_F(DistributedGpuTest, GraphedStepsTrainLikeEagerInEveryShardingStage) {
+  for (const char* stage : {"none", "optimizer", "gradients", "full"}) {
+    SCOPED_TRACE(std::string("distributed.sharding = ") + stage);
+    Recorded graphed;
+    ASSERT_NO_FATAL_FAILURE(expect_graphed_like_eager(gpu_ + " --set distributed.sharding=\"" + stage + "\"", &graphed));
     EXPECT_EQ(graphed.rows_per_rank.at(1), 12);
     // A replayed collective's time is unknown (its events were recorded into the graph only): the
     // warm-up steps' timings are not steady, so the per-rank median is null, never a wrong number.
@@ -849,8 +885,8 @@ TEST_F(DistributedGpuTest, GraphedStepsTrainLikeEagerInEveryShardingStage) {
   }
 }
 
-// Expert parallelism sizes its all-to-all from token counts read on the host: refused up front, with
-// the reason in the receipt, and the job trains eager.
+// Dropless expert parallelism sizes its all-to-all from token counts read on the host: refused up front,
+// with the reason in the receipt, and the job trains eager.
 TEST_F(DistributedGpuTest, ExpertParallelRefusesCaptureWithItsReason) {
   const auto job = run_cli(ablate("launch " + spec_.string() + gpu_ + " --set distributed.expert_parallel=2" +
                                   " --set compile.cuda_graphs=true"));
@@ -861,6 +897,15 @@ TEST_F(DistributedGpuTest, ExpertParallelRefusesCaptureWithItsReason) {
   EXPECT_EQ(capture["outcome"], "refused") << capture.dump();
   EXPECT_NE(capture["reason"].get<std::string>().find("distributed.expert_parallel = 2"), std::string::npos)
       << capture.dump();
+}
+
+// Under a capacity factor the exchange has fixed sizes and no host read: the step is captured with its
+// all-to-alls and trains as its eager twin (expect_graphed_like_eager).
+TEST_F(DistributedGpuTest, ExpertParallelUnderACapacityCapturesTheStep) {
+  Recorded graphed;
+  ASSERT_NO_FATAL_FAILURE(expect_graphed_like_eager(
+      gpu_ + " --set distributed.expert_parallel=2 --set model.moe.capacity_factor=1.25", &graphed));
+  EXPECT_EQ(graphed.summary["facts"]["distributed"]["sharding"]["expert_parallel"], 2) << graphed.summary.dump();
 }
 
 // NCCL's watchdog does not see collectives a graph replays: a rank that hangs during the replays must
