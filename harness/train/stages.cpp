@@ -224,7 +224,8 @@ RunPosture choose_posture(const ExperimentSpec& spec, const RunOptions& opt) {
     p.graphs.outcome = receipts::CaptureOutcome::not_reached;
   }
   if (data_parallel && p.graphs.eligible) {
-    if (auto why = graph_refusal_under_data_parallel(spec.distributed.expert_parallel, spec.model.moe.capacity_factor); !why.empty()) {
+    if (auto why = graph_refusal_under_data_parallel(spec.distributed.expert_parallel, spec.model.moe.capacity_factor);
+        !why.empty()) {
       p.graphs.eligible = false;
       p.graphs.outcome = receipts::CaptureOutcome::refused;
       p.graphs.reason = std::move(why);

@@ -4,7 +4,8 @@
 // tokens; a token's rows travel to the ranks of its experts and back by all-to-alls: with variable splits
 // (dropless), or with a fixed capacity of rows for each expert (under a capacity factor).
 // ExpertExchange is that one collective; the harness implements it over c10d (harness/train/
-// expert_parallel.h), and exchange_expert_rows() is the dispatch around it that the grouped_mm backend runs.
+// expert_parallel.h), and exchange_expert_rows() / exchange_capacity_rows() are the dispatches around it
+// that the grouped backends run.
 // Tests: tests/harness/distributed_test.cpp (expert_parallel 2 against 1 on Gloo ranks).
 #pragma once
 #include <torch/torch.h>

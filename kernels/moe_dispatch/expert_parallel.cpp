@@ -125,8 +125,9 @@ torch::Tensor exchange_capacity_rows(const ExpertExchange& exchange, const torch
   const auto send = with_zero_row(rows).index_select(0, source);
   const auto send_weight = with_zero_row(weight.view({-1, 1})).index_select(0, source);
 
-  // Each place sends every other E/N experts' capacity rows; what arrives is [source place, local expert,
-  // capacity], regrouped expert-major (source place order inside each expert's group, as the dropless path).
+  // Every place gets `capacity` rows for each of its E/N experts from every place: [source place, local
+  // expert, capacity], regrouped expert-major (source place order inside each expert's group, as the
+  // dropless path groups them).
   const std::vector<int64_t> splits(ranks, local * capacity);
   const auto expert_major = [&](const torch::Tensor& t) {
     return t.view({ranks, local, capacity, t.size(1)}).transpose(0, 1).reshape({buffer, t.size(1)});
@@ -137,7 +138,8 @@ torch::Tensor exchange_capacity_rows(const ExpertExchange& exchange, const torch
   const auto out = local_experts(arrived, arrived_weight, group_end);
 
   // Back to source-place order and home, then each kept slot its row; a dropped slot the zero row.
-  const auto place_major = out.view({local, ranks, capacity, out.size(1)}).transpose(0, 1).reshape({buffer, out.size(1)});
+  const auto place_major =
+      out.view({local, ranks, capacity, out.size(1)}).transpose(0, 1).reshape({buffer, out.size(1)});
   const auto home = AllToAllRows::apply(place_major, &exchange, splits, splits);
   const auto rank = rank_in_expert(groups);
   const auto slot_row = torch::where(rank < capacity, groups.sorted_expert.to(torch::kLong) * capacity + rank,
