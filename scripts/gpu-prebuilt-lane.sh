@@ -8,8 +8,11 @@
 #   test of every suite matching TESTS, one process each, CTEST_JOBS at once, from build/ with ABLATE_DB
 #   unset and a 600 s limit, as ctest runs them; a summary line in ctest's words.
 # use_baseline: unpacks a carried .gpu-baseline (scripts/gpu-prebuilt.sh --baseline REV) where its
-#   binaries' RUNPATH expects them (the worktree path it was built at, <root>/build), links LibTorch,
-#   smoke-tests it and sets BASELINE_ABLATE and BASELINE_REVISION; returns 1, saying why, when it cannot.
+#   binaries' RUNPATH expects them (the worktree path it was built at, <root>/build), or one kept from an
+#   earlier prebuilt (--baseline-from-prebuilt) into .gpu-baseline/tree with a wrapper that puts its
+#   libraries first; links LibTorch, smoke-tests it and sets BASELINE_ABLATE, BASELINE_TREE (its bench/
+#   and tests/ where the tree has them: LD_LIBRARY_PATH=$BASELINE_TREE/kernels to run them) and
+#   BASELINE_REVISION; returns 1, saying why, when it cannot.
 # ensure_gpu_build: for scripts that run on an earlier call's build (gpu-matrix.sh, gpu-ab.sh): the
 #   device machine's tree sync drops the prebuilt links between calls, so they are made again from the
 #   carried .gpu-prebuilt; without either, says to run gpu-check.sh first and returns 1.
@@ -129,16 +132,29 @@ BASELINE_DIR=.gpu-baseline
 use_baseline() {
   [ -f $BASELINE_DIR/STAMP ] && [ -f $BASELINE_DIR/tree.tar.xz ] ||
     { echo "$(basename "$0"): no $BASELINE_DIR carried: stage one with scripts/gpu-prebuilt.sh --baseline REV" >&2; return 1; }
-  local root
+  local root tree
   root=$(sed -n 's/^root=//p' $BASELINE_DIR/STAMP)
   [ -n "$root" ] || { echo "$(basename "$0"): $BASELINE_DIR/STAMP names no root" >&2; return 1; }
-  mkdir -p "$root/build" && tar xJf $BASELINE_DIR/tree.tar.xz -C "$root/build" ||
-    { echo "$(basename "$0"): could not unpack $BASELINE_DIR into $root/build" >&2; return 1; }
-  link_torch_runpath_of "$root/build"
-  if ! "$root/build/ablate" catalog > "$OUT/baseline-smoke.log" 2>&1; then
+  if grep -q '^libraries=override$' $BASELINE_DIR/STAMP; then
+    # A tree staged for this root (gpu-prebuilt.sh --baseline-from-prebuilt): unpacked beside, run through
+    # a wrapper that puts its libraries before the RUNPATH's (the current build's).
+    tree=$PWD/$BASELINE_DIR/tree
+    rm -rf "$tree" && mkdir -p "$tree" && tar xJf $BASELINE_DIR/tree.tar.xz -C "$tree" ||
+      { echo "$(basename "$0"): could not unpack $BASELINE_DIR into $tree" >&2; return 1; }
+    printf '#!/usr/bin/env bash\nLD_LIBRARY_PATH=%s/kernels${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s/ablate "$@"\n' \
+      "$tree" "$tree" > "$tree/ablate-baseline" && chmod +x "$tree/ablate-baseline"
+    BASELINE_ABLATE=$tree/ablate-baseline
+  else
+    tree=$root/build
+    mkdir -p "$tree" && tar xJf $BASELINE_DIR/tree.tar.xz -C "$tree" ||
+      { echo "$(basename "$0"): could not unpack $BASELINE_DIR into $tree" >&2; return 1; }
+    BASELINE_ABLATE=$tree/ablate
+  fi
+  link_torch_runpath_of "$tree"
+  if ! "$BASELINE_ABLATE" catalog > "$OUT/baseline-smoke.log" 2>&1; then
     echo "$(basename "$0"): the baseline's smoke test failed: $(grep -m1 -iE 'error|not found|undefined' "$OUT/baseline-smoke.log")" >&2
     return 1
   fi
-  BASELINE_ABLATE=$root/build/ablate
+  BASELINE_TREE=$tree
   BASELINE_REVISION=$(sed -n 's/^git_revision=//p' $BASELINE_DIR/STAMP)
 }

@@ -16,16 +16,33 @@
 # stages its ablate (with ablate-train, where REV has it) and kernels into .gpu-baseline/tree.tar.xz
 # (~5 MB) with a STAMP; carried, it lets scripts/gpu-ab.sh run side A on REV's binary and side B on the
 # current one, interleaved.
+#
+#   bash scripts/gpu-prebuilt.sh --baseline-from-prebuilt
+# The same baseline without a build: the tree staged last (the revision before the change, still in
+# .gpu-prebuilt) kept as .gpu-baseline, with every test and benchmark program in it (~13 MB); then
+# commit the change and stage it as usual. On the GPU machine use_baseline runs it with its own
+# libraries first on LD_LIBRARY_PATH (they win over RUNPATH), so its kernels_bench can run interleaved
+# with the current one too ($BASELINE_TREE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage="usage: gpu-prebuilt.sh [--baseline REV]"
+usage="usage: gpu-prebuilt.sh [--baseline REV | --baseline-from-prebuilt]"
 root=$PWD out=.gpu-prebuilt baseline=0
 case "$#:${1:-}" in
   0:) ;;
   2:--baseline)
     rev=$(git rev-parse --verify --quiet "$2^{commit}") ||
       { echo "gpu-prebuilt: '$2' is not a commit of this repository: give a revision git knows (git log --oneline)" >&2; exit 2; } ;;
+  1:--baseline-from-prebuilt)
+    # The staged tree of the revision before (what the last call ran) kept as the baseline, before this
+    # revision is staged over it: no worktree build. Its binaries' RUNPATH names the current build's
+    # libraries, so use_baseline puts its own first on LD_LIBRARY_PATH (STAMP: libraries=override).
+    [ -f .gpu-prebuilt/STAMP ] && [ -f .gpu-prebuilt/tree.tar.xz ] ||
+      { echo "gpu-prebuilt: no staged .gpu-prebuilt to keep as the baseline: stage one first (bash scripts/gpu-prebuilt.sh)" >&2; exit 2; }
+    rm -rf .gpu-baseline && mkdir -p .gpu-baseline && cp .gpu-prebuilt/tree.tar.xz .gpu-baseline/
+    { grep -v '^source_hash=' .gpu-prebuilt/STAMP; echo "libraries=override"; } > .gpu-baseline/STAMP
+    echo "gpu-prebuilt: .gpu-baseline holds the staged tree of $(sed -n 's/^git_revision=//p' .gpu-baseline/STAMP) (carry it with .gpu-deps and .gpu-prebuilt)"
+    exit 0 ;;
   *) echo "gpu-prebuilt: unexpected arguments '$*'; $usage" >&2; exit 2 ;;
 esac
 if [ $# = 2 ]; then

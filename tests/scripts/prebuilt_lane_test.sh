@@ -5,13 +5,13 @@
 # other sources, another path, a real build/ and a TESTS regex richer than names joined by |; it accepts
 # a matching stamp; ensure_gpu_build links a carried prebuilt again (and refuses without one);
 # use_baseline unpacks a carried baseline where its RUNPATH expects it, refuses one that fails its smoke
-# test or is missing; TESTS becomes the gtest filter it should. Runs in a scratch copy of the scripts and a
+# test or is missing, and runs one kept from an earlier prebuilt with its own libraries first; TESTS becomes the gtest filter it should. Runs in a scratch copy of the scripts and a
 # few sources. Exit 0 passed, 1 a check failed.
 #   bash tests/scripts/prebuilt_lane_test.sh     (ctest: prebuilt_lane)
 source "$(dirname "$0")/checks.sh"
 
 mkdir -p "$work/tree/scripts" "$work/tree/kernels" "$work/tree/docs"
-cp "$src/scripts/source-hash.sh" "$src/scripts/gpu-prebuilt-lane.sh" "$work/tree/scripts/"
+cp "$src/scripts/source-hash.sh" "$src/scripts/gpu-prebuilt-lane.sh" "$src/scripts/gpu-prebuilt.sh" "$work/tree/scripts/"
 cp "$src/CMakeLists.txt" "$work/tree/"
 echo 'int f() { return 1; }' > "$work/tree/kernels/a.cpp"
 echo 'notes' > "$work/tree/docs/a.md"
@@ -37,7 +37,8 @@ source scripts/gpu-prebuilt-lane.sh
 # what the smoke test wants).
 pack_fake_tree() {  # pack_fake_tree DIR EXIT_STATUS_OF_ITS_ABLATE: DIR/tree.tar.xz
   rm -rf "$work/staged" && mkdir -p "$work/staged/kernels" "$work/staged/tests" "$1"
-  printf '#!/bin/sh\necho catalog\nexit %s\n' "$2" > "$work/staged/ablate"
+  printf '#!/bin/sh\n[ "$1" = libs ] && { echo "${LD_LIBRARY_PATH%%%%:*}"; exit 0; }\necho catalog\nexit %s\n' "$2" \
+    > "$work/staged/ablate"
   printf '#!/bin/sh\necho Suite.\n' > "$work/staged/tests/kernels_tests"
   chmod +x "$work/staged/ablate" "$work/staged/tests/kernels_tests"
   tar cf - -C "$work/staged" . | xz > "$1/tree.tar.xz"
@@ -93,6 +94,26 @@ contains "a baseline whose smoke test fails is refused" "smoke test failed" "$(u
 contains "... with rc 1" "rc 1" "$(use_baseline 2>&1; echo "rc $?")"
 rm -rf .gpu-baseline
 contains "without one it says how to stage one" "gpu-prebuilt.sh --baseline REV" "$(use_baseline 2>&1; echo "rc $?")"
+
+# A baseline kept from the prebuilt staged last (gpu-prebuilt.sh --baseline-from-prebuilt): its tree and
+# stamp copied, marked for a library override; use_baseline unpacks it into .gpu-baseline/tree and runs it
+# through a wrapper that puts its libraries before the RUNPATH's (the current build's).
+contains "--baseline-from-prebuilt without a staged tree says what to run" "stage one first" \
+  "$(bash scripts/gpu-prebuilt.sh --baseline-from-prebuilt 2>&1; echo "rc $?")"
+check "... and exits 2" "2" "$(bash scripts/gpu-prebuilt.sh --baseline-from-prebuilt > /dev/null 2>&1; echo $?)"
+pack_fake_tree .gpu-prebuilt 0
+printf 'source_hash=%s\nroot=%s\ngit_revision=%s\n' "$h2" "$PWD" "$revision" > .gpu-prebuilt/STAMP
+bash scripts/gpu-prebuilt.sh --baseline-from-prebuilt > /dev/null
+check "--baseline-from-prebuilt keeps the staged tree" "$(xz -dc .gpu-prebuilt/tree.tar.xz | md5sum)" \
+  "$(xz -dc .gpu-baseline/tree.tar.xz | md5sum)"
+check "... with its stamp, no source hash, a library override" "root=$PWD git_revision=$revision libraries=override" \
+  "$(tr '\n' ' ' < .gpu-baseline/STAMP | sed 's/ $//')"
+use_baseline 2> /dev/null
+check "use_baseline runs a kept prebuilt through its wrapper" "$PWD/.gpu-baseline/tree/ablate-baseline" "${BASELINE_ABLATE:-}"
+check "... from its own tree" "$PWD/.gpu-baseline/tree" "${BASELINE_TREE:-}"
+check "... its libraries first on LD_LIBRARY_PATH" "$PWD/.gpu-baseline/tree/kernels" "$(LD_LIBRARY_PATH=/x "$BASELINE_ABLATE" libs)"
+check "... with its revision" "$revision" "${BASELINE_REVISION:-}"
+rm -rf .gpu-baseline .gpu-prebuilt
 
 # TESTS as a gtest filter.
 check "no TESTS: every test" '*' "$(TESTS='' tests_as_gtest_filter)"
