@@ -135,20 +135,18 @@ use_baseline() {
   local root tree
   root=$(sed -n 's/^root=//p' $BASELINE_DIR/STAMP)
   [ -n "$root" ] || { echo "$(basename "$0"): $BASELINE_DIR/STAMP names no root" >&2; return 1; }
-  if grep -q '^libraries=override$' $BASELINE_DIR/STAMP; then
-    # A tree staged for this root (gpu-prebuilt.sh --baseline-from-prebuilt): unpacked beside, run through
-    # a wrapper that puts its libraries before the RUNPATH's (the current build's).
-    tree=$PWD/$BASELINE_DIR/tree
-    rm -rf "$tree" && mkdir -p "$tree" && tar xJf $BASELINE_DIR/tree.tar.xz -C "$tree" ||
-      { echo "$(basename "$0"): could not unpack $BASELINE_DIR into $tree" >&2; return 1; }
-    printf '#!/usr/bin/env bash\nLD_LIBRARY_PATH=%s/kernels${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s/ablate "$@"\n' \
-      "$tree" "$tree" > "$tree/ablate-baseline" && chmod +x "$tree/ablate-baseline"
+  # A tree staged for this root (gpu-prebuilt.sh --baseline-from-prebuilt) is unpacked beside and run
+  # through a wrapper that puts its libraries before the RUNPATH's (the current build's).
+  local override=0
+  grep -q '^libraries=override$' $BASELINE_DIR/STAMP && override=1
+  if [ $override = 1 ]; then tree=$PWD/$BASELINE_DIR/tree && rm -rf "$tree"; else tree=$root/build; fi
+  mkdir -p "$tree" && tar xJf $BASELINE_DIR/tree.tar.xz -C "$tree" ||
+    { echo "$(basename "$0"): could not unpack $BASELINE_DIR into $tree" >&2; return 1; }
+  BASELINE_ABLATE=$tree/ablate
+  if [ $override = 1 ]; then
     BASELINE_ABLATE=$tree/ablate-baseline
-  else
-    tree=$root/build
-    mkdir -p "$tree" && tar xJf $BASELINE_DIR/tree.tar.xz -C "$tree" ||
-      { echo "$(basename "$0"): could not unpack $BASELINE_DIR into $tree" >&2; return 1; }
-    BASELINE_ABLATE=$tree/ablate
+    printf '#!/usr/bin/env bash\nLD_LIBRARY_PATH=%s/kernels${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s/ablate "$@"\n' \
+      "$tree" "$tree" > "$BASELINE_ABLATE" && chmod +x "$BASELINE_ABLATE"
   fi
   link_torch_runpath_of "$tree"
   if ! "$BASELINE_ABLATE" catalog > "$OUT/baseline-smoke.log" 2>&1; then

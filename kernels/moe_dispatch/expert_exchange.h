@@ -48,10 +48,11 @@ torch::Tensor exchange_expert_rows(const ExpertExchange& exchange, const torch::
 // zero rows of weight 0, so each split is capacity x E/N rows and the groups arriving are fixed: no
 // count exchange, no host read, the same collectives every step (a CUDA graph can capture them), at the
 // price of E x capacity rows a rank (~capacity_factor x its slots) through the experts. `groups` orders
-// `rows` (the dispatch's ExpertGroups over the group's E experts); a dropped slot's output row is zero
-// (its weight is zero either way). Differentiable like exchange_expert_rows.
+// `rows` (the dispatch's ExpertGroups over the group's E experts), `rank` is rank_in_expert(groups) (the
+// dispatch has it for its kept mask); a dropped slot's output row is zero (its weight is zero either
+// way). Differentiable like exchange_expert_rows.
 torch::Tensor exchange_capacity_rows(const ExpertExchange& exchange, const torch::Tensor& rows,
-                                     const torch::Tensor& weight, const ExpertGroups& groups, int64_t capacity,
-                                     const LocalExperts& local_experts);
+                                     const torch::Tensor& weight, const ExpertGroups& groups,
+                                     const torch::Tensor& rank, int64_t capacity, const LocalExperts& local_experts);
 
 }  // namespace ablate::kernels

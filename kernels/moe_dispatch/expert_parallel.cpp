@@ -101,13 +101,14 @@ torch::Tensor exchange_expert_rows(const ExpertExchange& exchange, const torch::
 }
 
 torch::Tensor exchange_capacity_rows(const ExpertExchange& exchange, const torch::Tensor& rows,
-                                     const torch::Tensor& weight, const ExpertGroups& groups, int64_t capacity,
-                                     const LocalExperts& local_experts) {
+                                     const torch::Tensor& weight, const ExpertGroups& groups,
+                                     const torch::Tensor& rank, int64_t capacity, const LocalExperts& local_experts) {
   const int64_t ranks = exchange.ranks(), experts = groups.load.size(0), slots = rows.size(0);
   TORCH_CHECK(ranks >= 1 && experts % ranks == 0, "expert parallel: ", experts, " experts do not split over ", ranks,
               " ranks");
-  TORCH_CHECK(rows.dim() == 2 && weight.dim() == 1 && weight.size(0) == slots && groups.by_expert.size(0) == slots,
-              "expert parallel: rows must be [S, d] and weight [S], S the grouped slots");
+  TORCH_CHECK(rows.dim() == 2 && weight.dim() == 1 && weight.size(0) == slots && groups.by_expert.size(0) == slots &&
+                  rank.size(0) == slots,
+              "expert parallel: rows must be [S, d], weight and rank [S], S the grouped slots");
   TORCH_CHECK(capacity >= 1, "expert parallel: a capacity of ", capacity, " rows");
   const int64_t local = experts / ranks, buffer = experts * capacity;
   const auto index = groups.load.options().dtype(torch::kLong);
@@ -116,9 +117,8 @@ torch::Tensor exchange_capacity_rows(const ExpertExchange& exchange, const torch
   // row (index `slots`) where the expert has fewer slots: gathers (deterministic), no scatter.
   const auto b = torch::arange(buffer, index);
   const auto expert = b.div(capacity, "floor"), position = b.remainder(capacity);
-  const auto source = torch::where(position < groups.load.to(torch::kLong).index_select(0, expert),
-                                   groups.group_start.to(torch::kLong).index_select(0, expert) + position,
-                                   torch::full({}, slots, index));
+  const auto source = torch::where(position < groups.load.index_select(0, expert),
+                                   groups.group_start.index_select(0, expert) + position, torch::full({}, slots, index));
   const auto with_zero_row = [](const torch::Tensor& t) {
     return torch::cat({t, torch::zeros({1, t.size(1)}, t.options())});
   };
@@ -141,7 +141,6 @@ torch::Tensor exchange_capacity_rows(const ExpertExchange& exchange, const torch
   const auto place_major =
       out.view({local, ranks, capacity, out.size(1)}).transpose(0, 1).reshape({buffer, out.size(1)});
   const auto home = AllToAllRows::apply(place_major, &exchange, splits, splits);
-  const auto rank = rank_in_expert(groups);
   const auto slot_row = torch::where(rank < capacity, groups.sorted_expert.to(torch::kLong) * capacity + rank,
                                      torch::full({}, buffer, index));
   return with_zero_row(home).index_select(0, slot_row);

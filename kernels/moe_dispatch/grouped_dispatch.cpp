@@ -57,9 +57,11 @@ torch::Tensor grouped_dispatch(const torch::Tensor& x, const torch::Tensor& topk
   const auto groups = group_by_expert(topk_idx, experts);
   const auto& offsets = groups.group_end;
   auto sorted_weight = topk_w.reshape({slots}).index_select(0, groups.by_expert);
-  torch::Tensor kept;
+  torch::Tensor kept, rank;  // under a capacity: each sorted slot's position in its expert's group
+  const int64_t capacity = capacity_factor > 0 ? expert_capacity(capacity_factor, slots, experts) : 0;
   if (capacity_factor > 0) {
-    kept = rank_in_expert(groups) < expert_capacity(capacity_factor, slots, experts);
+    rank = rank_in_expert(groups);
+    kept = rank < capacity;
     sorted_weight = sorted_weight * kept.to(sorted_weight.scalar_type());
   }
 
@@ -83,8 +85,7 @@ torch::Tensor grouped_dispatch(const torch::Tensor& x, const torch::Tensor& topk
   };
   auto expert_out = !across_ranks ? run_experts(rows, sorted_weight, offsets)
                     : capacity_factor > 0
-                        ? exchange_capacity_rows(*exchange, rows, sorted_weight, groups,
-                                                 expert_capacity(capacity_factor, slots, experts), run_experts)
+                        ? exchange_capacity_rows(*exchange, rows, sorted_weight, groups, rank, capacity, run_experts)
                         : exchange_expert_rows(*exchange, rows, sorted_weight, groups.load, run_experts);
   // Sliced only when padded: a narrow's backward zero-fills and copies even when it keeps everything.
   if (shape.dp != d) expert_out = expert_out.narrow(1, 0, d);
