@@ -258,10 +258,15 @@ torch::ScalarType reduce_dtype_of(const std::string& name) {
 
 GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
                            ShardingStage stage, const std::vector<std::vector<torch::Tensor>>& units,
-                           torch::ScalarType reduce_dtype)
-    : group_(group), stage_(stage), reduce_dtype_(reduce_dtype) {
+                           torch::ScalarType reduce_dtype, bool communicates)
+    : group_(group),
+      stage_(communicates || stage == ShardingStage::none ? stage : ShardingStage::optimizer),
+      reduce_dtype_(communicates ? reduce_dtype : torch::kFloat),
+      communicates_(communicates) {
+  if (!communicates && group.world_size() != 1)
+    throw std::logic_error(fmt::format("data parallel: a sync over {} ranks must communicate", group.world_size()));
   divide_gradients_by(group.world_size());
-  const bool sharded = stage != ShardingStage::none;
+  const bool sharded = stage_ != ShardingStage::none;
   if (full() && units.empty()) throw std::logic_error("data parallel: sharding \"full\" needs the model's units");
   if (reduce_dtype != torch::kFloat && reduce_dtype != torch::kBFloat16)
     throw std::invalid_argument(fmt::format("data parallel: gradients reduce in fp32 or bf16, not {}",
@@ -406,6 +411,7 @@ void GradientSync::order_gathers(const std::vector<std::vector<torch::Tensor>>& 
 void GradientSync::gather_parameters() {
   if (!layout_.sharded) throw std::logic_error("data parallel: gather_parameters() on an unsharded sync");
   if (full()) return;  // each unit is gathered from its shard when the next forward reaches it
+  if (!communicates_) return;  // the buffer is the rank's shard
   wait_parameters();  // none should be pending: the forward waited for them all
   for (const auto& group : gather_groups_) {
     // In place: the rank's input is its own part of the output, which both backends allow.
@@ -580,7 +586,9 @@ torch::Tensor GradientSync::on_gradient(size_t i, const torch::Tensor& grad) {
 }
 
 void GradientSync::launch(Bucket& b) {
-  b.work = layout_.sharded ? group_.reduce_scatter_sum_async(b.reduced, b.flat) : group_.allreduce_sum_async(b.flat);
+  // Not communicating, the slots already hold the divided gradients, in the shard itself when sharded.
+  if (communicates_)
+    b.work = layout_.sharded ? group_.reduce_scatter_sum_async(b.reduced, b.flat) : group_.allreduce_sum_async(b.flat);
   b.launched = true;
   // Full: every gradient of the unit is in, so its backward has read its parameters for the last time.
   if (full()) release_parameters(b);
@@ -607,7 +615,8 @@ void GradientSync::finish() {
     }
   launch_ready();
   const auto t0 = Clock::now();
-  for (auto& b : buckets_) b.work->wait();
+  for (auto& b : buckets_)
+    if (b.work) b.work->wait();
   last_wait_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   grads_to_drop_.clear();  // every .grad of a sharded sync is dropped below
   if (staged())
@@ -655,6 +664,12 @@ double collectives_ms(const std::vector<const c10d::Work*>& works) {
 }
 
 GradientSync::CollectiveMs GradientSync::collective_ms() const {
+  if (!communicates_) {  // the kinds its stage runs took no time: none was launched
+    CollectiveMs none;
+    (layout_.sharded ? none.reduce_scatter : none.all_reduce) = 0;
+    if (layout_.sharded) none.all_gather = 0;
+    return none;
+  }
   const auto sum = collectives_ms;
   std::vector<const c10d::Work*> buckets, gathers;
   for (const auto& b : buckets_) buckets.push_back(b.work.get());
@@ -673,6 +688,7 @@ double GradientSync::comm_ms() const {
 }
 
 GradientSync::CollectiveBytes GradientSync::collective_bytes() const {
+  if (!communicates_) return {};
   int64_t elements = 0;
   for (const auto& b : layout_.buckets) elements += b.numel;
   const int64_t reduced = elements * reduce_element_bytes(), gathered = elements * static_cast<int64_t>(sizeof(float));

@@ -173,9 +173,15 @@ class GradientSync : public model::ParameterUnitHooks {
   // all-gathers follow their order, and under "full" each unit is one bucket (bucket_bytes is not used)
   // and required. params() lists the parameters in that order.
   // `reduce_dtype`: kFloat, or kBFloat16 under a sharded stage (std::invalid_argument otherwise).
+  // `communicates` false: a group of one rank whose parameters no other rank holds (expert parallelism
+  // over the whole job: each rank's experts are its own). There is nothing to reduce or to split, so the
+  // sync launches no collective; at a sharded stage it keeps its parameters and gradients whole and in
+  // fp32 (ZeRO-1's layout over one rank: stage() is optimizer, nothing is freed and gathered back, no
+  // gradient staged or rounded) and counts 0 bytes and 0 ms of collectives. std::logic_error for a
+  // group of more than one rank.
   GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
                ShardingStage stage = ShardingStage::none, const std::vector<std::vector<torch::Tensor>>& units = {},
-               torch::ScalarType reduce_dtype = torch::kFloat);
+               torch::ScalarType reduce_dtype = torch::kFloat, bool communicates = true);
   ~GradientSync() override;
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
@@ -288,6 +294,7 @@ class GradientSync : public model::ParameterUnitHooks {
   ProcessGroup& group_;
   ShardingStage stage_;
   torch::ScalarType reduce_dtype_;
+  bool communicates_;
   // Gradients staged in transient buckets (ZeRO-2 and 3); parameters sharded too (ZeRO-3).
   bool staged() const { return stage_ == ShardingStage::gradients || stage_ == ShardingStage::full; }
   bool full() const { return stage_ == ShardingStage::full; }

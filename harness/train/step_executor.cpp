@@ -54,15 +54,17 @@ StepExecutor::StepExecutor(const ExperimentSpec& spec, const RunPosture& posture
     if (posture.experts) {
       // The expert weights differ between the ranks of an expert group: they are averaged (and sharded)
       // over the ranks holding the same experts (divided by the job's size: the loss is the job's mean),
-      // the rest over the job.
+      // the rest over the job. With one expert group (expert_parallel = the world) no other rank holds
+      // a rank's experts: their sync communicates nothing and keeps them whole (GradientSync).
       const auto experts = state.model->expert_parameters();
       std::vector<torch::Tensor> shared;
       for (const auto& p : state.params)
         if (std::none_of(experts.begin(), experts.end(), [&](const torch::Tensor& e) { return e.is_same(p); }))
           shared.push_back(p);
       sync_ = std::make_unique<GradientSync>(*posture.group, shared, bucket_bytes, stage, units, reduce_dtype);
-      expert_sync_ = std::make_unique<GradientSync>(posture.experts->expert_data_group(), experts, bucket_bytes,
-                                                    stage, units, reduce_dtype);
+      auto& holders = posture.experts->expert_data_group();
+      expert_sync_ = std::make_unique<GradientSync>(holders, experts, bucket_bytes, stage, units, reduce_dtype,
+                                                    /*communicates=*/holders.world_size() > 1);
       expert_sync_->divide_gradients_by(posture.group->world_size());
       expert_sync_->count_staging_with(*sync_);
     } else {
@@ -124,7 +126,7 @@ StepExecutor::StepCollectives StepExecutor::step_collectives() const {
   c.ms = sync_->collective_ms();
   c.total_ms = sync_->comm_ms();
   c.wait_ms = sync_->last_wait_ms();
-  if (expert_sync_) {  // the same stage: it runs the same kinds (NaN + NaN for the others)
+  if (expert_sync_) {  // the same kinds as the job's (NaN + NaN for the others; 0 ms where it communicates nothing)
     const auto experts = expert_sync_->collective_ms();
     c.ms.all_reduce += experts.all_reduce;
     c.ms.reduce_scatter += experts.reduce_scatter;

@@ -298,6 +298,82 @@ TEST(DataParallel, GlooBucketsFollowTheUnitsBackwards) {
   }
 }
 
+// A sync that communicates nothing (expert parallelism over the whole job: a rank's experts are its own),
+// at every stage, asked to reduce in bf16 where the stage allows it: it launches no collective (Gloo
+// cannot time one, so a launched collective would read NaN, not 0 ms), counts no bytes, keeps its
+// parameters whole where they are (never freed nor gathered back: the storage stays), stages nothing,
+// and hands back autograd's gradients divided by the job's size, in fp32 (dividing by 4 is exact).
+TEST(DataParallel, GlooSyncThatCommunicatesNothingKeepsItsParametersWhole) {
+  auto group = world_of_one(torch::kCPU, "gloo");
+  torch::manual_seed(15);
+  auto layer0 = torch::randn({8, 8}).requires_grad_(), layer1 = torch::randn({8, 8}).requires_grad_(),
+       head = torch::randn({11, 8}).requires_grad_();
+  const std::vector<torch::Tensor> params{layer0, layer1, head};
+  const std::vector<std::vector<torch::Tensor>> units{{layer0}, {layer1}, {head}};
+  const auto x = torch::randn({5, 8});
+  auto loss_of = [&] { return torch::log_softmax(x.matmul(layer0).tanh().matmul(layer1).tanh().matmul(head.t()), -1).sum(); };
+  constexpr int64_t kJob = 4;
+  loss_of().backward();
+  std::vector<torch::Tensor> expected, values;
+  for (auto& p : params) {
+    expected.push_back(p.grad() / kJob);
+    values.push_back(p.detach().clone());
+    p.mutable_grad() = torch::Tensor();
+  }
+  for (const auto stage : {ShardingStage::none, ShardingStage::optimizer, ShardingStage::gradients, ShardingStage::full}) {
+    SCOPED_TRACE("stage " + std::to_string(static_cast<int>(stage)));
+    const bool sharded = stage != ShardingStage::none;
+    GradientSync sync(*group, params, /*bucket_bytes=*/1, stage, units, sharded ? torch::kBFloat16 : torch::kFloat,
+                      /*communicates=*/false);
+    sync.divide_gradients_by(kJob);
+    EXPECT_EQ(sync.stage(), sharded ? ShardingStage::optimizer : ShardingStage::none);
+    EXPECT_EQ(sync.reduce_dtype(), torch::kFloat);
+    int64_t whole = 0;
+    for (const auto& b : sync.layout().buckets) whole += b.numel;
+    EXPECT_EQ(sync.parameter_bytes(), 4 * whole);
+    EXPECT_EQ(sync.gradient_bytes(), 4 * whole);
+    const auto bytes = sync.collective_bytes();
+    EXPECT_EQ(bytes.all_reduce + bytes.reduce_scatter + bytes.all_gather, 0);
+    std::vector<const void*> storage;
+    for (const auto& p : params) storage.push_back(p.data_ptr());
+    for (int step = 0; step < 2; ++step) {
+      sync.begin_step();
+      for (int64_t u = 0; u < 3; ++u) sync.before_unit(u);  // as the model's forward calls them
+      const auto loss = loss_of();
+      for (int64_t u = 0; u < 3; ++u) sync.after_unit(u);
+      loss.backward();
+      sync.finish();
+      EXPECT_EQ(sync.staging_peak_bytes(), 0);
+      const auto ms = sync.collective_ms();
+      if (sharded) {
+        EXPECT_EQ(ms.reduce_scatter, 0.0);
+        EXPECT_EQ(ms.all_gather, 0.0);
+        EXPECT_TRUE(std::isnan(ms.all_reduce));
+      } else {
+        EXPECT_EQ(ms.all_reduce, 0.0);
+      }
+      EXPECT_EQ(sync.comm_ms(), 0.0);
+      for (size_t i = 0; i < params.size(); ++i) {
+        const size_t k = sync_index(sync, params[i]);
+        const auto got = sharded ? sync.gradient_shard(sync.layout().bucket_of[k])
+                                       .narrow(0, sync.layout().offset_of[k], params[i].numel())
+                                       .view(params[i].sizes())
+                                 : params[i].grad();
+        EXPECT_TRUE(torch::equal(got, expected[i])) << "param " << i << " step " << step;
+        params[i].mutable_grad() = torch::Tensor();
+      }
+      if (sharded) {
+        sync.gather_parameters();
+        sync.wait_parameters(/*whole=*/true);
+      }
+      for (size_t i = 0; i < params.size(); ++i) {
+        EXPECT_TRUE(torch::equal(params[i], values[i])) << "param " << i;
+        EXPECT_EQ(params[i].data_ptr(), storage[i]) << "param " << i << " moved";
+      }
+    }
+  }
+}
+
 TEST(DataParallel, ReductionDtypeNamesFailClosed) {
   EXPECT_EQ(reduce_dtype_of("fp32"), torch::kFloat);
   EXPECT_EQ(reduce_dtype_of("bf16"), torch::kBFloat16);
