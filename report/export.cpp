@@ -1,4 +1,4 @@
-// report/export.cpp: runs and steps as RowTable for `ablate export` (see export.h).
+// report/export.cpp: runs, steps and evaluations as RowTable for `ablate export` (see export.h).
 // Tests: tests/report/export_test.cpp (report_tests).
 #include "report/export.h"
 
@@ -17,8 +17,9 @@ using nlohmann::json;
 ExportTable parse_export_table(std::string_view text) {
   if (text == "runs") return ExportTable::runs;
   if (text == "steps") return ExportTable::steps;
+  if (text == "evaluations") return ExportTable::evaluations;
   if (text == "summaries") return ExportTable::summaries;
-  throw std::invalid_argument(fmt::format("--what '{}': expected runs, steps or summaries", text));
+  throw std::invalid_argument(fmt::format("--what '{}': expected runs, steps, evaluations or summaries", text));
 }
 
 RowTable export_runs(receipts::Store& store, const std::vector<std::int64_t>& run_ids) {
@@ -42,17 +43,17 @@ RowTable export_runs(receipts::Store& store, const std::vector<std::int64_t>& ru
   return out;
 }
 
-RowTable export_steps(receipts::Store& store, const std::vector<std::int64_t>& run_ids, bool include_non_evidence,
-                      std::vector<std::int64_t>* left_out) {
-  const std::vector<std::string> step_columns = {"rank",      "step",          "wall_ms",           "tokens",
-                                                 "loss",      "grad_norm",     "lr",                "mem_allocated_peak",
-                                                 "mem_reserved_peak", "rss_bytes", "data_wait_ms", "outlier",
-                                                 "moe_aux_loss", "moe_dropped_slots"};
+namespace {
+
+// One row per row of a per-run table (`columns` of `table`, ordered by `order`), after the run's id,
+// status and evidence; runs that are not evidence left out unless include_non_evidence.
+RowTable export_per_run(receipts::Store& store, const std::vector<std::int64_t>& run_ids, const std::string& table,
+                        const std::vector<std::string>& columns, const std::string& order, bool include_non_evidence,
+                        std::vector<std::int64_t>* left_out) {
   RowTable out;
   out.columns = {"run_id", "status", "evidence", "not_evidence_reason"};
-  out.columns.insert(out.columns.end(), step_columns.begin(), step_columns.end());
-  const std::string sql =
-      fmt::format("SELECT {} FROM steps WHERE run_id = ? ORDER BY rank, step", fmt::join(step_columns, ", "));
+  out.columns.insert(out.columns.end(), columns.begin(), columns.end());
+  const std::string sql = fmt::format("SELECT {} FROM {} WHERE run_id = ? ORDER BY {}", fmt::join(columns, ", "), table, order);
   for (const std::int64_t id : run_ids) {
     const auto run = store.get_run(id);  // an unknown run is an error, not an empty table
     const std::string reason = not_evidence_reason(run);
@@ -63,12 +64,28 @@ RowTable export_steps(receipts::Store& store, const std::vector<std::int64_t>& r
     for (const auto& row : store.query(sql, {id})) {
       std::vector<json> values = {id, std::string(receipts::to_string(run.status)), reason.empty(),
                                   reason.empty() ? json(nullptr) : json(reason)};
-      for (const auto& column : step_columns)
+      for (const auto& column : columns)
         values.push_back(column == "outlier" ? json(row[column].get<std::int64_t>() != 0) : row[column]);  // 0/1 in SQLite
       out.rows.push_back(std::move(values));
     }
   }
   return out;
+}
+
+}  // namespace
+
+RowTable export_steps(receipts::Store& store, const std::vector<std::int64_t>& run_ids, bool include_non_evidence,
+                      std::vector<std::int64_t>* left_out) {
+  return export_per_run(store, run_ids, "steps",
+                        {"rank", "step", "wall_ms", "tokens", "loss", "grad_norm", "lr", "mem_allocated_peak",
+                         "mem_reserved_peak", "rss_bytes", "data_wait_ms", "outlier", "moe_aux_loss", "moe_dropped_slots"},
+                        "rank, step", include_non_evidence, left_out);
+}
+
+RowTable export_evaluations(receipts::Store& store, const std::vector<std::int64_t>& run_ids, bool include_non_evidence,
+                            std::vector<std::int64_t>* left_out) {
+  return export_per_run(store, run_ids, "evaluations", {"step", "loss", "tokens", "seconds"}, "step",
+                        include_non_evidence, left_out);
 }
 
 std::vector<std::int64_t> all_finished_runs(receipts::Store& store) {

@@ -3,6 +3,9 @@
 //   steps      one row per logged step (rank, step, wall ms, tokens, loss, ...) with its run id, its
 //              run's status, whether that run is evidence and, when not, why; by default only the
 //              steps of evidence runs (receipts::is_evidence), as a report counts them
+//   evaluations one row per held-out evaluation (step, validation loss, tokens, seconds) with its run id,
+//              status and evidence, evidence runs only by default as for steps: a convergence matrix's
+//              validation curves as text
 //   summaries  one row per cell of the report over the same runs (report::summary_table)
 // Unknown values are null (JSON) / empty (CSV); every column is always present.
 // Tests: tests/report/export_test.cpp (report_tests).
@@ -17,7 +20,7 @@
 
 namespace ablate::report {
 
-enum class ExportTable { runs, steps, summaries };
+enum class ExportTable { runs, steps, evaluations, summaries };
 // Throws std::invalid_argument naming the valid tables.
 ExportTable parse_export_table(std::string_view text);
 
@@ -26,6 +29,9 @@ RowTable export_runs(receipts::Store& store, const std::vector<std::int64_t>& ru
 // their ids. Throws StoreError for an unknown run.
 RowTable export_steps(receipts::Store& store, const std::vector<std::int64_t>& run_ids, bool include_non_evidence = false,
                       std::vector<std::int64_t>* left_out = nullptr);
+// The same for the held-out evaluations (a NaN loss, stored as NULL, is null).
+RowTable export_evaluations(receipts::Store& store, const std::vector<std::int64_t>& run_ids,
+                            bool include_non_evidence = false, std::vector<std::int64_t>* left_out = nullptr);
 
 // Every run in the store that has finished or been abandoned, oldest first (export without a selector).
 std::vector<std::int64_t> all_finished_runs(receipts::Store& store);

@@ -143,7 +143,29 @@ TEST_F(ReportCli, ExportStepsOfEvidenceRunsUnlessAll) {
       << every.out;
   const auto misplaced = run_cli("export --format csv --what runs --all --db " + db());
   EXPECT_EQ(misplaced.rc, 2) << misplaced.out;
-  EXPECT_NE(misplaced.out.find("--all applies to --what steps only"), std::string::npos) << misplaced.out;
+  EXPECT_NE(misplaced.out.find("--all applies to --what steps or evaluations only"), std::string::npos) << misplaced.out;
+}
+
+// A convergence matrix's validation curves as text: one row per held-out evaluation, the evidence runs'
+// alone unless --all, as for steps.
+TEST_F(ReportCli, ExportEvaluationsAsValidationCurves) {
+  ablate::report::testing::FixtureRun run;
+  run.losses = {4.0, 3.0};
+  run.evaluations = {{100, 2.5, 65536, 0.25}, {200, 2.125, 65536, 0.5}};
+  const auto ok_id = fixture.add("converge", run);
+  run.status = ablate::receipts::RunStatus::killed;
+  const auto killed_id = fixture.add("converge", run);
+  const auto evidence = run_cli("export --format csv --what evaluations name:fixture-converge --db " + db());
+  ASSERT_EQ(evidence.rc, 0) << evidence.out;
+  EXPECT_NE(evidence.out.find("run_id,status,evidence,not_evidence_reason,step,loss,tokens,seconds\n"), std::string::npos)
+      << evidence.out;
+  EXPECT_NE(evidence.out.find(fmt::format("\n{},ok,true,,200,2.125,65536,0.5\n", ok_id)), std::string::npos) << evidence.out;
+  EXPECT_NE(evidence.out.find(fmt::format("left out the evaluations of 1 run(s) that are not evidence ({})", killed_id)),
+            std::string::npos)
+      << evidence.out;
+  const auto every = run_cli("export --format json --what evaluations --all name:fixture-converge --db " + db());
+  ASSERT_EQ(every.rc, 0) << every.out;
+  EXPECT_NE(every.out.find(fmt::format("\"run_id\": {}", killed_id)), std::string::npos) << every.out;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -154,11 +155,39 @@ TEST(Export, StepsAreOfEvidenceRunsUnlessAllAreAsked) {
   EXPECT_EQ(every[4]["not_evidence_reason"], "incomplete summary: no goodput");
 }
 
+// Held-out evaluations: one row each in step order, a NaN loss (stored as NULL) null, a run that is not
+// evidence left out unless asked for.
+TEST(Export, EvaluationsAreTheValidationCurves) {
+  FixtureStore f;
+  FixtureRun run;
+  run.losses = {4.0, 3.25};
+  run.evaluations = {{200, 2.0, 4096, 0.125}, {100, 2.5, 4096, 0.25}, {300, std::nan(""), 4096, 0.125}};
+  const auto ok = f.add("t", run);
+  run.status = receipts::RunStatus::failed;
+  const auto failed = f.add("t", run);
+  std::vector<std::int64_t> left_out;
+  const RowTable records = export_evaluations(f.store(), {ok, failed}, false, &left_out);
+  EXPECT_EQ(left_out, std::vector<std::int64_t>{failed});
+  ASSERT_EQ(records.rows.size(), 3u);
+  const std::string csv = to_csv(records);
+  EXPECT_EQ(csv.substr(0, csv.find('\n')), "run_id,status,evidence,not_evidence_reason,step,loss,tokens,seconds");
+  const auto json = nlohmann::json::parse(to_json_text(records));
+  EXPECT_EQ(json[0]["step"], 100);
+  EXPECT_EQ(json[0]["loss"], 2.5);
+  EXPECT_EQ(json[1]["step"], 200);
+  EXPECT_EQ(json[2]["step"], 300);
+  EXPECT_TRUE(json[2]["loss"].is_null());
+  EXPECT_EQ(json[2]["tokens"], 4096);
+  EXPECT_EQ(export_evaluations(f.store(), {ok, failed}, true).rows.size(), 6u);
+  EXPECT_THROW(export_evaluations(f.store(), {failed + 100}), receipts::StoreError);
+}
+
 TEST(Export, EmptyTablesAndBadTableNames) {
   EXPECT_EQ(to_json_text(RowTable{{"a"}, {}}), "[]\n");
   EXPECT_EQ(to_csv(RowTable{{"a", "b"}, {}}), "a,b\n");
   EXPECT_THROW(parse_export_table("rows"), std::invalid_argument);
   EXPECT_EQ(parse_export_table("steps"), ExportTable::steps);
+  EXPECT_EQ(parse_export_table("evaluations"), ExportTable::evaluations);
 }
 
 }  // namespace
