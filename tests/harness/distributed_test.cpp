@@ -486,6 +486,33 @@ TEST_F(DistributedTest, ExpertParallelUnderACapacityTrainsLikeReplicatedExperts)
   }
 }
 
+// nam56r-large's 4-GPU layouts at tiny width (ablations/large_layouts.toml): ZeRO-3 with replicated
+// experts against EP 4 over the 4 ranks, both at a capacity. They train alike (the 1e-5 above: the
+// sharded stages add at most the 1e-6 of ExpertParallelShardedStagesTrainLikeTheUnshardedJob), and with
+// EP over the whole job the experts' sync carries nothing: of the replicated job's reduce-scattered
+// bytes, the experts' (4 of 3 x 64 x 64 fp32) are gone.
+TEST_F(DistributedTest, FourRankZero3LayoutsTrainAlikeAndExpertParallelExchangesNoExpertWeights) {
+  const std::string job = " --set model.pattern=AEMR --set backends.moe_dispatch=grouped_mm --set model.moe.capacity_factor=1.25"
+                          " --set distributed.nproc=4 --set model.batch_size=1 --set distributed.sharding=full";
+  Recorded replicated, spread;
+  ASSERT_NO_FATAL_FAILURE(launch_ok(job, 6, &replicated));
+  ASSERT_NO_FATAL_FAILURE(launch_ok(job + " --set distributed.expert_parallel=4", 6, &spread));
+  expect_steps_near(spread.loss, replicated.loss, 1e-5);
+  expect_steps_near(spread.grad_norm, replicated.grad_norm, 1e-5);
+  EXPECT_EQ(spread.summary["facts"]["moe"]["dropped_slots"], replicated.summary["facts"]["moe"]["dropped_slots"]);
+  const auto& whole = replicated.summary["facts"]["distributed"]["sharding"];
+  const auto& ep = spread.summary["facts"]["distributed"]["sharding"];
+  EXPECT_EQ(ep["stage"], "full") << ep.dump();
+  // The experts' bytes gone, give or take the units' padding (each unit's bucket pads to a multiple of
+  // 4 ranks x 16 elements: under 4 KiB over tiny's 6 units); a sync that still reduce-scattered each
+  // rank's own experts over its one rank would keep a quarter of them (48 KiB).
+  const int64_t experts_bytes = 4 * 3 * 64 * 64 * 4, padding_slack = 4096;
+  EXPECT_NEAR(static_cast<double>(ep["reduce_scatter_bytes"].get<int64_t>()),
+              static_cast<double>(whole["reduce_scatter_bytes"].get<int64_t>() - experts_bytes), padding_slack)
+      << ep.dump() << " against " << whole.dump();
+  EXPECT_GT(ep["all_to_all_bytes"].get<int64_t>(), 0) << ep.dump();
+}
+
 // Fails closed: expert parallelism needs the dispatch that exchanges rows.
 TEST_F(DistributedTest, ExpertParallelRefusesADispatchThatCannotExchange) {
   const auto job = run_cli(ablate("launch " + spec_.string() + kExpertParallel2 + " --set backends.moe_dispatch=reference"));
