@@ -207,7 +207,9 @@ PlotSet draw(const std::vector<PlotJob>& jobs) {
   script = fmt::format("cd '{}'\n{}", (dir / "").string(), script);
   write_file(dir / "plots.gp", script);
   if (std::string failure = run_gnuplot(gnuplot_binary(), dir); !failure.empty()) {
-    set.note = "Plots left out: " + failure + ". The tables below carry every number.";
+    set.note = "Plots left out: " + failure +
+               ". The tables below carry the plots' numbers, all but the per-step loss curves (ablate export "
+               "--what steps has them).";
     return set;
   }
   for (const auto& job : jobs) {

@@ -526,6 +526,29 @@ Section loss_section(const Report& r, const std::vector<Plot>& plots) {
                                                 "the last step (1.0 for a uniform router); medians over ok runs."
                                    : explained});
   s.blocks.push_back(std::move(t));
+  // The validation curves themselves (a few evaluations a run, unlike the per-step loss): a table too,
+  // so the numbers behind the plot stay in the Markdown when it is left out.
+  const bool curves = std::any_of(r.cells.begin(), r.cells.end(), [](const CellReport& c) { return c.validation_curve.size() > 1; });
+  if (curves) {
+    std::set<std::int64_t> steps;
+    for (const auto& c : r.cells)
+      for (const auto& p : c.validation_curve) steps.insert(p.step);
+    std::vector<std::string> columns = {"step"};
+    for (const auto& c : r.cells) columns.push_back(c.name);
+    Table curve{columns, {}};
+    for (const std::int64_t step : steps) {
+      std::vector<std::string> row = {std::to_string(step)};
+      for (const auto& c : r.cells) {
+        const auto at = std::find_if(c.validation_curve.begin(), c.validation_curve.end(),
+                                     [step](const LossPoint& p) { return p.step == step; });
+        row.push_back(at == c.validation_curve.end() ? "-" : fmt::format("{:.4f}", at->loss));
+      }
+      curve.rows.push_back(std::move(row));
+    }
+    s.blocks.push_back(Paragraph{"Validation loss at each evaluation, the median over each cell's ok runs (each run's "
+                                 "own: `ablate export --what evaluations`)."});
+    s.blocks.push_back(std::move(curve));
+  }
   return s;
 }
 

@@ -199,6 +199,11 @@ TEST(Report, ValidationCurvesFromHeldOutEvaluations) {
   const std::string markdown = render_markdown(to_document(report, {}, ""));
   EXPECT_NE(markdown.find("| validation loss (last evaluation) |"), std::string::npos) << markdown;
   EXPECT_NE(markdown.find("| 3.0000 (step 100) |"), std::string::npos) << markdown;
+  // The curve as a table: a row per evaluation step, a column per cell ("-" where a cell has none).
+  const std::string bf16_first = report.cells[0].name == "bf16" ? "| step | bf16 | fp8 |" : "| step | fp8 | bf16 |";
+  EXPECT_NE(markdown.find(bf16_first), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find(fp8 == 1 ? "| 50 | - | 3.6000 |" : "| 50 | 3.6000 | - |"), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find(fp8 == 1 ? "| 100 | - | 3.0000 |" : "| 100 | 3.0000 | - |"), std::string::npos) << markdown;
   const auto plain = build_report(f.store(), select_grouped(f.store(), "name:bf16"));
   EXPECT_EQ(render_markdown(to_document(plain, {}, "")).find("validation loss"), std::string::npos);
 }
