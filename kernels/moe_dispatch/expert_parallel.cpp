@@ -54,17 +54,22 @@ class AllToAllRows : public torch::autograd::Function<AllToAllRows> {
   }
 };
 
+// The experts a place holds (E/N); both exchanges split E the same way.
+int64_t experts_a_place(const ExpertExchange& exchange, int64_t experts) {
+  const int64_t ranks = exchange.ranks();
+  TORCH_CHECK(ranks >= 1 && experts % ranks == 0, "expert parallel: ", experts, " experts do not split over ", ranks,
+              " ranks");
+  return experts / ranks;
+}
+
 }  // namespace
 
 torch::Tensor exchange_expert_rows(const ExpertExchange& exchange, const torch::Tensor& rows,
                                    const torch::Tensor& weight, const torch::Tensor& load,
                                    const LocalExperts& local_experts) {
-  const int64_t ranks = exchange.ranks(), experts = load.size(0);
-  TORCH_CHECK(ranks >= 1 && experts % ranks == 0, "expert parallel: ", experts, " experts do not split over ", ranks,
-              " ranks");
+  const int64_t ranks = exchange.ranks(), experts = load.size(0), local = experts_a_place(exchange, experts);
   TORCH_CHECK(rows.dim() == 2 && weight.dim() == 1 && weight.size(0) == rows.size(0),
               "expert parallel: rows must be [S, d] and weight [S]");
-  const int64_t local = experts / ranks;
 
   // What each rank sends to each of this rank's experts: [ranks, local], source-rank major.
   const auto send_counts = load.to(torch::kLong).contiguous();
@@ -103,14 +108,13 @@ torch::Tensor exchange_expert_rows(const ExpertExchange& exchange, const torch::
 torch::Tensor exchange_capacity_rows(const ExpertExchange& exchange, const torch::Tensor& rows,
                                      const torch::Tensor& weight, const ExpertGroups& groups,
                                      const torch::Tensor& rank, int64_t capacity, const LocalExperts& local_experts) {
-  const int64_t ranks = exchange.ranks(), experts = groups.load.size(0), slots = rows.size(0);
-  TORCH_CHECK(ranks >= 1 && experts % ranks == 0, "expert parallel: ", experts, " experts do not split over ", ranks,
-              " ranks");
+  const int64_t ranks = exchange.ranks(), experts = groups.load.size(0), slots = rows.size(0),
+                local = experts_a_place(exchange, experts);
   TORCH_CHECK(rows.dim() == 2 && weight.dim() == 1 && weight.size(0) == slots && groups.by_expert.size(0) == slots &&
                   rank.size(0) == slots,
               "expert parallel: rows must be [S, d], weight and rank [S], S the grouped slots");
   TORCH_CHECK(capacity >= 1, "expert parallel: a capacity of ", capacity, " rows");
-  const int64_t local = experts / ranks, buffer = experts * capacity;
+  const int64_t buffer = experts * capacity;
   const auto index = groups.load.options().dtype(torch::kLong);
 
   // Send-buffer row b holds expert b / capacity's slot at position b % capacity of its group, or a zero
