@@ -186,7 +186,8 @@ constexpr std::pair<const char*, std::int64_t ShardingFacts::*> kShardingCounts[
     {"all_gather_bytes", &ShardingFacts::all_gather_bytes},
     {"parameter_bytes", &ShardingFacts::parameter_bytes},
     {"expert_parallel", &ShardingFacts::expert_parallel},
-    {"all_to_all_bytes", &ShardingFacts::all_to_all_bytes}};
+    {"all_to_all_bytes", &ShardingFacts::all_to_all_bytes},
+    {"expert_exchange_chunks", &ShardingFacts::expert_exchange_chunks}};
 
 json sharding_json(const std::optional<ShardingFacts>& s) {
   if (!s) return nullptr;

@@ -116,7 +116,12 @@ std::string render_run_text(receipts::Store& store, std::int64_t run_id, const R
                  s->stage, s->reduce_dtype, s->buckets, s->optimizer_state_bytes / 1e9, s->gradient_bytes / 1e9,
                  s->staging_peak_bytes > 0 ? fmt::format(" (+{:.2f} GB staged at most)", s->staging_peak_bytes / 1e9)
                                            : std::string(),
-                 s->expert_parallel > 1 ? fmt::format("  experts over {} ranks", s->expert_parallel) : std::string());
+                 s->expert_parallel > 1
+                     ? fmt::format("  experts over {} ranks{}", s->expert_parallel,
+                                   s->expert_exchange_chunks > 1
+                                       ? fmt::format(" (exchange pipelined in {} chunks)", s->expert_exchange_chunks)
+                                       : std::string())
+                     : std::string());
       if (rank0)
         out += fmt::format("collectives a step (rank 0):{}{}{}{}\n",
                    kind("all-reduce", rank0->median_all_reduce_ms, s->all_reduce_bytes),

@@ -220,7 +220,8 @@ std::vector<Section> sections(ExperimentSpec& s) {
         int_field("timeout_s", &s.distributed.timeout_s, 1, 86400),
         string_field("sharding", &s.distributed.sharding, {"none", "optimizer", "gradients", "full"}),
         string_field("reduce_dtype", &s.distributed.reduce_dtype, {"fp32", "bf16"}),
-        int_field("expert_parallel", &s.distributed.expert_parallel, 1, 4096)}},
+        int_field("expert_parallel", &s.distributed.expert_parallel, 1, 4096),
+        int_field("expert_exchange_chunks", &s.distributed.expert_exchange_chunks, 1, 4096)}},
   };
 }
 
@@ -483,6 +484,21 @@ class Parser {
                                    "of an expert group holds the same number of experts",
                                    ep, spec.model.moe.experts));
     }
+    if (const int64_t chunks = spec.distributed.expert_exchange_chunks; chunks > 1) {
+      const int64_t ep = spec.distributed.expert_parallel;
+      if (ep <= 1 || spec.model.moe.capacity_factor <= 0)
+        errs.push_back(fmt::format("distributed.expert_exchange_chunks = {} pipelines the capacity exchange of expert "
+                                   "parallelism, and this run has {}: set distributed.expert_parallel > 1 and "
+                                   "model.moe.capacity_factor > 0, or distributed.expert_exchange_chunks = 1",
+                                   chunks,
+                                   ep <= 1 ? "distributed.expert_parallel = 1"
+                                           : "no capacity (model.moe.capacity_factor = 0: dropless, variable splits)"));
+      else if (spec.model.moe.experts % ep == 0 && chunks > spec.model.moe.experts / ep)
+        errs.push_back(fmt::format("distributed.expert_exchange_chunks = {} exceeds the {} experts a rank holds "
+                                   "(model.moe.experts {} / distributed.expert_parallel {}): a chunk holds at least "
+                                   "one expert",
+                                   chunks, spec.model.moe.experts / ep, spec.model.moe.experts, ep));
+    }
     if (spec.train.eval_every > 0 && spec.data.validation_fraction <= 0)
       errs.push_back(fmt::format("train.eval_every = {} evaluates on held-out data and data.validation_fraction is 0: "
                                  "hold some out (0.05 is usual) or set train.eval_every = 0",
@@ -576,6 +592,8 @@ nlohmann::json canonical_json(const ExperimentSpec& spec_in) {
   if (spec.distributed.timeout_s == DistributedSection{}.timeout_s) j["distributed"].erase("timeout_s");
   if (spec.distributed.sharding == DistributedSection{}.sharding) j["distributed"].erase("sharding");
   if (spec.distributed.expert_parallel == DistributedSection{}.expert_parallel) j["distributed"].erase("expert_parallel");
+  if (spec.distributed.expert_exchange_chunks == DistributedSection{}.expert_exchange_chunks)
+    j["distributed"].erase("expert_exchange_chunks");
   if (spec.distributed.reduce_dtype == DistributedSection{}.reduce_dtype) j["distributed"].erase("reduce_dtype");
   if (spec.train.keep_checkpoints == TrainSection{}.keep_checkpoints) j["train"].erase("keep_checkpoints");
   if (spec.train.eval_every == TrainSection{}.eval_every) j["train"].erase("eval_every");

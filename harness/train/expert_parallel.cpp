@@ -10,11 +10,13 @@
 
 namespace ablate::harness {
 
-ExpertParallel::ExpertParallel(const ProcessGroup& job, int64_t ranks) {
+ExpertParallel::ExpertParallel(const ProcessGroup& job, int64_t ranks, int64_t chunks) : chunks_(chunks) {
   const int64_t world = job.world_size(), me = job.rank();
   if (ranks < 1 || world % ranks != 0)
     throw std::invalid_argument(fmt::format("distributed.expert_parallel = {} does not divide the job's {} ranks",
                                             ranks, world));
+  if (chunks < 1)
+    throw std::invalid_argument(fmt::format("distributed.expert_exchange_chunks = {}: at least 1", chunks));
   const int64_t group = me / ranks, place = me % ranks;
   std::vector<int64_t> experts, expert_data;
   for (int64_t r = 0; r < ranks; ++r) experts.push_back(group * ranks + r);
@@ -25,13 +27,25 @@ ExpertParallel::ExpertParallel(const ProcessGroup& job, int64_t ranks) {
 
 ExpertParallel::~ExpertParallel() = default;
 
-void ExpertParallel::all_to_all(torch::Tensor& out, const torch::Tensor& in, const std::vector<int64_t>& out_splits,
-                                const std::vector<int64_t>& in_splits) const {
+void ExpertParallel::start_all_to_all(int64_t key, torch::Tensor& out, const torch::Tensor& in,
+                                      const std::vector<int64_t>& out_splits,
+                                      const std::vector<int64_t>& in_splits) const {
+  if (started_.count(key) != 0)
+    throw std::logic_error(fmt::format("expert parallel: all-to-all {} started twice before a wait", key));
   auto send = in.contiguous();
   auto work = experts_->all_to_all_async(out, send, out_splits, in_splits);
-  work->wait();  // NCCL: the current stream waits; Gloo: done on return
-  works_.push_back(std::move(work));
   step_bytes_ += send.numel() * static_cast<int64_t>(send.element_size());
+  works_.push_back(work);
+  started_.emplace(key, Started{std::move(work), out});
+}
+
+torch::Tensor ExpertParallel::wait_all_to_all(int64_t key) const {
+  const auto it = started_.find(key);
+  if (it == started_.end()) throw std::logic_error(fmt::format("expert parallel: all-to-all {} waited for unstarted", key));
+  it->second.work->wait();  // NCCL: the current stream waits; Gloo: done on return
+  auto out = std::move(it->second.out);
+  started_.erase(it);
+  return out;
 }
 
 void ExpertParallel::sum_over_group(torch::Tensor& t) const { experts_->allreduce_sum_async(t)->wait(); }

@@ -4,8 +4,8 @@
 // expert-data-parallel groups, the ranks at one place of every group (r, N + r, ...), which hold the same
 // experts and average their gradients (a GradientSync over that group, divided by W: the loss is the
 // job's mean; sharded over that group at the run's distributed.sharding stage). ExpertParallel is the kernels::ExpertExchange the moe_dispatch seam exchanges rows through:
-// all-to-alls on the expert group's own communicator, waited for in stream order (NCCL) or on the host
-// (Gloo), and timed like every other collective (the step's all-to-alls, from the backend's timing).
+// all-to-alls on the expert group's own communicator, started and later waited for in stream order
+// (NCCL: the compute stream waits on NCCL's) or on the host (Gloo), and timed like every other collective (the step's all-to-alls, from the backend's timing).
 // Tests: tests/harness/distributed_test.cpp (2 and 4 Gloo ranks: expert_parallel N trains as 1 does,
 // sharded as unsharded; its checkpoints resume at any expert_parallel and sharding stage).
 #pragma once
@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "harness/train/data_parallel.h"
@@ -25,13 +26,16 @@ class ExpertParallel : public kernels::ExpertExchange {
  public:
   // Every rank of `job` constructs it with the same `ranks` (which divides the job's size); the
   // subgroups' communicators are created here (a rendezvous through the job's store).
-  ExpertParallel(const ProcessGroup& job, int64_t ranks);
+  // `chunks`: distributed.expert_exchange_chunks.
+  ExpertParallel(const ProcessGroup& job, int64_t ranks, int64_t chunks = 1);
   ~ExpertParallel() override;  // where c10d::Work is complete
 
   int64_t ranks() const override { return experts_->world_size(); }
   int64_t rank() const override { return experts_->rank(); }
-  void all_to_all(torch::Tensor& out, const torch::Tensor& in, const std::vector<int64_t>& out_splits,
-                  const std::vector<int64_t>& in_splits) const override;
+  int64_t chunks() const override { return chunks_; }
+  void start_all_to_all(int64_t key, torch::Tensor& out, const torch::Tensor& in,
+                        const std::vector<int64_t>& out_splits, const std::vector<int64_t>& in_splits) const override;
+  torch::Tensor wait_all_to_all(int64_t key) const override;
 
   model::ExpertPlacement placement() const { return {ranks(), rank()}; }
   // Sums a device tensor over this rank's expert group in place, waited for (the norm of the expert
@@ -54,7 +58,13 @@ class ExpertParallel : public kernels::ExpertExchange {
 
  private:
   std::unique_ptr<ProcessGroup> experts_, expert_data_;
+  int64_t chunks_ = 1;
   mutable std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+  struct Started {
+    c10::intrusive_ptr<c10d::Work> work;
+    torch::Tensor out;
+  };
+  mutable std::unordered_map<int64_t, Started> started_;  // by key, until waited for
   mutable int64_t step_bytes_ = 0;
 };
 

@@ -246,7 +246,8 @@ RunPosture choose_posture(const ExperimentSpec& spec, const RunOptions& opt) {
     p.group = std::make_shared<ProcessGroup>(*opt.world, spec.distributed.backend, p.device,
                                              std::chrono::seconds(spec.distributed.timeout_s));
     if (spec.distributed.expert_parallel > 1)
-      p.experts = std::make_shared<ExpertParallel>(*p.group, spec.distributed.expert_parallel);
+      p.experts = std::make_shared<ExpertParallel>(*p.group, spec.distributed.expert_parallel,
+                                                   spec.distributed.expert_exchange_chunks);
     if (spec.distributed.sharding != "none" && spec.model.pattern.find('E') != std::string::npos) {
       std::vector<int64_t> job(static_cast<size_t>(p.group->world_size()));
       std::iota(job.begin(), job.end(), int64_t{0});
@@ -535,6 +536,7 @@ static receipts::ShardingFacts sharding_facts(const ExperimentSpec& spec, const 
   f.stage = spec.distributed.sharding;
   f.reduce_dtype = spec.distributed.reduce_dtype;
   f.expert_parallel = spec.distributed.expert_parallel;
+  f.expert_exchange_chunks = spec.distributed.expert_exchange_chunks;
   f.optimizer_state_bytes = optimizer.state_bytes();
   for (const auto* sync : {executor.sync(), executor.expert_sync()}) {
     if (sync == nullptr) continue;

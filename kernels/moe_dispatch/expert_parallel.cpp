@@ -8,8 +8,11 @@
 // Tests: tests/harness/distributed_test.cpp (Gloo ranks, expert_parallel 2 against 1).
 #include "kernels/moe_dispatch/expert_exchange.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <utility>
+#include <vector>
 
 #include "kernels/moe_dispatch/expert_groups.h"
 
@@ -18,41 +21,97 @@ namespace {
 
 int64_t total(const std::vector<int64_t>& splits) { return std::accumulate(splits.begin(), splits.end(), int64_t{0}); }
 
-// Rows to the ranks of the group by `in_splits`, `out_splits` rows from each back; the backward sends
-// the gradient rows the other way with the splits swapped.
-class AllToAllRows : public torch::autograd::Function<AllToAllRows> {
+// One exchange as two autograd nodes, so that what reads its rows waits and nothing before:
+// StartRows starts `in`'s rows out under `key` (its output is not readable yet) and WaitRows makes them
+// readable. Backward the other way round: WaitRows' backward starts the gradient's rows back (the splits
+// swapped) under the same key and passes its gradient on untouched, and StartRows' backward waits for
+// the rows back, which are its input's gradient. Every rank builds the same graph, so every rank starts
+// the backward's exchanges in the same order too.
+struct Route {
+  const ExpertExchange* exchange;
+  int64_t key;
+  std::vector<int64_t> out_splits, in_splits;
+};
+
+void save_route(torch::autograd::AutogradContext* ctx, const Route& route) {
+  // The exchange outlives every backward of the run (the harness holds it), so its address is saved.
+  ctx->saved_data["exchange"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(route.exchange));
+  ctx->saved_data["key"] = route.key;
+  ctx->saved_data["out_splits"] = route.out_splits;
+  ctx->saved_data["in_splits"] = route.in_splits;
+}
+
+Route saved_route(torch::autograd::AutogradContext* ctx) {
+  return {reinterpret_cast<const ExpertExchange*>(static_cast<intptr_t>(ctx->saved_data["exchange"].toInt())),
+          ctx->saved_data["key"].toInt(), ctx->saved_data["out_splits"].toIntVector(),
+          ctx->saved_data["in_splits"].toIntVector()};
+}
+
+// `in`'s rows by in_splits into a new tensor of out_splits' rows, started.
+torch::Tensor start_rows(const Route& route, const torch::Tensor& in) {
+  auto shape = in.sizes().vec();
+  shape[0] = total(route.out_splits);
+  auto out = torch::empty(shape, in.options());
+  route.exchange->start_all_to_all(route.key, out, in.contiguous(), route.out_splits, route.in_splits);
+  return out;
+}
+
+class StartRows : public torch::autograd::Function<StartRows> {
  public:
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& in,
-                               const ExpertExchange* exchange, const std::vector<int64_t>& out_splits,
-                               const std::vector<int64_t>& in_splits) {
-    // The exchange outlives every backward of the run (the harness holds it), so its address is saved.
-    ctx->saved_data["exchange"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(exchange));
-    ctx->saved_data["out_splits"] = out_splits;
-    ctx->saved_data["in_splits"] = in_splits;
-    return exchange_rows(*exchange, in.contiguous(), out_splits, in_splits);
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& in, const Route& route) {
+    save_route(ctx, route);
+    return start_rows(route, in);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list) {
+    const auto route = saved_route(ctx);
+    return {route.exchange->wait_all_to_all(route.key), torch::Tensor()};  // WaitRows' backward started it
+  }
+};
+
+class WaitRows : public torch::autograd::Function<WaitRows> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& started,
+                               const Route& route) {
+    save_route(ctx, route);
+    ctx->saved_data["shape"] = started.sizes().vec();
+    ctx->saved_data["dtype"] = static_cast<int64_t>(started.scalar_type());
+    ctx->saved_data["device"] = started.device();
+    route.exchange->wait_all_to_all(route.key);
+    return started;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    const auto* exchange = reinterpret_cast<const ExpertExchange*>(static_cast<intptr_t>(ctx->saved_data["exchange"].toInt()));
-    const auto out_splits = ctx->saved_data["out_splits"].toIntVector();
-    const auto in_splits = ctx->saved_data["in_splits"].toIntVector();
+    auto back = saved_route(ctx);
+    std::swap(back.out_splits, back.in_splits);
     // Every rank takes part in the backward exchange, with or without a gradient to send.
-    auto g = grads[0];
-    if (!g.defined()) throw std::logic_error("expert parallel: an all-to-all's output got no gradient");
-    return {exchange_rows(*exchange, g.contiguous(), in_splits, out_splits), torch::Tensor(), torch::Tensor(),
-            torch::Tensor()};
-  }
-
- private:
-  static torch::Tensor exchange_rows(const ExpertExchange& exchange, const torch::Tensor& in,
-                                     const std::vector<int64_t>& out_splits, const std::vector<int64_t>& in_splits) {
-    auto shape = in.sizes().vec();
-    shape[0] = total(out_splits);
-    auto out = torch::empty(shape, in.options());
-    exchange.all_to_all(out, in, out_splits, in_splits);
-    return out;
+    const auto g = grads[0].defined()
+                       ? grads[0]
+                       : torch::zeros(ctx->saved_data["shape"].toIntVector(),
+                                      torch::TensorOptions()
+                                          .dtype(static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt()))
+                                          .device(ctx->saved_data["device"].toDevice()));
+    start_rows(back, g);
+    return {g, torch::Tensor()};  // StartRows' backward reads the rows back
   }
 };
+
+// Rows started out under a fresh key, and the same rows once arrived.
+torch::Tensor started_rows(const ExpertExchange& exchange, const torch::Tensor& in,
+                           const std::vector<int64_t>& out_splits, const std::vector<int64_t>& in_splits,
+                           Route* route) {
+  *route = {&exchange, exchange.new_key(), out_splits, in_splits};
+  return StartRows::apply(in, *route);
+}
+torch::Tensor arrived_rows(const torch::Tensor& started, const Route& route) { return WaitRows::apply(started, route); }
+
+// Started and arrived at once.
+torch::Tensor exchanged_rows(const ExpertExchange& exchange, const torch::Tensor& in,
+                             const std::vector<int64_t>& out_splits, const std::vector<int64_t>& in_splits) {
+  Route route;
+  const auto started = started_rows(exchange, in, out_splits, in_splits, &route);
+  return arrived_rows(started, route);
+}
 
 // The experts a place holds (E/N); both exchanges split E the same way.
 int64_t experts_a_place(const ExpertExchange& exchange, int64_t experts) {
@@ -88,8 +147,8 @@ torch::Tensor exchange_expert_rows(const ExpertExchange& exchange, const torch::
   TORCH_CHECK(total(send_splits) == rows.size(0), "expert parallel: the loads count ", total(send_splits),
               " slots but ", rows.size(0), " rows were given");
 
-  const auto arrived = AllToAllRows::apply(rows, &exchange, recv_splits, send_splits);
-  const auto arrived_weight = AllToAllRows::apply(weight.view({-1, 1}), &exchange, recv_splits, send_splits);
+  const auto arrived = exchanged_rows(exchange, rows, recv_splits, send_splits);
+  const auto arrived_weight = exchanged_rows(exchange, weight.view({-1, 1}), recv_splits, send_splits);
 
   // Each arrived row's local expert, then the rows grouped by it (k = 1: one slot a row).
   const int64_t received = total(recv_splits);
@@ -99,55 +158,124 @@ torch::Tensor exchange_expert_rows(const ExpertExchange& exchange, const torch::
   const auto grouped = gather_slot_rows(arrived, groups.by_expert, groups.position, 1);
   const auto grouped_weight = gather_slot_rows(arrived_weight, groups.by_expert, groups.position, 1).view({-1});
 
-  const auto out = local_experts(grouped, grouped_weight, groups.group_end);
+  const auto out = local_experts(grouped, grouped_weight, groups.group_end, 0);
   // Back into arrival order (a permutation: exact in any dtype), then home.
   const auto in_arrival_order = combine_slot_rows(out, groups.by_expert, groups.position, 1, out.scalar_type());
-  return AllToAllRows::apply(in_arrival_order, &exchange, send_splits, recv_splits);
+  return exchanged_rows(exchange, in_arrival_order, send_splits, recv_splits);
 }
+
+std::vector<int64_t> expert_chunk_sizes(int64_t local_experts, int64_t chunks) {
+  TORCH_CHECK(local_experts >= 1 && chunks >= 1 && chunks <= local_experts, "expert parallel: ", chunks,
+              " chunks of ", local_experts, " experts a rank (a chunk holds at least one)");
+  std::vector<int64_t> sizes(chunks, local_experts / chunks);
+  for (int64_t c = 0; c < local_experts % chunks; ++c) ++sizes[c];
+  return sizes;
+}
+
+namespace {
+
+// The send buffer of a pipelined capacity exchange, chunk after chunk: chunk c holds, for each place q
+// in order, `capacity` rows for each of its local experts [first_c, first_c + n_c), i.e. global experts
+// q E/N + first_c + i. Chunk-major, so each chunk is one contiguous block with splits of n_c capacity
+// rows a place; one chunk is plain expert order.
+class ChunkLayout {
+ public:
+  ChunkLayout(int64_t ranks, int64_t local, int64_t capacity, std::vector<int64_t> sizes)
+      : ranks_(ranks), local_(local), capacity_(capacity), sizes_(std::move(sizes)) {}
+  int64_t chunks() const { return static_cast<int64_t>(sizes_.size()); }
+  int64_t experts(int64_t c) const { return sizes_[c]; }
+  int64_t rows(int64_t c) const { return ranks_ * sizes_[c] * capacity_; }
+  std::vector<int64_t> rows() const {
+    std::vector<int64_t> r;
+    for (int64_t c = 0; c < chunks(); ++c) r.push_back(rows(c));
+    return r;
+  }
+  std::vector<int64_t> splits(int64_t c) const { return std::vector<int64_t>(ranks_, sizes_[c] * capacity_); }
+  // The buffer row of (global expert, position) pairs, device tensors: chunk c = the chunk of the local
+  // expert j = expert % (E/N) (expert_chunk_sizes' sizes: the first `wide` chunks one expert larger).
+  torch::Tensor row_of(const torch::Tensor& expert, const torch::Tensor& position) const {
+    const int64_t narrow = local_ / chunks(), wide = local_ % chunks(), wide_experts = wide * (narrow + 1);
+    const auto place = expert.div(local_, "floor"), j = expert.remainder(local_);
+    const auto c = torch::where(j < wide_experts, j.div(narrow + 1, "floor"), wide + (j - wide_experts).div(narrow, "floor"));
+    const auto first = c * narrow + torch::minimum(c, torch::full({}, wide, c.options()));
+    const auto size = narrow + (c < wide).to(c.scalar_type());
+    return capacity_ * (ranks_ * first + place * size + (j - first)) + position;
+  }
+
+ private:
+  int64_t ranks_, local_, capacity_;
+  std::vector<int64_t> sizes_;
+};
+
+}  // namespace
 
 torch::Tensor exchange_capacity_rows(const ExpertExchange& exchange, const torch::Tensor& rows,
                                      const torch::Tensor& weight, const ExpertGroups& groups,
-                                     const torch::Tensor& rank, int64_t capacity, const LocalExperts& local_experts) {
+                                     const torch::Tensor& rank, int64_t capacity,
+                                     const std::vector<int64_t>& chunk_experts, const LocalExperts& local_experts) {
   const int64_t ranks = exchange.ranks(), experts = groups.load.size(0), slots = rows.size(0),
                 local = experts_a_place(exchange, experts);
   TORCH_CHECK(rows.dim() == 2 && weight.dim() == 1 && weight.size(0) == slots && groups.by_expert.size(0) == slots &&
                   rank.size(0) == slots,
               "expert parallel: rows must be [S, d], weight and rank [S], S the grouped slots");
   TORCH_CHECK(capacity >= 1, "expert parallel: a capacity of ", capacity, " rows");
-  const int64_t buffer = experts * capacity;
+  TORCH_CHECK(!chunk_experts.empty() && total(chunk_experts) == local &&
+                  std::all_of(chunk_experts.begin(), chunk_experts.end(), [](int64_t n) { return n >= 1; }),
+              "expert parallel: chunks of ", c10::IntArrayRef(chunk_experts), " experts do not split ", local);
+  const ChunkLayout layout(ranks, local, capacity, chunk_experts);
+  const int64_t buffer = experts * capacity, width = rows.size(1);
   const auto index = groups.load.options().dtype(torch::kLong);
 
-  // Send-buffer row b holds expert b / capacity's slot at position b % capacity of its group, or a zero
-  // row (index `slots`) where the expert has fewer slots: gathers (deterministic), no scatter.
+  // Send-buffer row layout.row_of(e, p) holds expert e's slot at position p of its group, or a zero row
+  // (index `slots`) where the expert has fewer slots: gathers (deterministic), no scatter.
   const auto b = torch::arange(buffer, index);
   const auto expert = b.div(capacity, "floor"), position = b.remainder(capacity);
-  const auto source = torch::where(position < groups.load.index_select(0, expert),
-                                   groups.group_start.index_select(0, expert) + position, torch::full({}, slots, index));
+  const auto source_by_expert = torch::where(position < groups.load.index_select(0, expert),
+                                             groups.group_start.index_select(0, expert) + position,
+                                             torch::full({}, slots, index));
+  const auto source = layout.chunks() == 1 ? source_by_expert
+                                           : torch::empty_like(source_by_expert)
+                                                 .index_copy_(0, layout.row_of(expert, position), source_by_expert);
   const auto with_zero_row = [](const torch::Tensor& t) {
     return torch::cat({t, torch::zeros({1, t.size(1)}, t.options())});
   };
-  const auto send = with_zero_row(rows).index_select(0, source);
-  const auto send_weight = with_zero_row(weight.view({-1, 1})).index_select(0, source);
+  const auto send = with_zero_row(rows).index_select(0, source).split_with_sizes(layout.rows());
+  const auto send_weight = with_zero_row(weight.view({-1, 1})).index_select(0, source).split_with_sizes(layout.rows());
 
-  // Every place gets `capacity` rows for each of its E/N experts from every place: [source place, local
-  // expert, capacity], regrouped expert-major (source place order inside each expert's group, as the
-  // dropless path groups them).
-  const std::vector<int64_t> splits(ranks, local * capacity);
-  const auto expert_major = [&](const torch::Tensor& t) {
-    return t.view({ranks, local, capacity, t.size(1)}).transpose(0, 1).reshape({buffer, t.size(1)});
-  };
-  const auto arrived = expert_major(AllToAllRows::apply(send, &exchange, splits, splits));
-  const auto arrived_weight = expert_major(AllToAllRows::apply(send_weight, &exchange, splits, splits)).view({-1});
-  const auto group_end = (torch::arange(1, local + 1, index) * (ranks * capacity)).to(torch::kInt);
-  const auto out = local_experts(arrived, arrived_weight, group_end);
+  // Every chunk out at once: place q gets, for each of its chunk-c experts, `capacity` rows from every
+  // place. What arrives is [source place, expert, capacity], regrouped expert-major (source place order
+  // inside each expert's group, as the dropless path groups them).
+  std::vector<torch::Tensor> out_rows, out_weights;
+  std::vector<Route> out_routes(2 * layout.chunks());
+  for (int64_t c = 0; c < layout.chunks(); ++c) {
+    out_rows.push_back(started_rows(exchange, send[c], layout.splits(c), layout.splits(c), &out_routes[2 * c]));
+    out_weights.push_back(
+        started_rows(exchange, send_weight[c], layout.splits(c), layout.splits(c), &out_routes[2 * c + 1]));
+  }
+  // Each chunk's experts as soon as it has arrived, its output home at once.
+  std::vector<torch::Tensor> home_rows;
+  std::vector<Route> home_routes(layout.chunks());
+  for (int64_t c = 0; c < layout.chunks(); ++c) {
+    const int64_t n = layout.experts(c);
+    const auto expert_major = [&](const torch::Tensor& t) {
+      return t.view({ranks, n, capacity, t.size(1)}).transpose(0, 1).reshape({layout.rows(c), t.size(1)});
+    };
+    const auto arrived = expert_major(arrived_rows(out_rows[c], out_routes[2 * c]));
+    const auto arrived_weight = expert_major(arrived_rows(out_weights[c], out_routes[2 * c + 1])).view({-1});
+    const auto group_end = (torch::arange(1, n + 1, index) * (ranks * capacity)).to(torch::kInt);
+    const auto out = local_experts(arrived, arrived_weight, group_end, c);
+    // Back to source-place order and home.
+    const auto place_major = out.view({n, ranks, capacity, width}).transpose(0, 1).reshape({layout.rows(c), width});
+    home_rows.push_back(started_rows(exchange, place_major, layout.splits(c), layout.splits(c), &home_routes[c]));
+  }
+  std::vector<torch::Tensor> home;
+  for (int64_t c = 0; c < layout.chunks(); ++c) home.push_back(arrived_rows(home_rows[c], home_routes[c]));
+  home.push_back(torch::zeros({1, width}, home.front().options()));  // dropped slots' row
 
-  // Back to source-place order and home, then each kept slot its row; a dropped slot the zero row.
-  const auto place_major =
-      out.view({local, ranks, capacity, out.size(1)}).transpose(0, 1).reshape({buffer, out.size(1)});
-  const auto home = AllToAllRows::apply(place_major, &exchange, splits, splits);
-  const auto slot_row = torch::where(rank < capacity, groups.sorted_expert.to(torch::kLong) * capacity + rank,
+  // Each kept slot its row of the chunks; a dropped slot the zero row.
+  const auto slot_row = torch::where(rank < capacity, layout.row_of(groups.sorted_expert.to(torch::kLong), rank),
                                      torch::full({}, buffer, index));
-  return with_zero_row(home).index_select(0, slot_row);
+  return torch::cat(home).index_select(0, slot_row);
 }
 
 }  // namespace ablate::kernels

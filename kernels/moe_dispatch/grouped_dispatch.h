@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "kernels/moe_dispatch/expert_exchange.h"
 
@@ -16,18 +17,23 @@ namespace ablate::kernels {
 
 // The expert matrices' shapes in one call: w1, w3 [E, f, d], w2 [E, d, f] as given, and the widths the
 // GEMMs run at (dp, fp: d and f zero-padded to multiples of 8, _grouped_mm's 16-byte row strides), in
-// `dtype` (the autocast dtype, else x's).
+// `dtype` (the autocast dtype, else x's). `chunks`: the experts of each chunk the dispatch runs apart,
+// consecutive, summing to E (expert_chunk_sizes: a pipelined exchange, expert_exchange.h); {E} else.
 struct ExpertShape {
   int64_t d = 0, f = 0, dp = 0, fp = 0;
   at::ScalarType dtype = at::kFloat;
+  std::vector<int64_t> chunks;
 };
 
-// The experts' two projections of one call, over rows in expert order (rows [S, dp]; group_end [E]
-// int32, each local expert's group end): gate_up(rows) -> [S, 2 fp], the gate projection's fp columns
-// then the up projection's; down(hidden [S, fp]) -> [S, dp]. Differentiable with respect to their input
-// and to the master weights they were made from.
+// The experts' two projections of one call, one pair a chunk of experts (ExpertShape::chunks), over that
+// chunk's rows in expert order (rows [S, dp]; group_end [chunk's experts] int32, each expert's group
+// end): gate_up[c](rows) -> [S, 2 fp], the gate projection's fp columns then the up projection's;
+// down[c](hidden [S, fp]) -> [S, dp]. Differentiable with respect to their input and to the master
+// weights they were made from; each chunk's weight gradient lands in its own experts' rows (no sum over
+// chunks, no zero-filled whole-size gradient a chunk).
 struct ExpertProjections {
-  std::function<torch::Tensor(const torch::Tensor& rows, const torch::Tensor& group_end)> gate_up, down;
+  using Projection = std::function<torch::Tensor(const torch::Tensor& rows, const torch::Tensor& group_end)>;
+  std::vector<Projection> gate_up, down;
 };
 
 // The GEMM step: makes a call's projections from the master weights (once a call, whatever number of

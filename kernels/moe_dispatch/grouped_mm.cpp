@@ -17,52 +17,79 @@ namespace {
 // The expert weights in the GEMM dtype, as the grouped GEMMs take them: w1 and w3 ([E, f, d]) side by side
 // as one [E, 2 fp, dp] operand, gate rows first (one GEMM for both projections forward, one for each
 // gradient backward, and no add of two input gradients), and w2 ([E, d, f]) as [E, dp, fp]; padding
-// zero. Forward writes both in one copy_blocks launch; backward hands each weight its block of the two
-// gradients, cast back to its dtype, in another (expert_groups.h). An autograd function rather than
-// copy_ into slices (whose backward, CopySlices, cloned the whole gradient and zeroed each slice) or
-// .to() (a strided launch a weight, each way).
+// zero. One such pair a chunk of experts (ExpertShape::chunks: consecutive experts, {E} unpipelined),
+// each its own tensor, so a chunk's gradient reaches only its experts' rows. Forward writes them all in
+// one copy_blocks launch; backward hands each weight its blocks of the gradients, cast back to its
+// dtype, in another (expert_groups.h). An autograd function rather than copy_ into slices (whose
+// backward, CopySlices, cloned the whole gradient and zeroed each slice) or .to() (a strided launch a
+// weight, each way). Outputs: every chunk's [gate_up, down], in chunk order.
 class ExpertWeights : public torch::autograd::Function<ExpertWeights> {
  public:
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& w1,
                                                 const torch::Tensor& w3, const torch::Tensor& w2, int64_t fp,
-                                                int64_t dp, at::ScalarType dtype) {
-    const int64_t experts = w1.size(0), f = w1.size(1), d = w1.size(2);
+                                                int64_t dp, at::ScalarType dtype, const std::vector<int64_t>& chunks) {
+    const int64_t f = w1.size(1), d = w1.size(2);
     const auto opts = w1.options().dtype(dtype);
     const bool padded = f != fp || d != dp;
-    auto gate_up = padded ? torch::zeros({experts, 2 * fp, dp}, opts) : torch::empty({experts, 2 * fp, dp}, opts);
-    auto down = padded ? torch::zeros({experts, dp, fp}, opts) : torch::empty({experts, dp, fp}, opts);
-    copy_blocks({{gate_up.narrow(1, 0, f).narrow(2, 0, d), w1},
-                 {gate_up.narrow(1, fp, f).narrow(2, 0, d), w3},
-                 {down.narrow(1, 0, d).narrow(2, 0, f), w2}});
+    const auto make = [&](std::vector<int64_t> shape) { return padded ? torch::zeros(shape, opts) : torch::empty(shape, opts); };
+    torch::autograd::variable_list operands;
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> blocks;
+    int64_t first = 0;
+    for (const int64_t n : chunks) {
+      auto gate_up = make({n, 2 * fp, dp}), down = make({n, dp, fp});
+      blocks.push_back({gate_up.narrow(1, 0, f).narrow(2, 0, d), w1.narrow(0, first, n)});
+      blocks.push_back({gate_up.narrow(1, fp, f).narrow(2, 0, d), w3.narrow(0, first, n)});
+      blocks.push_back({down.narrow(1, 0, d).narrow(2, 0, f), w2.narrow(0, first, n)});
+      operands.push_back(gate_up);
+      operands.push_back(down);
+      first += n;
+    }
+    copy_blocks(blocks);
     ctx->saved_data["fp"] = fp;
     ctx->saved_data["w1_dtype"] = static_cast<int64_t>(w1.scalar_type());
     ctx->saved_data["w3_dtype"] = static_cast<int64_t>(w3.scalar_type());
     ctx->saved_data["w2_dtype"] = static_cast<int64_t>(w2.scalar_type());
-    ctx->saved_data["shape"] = std::vector<int64_t>{experts, f, d};
-    return {gate_up, down};
+    ctx->saved_data["shape"] = std::vector<int64_t>{w1.size(0), f, d};
+    ctx->saved_data["chunks"] = chunks;
+    return operands;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto shape = ctx->saved_data["shape"].toIntVector();
+    const auto chunks = ctx->saved_data["chunks"].toIntVector();
     const int64_t experts = shape[0], f = shape[1], d = shape[2], fp = ctx->saved_data["fp"].toInt();
-    const auto& g_gate_up = grads[0];
-    const auto& g_down = grads[1];
-    const auto opts = (g_gate_up.defined() ? g_gate_up : g_down).options();
+    const auto dtype_of = [&](const char* key) { return static_cast<at::ScalarType>(ctx->saved_data[key].toInt()); };
+    const auto any = [&](size_t which) {  // 0: gate_up, 1: down
+      for (size_t c = 0; c < chunks.size(); ++c)
+        if (grads[2 * c + which].defined()) return grads[2 * c + which];
+      return torch::Tensor();
+    };
     torch::Tensor dw1, dw3, dw2;
     std::vector<std::pair<torch::Tensor, torch::Tensor>> blocks;
-    const auto dtype_of = [&](const char* key) { return static_cast<at::ScalarType>(ctx->saved_data[key].toInt()); };
-    if (g_gate_up.defined()) {
-      dw1 = torch::empty({experts, f, d}, opts.dtype(dtype_of("w1_dtype")));
-      dw3 = torch::empty({experts, f, d}, opts.dtype(dtype_of("w3_dtype")));
-      blocks.push_back({dw1, g_gate_up.narrow(1, 0, f).narrow(2, 0, d)});
-      blocks.push_back({dw3, g_gate_up.narrow(1, fp, f).narrow(2, 0, d)});
+    if (const auto g = any(0); g.defined()) {
+      dw1 = torch::empty({experts, f, d}, g.options().dtype(dtype_of("w1_dtype")));
+      dw3 = torch::empty({experts, f, d}, g.options().dtype(dtype_of("w3_dtype")));
     }
-    if (g_down.defined()) {
-      dw2 = torch::empty({experts, d, f}, opts.dtype(dtype_of("w2_dtype")));
-      blocks.push_back({dw2, g_down.narrow(1, 0, d).narrow(2, 0, f)});
+    if (const auto g = any(1); g.defined()) dw2 = torch::empty({experts, d, f}, g.options().dtype(dtype_of("w2_dtype")));
+    int64_t first = 0;
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      const int64_t n = chunks[c];
+      // A chunk without a gradient (its output unused) adds nothing to its experts' rows.
+      if (const auto& g = grads[2 * c]; g.defined()) {
+        blocks.push_back({dw1.narrow(0, first, n), g.narrow(1, 0, f).narrow(2, 0, d)});
+        blocks.push_back({dw3.narrow(0, first, n), g.narrow(1, fp, f).narrow(2, 0, d)});
+      } else if (dw1.defined()) {
+        dw1.narrow(0, first, n).zero_();
+        dw3.narrow(0, first, n).zero_();
+      }
+      if (const auto& g = grads[2 * c + 1]; g.defined())
+        blocks.push_back({dw2.narrow(0, first, n), g.narrow(1, 0, d).narrow(2, 0, f)});
+      else if (dw2.defined())
+        dw2.narrow(0, first, n).zero_();
+      first += n;
     }
     copy_blocks(blocks);
-    return {dw1, dw3, dw2, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {dw1, dw3, dw2, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -86,17 +113,22 @@ class GroupedLinear : public torch::autograd::Function<GroupedLinear> {
   }
 };
 
-// The bf16 GEMM step: the weights cast and stacked once a call (ExpertWeights), each projection one
-// at::_grouped_mm over the groups (GroupedLinear).
+// The bf16 GEMM step: the weights cast and stacked once a call (ExpertWeights), each projection of a
+// chunk one at::_grouped_mm over its groups (GroupedLinear).
 ExpertProjections bf16_gemms(const torch::Tensor& w1, const torch::Tensor& w3, const torch::Tensor& w2,
                              const ExpertShape& shape) {
-  const auto weights = ExpertWeights::apply(w1, w3, w2, shape.fp, shape.dp, shape.dtype);  // {[E, 2 fp, dp], [E, dp, fp]}
-  return {.gate_up = [gate_up = weights[0]](const torch::Tensor& rows, const torch::Tensor& group_end) {
-            return GroupedLinear::apply(rows, gate_up, group_end);
-          },
-          .down = [down = weights[1]](const torch::Tensor& hidden, const torch::Tensor& group_end) {
-            return GroupedLinear::apply(hidden, down, group_end);
-          }};
+  const auto chunks = shape.chunks.empty() ? std::vector<int64_t>{w1.size(0)} : shape.chunks;
+  const auto weights = ExpertWeights::apply(w1, w3, w2, shape.fp, shape.dp, shape.dtype, chunks);
+  ExpertProjections p;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    p.gate_up.push_back([gate_up = weights[2 * c]](const torch::Tensor& rows, const torch::Tensor& group_end) {
+      return GroupedLinear::apply(rows, gate_up, group_end);
+    });
+    p.down.push_back([down = weights[2 * c + 1]](const torch::Tensor& hidden, const torch::Tensor& group_end) {
+      return GroupedLinear::apply(hidden, down, group_end);
+    });
+  }
+  return p;
 }
 
 torch::Tensor moe_dispatch_grouped(const torch::Tensor& x, const torch::Tensor& topk_idx, const torch::Tensor& topk_w,

@@ -141,9 +141,19 @@ ExpertProjections fp8_gemms(const Tensor& w1, const Tensor& w3, const Tensor& w2
     TORCH_CHECK(w->scalar_type() == at::kFloat || w->scalar_type() == at::kBFloat16,
                 "moe_dispatch grouped_mm_fp8_rowwise: expert weights must be fp32 masters (or bf16), got ",
                 w->scalar_type());
+  // A chunk of experts (ExpertShape::chunks) quantises its own rows of the masters; split, so each
+  // chunk's weight gradient lands in its rows (one concatenation backward, no zero-filled whole-size
+  // gradient a chunk).
+  const auto chunks = shape.chunks.empty() ? std::vector<int64_t>{w1.size(0)} : shape.chunks;
+  const auto w1s = w1.split_with_sizes(chunks), w3s = w3.split_with_sizes(chunks), w2s = w2.split_with_sizes(chunks);
   ExpertProjections p;
-  p.gate_up = [w1, w3](const Tensor& rows, const Tensor& group_end) { return fp8_linear(rows, w1, w3, group_end); };
-  p.down = [w2](const Tensor& hidden, const Tensor& group_end) { return fp8_linear(hidden, w2, Tensor(), group_end); };
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    p.gate_up.push_back([w1 = w1s[c], w3 = w3s[c]](const Tensor& rows, const Tensor& group_end) {
+      return fp8_linear(rows, w1, w3, group_end);
+    });
+    p.down.push_back(
+        [w2 = w2s[c]](const Tensor& hidden, const Tensor& group_end) { return fp8_linear(hidden, w2, Tensor(), group_end); });
+  }
   return p;
 }
 

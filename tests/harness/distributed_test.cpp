@@ -483,7 +483,28 @@ TEST_F(DistributedTest, ExpertParallelUnderACapacityTrainsLikeReplicatedExperts)
     EXPECT_EQ(spread.summary["facts"]["distributed"]["sharding"]["all_to_all_bytes"],
               2 * (2 * rows * width + rows) * fp32)
         << spread.summary["facts"]["distributed"].dump();
+    EXPECT_EQ(spread.summary["facts"]["distributed"]["sharding"]["expert_exchange_chunks"], 1);
   }
+}
+
+// The capacity exchange pipelined (distributed.expert_exchange_chunks = 2: each rank's 2 experts of
+// tiny's 4 one a chunk, each chunk's rows travelling while the other's GEMMs run) is the same
+// computation: each expert's rows still meet in one GEMM, and every row travels once each way, so the
+// losses and norms equal the one-chunk job's exactly (fp32 on the CPU) and the bytes are the same. A
+// chunk's rows put at another chunk's place (a slot home to the wrong row) or an expert split over
+// chunks would show at once. The receipt says how many chunks ran.
+TEST_F(DistributedTest, ExpertParallelExchangePipelinedInChunksTrainsExactlyAsInOne) {
+  const std::string moe = " --set model.pattern=AEMR --set backends.moe_dispatch=grouped_mm"
+                          " --set model.moe.capacity_factor=0.5 --set distributed.nproc=2 --set distributed.expert_parallel=2";
+  Recorded whole, piped;
+  ASSERT_NO_FATAL_FAILURE(launch_ok(moe, 6, &whole));
+  ASSERT_NO_FATAL_FAILURE(launch_ok(moe + " --set distributed.expert_exchange_chunks=2", 6, &piped));
+  EXPECT_EQ(piped.loss, whole.loss);
+  EXPECT_EQ(piped.grad_norm, whole.grad_norm);
+  const auto& facts = piped.summary["facts"]["distributed"]["sharding"];
+  EXPECT_EQ(facts["expert_exchange_chunks"], 2) << facts.dump();
+  EXPECT_EQ(facts["all_to_all_bytes"], whole.summary["facts"]["distributed"]["sharding"]["all_to_all_bytes"]);
+  EXPECT_EQ(piped.summary["facts"]["moe"]["dropped_slots"], whole.summary["facts"]["moe"]["dropped_slots"]);
 }
 
 // nam56r-large's 4-GPU layouts at tiny width (ablations/large_layouts.toml): ZeRO-3 with replicated
@@ -695,12 +716,15 @@ TEST_F(DistributedTest, AKilledRankDuringAnExpertParallelSaveKeepsThePreviousChe
 // The collective rank 0 is left waiting in when rank 1 stops before step 3, by mode: sharding none, the
 // first E layer's load-balancing all-reduce; optimizer, the same (step 2's gathers were complete);
 // full, the embedding's all-gather at the start of the forward; expert parallel, the first E layer's
-// all-to-all of its loads.
+// all-to-all of its loads; pipelined at a capacity, its first chunk's rows.
 const std::pair<const char*, std::string> kModesByFirstCollective[] = {
     {"sharding none", " --set distributed.sharding=none"},
     {"sharding optimizer", " --set distributed.sharding=optimizer"},
     {"sharding full", " --set distributed.sharding=full"},
-    {"expert parallel 2", kExpertParallel2}};
+    {"expert parallel 2", kExpertParallel2},
+    // Every chunk's rows started before any is waited for: a peer that is gone leaves several in flight.
+    {"expert parallel 2, pipelined capacity exchange",
+     kExpertParallel2 + " --set model.moe.capacity_factor=1.25 --set distributed.expert_exchange_chunks=2"}};
 
 TEST_F(DistributedTest, KilledRankFailsTheJobNamingItAndLeavesNoProcess) {
   for (const auto& [mode, sets] : kModesByFirstCollective) {
@@ -938,6 +962,19 @@ TEST_F(DistributedGpuTest, ExpertParallelUnderACapacityCapturesTheStep) {
   ASSERT_NO_FATAL_FAILURE(expect_graphed_like_eager(
       gpu_ + " --set distributed.expert_parallel=2 --set model.moe.capacity_factor=1.25", &graphed));
   EXPECT_EQ(graphed.summary["facts"]["distributed"]["sharding"]["expert_parallel"], 2) << graphed.summary.dump();
+}
+
+// The pipelined capacity exchange on NCCL: every chunk's all-to-all started on NCCL's stream before the
+// compute stream waits for the first, captured with the step (every started exchange waited for inside
+// the graph), trains as its eager twin, and as the one-chunk job within the graphed-like-eager bound
+// (bf16 GEMMs over fewer experts at a time may tile differently).
+TEST_F(DistributedGpuTest, PipelinedExpertExchangeCapturesTheStep) {
+  const std::string ep = gpu_ + " --set distributed.expert_parallel=2 --set model.moe.capacity_factor=1.25";
+  Recorded whole, piped;
+  ASSERT_NO_FATAL_FAILURE(expect_graphed_like_eager(ep, &whole));
+  ASSERT_NO_FATAL_FAILURE(expect_graphed_like_eager(ep + " --set distributed.expert_exchange_chunks=2", &piped));
+  EXPECT_EQ(piped.summary["facts"]["distributed"]["sharding"]["expert_exchange_chunks"], 2) << piped.summary.dump();
+  expect_steps_near(piped.loss, whole.loss, 5e-3);
 }
 
 // NCCL's watchdog does not see collectives a graph replays: a rank that hangs during the replays must

@@ -250,6 +250,34 @@ TEST(Spec, ExpertParallelTakesEveryShardingStage) {
   }
 }
 
+// The pipelined exchange is a setting of expert parallelism at a capacity: anything else fails closed,
+// naming what to change, and a chunk holds at least one of a rank's experts.
+TEST(Spec, ExpertExchangeChunksNeedACapacityExchangeAndAnExpertAChunk) {
+  const std::string moe = "[model]\npattern = \"AEMR\"\n[distributed]\nnproc = 2\n";
+  const auto ok = parse_spec_string(moe, "c.toml",
+                                    {"distributed.expert_parallel=2", "model.moe.capacity_factor=1.25",
+                                     "distributed.expert_exchange_chunks=2"});
+  EXPECT_EQ(ok.distributed.expert_exchange_chunks, 2);
+  EXPECT_EQ(canonical_json(ok)["distributed"]["expert_exchange_chunks"], 2);
+  const auto refused = [&](std::vector<std::string> sets, const std::string& says) {
+    SCOPED_TRACE(::testing::PrintToString(sets));
+    try {
+      parse_spec_string(moe, "c.toml", sets);
+      ADD_FAILURE() << "accepted";
+    } catch (const SpecError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused({"distributed.expert_exchange_chunks=2", "model.moe.capacity_factor=1.25"}, "distributed.expert_parallel = 1");
+  refused({"distributed.expert_exchange_chunks=2", "distributed.expert_parallel=2"}, "no capacity");
+  // tiny: 4 experts, 2 a rank at expert_parallel 2.
+  refused({"distributed.expert_exchange_chunks=3", "distributed.expert_parallel=2", "model.moe.capacity_factor=1.25"},
+          "exceeds the 2 experts a rank holds");
+  refused({"distributed.expert_exchange_chunks=0"}, "expert_exchange_chunks");
+  // Left at 1 it stays out of the identity: files without it keep their hash.
+  EXPECT_FALSE(canonical_json(parse_spec_string(moe, "c.toml"))["distributed"].contains("expert_exchange_chunks"));
+}
+
 TEST(Spec, CanonicalJsonIsTheIdentity) {
   const auto a = parse_spec_string("[train]\nsteps = 20\nlr = 0.001\n", "a.toml");
   // Same values, other order, other spelling of the number, comments: same identity.
