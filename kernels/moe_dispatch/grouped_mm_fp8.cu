@@ -145,7 +145,10 @@ ExpertProjections fp8_gemms(const Tensor& w1, const Tensor& w3, const Tensor& w2
   // chunk's weight gradient lands in its rows (one concatenation backward, no zero-filled whole-size
   // gradient a chunk).
   const auto chunks = shape.chunks.empty() ? std::vector<int64_t>{w1.size(0)} : shape.chunks;
-  const auto w1s = w1.split_with_sizes(chunks), w3s = w3.split_with_sizes(chunks), w2s = w2.split_with_sizes(chunks);
+  const auto split = [&](const Tensor& w) {  // one chunk: the master itself (a split's backward would copy it)
+    return chunks.size() == 1 ? std::vector<Tensor>{w} : w.split_with_sizes(chunks);
+  };
+  const auto w1s = split(w1), w3s = split(w3), w2s = split(w2);
   ExpertProjections p;
   for (size_t c = 0; c < chunks.size(); ++c) {
     p.gate_up.push_back([w1 = w1s[c], w3 = w3s[c]](const Tensor& rows, const Tensor& group_end) {
