@@ -150,15 +150,24 @@ std::vector<AttributedActivity> attribute(const ActivityLog& log) {
   return out;
 }
 
+Collective collective_of_kernel_name(const std::string& name) {
+  if (name.find("AllReduce") != std::string::npos) return Collective::all_reduce;
+  if (name.find("ReduceScatter") != std::string::npos) return Collective::reduce_scatter;
+  if (name.find("AllGather") != std::string::npos) return Collective::all_gather;
+  if (name.find("SendRecv") != std::string::npos) return Collective::all_to_all;
+  return Collective::other;
+}
+
 TemporalBreakdown temporal_breakdown(const std::vector<GpuActivity>& gpu) {
   TemporalBreakdown b;
   if (gpu.empty()) return b;
   // One sweep over the activities' starts and ends: between two consecutive instants the set of
   // running activities is constant, so each segment's length goes to every measure it satisfies.
-  enum Lane { communication, other_kernel, transfer };  // transfer: memcpy / memset
+  // Lanes: one per collective kind (the communication kernels), then other kernels, then transfers.
+  constexpr int other_kernel = kCollectiveKindCount, transfer = kCollectiveKindCount + 1;  // transfer: memcpy / memset
   struct Edge {
     uint64_t at;
-    Lane lane;
+    int lane;
     int delta;
   };
   std::vector<Edge> edges;
@@ -169,25 +178,32 @@ TemporalBreakdown temporal_breakdown(const std::vector<GpuActivity>& gpu) {
     last = std::max(last, a.end_ns);
     b.busy_sum_ns += a.duration_ns();
     if (a.end_ns <= a.start_ns) continue;
-    const Lane lane = a.kind != GpuActivity::Kind::kernel                   ? transfer
-                      : family_of_kernel_name(a.name) == "communication" ? communication
-                                                                          : other_kernel;
+    const int lane = a.kind != GpuActivity::Kind::kernel                   ? transfer
+                     : family_of_kernel_name(a.name) == "communication" ? static_cast<int>(collective_of_kernel_name(a.name))
+                                                                         : other_kernel;
     edges.push_back({a.start_ns, lane, +1});
     edges.push_back({a.end_ns, lane, -1});
   }
   std::sort(edges.begin(), edges.end(), [](const Edge& x, const Edge& y) { return x.at < y.at; });
-  int running[3] = {0, 0, 0};
+  int running[kCollectiveKindCount + 2] = {};
   uint64_t busy = 0;
   for (std::size_t i = 0; i < edges.size();) {
     const uint64_t at = edges[i].at;
     for (; i < edges.size() && edges[i].at == at; ++i) running[edges[i].lane] += edges[i].delta;
     if (i == edges.size()) break;
     const uint64_t length = edges[i].at - at;
-    const bool comm = running[communication] > 0, kernel = comm || running[other_kernel] > 0;
+    bool comm = false;
+    for (int k = 0; k < kCollectiveKindCount; ++k) comm = comm || running[k] > 0;
+    const bool kernel = comm || running[other_kernel] > 0, alone = running[other_kernel] == 0 && running[transfer] == 0;
     if (kernel) b.compute_ns += length;
     if (kernel || running[transfer] > 0) busy += length;
     if (comm) b.communication_ns += length;
-    if (comm && running[other_kernel] == 0 && running[transfer] == 0) b.exposed_communication_ns += length;
+    if (comm && alone) b.exposed_communication_ns += length;
+    for (int k = 0; k < kCollectiveKindCount; ++k) {
+      if (running[k] == 0) continue;
+      b.collective_ns[k] += length;
+      if (alone) b.exposed_collective_ns[k] += length;
+    }
   }
   b.window_ns = last > first ? last - first : 0;
   b.non_compute_ns = busy - b.compute_ns;

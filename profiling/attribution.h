@@ -49,10 +49,22 @@ std::vector<AttributedActivity> attribute(const ActivityLog& log);
 // communication_ns: union of the communication-family kernels (family_of_kernel_name: NCCL), a part of
 // compute; exposed_communication_ns: the part of it when no other kernel, memcpy or memset ran: the
 // communication this GPU hid behind nothing, on its critical path as the GPU saw it.
+// By collective kind (collective_of_kernel_name): each kind's union, and the part of it with no other
+// kernel, memcpy or memset beside it (another kind may run there: the kinds' exposed parts can add up to
+// more than exposed_communication_ns).
 // Computed in one sweep over the activities' edges, O(n log n).
+enum class Collective { all_reduce, reduce_scatter, all_gather, all_to_all, other };
+constexpr int kCollectiveKindCount = 5;
+// A communication kernel's kind by NCCL's name: ...AllReduce..., ...ReduceScatter..., ...AllGather...,
+// ...SendRecv... (NCCL runs an all-to-all as grouped sends and receives; ablate sends nothing else
+// point to point), anything else (broadcast, reduce) other.
+Collective collective_of_kernel_name(const std::string& name);
 struct TemporalBreakdown {
   uint64_t window_ns = 0, compute_ns = 0, non_compute_ns = 0, idle_ns = 0, busy_sum_ns = 0;
   uint64_t communication_ns = 0, exposed_communication_ns = 0;
+  uint64_t collective_ns[kCollectiveKindCount] = {}, exposed_collective_ns[kCollectiveKindCount] = {};  // by Collective
+  uint64_t of(Collective c) const { return collective_ns[static_cast<int>(c)]; }
+  uint64_t exposed(Collective c) const { return exposed_collective_ns[static_cast<int>(c)]; }
 };
 TemporalBreakdown temporal_breakdown(const std::vector<GpuActivity>& gpu);
 

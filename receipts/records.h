@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <utility>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -125,7 +126,20 @@ struct ProfileWindowRow {
   std::optional<std::int64_t> window_ns, compute_ns, non_compute_ns, idle_ns;
   // v8: union of the communication kernels, and the part of it no other GPU work ran beside.
   std::optional<std::int64_t> communication_ns, exposed_communication_ns;
+  // v9: the same two by collective kind (profiling::Collective; NCCL's other kinds count in the totals
+  // only), columns <kind>_ns and exposed_<kind>_ns.
+  struct ByCollective {
+    std::optional<std::int64_t> all_reduce, reduce_scatter, all_gather, all_to_all;
+  };
+  ByCollective collective_ns, exposed_collective_ns;
 };
+
+// The collective kinds of ProfileWindowRow::ByCollective, by column stem, in column order.
+constexpr std::pair<const char*, std::optional<std::int64_t> ProfileWindowRow::ByCollective::*> kCollectiveKinds[] = {
+    {"all_reduce", &ProfileWindowRow::ByCollective::all_reduce},
+    {"reduce_scatter", &ProfileWindowRow::ByCollective::reduce_scatter},
+    {"all_gather", &ProfileWindowRow::ByCollective::all_gather},
+    {"all_to_all", &ProfileWindowRow::ByCollective::all_to_all}};
 
 // GPU time of one profiled step along one dimension ("family" or "seam"; key '' = outside every seam).
 struct ProfileTimeRow {

@@ -207,6 +207,21 @@ std::optional<ShardingFacts> sharding_from(Reader& parent) {
   return s;
 }
 
+json collective_shares_json(const CollectiveShares& c) {
+  json j = json::object();
+  for (const auto& [key, field] : kCollectiveShares) j[key] = or_null(c.*field);
+  return j;
+}
+
+CollectiveShares collective_shares_from(Reader& parent, const char* key) {
+  CollectiveShares c;
+  const json& section = parent.section(key);
+  if (section.is_null()) return c;
+  Reader r(section, parent.where(key));
+  for (const auto& [kind, field] : kCollectiveShares) c.*field = r.number(kind);
+  return c;
+}
+
 json distributed_json(const DistributedFacts& d) {
   json ranks = json::array();
   for (const auto& r : d.per_rank)
@@ -220,7 +235,8 @@ json distributed_json(const DistributedFacts& d) {
                      {"median_reduce_scatter_ms", or_null(r.median_reduce_scatter_ms)},
                      {"median_all_gather_ms", or_null(r.median_all_gather_ms)},
                      {"median_all_to_all_ms", or_null(r.median_all_to_all_ms)},
-                     {"exposed_comm_share", or_null(r.exposed_comm_share)}});
+                     {"exposed_comm_share", or_null(r.exposed_comm_share)},
+                     {"exposed_by_collective", collective_shares_json(r.exposed_by_collective)}});
   return {{"world_size", d.world_size},
           {"backend", d.backend},
           {"launcher", d.launcher},
@@ -231,6 +247,7 @@ json distributed_json(const DistributedFacts& d) {
           {"comm_share", or_null(d.comm_share)},
           {"comm_wait_share", or_null(d.comm_wait_share)},
           {"exposed_comm_share", or_null(d.exposed_comm_share)},
+          {"exposed_by_collective", collective_shares_json(d.exposed_by_collective)},
           {"sharding", sharding_json(d.sharding)}};
 }
 
@@ -254,6 +271,7 @@ DistributedFacts distributed_from(Reader& r) {
     f.median_all_gather_ms = rr.number("median_all_gather_ms");
     f.median_all_to_all_ms = rr.number("median_all_to_all_ms");
     f.exposed_comm_share = rr.number("exposed_comm_share");
+    f.exposed_by_collective = collective_shares_from(rr, "exposed_by_collective");
     d.per_rank.push_back(f);
   }
   d.step_time_ratio = r.number("straggler_ratio");
@@ -262,6 +280,7 @@ DistributedFacts distributed_from(Reader& r) {
   d.comm_share = r.number("comm_share");
   d.comm_wait_share = r.number("comm_wait_share");
   d.exposed_comm_share = r.number("exposed_comm_share");
+  d.exposed_by_collective = collective_shares_from(r, "exposed_by_collective");
   d.sharding = sharding_from(r);
   return d;
 }

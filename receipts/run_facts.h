@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <utility>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,6 +55,18 @@ struct MoeFacts {
   std::optional<double> final_aux_loss;
 };
 
+// A share of the profile window by collective kind (receipts::kCollectiveKinds): exposed_<kind>_ns over
+// window_ns, the time that collective ran with no other GPU work beside it. Absent without a traced
+// window (profile_windows v9), and in receipts made before it was measured.
+struct CollectiveShares {
+  std::optional<double> all_reduce, reduce_scatter, all_gather, all_to_all;
+};
+constexpr std::pair<const char*, std::optional<double> CollectiveShares::*> kCollectiveShares[] = {
+    {"all_reduce", &CollectiveShares::all_reduce},
+    {"reduce_scatter", &CollectiveShares::reduce_scatter},
+    {"all_gather", &CollectiveShares::all_gather},
+    {"all_to_all", &CollectiveShares::all_to_all}};
+
 // One data-parallel rank's medians over its steady steps.
 struct RankFacts {
   std::int64_t rank = 0;
@@ -71,6 +84,7 @@ struct RankFacts {
   // share of the traced GPU span in which communication ran with no other GPU work beside it. Absent
   // without a traced window, and in receipts made before it was measured.
   std::optional<double> exposed_comm_share;
+  CollectiveShares exposed_by_collective;  // exposed_comm_share by collective kind (v9 windows)
 };
 
 // How data parallel laid out and sharded the gradients and optimizer state (harness/shard_layout.h),
@@ -119,6 +133,7 @@ struct DistributedFacts {
   std::optional<double> comm_share;       // collectives' own time over the step (NCCL), median of ranks
   std::optional<double> comm_wait_share;  // host wait for them over the step, median of ranks
   std::optional<double> exposed_comm_share;  // RankFacts::exposed_comm_share, median of the ranks that have it
+  CollectiveShares exposed_by_collective;    // RankFacts::exposed_by_collective, each the median of the ranks
   std::optional<ShardingFacts> sharding;  // absent in receipts made before sharding existed
 };
 

@@ -447,6 +447,22 @@ ALTER TABLE profile_windows ADD COLUMN exposed_communication_ns INTEGER
 )";
 }
 
+// v9: the profile window's communication by collective kind (profiling::temporal_breakdown's
+// collective_ns and exposed_collective_ns): each kind's union and the part of it with no other kernel,
+// memcpy or memset beside it, so a receipt says which collective sat on the critical path. NULL in rows
+// written before v9 and in windows that did not trace; the added columns keep the v3 guards.
+std::string migration_v9() {
+  std::string sql;
+  for (const char* kind : {"all_reduce", "reduce_scatter", "all_gather", "all_to_all"})
+    sql += fmt::format(
+        "ALTER TABLE profile_windows ADD COLUMN {0}_ns INTEGER CHECK ({0}_ns IS NULL OR ({0}_ns >= 0 AND "
+        "{0}_ns <= communication_ns));\n"
+        "ALTER TABLE profile_windows ADD COLUMN exposed_{0}_ns INTEGER CHECK (exposed_{0}_ns IS NULL OR "
+        "(exposed_{0}_ns >= 0 AND exposed_{0}_ns <= {0}_ns));\n",
+        kind);
+  return sql;
+}
+
 void derived_run_uid(sqlite3_context* context, int argc, sqlite3_value** argv) {
   std::string identity;
   for (int i = 0; i < argc; ++i) {
@@ -481,7 +497,8 @@ void register_functions(sqlite3* db) {
 
 const std::vector<std::string>& migrations() {
   static const std::vector<std::string> all = {migration_v1(), migration_v2(), migration_v3(), migration_v4(),
-                                               migration_v5(), migration_v6(), migration_v7(), migration_v8()};
+                                               migration_v5(), migration_v6(), migration_v7(), migration_v8(),
+                                               migration_v9()};
   return all;
 }
 

@@ -524,10 +524,14 @@ void Store::record_profile_window(std::int64_t run_id, const ProfileWindowRow& r
     sql::Lease st = db_->prepare(
         "INSERT INTO profile_windows (run_id, rank, status, reason, start_step, steps, records, dropped_records, "
         "buffers, buffers_refused, window_ns, compute_ns, non_compute_ns, idle_ns, communication_ns, "
-        "exposed_communication_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+        "exposed_communication_ns, all_reduce_ns, exposed_all_reduce_ns, reduce_scatter_ns, exposed_reduce_scatter_ns, "
+        "all_gather_ns, exposed_all_gather_ns, all_to_all_ns, exposed_all_to_all_ns) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    const auto &kind = r.collective_ns, &exposed = r.exposed_collective_ns;
     st->bind_all(run_id, r.rank, r.status, r.reason, r.start_step, r.steps, r.records, r.dropped_records, r.buffers,
                  r.buffers_refused, r.window_ns, r.compute_ns, r.non_compute_ns, r.idle_ns, r.communication_ns,
-                 r.exposed_communication_ns);
+                 r.exposed_communication_ns, kind.all_reduce, exposed.all_reduce, kind.reduce_scatter,
+                 exposed.reduce_scatter, kind.all_gather, exposed.all_gather, kind.all_to_all, exposed.all_to_all);
     insert_unique(*st, [&] { return fmt::format("run {} already has a profile window for rank {}", run_id, r.rank); });
   });
 }

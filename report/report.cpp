@@ -105,7 +105,9 @@ void add_memory(receipts::Store& store, CellReport& cell) {
 
 void add_scaling(CellReport& cell) {
   std::set<std::int64_t> worlds;
-  std::vector<double> per_gpu, comm, wait, exposed, straggler, straggler_wait, all_reduce, reduce_scatter, all_gather;
+  std::vector<double> per_gpu, comm, wait, exposed, straggler, straggler_wait, all_reduce, reduce_scatter, all_gather,
+      all_to_all;
+  std::map<std::string, std::vector<double>> exposed_by_kind;
   std::set<std::string> stages;
   for (const auto& run : cell.side.evidence) {
     const auto& distributed = run.row.summary.facts.distributed;
@@ -116,6 +118,8 @@ void add_scaling(CellReport& cell) {
     if (distributed->comm_share) comm.push_back(*distributed->comm_share);
     if (distributed->comm_wait_share) wait.push_back(*distributed->comm_wait_share);
     if (distributed->exposed_comm_share) exposed.push_back(*distributed->exposed_comm_share);
+    for (const auto& [kind, field] : receipts::kCollectiveShares)
+      if (const auto& v = distributed->exposed_by_collective.*field) exposed_by_kind[kind].push_back(*v);
     if (distributed->step_time_ratio) straggler.push_back(*distributed->step_time_ratio);
     if (distributed->straggler_wait_share) straggler_wait.push_back(*distributed->straggler_wait_share);
     if (distributed->sharding) stages.insert(distributed->sharding->stage);
@@ -124,6 +128,7 @@ void add_scaling(CellReport& cell) {
       if (rank0.median_all_reduce_ms) all_reduce.push_back(*rank0.median_all_reduce_ms);
       if (rank0.median_reduce_scatter_ms) reduce_scatter.push_back(*rank0.median_reduce_scatter_ms);
       if (rank0.median_all_gather_ms) all_gather.push_back(*rank0.median_all_gather_ms);
+      if (rank0.median_all_to_all_ms) all_to_all.push_back(*rank0.median_all_to_all_ms);
     }
   }
   if (worlds.size() == 1) cell.scaling.world_size = *worlds.begin();
@@ -132,12 +137,16 @@ void add_scaling(CellReport& cell) {
   cell.scaling.comm_share = median_of(std::move(comm));
   cell.scaling.comm_wait_share = median_of(std::move(wait));
   cell.scaling.exposed_comm_share = median_of(std::move(exposed));
+  for (const auto& [kind, field] : receipts::kCollectiveShares)
+    if (auto v = exposed_by_kind.find(kind); v != exposed_by_kind.end())
+      cell.scaling.exposed_by_collective.*field = median_of(std::move(v->second));
   cell.scaling.straggler_ratio = median_of(std::move(straggler));
   cell.scaling.straggler_wait_share = median_of(std::move(straggler_wait));
   if (!stages.empty()) cell.scaling.sharding = stages.size() == 1 ? *stages.begin() : std::string("mixed");
   cell.scaling.all_reduce_ms = median_of(std::move(all_reduce));
   cell.scaling.reduce_scatter_ms = median_of(std::move(reduce_scatter));
   cell.scaling.all_gather_ms = median_of(std::move(all_gather));
+  cell.scaling.all_to_all_ms = median_of(std::move(all_to_all));
 }
 
 void add_moe(CellReport& cell) {
@@ -255,7 +264,13 @@ json scaling_json(const ScalingFacts& s) {
           {"sharding", value_or_null(s.sharding)},
           {"all_reduce_ms", value_or_null(s.all_reduce_ms)},
           {"reduce_scatter_ms", value_or_null(s.reduce_scatter_ms)},
-          {"all_gather_ms", value_or_null(s.all_gather_ms)}};
+          {"all_gather_ms", value_or_null(s.all_gather_ms)},
+          {"all_to_all_ms", value_or_null(s.all_to_all_ms)},
+          {"exposed_by_collective", [&] {
+             json j = json::object();
+             for (const auto& [kind, field] : receipts::kCollectiveShares) j[kind] = value_or_null(s.exposed_by_collective.*field);
+             return j;
+           }()}};
 }
 
 json cell_json(const CellReport& c) {
@@ -404,22 +419,33 @@ Section scaling_section(const Report& r) {
       "the bucket collectives' own time over the step (all-reduces, or reduce-scatters and parameter all-gathers; "
       "NCCL's timing; '-' on Gloo, which cannot time them); wait share: host time blocked on them after backward; "
       "exposed comm share: the GPU time in which communication kernels ran with no other kernel, memcpy or memset beside them, "
-      "over the profile window (median of the ranks; '-' without a traced window); straggler wait: the longest a "
+      "over the profile window (median of the ranks; '-' without a traced window), and by collective kind (AR, RS, AG, "
+      "A2A all-to-all; kinds may run beside one another, so they can add up to more); straggler wait: the longest a "
       "rank's collectives waited for "
       "the slowest rank, over the step ('-' for runs recorded before it was measured; the ratio of the ranks' "
       "step-time medians is no measure: synchronous training makes it ~1). Sharding: distributed.sharding; "
-      "collectives: rank 0's a step by kind (AR all-reduce, RS reduce-scatter, AG all-gather), ms of NCCL's own "
+      "collectives: rank 0's a step by kind (AR all-reduce, RS reduce-scatter, AG all-gather, A2A all-to-all), ms of NCCL's own "
       "timing, overlapped with compute or not.",
       r.scaling_reference ? "the 1-GPU cell " + *r.scaling_reference : std::string("a 1-GPU cell (none here: no efficiency)"))});
   auto share = [](const std::optional<double>& v) { return v ? fmt::format("{:.1f} %", *v * 100) : "-"; };
   Table t{{"cell", "GPUs", "tokens/s", "tokens/s per GPU", "efficiency", "comm share", "comm wait share",
-           "exposed comm share", "straggler wait", "sharding", "collectives (ms)"},
+           "exposed comm share", "exposed by kind", "straggler wait", "sharding", "collectives (ms)"},
           {}};
+  // AR, RS, AG, A2A: receipts::kCollectiveShares' kinds, in its order.
+  static constexpr const char* kAbbreviations[] = {"AR", "RS", "AG", "A2A"};
+  auto exposed_by_kind = [&](const ScalingFacts& f) {
+    std::vector<std::string> parts;
+    for (size_t k = 0; k < std::size(receipts::kCollectiveShares); ++k)
+      if (const auto& v = f.exposed_by_collective.*receipts::kCollectiveShares[k].second)
+        parts.push_back(fmt::format("{} {:.1f} %", kAbbreviations[k], *v * 100));
+    return parts.empty() ? std::string("-") : fmt::format("{}", fmt::join(parts, ", "));
+  };
   auto collectives = [](const ScalingFacts& f) {
     std::vector<std::string> parts;
     if (f.all_reduce_ms) parts.push_back(fmt::format("AR {:.2f}", *f.all_reduce_ms));
     if (f.reduce_scatter_ms) parts.push_back(fmt::format("RS {:.2f}", *f.reduce_scatter_ms));
     if (f.all_gather_ms) parts.push_back(fmt::format("AG {:.2f}", *f.all_gather_ms));
+    if (f.all_to_all_ms) parts.push_back(fmt::format("A2A {:.2f}", *f.all_to_all_ms));
     return parts.empty() ? std::string("-") : fmt::format("{}", fmt::join(parts, ", "));
   };
   for (const auto& c : r.cells) {
@@ -427,7 +453,8 @@ Section scaling_section(const Report& r) {
     t.rows.push_back({c.name, f.world_size ? std::to_string(*f.world_size) : (f.mixed_world ? "mixed" : "-"),
                       fixed(c.side.median_tokens_per_s, 0),
                       fixed(f.tokens_per_s_per_gpu, 0), share(f.efficiency), share(f.comm_share),
-                      share(f.comm_wait_share), share(f.exposed_comm_share), share(f.straggler_wait_share),
+                      share(f.comm_wait_share), share(f.exposed_comm_share), exposed_by_kind(f),
+                      share(f.straggler_wait_share),
                       f.sharding.value_or("-"),
                       collectives(f)});
   }

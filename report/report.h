@@ -58,6 +58,9 @@ struct ScalingFacts {
   // DistributedFacts::exposed_comm_share (communication with no other GPU work beside it, over the
   // profile window), median over the evidence runs that traced one.
   std::optional<double> exposed_comm_share;
+  // DistributedFacts::exposed_by_collective: each kind's exposed share, median over the evidence runs
+  // that traced it (kinds may overlap one another, so they can add up to more than the total).
+  receipts::CollectiveShares exposed_by_collective;
   // The largest time a rank's collectives waited for the slowest rank, over the step (median over
   // evidence runs): the straggler measure. The ratio of the ranks' step-time medians is kept for the
   // record only: synchronous data parallel makes every rank's step as long as the slowest's (~1).
@@ -65,7 +68,7 @@ struct ScalingFacts {
   // distributed.sharding of the evidence runs ("mixed" when they differ; absent in runs recorded before
   // it), and rank 0's collectives a step by kind (medians over evidence runs; NCCL timing).
   std::optional<std::string> sharding;
-  std::optional<double> all_reduce_ms, reduce_scatter_ms, all_gather_ms;
+  std::optional<double> all_reduce_ms, reduce_scatter_ms, all_gather_ms, all_to_all_ms;
 };
 
 struct CellReport {

@@ -105,6 +105,12 @@ std::string render_run_text(receipts::Store& store, std::int64_t run_id, const R
     if (!exposed.empty())
       out += fmt::format("exposed communication (no other GPU work beside it, over the profile window): {}\n",
                          fmt::join(exposed, "  "));
+    // By collective kind, the ranks' medians (kinds may run beside one another).
+    std::vector<std::string> by_kind;
+    for (const auto& [kind, field] : receipts::kCollectiveShares)
+      if (const auto& v = d->exposed_by_collective.*field) by_kind.push_back(fmt::format("{} {:.1f}%", kind, *v * 100));
+    if (!by_kind.empty())
+      out += fmt::format("exposed by collective (median of the ranks): {}\n", fmt::join(by_kind, "  "));
     if (const auto& s = d->sharding) {
       const auto* rank0 = d->per_rank.empty() ? nullptr : &d->per_rank.front();
       auto kind = [&](const char* name, const std::optional<double>& ms, std::int64_t bytes) -> std::string {

@@ -241,6 +241,13 @@ receipts::ProfileFacts RunProfiler::record(receipts::RunRecorder& rec) {
     window.idle_ns = static_cast<int64_t>(summary.breakdown.idle_ns);
     window.communication_ns = static_cast<int64_t>(summary.breakdown.communication_ns);
     window.exposed_communication_ns = static_cast<int64_t>(summary.breakdown.exposed_communication_ns);
+    // receipts::kCollectiveKinds lists the kinds in profiling::Collective's order.
+    static_assert(static_cast<int>(profiling::Collective::all_to_all) == 3);
+    for (size_t k = 0; k < std::size(receipts::kCollectiveKinds); ++k) {
+      const auto field = receipts::kCollectiveKinds[k].second;
+      window.collective_ns.*field = static_cast<int64_t>(summary.breakdown.collective_ns[k]);
+      window.exposed_collective_ns.*field = static_cast<int64_t>(summary.breakdown.exposed_collective_ns[k]);
+    }
 
     std::vector<receipts::KernelRow> kernels;
     for (const auto& k : summary.kernels) kernels.push_back({k.name, k.family, k.seam, rank_, k.calls, k.total_ns});

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <thread>
 
@@ -944,19 +945,29 @@ receipts::RunFacts run_facts(const ExperimentSpec& spec, const RunPosture& postu
 
 void add_exposed_communication(receipts::Store& store, int64_t run_id, receipts::DistributedFacts& d) {
   const auto rows = store.query(
-      "SELECT rank, window_ns, exposed_communication_ns FROM profile_windows WHERE run_id = ? AND status = 'ok' "
-      "AND window_ns > 0 AND exposed_communication_ns IS NOT NULL",
+      "SELECT * FROM profile_windows WHERE run_id = ? AND status = 'ok' AND window_ns > 0 "
+      "AND exposed_communication_ns IS NOT NULL",
       {run_id});
   std::vector<double> shares;
+  std::map<std::string, std::vector<double>> by_kind;
   for (const auto& row : rows) {
     const auto rank = row["rank"].get<int64_t>();
     const auto it = std::find_if(d.per_rank.begin(), d.per_rank.end(),
                                  [&](const receipts::RankFacts& f) { return f.rank == rank; });
     if (it == d.per_rank.end()) continue;
-    it->exposed_comm_share = row["exposed_communication_ns"].get<double>() / row["window_ns"].get<double>();
+    const double window = row["window_ns"].get<double>();
+    it->exposed_comm_share = row["exposed_communication_ns"].get<double>() / window;
     shares.push_back(*it->exposed_comm_share);
+    for (const auto& [kind, field] : receipts::kCollectiveShares) {
+      const auto& exposed = row["exposed_" + std::string(kind) + "_ns"];
+      if (exposed.is_null()) continue;  // a window recorded before the kinds were
+      it->exposed_by_collective.*field = exposed.get<double>() / window;
+      by_kind[kind].push_back(*(it->exposed_by_collective.*field));
+    }
   }
   if (!shares.empty()) d.exposed_comm_share = median(shares);
+  for (const auto& [kind, field] : receipts::kCollectiveShares)
+    if (const auto v = by_kind.find(kind); v != by_kind.end()) d.exposed_by_collective.*field = median(v->second);
 }
 
 RunResult fail_receipt(const ExperimentSpec& spec, const RunOptions& opt, const RunPosture& posture,

@@ -169,8 +169,9 @@ RunResult fail_receipt(const ExperimentSpec& spec, const RunOptions& options, co
                        GoodputLedger& ledger, const TrainOutcome& outcome, const std::string& error);
 
 // Each rank's exposed_comm_share (exposed_communication_ns over window_ns of its profile window) and
-// their median, from the profile_windows rows every rank wrote into the run (rank 0's last, in
-// finalise_receipt): a rank whose window did not trace or measure it gets none, never 0.
+// exposed_by_collective (each kind's exposed_<kind>_ns over window_ns), and their medians, from the
+// profile_windows rows every rank wrote into the run (rank 0's last, in finalise_receipt): a rank whose
+// window did not trace or measure it gets none, never 0.
 void add_exposed_communication(receipts::Store& store, int64_t run_id, receipts::DistributedFacts& d);
 
 // The typed facts of the run as far as they are known (the ok and the failed run alike).

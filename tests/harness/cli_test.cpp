@@ -315,6 +315,8 @@ TEST_F(CliTest, ShowPrintsTheDataParallelShapeAndTheMoeRouter) {
     d.per_rank[0].exposed_comm_share = 0.0214;
     d.per_rank[2].exposed_comm_share = 0.0387;  // rank 1's window did not trace: it shows nothing
     d.exposed_comm_share = 0.03005;
+    d.exposed_by_collective.all_gather = 0.0201;
+    d.exposed_by_collective.all_to_all = 0.0098;
     d.sharding = ablate::receipts::ShardingFacts{"optimizer", 20, 144'900'000, 0, 1'159'000'000, 1'159'000'000,
                                                  0, 0, 1'159'000'000, 1'159'000'000};
     summary.facts.distributed = d;
@@ -343,6 +345,8 @@ TEST_F(CliTest, ShowPrintsTheDataParallelShapeAndTheMoeRouter) {
   EXPECT_NE(r.out.find("exposed communication (no other GPU work beside it, over the profile window): rank 0 2.1%  "
                        "rank 2 3.9%\n"),
             std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("exposed by collective (median of the ranks): all_gather 2.0%  all_to_all 1.0%\n"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("moe: 4 E layers, top-2, capacity factor 1.25  dropped 123 of 10000 slots (1.23%)  final aux "
                        "loss 1.0456"),

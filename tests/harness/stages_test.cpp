@@ -300,6 +300,13 @@ TEST(StagesExposedCommunication, ComesFromEachRanksTracedWindow) {
     w.window_ns = 80'000'000;
     w.communication_ns = 20'000'000;
     w.exposed_communication_ns = exposed_ns;
+    if (exposed_ns) {  // by kind: the all-to-alls a quarter of what was exposed, the all-gathers the rest
+      w.collective_ns.all_to_all = 10'000'000;
+      w.exposed_collective_ns.all_to_all = *exposed_ns / 4;
+      w.collective_ns.all_gather = 10'000'000;
+      w.exposed_collective_ns.all_gather = *exposed_ns - *exposed_ns / 4;
+      w.collective_ns.all_reduce = w.exposed_collective_ns.all_reduce = 0;
+    }
     store.record_profile_window(run, w);
   };
   traced(0, 4'000'000);
@@ -319,6 +326,12 @@ TEST(StagesExposedCommunication, ComesFromEachRanksTracedWindow) {
   EXPECT_FALSE(d.per_rank[2].exposed_comm_share.has_value());
   EXPECT_FALSE(d.per_rank[3].exposed_comm_share.has_value());
   EXPECT_DOUBLE_EQ(*d.exposed_comm_share, 0.10);
+  EXPECT_DOUBLE_EQ(*d.per_rank[1].exposed_by_collective.all_to_all, 0.0375);
+  EXPECT_DOUBLE_EQ(*d.exposed_by_collective.all_to_all, 0.025);  // the median of 0.0125 and 0.0375
+  EXPECT_DOUBLE_EQ(*d.exposed_by_collective.all_gather, 0.075);
+  EXPECT_DOUBLE_EQ(*d.exposed_by_collective.all_reduce, 0.0);  // measured: none exposed, which is not unknown
+  EXPECT_FALSE(d.exposed_by_collective.reduce_scatter.has_value());  // never written: unknown
+  EXPECT_FALSE(d.per_rank[3].exposed_by_collective.all_to_all.has_value());
 
   const auto unprofiled = store.begin_run(receipts::testing::sample_start("dp-unprofiled"));
   receipts::DistributedFacts none;

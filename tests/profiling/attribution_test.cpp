@@ -219,6 +219,38 @@ TEST(Breakdown, WithoutCollectivesNoTimeIsCommunication) {
   EXPECT_EQ(b.exposed_communication_ns, 0u);
 }
 
+// By collective kind (NCCL's kernel names): each kind's union and its part with no compute or copy beside
+// it; two kinds alone together are exposed for both (the total counts the segment once).
+GpuActivity collective(const char* name, uint64_t start, uint64_t end, uint32_t stream = 20) {
+  return {Kind::kernel, name, start, end, 0, stream, 0, 0};
+}
+
+TEST(Breakdown, CollectiveKindsByNcclNameEachWithItsExposedPart) {
+  EXPECT_EQ(collective_of_kernel_name("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"),
+            Collective::all_reduce);
+  EXPECT_EQ(collective_of_kernel_name("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL"), Collective::reduce_scatter);
+  EXPECT_EQ(collective_of_kernel_name("ncclDevKernel_AllGather_RING_LL"), Collective::all_gather);
+  EXPECT_EQ(collective_of_kernel_name("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"), Collective::all_to_all);
+  EXPECT_EQ(collective_of_kernel_name("ncclDevKernel_Broadcast_RING_LL"), Collective::other);
+  // compute [0, 400) and [700, 800); all-gather [100, 600) on one stream, all-to-all [500, 900) on another,
+  // reduce-scatter [950, 1000) alone.
+  const auto b = temporal_breakdown({compute(0, 400), compute(700, 800),
+                                     collective("ncclDevKernel_AllGather_RING_LL", 100, 600, 20),
+                                     collective("ncclDevKernel_SendRecv", 500, 900, 21),
+                                     collective("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", 950, 1000, 22)});
+  EXPECT_EQ(b.of(Collective::all_gather), 500u);
+  EXPECT_EQ(b.exposed(Collective::all_gather), 200u);  // [400, 600)
+  EXPECT_EQ(b.of(Collective::all_to_all), 400u);
+  EXPECT_EQ(b.exposed(Collective::all_to_all), 300u);  // [500, 700) + [800, 900)
+  EXPECT_EQ(b.of(Collective::reduce_scatter), 50u);
+  EXPECT_EQ(b.exposed(Collective::reduce_scatter), 50u);
+  EXPECT_EQ(b.of(Collective::all_reduce), 0u);
+  // The totals count the overlap [500, 600) once: [100, 900) + [950, 1000), and exposed [400, 700) +
+  // [800, 900) + [950, 1000), where the kinds' exposed parts add up to 550.
+  EXPECT_EQ(b.communication_ns, 850u);
+  EXPECT_EQ(b.exposed_communication_ns, 450u);
+}
+
 // The seams' kernels against the real catalog's patterns.
 class ObservedBackendsTest : public ::testing::Test {
  protected:

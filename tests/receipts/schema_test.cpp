@@ -387,6 +387,61 @@ TEST(Schema, MigratesV7FixtureToV8KeepingItsData) {
   EXPECT_EQ(schema_dump(path), schema_dump(fresh));
 }
 
+// v9 added the profile windows' communication by collective kind: the windows of a v8 file keep their
+// totals (run 6's communication and exposed part) and read NULL, unknown, for every kind, never 0; a new
+// run writes the kinds, which refuse a kind longer than all communication or an exposed part longer than
+// its kind; a migrated file's schema is a fresh store's.
+TEST(Schema, MigratesV8FixtureToV9KeepingItsData) {
+  base::TempDir dir;
+  const std::string path = load_fixture(dir, "schema_v8");
+  auto store = Store::open(path);
+  EXPECT_EQ(store.schema_version(), schema::latest_version());
+  EXPECT_EQ(tables(store), kTables);
+
+  const auto windows = store.query("SELECT * FROM profile_windows WHERE run_id = 6 ORDER BY rank");
+  ASSERT_EQ(windows.size(), 2u);
+  EXPECT_EQ(windows[0]["communication_ns"], 16000000);
+  EXPECT_EQ(windows[0]["exposed_communication_ns"], 6000000);
+  for (const auto& w : windows)
+    for (const char* kind : {"all_reduce", "reduce_scatter", "all_gather", "all_to_all"}) {
+      EXPECT_TRUE(w[std::string(kind) + "_ns"].is_null()) << w.dump();
+      EXPECT_TRUE(w["exposed_" + std::string(kind) + "_ns"].is_null()) << w.dump();
+    }
+  EXPECT_EQ(store.run_json(6)["run"]["uid"], "6f8d2b1c0e9a7f5d3b2c4e6a8f0d1b3c");
+  const auto distributed = store.get_run(6).summary.facts.distributed;
+  ASSERT_TRUE(distributed);
+  EXPECT_EQ(distributed->exposed_comm_share, 0.055);
+  EXPECT_FALSE(distributed->exposed_by_collective.all_to_all.has_value());  // made before kinds were measured
+  RawDb raw(path);
+  EXPECT_NE(raw.exec("UPDATE profile_windows SET exposed_all_to_all_ns = 0 WHERE run_id = 6").find("append-only"),
+            std::string::npos);
+
+  const auto id = store.begin_run(testing::sample_start("after-v9"));
+  ProfileWindowRow window;
+  window.status = "ok";
+  window.communication_ns = 400;
+  window.exposed_communication_ns = 150;
+  window.collective_ns.all_to_all = 300;
+  window.exposed_collective_ns.all_to_all = 120;
+  store.record_profile_window(id, window);
+  const auto written = store.run_json(id)["profile"]["windows"][0];
+  EXPECT_EQ(written["all_to_all_ns"], 300);
+  EXPECT_EQ(written["exposed_all_to_all_ns"], 120);
+  EXPECT_TRUE(written["all_gather_ns"].is_null());
+  for (const auto& [columns, values] : std::vector<std::pair<std::string, std::string>>{
+           {"communication_ns, all_gather_ns", "100, 101"},  // a kind longer than all communication
+           {"communication_ns, all_gather_ns, exposed_all_gather_ns", "100, 50, 51"}})  // exposed longer than its kind
+    EXPECT_NE(raw.exec(fmt::format("INSERT INTO profile_windows (run_id, rank, status, {}) VALUES ({}, 1, 'ok', {})",
+                                   columns, id, values))
+                  .find("CHECK constraint failed"),
+              std::string::npos)
+        << columns;
+
+  const std::string fresh = dir.file("fresh.db");
+  Store::open(fresh);
+  EXPECT_EQ(schema_dump(path), schema_dump(fresh));
+}
+
 TEST(Schema, MigratesV1FixtureKeepingItsData) {
   base::TempDir dir;
   const std::string path = load_fixture(dir, "schema_v1");

@@ -86,6 +86,7 @@ TEST(Report, ScalingSectionForDataParallelCells) {
   for (const double share : {0.08, 0.10, 0.12}) {
     two.distributed = {{"world_size", 2}, {"backend", "nccl"}, {"comm_share", share}, {"comm_wait_share", 0.01},
                        {"exposed_comm_share", share / 4},
+                       {"exposed_by_collective", {{"all_gather", share / 5}, {"all_to_all", share / 8}, {"all_reduce", nullptr}}},
                        {"straggler_ratio", 1.0 + share / 5}, {"straggler_wait_share", share / 2},
                        {"sharding", {{"stage", "optimizer"}}},
                        {"per_rank", {{{"rank", 0}, {"median_reduce_scatter_ms", 50 * share}, {"median_all_gather_ms", 2.5}},
@@ -114,6 +115,11 @@ TEST(Report, ScalingSectionForDataParallelCells) {
   EXPECT_DOUBLE_EQ(*dp2.comm_share, 0.10);
   EXPECT_DOUBLE_EQ(*dp2.exposed_comm_share, 0.025);
   EXPECT_FALSE(report.cells[2].scaling.exposed_comm_share.has_value());  // gloo2: no profile window
+  // By kind, each its own median; a kind no run measured stays unknown.
+  EXPECT_DOUBLE_EQ(*dp2.exposed_by_collective.all_gather, 0.02);
+  EXPECT_DOUBLE_EQ(*dp2.exposed_by_collective.all_to_all, 0.0125);
+  EXPECT_FALSE(dp2.exposed_by_collective.all_reduce.has_value());
+  EXPECT_FALSE(dp2.exposed_by_collective.reduce_scatter.has_value());
   EXPECT_DOUBLE_EQ(*dp2.straggler_ratio, 1.02);
   EXPECT_DOUBLE_EQ(*dp2.straggler_wait_share, 0.05);
   EXPECT_EQ(dp2.sharding, "optimizer");
@@ -122,10 +128,12 @@ TEST(Report, ScalingSectionForDataParallelCells) {
 
   const std::string markdown = render_markdown(to_document(report, {}, ""));
   EXPECT_NE(markdown.find("## Scaling"), std::string::npos) << markdown;
-  EXPECT_NE(markdown.find("| dp2 | 2 | 19048 | 9524 | 95.2 % | 10.0 % | 1.0 % | 2.5 % | 5.0 % | optimizer | RS 5.00, AG 2.50 |"),
+  EXPECT_NE(markdown.find("| dp2 | 2 | 19048 | 9524 | 95.2 % | 10.0 % | 1.0 % | 2.5 % | AG 2.0 %, A2A 1.2 % | 5.0 % | "
+                          "optimizer | RS 5.00, AG 2.50 |"),
             std::string::npos)
       << markdown;
-  EXPECT_NE(markdown.find("| gloo2 | 2 | 19048 | 9524 | 95.2 % | - | 20.0 % | - | - | - | - |"), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find("| gloo2 | 2 | 19048 | 9524 | 95.2 % | - | 20.0 % | - | - | - | - | - |"), std::string::npos) << markdown;
+  EXPECT_DOUBLE_EQ(to_json(report)["cells"][1]["scaling"]["exposed_by_collective"]["all_gather"].get<double>(), 0.02);
   EXPECT_DOUBLE_EQ(to_json(report)["cells"][1]["scaling"]["exposed_comm_share"].get<double>(), 0.025);
   EXPECT_TRUE(to_json(report)["cells"][2]["scaling"]["exposed_comm_share"].is_null());
   EXPECT_EQ(to_json(report)["cells"][0]["scaling"]["efficiency_vs_1_gpu"], 1.0);
