@@ -109,7 +109,7 @@ struct ShardingFacts {
   // and the bytes a rank sent by all-to-all a step (forward and backward, its own rows included).
   std::int64_t expert_parallel = 1;
   std::int64_t all_to_all_bytes = 0;
-  // distributed.expert_exchange_chunks: the chunks the capacity exchange pipelined (1 in receipts made
+  // distributed.expert_exchange_chunks: the chunks the expert exchange was pipelined in (1 in receipts made
   // before it existed, when it was one all-to-all each way).
   std::int64_t expert_exchange_chunks = 1;
   // distributed.reduce_dtype: what the gradients were summed over the ranks in (fp32 in receipts made

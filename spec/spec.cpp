@@ -486,13 +486,11 @@ class Parser {
     }
     if (const int64_t chunks = spec.distributed.expert_exchange_chunks; chunks > 1) {
       const int64_t ep = spec.distributed.expert_parallel;
-      if (ep <= 1 || spec.model.moe.capacity_factor <= 0)
-        errs.push_back(fmt::format("distributed.expert_exchange_chunks = {} pipelines the capacity exchange of expert "
-                                   "parallelism, and this run has {}: set distributed.expert_parallel > 1 and "
-                                   "model.moe.capacity_factor > 0, or distributed.expert_exchange_chunks = 1",
-                                   chunks,
-                                   ep <= 1 ? "distributed.expert_parallel = 1"
-                                           : "no capacity (model.moe.capacity_factor = 0: dropless, variable splits)"));
+      if (ep <= 1)
+        errs.push_back(fmt::format("distributed.expert_exchange_chunks = {} pipelines expert parallelism's exchange, "
+                                   "and this run has distributed.expert_parallel = 1: set distributed.expert_parallel "
+                                   "> 1 or distributed.expert_exchange_chunks = 1",
+                                   chunks));
       else if (spec.model.moe.experts % ep == 0 && chunks > spec.model.moe.experts / ep)
         errs.push_back(fmt::format("distributed.expert_exchange_chunks = {} exceeds the {} experts a rank holds "
                                    "(model.moe.experts {} / distributed.expert_parallel {}): a chunk holds at least "

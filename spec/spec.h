@@ -100,9 +100,9 @@ struct DistributedSection {
   // rank, and send tokens to their experts' ranks by all-to-all (kernels/moe_dispatch/expert_exchange.h,
   // harness/train/expert_parallel.h); divides nproc and model.moe.experts. 1: every rank holds them all.
   int64_t expert_parallel = 1;
-  // Under expert parallelism at a capacity: each rank's experts run in this many chunks, each chunk's rows
-  // travelling while another chunk's GEMMs run (kernels/moe_dispatch/expert_exchange.h); at most the
-  // experts a rank holds. 1: one all-to-all each way, the experts waiting for all their rows.
+  // Under expert parallelism: each rank's experts run in this many chunks, each chunk's rows travelling
+  // while another chunk's GEMMs run (kernels/moe_dispatch/expert_exchange.h); at most the experts a rank
+  // holds. 1: one all-to-all each way, the experts waiting for all their rows.
   int64_t expert_exchange_chunks = 1;
 };
 

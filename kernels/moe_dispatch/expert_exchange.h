@@ -39,8 +39,8 @@ class ExpertExchange {
     start_all_to_all(key, out, in, out_splits, in_splits);
     wait_all_to_all(key);
   }
-  // distributed.expert_exchange_chunks: the chunks of its experts the capacity exchange pipelines
-  // (exchange_capacity_rows, expert_chunk_sizes); 1: one exchange each way.
+  // distributed.expert_exchange_chunks: the chunks of its experts both exchanges pipeline
+  // (expert_chunk_sizes); 1: one exchange each way.
   virtual int64_t chunks() const { return 1; }
 
  private:
@@ -50,15 +50,17 @@ class ExpertExchange {
 // The rows of a local dispatch, in global expert order, through the experts of the whole group:
 // rows [S, dp] (this rank's slots sorted by expert, S = sum of `load`), weight [S] their routing weights
 // (fp32, differentiable), load [E] int64 slots per global expert. Sends each rank the rows of its
-// experts, runs `local_experts(rows, weight, group_end, 0)` on what arrives (rows in local expert order,
+// experts, runs `local_experts(rows, weight, group_end, chunk)` on what arrives (rows in local expert order,
 // group_end [E/N] int32 group ends), and brings the output rows back in the input's order: [S, dp].
 // Reads the loads on the host once (the splits of an all-to-all are host values). Differentiable:
 // the backward runs the same exchanges with the splits swapped, on every rank in the same order.
+// Pipelined over the chunks of `chunk_experts` as exchange_capacity_rows below is, each chunk's splits
+// from the same host counts (`local_experts(rows, weight, group_end, c)` on chunk c's experts).
 using LocalExperts = std::function<torch::Tensor(const torch::Tensor& rows, const torch::Tensor& weight,
                                                  const torch::Tensor& group_end, int64_t chunk)>;
 torch::Tensor exchange_expert_rows(const ExpertExchange& exchange, const torch::Tensor& rows,
                                    const torch::Tensor& weight, const torch::Tensor& load,
-                                   const LocalExperts& local_experts);
+                                   const std::vector<int64_t>& chunk_experts, const LocalExperts& local_experts);
 
 // The same exchange under a capacity (model.moe.capacity_factor > 0, which keeps each expert's first
 // `capacity` slots of a rank): every rank sends every expert exactly `capacity` rows, its kept slots then

@@ -4,12 +4,15 @@
 // routing weights to the ranks of their experts, which group what arrives by local expert (a stable
 // counting sort: source rank order kept inside each expert's group), run their experts, and send the
 // output rows back the way they came. Under a capacity every (rank, expert) pair sends `capacity` rows,
-// so the splits and the arriving groups are known without a count and the same in every step.
+// so the splits and the arriving groups are known without a count and the same in every step. Both run
+// in chunks of a rank's experts through one pipeline (`pipelined`), each exchange a start and a wait
+// node (StartRows, WaitRows).
 // Tests: tests/harness/distributed_test.cpp (Gloo ranks, expert_parallel 2 against 1).
 #include "kernels/moe_dispatch/expert_exchange.h"
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -113,6 +116,44 @@ torch::Tensor exchanged_rows(const ExpertExchange& exchange, const torch::Tensor
   return arrived_rows(started, route);
 }
 
+// Chunks of consecutive local experts that cover the place's `local` experts, none empty.
+void check_chunks(const std::vector<int64_t>& chunk_experts, int64_t local) {
+  TORCH_CHECK(!chunk_experts.empty() && total(chunk_experts) == local &&
+                  std::all_of(chunk_experts.begin(), chunk_experts.end(), [](int64_t n) { return n >= 1; }),
+              "expert parallel: chunks of ", c10::IntArrayRef(chunk_experts), " experts do not split ", local);
+}
+
+// The pipeline both exchanges run, over chunks of a rank's experts: every chunk's rows and routing
+// weights started out at once (sends[c] to the places by splits[c].out rows each, splits[c].in rows
+// arriving from each), then chunk by chunk: its rows waited for, its experts run on them (`run`: the
+// arrived rows and weights, in source-place order, to output rows in the same order), and the output
+// started home at once; last every chunk's output waited for. Returns each chunk's rows home, in the
+// order they went out.
+struct ChunkSplits {
+  std::vector<int64_t> out, in;  // rows to / from each place
+};
+using RunChunk = std::function<torch::Tensor(int64_t chunk, const torch::Tensor& rows, const torch::Tensor& weight)>;
+
+std::vector<torch::Tensor> pipelined(const ExpertExchange& exchange, const std::vector<torch::Tensor>& sends,
+                                     const std::vector<torch::Tensor>& send_weights,
+                                     const std::vector<ChunkSplits>& splits, const RunChunk& run) {
+  const size_t chunks = splits.size();
+  std::vector<torch::Tensor> started, started_weights, started_home, home;
+  std::vector<Route> routes(chunks), weight_routes(chunks), home_routes(chunks);
+  for (size_t c = 0; c < chunks; ++c) {
+    started.push_back(started_rows(exchange, sends[c], splits[c].in, splits[c].out, &routes[c]));
+    started_weights.push_back(
+        started_rows(exchange, send_weights[c], splits[c].in, splits[c].out, &weight_routes[c]));
+  }
+  for (size_t c = 0; c < chunks; ++c) {
+    const auto out = run(static_cast<int64_t>(c), arrived_rows(started[c], routes[c]),
+                         arrived_rows(started_weights[c], weight_routes[c]).view({-1}));
+    started_home.push_back(started_rows(exchange, out, splits[c].out, splits[c].in, &home_routes[c]));
+  }
+  for (size_t c = 0; c < chunks; ++c) home.push_back(arrived_rows(started_home[c], home_routes[c]));
+  return home;
+}
+
 // The experts a place holds (E/N); both exchanges split E the same way.
 int64_t experts_a_place(const ExpertExchange& exchange, int64_t experts) {
   const int64_t ranks = exchange.ranks();
@@ -125,10 +166,11 @@ int64_t experts_a_place(const ExpertExchange& exchange, int64_t experts) {
 
 torch::Tensor exchange_expert_rows(const ExpertExchange& exchange, const torch::Tensor& rows,
                                    const torch::Tensor& weight, const torch::Tensor& load,
-                                   const LocalExperts& local_experts) {
+                                   const std::vector<int64_t>& chunk_experts, const LocalExperts& local_experts) {
   const int64_t ranks = exchange.ranks(), experts = load.size(0), local = experts_a_place(exchange, experts);
   TORCH_CHECK(rows.dim() == 2 && weight.dim() == 1 && weight.size(0) == rows.size(0),
               "expert parallel: rows must be [S, d] and weight [S]");
+  check_chunks(chunk_experts, local);
 
   // What each rank sends to each of this rank's experts: [ranks, local], source-rank major.
   const auto send_counts = load.to(torch::kLong).contiguous();
@@ -138,30 +180,60 @@ torch::Tensor exchange_expert_rows(const ExpertExchange& exchange, const torch::
                       std::vector<int64_t>(ranks, 1));
   const auto host = torch::cat({send_counts, recv_counts}).cpu();  // the one host read of the dispatch
   const auto* counts = host.data_ptr<int64_t>();
-  std::vector<int64_t> send_splits(ranks, 0), recv_splits(ranks, 0);
-  for (int64_t q = 0; q < ranks; ++q)
-    for (int64_t j = 0; j < local; ++j) {
-      send_splits[q] += counts[q * local + j];
-      recv_splits[q] += counts[experts + q * local + j];
-    }
-  TORCH_CHECK(total(send_splits) == rows.size(0), "expert parallel: the loads count ", total(send_splits),
-              " slots but ", rows.size(0), " rows were given");
+  const int64_t chunks = static_cast<int64_t>(chunk_experts.size());
+  std::vector<int64_t> first(1, 0);
+  for (const int64_t n : chunk_experts) first.push_back(first.back() + n);
+  std::vector<ChunkSplits> splits(chunks, {std::vector<int64_t>(ranks, 0), std::vector<int64_t>(ranks, 0)});
+  for (int64_t c = 0; c < chunks; ++c)
+    for (int64_t q = 0; q < ranks; ++q)
+      for (int64_t j = first[c]; j < first[c + 1]; ++j) {
+        splits[c].out[q] += counts[q * local + j];
+        splits[c].in[q] += counts[experts + q * local + j];
+      }
+  int64_t sent = 0;
+  for (const auto& c : splits) sent += total(c.out);
+  TORCH_CHECK(sent == rows.size(0), "expert parallel: the loads count ", sent, " slots but ", rows.size(0),
+              " rows were given");
 
-  const auto arrived = exchanged_rows(exchange, rows, recv_splits, send_splits);
-  const auto arrived_weight = exchanged_rows(exchange, weight.view({-1, 1}), recv_splits, send_splits);
+  // Chunk-major order of the rows (sorted by global expert, so a place's rows of a chunk's experts are
+  // one contiguous run): chunk by chunk, place by place. One chunk: the order as it is.
+  torch::Tensor order, inverse;
+  std::vector<int64_t> chunk_rows;
+  for (const auto& c : splits) chunk_rows.push_back(total(c.out));
+  if (chunks > 1) {
+    std::vector<int64_t> expert_start(experts + 1, 0), index;
+    for (int64_t e = 0; e < experts; ++e) expert_start[e + 1] = expert_start[e] + counts[e];
+    index.reserve(static_cast<size_t>(sent));
+    for (int64_t c = 0; c < chunks; ++c)
+      for (int64_t q = 0; q < ranks; ++q)
+        for (int64_t r = expert_start[q * local + first[c]]; r < expert_start[q * local + first[c + 1]]; ++r)
+          index.push_back(r);
+    std::vector<int64_t> back(index.size());
+    for (size_t i = 0; i < index.size(); ++i) back[static_cast<size_t>(index[i])] = static_cast<int64_t>(i);
+    order = torch::tensor(index, torch::kLong).to(rows.device());
+    inverse = torch::tensor(back, torch::kLong).to(rows.device());
+  }
+  const auto chunk_major = [&](const torch::Tensor& t) {
+    return (chunks > 1 ? t.index_select(0, order) : t).split_with_sizes(chunk_rows);
+  };
 
-  // Each arrived row's local expert, then the rows grouped by it (k = 1: one slot a row).
-  const int64_t received = total(recv_splits);
-  const auto local_ids = torch::arange(local, send_counts.options()).repeat({ranks});
-  const auto row_expert = torch::repeat_interleave(local_ids, recv_counts, /*dim=*/0, /*output_size=*/received);
-  const auto groups = group_by_expert(row_expert.view({-1, 1}), local);
-  const auto grouped = gather_slot_rows(arrived, groups.by_expert, groups.position, 1);
-  const auto grouped_weight = gather_slot_rows(arrived_weight, groups.by_expert, groups.position, 1).view({-1});
-
-  const auto out = local_experts(grouped, grouped_weight, groups.group_end, 0);
-  // Back into arrival order (a permutation: exact in any dtype), then home.
-  const auto in_arrival_order = combine_slot_rows(out, groups.by_expert, groups.position, 1, out.scalar_type());
-  return exchanged_rows(exchange, in_arrival_order, send_splits, recv_splits);
+  const auto home = pipelined(
+      exchange, chunk_major(rows), chunk_major(weight.view({-1, 1})), splits,
+      [&](int64_t c, const torch::Tensor& arrived, const torch::Tensor& arrived_weight) {
+        // Each arrived row's expert in the chunk, then the rows grouped by it (k = 1: one slot a row).
+        const int64_t n = chunk_experts[c], received = total(splits[c].in);
+        const auto local_ids = torch::arange(n, send_counts.options()).repeat({ranks});
+        const auto chunk_counts = recv_rows.narrow(1, first[c], n).reshape({-1});
+        const auto row_expert = torch::repeat_interleave(local_ids, chunk_counts, /*dim=*/0, /*output_size=*/received);
+        const auto groups = group_by_expert(row_expert.view({-1, 1}), n);
+        const auto grouped = gather_slot_rows(arrived, groups.by_expert, groups.position, 1);
+        const auto grouped_weight = gather_slot_rows(arrived_weight.view({-1, 1}), groups.by_expert, groups.position, 1).view({-1});
+        const auto out = local_experts(grouped, grouped_weight, groups.group_end, c);
+        // Back into arrival order (a permutation: exact in any dtype).
+        return combine_slot_rows(out, groups.by_expert, groups.position, 1, out.scalar_type());
+      });
+  const auto whole = chunks > 1 ? torch::cat(home) : home.front();
+  return chunks > 1 ? whole.index_select(0, inverse) : whole;
 }
 
 std::vector<int64_t> expert_chunk_sizes(int64_t local_experts, int64_t chunks) {
@@ -219,9 +291,7 @@ torch::Tensor exchange_capacity_rows(const ExpertExchange& exchange, const torch
                   rank.size(0) == slots,
               "expert parallel: rows must be [S, d], weight and rank [S], S the grouped slots");
   TORCH_CHECK(capacity >= 1, "expert parallel: a capacity of ", capacity, " rows");
-  TORCH_CHECK(!chunk_experts.empty() && total(chunk_experts) == local &&
-                  std::all_of(chunk_experts.begin(), chunk_experts.end(), [](int64_t n) { return n >= 1; }),
-              "expert parallel: chunks of ", c10::IntArrayRef(chunk_experts), " experts do not split ", local);
+  check_chunks(chunk_experts, local);
   const ChunkLayout layout(ranks, local, capacity, chunk_experts);
   const int64_t buffer = experts * capacity, width = rows.size(1);
   const auto index = groups.load.options().dtype(torch::kLong);
@@ -242,34 +312,22 @@ torch::Tensor exchange_capacity_rows(const ExpertExchange& exchange, const torch
   const auto send = with_zero_row(rows).index_select(0, source).split_with_sizes(layout.rows());
   const auto send_weight = with_zero_row(weight.view({-1, 1})).index_select(0, source).split_with_sizes(layout.rows());
 
-  // Every chunk out at once: place q gets, for each of its chunk-c experts, `capacity` rows from every
-  // place. What arrives is [source place, expert, capacity], regrouped expert-major (source place order
-  // inside each expert's group, as the dropless path groups them).
-  std::vector<torch::Tensor> out_rows, out_weights;
-  std::vector<Route> out_routes(2 * layout.chunks());
-  for (int64_t c = 0; c < layout.chunks(); ++c) {
-    out_rows.push_back(started_rows(exchange, send[c], layout.splits(c), layout.splits(c), &out_routes[2 * c]));
-    out_weights.push_back(
-        started_rows(exchange, send_weight[c], layout.splits(c), layout.splits(c), &out_routes[2 * c + 1]));
-  }
-  // Each chunk's experts as soon as it has arrived, its output home at once.
-  std::vector<torch::Tensor> home_rows;
-  std::vector<Route> home_routes(layout.chunks());
-  for (int64_t c = 0; c < layout.chunks(); ++c) {
-    const int64_t n = layout.experts(c);
-    const auto expert_major = [&](const torch::Tensor& t) {
-      return t.view({ranks, n, capacity, t.size(1)}).transpose(0, 1).reshape({layout.rows(c), t.size(1)});
-    };
-    const auto arrived = expert_major(arrived_rows(out_rows[c], out_routes[2 * c]));
-    const auto arrived_weight = expert_major(arrived_rows(out_weights[c], out_routes[2 * c + 1])).view({-1});
-    const auto group_end = (torch::arange(1, n + 1, index) * (ranks * capacity)).to(torch::kInt);
-    const auto out = local_experts(arrived, arrived_weight, group_end, c);
-    // Back to source-place order and home.
-    const auto place_major = out.view({n, ranks, capacity, width}).transpose(0, 1).reshape({layout.rows(c), width});
-    home_rows.push_back(started_rows(exchange, place_major, layout.splits(c), layout.splits(c), &home_routes[c]));
-  }
-  std::vector<torch::Tensor> home;
-  for (int64_t c = 0; c < layout.chunks(); ++c) home.push_back(arrived_rows(home_rows[c], home_routes[c]));
+  // Place q gets, for each of its chunk-c experts, `capacity` rows from every place. What arrives is
+  // [source place, expert, capacity], regrouped expert-major (source place order inside each expert's
+  // group, as the dropless path groups them), and its output goes home place-major.
+  std::vector<ChunkSplits> splits;
+  for (int64_t c = 0; c < layout.chunks(); ++c) splits.push_back({layout.splits(c), layout.splits(c)});
+  auto home = pipelined(exchange, send, send_weight, splits,
+                        [&](int64_t c, const torch::Tensor& arrived, const torch::Tensor& arrived_weight) {
+                          const int64_t n = layout.experts(c);
+                          const auto expert_major = [&](const torch::Tensor& t) {
+                            return t.view({ranks, n, capacity, t.size(1)}).transpose(0, 1).reshape({layout.rows(c), t.size(1)});
+                          };
+                          const auto group_end = (torch::arange(1, n + 1, index) * (ranks * capacity)).to(torch::kInt);
+                          const auto out = local_experts(expert_major(arrived), expert_major(arrived_weight.view({-1, 1})).view({-1}),
+                                                         group_end, c);
+                          return out.view({n, ranks, capacity, width}).transpose(0, 1).reshape({layout.rows(c), width});
+                        });
   home.push_back(torch::zeros({1, width}, home.front().options()));  // dropped slots' row
 
   // Each kept slot its row of the chunks; a dropped slot the zero row.

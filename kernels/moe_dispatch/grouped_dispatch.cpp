@@ -14,9 +14,9 @@
 // the standard path's semantics: slots past capacity (in token order) get weight 0 and are counted
 // (they are computed, not skipped: no shapes depend on the data); under expert parallelism they are not
 // sent, and every expert gets a fixed capacity of rows from each rank (exchange_capacity_rows: no host
-// read, fixed all-to-alls), where the dropless exchange reads the loads on the host for its splits; that
-// capacity exchange may run a rank's experts in pipelined chunks (ExpertExchange::chunks), the GEMM
-// step making one weight operand a chunk (ExpertShape::chunks).
+// read, fixed all-to-alls), where the dropless exchange reads the loads on the host for its splits;
+// either exchange may run a rank's experts in pipelined chunks (ExpertExchange::chunks), the GEMM step
+// making one weight operand a chunk (ExpertShape::chunks).
 // Contract: MoeDispatchFn in kernels/seams.h. Arithmetic in the autocast dtype when autocast is on, else
 // in x's dtype; d and f are zero-padded to multiples of 8 when they are not (exact: padded rows and
 // columns contribute zeros and are sliced off).
@@ -70,10 +70,10 @@ torch::Tensor grouped_dispatch(const torch::Tensor& x, const torch::Tensor& topk
   // The expert matmuls, grouped GEMMs over the sorted rows; autocast off inside (the dtypes are set
   // here), d and f padded to multiples of 8.
   NoAutocastScope no_autocast;
-  // Under a capacity the exchange runs the local experts in pipelined chunks (expert_exchange.h).
+  // Expert parallel, the exchange runs the local experts in pipelined chunks (expert_exchange.h).
   const int64_t local_experts = w1.size(0);
-  const auto chunks = across_ranks && capacity_factor > 0 ? expert_chunk_sizes(local_experts, exchange->chunks())
-                                                          : std::vector<int64_t>{local_experts};
+  const auto chunks = across_ranks ? expert_chunk_sizes(local_experts, exchange->chunks())
+                                   : std::vector<int64_t>{local_experts};
   const ExpertShape shape{.d = d, .f = f, .dp = round_up(d, 8), .fp = round_up(f, 8), .dtype = dtype, .chunks = chunks};
   // Each slot's token row in expert order (slot = token * k + j): one gather of x's rows, whose
   // backward sums each token's k rows of the gradient, not a scatter-add (expert_groups.h).
@@ -92,7 +92,8 @@ torch::Tensor grouped_dispatch(const torch::Tensor& x, const torch::Tensor& topk
   auto expert_out = !across_ranks ? run_experts(rows, sorted_weight, offsets, 0)
                     : capacity_factor > 0 ? exchange_capacity_rows(*exchange, rows, sorted_weight, groups, rank,
                                                                    capacity, chunks, run_experts)
-                                          : exchange_expert_rows(*exchange, rows, sorted_weight, groups.load, run_experts);
+                                          : exchange_expert_rows(*exchange, rows, sorted_weight, groups.load, chunks,
+                                                                 run_experts);
   // Sliced only when padded: a narrow's backward zero-fills and copies even when it keeps everything.
   if (shape.dp != d) expert_out = expert_out.narrow(1, 0, d);
 

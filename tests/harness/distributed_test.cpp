@@ -487,24 +487,27 @@ TEST_F(DistributedTest, ExpertParallelUnderACapacityTrainsLikeReplicatedExperts)
   }
 }
 
-// The capacity exchange pipelined (distributed.expert_exchange_chunks = 2: each rank's 2 experts of
-// tiny's 4 one a chunk, each chunk's rows travelling while the other's GEMMs run) is the same
-// computation: each expert's rows still meet in one GEMM, and every row travels once each way, so the
-// losses and norms equal the one-chunk job's exactly (fp32 on the CPU) and the bytes are the same. A
-// chunk's rows put at another chunk's place (a slot home to the wrong row) or an expert split over
-// chunks would show at once. The receipt says how many chunks ran.
+// Both exchanges pipelined (distributed.expert_exchange_chunks = 2: each rank's 2 experts of tiny's 4 one
+// a chunk, each chunk's rows travelling while the other's GEMMs run) are the same computation: each
+// expert's rows still meet in one GEMM, and every row travels once each way, so the losses and norms
+// equal the one-chunk job's exactly (fp32 on the CPU) and the bytes are the same (dropless: the same
+// rows, at a capacity the same padded ones). A chunk's rows put at another chunk's place (a slot home to
+// the wrong row) or an expert split over chunks would show at once. The receipt says how many chunks ran.
 TEST_F(DistributedTest, ExpertParallelExchangePipelinedInChunksTrainsExactlyAsInOne) {
-  const std::string moe = " --set model.pattern=AEMR --set backends.moe_dispatch=grouped_mm"
-                          " --set model.moe.capacity_factor=0.5 --set distributed.nproc=2 --set distributed.expert_parallel=2";
-  Recorded whole, piped;
-  ASSERT_NO_FATAL_FAILURE(launch_ok(moe, 6, &whole));
-  ASSERT_NO_FATAL_FAILURE(launch_ok(moe + " --set distributed.expert_exchange_chunks=2", 6, &piped));
-  EXPECT_EQ(piped.loss, whole.loss);
-  EXPECT_EQ(piped.grad_norm, whole.grad_norm);
-  const auto& facts = piped.summary["facts"]["distributed"]["sharding"];
-  EXPECT_EQ(facts["expert_exchange_chunks"], 2) << facts.dump();
-  EXPECT_EQ(facts["all_to_all_bytes"], whole.summary["facts"]["distributed"]["sharding"]["all_to_all_bytes"]);
-  EXPECT_EQ(piped.summary["facts"]["moe"]["dropped_slots"], whole.summary["facts"]["moe"]["dropped_slots"]);
+  for (const char* capacity : {"0", "0.5"}) {
+    SCOPED_TRACE(std::string("model.moe.capacity_factor = ") + capacity);
+    const std::string moe = " --set model.pattern=AEMR --set backends.moe_dispatch=grouped_mm --set distributed.nproc=2"
+                            " --set distributed.expert_parallel=2 --set model.moe.capacity_factor=" + std::string(capacity);
+    Recorded whole, piped;
+    ASSERT_NO_FATAL_FAILURE(launch_ok(moe, 6, &whole));
+    ASSERT_NO_FATAL_FAILURE(launch_ok(moe + " --set distributed.expert_exchange_chunks=2", 6, &piped));
+    EXPECT_EQ(piped.loss, whole.loss);
+    EXPECT_EQ(piped.grad_norm, whole.grad_norm);
+    const auto& facts = piped.summary["facts"]["distributed"]["sharding"];
+    EXPECT_EQ(facts["expert_exchange_chunks"], 2) << facts.dump();
+    EXPECT_EQ(facts["all_to_all_bytes"], whole.summary["facts"]["distributed"]["sharding"]["all_to_all_bytes"]);
+    EXPECT_EQ(piped.summary["facts"]["moe"]["dropped_slots"], whole.summary["facts"]["moe"]["dropped_slots"]);
+  }
 }
 
 // nam56r-large's 4-GPU layouts at tiny width (ablations/large_layouts.toml): ZeRO-3 with replicated

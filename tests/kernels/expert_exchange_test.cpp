@@ -1,12 +1,12 @@
-// tests/kernels/expert_exchange_test.cpp: the pipelined capacity exchange of expert parallelism
-// (kernels/moe_dispatch/expert_exchange.h, exchange_capacity_rows) through a loopback exchange of one
+// tests/kernels/expert_exchange_test.cpp: the pipelined exchanges of expert parallelism, dropless and at
+// a capacity (kernels/moe_dispatch/expert_exchange.h) through a loopback exchange of one
 // place, which logs what it is asked to start and wait for: every chunking of the experts gives the
 // one-chunk exchange's output and gradients, and the log shows the pipeline (every chunk started out
 // before the first chunk's experts run, each chunk's output started home before the next chunk's
 // experts run; backward, every gradient started home before the first wait, and each chunk's gradient
 // started back before the next chunk's is waited for). The rows through several ranks (Gloo) are
 // tests/harness/distributed_test.cpp's.
-// Run: build/tests/kernels_tests --gtest_filter='ExpertExchange*'
+// Run: build/tests/kernels_tests --gtest_filter='*ExpertExchange*'
 #include "kernels/moe_dispatch/expert_exchange.h"
 
 #include <gtest/gtest.h>
@@ -72,9 +72,9 @@ struct Result {
   std::vector<Loopback::Event> forward, backward;
 };
 
-// 4 experts at one place, capacity 10 of 48 slots (some experts drop, some fill less), the experts each
-// a d x d matrix times the routing weight.
-Result run(const std::vector<int64_t>& chunks) {
+// 4 experts at one place, dropless or at capacity 10 of 48 slots (some experts drop, some fill less), the
+// experts each a d x d matrix times the routing weight.
+Result run(const std::vector<int64_t>& chunks, bool dropless) {
   constexpr int64_t kTokens = 24, kTop = 2, kExperts = 4, kWidth = 8, kCapacity = 10;
   auto gen = seeded_generator(11);
   // Expert 0 takes most slots (it drops), expert 3 few.
@@ -97,13 +97,15 @@ Result run(const std::vector<int64_t>& chunks) {
     return torch::bmm(r.unsqueeze(1), w.index_select(0, row_expert)).squeeze(1) * wt.unsqueeze(1);
   };
   Result out;
-  out.y = exchange_capacity_rows(exchange, rows, weight, groups, rank, kCapacity, chunks, experts);
+  out.y = dropless ? exchange_expert_rows(exchange, rows, weight, groups.load, chunks, experts)
+                   : exchange_capacity_rows(exchange, rows, weight, groups, rank, kCapacity, chunks, experts);
   out.forward = exchange.log;
   exchange.log.clear();
   (out.y * random_normal(out.y.sizes(), gen, 1.0, torch::kFloat)).sum().backward();
   out.backward = exchange.log;
   EXPECT_TRUE(exchange.in_flight.empty()) << exchange.in_flight.size() << " exchanges never waited for";
   out.d_rows = rows.grad(), out.d_weight = weight.grad(), out.d_w = w.grad();
+  if (dropless) return out;
   // Dropped slots come back as zero rows.
   const auto dropped = (rank >= kCapacity).nonzero().view({-1});
   EXPECT_GT(dropped.numel(), 0) << "the routing is meant to drop slots";
@@ -111,11 +113,13 @@ Result run(const std::vector<int64_t>& chunks) {
   return out;
 }
 
-TEST(ExpertExchange, EveryChunkingGivesTheOneChunkExchangeRowForRow) {
-  const auto whole = run({4});
+class ExpertExchangeBoth : public ::testing::TestWithParam<bool> {};  // dropless, or at a capacity
+
+TEST_P(ExpertExchangeBoth, EveryChunkingGivesTheOneChunkExchangeRowForRow) {
+  const auto whole = run({4}, GetParam());
   for (const auto& chunks : std::vector<std::vector<int64_t>>{{2, 2}, {2, 1, 1}, {1, 1, 1, 1}}) {
     SCOPED_TRACE(::testing::PrintToString(chunks));
-    const auto piped = run(chunks);
+    const auto piped = run(chunks, GetParam());
     // Each expert's rows run together in either case: the same products, bit for bit.
     EXPECT_TRUE(torch::equal(piped.y, whole.y));
     EXPECT_TRUE(torch::equal(piped.d_rows, whole.d_rows));
@@ -126,13 +130,25 @@ TEST(ExpertExchange, EveryChunkingGivesTheOneChunkExchangeRowForRow) {
   }
 }
 
-TEST(ExpertExchange, ChunksTravelWhileOtherChunksRun) {
+TEST_P(ExpertExchangeBoth, ChunksTravelWhileOtherChunksRun) {
   const std::vector<int64_t> chunks{2, 1, 1};
   const int64_t n = static_cast<int64_t>(chunks.size());
-  const auto r = run(chunks);
-  // Forward: rows and weights of every chunk started (keys 2c, 2c + 1), then chunk by chunk: its waits,
-  // its experts, its output started home (keys 2n + c), and the homes waited for last.
-  const auto& f = r.forward;
+  const auto r = run(chunks, GetParam());
+  // The dropless exchange first sends its counts (started and waited for at once): the chunks' keys
+  // follow. Forward: rows and weights of every chunk started (keys 2c, 2c + 1), then chunk by chunk:
+  // its waits, its experts, its output started home (keys 2n + c), and the homes waited for last.
+  const int64_t base = GetParam() ? 1 : 0;
+  auto f = r.forward, b = r.backward;
+  if (GetParam()) {
+    ASSERT_GE(f.size(), 2u);
+    EXPECT_EQ(f[0].what, "start");
+    EXPECT_EQ(f[1].what, "wait");
+    EXPECT_EQ(f[1].id, f[0].id);
+    f.erase(f.begin(), f.begin() + 2);
+  }
+  for (auto* log : {&f, &b})
+    for (auto& e : *log)
+      if (e.what != "experts") e.id -= base;
   const size_t first_experts = first_index(f, "experts", 0);
   for (int64_t c = 0; c < n; ++c) {
     EXPECT_LT(first_index(f, "start", 2 * c), first_experts) << "chunk " << c << " out before the first experts";
@@ -148,7 +164,6 @@ TEST(ExpertExchange, ChunksTravelWhileOtherChunksRun) {
   }
   // Backward: every output gradient started home before the first wait; then each chunk's gradients
   // started back before the next chunk (made earlier, run later) is waited for.
-  const auto& b = r.backward;
   ASSERT_FALSE(b.empty());
   size_t first_wait = b.size();
   for (size_t i = 0; i < b.size(); ++i)
@@ -159,6 +174,9 @@ TEST(ExpertExchange, ChunksTravelWhileOtherChunksRun) {
         << "chunk " << c << "'s row gradients go back before chunk " << c - 1 << "'s gradient is waited for";
   EXPECT_EQ(std::count_if(b.begin(), b.end(), [](const auto& e) { return e.what == "start"; }), 3 * n);
 }
+
+INSTANTIATE_TEST_SUITE_P(ExpertExchange, ExpertExchangeBoth, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "Dropless" : "Capacity"; });
 
 TEST(ExpertExchange, ChunkSizesSplitTheExpertsAndRefuseEmptyChunks) {
   EXPECT_EQ(expert_chunk_sizes(4, 1), (std::vector<int64_t>{4}));

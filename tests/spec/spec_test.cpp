@@ -250,9 +250,9 @@ TEST(Spec, ExpertParallelTakesEveryShardingStage) {
   }
 }
 
-// The pipelined exchange is a setting of expert parallelism at a capacity: anything else fails closed,
-// naming what to change, and a chunk holds at least one of a rank's experts.
-TEST(Spec, ExpertExchangeChunksNeedACapacityExchangeAndAnExpertAChunk) {
+// The pipelined exchange is a setting of expert parallelism: without it the key fails closed, naming
+// what to change, and a chunk holds at least one of a rank's experts.
+TEST(Spec, ExpertExchangeChunksNeedExpertParallelismAndAnExpertAChunk) {
   const std::string moe = "[model]\npattern = \"AEMR\"\n[distributed]\nnproc = 2\n";
   const auto ok = parse_spec_string(moe, "c.toml",
                                     {"distributed.expert_parallel=2", "model.moe.capacity_factor=1.25",
@@ -269,7 +269,10 @@ TEST(Spec, ExpertExchangeChunksNeedACapacityExchangeAndAnExpertAChunk) {
     }
   };
   refused({"distributed.expert_exchange_chunks=2", "model.moe.capacity_factor=1.25"}, "distributed.expert_parallel = 1");
-  refused({"distributed.expert_exchange_chunks=2", "distributed.expert_parallel=2"}, "no capacity");
+  // Dropless pipelines too.
+  EXPECT_EQ(parse_spec_string(moe, "c.toml", {"distributed.expert_exchange_chunks=2", "distributed.expert_parallel=2"})
+                .distributed.expert_exchange_chunks,
+            2);
   // tiny: 4 experts, 2 a rank at expert_parallel 2.
   refused({"distributed.expert_exchange_chunks=3", "distributed.expert_parallel=2", "model.moe.capacity_factor=1.25"},
           "exceeds the 2 experts a rank holds");
