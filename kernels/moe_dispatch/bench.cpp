@@ -21,7 +21,10 @@
 // build/bench/kernels_bench --benchmark_filter=moe_dispatch
 #include "kernels/bench_util.h"
 #include "kernels/dispatch.h"
+#include "kernels/moe_dispatch/expert_exchange.h"
 #include "kernels/moe_dispatch/expert_groups.h"
+
+#include <map>
 
 #if defined(ABLATE_HAVE_CUDA)
 namespace ablate::kernels::bench {
@@ -62,6 +65,64 @@ void moe_dispatch_bench(benchmark::State& st, std::string backend, ExpertShapes 
   st.counters["peak_extra_MiB"] = extra_mib;
   st.counters["TFLOP/s"] = flops / median / 1e12;
   st.counters["pct_of_peak"] = 100.0 * flops / median / (fp8 ? kFp8DatasheetFlopsPerSecond : kBf16DatasheetFlopsPerSecond);
+}
+
+// An exchange of `ranks` places in one process that mirrors: every place sends this rank what this rank
+// sends it (at a capacity the splits are symmetric), so the rank's GEMMs see expert parallelism's shapes
+// (E/N experts, N x capacity rows each) and an exchange costs one device copy: the pipelined exchange's
+// compute without its communication (the rows are not what a real job would compute on).
+class MirrorExchange : public ExpertExchange {
+ public:
+  MirrorExchange(int64_t ranks, int64_t chunks) : ranks_(ranks), chunks_(chunks) {}
+  int64_t ranks() const override { return ranks_; }
+  int64_t rank() const override { return 0; }
+  int64_t chunks() const override { return chunks_; }
+  void start_all_to_all(int64_t key, Tensor& out, const Tensor& in, const std::vector<int64_t>&,
+                        const std::vector<int64_t>&) const override {
+    out.copy_(in);
+    started_[key] = out;
+  }
+  Tensor wait_all_to_all(int64_t key) const override {
+    auto out = std::move(started_.at(key));
+    started_.erase(key);
+    return out;
+  }
+
+ private:
+  int64_t ranks_, chunks_;
+  mutable std::map<int64_t, Tensor> started_;
+};
+
+// One rank of nam56r-medium's E layer at expert_parallel 4 and a capacity of 1.25 (4 of the 16 experts,
+// 4 x 2560 rows each) through the mirror, the rank's experts in `chunks` pipelined chunks: what cutting
+// the GEMMs into chunks costs, against which the overlap the chunks buy on real GPUs is weighed.
+// TFLOP/s counts the rows the experts run (E x capacity, padding included).
+void expert_pipeline_bench(benchmark::State& st, int64_t chunks, bool graph) {
+  const torch::Device cuda(torch::kCUDA, 0);
+  const auto& fn = implementations().moe_dispatch.at("grouped_mm");
+  const ExpertShapes s = kMedium;
+  constexpr int64_t kRanks = 4;
+  constexpr double kCapacityFactor = 1.25;
+  const int64_t local = s.E / kRanks;
+  const auto opts = torch::TensorOptions(cuda);
+  auto x = torch::randn({s.T, s.d}, opts.dtype(torch::kBFloat16)).requires_grad_(true);
+  auto w1 = (0.02 * torch::randn({local, s.f, s.d}, opts)).requires_grad_(true);
+  auto w3 = (0.02 * torch::randn({local, s.f, s.d}, opts)).requires_grad_(true);
+  auto w2 = (0.02 * torch::randn({local, s.d, s.f}, opts)).requires_grad_(true);
+  const auto logits = torch::randn({s.T, s.E}, opts) + torch::linspace(-1.0, 1.0, s.E, opts);
+  const auto [top_w, top_idx] = logits.softmax(-1).topk(s.k, -1);
+  const auto weights = top_w / top_w.sum(-1, true);
+  const MirrorExchange exchange(kRanks, chunks);
+  auto step = [&] {
+    const auto y = under_bf16_autocast(
+        [&] { return fn(x, top_idx, weights, w1, w3, w2, kCapacityFactor, nullptr, &exchange); });
+    torch::autograd::grad({y.to(torch::kFloat).square().mean()}, {x, w1, w3, w2});
+  };
+  graph ? timed_graph(st, 0.0, step) : timed(st, 0.0, step);
+  const int64_t rows = s.E * expert_capacity(kCapacityFactor, s.T * s.k, s.E);
+  const double flops = 6.0 * rows * s.d * s.f * 3.0, median = st.counters["median_us"] * 1e-6;
+  st.counters["TFLOP/s"] = flops / median / 1e12;
+  st.counters["pct_of_peak"] = 100.0 * flops / median / kBf16DatasheetFlopsPerSecond;
 }
 
 void slot_moves_bench(benchmark::State& st, bool gather) {
@@ -126,6 +187,16 @@ ABLATE_BENCHMARKS(moe_dispatch) {
               ->Iterations(20);
         }
   }
+  if (has_implementation("moe_dispatch", "grouped_mm"))
+    for (const int64_t chunks : {1, 2, 4})
+      for (const bool graph : {false, true}) {
+        const std::string name = "moe_dispatch/grouped_mm/medium/ep4_mirror/chunks:" + std::to_string(chunks) +
+                                 "/fwd_bwd/autocast" + (graph ? "/graph" : "");
+        benchmark::RegisterBenchmark(name.c_str(), expert_pipeline_bench, chunks, graph)
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond)
+            ->Iterations(20);
+      }
   for (const bool counting_sort : {false, true})
     benchmark::RegisterBenchmark(counting_sort ? "moe_dispatch/group_by_expert/counting_sort"
                                                : "moe_dispatch/group_by_expert/ops",
