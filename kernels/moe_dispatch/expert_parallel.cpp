@@ -116,6 +116,30 @@ torch::Tensor exchanged_rows(const ExpertExchange& exchange, const torch::Tensor
   return arrived_rows(started, route);
 }
 
+// x's rows (a zero row appended) gathered by `index`, where an index of x.size(0) reads the zero row; the
+// backward is the same gather of the gradient by `inverse` (each x row's place in the output, or the
+// output's size where no place reads it), valid because no x row is read twice. Both ways a gather: the
+// scatter-add that index_select's own backward runs would pile every padding place's atomics onto the
+// one zero row.
+class GatherRowsOrZero : public torch::autograd::Function<GatherRowsOrZero> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& index,
+                               const torch::Tensor& inverse) {
+    ctx->save_for_backward({inverse});
+    return with_zero_row(x).index_select(0, index);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto inverse = ctx->get_saved_variables()[0];
+    return {with_zero_row(grads[0].contiguous()).index_select(0, inverse), torch::Tensor(), torch::Tensor()};
+  }
+
+ private:
+  static torch::Tensor with_zero_row(const torch::Tensor& t) {
+    return torch::cat({t, torch::zeros({1, t.size(1)}, t.options())});
+  }
+};
+
 // Chunks of consecutive local experts that cover the place's `local` experts, none empty.
 void check_chunks(const std::vector<int64_t>& chunk_experts, int64_t local) {
   TORCH_CHECK(!chunk_experts.empty() && total(chunk_experts) == local &&
@@ -306,11 +330,12 @@ torch::Tensor exchange_capacity_rows(const ExpertExchange& exchange, const torch
   const auto source = layout.chunks() == 1 ? source_by_expert
                                            : torch::empty_like(source_by_expert)
                                                  .index_copy_(0, layout.row_of(expert, position), source_by_expert);
-  const auto with_zero_row = [](const torch::Tensor& t) {
-    return torch::cat({t, torch::zeros({1, t.size(1)}, t.options())});
-  };
-  const auto send = with_zero_row(rows).index_select(0, source).split_with_sizes(layout.rows());
-  const auto send_weight = with_zero_row(weight.view({-1, 1})).index_select(0, source).split_with_sizes(layout.rows());
+  // Each kept slot's row in the chunks (the inverse of `source`); a dropped slot the zero row's index.
+  const auto slot_row = torch::where(rank < capacity, layout.row_of(groups.sorted_expert.to(torch::kLong), rank),
+                                     torch::full({}, buffer, index));
+  const auto send = GatherRowsOrZero::apply(rows, source, slot_row).split_with_sizes(layout.rows());
+  const auto send_weight =
+      GatherRowsOrZero::apply(weight.view({-1, 1}), source, slot_row).split_with_sizes(layout.rows());
 
   // Place q gets, for each of its chunk-c experts, `capacity` rows from every place. What arrives is
   // [source place, expert, capacity], regrouped expert-major (source place order inside each expert's
@@ -328,12 +353,8 @@ torch::Tensor exchange_capacity_rows(const ExpertExchange& exchange, const torch
                                                          group_end, c);
                           return out.view({n, ranks, capacity, width}).transpose(0, 1).reshape({layout.rows(c), width});
                         });
-  home.push_back(torch::zeros({1, width}, home.front().options()));  // dropped slots' row
-
   // Each kept slot its row of the chunks; a dropped slot the zero row.
-  const auto slot_row = torch::where(rank < capacity, layout.row_of(groups.sorted_expert.to(torch::kLong), rank),
-                                     torch::full({}, buffer, index));
-  return torch::cat(home).index_select(0, slot_row);
+  return GatherRowsOrZero::apply(layout.chunks() == 1 ? home.front() : torch::cat(home), slot_row, source);
 }
 
 }  // namespace ablate::kernels
