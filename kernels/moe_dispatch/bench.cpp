@@ -93,16 +93,17 @@ class MirrorExchange : public ExpertExchange {
   mutable std::map<int64_t, Tensor> started_;
 };
 
-// One rank of nam56r-medium's E layer at expert_parallel 4 and a capacity of 1.25 (4 of the 16 experts,
-// 4 x 2560 rows each) through the mirror, the rank's experts in `chunks` pipelined chunks: what cutting
-// the GEMMs into chunks costs, against which the overlap the chunks buy on real GPUs is weighed.
-// TFLOP/s counts the rows the experts run (E x capacity, padding included).
-void expert_pipeline_bench(benchmark::State& st, int64_t chunks, bool graph) {
+// One rank of nam56r-medium's E layer at expert_parallel 4 (4 of the 16 experts) through the mirror, at a
+// capacity of 1.25 (4 x 2560 rows an expert) or dropless (capacity_factor 0: the rows the router gives,
+// the counts exchanged and read on the host, so eager only), the rank's experts in `chunks` pipelined
+// chunks: what the exchange's own passes and cutting the GEMMs into chunks cost, against which the
+// overlap the chunks buy on real GPUs is weighed. TFLOP/s counts the rows the experts run (capacity: E x
+// capacity, padding included; dropless: the rank's slots, as the mirror returns them).
+void expert_pipeline_bench(benchmark::State& st, int64_t chunks, bool graph, double capacity_factor) {
   const torch::Device cuda(torch::kCUDA, 0);
   const auto& fn = implementations().moe_dispatch.at("grouped_mm");
   const ExpertShapes s = kMedium;
   constexpr int64_t kRanks = 4;
-  constexpr double kCapacityFactor = 1.25;
   const int64_t local = s.E / kRanks;
   const auto opts = torch::TensorOptions(cuda);
   auto x = torch::randn({s.T, s.d}, opts.dtype(torch::kBFloat16)).requires_grad_(true);
@@ -115,11 +116,11 @@ void expert_pipeline_bench(benchmark::State& st, int64_t chunks, bool graph) {
   const MirrorExchange exchange(kRanks, chunks);
   auto step = [&] {
     const auto y = under_bf16_autocast(
-        [&] { return fn(x, top_idx, weights, w1, w3, w2, kCapacityFactor, nullptr, &exchange); });
+        [&] { return fn(x, top_idx, weights, w1, w3, w2, capacity_factor, nullptr, &exchange); });
     torch::autograd::grad({y.to(torch::kFloat).square().mean()}, {x, w1, w3, w2});
   };
   graph ? timed_graph(st, 0.0, step) : timed(st, 0.0, step);
-  const int64_t rows = s.E * expert_capacity(kCapacityFactor, s.T * s.k, s.E);
+  const int64_t rows = capacity_factor > 0 ? s.E * expert_capacity(capacity_factor, s.T * s.k, s.E) : s.T * s.k;
   const double flops = 6.0 * rows * s.d * s.f * 3.0, median = st.counters["median_us"] * 1e-6;
   st.counters["TFLOP/s"] = flops / median / 1e12;
   st.counters["pct_of_peak"] = 100.0 * flops / median / kBf16DatasheetFlopsPerSecond;
@@ -188,15 +189,18 @@ ABLATE_BENCHMARKS(moe_dispatch) {
         }
   }
   if (has_implementation("moe_dispatch", "grouped_mm"))
-    for (const int64_t chunks : {1, 2, 4})
-      for (const bool graph : {false, true}) {
-        const std::string name = "moe_dispatch/grouped_mm/medium/ep4_mirror/chunks:" + std::to_string(chunks) +
-                                 "/fwd_bwd/autocast" + (graph ? "/graph" : "");
-        benchmark::RegisterBenchmark(name.c_str(), expert_pipeline_bench, chunks, graph)
-            ->UseManualTime()
-            ->Unit(benchmark::kMicrosecond)
-            ->Iterations(20);
-      }
+    for (const double capacity_factor : {1.25, 0.0})
+      for (const int64_t chunks : {1, 2, 4})
+        for (const bool graph : {false, true}) {
+          if (capacity_factor == 0 && graph) continue;  // the dropless exchange reads its counts on the host
+          const std::string name = std::string("moe_dispatch/grouped_mm/medium/ep4_mirror") +
+                                   (capacity_factor > 0 ? "" : "/dropless") + "/chunks:" + std::to_string(chunks) +
+                                   "/fwd_bwd/autocast" + (graph ? "/graph" : "");
+          benchmark::RegisterBenchmark(name.c_str(), expert_pipeline_bench, chunks, graph, capacity_factor)
+              ->UseManualTime()
+              ->Unit(benchmark::kMicrosecond)
+              ->Iterations(20);
+        }
   for (const bool counting_sort : {false, true})
     benchmark::RegisterBenchmark(counting_sort ? "moe_dispatch/group_by_expert/counting_sort"
                                                : "moe_dispatch/group_by_expert/ops",
