@@ -116,27 +116,29 @@ torch::Tensor exchanged_rows(const ExpertExchange& exchange, const torch::Tensor
   return arrived_rows(started, route);
 }
 
-// x's rows (a zero row appended) gathered by `index`, where an index of x.size(0) reads the zero row; the
+// x's rows gathered by `index`, where (`padded`) an index of x.size(0) reads an appended zero row; the
 // backward is the same gather of the gradient by `inverse` (each x row's place in the output, or the
-// output's size where no place reads it), valid because no x row is read twice. Both ways a gather: the
-// scatter-add that index_select's own backward runs would pile every padding place's atomics onto the
-// one zero row.
-class GatherRowsOrZero : public torch::autograd::Function<GatherRowsOrZero> {
+// output's size where no place reads it), valid because no x row is read twice. Both ways a gather:
+// index_select's own backward is a scatter-add, atomics that pile every padding place onto the one zero
+// row (and, even for a permutation, atomics where a gather does).
+class GatherRows : public torch::autograd::Function<GatherRows> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& index,
-                               const torch::Tensor& inverse) {
+                               const torch::Tensor& inverse, bool padded) {
     ctx->save_for_backward({inverse});
-    return with_zero_row(x).index_select(0, index);
+    ctx->saved_data["padded"] = padded;
+    return rows_of(x, padded).index_select(0, index);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto inverse = ctx->get_saved_variables()[0];
-    return {with_zero_row(grads[0].contiguous()).index_select(0, inverse), torch::Tensor(), torch::Tensor()};
+    return {rows_of(grads[0].contiguous(), ctx->saved_data["padded"].toBool()).index_select(0, inverse),
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 
  private:
-  static torch::Tensor with_zero_row(const torch::Tensor& t) {
-    return torch::cat({t, torch::zeros({1, t.size(1)}, t.options())});
+  static torch::Tensor rows_of(const torch::Tensor& t, bool padded) {
+    return padded ? torch::cat({t, torch::zeros({1, t.size(1)}, t.options())}) : t;
   }
 };
 
@@ -238,7 +240,7 @@ torch::Tensor exchange_expert_rows(const ExpertExchange& exchange, const torch::
     inverse = torch::tensor(back, torch::kLong).to(rows.device());
   }
   const auto chunk_major = [&](const torch::Tensor& t) {
-    return (chunks > 1 ? t.index_select(0, order) : t).split_with_sizes(chunk_rows);
+    return (chunks > 1 ? GatherRows::apply(t, order, inverse, /*padded=*/false) : t).split_with_sizes(chunk_rows);
   };
 
   const auto home = pipelined(
@@ -257,7 +259,7 @@ torch::Tensor exchange_expert_rows(const ExpertExchange& exchange, const torch::
         return combine_slot_rows(out, groups.by_expert, groups.position, 1, out.scalar_type());
       });
   const auto whole = chunks > 1 ? torch::cat(home) : home.front();
-  return chunks > 1 ? whole.index_select(0, inverse) : whole;
+  return chunks > 1 ? GatherRows::apply(whole, inverse, order, /*padded=*/false) : whole;
 }
 
 std::vector<int64_t> expert_chunk_sizes(int64_t local_experts, int64_t chunks) {
@@ -333,9 +335,9 @@ torch::Tensor exchange_capacity_rows(const ExpertExchange& exchange, const torch
   // Each kept slot's row in the chunks (the inverse of `source`); a dropped slot the zero row's index.
   const auto slot_row = torch::where(rank < capacity, layout.row_of(groups.sorted_expert.to(torch::kLong), rank),
                                      torch::full({}, buffer, index));
-  const auto send = GatherRowsOrZero::apply(rows, source, slot_row).split_with_sizes(layout.rows());
+  const auto send = GatherRows::apply(rows, source, slot_row, /*padded=*/true).split_with_sizes(layout.rows());
   const auto send_weight =
-      GatherRowsOrZero::apply(weight.view({-1, 1}), source, slot_row).split_with_sizes(layout.rows());
+      GatherRows::apply(weight.view({-1, 1}), source, slot_row, /*padded=*/true).split_with_sizes(layout.rows());
 
   // Place q gets, for each of its chunk-c experts, `capacity` rows from every place. What arrives is
   // [source place, expert, capacity], regrouped expert-major (source place order inside each expert's
@@ -354,7 +356,7 @@ torch::Tensor exchange_capacity_rows(const ExpertExchange& exchange, const torch
                           return out.view({n, ranks, capacity, width}).transpose(0, 1).reshape({layout.rows(c), width});
                         });
   // Each kept slot its row of the chunks; a dropped slot the zero row.
-  return GatherRowsOrZero::apply(layout.chunks() == 1 ? home.front() : torch::cat(home), slot_row, source);
+  return GatherRows::apply(layout.chunks() == 1 ? home.front() : torch::cat(home), slot_row, source, /*padded=*/true);
 }
 
 }  // namespace ablate::kernels
