@@ -108,37 +108,27 @@ torch::Tensor started_rows(const ExpertExchange& exchange, const torch::Tensor& 
 }
 torch::Tensor arrived_rows(const torch::Tensor& started, const Route& route) { return WaitRows::apply(started, route); }
 
-// Started and arrived at once.
-torch::Tensor exchanged_rows(const ExpertExchange& exchange, const torch::Tensor& in,
-                             const std::vector<int64_t>& out_splits, const std::vector<int64_t>& in_splits) {
-  Route route;
-  const auto started = started_rows(exchange, in, out_splits, in_splits, &route);
-  return arrived_rows(started, route);
-}
-
-// x's rows gathered by `index`, where (`padded`) an index of x.size(0) reads an appended zero row; the
+// x's rows, a zero row appended, gathered by `index` (an index of x.size(0) reads the zero row); the
 // backward is the same gather of the gradient by `inverse` (each x row's place in the output, or the
 // output's size where no place reads it), valid because no x row is read twice. Both ways a gather:
-// index_select's own backward is a scatter-add, atomics that pile every padding place onto the one zero
-// row (and, even for a permutation, atomics where a gather does).
-class GatherRows : public torch::autograd::Function<GatherRows> {
+// index_select's own backward is a scatter-add, whose atomics pile every padding place onto the one zero
+// row. (A permutation without padding is gather_slot_rows with k = 1.)
+class GatherRowsOrZero : public torch::autograd::Function<GatherRowsOrZero> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& index,
-                               const torch::Tensor& inverse, bool padded) {
+                               const torch::Tensor& inverse) {
     ctx->save_for_backward({inverse});
-    ctx->saved_data["padded"] = padded;
-    return rows_of(x, padded).index_select(0, index);
+    return with_zero_row(x).index_select(0, index);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto inverse = ctx->get_saved_variables()[0];
-    return {rows_of(grads[0].contiguous(), ctx->saved_data["padded"].toBool()).index_select(0, inverse),
-            torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {with_zero_row(grads[0].contiguous()).index_select(0, inverse), torch::Tensor(), torch::Tensor()};
   }
 
  private:
-  static torch::Tensor rows_of(const torch::Tensor& t, bool padded) {
-    return padded ? torch::cat({t, torch::zeros({1, t.size(1)}, t.options())}) : t;
+  static torch::Tensor with_zero_row(const torch::Tensor& t) {
+    return torch::cat({t, torch::zeros({1, t.size(1)}, t.options())});
   }
 };
 
@@ -240,7 +230,7 @@ torch::Tensor exchange_expert_rows(const ExpertExchange& exchange, const torch::
     inverse = torch::tensor(back, torch::kLong).to(rows.device());
   }
   const auto chunk_major = [&](const torch::Tensor& t) {
-    return (chunks > 1 ? GatherRows::apply(t, order, inverse, /*padded=*/false) : t).split_with_sizes(chunk_rows);
+    return (chunks > 1 ? gather_slot_rows(t, order, inverse, 1) : t).split_with_sizes(chunk_rows);
   };
 
   const auto home = pipelined(
@@ -259,7 +249,7 @@ torch::Tensor exchange_expert_rows(const ExpertExchange& exchange, const torch::
         return combine_slot_rows(out, groups.by_expert, groups.position, 1, out.scalar_type());
       });
   const auto whole = chunks > 1 ? torch::cat(home) : home.front();
-  return chunks > 1 ? GatherRows::apply(whole, inverse, order, /*padded=*/false) : whole;
+  return chunks > 1 ? gather_slot_rows(whole, inverse, order, 1) : whole;
 }
 
 std::vector<int64_t> expert_chunk_sizes(int64_t local_experts, int64_t chunks) {
@@ -289,14 +279,16 @@ class ChunkLayout {
     return r;
   }
   std::vector<int64_t> splits(int64_t c) const { return std::vector<int64_t>(ranks_, sizes_[c] * capacity_); }
-  // The buffer row of (global expert, position) pairs, device tensors: chunk c = the chunk of the local
-  // expert j = expert % (E/N) (expert_chunk_sizes' sizes: the first `wide` chunks one expert larger).
+  // The buffer row of (global expert, position) pairs, device tensors: the local expert j = expert %
+  // (E/N) lies in the chunk whose first expert is the last first <= j.
   torch::Tensor row_of(const torch::Tensor& expert, const torch::Tensor& position) const {
-    const int64_t narrow = local_ / chunks(), wide = local_ % chunks(), wide_experts = wide * (narrow + 1);
     const auto place = expert.div(local_, "floor"), j = expert.remainder(local_);
-    const auto c = torch::where(j < wide_experts, j.div(narrow + 1, "floor"), wide + (j - wide_experts).div(narrow, "floor"));
-    const auto first = c * narrow + torch::minimum(c, torch::full({}, wide, c.options()));
-    const auto size = narrow + (c < wide).to(c.scalar_type());
+    auto first = torch::zeros_like(j), size = torch::full_like(j, sizes_.front());
+    for (int64_t c = 1, start = sizes_.front(); c < chunks(); start += sizes_[c++]) {
+      const auto later = j >= start;
+      first = torch::where(later, start, first);
+      size = torch::where(later, sizes_[c], size);
+    }
     return capacity_ * (ranks_ * first + place * size + (j - first)) + position;
   }
 
@@ -335,9 +327,9 @@ torch::Tensor exchange_capacity_rows(const ExpertExchange& exchange, const torch
   // Each kept slot's row in the chunks (the inverse of `source`); a dropped slot the zero row's index.
   const auto slot_row = torch::where(rank < capacity, layout.row_of(groups.sorted_expert.to(torch::kLong), rank),
                                      torch::full({}, buffer, index));
-  const auto send = GatherRows::apply(rows, source, slot_row, /*padded=*/true).split_with_sizes(layout.rows());
+  const auto send = GatherRowsOrZero::apply(rows, source, slot_row).split_with_sizes(layout.rows());
   const auto send_weight =
-      GatherRows::apply(weight.view({-1, 1}), source, slot_row, /*padded=*/true).split_with_sizes(layout.rows());
+      GatherRowsOrZero::apply(weight.view({-1, 1}), source, slot_row).split_with_sizes(layout.rows());
 
   // Place q gets, for each of its chunk-c experts, `capacity` rows from every place. What arrives is
   // [source place, expert, capacity], regrouped expert-major (source place order inside each expert's
@@ -356,7 +348,7 @@ torch::Tensor exchange_capacity_rows(const ExpertExchange& exchange, const torch
                           return out.view({n, ranks, capacity, width}).transpose(0, 1).reshape({layout.rows(c), width});
                         });
   // Each kept slot its row of the chunks; a dropped slot the zero row.
-  return GatherRows::apply(layout.chunks() == 1 ? home.front() : torch::cat(home), slot_row, source, /*padded=*/true);
+  return GatherRowsOrZero::apply(layout.chunks() == 1 ? home.front() : torch::cat(home), slot_row, source);
 }
 
 }  // namespace ablate::kernels
