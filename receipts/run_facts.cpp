@@ -207,12 +207,6 @@ std::optional<ShardingFacts> sharding_from(Reader& parent) {
   return s;
 }
 
-json collective_shares_json(const CollectiveShares& c) {
-  json j = json::object();
-  for (const auto& [key, field] : kCollectiveShares) j[key] = or_null(c.*field);
-  return j;
-}
-
 CollectiveShares collective_shares_from(Reader& parent, const char* key) {
   CollectiveShares c;
   const json& section = parent.section(key);
@@ -236,7 +230,7 @@ json distributed_json(const DistributedFacts& d) {
                      {"median_all_gather_ms", or_null(r.median_all_gather_ms)},
                      {"median_all_to_all_ms", or_null(r.median_all_to_all_ms)},
                      {"exposed_comm_share", or_null(r.exposed_comm_share)},
-                     {"exposed_by_collective", collective_shares_json(r.exposed_by_collective)}});
+                     {"exposed_by_collective", receipts::to_json(r.exposed_by_collective)}});
   return {{"world_size", d.world_size},
           {"backend", d.backend},
           {"launcher", d.launcher},
@@ -247,7 +241,7 @@ json distributed_json(const DistributedFacts& d) {
           {"comm_share", or_null(d.comm_share)},
           {"comm_wait_share", or_null(d.comm_wait_share)},
           {"exposed_comm_share", or_null(d.exposed_comm_share)},
-          {"exposed_by_collective", collective_shares_json(d.exposed_by_collective)},
+          {"exposed_by_collective", receipts::to_json(d.exposed_by_collective)},
           {"sharding", sharding_json(d.sharding)}};
 }
 
@@ -407,6 +401,24 @@ std::optional<T> read_section(Reader& parent, const char* key, Fn&& read) {
 }  // namespace
 
 bool RunFacts::empty() const { return to_json(*this) == to_json(RunFacts{}); }
+
+json to_json(const CollectiveShares& shares) {
+  json j = json::object();
+  for (const auto& [key, field] : kCollectiveShares) j[key] = or_null(shares.*field);
+  return j;
+}
+
+CollectiveShares median_by_collective(const std::vector<CollectiveShares>& shares,
+                                      double (*median)(std::vector<double>)) {
+  CollectiveShares out;
+  for (const auto& [key, field] : kCollectiveShares) {
+    std::vector<double> known;
+    for (const auto& s : shares)
+      if (s.*field) known.push_back(*(s.*field));
+    if (!known.empty()) out.*field = median(std::move(known));
+  }
+  return out;
+}
 
 json to_json(const RunFacts& f) {
   json j = f.unknown.is_object() ? f.unknown : json::object();

@@ -217,6 +217,11 @@ struct RunFacts {
 };
 
 nlohmann::json to_json(const RunFacts& facts);
+// {all_reduce, reduce_scatter, all_gather, all_to_all: share or null}, as the facts write it.
+nlohmann::json to_json(const CollectiveShares& shares);
+// Each kind's `median` over the shares that know it; unknown where none does.
+CollectiveShares median_by_collective(const std::vector<CollectiveShares>& shares,
+                                      double (*median)(std::vector<double>));
 // `what` names the object in errors ("run 12 summary").
 RunFacts run_facts_from_json(const nlohmann::json& j, std::string_view what = "run summary");
 

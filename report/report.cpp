@@ -107,7 +107,7 @@ void add_scaling(CellReport& cell) {
   std::set<std::int64_t> worlds;
   std::vector<double> per_gpu, comm, wait, exposed, straggler, straggler_wait, all_reduce, reduce_scatter, all_gather,
       all_to_all;
-  std::map<std::string, std::vector<double>> exposed_by_kind;
+  std::vector<receipts::CollectiveShares> exposed_by_kind;
   std::set<std::string> stages;
   for (const auto& run : cell.side.evidence) {
     const auto& distributed = run.row.summary.facts.distributed;
@@ -118,8 +118,7 @@ void add_scaling(CellReport& cell) {
     if (distributed->comm_share) comm.push_back(*distributed->comm_share);
     if (distributed->comm_wait_share) wait.push_back(*distributed->comm_wait_share);
     if (distributed->exposed_comm_share) exposed.push_back(*distributed->exposed_comm_share);
-    for (const auto& [kind, field] : receipts::kCollectiveShares)
-      if (const auto& v = distributed->exposed_by_collective.*field) exposed_by_kind[kind].push_back(*v);
+    exposed_by_kind.push_back(distributed->exposed_by_collective);
     if (distributed->step_time_ratio) straggler.push_back(*distributed->step_time_ratio);
     if (distributed->straggler_wait_share) straggler_wait.push_back(*distributed->straggler_wait_share);
     if (distributed->sharding) stages.insert(distributed->sharding->stage);
@@ -137,9 +136,7 @@ void add_scaling(CellReport& cell) {
   cell.scaling.comm_share = median_of(std::move(comm));
   cell.scaling.comm_wait_share = median_of(std::move(wait));
   cell.scaling.exposed_comm_share = median_of(std::move(exposed));
-  for (const auto& [kind, field] : receipts::kCollectiveShares)
-    if (auto v = exposed_by_kind.find(kind); v != exposed_by_kind.end())
-      cell.scaling.exposed_by_collective.*field = median_of(std::move(v->second));
+  cell.scaling.exposed_by_collective = receipts::median_by_collective(exposed_by_kind, &median);
   cell.scaling.straggler_ratio = median_of(std::move(straggler));
   cell.scaling.straggler_wait_share = median_of(std::move(straggler_wait));
   if (!stages.empty()) cell.scaling.sharding = stages.size() == 1 ? *stages.begin() : std::string("mixed");
@@ -266,11 +263,7 @@ json scaling_json(const ScalingFacts& s) {
           {"reduce_scatter_ms", value_or_null(s.reduce_scatter_ms)},
           {"all_gather_ms", value_or_null(s.all_gather_ms)},
           {"all_to_all_ms", value_or_null(s.all_to_all_ms)},
-          {"exposed_by_collective", [&] {
-             json j = json::object();
-             for (const auto& [kind, field] : receipts::kCollectiveShares) j[kind] = value_or_null(s.exposed_by_collective.*field);
-             return j;
-           }()}};
+          {"exposed_by_collective", receipts::to_json(s.exposed_by_collective)}};
 }
 
 json cell_json(const CellReport& c) {

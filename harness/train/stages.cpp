@@ -20,7 +20,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <numeric>
 #include <thread>
 
@@ -949,7 +948,7 @@ void add_exposed_communication(receipts::Store& store, int64_t run_id, receipts:
       "AND exposed_communication_ns IS NOT NULL",
       {run_id});
   std::vector<double> shares;
-  std::map<std::string, std::vector<double>> by_kind;
+  std::vector<receipts::CollectiveShares> by_kind;
   for (const auto& row : rows) {
     const auto rank = row["rank"].get<int64_t>();
     const auto it = std::find_if(d.per_rank.begin(), d.per_rank.end(),
@@ -962,12 +961,11 @@ void add_exposed_communication(receipts::Store& store, int64_t run_id, receipts:
       const auto& exposed = row["exposed_" + std::string(kind) + "_ns"];
       if (exposed.is_null()) continue;  // a window recorded before the kinds were
       it->exposed_by_collective.*field = exposed.get<double>() / window;
-      by_kind[kind].push_back(*(it->exposed_by_collective.*field));
     }
+    by_kind.push_back(it->exposed_by_collective);
   }
   if (!shares.empty()) d.exposed_comm_share = median(shares);
-  for (const auto& [kind, field] : receipts::kCollectiveShares)
-    if (const auto v = by_kind.find(kind); v != by_kind.end()) d.exposed_by_collective.*field = median(v->second);
+  d.exposed_by_collective = receipts::median_by_collective(by_kind, &median);
 }
 
 RunResult fail_receipt(const ExperimentSpec& spec, const RunOptions& opt, const RunPosture& posture,
