@@ -38,6 +38,11 @@ AttentionBlock::AttentionBlock(const ModelConfig& config, std::shared_ptr<const 
   w_o = register_parameter("w_o", init.normal({d, a.heads * a.v_dim}));
 }
 
+std::vector<torch::Tensor> AttentionBlock::gemm_weights() const {
+  if (w_q.defined()) return {w_q, w_dkv, w_ukv, w_o};
+  return {w_dq, w_uq, w_dkv, w_ukv, w_o};
+}
+
 BlockOutput AttentionBlock::forward(const torch::Tensor& x) {
   const auto& a = config_.attention;
   const int64_t batch = x.size(0), T = x.size(1), qk = a.nope_dim + a.rope_dim;

@@ -56,6 +56,11 @@ class Block : public torch::nn::Module {
   Block(char letter, const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher);
   // x [B, T, d], already normalised by the layer's pre-norm.
   virtual BlockOutput forward(const torch::Tensor& x) = 0;
+  // The block's weights that only GEMMs read (through the dense_gemm and moe_dispatch seams), each
+  // in the autocast dtype when autocast is on: kept in bf16 they compute exactly as their fp32 masters
+  // cast by autocast (distributed.param_dtype). Norm weights, biases, the router, convolution and
+  // recurrence parameters are read in fp32 and are not among them.
+  virtual std::vector<torch::Tensor> gemm_weights() const = 0;
   char letter() const { return letter_; }
 
   torch::Tensor norm;  // [d] weight of the pre-norm RMSNorm of this residual layer (applied by HybridModel)
@@ -76,6 +81,7 @@ class AttentionBlock : public Block {
  public:
   AttentionBlock(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher, SeededInit& init);
   BlockOutput forward(const torch::Tensor& x) override;
+  std::vector<torch::Tensor> gemm_weights() const override;
 
   torch::Tensor w_dq, q_norm, w_uq;          // q_lora > 0: [q_lora, d], [q_lora], [H(dn+dr), q_lora]
   torch::Tensor w_q;                         // q_lora == 0: [H(dn+dr), d]
@@ -91,6 +97,7 @@ class MambaBlock : public Block {
  public:
   MambaBlock(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher, SeededInit& init);
   BlockOutput forward(const torch::Tensor& x) override;
+  std::vector<torch::Tensor> gemm_weights() const override { return {w_in, w_out}; }
 
   int64_t d_inner, heads, head_dim, state, angles;
   torch::Tensor w_in;            // [2 d_inner + 2N + 3H + S, d] -> [z, x, B, C, dd_dt, dd_A, trap, theta]
@@ -125,6 +132,7 @@ class MoeBlock : public Block {
   MoeBlock(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher, SeededInit& init,
            const ExpertPlacement& placement = {});
   BlockOutput forward(const torch::Tensor& x) override;
+  std::vector<torch::Tensor> gemm_weights() const override { return {w1, w3, w2}; }
   // The caller keeps `collectives` alive while the block runs; null: alone.
   void set_collectives(const MoeCollectives* collectives) { collectives_ = collectives; }
 
@@ -141,6 +149,7 @@ class RecurrentBlock : public Block {
  public:
   RecurrentBlock(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher, SeededInit& init);
   BlockOutput forward(const torch::Tensor& x) override;
+  std::vector<torch::Tensor> gemm_weights() const override { return {w_in, w_a, w_x, w_out}; }
 
   torch::Tensor w_in;                    // [2w, d] -> [g ; u]
   torch::Tensor conv_weight, conv_bias;  // [w, K] (tap K-1 is the current step), [w]
@@ -154,6 +163,7 @@ class DenseBlock : public Block {
  public:
   DenseBlock(const ModelConfig& config, std::shared_ptr<const kernels::Dispatcher> dispatcher, SeededInit& init);
   BlockOutput forward(const torch::Tensor& x) override;
+  std::vector<torch::Tensor> gemm_weights() const override { return {w1, w3, w2}; }
 
   torch::Tensor w1, w3, w2;  // [f, d], [f, d], [d, f]
 };

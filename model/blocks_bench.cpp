@@ -6,7 +6,12 @@
 // and of the aux loss (its coefficient): the layer issue #14 measures against 1.8 ms. .../graph_square_loss:
 // the same with the gradient made by a scalar loss, mean(y^2) in fp32 (what this benchmark timed before b465fde: its
 // cast, square and mean and their backward, ~0.38 ms on the H100, are not the layer's). Counters: median_us,
-// peak_extra_MiB. Timed with CUDA events, an L2 flush before each iteration (kernels/bench_util.h). Run:
+// peak_extra_MiB. moe_layer_weights/<config>/<fp32|bf16>: the E layer of nam56r-medium and nam56r-large
+// (d 2048, 4096; their batch x T) with its GEMM weights fp32 (autocast casts them, the expert weights in
+// one copy_blocks each way) against bf16 (as distributed.param_dtype = "bf16" keeps them): what the
+// casts cost a layer; the gradients come back in the weights' dtype (a data-parallel sync then reads
+// 2 bytes an element of the bf16 ones where it reads 4, not timed here). Timed with CUDA events, an L2
+// flush before each iteration (kernels/bench_util.h). Run:
 // build/bench/blocks_bench [--benchmark_filter=moe_layer]
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
@@ -28,9 +33,10 @@ using namespace ablate;
 // How the backward gets its output gradient.
 enum class Upstream { given_gradient, square_loss };
 
-void moe_layer(benchmark::State& st, const std::string& router, Upstream upstream) {
+void moe_layer(benchmark::State& st, const std::string& router, Upstream upstream, const std::string& config_name,
+               bool bf16_weights) {
   const torch::Device cuda(torch::kCUDA, 0);
-  const auto config = *model::named_config("nam56r-small");
+  const auto config = *model::named_config(config_name);
   const std::map<std::string, std::string> backends = {
       {"moe_router", router}, {"moe_dispatch", "grouped_mm"}, {"residual_norm", "fused_cuda"}};
   const auto dispatcher = std::make_shared<const kernels::Dispatcher>(
@@ -38,10 +44,13 @@ void moe_layer(benchmark::State& st, const std::string& router, Upstream upstrea
   model::SeededInit init(/*seed=*/1234, config.init_std);
   auto block = std::make_shared<model::MoeBlock>(config, dispatcher, init);
   block->to(cuda);
+  if (bf16_weights)
+    for (auto w : block->gemm_weights()) w.set_data(w.detach().to(torch::kBFloat16));
   const auto bf16 = torch::TensorOptions(cuda).dtype(torch::kBFloat16);
-  auto x = torch::randn({8, 2048, config.d_model}, bf16).requires_grad_(true);
+  const int64_t B = config.batch_size, T = config.seq_len;
+  auto x = torch::randn({B, T, config.d_model}, bf16).requires_grad_(true);
   // A loss's gradient of the layer output has the scale 1 / tokens; its values do not change the work.
-  const auto dy = torch::randn({8, 2048, config.d_model}, bf16) / (8.0 * 2048.0);
+  const auto dy = torch::randn({B, T, config.d_model}, bf16) / static_cast<double>(B * T);
   const auto daux = torch::full({}, config.moe.aux_coef, torch::TensorOptions(cuda).dtype(torch::kFloat));
   auto inputs = block->parameters();
   inputs.push_back(x);
@@ -71,15 +80,25 @@ void moe_layer(benchmark::State& st, const std::string& router, Upstream upstrea
 
 int main(int argc, char** argv) {
 #if defined(ABLATE_HAVE_CUDA)
-  if (torch::cuda::is_available())
+  if (torch::cuda::is_available()) {
     for (const std::string router : {"reference", "fused_cuda"})
       if (ablate::kernels::has_implementation("moe_router", router))
         for (const auto& [label, upstream] : {std::pair{"graph", Upstream::given_gradient},
                                               std::pair{"graph_square_loss", Upstream::square_loss}})
-          benchmark::RegisterBenchmark(("moe_layer/" + router + "/" + label).c_str(), moe_layer, router, upstream)
+          benchmark::RegisterBenchmark(("moe_layer/" + router + "/" + label).c_str(), moe_layer, router, upstream,
+                                       std::string("nam56r-small"), false)
               ->UseManualTime()
               ->Unit(benchmark::kMicrosecond)
               ->Iterations(20);
+    for (const std::string config : {"nam56r-medium", "nam56r-large"})
+      for (const bool bf16_weights : {false, true})
+        benchmark::RegisterBenchmark(
+            ("moe_layer_weights/" + config + "/" + (bf16_weights ? "bf16" : "fp32")).c_str(), moe_layer,
+            std::string("fused_cuda"), Upstream::given_gradient, config, bf16_weights)
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond)
+            ->Iterations(20);
+  }
 #endif
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

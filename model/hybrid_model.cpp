@@ -50,6 +50,14 @@ std::vector<torch::Tensor> HybridModelImpl::expert_parameters() const {
   return out;
 }
 
+std::vector<torch::Tensor> HybridModelImpl::gemm_weights() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& block : blocks_)
+    for (const auto& w : block->gemm_weights()) out.push_back(w);
+  out.push_back(head);
+  return out;
+}
+
 ModelOutput HybridModelImpl::forward(const torch::Tensor& tokens, const torch::Tensor& targets,
                                      const torch::Tensor& loss_mask) {
   TORCH_CHECK(tokens.dim() == 2 && targets.sizes() == tokens.sizes() && loss_mask.sizes() == tokens.sizes(),

@@ -57,6 +57,9 @@ class HybridModelImpl : public torch::nn::Module {
   // The E layers' expert weights (w1, w3, w2 of each), in the model's parameter order: under expert
   // parallelism the parameters that differ between the ranks of an expert group.
   std::vector<torch::Tensor> expert_parameters() const;
+  // Every weight only GEMMs read (each block's Block::gemm_weights() and the LM head), in the model's
+  // parameter order; the embedding (a lookup), norms, biases and the router are not among them.
+  std::vector<torch::Tensor> gemm_weights() const;
 
   torch::Tensor embedding;   // [V, d]
   torch::Tensor final_norm;  // [d]

@@ -191,7 +191,7 @@ constexpr std::pair<const char*, std::int64_t ShardingFacts::*> kShardingCounts[
 
 json sharding_json(const std::optional<ShardingFacts>& s) {
   if (!s) return nullptr;
-  json j = {{"stage", s->stage}, {"reduce_dtype", s->reduce_dtype}};
+  json j = {{"stage", s->stage}, {"reduce_dtype", s->reduce_dtype}, {"param_dtype", s->param_dtype}};
   for (const auto& [key, field] : kShardingCounts) j[key] = (*s).*field;
   return j;
 }
@@ -203,6 +203,7 @@ std::optional<ShardingFacts> sharding_from(Reader& parent) {
   ShardingFacts s;
   s.stage = r.text_or_empty("stage");
   if (const auto dtype = r.text_or_empty("reduce_dtype"); !dtype.empty()) s.reduce_dtype = dtype;
+  if (const auto dtype = r.text_or_empty("param_dtype"); !dtype.empty()) s.param_dtype = dtype;
   for (const auto& [key, field] : kShardingCounts) s.*field = r.integer(key).value_or(s.*field);
   return s;
 }

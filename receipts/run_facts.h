@@ -102,8 +102,8 @@ struct ShardingFacts {
   std::int64_t staging_peak_bytes = 0;
   // Bytes a rank's buckets carry through each kind of collective a step (0: not run, or not recorded).
   std::int64_t all_reduce_bytes = 0, reduce_scatter_bytes = 0, all_gather_bytes = 0;
-  // fp32 parameters the rank keeps between uses: the whole model, or its shard under "full" (0: not
-  // recorded).
+  // Parameters the rank keeps between uses: the whole model, or its shard under "full"; with bf16 GEMM
+  // weights their bf16 copies and fp32 master shards (0: not recorded).
   std::int64_t parameter_bytes = 0;
   // distributed.expert_parallel: ranks sharing one copy of the experts (1: every rank holds them all),
   // and the bytes a rank sent by all-to-all a step (forward and backward, its own rows included).
@@ -115,6 +115,9 @@ struct ShardingFacts {
   // distributed.reduce_dtype: what the gradients were summed over the ranks in (fp32 in receipts made
   // before it was recorded, when every reduction was fp32).
   std::string reduce_dtype = "fp32";
+  // distributed.param_dtype: what the GEMM weights were kept and all-gathered in (fp32 in receipts made
+  // before it was recorded, when every parameter was fp32).
+  std::string param_dtype = "fp32";
 };
 
 struct DistributedFacts {

@@ -117,9 +117,12 @@ std::string render_run_text(receipts::Store& store, std::int64_t run_id, const R
         if (bytes == 0) return "";
         return fmt::format("  {} {} of {:.2f} GB", name, shown(ms, "{:.2f} ms"), bytes / 1e9);
       };
-      out += fmt::format("sharding: {}  gradients reduced in {}  {} buckets  optimizer state {:.2f} GB  "
-                         "gradients kept {:.2f} GB{}{}\n",
-                 s->stage, s->reduce_dtype, s->buckets, s->optimizer_state_bytes / 1e9, s->gradient_bytes / 1e9,
+      out += fmt::format("sharding: {}  gradients reduced in {}  GEMM weights in {}  {} buckets  {}optimizer state "
+                         "{:.2f} GB  gradients kept {:.2f} GB{}{}\n",
+                 s->stage, s->reduce_dtype, s->param_dtype, s->buckets,
+                 s->parameter_bytes > 0 ? fmt::format("parameters kept {:.2f} GB  ", s->parameter_bytes / 1e9)
+                                        : std::string(),
+                 s->optimizer_state_bytes / 1e9, s->gradient_bytes / 1e9,
                  s->staging_peak_bytes > 0 ? fmt::format(" (+{:.2f} GB staged at most)", s->staging_peak_bytes / 1e9)
                                            : std::string(),
                  s->expert_parallel > 1

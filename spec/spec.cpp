@@ -220,6 +220,7 @@ std::vector<Section> sections(ExperimentSpec& s) {
         int_field("timeout_s", &s.distributed.timeout_s, 1, 86400),
         string_field("sharding", &s.distributed.sharding, {"none", "optimizer", "gradients", "full"}),
         string_field("reduce_dtype", &s.distributed.reduce_dtype, {"fp32", "bf16"}),
+        string_field("param_dtype", &s.distributed.param_dtype, {"fp32", "bf16"}),
         int_field("expert_parallel", &s.distributed.expert_parallel, 1, 4096),
         int_field("expert_exchange_chunks", &s.distributed.expert_exchange_chunks, 1, 4096)}},
   };
@@ -470,6 +471,15 @@ class Parser {
                                  "\"none\" every parameter keeps its whole fp32 gradient; set distributed.sharding = "
                                  "\"optimizer\" (or \"gradients\", \"full\") or distributed.reduce_dtype = \"fp32\"",
                                  spec.distributed.reduce_dtype));
+    if (spec.distributed.param_dtype != "fp32" && spec.distributed.sharding == "none")
+      errs.push_back(fmt::format("distributed.param_dtype = \"{}\" needs a sharded stage: under distributed.sharding = "
+                                 "\"none\" every parameter is its own fp32 master; set distributed.sharding = "
+                                 "\"optimizer\" (or \"gradients\", \"full\") or distributed.param_dtype = \"fp32\"",
+                                 spec.distributed.param_dtype));
+    if (spec.distributed.param_dtype == "bf16" && spec.train.dtype == "fp32")
+      errs.push_back("distributed.param_dtype = \"bf16\" keeps the GEMM weights in bf16, which only bf16 autocast "
+                     "computes with unchanged: set train.dtype = \"bf16\" (or \"auto\" on CUDA) or "
+                     "distributed.param_dtype = \"fp32\"");
     if (const int64_t ep = spec.distributed.expert_parallel; ep > 1) {
       if (spec.distributed.nproc % ep != 0)
         errs.push_back(fmt::format("distributed.expert_parallel = {} does not divide distributed.nproc = {}: each "
@@ -593,6 +603,7 @@ nlohmann::json canonical_json(const ExperimentSpec& spec_in) {
   if (spec.distributed.expert_exchange_chunks == DistributedSection{}.expert_exchange_chunks)
     j["distributed"].erase("expert_exchange_chunks");
   if (spec.distributed.reduce_dtype == DistributedSection{}.reduce_dtype) j["distributed"].erase("reduce_dtype");
+  if (spec.distributed.param_dtype == DistributedSection{}.param_dtype) j["distributed"].erase("param_dtype");
   if (spec.train.keep_checkpoints == TrainSection{}.keep_checkpoints) j["train"].erase("keep_checkpoints");
   if (spec.train.eval_every == TrainSection{}.eval_every) j["train"].erase("eval_every");
   if (spec.train.eval_tokens == TrainSection{}.eval_tokens) j["train"].erase("eval_tokens");

@@ -96,6 +96,13 @@ struct DistributedSection {
   // reduce-scatter; the sum is rounded to bf16, so a change of numerics judged by convergence) under a
   // sharded stage (harness/train/data_parallel.h).
   std::string reduce_dtype = "fp32";
+  // The precision the model's GEMM weights are kept and all-gathered in under a sharded stage: "fp32",
+  // or "bf16" (FSDP2's param_dtype, Megatron's distributed optimizer): each rank keeps the fp32 master of
+  // its shard, the optimizer's update is rounded into a bf16 copy, which the gathers carry (half the
+  // bytes) and the GEMMs read without a cast. Needs bf16 autocast, whose casts already round the GEMM
+  // weights so: the forward is unchanged, the weight gradients are rounded to bf16 before the reduction
+  // (harness/train/data_parallel.h). Every other parameter (norms, biases, router, embedding) stays fp32.
+  std::string param_dtype = "fp32";
   // Expert parallelism: groups of this many ranks each hold one copy of every E layer's experts, E/N a
   // rank, and send tokens to their experts' ranks by all-to-all (kernels/moe_dispatch/expert_exchange.h,
   // harness/train/expert_parallel.h); divides nproc and model.moe.experts. 1: every rank holds them all.

@@ -44,22 +44,30 @@ void write_text(const fs::path& p, const std::string& text) {
   fsync_path(p);
 }
 
-// Each expert weight whole (every rank of its group's rows), by the parameter it replaces in a save.
-using WholeExperts = std::unordered_map<const c10::TensorImpl*, torch::Tensor>;
+// What a save writes in place of a parameter: its fp32 master, each expert weight whole (every rank of
+// its group's rows), by the parameter it replaces.
+using SavedValues = std::unordered_map<const c10::TensorImpl*, torch::Tensor>;
 
-WholeExperts gather_experts(const ExpertWeights& experts) {
-  WholeExperts whole;
-  for (const auto& p : experts.params) {
-    auto w = experts.group->gather_experts(p);
-    w.set_requires_grad(p.requires_grad());  // as Module::save stores the parameter
-    whole.emplace(p.unsafeGetTensorImpl(), std::move(w));
+SavedValues values_to_save(const ExpertWeights& experts, const MasterValues& masters) {
+  SavedValues saved;
+  for (const auto& [p, value] : masters) {
+    auto v = value.detach();
+    v.set_requires_grad(p.requires_grad());  // as Module::save stores the parameter
+    saved[p.unsafeGetTensorImpl()] = std::move(v);
   }
-  return whole;
+  for (const auto& p : experts.params) {
+    const auto master = saved.find(p.unsafeGetTensorImpl());
+    auto w = experts.group->gather_experts(master == saved.end() ? p : master->second.to(p.device()));
+    w.set_requires_grad(p.requires_grad());
+    saved[p.unsafeGetTensorImpl()] = std::move(w);
+  }
+  return saved;
 }
 
 // Module::save's layout (parameters, buffers, then each serializable child's archive under its name)
-// with the expert weights whole, so the file is what a run without expert parallelism writes.
-void save_module(const torch::nn::Module& module, torch::serialize::OutputArchive& archive, const WholeExperts& whole) {
+// with the saved values in place, so the file is what a run without expert parallelism or bf16 weights
+// writes.
+void save_module(const torch::nn::Module& module, torch::serialize::OutputArchive& archive, const SavedValues& whole) {
   for (const auto& p : module.named_parameters(/*recurse=*/false)) {
     const auto it = whole.find(p.value().unsafeGetTensorImpl());
     archive.write(p.key(), it == whole.end() ? p.value() : it->second);
@@ -97,10 +105,11 @@ void load_module(torch::nn::Module& module, torch::serialize::InputArchive& arch
 }  // namespace
 
 std::string save_checkpoint(const std::string& dir, torch::nn::Module& model, TrainOptimizer& optimizer,
-                            const CheckpointState& state, bool writes, const ExpertWeights& experts) {
+                            const CheckpointState& state, bool writes, const ExpertWeights& experts,
+                            const MasterValues& masters) {
   torch::serialize::OutputArchive optim_archive;
   optimizer.save(optim_archive);  // a sharded or expert-parallel optimizer gathers here (a collective)
-  const WholeExperts whole = experts.group ? gather_experts(experts) : WholeExperts{};
+  const SavedValues saved = values_to_save(experts, masters);
   if (!writes) return "";
   const fs::path root(dir);
   fs::create_directories(root);
@@ -110,8 +119,8 @@ std::string save_checkpoint(const std::string& dir, torch::nn::Module& model, Tr
   fs::create_directories(tmp);
 
   torch::serialize::OutputArchive model_archive;
-  if (experts.group)
-    save_module(model, model_archive, whole);
+  if (!saved.empty())
+    save_module(model, model_archive, saved);
   else
     model.save(model_archive);
   model_archive.save_to((tmp / "model.pt").string());

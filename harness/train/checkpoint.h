@@ -39,11 +39,18 @@ struct ExpertWeights {
   const ExpertParallel* group = nullptr;
 };
 
+// A parameter the model computes with in a lower precision than it trains (distributed.param_dtype) and
+// the fp32 value a checkpoint writes in its place (GradientSync::master_values(): this rank's rows of an
+// expert weight under expert parallelism).
+using MasterValues = std::vector<std::pair<torch::Tensor, torch::Tensor>>;
+
 // Returns the folder written. Under distributed.sharding every rank calls it, under expert parallelism
 // the ranks of rank 0's expert group (the optimizer's state and the experts are gathered, collectives);
-// only the rank with `writes` true writes the folder (returning "" elsewhere).
+// only the rank with `writes` true writes the folder (returning "" elsewhere). Every parameter is
+// written in fp32: `masters` in place of the parameters they stand for.
 std::string save_checkpoint(const std::string& dir, torch::nn::Module& model, TrainOptimizer& optimizer,
-                            const CheckpointState& state, bool writes = true, const ExpertWeights& experts = {});
+                            const CheckpointState& state, bool writes = true, const ExpertWeights& experts = {},
+                            const MasterValues& masters = {});
 // Why `folder` cannot be resumed from ("" when it is intact): no COMPLETE marker, a state.json that
 // does not parse or holds nonsense (next_step < 1), a file missing or of another size or SHA-256 than
 // its manifest says. A checkpoint written before manifests existed is checked without them.

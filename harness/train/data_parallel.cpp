@@ -24,7 +24,9 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -253,15 +255,16 @@ std::string ProcessGroup::ranks_behind(int64_t step) {
 torch::ScalarType reduce_dtype_of(const std::string& name) {
   if (name == "fp32") return torch::kFloat;
   if (name == "bf16") return torch::kBFloat16;
-  throw std::invalid_argument(fmt::format("distributed.reduce_dtype = \"{}\" is not a reduction dtype", name));
+  throw std::invalid_argument(fmt::format("\"{}\" is not a dtype of distributed.reduce_dtype or param_dtype", name));
 }
 
 GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
                            ShardingStage stage, const std::vector<std::vector<torch::Tensor>>& units,
-                           torch::ScalarType reduce_dtype, bool communicates)
+                           torch::ScalarType reduce_dtype, bool communicates, const GemmWeightPrecision& gemm_weights)
     : group_(group),
       stage_(communicates || stage == ShardingStage::none ? stage : ShardingStage::optimizer),
       reduce_dtype_(communicates ? reduce_dtype : torch::kFloat),
+      gemm_weight_dtype_(gemm_weights.dtype),
       communicates_(communicates) {
   if (!communicates && group.world_size() != 1)
     throw std::logic_error(fmt::format("data parallel: a sync over {} ranks must communicate", group.world_size()));
@@ -277,6 +280,16 @@ GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>
     throw std::invalid_argument(
         "distributed.reduce_dtype = \"bf16\" needs a sharded stage (distributed.sharding = \"optimizer\", "
         "\"gradients\" or \"full\"): unsharded, every parameter keeps its whole fp32 gradient");
+  if (gemm_weight_dtype_ != torch::kFloat && gemm_weight_dtype_ != torch::kBFloat16)
+    throw std::invalid_argument(fmt::format("data parallel: GEMM weights are kept in fp32 or bf16, not {}",
+                                            c10::toString(gemm_weight_dtype_)));
+  if (gemm_weight_dtype_ != torch::kFloat && !sharded)
+    throw std::invalid_argument(
+        "distributed.param_dtype = \"bf16\" needs a sharded stage (distributed.sharding = \"optimizer\", "
+        "\"gradients\" or \"full\"): unsharded, every parameter is its own fp32 master");
+  std::set<const void*> low_precision;
+  if (gemm_weight_dtype_ != torch::kFloat)
+    for (const auto& w : gemm_weights.weights) low_precision.insert(w.unsafeGetTensorImpl());
   std::map<const void*, int64_t> unit_of;
   for (size_t u = 0; u < units.size(); ++u)
     for (const auto& p : units[u]) unit_of[p.unsafeGetTensorImpl()] = static_cast<int64_t>(u);
@@ -284,21 +297,37 @@ GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>
   // the layout's reverse order is backward's: a bucket's gradients arrive together and the buckets fill
   // in launch order (registration order would put the LM head, used last, beside the first layer: its
   // gradient, among the first to arrive, would wait for the first layer's, reduced last).
-  std::vector<std::pair<int64_t, torch::Tensor>> trained;
+  // bf16 GEMM weights never share a bucket with fp32 parameters: unsharded by stage, their buckets come
+  // first in the layout (after the fp32 ones in this list, which the layout reverses), so the fp32
+  // buckets, holding a few small parameters of every layer, launch last; under "full" after their
+  // unit's bf16 bucket.
+  struct Trained {
+    int64_t unit;
+    int64_t low;  // 1: kept in bf16
+    torch::Tensor p;
+  };
+  std::vector<Trained> trained;
   for (const auto& p : params) {
     if (!p.requires_grad()) continue;
     TORCH_CHECK(p.scalar_type() == torch::kFloat, "data parallel: parameters must be fp32 master weights, got ",
                 p.scalar_type());
     const auto unit = unit_of.find(p.unsafeGetTensorImpl());
     if (full() && unit == unit_of.end()) throw std::logic_error("data parallel: a parameter in no unit of the model");
-    trained.emplace_back(unit == unit_of.end() ? static_cast<int64_t>(units.size()) : unit->second, p);
+    trained.push_back({unit == unit_of.end() ? static_cast<int64_t>(units.size()) : unit->second,
+                       low_precision.count(p.unsafeGetTensorImpl()) ? int64_t{1} : int64_t{0}, p});
   }
-  std::stable_sort(trained.begin(), trained.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  const bool by_unit_first = full();
+  std::stable_sort(trained.begin(), trained.end(), [&](const Trained& a, const Trained& b) {
+    return by_unit_first ? std::tie(a.unit, a.low) < std::tie(b.unit, b.low)
+                         : std::tie(a.low, a.unit) < std::tie(b.low, b.unit);
+  });
   std::vector<ParamShape> shapes;
-  for (const auto& [unit, p] : trained) {
+  std::vector<char> low_param;
+  for (const auto& [unit, low, p] : trained) {
     params_.push_back(p);
+    low_param.push_back(static_cast<char>(low));
     shapes.push_back({p.numel(), p.dim(), static_cast<int64_t>(p.device().type()) * 1024 + p.device().index(),
-                      full() ? unit : 0});
+                      full() ? 2 * unit + low : low});
   }
   // Full: a bucket is a unit (no byte limit closes one).
   layout_ = plan_buckets(shapes, full() ? std::numeric_limits<int64_t>::max() / 8 : bucket_bytes, sharded,
@@ -331,22 +360,28 @@ GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>
         b.shard = reduces_in_bf16() ? torch::zeros({plan.shard_numel}, options) : b.reduced;
       }
     }
-    if (sharded) b.param_flat = torch::zeros({plan.numel}, options);
+    b.low = low_param[plan.params.front()] != 0;
+    if (sharded) {
+      // The fp32 values in place first: a bf16 bucket's master shard is cut from them before rounding.
+      b.param_flat = torch::zeros({plan.numel}, options);
+      for (size_t k = 0; k < plan.params.size(); ++k) {
+        const auto& p = params_[plan.params[k]];
+        b.param_flat.narrow(0, plan.offsets[k], p.numel()).view(p.sizes()).copy_(p);
+      }
+      if (full() || b.low) b.master = b.param_flat.narrow(0, group.rank() * plan.shard_numel, plan.shard_numel).clone();
+      if (b.low) {
+        b.param_flat = b.param_flat.to(gemm_weight_dtype_);
+        if (full()) b.low_shard = b.master.to(gemm_weight_dtype_);
+      }
+    }
     for (size_t k = 0; k < plan.params.size(); ++k) {
       auto& p = params_[plan.params[k]];
       if (!staged()) slots_[plan.params[k]] = b.flat.narrow(0, plan.offsets[k], p.numel()).view(p.sizes());
-      if (sharded) {
-        // The parameter becomes a view of its bucket's buffer: the module's tensor follows (same TensorImpl).
-        auto view = b.param_flat.narrow(0, plan.offsets[k], p.numel()).view(p.sizes());
-        view.copy_(p);
-        p.set_data(view);
-      }
+      // The parameter becomes a view of its bucket's buffer: the module's tensor follows (same TensorImpl).
+      if (sharded) p.set_data(b.param_flat.narrow(0, plan.offsets[k], p.numel()).view(p.sizes()));
     }
-    if (full()) {
-      // The rank's shard is kept; the whole buffer is gathered back when a unit is used.
-      b.master = b.param_flat.narrow(0, group.rank() * plan.shard_numel, plan.shard_numel).clone();
-      release_parameters(b);
-    }
+    // Full: the rank's shard is kept; the whole buffer is gathered back when a unit is used.
+    if (full()) release_parameters(b);
     b.params = plan.params;
     buckets_.push_back(std::move(b));
   }
@@ -365,9 +400,16 @@ GradientSync::~GradientSync() {
 }
 
 int64_t GradientSync::parameter_bytes() const {
-  int64_t elements = 0;
-  for (const auto& b : layout_.buckets) elements += full() ? b.shard_numel : b.numel;
-  return elements * static_cast<int64_t>(sizeof(float));
+  int64_t bytes = 0;
+  constexpr int64_t fp32 = sizeof(float);
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    const auto& plan = layout_.buckets[i];
+    const auto& b = buckets_[i];
+    const int64_t element = b.param_flat.defined() ? static_cast<int64_t>(b.param_flat.element_size()) : fp32;
+    if (full()) bytes += plan.shard_numel * (fp32 + (b.low ? element : 0));  // the master (and what it sends)
+    else bytes += plan.numel * element + (b.low ? plan.shard_numel * fp32 : 0);
+  }
+  return bytes;
 }
 
 int64_t GradientSync::gradient_bytes() const {
@@ -408,23 +450,54 @@ void GradientSync::order_gathers(const std::vector<std::vector<torch::Tensor>>& 
                                        gathered, buckets_.size()));
 }
 
+torch::Tensor GradientSync::gather_input(Bucket& b) {
+  if (full()) return b.low ? b.low_shard : b.master;
+  const int64_t S = layout_.buckets[&b - buckets_.data()].shard_numel;
+  return b.param_flat.narrow(0, layout_.rank * S, S);  // in place: the rank's own part of the output
+}
+
+void GradientSync::round_masters() {
+  for (auto& b : buckets_)
+    if (b.low) gather_input(b).copy_(b.master);
+}
+
 void GradientSync::gather_parameters() {
   if (!layout_.sharded) throw std::logic_error("data parallel: gather_parameters() on an unsharded sync");
+  wait_parameters();  // none should be pending: the forward waited for them all
+  round_masters();
   if (full()) return;  // each unit is gathered from its shard when the next forward reaches it
   if (!communicates_) return;  // the buffer is the rank's shard
-  wait_parameters();  // none should be pending: the forward waited for them all
   for (const auto& group : gather_groups_) {
-    // In place: the rank's input is its own part of the output, which both backends allow.
+    // In place (the rank's input is its own part of the output), which both backends allow.
     std::vector<torch::Tensor> outs, ins;
     for (size_t b : group) {
-      const int64_t S = layout_.buckets[b].shard_numel;
       outs.push_back(buckets_[b].param_flat);
-      ins.push_back(buckets_[b].param_flat.narrow(0, layout_.rank * S, S));
+      ins.push_back(gather_input(buckets_[b]));
     }
     const auto work = group.size() == 1 ? group_.all_gather_async(outs[0], ins[0])
                                         : group_.all_gather_coalesced_async(outs, ins);
     for (size_t b : group) buckets_[b].gather = work;
   }
+}
+
+std::vector<std::pair<torch::Tensor, torch::Tensor>> GradientSync::master_values() {
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> out;
+  for (size_t index = 0; index < buckets_.size(); ++index) {
+    auto& b = buckets_[index];
+    if (!b.low) continue;
+    const auto& plan = layout_.buckets[index];
+    torch::Tensor whole = b.master;
+    if (communicates_) {
+      whole = torch::empty({plan.numel}, b.master.options());
+      group_.all_gather_async(whole, b.master)->wait();
+    }
+    whole = whole.cpu();  // waits for the gather on the device
+    for (size_t k = 0; k < plan.params.size(); ++k) {
+      const auto& p = params_[plan.params[k]];
+      out.emplace_back(p, whole.narrow(0, plan.offsets[k], p.numel()).view(p.sizes()));
+    }
+  }
+  return out;
 }
 
 void GradientSync::wait_gather(Bucket& b) {
@@ -449,7 +522,7 @@ void GradientSync::release_units() {
 
 torch::Tensor GradientSync::parameter_shard(size_t b) const {
   const auto& bucket = buckets_.at(b);
-  if (full()) return bucket.master;
+  if (bucket.master.defined()) return bucket.master;
   const int64_t S = layout_.buckets.at(b).shard_numel;
   return bucket.param_flat.narrow(0, layout_.rank * S, S);
 }
@@ -481,8 +554,9 @@ void GradientSync::gather_unit_buckets(int64_t unit, bool wait) {
   for (size_t index : unit_buckets_[static_cast<size_t>(unit)]) {
     auto& b = buckets_[index];
     if (!b.resident) {
-      resize_storage(b.param_flat, b.param_flat.numel() * static_cast<int64_t>(sizeof(float)));
-      b.gather = group_.all_gather_async(b.param_flat, b.master);
+      resize_storage(b.param_flat, b.param_flat.numel() * static_cast<int64_t>(b.param_flat.element_size()));
+      auto in = gather_input(b);
+      b.gather = group_.all_gather_async(b.param_flat, in);
       b.resident = true;
     }
     if (wait) wait_gather(b);
@@ -579,7 +653,8 @@ torch::Tensor GradientSync::on_gradient(size_t i, const torch::Tensor& grad) {
   // Taken before any launch: staged, launching a later bucket that was already full releases this one
   // (the view then keeps its memory until finish() drops every .grad).
   torch::Tensor view;
-  if (reduces_in_bf16()) grads_to_drop_.push_back(i);  // autograd keeps its own (undefined: unchanged)
+  if (reduces_in_bf16() || buckets_[bucket_of_[i]].low)
+    grads_to_drop_.push_back(i);  // autograd keeps its own (undefined: unchanged)
   else view = slots_[i].view(slots_[i].sizes());
   if (--buckets_[bucket_of_[i]].pending == 0) launch_ready();
   return view;
@@ -689,16 +764,23 @@ double GradientSync::comm_ms() const {
 
 GradientSync::CollectiveBytes GradientSync::collective_bytes() const {
   if (!communicates_) return {};
-  int64_t elements = 0;
-  for (const auto& b : layout_.buckets) elements += b.numel;
-  const int64_t reduced = elements * reduce_element_bytes(), gathered = elements * static_cast<int64_t>(sizeof(float));
+  int64_t elements = 0, gathered = 0;
+  const auto gathered_bytes = [&](size_t b) {
+    return layout_.buckets[b].numel * static_cast<int64_t>(buckets_[b].param_flat.defined()
+                                                               ? buckets_[b].param_flat.element_size()
+                                                               : sizeof(float));
+  };
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    elements += layout_.buckets[b].numel;
+    gathered += gathered_bytes(b);
+  }
   CollectiveBytes out;
-  if (layout_.sharded) out.reduce_scatter = reduced, out.all_gather = gathered;
-  else out.all_reduce = reduced;
+  if (layout_.sharded) out.reduce_scatter = elements * reduce_element_bytes(), out.all_gather = gathered;
+  else out.all_reduce = elements * reduce_element_bytes();
   // Full: the layers are gathered again for their backward (not the embedding nor the last unit).
   if (full())
     for (size_t u = 1; u + 1 < unit_buckets_.size(); ++u)
-      for (size_t b : unit_buckets_[u]) out.all_gather += layout_.buckets[b].numel * static_cast<int64_t>(sizeof(float));
+      for (size_t b : unit_buckets_[u]) out.all_gather += gathered_bytes(b);
   return out;
 }
 

@@ -47,6 +47,18 @@
 // fp32 and stores bf16 at each step of its ring), so the result differs from the fp32 reduction by
 // more than reduction order: the convergence gate judges it (docs/architecture.md "Data parallel").
 //
+// GEMM weights in bf16 (distributed.param_dtype = "bf16", sharded stages only): the parameters the model
+// reads only through GEMMs (HybridModel::gemm_weights()) live in buckets of their own whose parameter
+// buffers are bf16, so the module's tensors are bf16 views, the all-gathers carry half the bytes and the
+// GEMMs read them without autocast's cast; each such bucket keeps the rank's shard of the fp32 values as
+// its `master`, which the optimizer updates, and gather_parameters() first rounds the updated master into
+// the bf16 shard the gather sends. Under bf16 autocast the forward computes exactly as with fp32
+// parameters (autocast rounds each weight so, once a forward); a weight's gradient is bf16 as the GEMM
+// wrote it (on CUDA the fp32 path writes dense weights' gradients unrounded) and is widened or reduced
+// from there. The other parameters (norms, biases, router, embedding) stay in fp32 buckets, laid out
+// after the bf16 ones (launched last: a gradient bucket reduces when full, in index order) or, under
+// "full", as a second bucket of their unit. A checkpoint writes the fp32 masters (master_values()).
+//
 // A whole-step CUDA graph (harness/train/step_executor.h) captures every collective above with the
 // step, each launched from the same host code; a graph cannot end with collectives in flight, so a
 // captured "optimizer" or "gradients" step starts its parameter all-gathers at its beginning instead.
@@ -161,9 +173,16 @@ class ProcessGroup {
 // stream); NaN when one is missing, not complete, or not timed (Gloo).
 double collectives_ms(const std::vector<const c10d::Work*>& works);
 
-// distributed.reduce_dtype's dtype: kFloat for "fp32", kBFloat16 for "bf16"; std::invalid_argument for
-// a name the spec does not allow (the spec checked it already).
+// distributed.reduce_dtype's (and param_dtype's) dtype: kFloat for "fp32", kBFloat16 for "bf16";
+// std::invalid_argument for a name the spec does not allow (the spec checked it already).
 torch::ScalarType reduce_dtype_of(const std::string& name);
+
+// distributed.param_dtype: the dtype the GEMM weights are kept and gathered in (kFloat: as every other
+// parameter) and which parameters those are (HybridModel::gemm_weights(); others in the list are ignored).
+struct GemmWeightPrecision {
+  torch::ScalarType dtype = torch::kFloat;
+  std::vector<torch::Tensor> weights;
+};
 
 class GradientSync : public model::ParameterUnitHooks {
  public:
@@ -179,9 +198,12 @@ class GradientSync : public model::ParameterUnitHooks {
   // fp32 (ZeRO-1's layout over one rank: stage() is optimizer, nothing is freed and gathered back, no
   // gradient staged or rounded) and counts 0 bytes and 0 ms of collectives. std::logic_error for a
   // group of more than one rank.
+  // `gemm_weights`: kBFloat16 under a sharded stage keeps those parameters in bf16 (see the header;
+  // std::invalid_argument unsharded or for another dtype).
   GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
                ShardingStage stage = ShardingStage::none, const std::vector<std::vector<torch::Tensor>>& units = {},
-               torch::ScalarType reduce_dtype = torch::kFloat, bool communicates = true);
+               torch::ScalarType reduce_dtype = torch::kFloat, bool communicates = true,
+               const GemmWeightPrecision& gemm_weights = {});
   ~GradientSync() override;
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
@@ -215,11 +237,16 @@ class GradientSync : public model::ParameterUnitHooks {
   const ShardLayout& layout() const { return layout_; }
   ShardingStage stage() const { return stage_; }
   torch::ScalarType reduce_dtype() const { return reduce_dtype_; }
+  torch::ScalarType gemm_weight_dtype() const { return gemm_weight_dtype_; }
+  // Each parameter kept in bf16 with its whole fp32 value (every rank's master shard gathered, a
+  // collective every rank of the group calls), on the CPU, one bucket on the device at a time: what a
+  // checkpoint writes in place of the bf16 tensor. Empty when every parameter is fp32.
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> master_values();
   // Bytes of gradient buffers this rank keeps between steps (the full buckets, or its shards under
   // "gradients"; reduced in bf16 the bf16 buckets and the fp32 shards).
   int64_t gradient_bytes() const;
-  // Bytes of fp32 parameters this rank keeps between uses: the whole (padded) buffers, or its shards
-  // under "full".
+  // Bytes of parameters this rank keeps between uses: the whole (padded) buffers, or its shards under
+  // "full"; with bf16 GEMM weights, their bf16 buffers (or shards) and the fp32 master shards.
   int64_t parameter_bytes() const;
   // Staged ("gradients"): bytes of full-size buckets allocated now, and the most at once since the
   // sync was built (0 otherwise); after count_staging_with, those of both syncs together.
@@ -228,12 +255,12 @@ class GradientSync : public model::ParameterUnitHooks {
   // Counts this sync's staged buckets with `other`'s: expert parallelism's two syncs stage buckets in
   // the same backward, so the peak a rank holds is of their sum. Before the first step.
   void count_staging_with(const GradientSync& other) { staging_ = other.staging_; }
-  // Sharded: bucket b's flat fp32 parameter buffer (every parameter of the bucket is a view into it) and
-  // the rank's reduced gradient shard (its slice of the gradient bucket, layout().buckets[b].shard_numel
-  // elements).
+  // Sharded: bucket b's flat parameter buffer (every parameter of the bucket is a view into it; fp32, or
+  // bf16 for GEMM weights under param_dtype bf16).
   const torch::Tensor& parameter_buffer(size_t b) const { return buckets_.at(b).param_flat; }
-  // Sharded: the rank's part of bucket b's fp32 parameters (layout().buckets[b].shard_numel elements):
-  // its slice of the buffer, or under "full" the persistent shard the buffer is gathered from.
+  // Sharded: the rank's part of bucket b's fp32 parameters (layout().buckets[b].shard_numel elements),
+  // which the optimizer updates: its slice of the buffer, or the persistent fp32 shard the buffer is
+  // gathered from (under "full", and for bf16 buffers); the rank's reduced gradient shard likewise.
   torch::Tensor parameter_shard(size_t b) const;
   const torch::Tensor& gradient_shard(size_t b) const { return buckets_.at(b).shard; }
   const std::vector<torch::Tensor>& params() const { return params_; }
@@ -263,7 +290,7 @@ class GradientSync : public model::ParameterUnitHooks {
  private:
   struct Bucket {
     torch::Tensor flat;               // in reduce_dtype_; staged: defined from its first gradient until released
-    torch::Tensor param_flat, shard;  // sharded only; the shard is fp32
+    torch::Tensor param_flat, shard;  // sharded only; the shard is fp32, param_flat fp32 or bf16
     // Sharded: where the reduce-scatter writes the rank's part: the shard itself, or (reduced in bf16)
     // the rank's slice of `flat`, widened into the shard once reduced.
     torch::Tensor reduced;
@@ -273,13 +300,17 @@ class GradientSync : public model::ParameterUnitHooks {
     bool launched = false;
     c10::intrusive_ptr<c10d::Work> work;
     c10::intrusive_ptr<c10d::Work> gather;  // sharded: the parameter all-gather not yet waited for
-    torch::Tensor master;                   // full: the rank's shard of the parameters
+    torch::Tensor master;                   // full, or a bf16 buffer: the rank's fp32 shard of the parameters
+    torch::Tensor low_shard;                // full with a bf16 buffer: the master rounded, which the gathers send
+    bool low = false;                       // param_flat is bf16 (GEMM weights under param_dtype bf16)
     bool resident = true;                   // full: param_flat holds the whole parameters (or their gather)
   };
   void wait_gather(Bucket& b);
   void order_gathers(const std::vector<std::vector<torch::Tensor>>& units);
   void gather_unit_buckets(int64_t unit, bool wait);  // full: whole again (and waited for)
   void release_parameters(Bucket& b);                 // full: the buffer's storage to 0 bytes
+  torch::Tensor gather_input(Bucket& b);               // the rank's part its parameter all-gather sends
+  void round_masters();                               // bf16 buffers: each updated master into what is gathered
   // Copies a parameter's gradient into its slot; returns the slot's view, which autograd keeps as .grad
   // (no second copy of the gradients lives on).
   torch::Tensor on_gradient(size_t param_index, const torch::Tensor& grad);
@@ -294,6 +325,7 @@ class GradientSync : public model::ParameterUnitHooks {
   ProcessGroup& group_;
   ShardingStage stage_;
   torch::ScalarType reduce_dtype_;
+  torch::ScalarType gemm_weight_dtype_;
   bool communicates_;
   // Gradients staged in transient buckets (ZeRO-2 and 3); parameters sharded too (ZeRO-3).
   bool staged() const { return stage_ == ShardingStage::gradients || stage_ == ShardingStage::full; }
@@ -303,7 +335,8 @@ class GradientSync : public model::ParameterUnitHooks {
   std::vector<torch::Tensor> slots_;       // params_[i]'s view into its bucket
   std::vector<size_t> bucket_of_;          // params_[i] -> bucket
   std::vector<char> arrived_;              // this step
-  // bf16: parameters whose .grad autograd set to its own fp32 gradient, dropped at the next hook.
+  // Parameters whose .grad autograd set to its own gradient (reduced in bf16, or a bf16 parameter),
+  // dropped at the next hook.
   std::vector<size_t> grads_to_drop_;
   std::vector<Bucket> buckets_;
   size_t next_launch_ = 0;

@@ -199,6 +199,11 @@ RunPosture choose_posture(const ExperimentSpec& spec, const RunOptions& opt) {
     c10::cuda::set_device(p.device.index());
   }
   p.bf16 = spec.train.dtype == "bf16" || (spec.train.dtype == "auto" && p.device.is_cuda());
+  if (spec.distributed.param_dtype == "bf16" && !p.bf16)
+    throw std::invalid_argument(
+        "distributed.param_dtype = \"bf16\" keeps the GEMM weights in bf16, which only bf16 autocast computes with "
+        "unchanged, and train.dtype = \"auto\" is fp32 on the CPU: set train.dtype = \"bf16\" or "
+        "distributed.param_dtype = \"fp32\"");
   kernels::DeviceInfo info = live_device_info();
   info.cuda = info.cuda && p.device.is_cuda();
   info.dtype = p.bf16 ? "bf16" : "fp32";
@@ -535,6 +540,7 @@ static receipts::ShardingFacts sharding_facts(const ExperimentSpec& spec, const 
   receipts::ShardingFacts f;
   f.stage = spec.distributed.sharding;
   f.reduce_dtype = spec.distributed.reduce_dtype;
+  f.param_dtype = spec.distributed.param_dtype;
   f.expert_parallel = spec.distributed.expert_parallel;
   f.expert_exchange_chunks = spec.distributed.expert_exchange_chunks;
   f.optimizer_state_bytes = optimizer.state_bytes();
@@ -642,7 +648,7 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
         executor.settle(/*whole=*/true);
         save_checkpoint(state.checkpoint_dir, *state.model, *state.optimizer,
                         {step + 1, loaded.batch.state_after, state.model_hash, source.description().fingerprint},
-                        posture.writes_receipt(), expert_weights(state.model, posture));
+                        posture.writes_receipt(), expert_weights(state.model, posture), executor.master_values());
         if (posture.writes_receipt()) prune_checkpoints(state.checkpoint_dir, spec.train.keep_checkpoints);
         executor.release_settled();
       }

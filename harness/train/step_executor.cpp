@@ -51,6 +51,8 @@ StepExecutor::StepExecutor(const ExperimentSpec& spec, const RunPosture& posture
     const int64_t bucket_bytes = spec.distributed.bucket_mb << 20;
     const auto units = state.model->parameter_units();
     const auto reduce_dtype = reduce_dtype_of(spec.distributed.reduce_dtype);
+    const GemmWeightPrecision gemm_weights{reduce_dtype_of(spec.distributed.param_dtype),
+                                           state.model->gemm_weights()};
     if (posture.experts) {
       // The expert weights differ between the ranks of an expert group: they are averaged (and sharded)
       // over the ranks holding the same experts (divided by the job's size: the loss is the job's mean),
@@ -61,14 +63,16 @@ StepExecutor::StepExecutor(const ExperimentSpec& spec, const RunPosture& posture
       for (const auto& p : state.params)
         if (std::none_of(experts.begin(), experts.end(), [&](const torch::Tensor& e) { return e.is_same(p); }))
           shared.push_back(p);
-      sync_ = std::make_unique<GradientSync>(*posture.group, shared, bucket_bytes, stage, units, reduce_dtype);
+      sync_ = std::make_unique<GradientSync>(*posture.group, shared, bucket_bytes, stage, units, reduce_dtype,
+                                             /*communicates=*/true, gemm_weights);
       auto& holders = posture.experts->expert_data_group();
       expert_sync_ = std::make_unique<GradientSync>(holders, experts, bucket_bytes, stage, units, reduce_dtype,
-                                                    /*communicates=*/holders.world_size() > 1);
+                                                    /*communicates=*/holders.world_size() > 1, gemm_weights);
       expert_sync_->divide_gradients_by(posture.group->world_size());
       expert_sync_->count_staging_with(*sync_);
     } else {
-      sync_ = std::make_unique<GradientSync>(*posture.group, state.params, bucket_bytes, stage, units, reduce_dtype);
+      sync_ = std::make_unique<GradientSync>(*posture.group, state.params, bucket_bytes, stage, units, reduce_dtype,
+                                             /*communicates=*/true, gemm_weights);
     }
     moe_collectives_.experts = posture.experts.get();
     ProcessGroup* counts = posture.counts ? posture.counts.get() : posture.group.get();
@@ -155,6 +159,13 @@ void StepExecutor::release_settled() {
   // units a checkpoint gathered are freed here.
   if (!graph_ || !graph_->captured()) return;
   for (auto* sync : syncs()) sync->release_units();  // a no-op but under "full"
+}
+
+std::vector<std::pair<torch::Tensor, torch::Tensor>> StepExecutor::master_values() const {
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> out;
+  for (auto* sync : syncs())
+    for (auto& value : sync->master_values()) out.push_back(std::move(value));
+  return out;
 }
 
 StepExecutor::Evaluation StepExecutor::evaluate(const data::DataSource& source, int64_t target_tokens) {

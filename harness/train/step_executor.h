@@ -97,6 +97,9 @@ class StepExecutor {
   // After a checkpoint read the settled parameters: under "full" with a captured graph, frees the units
   // the settle gathered (the replays use the graph's own memory for them).
   void release_settled();
+  // The fp32 values of the parameters kept in bf16 (distributed.param_dtype; GradientSync::master_values(),
+  // a collective of every rank), for a checkpoint to write in their place; empty otherwise.
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> master_values() const;
   // The loss on held-out data (train.eval_every): the first ceil(target_tokens / seq_len) validation
   // rows of `source` (all of them when fewer), the same rows every time. Each rank takes every
   // world-th row, in batches of model.batch_size padded with masked-out rows, so every rank runs as

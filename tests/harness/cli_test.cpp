@@ -319,6 +319,8 @@ TEST_F(CliTest, ShowPrintsTheDataParallelShapeAndTheMoeRouter) {
     d.exposed_by_collective.all_to_all = 0.0098;
     d.sharding = ablate::receipts::ShardingFacts{"optimizer", 20, 144'900'000, 0, 1'159'000'000, 1'159'000'000,
                                                  0, 0, 1'159'000'000, 1'159'000'000};
+    d.sharding->param_dtype = "bf16";
+    d.sharding->parameter_bytes = 869'000'000;
     summary.facts.distributed = d;
     summary.facts.moe = ablate::receipts::MoeFacts{4, 2, 1.25, 123, 10000, 0.0123, 1.0456};
     summary.facts.model = ablate::receipts::ModelFacts{
@@ -332,7 +334,8 @@ TEST_F(CliTest, ShowPrintsTheDataParallelShapeAndTheMoeRouter) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("overrides: model.d_model=2048"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("sharding: optimizer  gradients reduced in fp32  20 buckets  optimizer state 1.16 GB  gradients kept 1.16 GB\n"),
+  EXPECT_NE(r.out.find("sharding: optimizer  gradients reduced in fp32  GEMM weights in bf16  20 buckets  parameters kept 0.87 GB  "
+                       "optimizer state 1.16 GB  gradients kept 1.16 GB\n"),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("collectives a step (rank 0):  reduce-scatter 5.28 ms of 1.16 GB  all-gather 2.63 ms of 1.16 GB\n"),

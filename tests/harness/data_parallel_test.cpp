@@ -195,7 +195,83 @@ size_t sync_index(const GradientSync& sync, const torch::Tensor& p) {
   return 0;
 }
 
+// GEMM weights kept in bf16 (GemmWeightPrecision) at every sharded stage: the weights become bf16 views
+// of bf16 buckets of their own (laid out before the fp32 one, which launches last), their gradients
+// reach the fp32 shards widened exactly, the optimizer's part is the fp32 master (the values given,
+// unrounded), and a gather sends the master rounded to nearest: what bf16 autocast would compute with.
+// master_values() gives back the fp32 masters whole (a checkpoint writes them).
+void check_bf16_gemm_weights(const torch::Device& device, const std::string& backend) {
+  const auto opt = torch::TensorOptions(device).dtype(torch::kFloat);
+  for (const auto stage : {ShardingStage::optimizer, ShardingStage::gradients, ShardingStage::full}) {
+    SCOPED_TRACE(static_cast<int>(stage));
+    auto group = world_of_one(device, backend);
+    torch::manual_seed(21);
+    auto w1 = torch::randn({16, 8}, opt).requires_grad_(), w2 = torch::randn({4, 16}, opt).requires_grad_(),
+         gain = torch::randn({8}, opt).requires_grad_();
+    const std::vector<torch::Tensor> fp32_values{w1.detach().clone(), w2.detach().clone(), gain.detach().clone()};
+    const std::vector<torch::Tensor> params{gain, w1, w2};
+    const std::vector<std::vector<torch::Tensor>> units{{gain, w1, w2}};
+    GradientSync sync(*group, params, /*bucket_bytes=*/1 << 20, stage, units, torch::kFloat, true,
+                      GemmWeightPrecision{torch::kBFloat16, {w1, w2}});
+    ASSERT_EQ(sync.buckets(), 2u) << "the GEMM weights' bf16 bucket and the gain's fp32 one";
+    EXPECT_EQ(sync.layout().bucket_of[sync_index(sync, w1)], 0u);
+    EXPECT_EQ(sync.layout().bucket_of[sync_index(sync, gain)], 1u);
+    sync.wait_parameters(/*whole=*/true);
+    EXPECT_EQ(w1.scalar_type(), torch::kBFloat16);
+    EXPECT_EQ(gain.scalar_type(), torch::kFloat);
+    EXPECT_TRUE(torch::equal(w1, fp32_values[0].to(torch::kBFloat16)));
+    EXPECT_TRUE(torch::equal(gain, fp32_values[2]));
+    const size_t low = sync.layout().bucket_of[sync_index(sync, w1)];
+    const auto master_of = [&](const torch::Tensor& p) {
+      return sync.parameter_shard(low).narrow(0, sync.layout().offset_of[sync_index(sync, p)], p.numel()).view(p.sizes());
+    };
+    EXPECT_EQ(sync.parameter_shard(low).scalar_type(), torch::kFloat);
+    EXPECT_TRUE(torch::equal(master_of(w1), fp32_values[0])) << "the master holds the fp32 value, unrounded";
+    // A step: the gradients as bf16 autocast makes them (a bf16 GEMM), widened into the fp32 shards;
+    // the reference takes the same step on copies of the leaves.
+    const auto x = torch::randn({3, 8}, opt);
+    const auto loss_of = [&](const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& g) {
+      const auto h = torch::matmul(x.to(torch::kBFloat16) * g.to(torch::kBFloat16), a.t());
+      return torch::matmul(h.tanh(), b.t()).to(torch::kFloat).pow(2).sum();
+    };
+    auto ref_w1 = w1.detach().clone().requires_grad_(), ref_w2 = w2.detach().clone().requires_grad_();
+    auto ref_gain = gain.detach().clone().requires_grad_();
+    loss_of(ref_w1, ref_w2, ref_gain).backward();
+    sync.begin_step();
+    loss_of(w1, w2, gain).backward();
+    sync.finish();
+    for (const auto& [p, ref] : {std::pair{w1, ref_w1}, std::pair{w2, ref_w2}, std::pair{gain, ref_gain}}) {
+      const size_t i = sync_index(sync, p), b = sync.layout().bucket_of[i];
+      const auto got = sync.gradient_shard(b).narrow(0, sync.layout().offset_of[i], p.numel()).view(p.sizes());
+      EXPECT_TRUE(torch::equal(got, ref.grad().to(torch::kFloat))) << "widened exactly: param " << i;
+    }
+    for (const auto& p : params) EXPECT_FALSE(p.grad().defined()) << "a sharded sync keeps only its shards";
+    // The optimizer moves the master by less than a bf16 step; the gather sends it rounded.
+    {
+      torch::NoGradGuard no_grad;
+      master_of(w1).add_(master_of(w1).abs() * 1e-3 + 1e-3);
+    }
+    sync.gather_parameters();
+    sync.wait_parameters(/*whole=*/true);
+    EXPECT_TRUE(torch::equal(w1, master_of(w1).to(torch::kBFloat16)));
+    const auto masters = sync.master_values();
+    ASSERT_EQ(masters.size(), 2u) << "w1 and w2, not the gain";
+    for (const auto& [p, value] : masters) {
+      EXPECT_EQ(value.scalar_type(), torch::kFloat);
+      EXPECT_TRUE(torch::equal(value, master_of(p).cpu()));
+    }
+    sync.release_units();
+  }
+}
+
 }  // namespace
+
+TEST(DataParallel, GlooKeepsGemmWeightsInBf16WithFp32Masters) { check_bf16_gemm_weights(torch::kCPU, "gloo"); }
+
+TEST(DataParallel, NcclKeepsGemmWeightsInBf16WithFp32Masters) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: NCCL runs on the GPU machine";
+  check_bf16_gemm_weights(torch::Device(torch::kCUDA, 0), "nccl");
+}
 
 TEST(DataParallel, GlooStagedBucketsMayFillOutOfOrder) { check_staged_out_of_order(torch::kCPU, "gloo"); }
 

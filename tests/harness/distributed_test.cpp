@@ -317,6 +317,63 @@ TEST_F(DistributedTest, ShardedStagesReducingInBf16TrainNearTheFp32Job) {
   }
 }
 
+// GEMM weights kept in bf16 (distributed.param_dtype): under bf16 autocast the GEMMs read each weight
+// rounded to bf16 either way (autocast rounds the fp32 master once a forward; here the optimizer's update
+// is rounded so), and on the CPU the weight gradients are bf16 either way (autocast's cast widens them
+// exactly), so every stage takes the same steps as with fp32 parameters: the losses bit for bit (no
+// clipping, whose scale would carry the norm's last bits), the gradient norms to 1e-6 (the bf16 weights
+// have buckets of their own, so the norm sums the shards in another order). A parameter wrongly declared
+// a GEMM weight (a norm or bias read in fp32) would be rounded and change the losses. The gathers carry
+// the GEMM weights in half the bytes and a rank keeps less.
+TEST_F(DistributedTest, GemmWeightsKeptInBf16TrainAsFp32ParametersUnderAutocast) {
+  const std::string sets = " --set train.dtype=bf16 --set model.d_model=256 --set distributed.bucket_mb=1"
+                           " --set train.grad_clip=0 --set model.pattern=AEMDR --set backends.moe_dispatch=grouped_mm";
+  // The last: expert parallelism over both ranks, whose experts' sync keeps its bf16 experts unsharded.
+  for (const std::string stage : {"optimizer", "gradients", "full", "optimizer --set distributed.expert_parallel=2"}) {
+    SCOPED_TRACE("distributed.sharding = " + stage);
+    Recorded fp32, bf16;
+    ASSERT_NO_FATAL_FAILURE(launch_ok(sets + " --set distributed.sharding=" + stage, 6, &fp32));
+    ASSERT_NO_FATAL_FAILURE(
+        launch_ok(sets + " --set distributed.sharding=" + stage + " --set distributed.param_dtype=bf16", 6, &bf16));
+    EXPECT_EQ(bf16.loss, fp32.loss);
+    expect_steps_near(bf16.grad_norm, fp32.grad_norm, 1e-6);
+    const auto& a = fp32.summary["facts"]["distributed"]["sharding"];
+    const auto& b = bf16.summary["facts"]["distributed"]["sharding"];
+    EXPECT_EQ(a["param_dtype"], "fp32") << a.dump();
+    EXPECT_EQ(b["param_dtype"], "bf16") << b.dump();
+    // Most of the model is GEMM weights: the gathers carry a little over half the bytes.
+    const auto gathered = a["all_gather_bytes"].get<int64_t>(), gathered_bf16 = b["all_gather_bytes"].get<int64_t>();
+    EXPECT_GT(2 * gathered_bf16, gathered) << b.dump();
+    EXPECT_LT(gathered_bf16, gathered * 6 / 10) << b.dump();
+    // Parameters kept a rank: ZeRO-1/2 keep every parameter whole, a GEMM weight element as 2 bytes of bf16
+    // and, over 2 ranks, half of its 4-byte master: as many bytes as fp32 (at 4 ranks 3 bytes, at 8 2.5);
+    // ZeRO-3 keeps its shards, a GEMM weight's as its master and the bf16 copy the gathers send.
+    const auto kept = a["parameter_bytes"].get<int64_t>(), kept_bf16 = b["parameter_bytes"].get<int64_t>();
+    const auto padding = [](const nlohmann::json& layout) { return layout["padding_elements"].get<int64_t>(); };
+    if (stage.find("expert_parallel") != std::string::npos) {
+      EXPECT_GT(kept_bf16, kept) << "a rank's experts whole in bf16 and fp32: " << b.dump();
+    } else if (stage == "full") {
+      EXPECT_GT(kept_bf16, kept) << b.dump();
+      EXPECT_LT(kept_bf16, kept * 3 / 2) << b.dump();
+    } else {
+      EXPECT_EQ(kept_bf16 - 4 * padding(b), kept - 4 * padding(a)) << b.dump();
+    }
+  }
+}
+
+// bf16 GEMM weights need bf16 autocast, and a sharded stage to keep their fp32 masters: refused otherwise,
+// before anything runs (the spec when it says so, the run when train.dtype = "auto" means fp32).
+TEST_F(DistributedTest, GemmWeightsInBf16AreRefusedWithoutAutocastOrSharding) {
+  for (const std::string& sets : {std::string(" --set distributed.sharding=optimizer --set train.dtype=auto"),
+                                  std::string(" --set distributed.sharding=optimizer --set train.dtype=fp32"),
+                                  std::string(" --set train.dtype=bf16")}) {
+    SCOPED_TRACE(sets);
+    const auto job = run_cli(ablate("launch " + spec_.string() + sets + " --set distributed.param_dtype=bf16"));
+    EXPECT_EQ(job.rc, 2) << job.out;
+    EXPECT_NE(job.out.find("distributed.param_dtype = \"bf16\""), std::string::npos) << job.out;
+  }
+}
+
 // Expert parallelism reduced in bf16: 4 ranks in two expert groups, so the experts' sync sums over its
 // expert-data group of 2 (divided by the job's 4 in the hook) and the shared weights' over 4 ranks: per
 // element the hook's rounding and up to 3 roundings of NCCL's (or Gloo's) running sum, at most 4 x 2^-9 =
@@ -376,6 +433,31 @@ TEST_F(DistributedTest, ShardedCheckpointsResumeShardedOrNot) {
   // ZeRO-3 buckets by layer, so its norm sums in another order: to 1e-6, as against none.
   expect_close_to_straight(resumed_as("full"));
   expect_close_to_straight(resumed_as("none"));
+}
+
+// A checkpoint of bf16 GEMM weights holds their fp32 masters (each rank's shard gathered): the job
+// resumed in bf16 continues bit for bit, and resumed with fp32 parameters it continues as the fp32 job
+// from the same checkpoint would (the same masters; bf16 autocast rounds them as the bf16 job did: equal).
+TEST_F(DistributedTest, CheckpointsOfBf16GemmWeightsHoldTheFp32Masters) {
+  const std::string sets = " --set train.dtype=bf16 --set model.d_model=256 --set distributed.bucket_mb=1"
+                           " --set train.grad_clip=0 --set distributed.sharding=full";
+  const std::string bf16 = " --set distributed.param_dtype=bf16";
+  const auto whole = run_cli(ablate("launch " + spec_.string() + sets + bf16));
+  ASSERT_EQ(whole.rc, 0) << whole.out;
+  const auto straight = newest();
+  ASSERT_EQ(straight.loss.size(), 6u);
+  const auto saved = run_cli(ablate("launch " + spec_.string() + sets + bf16 + " --set train.checkpoint_every=3"));
+  ASSERT_EQ(saved.rc, 0) << saved.out;
+  ASSERT_EQ(newest().loss, straight.loss) << "saving a checkpoint changed the run";
+  for (const std::string& resume_as : {bf16, std::string()}) {
+    SCOPED_TRACE(resume_as.empty() ? "resumed with fp32 parameters" : "resumed in bf16");
+    const auto resumed = run_cli(ablate("launch " + spec_.string() + sets + resume_as + " --set train.resume=true"));
+    ASSERT_EQ(resumed.rc, 0) << resumed.out;
+    const auto r = newest();
+    ASSERT_EQ(r.status, "ok") << r.error;
+    ASSERT_EQ(r.loss.size(), 3u) << "steps 3..5 after the step-3 checkpoint";
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(r.loss[i], straight.loss[3 + i]) << "step " << 3 + i;
+  }
 }
 
 // The declared 2 B and 8 B experiments as users start them, shrunk by --set to tiny widths (their 24

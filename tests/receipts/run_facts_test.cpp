@@ -47,6 +47,7 @@ RunFacts every_section() {
   d.exposed_comm_share = 0.023;
   d.sharding = ShardingFacts{"gradients", 12, 150'000'000, 480, 600'000'000, 300'000'000, 100'000'000};
   d.sharding->reduce_dtype = "bf16";
+  d.sharding->param_dtype = "bf16";
   f.distributed = d;
   ProfileFacts p;
   p.status = "ok";
@@ -80,6 +81,7 @@ TEST(RunFacts, EverySectionSurvivesTheStore) {
   ASSERT_TRUE(back.distributed->sharding);
   EXPECT_EQ(back.distributed->sharding->stage, "gradients");
   EXPECT_EQ(back.distributed->sharding->reduce_dtype, "bf16");
+  EXPECT_EQ(back.distributed->sharding->param_dtype, "bf16");
   EXPECT_EQ(back.distributed->sharding->optimizer_state_bytes, 600'000'000);
   EXPECT_EQ(back.distributed->sharding->gradient_bytes, 300'000'000);
   EXPECT_EQ(back.distributed->per_rank.at(0).median_reduce_scatter_ms, 4.0);
@@ -100,6 +102,7 @@ TEST(RunFacts, ShardingWithoutAReductionDtypeReadsAsFp32) {
   const RunFacts f = run_facts_from_json(j);
   ASSERT_TRUE(f.distributed && f.distributed->sharding);
   EXPECT_EQ(f.distributed->sharding->reduce_dtype, "fp32");
+  EXPECT_EQ(f.distributed->sharding->param_dtype, "fp32");
   EXPECT_EQ(f.distributed->sharding->buckets, 20);
 }
 

@@ -35,6 +35,16 @@ std::string first_error(const std::string& text, const std::string& name, const 
   }
   return "(parsed without error)";
 }
+// The spec refused, with `says` in its message.
+void expect_refused(const std::string& text, const std::vector<std::string>& sets, const std::string& says) {
+  SCOPED_TRACE(::testing::PrintToString(sets));
+  try {
+    parse_spec_string(text, "s.toml", sets);
+    ADD_FAILURE() << "accepted";
+  } catch (const SpecError& e) {
+    EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+  }
+}
 }  // namespace
 
 TEST(Spec, EverySectionParses) {
@@ -259,14 +269,8 @@ TEST(Spec, ExpertExchangeChunksNeedExpertParallelismAndAnExpertAChunk) {
                                      "distributed.expert_exchange_chunks=2"});
   EXPECT_EQ(ok.distributed.expert_exchange_chunks, 2);
   EXPECT_EQ(canonical_json(ok)["distributed"]["expert_exchange_chunks"], 2);
-  const auto refused = [&](std::vector<std::string> sets, const std::string& says) {
-    SCOPED_TRACE(::testing::PrintToString(sets));
-    try {
-      parse_spec_string(moe, "c.toml", sets);
-      ADD_FAILURE() << "accepted";
-    } catch (const SpecError& e) {
-      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
-    }
+  const auto refused = [&](const std::vector<std::string>& sets, const std::string& says) {
+    expect_refused(moe, sets, says);
   };
   refused({"distributed.expert_exchange_chunks=2", "model.moe.capacity_factor=1.25"}, "distributed.expert_parallel = 1");
   // Dropless pipelines too.
@@ -279,6 +283,23 @@ TEST(Spec, ExpertExchangeChunksNeedExpertParallelismAndAnExpertAChunk) {
   refused({"distributed.expert_exchange_chunks=0"}, "expert_exchange_chunks");
   // Left at 1 it stays out of the identity: files without it keep their hash.
   EXPECT_FALSE(canonical_json(parse_spec_string(moe, "c.toml"))["distributed"].contains("expert_exchange_chunks"));
+}
+
+// bf16 GEMM weights keep their fp32 masters in a sharded stage's shards and compute exactly only under
+// bf16 autocast: without either the key fails closed naming the fix; it joins the identity off fp32.
+TEST(Spec, Bf16GemmWeightsNeedAShardedStageAndBf16Autocast) {
+  const std::string dp = "[distributed]\nnproc = 2\n";
+  const auto ok = parse_spec_string(dp, "p.toml", {"distributed.sharding=\"full\"", "distributed.param_dtype=\"bf16\""});
+  EXPECT_EQ(ok.distributed.param_dtype, "bf16");
+  EXPECT_EQ(canonical_json(ok)["distributed"]["param_dtype"], "bf16");
+  EXPECT_FALSE(canonical_json(parse_spec_string(dp, "p.toml"))["distributed"].contains("param_dtype"));
+  const auto refused = [&](const std::vector<std::string>& sets, const std::string& says) {
+    expect_refused(dp, sets, says);
+  };
+  refused({"distributed.param_dtype=\"bf16\""}, "needs a sharded stage");
+  refused({"distributed.sharding=\"optimizer\"", "distributed.param_dtype=\"bf16\"", "train.dtype=\"fp32\""},
+          "set train.dtype = \"bf16\"");
+  refused({"distributed.sharding=\"optimizer\"", "distributed.param_dtype=\"fp16\""}, "param_dtype");
 }
 
 TEST(Spec, CanonicalJsonIsTheIdentity) {
