@@ -22,12 +22,14 @@ namespace {
 // one copy_blocks launch; backward hands each weight its blocks of the gradients, cast back to its
 // dtype, in another (expert_groups.h). An autograd function rather than copy_ into slices (whose
 // backward, CopySlices, cloned the whole gradient and zeroed each slice) or .to() (a strided launch a
-// weight, each way). Outputs: every chunk's [gate_up, down], in chunk order.
+// weight, each way). Outputs: every chunk's [gate_up, down], in chunk order; with `with_down` false
+// only the gate_up operands (w2 is already its own operand: see bf16_gemms) and no gradient for w2.
 class ExpertWeights : public torch::autograd::Function<ExpertWeights> {
  public:
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& w1,
                                                 const torch::Tensor& w3, const torch::Tensor& w2, int64_t fp,
-                                                int64_t dp, at::ScalarType dtype, const std::vector<int64_t>& chunks) {
+                                                int64_t dp, at::ScalarType dtype, const std::vector<int64_t>& chunks,
+                                                bool with_down) {
     const int64_t f = w1.size(1), d = w1.size(2);
     const auto opts = w1.options().dtype(dtype);
     const bool padded = f != fp || d != dp;
@@ -36,12 +38,15 @@ class ExpertWeights : public torch::autograd::Function<ExpertWeights> {
     std::vector<std::pair<torch::Tensor, torch::Tensor>> blocks;
     int64_t first = 0;
     for (const int64_t n : chunks) {
-      auto gate_up = make({n, 2 * fp, dp}), down = make({n, dp, fp});
+      auto gate_up = make({n, 2 * fp, dp});
       blocks.push_back({gate_up.narrow(1, 0, f).narrow(2, 0, d), w1.narrow(0, first, n)});
       blocks.push_back({gate_up.narrow(1, fp, f).narrow(2, 0, d), w3.narrow(0, first, n)});
-      blocks.push_back({down.narrow(1, 0, d).narrow(2, 0, f), w2.narrow(0, first, n)});
       operands.push_back(gate_up);
-      operands.push_back(down);
+      if (with_down) {
+        auto down = make({n, dp, fp});
+        blocks.push_back({down.narrow(1, 0, d).narrow(2, 0, f), w2.narrow(0, first, n)});
+        operands.push_back(down);
+      }
       first += n;
     }
     copy_blocks(blocks);
@@ -51,6 +56,7 @@ class ExpertWeights : public torch::autograd::Function<ExpertWeights> {
     ctx->saved_data["w2_dtype"] = static_cast<int64_t>(w2.scalar_type());
     ctx->saved_data["shape"] = std::vector<int64_t>{w1.size(0), f, d};
     ctx->saved_data["chunks"] = chunks;
+    ctx->saved_data["with_down"] = with_down;
     return operands;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -58,10 +64,13 @@ class ExpertWeights : public torch::autograd::Function<ExpertWeights> {
     const auto shape = ctx->saved_data["shape"].toIntVector();
     const auto chunks = ctx->saved_data["chunks"].toIntVector();
     const int64_t experts = shape[0], f = shape[1], d = shape[2], fp = ctx->saved_data["fp"].toInt();
+    const bool with_down = ctx->saved_data["with_down"].toBool();
+    const size_t per_chunk = with_down ? 2 : 1;
     const auto dtype_of = [&](const char* key) { return static_cast<at::ScalarType>(ctx->saved_data[key].toInt()); };
     const auto any = [&](size_t which) {  // 0: gate_up, 1: down
+      if (which >= per_chunk) return torch::Tensor();
       for (size_t c = 0; c < chunks.size(); ++c)
-        if (grads[2 * c + which].defined()) return grads[2 * c + which];
+        if (grads[per_chunk * c + which].defined()) return grads[per_chunk * c + which];
       return torch::Tensor();
     };
     torch::Tensor dw1, dw3, dw2;
@@ -75,21 +84,23 @@ class ExpertWeights : public torch::autograd::Function<ExpertWeights> {
     for (size_t c = 0; c < chunks.size(); ++c) {
       const int64_t n = chunks[c];
       // A chunk without a gradient (its output unused) adds nothing to its experts' rows.
-      if (const auto& g = grads[2 * c]; g.defined()) {
+      if (const auto& g = grads[per_chunk * c]; g.defined()) {
         blocks.push_back({dw1.narrow(0, first, n), g.narrow(1, 0, f).narrow(2, 0, d)});
         blocks.push_back({dw3.narrow(0, first, n), g.narrow(1, fp, f).narrow(2, 0, d)});
       } else if (dw1.defined()) {
         dw1.narrow(0, first, n).zero_();
         dw3.narrow(0, first, n).zero_();
       }
-      if (const auto& g = grads[2 * c + 1]; g.defined())
+      if (!with_down) {
+      } else if (const auto& g = grads[2 * c + 1]; g.defined()) {
         blocks.push_back({dw2.narrow(0, first, n), g.narrow(1, 0, d).narrow(2, 0, f)});
-      else if (dw2.defined())
+      } else if (dw2.defined()) {
         dw2.narrow(0, first, n).zero_();
+      }
       first += n;
     }
     copy_blocks(blocks);
-    return {dw1, dw3, dw2, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {dw1, dw3, dw2, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -114,17 +125,25 @@ class GroupedLinear : public torch::autograd::Function<GroupedLinear> {
 };
 
 // The bf16 GEMM step: the weights cast and stacked once a call (ExpertWeights), each projection of a
-// chunk one at::_grouped_mm over its groups (GroupedLinear).
+// chunk one at::_grouped_mm over its groups (GroupedLinear). w2 ([E, d, f]: [E, out, in]) is already the
+// down projection's operand where it is in the GEMM dtype, unpadded and whole (bf16 GEMM weights:
+// distributed.param_dtype, one chunk): read as it is, the GEMM's weight gradient its own (bf16), no
+// copy either way and none held for backward. (w1 and w3 still meet in one stacked operand, so the gate
+// and up projections stay one GEMM forward and the input gradient one GEMM backward.)
 ExpertProjections bf16_gemms(const torch::Tensor& w1, const torch::Tensor& w3, const torch::Tensor& w2,
                              const ExpertShape& shape) {
   const auto chunks = shape.chunks.empty() ? std::vector<int64_t>{w1.size(0)} : shape.chunks;
-  const auto weights = ExpertWeights::apply(w1, w3, w2, shape.fp, shape.dp, shape.dtype, chunks);
+  const bool down_as_is = chunks.size() == 1 && w2.scalar_type() == shape.dtype && shape.d == shape.dp &&
+                          shape.f == shape.fp && w2.is_contiguous();
+  const auto weights = ExpertWeights::apply(w1, w3, w2, shape.fp, shape.dp, shape.dtype, chunks, !down_as_is);
   ExpertProjections p;
   for (size_t c = 0; c < chunks.size(); ++c) {
-    p.gate_up.push_back([gate_up = weights[2 * c]](const torch::Tensor& rows, const torch::Tensor& group_end) {
+    const size_t per_chunk = down_as_is ? 1 : 2;
+    p.gate_up.push_back([gate_up = weights[per_chunk * c]](const torch::Tensor& rows, const torch::Tensor& group_end) {
       return GroupedLinear::apply(rows, gate_up, group_end);
     });
-    p.down.push_back([down = weights[2 * c + 1]](const torch::Tensor& hidden, const torch::Tensor& group_end) {
+    p.down.push_back([down = down_as_is ? w2 : weights[2 * c + 1]](const torch::Tensor& hidden,
+                                                                   const torch::Tensor& group_end) {
       return GroupedLinear::apply(hidden, down, group_end);
     });
   }

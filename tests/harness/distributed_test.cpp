@@ -1062,6 +1062,25 @@ TEST_F(DistributedGpuTest, PipelinedExpertExchangeCapturesTheStep) {
   expect_steps_near(piped.loss, whole.loss, 5e-3);
 }
 
+// bf16 GEMM weights on NCCL, captured with the step in every sharded stage (the masters' rounding into
+// what the gathers send is replayed with them): each trains as its eager twin, and as the fp32-parameter
+// job within the graphed-like-eager bound (the forward is the same; on CUDA the fp32 path writes dense
+// weight gradients unrounded, here they are bf16), gathering fewer bytes.
+TEST_F(DistributedGpuTest, Bf16GemmWeightsCaptureTheStepInEveryShardedStage) {
+  for (const char* stage : {"optimizer", "gradients", "full"}) {
+    SCOPED_TRACE(std::string("distributed.sharding = ") + stage);
+    const std::string sets = gpu_ + " --set distributed.sharding=\"" + stage + "\"";
+    Recorded fp32, bf16;
+    ASSERT_NO_FATAL_FAILURE(expect_graphed_like_eager(sets, &fp32));
+    ASSERT_NO_FATAL_FAILURE(expect_graphed_like_eager(sets + " --set distributed.param_dtype=\"bf16\"", &bf16));
+    expect_steps_near(bf16.loss, fp32.loss, 5e-3);
+    const auto& a = fp32.summary["facts"]["distributed"]["sharding"];
+    const auto& b = bf16.summary["facts"]["distributed"]["sharding"];
+    EXPECT_EQ(b["param_dtype"], "bf16") << b.dump();
+    EXPECT_LT(b["all_gather_bytes"].get<int64_t>(), a["all_gather_bytes"].get<int64_t>() * 6 / 10) << b.dump();
+  }
+}
+
 // NCCL's watchdog does not see collectives a graph replays: a rank that hangs during the replays must
 // still fail the job within the collective timeout, naming it (the host's bounded wait for each replay).
 TEST_F(DistributedGpuTest, HungRankDuringReplaysFailsTheJobWithinTheTimeout) {
