@@ -103,6 +103,15 @@ void add_memory(receipts::Store& store, CellReport& cell) {
   }
 }
 
+// A run's sharding as the Scaling section names it: the stage, and the reduction's and the GEMM weights'
+// dtype where they are not fp32.
+std::string sharding_label(const receipts::ShardingFacts& s) {
+  std::string label = s.stage;
+  if (s.reduce_dtype != "fp32") label += ", reduce " + s.reduce_dtype;
+  if (s.param_dtype != "fp32") label += ", weights " + s.param_dtype;
+  return label;
+}
+
 void add_scaling(CellReport& cell) {
   std::set<std::int64_t> worlds;
   std::vector<double> per_gpu, comm, wait, exposed, straggler, straggler_wait, all_reduce, reduce_scatter, all_gather,
@@ -121,7 +130,7 @@ void add_scaling(CellReport& cell) {
     exposed_by_kind.push_back(distributed->exposed_by_collective);
     if (distributed->step_time_ratio) straggler.push_back(*distributed->step_time_ratio);
     if (distributed->straggler_wait_share) straggler_wait.push_back(*distributed->straggler_wait_share);
-    if (distributed->sharding) stages.insert(distributed->sharding->stage);
+    if (distributed->sharding) stages.insert(sharding_label(*distributed->sharding));
     if (!distributed->per_rank.empty()) {
       const auto& rank0 = distributed->per_rank.front();
       if (rank0.median_all_reduce_ms) all_reduce.push_back(*rank0.median_all_reduce_ms);
@@ -416,7 +425,8 @@ Section scaling_section(const Report& r) {
       "A2A all-to-all; kinds may run beside one another, so they can add up to more); straggler wait: the longest a "
       "rank's collectives waited for "
       "the slowest rank, over the step ('-' for runs recorded before it was measured; the ratio of the ranks' "
-      "step-time medians is no measure: synchronous training makes it ~1). Sharding: distributed.sharding; "
+      "step-time medians is no measure: synchronous training makes it ~1). Sharding: distributed.sharding, with "
+      "distributed.reduce_dtype and param_dtype (the GEMM weights') where not fp32; "
       "collectives: rank 0's a step by kind (AR all-reduce, RS reduce-scatter, AG all-gather, A2A all-to-all), ms of NCCL's own "
       "timing, overlapped with compute or not.",
       r.scaling_reference ? "the 1-GPU cell " + *r.scaling_reference : std::string("a 1-GPU cell (none here: no efficiency)"))});

@@ -65,7 +65,8 @@ struct ScalingFacts {
   // evidence runs): the straggler measure. The ratio of the ranks' step-time medians is kept for the
   // record only: synchronous data parallel makes every rank's step as long as the slowest's (~1).
   std::optional<double> straggler_wait_share, straggler_ratio;
-  // distributed.sharding of the evidence runs ("mixed" when they differ; absent in runs recorded before
+  // distributed.sharding of the evidence runs, with the reduction's and the GEMM weights' dtype where not
+  // fp32 ("optimizer, reduce bf16, weights bf16"; "mixed" when they differ; absent in runs recorded before
   // it), and rank 0's collectives a step by kind (medians over evidence runs; NCCL timing).
   std::optional<std::string> sharding;
   std::optional<double> all_reduce_ms, reduce_scatter_ms, all_gather_ms, all_to_all_ms;

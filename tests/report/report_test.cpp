@@ -88,7 +88,7 @@ TEST(Report, ScalingSectionForDataParallelCells) {
                        {"exposed_comm_share", share / 4},
                        {"exposed_by_collective", {{"all_gather", share / 5}, {"all_to_all", share / 8}, {"all_reduce", nullptr}}},
                        {"straggler_ratio", 1.0 + share / 5}, {"straggler_wait_share", share / 2},
-                       {"sharding", {{"stage", "optimizer"}}},
+                       {"sharding", {{"stage", "optimizer"}, {"param_dtype", "bf16"}}},
                        {"per_rank", {{{"rank", 0}, {"median_reduce_scatter_ms", 50 * share}, {"median_all_gather_ms", 2.5}},
                                      {{"rank", 1}, {"median_reduce_scatter_ms", 99.0}}}}};
     f.add("dp", two);
@@ -122,14 +122,14 @@ TEST(Report, ScalingSectionForDataParallelCells) {
   EXPECT_FALSE(dp2.exposed_by_collective.reduce_scatter.has_value());
   EXPECT_DOUBLE_EQ(*dp2.straggler_ratio, 1.02);
   EXPECT_DOUBLE_EQ(*dp2.straggler_wait_share, 0.05);
-  EXPECT_EQ(dp2.sharding, "optimizer");
+  EXPECT_EQ(dp2.sharding, "optimizer, weights bf16");  // reduce_dtype absent: fp32, not named
   EXPECT_DOUBLE_EQ(*dp2.reduce_scatter_ms, 5.0);  // rank 0's, median over the runs
   EXPECT_FALSE(dp2.all_reduce_ms.has_value());
 
   const std::string markdown = render_markdown(to_document(report, {}, ""));
   EXPECT_NE(markdown.find("## Scaling"), std::string::npos) << markdown;
   EXPECT_NE(markdown.find("| dp2 | 2 | 19048 | 9524 | 95.2 % | 10.0 % | 1.0 % | 2.5 % | AG 2.0 %, A2A 1.2 % | 5.0 % | "
-                          "optimizer | RS 5.00, AG 2.50 |"),
+                          "optimizer, weights bf16 | RS 5.00, AG 2.50 |"),
             std::string::npos)
       << markdown;
   EXPECT_NE(markdown.find("| gloo2 | 2 | 19048 | 9524 | 95.2 % | - | 20.0 % | - | - | - | - | - |"), std::string::npos) << markdown;
