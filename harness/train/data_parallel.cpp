@@ -297,10 +297,10 @@ GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>
   // the layout's reverse order is backward's: a bucket's gradients arrive together and the buckets fill
   // in launch order (registration order would put the LM head, used last, beside the first layer: its
   // gradient, among the first to arrive, would wait for the first layer's, reduced last).
-  // bf16 GEMM weights never share a bucket with fp32 parameters: unsharded by stage, their buckets come
-  // first in the layout (after the fp32 ones in this list, which the layout reverses), so the fp32
-  // buckets, holding a few small parameters of every layer, launch last; under "full" after their
-  // unit's bf16 bucket.
+  // bf16 GEMM weights never share a bucket with fp32 parameters. Under ZeRO-1/2 their buckets come first
+  // in the layout (after the fp32 ones in this list, which the layout reverses), so the fp32 buckets,
+  // holding a few small parameters of every layer, launch last; under "full" each unit's fp32 bucket
+  // follows its bf16 one.
   struct Trained {
     int64_t unit;
     int64_t low;  // 1: kept in bf16
@@ -652,10 +652,10 @@ torch::Tensor GradientSync::on_gradient(size_t i, const torch::Tensor& grad) {
   at::div_out(slots_[i], grad, gradient_divisor_);
   // Taken before any launch: staged, launching a later bucket that was already full releases this one
   // (the view then keeps its memory until finish() drops every .grad).
+  // The slot as .grad where it has the parameter's dtype; else autograd keeps its own (undefined: unchanged).
   torch::Tensor view;
-  if (reduces_in_bf16() || buckets_[bucket_of_[i]].low)
-    grads_to_drop_.push_back(i);  // autograd keeps its own (undefined: unchanged)
-  else view = slots_[i].view(slots_[i].sizes());
+  if (slots_[i].scalar_type() == params_[i].scalar_type()) view = slots_[i].view(slots_[i].sizes());
+  else grads_to_drop_.push_back(i);
   if (--buckets_[bucket_of_[i]].pending == 0) launch_ready();
   return view;
 }

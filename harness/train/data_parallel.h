@@ -55,7 +55,7 @@
 // the bf16 shard the gather sends. Under bf16 autocast the forward computes exactly as with fp32
 // parameters (autocast rounds each weight so, once a forward); a weight's gradient is bf16 as the GEMM
 // wrote it (on CUDA the fp32 path writes dense weights' gradients unrounded) and is widened or reduced
-// from there. The other parameters (norms, biases, router, embedding) stay in fp32 buckets, laid out
+// from there (reduced in bf16, the slot is handed back as .grad as fp32 slots are). The other parameters (norms, biases, router, embedding) stay in fp32 buckets, laid out
 // after the bf16 ones (launched last: a gradient bucket reduces when full, in index order) or, under
 // "full", as a second bucket of their unit. A checkpoint writes the fp32 masters (master_values()).
 //
@@ -194,10 +194,10 @@ class GradientSync : public model::ParameterUnitHooks {
   // `reduce_dtype`: kFloat, or kBFloat16 under a sharded stage (std::invalid_argument otherwise).
   // `communicates` false: a group of one rank whose parameters no other rank holds (expert parallelism
   // over the whole job: each rank's experts are its own). There is nothing to reduce or to split, so the
-  // sync launches no collective; at a sharded stage it keeps its parameters and gradients whole and in
-  // fp32 (ZeRO-1's layout over one rank: stage() is optimizer, nothing is freed and gathered back, no
-  // gradient staged or rounded) and counts 0 bytes and 0 ms of collectives. std::logic_error for a
-  // group of more than one rank.
+  // sync launches no collective; at a sharded stage it keeps its parameters and gradients whole, fp32 or
+  // bf16 GEMM weights beside their whole fp32 masters (ZeRO-1's layout over one rank: stage() is
+  // optimizer, nothing is freed and gathered back, no gradient staged or rounded), and counts 0 bytes and
+  // 0 ms of collectives. std::logic_error for a group of more than one rank.
   // `gemm_weights`: kBFloat16 under a sharded stage keeps those parameters in bf16 (see the header;
   // std::invalid_argument unsharded or for another dtype).
   GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
@@ -335,8 +335,8 @@ class GradientSync : public model::ParameterUnitHooks {
   std::vector<torch::Tensor> slots_;       // params_[i]'s view into its bucket
   std::vector<size_t> bucket_of_;          // params_[i] -> bucket
   std::vector<char> arrived_;              // this step
-  // Parameters whose .grad autograd set to its own gradient (reduced in bf16, or a bf16 parameter),
-  // dropped at the next hook.
+  // Parameters whose .grad autograd set to its own gradient (the slot has another dtype: fp32 weights
+  // reduced in bf16, bf16 weights reduced in fp32), dropped at the next hook.
   std::vector<size_t> grads_to_drop_;
   std::vector<Bucket> buckets_;
   size_t next_launch_ = 0;

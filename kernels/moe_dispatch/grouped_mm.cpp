@@ -24,6 +24,7 @@ namespace {
 // backward, CopySlices, cloned the whole gradient and zeroed each slice) or .to() (a strided launch a
 // weight, each way). Outputs: every chunk's [gate_up, down], in chunk order; with `with_down` false
 // only the gate_up operands (w2 is already its own operand: see bf16_gemms) and no gradient for w2.
+// Weights already in the GEMM dtype, in one chunk, get views of the stacked gradients as theirs.
 class ExpertWeights : public torch::autograd::Function<ExpertWeights> {
  public:
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& w1,
@@ -73,6 +74,17 @@ class ExpertWeights : public torch::autograd::Function<ExpertWeights> {
         if (grads[per_chunk * c + which].defined()) return grads[per_chunk * c + which];
       return torch::Tensor();
     };
+    // One chunk whose gradients are already in the weights' dtype (bf16 GEMM weights): each weight's
+    // gradient is its block of the stacked gradient, a view, no copy (a data-parallel sync's hook copies
+    // it into its bucket anyway, where copy_blocks would have copied it first).
+    if (chunks.size() == 1 && grads[0].defined() && grads[0].scalar_type() == dtype_of("w1_dtype") &&
+        grads[0].scalar_type() == dtype_of("w3_dtype") &&
+        (!with_down || !grads[1].defined() || grads[1].scalar_type() == dtype_of("w2_dtype"))) {
+      const auto& g = grads[0];
+      const auto g_down = with_down && grads[1].defined() ? grads[1].narrow(1, 0, d).narrow(2, 0, f) : torch::Tensor();
+      return {g.narrow(1, 0, f).narrow(2, 0, d), g.narrow(1, fp, f).narrow(2, 0, d), g_down, torch::Tensor(),
+              torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    }
     torch::Tensor dw1, dw3, dw2;
     std::vector<std::pair<torch::Tensor, torch::Tensor>> blocks;
     if (const auto g = any(0); g.defined()) {
