@@ -5,13 +5,18 @@
 // the multi-rank behaviour is tests/harness/distributed_test.cpp's (Gloo) and the GPU machine's (NCCL).
 #include "harness/train/data_parallel.h"
 
+#include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <map>
 #include <memory>
+
+#include "kernels/dispatch.h"
+#include "model/hybrid_model.h"
 
 using namespace ablate::harness;
 
@@ -264,7 +269,94 @@ void check_bf16_gemm_weights(const torch::Device& device, const std::string& bac
   }
 }
 
+// The hybrid model (tiny, every block letter, the seams `backends` asks for) trained by a world of one at
+// `stage` with its GEMM weights in bf16, beside its twin with fp32 weights, both under bf16 autocast,
+// three steps of plain SGD on the masters: the forward computes the same losses bit for bit (autocast
+// rounds the fp32 weights to what the bf16 ones are), and the reduced gradients agree to `tolerance`
+// (relative, over each parameter: 0 where the fp32 path's weight gradients are bf16 widened too, as on
+// the CPU; on CUDA the fp32 path writes dense weights' gradients unrounded, so bf16's 2^-9 rounding,
+// with room for its reach into later steps).
+void check_model_with_bf16_gemm_weights(const torch::Device& device, const std::string& backend,
+                                        const std::map<std::string, std::string>& backends, double tolerance) {
+  namespace model = ablate::model;
+  auto config = *model::named_config("tiny");
+  config.pattern = "AEMDR";
+  const auto dispatcher = std::make_shared<const ablate::kernels::Dispatcher>(
+      backends, ablate::kernels::describe_device(device, torch::kBFloat16), /*strict=*/true);
+  const int64_t B = 2, T = 32;
+  torch::manual_seed(23);
+  const auto ids = torch::randint(config.vocab, {B, T + 1}, torch::kLong).to(device);
+  const auto mask = torch::ones({B, T}, torch::TensorOptions(device).dtype(torch::kFloat));
+  const auto type = device.type();
+  for (const auto stage : {ShardingStage::optimizer, ShardingStage::full}) {
+    SCOPED_TRACE(static_cast<int>(stage));
+    auto group_a = world_of_one(device, backend), group_b = world_of_one(device, backend);
+    model::HybridModel a(config, dispatcher, 5), b(config, dispatcher, 5);
+    a->to(device);
+    b->to(device);
+    GradientSync sync_a(*group_a, a->parameters(), 1 << 20, stage, a->parameter_units());
+    GradientSync sync_b(*group_b, b->parameters(), 1 << 20, stage, b->parameter_units(), torch::kFloat, true,
+                        GemmWeightPrecision{torch::kBFloat16, b->gemm_weights()});
+    a->set_unit_hooks(&sync_a);
+    b->set_unit_hooks(&sync_b);
+    EXPECT_EQ(b->head.scalar_type(), torch::kBFloat16);
+    EXPECT_EQ(b->final_norm.scalar_type(), torch::kFloat);
+    const auto pa = a->named_parameters(), pb = b->named_parameters();
+    for (int step = 0; step < 3; ++step) {
+      torch::Tensor losses[2];
+      int side = 0;
+      for (const auto& [m, sync] : {std::pair{&a, &sync_a}, std::pair{&b, &sync_b}}) {
+        sync->begin_step();
+        at::autocast::set_autocast_enabled(type, true);
+        at::autocast::set_autocast_dtype(type, at::kBFloat16);
+        auto loss = (*m)->forward(ids.narrow(1, 0, T), ids.narrow(1, 1, T), mask).loss;
+        at::autocast::set_autocast_enabled(type, false);
+        at::autocast::clear_cache();
+        loss.backward();
+        sync->finish();
+        losses[side++] = loss.detach();
+      }
+      EXPECT_TRUE(torch::equal(losses[0], losses[1])) << "step " << step << ": " << losses[0].item<double>() << " vs "
+                                                      << losses[1].item<double>();
+      // Each parameter's reduced gradient, then an SGD step on each master.
+      for (const auto& item : pa) {
+        const auto& p = item.value();
+        const auto& q = pb[item.key()];
+        const auto shard_of = [](GradientSync& sync, const torch::Tensor& t, bool grad) {
+          const size_t i = sync_index(sync, t), bucket = sync.layout().bucket_of[i];
+          const auto& whole = grad ? sync.gradient_shard(bucket) : sync.parameter_shard(bucket);
+          return whole.narrow(0, sync.layout().offset_of[i], t.numel());
+        };
+        const auto ga = shard_of(sync_a, p, true), gb = shard_of(sync_b, q, true);
+        const double scale = ga.norm().item<double>();
+        EXPECT_LE((ga - gb).norm().item<double>(), tolerance * scale + 1e-12) << item.key() << " step " << step;
+        torch::NoGradGuard no_grad;
+        shard_of(sync_a, p, false).sub_(0.05 * ga);
+        shard_of(sync_b, q, false).sub_(0.05 * gb);
+      }
+      sync_a.gather_parameters();
+      sync_b.gather_parameters();
+    }
+    a->set_unit_hooks(nullptr);
+    b->set_unit_hooks(nullptr);
+  }
+}
+
 }  // namespace
+
+TEST(DataParallel, GlooTrainsTheModelWithBf16GemmWeightsAsWithFp32) {
+  check_model_with_bf16_gemm_weights(torch::kCPU, "gloo", {{"moe_dispatch", "grouped_mm"}}, 0.0);
+}
+
+TEST(DataParallel, NcclTrainsTheModelWithBf16GemmWeightsAsWithFp32) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: NCCL runs on the GPU machine";
+  // The CUDA seams that read GEMM weights (dense_gemm's reference is autocast's linear on CUDA): the
+  // grouped expert GEMMs and the fused LM-head loss.
+  check_model_with_bf16_gemm_weights(torch::Device(torch::kCUDA, 0), "nccl",
+                                     {{"moe_dispatch", "grouped_mm"}, {"loss", "fused_cuda"},
+                                      {"residual_norm", "fused_cuda"}},
+                                     1e-2);
+}
 
 TEST(DataParallel, GlooKeepsGemmWeightsInBf16WithFp32Masters) { check_bf16_gemm_weights(torch::kCPU, "gloo"); }
 
