@@ -271,11 +271,12 @@ void check_bf16_gemm_weights(const torch::Device& device, const std::string& bac
 
 // The hybrid model (tiny, every block letter, the seams `backends` asks for) trained by a world of one at
 // `stage` with its GEMM weights in bf16, beside its twin with fp32 weights, both under bf16 autocast,
-// three steps of plain SGD on the masters: the forward computes the same losses bit for bit (autocast
-// rounds the fp32 weights to what the bf16 ones are), and the reduced gradients agree to `tolerance`
-// (relative, over each parameter: 0 where the fp32 path's weight gradients are bf16 widened too, as on
-// the CPU; on CUDA the fp32 path writes dense weights' gradients unrounded, so bf16's 2^-9 rounding,
-// with room for its reach into later steps).
+// three steps of plain SGD on the masters: the first forward computes the same loss bit for bit
+// (autocast rounds the fp32 weights to what the bf16 ones are), and the reduced gradients agree to
+// `tolerance` (relative, over each parameter: 0 where the fp32 path's weight gradients are bf16 widened
+// too, as on the CPU, whose later losses are then equal too; on CUDA the fp32 path writes dense weights'
+// gradients unrounded, so bf16's 2^-9 rounding with room for its reach into later steps, whose losses
+// agree to 1e-4: 1.5e-5 was seen on an H200 after two steps at lr 0.05).
 void check_model_with_bf16_gemm_weights(const torch::Device& device, const std::string& backend,
                                         const std::map<std::string, std::string>& backends, double tolerance) {
   namespace model = ablate::model;
@@ -316,8 +317,10 @@ void check_model_with_bf16_gemm_weights(const torch::Device& device, const std::
         sync->finish();
         losses[side++] = loss.detach();
       }
-      EXPECT_TRUE(torch::equal(losses[0], losses[1])) << "step " << step << ": " << losses[0].item<double>() << " vs "
-                                                      << losses[1].item<double>();
+      // The first forward is the same computation; after a step, the same up to the gradients' difference.
+      const double la = losses[0].item<double>(), lb = losses[1].item<double>();
+      if (step == 0 || tolerance == 0) EXPECT_EQ(la, lb) << "step " << step;
+      else EXPECT_NEAR(la, lb, 1e-4 * std::abs(la)) << "step " << step;
       // Each parameter's reduced gradient, then an SGD step on each master.
       for (const auto& item : pa) {
         const auto& p = item.value();
