@@ -10,8 +10,11 @@
 // (d 2048, 4096; their batch x T) with its GEMM weights fp32 (autocast casts them, the expert weights in
 // one copy_blocks each way) against bf16 (as distributed.param_dtype = "bf16" keeps them): what the
 // casts cost a layer; the gradients come back in the weights' dtype (a data-parallel sync then reads
-// 2 bytes an element of the bf16 ones where it reads 4, not timed here). Timed with CUDA events, an L2
-// flush before each iteration (kernels/bench_util.h). Run:
+// 2 bytes an element of the bf16 ones where it reads 4, not timed here). model_weights/<model>/<fp32|bf16>:
+// the whole model's forward (to the loss) and backward the same way, nam56r-medium and nam56r-large cut
+// to its first 12 layers (4.2 B parameters), with every fast backend of their experiments: a rank's
+// compute without its optimizer and collectives. Timed with CUDA events, an L2 flush before each
+// iteration (kernels/bench_util.h). Run:
 // build/bench/blocks_bench [--benchmark_filter=moe_layer]
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
@@ -19,12 +22,14 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #if defined(ABLATE_HAVE_CUDA)
 #include "kernels/bench_util.h"
 #include "kernels/dispatch.h"
 #include "model/blocks.h"
 #include "model/config.h"
+#include "model/hybrid_model.h"
 
 namespace {
 
@@ -75,6 +80,38 @@ void moe_layer(benchmark::State& st, const std::string& router, Upstream upstrea
   st.counters["peak_extra_MiB"] = extra_mib;
 }
 
+// The whole model of `config_name` (`pattern` when not empty) forward to the loss and backward to every
+// parameter, graph-replayed, its GEMM weights fp32 or bf16.
+void model_weights(benchmark::State& st, const std::string& config_name, const std::string& pattern,
+                   bool bf16_weights) {
+  const torch::Device cuda(torch::kCUDA, 0);
+  auto config = *model::named_config(config_name);
+  if (!pattern.empty()) config.pattern = pattern;
+  const std::map<std::string, std::string> backends = {
+      {"attention", "sdpa_cudnn"},    {"rope", "fused_cuda"},       {"residual_norm", "fused_cuda"},
+      {"moe_dispatch", "grouped_mm"}, {"moe_router", "fused_cuda"}, {"ssm_rotary", "fused_cuda"},
+      {"ssm_scan", "fused_cuda"},     {"causal_conv", "fused_cuda"}, {"recurrent_scan", "fused_cuda"},
+      {"loss", "fused_cuda"}};
+  const auto dispatcher = std::make_shared<const kernels::Dispatcher>(
+      backends, kernels::describe_device(cuda, torch::kBFloat16), /*strict=*/true);
+  model::HybridModel m(config, dispatcher, /*seed=*/1234);
+  m->to(cuda);
+  if (bf16_weights)
+    for (auto w : m->gemm_weights()) w.set_data(w.detach().to(torch::kBFloat16));
+  const int64_t B = config.batch_size, T = config.seq_len;
+  const auto ids = torch::randint(config.vocab, {B, T + 1}, torch::TensorOptions(cuda).dtype(torch::kLong));
+  const auto mask = torch::ones({B, T}, torch::TensorOptions(cuda).dtype(torch::kFloat));
+  const auto params = m->parameters();
+  auto step = [&] {
+    const auto loss = kernels::bench::under_bf16_autocast(
+        [&] { return m->forward(ids.narrow(1, 0, T), ids.narrow(1, 1, T), mask).loss; });
+    torch::autograd::grad({loss}, params);
+  };
+  const double extra_mib = kernels::bench::peak_extra_mib(step);
+  kernels::bench::timed_graph(st, 0.0, step);
+  st.counters["peak_extra_MiB"] = extra_mib;
+}
+
 }  // namespace
 #endif  // ABLATE_HAVE_CUDA
 
@@ -98,6 +135,15 @@ int main(int argc, char** argv) {
             ->UseManualTime()
             ->Unit(benchmark::kMicrosecond)
             ->Iterations(20);
+    for (const auto& [label, config, pattern] :
+         {std::tuple{"nam56r-medium", "nam56r-medium", ""}, std::tuple{"nam56r-large-12", "nam56r-large", "AEMEAEMEAEMR"}})
+      for (const bool bf16_weights : {false, true})
+        benchmark::RegisterBenchmark(
+            (std::string("model_weights/") + label + "/" + (bf16_weights ? "bf16" : "fp32")).c_str(), model_weights,
+            std::string(config), std::string(pattern), bf16_weights)
+            ->UseManualTime()
+            ->Unit(benchmark::kMillisecond)
+            ->Iterations(10);
   }
 #endif
   benchmark::Initialize(&argc, argv);
