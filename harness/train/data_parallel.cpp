@@ -252,7 +252,7 @@ std::string ProcessGroup::ranks_behind(int64_t step) {
 
 // ---- GradientSync ------------------------------------------------------------------------------
 
-torch::ScalarType reduce_dtype_of(const std::string& name) {
+torch::ScalarType distributed_dtype_of(const std::string& name) {
   if (name == "fp32") return torch::kFloat;
   if (name == "bf16") return torch::kBFloat16;
   throw std::invalid_argument(fmt::format("\"{}\" is not a dtype of distributed.reduce_dtype or param_dtype", name));
@@ -264,7 +264,6 @@ GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>
     : group_(group),
       stage_(communicates || stage == ShardingStage::none ? stage : ShardingStage::optimizer),
       reduce_dtype_(communicates ? reduce_dtype : torch::kFloat),
-      gemm_weight_dtype_(gemm_weights.dtype),
       communicates_(communicates) {
   if (!communicates && group.world_size() != 1)
     throw std::logic_error(fmt::format("data parallel: a sync over {} ranks must communicate", group.world_size()));
@@ -280,15 +279,16 @@ GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>
     throw std::invalid_argument(
         "distributed.reduce_dtype = \"bf16\" needs a sharded stage (distributed.sharding = \"optimizer\", "
         "\"gradients\" or \"full\"): unsharded, every parameter keeps its whole fp32 gradient");
-  if (gemm_weight_dtype_ != torch::kFloat && gemm_weight_dtype_ != torch::kBFloat16)
+  const auto gemm_weight_dtype = gemm_weights.dtype;
+  if (gemm_weight_dtype != torch::kFloat && gemm_weight_dtype != torch::kBFloat16)
     throw std::invalid_argument(fmt::format("data parallel: GEMM weights are kept in fp32 or bf16, not {}",
-                                            c10::toString(gemm_weight_dtype_)));
-  if (gemm_weight_dtype_ != torch::kFloat && !sharded)
+                                            c10::toString(gemm_weight_dtype)));
+  if (gemm_weight_dtype != torch::kFloat && !sharded)
     throw std::invalid_argument(
         "distributed.param_dtype = \"bf16\" needs a sharded stage (distributed.sharding = \"optimizer\", "
         "\"gradients\" or \"full\"): unsharded, every parameter is its own fp32 master");
   std::set<const void*> low_precision;
-  if (gemm_weight_dtype_ != torch::kFloat)
+  if (gemm_weight_dtype != torch::kFloat)
     for (const auto& w : gemm_weights.weights) low_precision.insert(w.unsafeGetTensorImpl());
   std::map<const void*, int64_t> unit_of;
   for (size_t u = 0; u < units.size(); ++u)
@@ -360,7 +360,7 @@ GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>
         b.shard = reduces_in_bf16() ? torch::zeros({plan.shard_numel}, options) : b.reduced;
       }
     }
-    b.low = low_param[plan.params.front()] != 0;
+    const bool low = low_param[plan.params.front()] != 0;
     if (sharded) {
       // The fp32 values in place first: a bf16 bucket's master shard is cut from them before rounding.
       b.param_flat = torch::zeros({plan.numel}, options);
@@ -368,10 +368,10 @@ GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>
         const auto& p = params_[plan.params[k]];
         b.param_flat.narrow(0, plan.offsets[k], p.numel()).view(p.sizes()).copy_(p);
       }
-      if (full() || b.low) b.master = b.param_flat.narrow(0, group.rank() * plan.shard_numel, plan.shard_numel).clone();
-      if (b.low) {
-        b.param_flat = b.param_flat.to(gemm_weight_dtype_);
-        if (full()) b.low_shard = b.master.to(gemm_weight_dtype_);
+      if (full() || low) b.master = b.param_flat.narrow(0, group.rank() * plan.shard_numel, plan.shard_numel).clone();
+      if (low) {
+        b.param_flat = b.param_flat.to(gemm_weight_dtype);
+        if (full()) b.low_shard = b.master.to(gemm_weight_dtype);
       }
     }
     for (size_t k = 0; k < plan.params.size(); ++k) {
@@ -405,9 +405,9 @@ int64_t GradientSync::parameter_bytes() const {
   for (size_t i = 0; i < buckets_.size(); ++i) {
     const auto& plan = layout_.buckets[i];
     const auto& b = buckets_[i];
-    const int64_t element = b.param_flat.defined() ? static_cast<int64_t>(b.param_flat.element_size()) : fp32;
-    if (full()) bytes += plan.shard_numel * (fp32 + (b.low ? element : 0));  // the master (and what it sends)
-    else bytes += plan.numel * element + (b.low ? plan.shard_numel * fp32 : 0);
+    const int64_t element = b.param_element_bytes();
+    if (full()) bytes += plan.shard_numel * (fp32 + (b.low() ? element : 0));  // the master (and what it sends)
+    else bytes += plan.numel * element + (b.low() ? plan.shard_numel * fp32 : 0);
   }
   return bytes;
 }
@@ -451,14 +451,14 @@ void GradientSync::order_gathers(const std::vector<std::vector<torch::Tensor>>& 
 }
 
 torch::Tensor GradientSync::gather_input(Bucket& b) {
-  if (full()) return b.low ? b.low_shard : b.master;
+  if (full()) return b.low() ? b.low_shard : b.master;
   const int64_t S = layout_.buckets[&b - buckets_.data()].shard_numel;
   return b.param_flat.narrow(0, layout_.rank * S, S);  // in place: the rank's own part of the output
 }
 
 void GradientSync::round_masters() {
   for (auto& b : buckets_)
-    if (b.low) gather_input(b).copy_(b.master);
+    if (b.low()) gather_input(b).copy_(b.master);
 }
 
 void GradientSync::gather_parameters() {
@@ -484,7 +484,7 @@ std::vector<std::pair<torch::Tensor, torch::Tensor>> GradientSync::master_values
   std::vector<std::pair<torch::Tensor, torch::Tensor>> out;
   for (size_t index = 0; index < buckets_.size(); ++index) {
     auto& b = buckets_[index];
-    if (!b.low) continue;
+    if (!b.low()) continue;
     const auto& plan = layout_.buckets[index];
     torch::Tensor whole = b.master;
     if (communicates_) {
@@ -765,11 +765,7 @@ double GradientSync::comm_ms() const {
 GradientSync::CollectiveBytes GradientSync::collective_bytes() const {
   if (!communicates_) return {};
   int64_t elements = 0, gathered = 0;
-  const auto gathered_bytes = [&](size_t b) {
-    return layout_.buckets[b].numel * static_cast<int64_t>(buckets_[b].param_flat.defined()
-                                                               ? buckets_[b].param_flat.element_size()
-                                                               : sizeof(float));
-  };
+  const auto gathered_bytes = [&](size_t b) { return layout_.buckets[b].numel * buckets_[b].param_element_bytes(); };
   for (size_t b = 0; b < buckets_.size(); ++b) {
     elements += layout_.buckets[b].numel;
     gathered += gathered_bytes(b);

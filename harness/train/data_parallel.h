@@ -55,9 +55,10 @@
 // the bf16 shard the gather sends. Under bf16 autocast the forward computes exactly as with fp32
 // parameters (autocast rounds each weight so, once a forward); a weight's gradient is bf16 as the GEMM
 // wrote it (on CUDA the fp32 path writes dense weights' gradients unrounded) and is widened or reduced
-// from there (reduced in bf16, the slot is handed back as .grad as fp32 slots are). The other parameters (norms, biases, router, embedding) stay in fp32 buckets, laid out
-// after the bf16 ones (launched last: a gradient bucket reduces when full, in index order) or, under
-// "full", as a second bucket of their unit. A checkpoint writes the fp32 masters (master_values()).
+// from there (reduced in bf16, the slot is handed back as .grad as fp32 slots are). The other parameters
+// (norms, biases, router, embedding) stay in fp32 buckets, laid out after the bf16 ones (launched last:
+// a gradient bucket reduces when full, in index order) or, under "full", as a second bucket of their
+// unit. A checkpoint writes the fp32 masters (master_values()).
 //
 // A whole-step CUDA graph (harness/train/step_executor.h) captures every collective above with the
 // step, each launched from the same host code; a graph cannot end with collectives in flight, so a
@@ -173,9 +174,9 @@ class ProcessGroup {
 // stream); NaN when one is missing, not complete, or not timed (Gloo).
 double collectives_ms(const std::vector<const c10d::Work*>& works);
 
-// distributed.reduce_dtype's (and param_dtype's) dtype: kFloat for "fp32", kBFloat16 for "bf16";
+// The dtype distributed.reduce_dtype or param_dtype names: kFloat for "fp32", kBFloat16 for "bf16";
 // std::invalid_argument for a name the spec does not allow (the spec checked it already).
-torch::ScalarType reduce_dtype_of(const std::string& name);
+torch::ScalarType distributed_dtype_of(const std::string& name);
 
 // distributed.param_dtype: the dtype the GEMM weights are kept and gathered in (kFloat: as every other
 // parameter) and which parameters those are (HybridModel::gemm_weights(); others in the list are ignored).
@@ -237,7 +238,6 @@ class GradientSync : public model::ParameterUnitHooks {
   const ShardLayout& layout() const { return layout_; }
   ShardingStage stage() const { return stage_; }
   torch::ScalarType reduce_dtype() const { return reduce_dtype_; }
-  torch::ScalarType gemm_weight_dtype() const { return gemm_weight_dtype_; }
   // Each parameter kept in bf16 with its whole fp32 value (every rank's master shard gathered, a
   // collective every rank of the group calls), on the CPU, one bucket on the device at a time: what a
   // checkpoint writes in place of the bf16 tensor. Empty when every parameter is fp32.
@@ -302,7 +302,11 @@ class GradientSync : public model::ParameterUnitHooks {
     c10::intrusive_ptr<c10d::Work> gather;  // sharded: the parameter all-gather not yet waited for
     torch::Tensor master;                   // full, or a bf16 buffer: the rank's fp32 shard of the parameters
     torch::Tensor low_shard;                // full with a bf16 buffer: the master rounded, which the gathers send
-    bool low = false;                       // param_flat is bf16 (GEMM weights under param_dtype bf16)
+    // param_flat is bf16 (GEMM weights under param_dtype bf16), and the bytes of its elements.
+    bool low() const { return param_flat.defined() && param_flat.scalar_type() != torch::kFloat; }
+    int64_t param_element_bytes() const {
+      return param_flat.defined() ? static_cast<int64_t>(param_flat.element_size()) : int64_t{sizeof(float)};
+    }
     bool resident = true;                   // full: param_flat holds the whole parameters (or their gather)
   };
   void wait_gather(Bucket& b);
@@ -325,7 +329,6 @@ class GradientSync : public model::ParameterUnitHooks {
   ProcessGroup& group_;
   ShardingStage stage_;
   torch::ScalarType reduce_dtype_;
-  torch::ScalarType gemm_weight_dtype_;
   bool communicates_;
   // Gradients staged in transient buckets (ZeRO-2 and 3); parameters sharded too (ZeRO-3).
   bool staged() const { return stage_ == ShardingStage::gradients || stage_ == ShardingStage::full; }

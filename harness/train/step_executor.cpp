@@ -50,8 +50,8 @@ StepExecutor::StepExecutor(const ExperimentSpec& spec, const RunPosture& posture
     const auto stage = sharding_stage(spec.distributed.sharding);
     const int64_t bucket_bytes = spec.distributed.bucket_mb << 20;
     const auto units = state.model->parameter_units();
-    const auto reduce_dtype = reduce_dtype_of(spec.distributed.reduce_dtype);
-    const GemmWeightPrecision gemm_weights{reduce_dtype_of(spec.distributed.param_dtype),
+    const auto reduce_dtype = distributed_dtype_of(spec.distributed.reduce_dtype);
+    const GemmWeightPrecision gemm_weights{distributed_dtype_of(spec.distributed.param_dtype),
                                            state.model->gemm_weights()};
     if (posture.experts) {
       // The expert weights differ between the ranks of an expert group: they are averaged (and sharded)

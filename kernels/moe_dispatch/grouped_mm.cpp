@@ -4,8 +4,9 @@
 // on sm90) runs each expert's rows against its weights in one launch per matmul (gate and up projections
 // side by side in one). Arithmetic in the autocast dtype when autocast is on (the weights are cast, as
 // autocast would for bmm: all three in one pass, their gradients back in one, ExpertWeights; w2 read as
-// it is when it is already bf16: bf16_gemms), else in x's dtype; _grouped_mm wants row strides that are multiples of 16 bytes, so d and f are zero-padded to
-// multiples of 8 when they are not (grouped_dispatch.cpp).
+// it is when it is already bf16: bf16_gemms), else in x's dtype; _grouped_mm wants row strides that are
+// multiples of 16 bytes, so d and f are zero-padded to multiples of 8 when they are not
+// (grouped_dispatch.cpp).
 // Tests: kernels_tests (parity_test.cpp moe rows, CPU fp32/bf16 and CUDA). Benchmark: kernels_bench --benchmark_filter=moe_dispatch.
 #include "kernels/moe_dispatch/expert_groups.h"
 #include "kernels/moe_dispatch/grouped_dispatch.h"

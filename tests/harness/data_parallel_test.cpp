@@ -546,9 +546,9 @@ TEST(DataParallel, GlooSyncThatCommunicatesNothingKeepsItsParametersWhole) {
 }
 
 TEST(DataParallel, ReductionDtypeNamesFailClosed) {
-  EXPECT_EQ(reduce_dtype_of("fp32"), torch::kFloat);
-  EXPECT_EQ(reduce_dtype_of("bf16"), torch::kBFloat16);
-  EXPECT_THROW(reduce_dtype_of("fp16"), std::invalid_argument);
+  EXPECT_EQ(distributed_dtype_of("fp32"), torch::kFloat);
+  EXPECT_EQ(distributed_dtype_of("bf16"), torch::kBFloat16);
+  EXPECT_THROW(distributed_dtype_of("fp16"), std::invalid_argument);
 }
 
 TEST(DataParallel, NcclWorldOfOneHandsBackAutogradsGradients) {
