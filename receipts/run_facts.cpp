@@ -226,6 +226,8 @@ json distributed_json(const DistributedFacts& d) {
                      {"median_comm_wait_ms", or_null(r.median_comm_wait_ms)},
                      {"collective_wait_ms", or_null(r.collective_wait_ms)},
                      {"peak_memory_bytes", r.peak_memory_bytes},
+                     {"peak_reserved_bytes", or_null(r.peak_reserved_bytes)},
+                     {"outside_allocator_bytes", or_null(r.outside_allocator_bytes)},
                      {"median_all_reduce_ms", or_null(r.median_all_reduce_ms)},
                      {"median_reduce_scatter_ms", or_null(r.median_reduce_scatter_ms)},
                      {"median_all_gather_ms", or_null(r.median_all_gather_ms)},
@@ -261,6 +263,8 @@ DistributedFacts distributed_from(Reader& r) {
     f.median_comm_wait_ms = rr.number("median_comm_wait_ms");
     f.collective_wait_ms = rr.number("collective_wait_ms");
     f.peak_memory_bytes = rr.integer("peak_memory_bytes").value_or(0);
+    f.peak_reserved_bytes = rr.integer("peak_reserved_bytes");
+    f.outside_allocator_bytes = rr.integer("outside_allocator_bytes");
     f.median_all_reduce_ms = rr.number("median_all_reduce_ms");
     f.median_reduce_scatter_ms = rr.number("median_reduce_scatter_ms");
     f.median_all_gather_ms = rr.number("median_all_gather_ms");
@@ -390,6 +394,24 @@ PrecisionFacts precision_from(Reader& r) {
   return p;
 }
 
+json memory_json(const MemoryFacts& m) {
+  return {{"device_bytes", m.device_bytes},
+          {"limit_bytes", or_null(m.limit_bytes)},
+          {"peak_reserved_bytes", m.peak_reserved_bytes},
+          {"outside_allocator_bytes", m.outside_allocator_bytes},
+          {"needed_bytes", m.needed_bytes}};
+}
+
+MemoryFacts memory_from(Reader& r) {
+  MemoryFacts m;
+  m.device_bytes = r.integer("device_bytes").value_or(0);
+  m.limit_bytes = r.integer("limit_bytes");
+  m.peak_reserved_bytes = r.integer("peak_reserved_bytes").value_or(0);
+  m.outside_allocator_bytes = r.integer("outside_allocator_bytes").value_or(0);
+  m.needed_bytes = r.integer("needed_bytes").value_or(0);
+  return m;
+}
+
 // A section: read with its own path, or unknown when absent.
 template <typename T, typename Fn>
 std::optional<T> read_section(Reader& parent, const char* key, Fn&& read) {
@@ -445,6 +467,7 @@ json to_json(const RunFacts& f) {
   j["profile"] = f.profile ? profile_json(*f.profile) : json(nullptr);
   j["model"] = f.model ? model_json(*f.model) : json(nullptr);
   j["precision"] = f.precision ? precision_json(*f.precision) : json(nullptr);
+  j["memory"] = f.memory ? memory_json(*f.memory) : json(nullptr);
   j["data"] = f.data;
   return j;
 }
@@ -474,6 +497,7 @@ RunFacts run_facts_from_json(const json& j, std::string_view what) {
   f.profile = read_section<ProfileFacts>(r, "profile", profile_from);
   f.model = read_section<ModelFacts>(r, "model", model_from);
   f.precision = read_section<PrecisionFacts>(r, "precision", precision_from);
+  f.memory = read_section<MemoryFacts>(r, "memory", memory_from);
   f.data = r.raw("data");
   f.unknown = r.unread();
   return f;

@@ -85,6 +85,9 @@ struct RankFacts {
   // without a traced window, and in receipts made before it was measured.
   std::optional<double> exposed_comm_share;
   CollectiveShares exposed_by_collective;  // exposed_comm_share by collective kind (v9 windows)
+  // Its GPU: the caching allocator's reserved peak, and what was in use beside it after the last step
+  // (MemoryFacts); absent on the CPU and in receipts made before they were recorded.
+  std::optional<std::int64_t> peak_reserved_bytes, outside_allocator_bytes;
 };
 
 // How data parallel laid out and sharded the gradients and optimizer state (harness/shard_layout.h),
@@ -187,6 +190,16 @@ struct PrecisionFacts {
   std::optional<double> mfu_fp8_peak_flops;
 };
 
+// A CUDA run's GPU memory: the cap it ran under (train.memory_limit_gib, harness/train/device_memory.h)
+// and what it needed of a GPU. Data parallel: the largest of the ranks (each rank's own in RankFacts).
+struct MemoryFacts {
+  std::int64_t device_bytes = 0;              // the GPU's memory (rank 0's)
+  std::optional<std::int64_t> limit_bytes;    // the caching allocator's cap; none: the whole device
+  std::int64_t peak_reserved_bytes = 0;       // the allocator's reserved peak over the steps
+  std::int64_t outside_allocator_bytes = 0;   // in use beside the allocator after the last step (CUDA context, NCCL)
+  std::int64_t needed_bytes = 0;              // reserved peak + beside it: what the run needed of a GPU
+};
+
 struct RunFacts {
   // Training, at the top level of the JSON.
   std::optional<double> final_loss;
@@ -213,6 +226,7 @@ struct RunFacts {
   std::optional<ProfileFacts> profile;
   std::optional<ModelFacts> model;
   std::optional<PrecisionFacts> precision;
+  std::optional<MemoryFacts> memory;  // CUDA runs; receipts older than the section have none
   nlohmann::json data;     // data::to_json(DataDescription): the corpus or synthetic source (data/)
   nlohmann::json unknown;  // keys this version does not know, kept as read
 

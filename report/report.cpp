@@ -87,6 +87,10 @@ void add_kernels(receipts::Store& store, CellReport& cell) {
 
 void add_memory(receipts::Store& store, CellReport& cell) {
   for (const auto& run : cell.side.evidence) {
+    if (const auto& facts = run.row.summary.facts.memory) {
+      cell.gpu_needed_bytes = std::max(cell.gpu_needed_bytes.value_or(0), facts->needed_bytes);
+      if (facts->limit_bytes) cell.memory_limit_bytes = std::max(cell.memory_limit_bytes.value_or(0), *facts->limit_bytes);
+    }
     const json rows = store.query(
         "SELECT COUNT(*) AS n, MAX(allocated) AS allocated, MAX(reserved) AS reserved, "
         "TOTAL(alloc_retries) AS retries, TOTAL(ooms) AS ooms FROM memory WHERE run_id = ?",
@@ -329,6 +333,8 @@ json cell_json(const CellReport& c) {
           {"traced_runs", c.traced_runs},
           {"kernel_families", kernels},
           {"memory_probes", memory},
+          {"gpu_needed_bytes", value_or_null(c.gpu_needed_bytes)},
+          {"memory_limit_bytes", value_or_null(c.memory_limit_bytes)},
           {"scaling", scaling_json(c.scaling)},
           {"moe", c.moe_drop_rate || c.moe_final_aux_loss
                       ? json{{"median_drop_rate", value_or_null(c.moe_drop_rate)},
@@ -610,17 +616,27 @@ Section goodput_section(const Report& r, const std::vector<Plot>& plots) {
 Section memory_section(const Report& r, const std::vector<Plot>& plots) {
   Section s{"Memory", {}};
   add_plot(s, plots, "memory.svg");
-  Table t{{"cell", "median peak (summary)", "max allocated (probes)", "max reserved (probes)", "alloc retries", "OOMs"}, {}};
-  bool any_probes = false;
+  Table t{{"cell", "median peak (summary)", "max allocated (probes)", "max reserved (probes)", "alloc retries", "OOMs",
+           "needed of a GPU", "allocator cap"},
+          {}};
+  bool any_probes = false, any_cap = false;
   for (const auto& c : r.cells) {
     const auto& m = c.memory;
     any_probes = any_probes || m.has_value();
+    any_cap = any_cap || c.memory_limit_bytes.has_value();
     auto bytes = [](const std::optional<std::int64_t>& b) { return b ? gib(static_cast<double>(*b)) : "-"; };
     t.rows.push_back({c.name, gib(c.side.median_peak_memory_bytes), m ? bytes(m->max_allocated) : "-",
                       m ? bytes(m->max_reserved) : "-", m ? std::to_string(m->alloc_retries) : "-",
-                      m ? std::to_string(m->ooms) : "-"});
+                      m ? std::to_string(m->ooms) : "-", bytes(c.gpu_needed_bytes), bytes(c.memory_limit_bytes)});
   }
   if (!any_probes) s.blocks.push_back(Paragraph{"No memory probes recorded: peak memory comes from the run summaries only."});
+  s.blocks.push_back(Paragraph{
+      std::string("Needed of a GPU: the most any ok run of the cell needed (the caching allocator's reserved peak plus "
+                  "the device memory beside it: CUDA context, NCCL's buffers; data parallel, the rank that needed "
+                  "most); '-' for CPU runs and receipts made before it was recorded.") +
+      (any_cap ? " Allocator cap: train.memory_limit_gib, the cap standing in for a smaller GPU; a run that did not "
+                 "fit under it failed out of memory and is listed under Runs."
+               : "")});
   s.blocks.push_back(std::move(t));
   return s;
 }

@@ -91,6 +91,10 @@ struct CellReport {
   std::size_t traced_runs = 0;                 // evidence runs with kernel rows
   std::vector<KernelFamily> kernels;           // by time, largest first
   std::optional<MemoryProbes> memory;          // absent when no memory rows
+  // facts.memory of the evidence runs (CUDA): the most any needed of a GPU (the allocator's reserved
+  // peak + what lay beside it, the largest rank), and the allocator cap they ran under (the largest;
+  // absent when none had one).
+  std::optional<std::int64_t> gpu_needed_bytes, memory_limit_bytes;
   std::vector<FieldDifference> mismatches;     // against the baseline, other than the factor
   ScalingFacts scaling;
   // The MoE router (facts.moe, models with E blocks): medians over evidence runs of the share

@@ -90,6 +90,15 @@ std::string render_run_text(receipts::Store& store, std::int64_t run_id, const R
     out += fmt::format("precision: {}  MFU peak {}\n", p->dtype,
                p->mfu_peak_flops ? fmt::format("{:.1f} TFLOP/s ({})", *p->mfu_peak_flops / 1e12, p->mfu_peak_source)
                                  : fmt::format("none ({})", p->mfu_peak_source));
+  // What the run needed of a GPU, and the cap it ran under (train.memory_limit_gib).
+  if (const auto& m = facts.memory) {
+    out += fmt::format("gpu memory: needed {} of the device's {} (the allocator's reserved peak {} + {} beside it){}{}\n",
+               human_bytes(m->needed_bytes), human_bytes(m->device_bytes), human_bytes(m->peak_reserved_bytes),
+               human_bytes(m->outside_allocator_bytes),
+               m->limit_bytes ? fmt::format("  allocator capped at {} (train.memory_limit_gib)", human_bytes(*m->limit_bytes))
+                              : std::string(),
+               facts.distributed ? "  (the rank that needed most)" : "");
+  }
   // Data parallel: the job's shape and where its time went.
   if (const auto& d = facts.distributed) {
     out += fmt::format("data parallel: {} ranks over {} ({})  straggler {}  comm share {}  comm wait share {}\n", d->world_size,

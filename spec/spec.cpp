@@ -206,7 +206,8 @@ std::vector<Section> sections(ExperimentSpec& s) {
         int_field("keep_checkpoints", &s.train.keep_checkpoints, 0, 1 << 20),
         int_field("log_every", &s.train.log_every, 0, kMaxSteps),
         int_field("eval_every", &s.train.eval_every, 0, kMaxSteps),
-        int_field("eval_tokens", &s.train.eval_tokens, 1, kMaxSteps)}},
+        int_field("eval_tokens", &s.train.eval_tokens, 1, kMaxSteps),
+        float_field("memory_limit_gib", &s.train.memory_limit_gib, 0, 1 << 20)}},
       {"compile",
        {bool_field("cuda_graphs", &s.compile.cuda_graphs), bool_field("launch_ahead", &s.compile.launch_ahead),
         bool_field("cudnn_benchmark", &s.compile.cudnn_benchmark), bool_field("tf32", &s.compile.tf32),
@@ -476,6 +477,10 @@ class Parser {
                                  "\"none\" every parameter is its own fp32 master; set distributed.sharding = "
                                  "\"optimizer\" (or \"gradients\", \"full\") or distributed.param_dtype = \"fp32\"",
                                  spec.distributed.param_dtype));
+    if (spec.train.memory_limit_gib > 0 && spec.train.device == "cpu")
+      errs.push_back(fmt::format("train.memory_limit_gib = {:g} caps a GPU's memory and train.device = \"cpu\": set "
+                                 "train.device = \"cuda\" (or \"auto\" on a GPU machine) or train.memory_limit_gib = 0",
+                                 spec.train.memory_limit_gib));
     if (spec.distributed.param_dtype == "bf16" && spec.train.dtype == "fp32")
       errs.push_back("distributed.param_dtype = \"bf16\" keeps the GEMM weights in bf16, which only bf16 autocast "
                      "computes with unchanged: set train.dtype = \"bf16\" (or \"auto\" on CUDA) or "
@@ -607,6 +612,7 @@ nlohmann::json canonical_json(const ExperimentSpec& spec_in) {
   if (spec.train.keep_checkpoints == TrainSection{}.keep_checkpoints) j["train"].erase("keep_checkpoints");
   if (spec.train.eval_every == TrainSection{}.eval_every) j["train"].erase("eval_every");
   if (spec.train.eval_tokens == TrainSection{}.eval_tokens) j["train"].erase("eval_tokens");
+  if (spec.train.memory_limit_gib == TrainSection{}.memory_limit_gib) j["train"].erase("memory_limit_gib");
   if (spec.data.validation_fraction == DataSection{}.validation_fraction) j["data"].erase("validation_fraction");
   if (spec.compile.launch_ahead == CompileSection{}.launch_ahead) j["compile"].erase("launch_ahead");
   return j;

@@ -55,6 +55,9 @@ struct TrainSection {
   int64_t log_every = 10;
   int64_t eval_every = 0;         // validation loss after every this many steps and after the last (0: none)
   int64_t eval_tokens = 65536;    // target tokens of each evaluation: the same held-out rows every time
+  // The most the CUDA caching allocator may hold on each rank's GPU, in GiB (0: the whole device): a run
+  // that needs more fails out of memory as it would on a smaller GPU (harness/train/device_memory.h).
+  double memory_limit_gib = 0;
 };
 
 struct BackendsSection {

@@ -16,9 +16,23 @@ RunResult run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
   // Stages 1-3 can still reject the run as bad input: nothing is written before open_recorder.
   RunPosture posture = choose_posture(spec, opt);
   const auto source = open_run_data(spec, ledger);
-  ModelState state = build_model(spec, opt, posture, *source, ledger);
+  ModelState state;
+  std::optional<std::string> build_failure;
+  try {
+    state = build_model(spec, opt, posture, *source, ledger);
+  } catch (const c10::OutOfMemoryError&) {
+    // The model (its weights, optimizer state, a restored checkpoint) does not fit the device or
+    // train.memory_limit_gib: a failed run with its receipt, as one that runs out at a step.
+    build_failure = out_of_memory_failure(posture, "building the model, before step 0");
+  }
   // From here the run always ends ok, failed or killed (rank 0 owns its status).
   const auto recorder = open_recorder(spec, opt, posture, state);
+  if (build_failure) {
+    TrainOutcome outcome;
+    outcome.failure = build_failure;
+    if (!recorder->owns_run()) return publish_rank_outcome(posture, outcome);
+    return fail_receipt(spec, opt, posture, state, *source, *recorder, ledger, outcome, *build_failure);
+  }
   RunProfiler profiler(spec, opt.no_profile, posture.device, *posture.dispatcher, recorder->rank());
   TrainOutcome outcome = train_loop(spec, opt, posture, state, *source, *recorder, profiler, ledger);
   // A captured step holds NCCL's plans of its collectives: the graph goes before the communicators

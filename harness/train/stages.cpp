@@ -198,6 +198,8 @@ RunPosture choose_posture(const ExperimentSpec& spec, const RunOptions& opt) {
     p.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(opt.world->local_rank));
     c10::cuda::set_device(p.device.index());
   }
+  if (spec.train.memory_limit_gib > 0)  // before the model: every allocation of the run counts against it
+    p.memory_limit = std::make_shared<DeviceMemoryLimit>(spec.train.memory_limit_gib, p.device);
   p.bf16 = spec.train.dtype == "bf16" || (spec.train.dtype == "auto" && p.device.is_cuda());
   if (spec.distributed.param_dtype == "bf16" && !p.bf16)
     throw std::invalid_argument(
@@ -260,6 +262,13 @@ RunPosture choose_posture(const ExperimentSpec& spec, const RunOptions& opt) {
     }
   }
   return p;
+}
+
+std::string out_of_memory_failure(const RunPosture& posture, const std::string& when) {
+  const int index = cuda_index_of(posture.device);
+  return fmt::format("CUDA out of memory {}{}: {}", when,
+                     posture.memory_limit ? " " + posture.memory_limit->describe() : std::string(),
+                     index >= 0 ? allocator_stats(index) : std::string("no allocator stats"));
 }
 
 // ---- 2 -----------------------------------------------------------------------------------------
@@ -463,6 +472,7 @@ class StepTally {
       throw TrainingFailure(fmt::format("non-finite loss at step {} (loss {})", row.step, *row.loss));
     out_.last_loss = row.loss;
     out_.peak_memory = std::max(out_.peak_memory, row.mem_allocated_peak.value_or(*row.rss_bytes));
+    out_.peak_reserved = std::max(out_.peak_reserved, row.mem_reserved_peak.value_or(0));
     if (executor.sync()) {
       // After the step's host read: its collectives are done.
       const auto c = executor.step_collectives();
@@ -670,9 +680,7 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
     out.failure = fmt::format("at step {}: {}", step, e.what());
     out.store_unwritable = true;
   } catch (const c10::OutOfMemoryError& e) {
-    const int index = cuda_index_of(posture.device);
-    out.failure = fmt::format("CUDA out of memory at step {}: {}", step,
-                              index >= 0 ? allocator_stats(index) : std::string("no allocator stats"));
+    out.failure = out_of_memory_failure(posture, fmt::format("at step {}", step));
   } catch (const std::exception& e) {
     out.failure = fmt::format("at step {}: {}", step, e.what());
   }
@@ -683,6 +691,13 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
   }
   out.launched_ahead = executor.launched_ahead();
   out.graph = executor.graph();
+  if (posture.device.is_cuda()) {
+    try {  // after the last step: NCCL's communicators and the graph's memory exist by then
+      out.outside_allocator = device_memory_use(posture.device).outside_allocator_bytes;
+    } catch (const std::exception& e) {
+      if (!out.failure) out.failure = fmt::format("after step {}: reading the device's memory: {}", step, e.what());
+    }
+  }
   if (!out.failure) {
     try {
       executor.settle(/*whole=*/false);  // the last step's parameter all-gathers are not left in flight
@@ -731,6 +746,8 @@ RunResult publish_rank_outcome(const RunPosture& posture, const TrainOutcome& ou
                             {"all_gather_ms", series_json(outcome.all_gather_ms)},
                             {"all_to_all_ms", series_json(outcome.all_to_all_ms)},
                             {"peak_memory", outcome.peak_memory},
+                            {"peak_reserved", outcome.peak_reserved},
+                            {"outside_allocator", outcome.outside_allocator},
                             {"warmup_steps", outcome.warmup_steps}};
   posture.group->publish(outcome_key(posture.group->rank()), j.dump());
   if (outcome.failure) return RunResult{0, "failed", *outcome.failure, outcome.store_unwritable ? 2 : 1};
@@ -753,6 +770,7 @@ struct RankSeries {
   std::vector<double> steady_ms, comm_wait_ms, comm_ms;
   int64_t peak_memory = 0, warmup_steps = 0;
   std::vector<double> all_reduce_ms, reduce_scatter_ms, all_gather_ms, all_to_all_ms;
+  int64_t peak_reserved = 0, outside_allocator = 0;
 };
 
 // The median of a per-step series' finite steady entries.
@@ -795,8 +813,9 @@ JobOutcome collect_rank_outcomes(ProcessGroup& group, const TrainOutcome& own) {
   JobOutcome job;
   std::vector<RankSeries> ranks;
   for (int64_t r = 0; r < group.world_size(); ++r) {
-    RankSeries s{own.steady_ms,    own.comm_wait_ms,      own.comm_ms,      own.peak_memory,
-                 own.warmup_steps, own.all_reduce_ms, own.reduce_scatter_ms, own.all_gather_ms, own.all_to_all_ms};
+    RankSeries s{own.steady_ms,     own.comm_wait_ms,  own.comm_ms,           own.peak_memory,
+                 own.warmup_steps,  own.all_reduce_ms, own.reduce_scatter_ms, own.all_gather_ms,
+                 own.all_to_all_ms, own.peak_reserved, own.outside_allocator};
     if (r != 0) {
       const auto j = nlohmann::json::parse(group.fetch(outcome_key(r)));
       if (!j.at("failure").is_null() && !job.failure)
@@ -804,7 +823,8 @@ JobOutcome collect_rank_outcomes(ProcessGroup& group, const TrainOutcome& own) {
       s = {j.at("steady_ms").get<std::vector<double>>(), series(j.at("comm_wait_ms")), series(j.at("comm_ms")),
            j.at("peak_memory").get<int64_t>(),          j.at("warmup_steps").get<int64_t>(),
            series(j.at("all_reduce_ms")),               series(j.at("reduce_scatter_ms")),
-           series(j.at("all_gather_ms")),               series(j.at("all_to_all_ms"))};
+           series(j.at("all_gather_ms")),               series(j.at("all_to_all_ms")),
+           j.at("peak_reserved").get<int64_t>(),        j.at("outside_allocator").get<int64_t>()};
     }
     ranks.push_back(std::move(s));
   }
@@ -824,6 +844,10 @@ JobOutcome collect_rank_outcomes(ProcessGroup& group, const TrainOutcome& own) {
     f.median_comm_wait_ms = steady_median(s.comm_wait_ms, s.warmup_steps);
     f.collective_wait_ms = waits[static_cast<size_t>(r)];
     f.peak_memory_bytes = s.peak_memory;
+    if (own.peak_reserved > 0) {  // a CUDA job (every rank on the same kind of device)
+      f.peak_reserved_bytes = s.peak_reserved;
+      f.outside_allocator_bytes = s.outside_allocator;
+    }
     f.median_all_reduce_ms = steady_median(s.all_reduce_ms, s.warmup_steps);
     f.median_reduce_scatter_ms = steady_median(s.reduce_scatter_ms, s.warmup_steps);
     f.median_all_gather_ms = steady_median(s.all_gather_ms, s.warmup_steps);
@@ -945,8 +969,31 @@ receipts::RunFacts run_facts(const ExperimentSpec& spec, const RunPosture& postu
     p.mfu_peak_source = "a CPU run: MFU is null";
   }
   f.precision = p;
+  if (posture.device.is_cuda()) {
+    receipts::MemoryFacts m;
+    m.device_bytes = std::stoll(device_fingerprint()["gpu_memory_bytes"]);
+    if (posture.memory_limit) m.limit_bytes = posture.memory_limit->limit_bytes();
+    m.peak_reserved_bytes = outcome.peak_reserved;
+    m.outside_allocator_bytes = outcome.outside_allocator;
+    m.needed_bytes = m.peak_reserved_bytes + m.outside_allocator_bytes;
+    f.memory = m;
+  }
   return f;
 }
+
+namespace {
+// Data parallel: the memory facts of the rank that needed the most (rank 0's own until then).
+void take_largest_rank_memory(receipts::RunFacts& facts) {
+  if (!facts.memory || !facts.distributed) return;
+  auto& m = *facts.memory;
+  for (const auto& r : facts.distributed->per_rank) {
+    if (!r.peak_reserved_bytes || !r.outside_allocator_bytes) continue;
+    m.peak_reserved_bytes = std::max(m.peak_reserved_bytes, *r.peak_reserved_bytes);
+    m.outside_allocator_bytes = std::max(m.outside_allocator_bytes, *r.outside_allocator_bytes);
+    m.needed_bytes = std::max(m.needed_bytes, *r.peak_reserved_bytes + *r.outside_allocator_bytes);
+  }
+}
+}  // namespace
 
 void add_exposed_communication(receipts::Store& store, int64_t run_id, receipts::DistributedFacts& d) {
   const auto rows = store.query(
@@ -997,6 +1044,7 @@ RunResult finalise_receipt(const ExperimentSpec& spec, const RunOptions& opt, co
     }
     if (job.failure) return fail_receipt(spec, opt, posture, state, source, recorder, ledger, outcome, *job.failure);
     facts.distributed = job.facts;
+    take_largest_rank_memory(facts);
   }
   for (size_t i : slow_outliers(outcome.steady_ms)) facts.outlier_steps.push_back(outcome.steady_steps[i]);
   // Compile posture known only after the run: the first step (autotune, allocator growth, lazy init).

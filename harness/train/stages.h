@@ -33,6 +33,7 @@
 #include "spec/spec.h"
 #include "harness/train/checkpoint.h"
 #include "harness/train/data_parallel.h"
+#include "harness/train/device_memory.h"
 #include "harness/train/expert_parallel.h"
 #include "harness/train/optimizer.h"
 #include "harness/train/runner.h"
@@ -69,6 +70,8 @@ struct RunPosture {
   // queue behind the step's parameter all-gathers (one stream, issue order): the first E layer would
   // wait for every gather of the model. Null otherwise (the counts use `group`).
   std::shared_ptr<ProcessGroup> counts;
+  // train.memory_limit_gib's cap on the caching allocator, lifted when the posture goes; null without one.
+  std::shared_ptr<DeviceMemoryLimit> memory_limit;
   bool writes_receipt() const { return !group || group->rank() == 0; }
 };
 // The model's shapes the backends' availability checks see (kernels/catalog.h ModelDims), for the block
@@ -78,6 +81,9 @@ kernels::ModelDims model_dims(const model::ModelConfig& m);
 // world, a strict backend that is unavailable, on this device or for the model's shapes). Joins the process group when launched as ranks (the
 // rendezvous waits up to distributed.timeout_s). Applies [compile] to LibTorch's global context.
 RunPosture choose_posture(const ExperimentSpec& spec, const RunOptions& options);
+
+// Why a run failed out of memory `when` ("at step 3"): the cap it ran under, the allocator's numbers.
+std::string out_of_memory_failure(const RunPosture& posture, const std::string& when);
 
 // ---- 2. data
 // Throws data::DataError for bad data input.
@@ -121,6 +127,8 @@ struct TrainOutcome {
   std::vector<int64_t> steady_steps;
   int64_t window_steps_excluded = 0;
   int64_t peak_memory = 0;             // CUDA allocator peak, or process RSS on the CPU
+  int64_t peak_reserved = 0;           // CUDA: the allocator's reserved peak over the steps
+  int64_t outside_allocator = 0;       // CUDA: device memory in use beside the allocator after the loop
   std::optional<double> first_step_ms;
   std::optional<double> last_loss;
   std::optional<double> last_validation_loss;   // train.eval_every: the last evaluation's loss

@@ -2,6 +2,7 @@
 // real receipt store: loss falls, same seed same losses, checkpoint+resume is bitwise, failures are
 // receipts, bad input writes nothing.
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -160,6 +161,62 @@ TEST_F(RunnerTest, BadInputWritesNothing) {
   EXPECT_THROW(run(spec({"data.corpus_dir=\"/nonexistent/ablate\""})), data::DataError);
   EXPECT_THROW(run(spec({"backends.attention=\"sdpa_flash\"", "backends.strict=true"})), std::invalid_argument);
   EXPECT_FALSE(fs::exists(db_)) << "a rejected run must not create or touch the database";
+}
+
+// train.memory_limit_gib on a machine that cannot honour it: refused before anything is written.
+TEST_F(RunnerTest, AMemoryLimitThatCannotHoldIsRefusedWritingNothing) {
+  if (!torch::cuda::is_available()) {
+    EXPECT_THROW(run(spec({"train.device=\"auto\"", "train.memory_limit_gib=10"})), std::invalid_argument);
+  } else {  // a cap above the GPU's memory
+    EXPECT_THROW(run(spec({"train.device=\"cuda\"", "train.memory_limit_gib=100000"})), std::invalid_argument);
+  }
+  EXPECT_FALSE(fs::exists(db_)) << "a rejected run must not create or touch the database";
+}
+
+// Under a cap, a run that does not fit fails with its receipt, whether the model itself does not fit or
+// a step does; one that fits records what it needed of the GPU, within the cap.
+TEST_F(RunnerTest, UnderAMemoryLimitARunThatDoesNotFitFailsWithItsReceipt) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<std::string> cuda = {"train.device=\"cuda\"", "train.steps=3", "train.warmup_steps=1"};
+  const auto with = [&](std::vector<std::string> sets) {
+    sets.insert(sets.begin(), cuda.begin(), cuda.end());
+    return spec(sets);
+  };
+  auto store = [&] { return receipts::Store::open(db_); };
+  // 1 MiB: less than the allocator's first 2 MiB segment, so the model's first weight is refused.
+  const auto model = run(with({"train.memory_limit_gib=0.0009765625"}));
+  EXPECT_EQ(model.status, "failed");
+  EXPECT_EQ(model.exit_code, 1);
+  {
+    const auto row = store().get_run(model.run_id);
+    ASSERT_TRUE(row.error.has_value());
+    EXPECT_NE(row.error->find("CUDA out of memory building the model, before step 0 under train.memory_limit_gib"),
+              std::string::npos) << *row.error;
+    ASSERT_TRUE(row.summary.facts.memory);
+    EXPECT_EQ(row.summary.facts.memory->limit_bytes, int64_t{1} << 20);
+    EXPECT_FALSE(receipts::is_evidence(row));
+  }
+  // A step's activations (T 2048 x 64 rows of 512 logits: 256 MiB in fp32) over a 64 MiB cap.
+  const auto step = run(with({"train.memory_limit_gib=0.0625", "model.batch_size=64", "model.seq_len=2048"}));
+  EXPECT_EQ(step.status, "failed");
+  {
+    const auto row = store().get_run(step.run_id);
+    ASSERT_TRUE(row.error.has_value());
+    EXPECT_NE(row.error->find("CUDA out of memory at step 0 under train.memory_limit_gib = 0.0625"), std::string::npos)
+        << *row.error;
+  }
+  const auto fits = run(with({"train.memory_limit_gib=2"}));
+  ASSERT_EQ(fits.status, "ok") << fits.error;
+  const auto m = store().get_run(fits.run_id).summary.facts.memory;
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->limit_bytes, int64_t{2} << 30);
+  EXPECT_GT(m->peak_reserved_bytes, 0);
+  EXPECT_LE(m->peak_reserved_bytes, int64_t{2} << 30);
+  EXPECT_GT(m->outside_allocator_bytes, 0);
+  EXPECT_EQ(m->needed_bytes, m->peak_reserved_bytes + m->outside_allocator_bytes);
+  EXPECT_GT(m->device_bytes, m->needed_bytes);
+  // The cap went with the run: the next allocation past it is served.
+  EXPECT_NO_THROW(torch::empty({int64_t{3} << 30}, torch::TensorOptions(torch::kCUDA).dtype(torch::kByte)));
 }
 
 // bf16 autocast with every loss backend: backward runs outside autocast, so a backend whose forward

@@ -44,6 +44,8 @@ RunFacts every_section() {
   d.comm_wait_share = 0.002;
   d.per_rank[0].exposed_comm_share = 0.021;
   d.per_rank[1].exposed_comm_share = 0.025;
+  d.per_rank[1].peak_reserved_bytes = int64_t{70} << 30;
+  d.per_rank[1].outside_allocator_bytes = int64_t{1} << 30;
   d.exposed_comm_share = 0.023;
   d.sharding = ShardingFacts{"gradients", 12, 150'000'000, 480, 600'000'000, 300'000'000, 100'000'000};
   d.sharding->reduce_dtype = "bf16";
@@ -61,6 +63,7 @@ RunFacts every_section() {
   f.model = ModelFacts{"nam56r-small", {"--set model.d_model=2048"}, true, "AEMEAEMEAEMR", 2048, 12, 4096, 8,
                        1'800'000'000, 900'000'000, 1.1e10};
   f.precision = PrecisionFacts{"bf16-autocast", "v2", 989.4e12, "NVIDIA H200 dense bf16"};
+  f.memory = MemoryFacts{int64_t{141} << 30, int64_t{74} << 30, int64_t{70} << 30, int64_t{1} << 30, int64_t{71} << 30};
   f.data = {{"source", "synthetic"}};
   return f;
 }
@@ -93,6 +96,11 @@ TEST(RunFacts, EverySectionSurvivesTheStore) {
   EXPECT_EQ(back.model->overrides, std::vector<std::string>{"--set model.d_model=2048"});
   ASSERT_TRUE(back.precision);
   EXPECT_EQ(back.precision->mfu_peak_flops, 989.4e12);
+  ASSERT_TRUE(back.memory);
+  EXPECT_EQ(back.memory->limit_bytes, int64_t{74} << 30);
+  EXPECT_EQ(back.memory->needed_bytes, int64_t{71} << 30);
+  EXPECT_EQ(back.distributed->per_rank.at(1).outside_allocator_bytes, int64_t{1} << 30);
+  EXPECT_FALSE(back.distributed->per_rank.at(0).peak_reserved_bytes.has_value());
 }
 
 // Sharding facts written before reduce_dtype was recorded: every reduction then was fp32.
@@ -126,6 +134,7 @@ TEST(RunFacts, OlderReceiptsReadWithTheirMeaning) {
   EXPECT_EQ(f.moe->drop_rate, 0.0);
   EXPECT_FALSE(f.moe->final_aux_loss);
   EXPECT_FALSE(f.model);
+  EXPECT_FALSE(f.memory);  // no cap and no GPU memory facts were recorded then
   EXPECT_EQ(f.parameters, 290000000);
   ASSERT_TRUE(f.profile);
   EXPECT_EQ(f.profile->status, "disabled");

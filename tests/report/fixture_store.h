@@ -48,6 +48,7 @@ struct FixtureRun {
   std::optional<double> first_step_ms;   // summary_json's "first_step_ms"
   bool profiled = false;                 // a traced profile window (summary_json's "profile" status ok)
   nlohmann::json model;                  // summary_json's "model" (null: not recorded)
+  nlohmann::json memory;                 // summary_json's "memory" (null: not recorded)
   std::int64_t summary_steps = 100;      // the run's length (runs.steps)
   std::map<std::string, std::string> env;  // further run_env keys, or replacements of the defaults
   std::optional<std::string> sharding;     // distributed.sharding in the spec (absent: its default)
@@ -118,6 +119,7 @@ class FixtureStore {
     if (run.first_step_ms) facts["first_step_ms"] = *run.first_step_ms;
     if (run.profiled) facts["profile"] = {{"status", "ok"}, {"reason", ""}};
     if (!run.model.is_null()) facts["model"] = run.model;
+    if (!run.memory.is_null()) facts["memory"] = run.memory;
     summary.facts = receipts::run_facts_from_json(facts, "fixture summary");
     // Still running, or abandoned: never finished, the abandoned one's heartbeat a day old.
     if (run.status == receipts::RunStatus::running) return id;

@@ -70,6 +70,38 @@ TEST(Report, MarkdownMatchesTheGoldenFile) {
   }
 }
 
+// What a cell's runs needed of a GPU (facts.memory): the most any ok run needed, and the allocator cap
+// they ran under; a run that failed out of memory under the cap is not evidence and is listed under Runs.
+TEST(Report, MemorySectionShowsWhatTheRunsNeededOfAGpuAndTheirCap) {
+  constexpr std::int64_t GiB = std::int64_t{1} << 30;
+  FixtureStore f;
+  FixtureRun capped;
+  capped.name = "full";
+  for (const std::int64_t reserved : {70, 72, 71}) {
+    capped.memory = {{"device_bytes", 141 * GiB}, {"limit_bytes", 77 * GiB}, {"peak_reserved_bytes", reserved * GiB},
+                     {"outside_allocator_bytes", GiB}, {"needed_bytes", (reserved + 1) * GiB}};
+    f.add("mem", capped);
+  }
+  FixtureRun unsharded = capped;
+  unsharded.name = "none";
+  unsharded.status = receipts::RunStatus::failed;
+  f.add("mem", unsharded);
+  FixtureRun uncapped;
+  uncapped.name = "cpu";
+  f.add("mem", uncapped);
+
+  const auto report = build_report(f.store(), select_grouped(f.store(), "tag:mem"));
+  ASSERT_EQ(report.cells.size(), 3u);
+  EXPECT_EQ(report.cells[0].gpu_needed_bytes, 73 * GiB);
+  EXPECT_EQ(report.cells[0].memory_limit_bytes, 77 * GiB);
+  EXPECT_FALSE(report.cells[1].gpu_needed_bytes.has_value());  // its one run failed: no evidence
+  EXPECT_FALSE(report.cells[2].gpu_needed_bytes.has_value());  // recorded no memory facts
+  const std::string markdown = render_markdown(to_document(report, {}, ""));
+  EXPECT_NE(markdown.find("| full | 1.000 GiB | - | - | - | - | 73.000 GiB | 77.000 GiB |"), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find("Allocator cap: train.memory\\_limit\\_gib"), std::string::npos) << markdown;
+  EXPECT_EQ(to_json(report)["cells"][0]["gpu_needed_bytes"], 73 * GiB);
+}
+
 // Data parallel cells: tokens/s per GPU against the 1-GPU cell, communication share (null on Gloo),
 // exposed communication share (none without a profile window) and straggler wait as medians of the
 // runs' facts.distributed; a report without a

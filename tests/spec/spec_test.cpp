@@ -302,6 +302,21 @@ TEST(Spec, Bf16GemmWeightsNeedAShardedStageAndBf16Autocast) {
   refused({"distributed.sharding=\"optimizer\"", "distributed.param_dtype=\"fp16\""}, "param_dtype");
 }
 
+TEST(Spec, AMemoryLimitCapsAGpuAndJoinsTheIdentityOnlyWhenSet) {
+  const auto capped = parse_spec_string("[train]\nmemory_limit_gib = 74.5\n", "m.toml");
+  EXPECT_EQ(capped.train.memory_limit_gib, 74.5);
+  EXPECT_EQ(canonical_json(capped)["train"]["memory_limit_gib"], 74.5);
+  const auto whole = parse_spec_string("[train]\n", "m.toml");
+  EXPECT_FALSE(canonical_json(whole)["train"].contains("memory_limit_gib"));
+  EXPECT_EQ(spec_hash(whole), spec_hash(parse_spec_string("[train]\nmemory_limit_gib = 0\n", "m.toml")));
+  EXPECT_NE(spec_hash(whole), spec_hash(capped));
+  // A cap on the CPU is refused at the key, with the fix; so is a negative one.
+  EXPECT_EQ(first_error("[train]\ndevice = \"cpu\"\nmemory_limit_gib = 40\n", "m.toml"),
+            "m.toml:3:20: error: train.memory_limit_gib = 40 caps a GPU's memory and train.device = \"cpu\": set "
+            "train.device = \"cuda\" (or \"auto\" on a GPU machine) or train.memory_limit_gib = 0");
+  expect_refused("", {"train.memory_limit_gib=-1"}, "must be >= 0");
+}
+
 TEST(Spec, CanonicalJsonIsTheIdentity) {
   const auto a = parse_spec_string("[train]\nsteps = 20\nlr = 0.001\n", "a.toml");
   // Same values, other order, other spelling of the number, comments: same identity.

@@ -1,0 +1,65 @@
+// harness/train/device_memory.cpp: see device_memory.h.
+#include "harness/train/device_memory.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace ablate::harness {
+namespace {
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+
+int cuda_index(const torch::Device& device) { return device.index() < 0 ? 0 : device.index(); }
+}  // namespace
+
+DeviceMemoryLimit::DeviceMemoryLimit(double limit_gib, const torch::Device& device) {
+  if (limit_gib <= 0) return;
+  if (!device.is_cuda())
+    throw std::invalid_argument(fmt::format(
+        "train.memory_limit_gib = {:g} caps a GPU's memory and this run is on the CPU (train.device = \"auto\" "
+        "found no CUDA device): run it on a GPU machine or set train.memory_limit_gib = 0",
+        limit_gib));
+  index_ = cuda_index(device);
+  limit_gib_ = limit_gib;
+  const auto* props = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(index_));
+  device_bytes_ = static_cast<std::int64_t>(props->totalGlobalMem);
+  limit_bytes_ = static_cast<std::int64_t>(limit_gib * kGiB);
+  if (limit_bytes_ > device_bytes_)
+    throw std::invalid_argument(fmt::format(
+        "train.memory_limit_gib = {:g} is more than the {:.2f} GiB of this {} (cuda:{}): a cap stands in for a "
+        "smaller GPU; lower it or set train.memory_limit_gib = 0",
+        limit_gib, device_bytes_ / kGiB, props->name, index_));
+  // The allocator compares what it has reserved, plus the request, with fraction x the device's memory.
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(static_cast<double>(limit_bytes_) / device_bytes_,
+                                                     static_cast<c10::DeviceIndex>(index_));
+}
+
+DeviceMemoryLimit::~DeviceMemoryLimit() {
+  if (limit_bytes_ > 0) c10::cuda::CUDACachingAllocator::setMemoryFraction(1.0, static_cast<c10::DeviceIndex>(index_));
+}
+
+std::string DeviceMemoryLimit::describe() const {
+  if (limit_bytes_ == 0) return "";
+  return fmt::format("under train.memory_limit_gib = {:g} (the allocator capped at {:.2f} GiB of the device's {:.2f})",
+                     limit_gib_, limit_bytes_ / kGiB, device_bytes_ / kGiB);
+}
+
+DeviceMemoryUse device_memory_use(const torch::Device& device) {
+  DeviceMemoryUse use;
+  if (!device.is_cuda()) return use;
+  const auto index = static_cast<c10::DeviceIndex>(cuda_index(device));
+  c10::cuda::CUDAGuard guard(index);
+  size_t free_bytes = 0, total_bytes = 0;
+  C10_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+  use.device_bytes = static_cast<std::int64_t>(total_bytes);
+  const auto in_use = static_cast<std::int64_t>(total_bytes - free_bytes);
+  use.outside_allocator_bytes = std::max<std::int64_t>(0, in_use - stats.reserved_bytes[0].current);
+  return use;
+}
+
+}  // namespace ablate::harness
