@@ -1,6 +1,7 @@
 // harness/train/device_memory.cpp: see device_memory.h.
 #include "harness/train/device_memory.h"
 
+#include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -14,6 +15,10 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024 * 1024;
 
 int cuda_index(const torch::Device& device) { return device.index() < 0 ? 0 : device.index(); }
+
+// The caching allocator is made with CUDA's lazy initialisation (the first tensor on the device); before
+// that it refuses a fraction or its statistics for the device.
+void initialise_cuda() { at::globalContext().lazyInitDevice(c10::DeviceType::CUDA); }
 }  // namespace
 
 DeviceMemoryLimit::DeviceMemoryLimit(double limit_gib, const torch::Device& device) {
@@ -34,6 +39,10 @@ DeviceMemoryLimit::DeviceMemoryLimit(double limit_gib, const torch::Device& devi
         "smaller GPU; lower it or set train.memory_limit_gib = 0",
         limit_gib, device_bytes_ / kGiB, props->name, index_));
   // The allocator compares what it has reserved, plus the request, with fraction x the device's memory.
+  initialise_cuda();
+  // Blocks cached from earlier work in this process would serve allocations without meeting the cap
+  // (it is checked when the allocator asks the device for more): given back first.
+  c10::cuda::CUDACachingAllocator::emptyCache();
   c10::cuda::CUDACachingAllocator::setMemoryFraction(static_cast<double>(limit_bytes_) / device_bytes_,
                                                      static_cast<c10::DeviceIndex>(index_));
 }
@@ -52,6 +61,7 @@ DeviceMemoryUse device_memory_use(const torch::Device& device) {
   DeviceMemoryUse use;
   if (!device.is_cuda()) return use;
   const auto index = static_cast<c10::DeviceIndex>(cuda_index(device));
+  initialise_cuda();
   c10::cuda::CUDAGuard guard(index);
   size_t free_bytes = 0, total_bytes = 0;
   C10_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
