@@ -92,8 +92,10 @@ std::string render_run_text(receipts::Store& store, std::int64_t run_id, const R
                                  : fmt::format("none ({})", p->mfu_peak_source));
   // What the run needed of a GPU, and the cap it ran under (train.memory_limit_gib).
   if (const auto& m = facts.memory) {
-    out += fmt::format("gpu memory: needed {} of the device's {} (the allocator's reserved peak {} + {} beside it){}{}\n",
-               human_bytes(m->needed_bytes), human_bytes(m->device_bytes), human_bytes(m->peak_reserved_bytes),
+    // A failed run needed more than it held: what it held is all the receipt can say.
+    out += fmt::format("gpu memory: {} {} of the device's {} (the allocator's reserved peak {} + {} beside it){}{}\n",
+               r.status == receipts::RunStatus::ok ? "needed" : "held, when it ended,", human_bytes(m->needed_bytes),
+               human_bytes(m->device_bytes), human_bytes(m->peak_reserved_bytes),
                human_bytes(m->outside_allocator_bytes),
                m->limit_bytes ? fmt::format("  allocator capped at {} (train.memory_limit_gib)", human_bytes(*m->limit_bytes))
                               : std::string(),

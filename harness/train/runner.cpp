@@ -30,6 +30,7 @@ RunResult run_experiment(const ExperimentSpec& spec, const RunOptions& opt) {
   if (build_failure) {
     TrainOutcome outcome;
     outcome.failure = build_failure;
+    take_device_memory(outcome, posture);  // what it held when the model did not fit
     if (!recorder->owns_run()) return publish_rank_outcome(posture, outcome);
     return fail_receipt(spec, opt, posture, state, *source, *recorder, ledger, outcome, *build_failure);
   }

@@ -264,6 +264,14 @@ RunPosture choose_posture(const ExperimentSpec& spec, const RunOptions& opt) {
   return p;
 }
 
+void take_device_memory(TrainOutcome& out, const RunPosture& posture) {
+  if (!posture.device.is_cuda()) return;
+  // The peak since the last step row's reset: a step that failed out of memory held it when it failed.
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(cuda_index_of(posture.device));
+  out.peak_reserved = std::max(out.peak_reserved, stats.reserved_bytes[0].peak);
+  out.outside_allocator = device_memory_use(posture.device).outside_allocator_bytes;
+}
+
 std::string out_of_memory_failure(const RunPosture& posture, const std::string& when) {
   const int index = cuda_index_of(posture.device);
   return fmt::format("CUDA out of memory {}{}: {}", when,
@@ -691,12 +699,10 @@ TrainOutcome train_loop(const ExperimentSpec& spec, const RunOptions& opt, const
   }
   out.launched_ahead = executor.launched_ahead();
   out.graph = executor.graph();
-  if (posture.device.is_cuda()) {
-    try {  // after the last step: NCCL's communicators and the graph's memory exist by then
-      out.outside_allocator = device_memory_use(posture.device).outside_allocator_bytes;
-    } catch (const std::exception& e) {
-      if (!out.failure) out.failure = fmt::format("after step {}: reading the device's memory: {}", step, e.what());
-    }
+  try {  // after the last step: NCCL's communicators and the graph's memory exist by then
+    take_device_memory(out, posture);
+  } catch (const std::exception& e) {
+    if (!out.failure) out.failure = fmt::format("after step {}: reading the device's memory: {}", step, e.what());
   }
   if (!out.failure) {
     try {

@@ -144,6 +144,9 @@ struct TrainOutcome {
   std::vector<double> all_reduce_ms, reduce_scatter_ms, all_gather_ms, all_to_all_ms;
   std::optional<receipts::ShardingFacts> sharding;  // data parallel: the buckets and this rank's shard
 };
+// A CUDA run's memory into `out` (peak_reserved, outside_allocator): the allocator's reserved peak since
+// the last step row, and what is in use beside the allocator now. Nothing on the CPU.
+void take_device_memory(TrainOutcome& out, const RunPosture& posture);
 // Whether the loop checkpoints, or evaluates, after `step`.
 bool checkpoint_after(const ExperimentSpec& spec, int64_t step);
 bool eval_after(const ExperimentSpec& spec, int64_t step);

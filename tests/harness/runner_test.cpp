@@ -13,6 +13,7 @@
 #include "harness/train/runner.h"
 #include "kernels/catalog.h"
 #include "receipts/store.h"
+#include "tests/cli_runner.h"
 
 namespace fs = std::filesystem;
 using namespace ablate;
@@ -173,50 +174,54 @@ TEST_F(RunnerTest, AMemoryLimitThatCannotHoldIsRefusedWritingNothing) {
   EXPECT_FALSE(fs::exists(db_)) << "a rejected run must not create or touch the database";
 }
 
-// Under a cap, a run that does not fit fails with its receipt, whether the model itself does not fit or
-// a step does; one that fits records what it needed of the GPU, within the cap.
+// Under a cap, a run that does not fit fails with its receipt (exit 1), whether the model itself does
+// not fit or a step does; one that fits records what it needed of the GPU, within the cap. Each run is
+// its own process, as users run them (a process that held GPU memory before the cap could serve small
+// allocations from the free space of segments it already had, which the cap never sees).
 TEST_F(RunnerTest, UnderAMemoryLimitARunThatDoesNotFitFailsWithItsReceipt) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  const std::vector<std::string> cuda = {"train.device=\"cuda\"", "train.steps=3", "train.warmup_steps=1"};
-  const auto with = [&](std::vector<std::string> sets) {
-    sets.insert(sets.begin(), cuda.begin(), cuda.end());
-    return spec(sets);
+  const auto run_capped = [&](const std::string& sets) {
+    return ablate::testing::run_cli("run " + std::string(ABLATE_SOURCE_DIR) + "/experiments/tiny.toml -q --db " + db_ +
+                            " --set data.max_bytes=300000 --set data.cache_dir='\"" + (dir_ / "cache").string() +
+                            "\"' --set train.device='\"cuda\"' --set train.steps=3 --set train.warmup_steps=1 " + sets);
   };
-  auto store = [&] { return receipts::Store::open(db_); };
+  constexpr int64_t MiB = int64_t{1} << 20;
+  const auto facts = [&](int64_t run_id) {
+    const auto row = receipts::Store::open(db_).get_run(run_id);
+    EXPECT_TRUE(row.summary.facts.memory.has_value());
+    return std::pair{row, row.summary.facts.memory.value_or(receipts::MemoryFacts{})};
+  };
   // 1 MiB: less than the allocator's first 2 MiB segment, so the model's first weight is refused.
-  const auto model = run(with({"train.memory_limit_gib=0.0009765625"}));
-  EXPECT_EQ(model.status, "failed");
-  EXPECT_EQ(model.exit_code, 1);
+  auto r = run_capped("--set train.memory_limit_gib=0.0009765625");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("CUDA out of memory building the model, before step 0 under train.memory_limit_gib = "
+                       "0.0009765625"),
+            std::string::npos) << r.out;
   {
-    const auto row = store().get_run(model.run_id);
-    ASSERT_TRUE(row.error.has_value());
-    EXPECT_NE(row.error->find("CUDA out of memory building the model, before step 0 under train.memory_limit_gib"),
-              std::string::npos) << *row.error;
-    ASSERT_TRUE(row.summary.facts.memory);
-    EXPECT_EQ(row.summary.facts.memory->limit_bytes, int64_t{1} << 20);
-    EXPECT_FALSE(receipts::is_evidence(row));
+    const auto [row, m] = facts(1);
+    EXPECT_EQ(row.status, receipts::RunStatus::failed);
+    EXPECT_EQ(m.limit_bytes, MiB);
+    EXPECT_LE(m.peak_reserved_bytes, MiB);
   }
   // A step's activations (T 2048 x 64 rows of 512 logits: 256 MiB in fp32) over a 64 MiB cap.
-  const auto step = run(with({"train.memory_limit_gib=0.0625", "model.batch_size=64", "model.seq_len=2048"}));
-  EXPECT_EQ(step.status, "failed");
+  r = run_capped("--set train.memory_limit_gib=0.0625 --set model.batch_size=64 --set model.seq_len=2048");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("CUDA out of memory at step 0 under train.memory_limit_gib = 0.0625"), std::string::npos) << r.out;
   {
-    const auto row = store().get_run(step.run_id);
-    ASSERT_TRUE(row.error.has_value());
-    EXPECT_NE(row.error->find("CUDA out of memory at step 0 under train.memory_limit_gib = 0.0625"), std::string::npos)
-        << *row.error;
+    const auto [row, m] = facts(2);
+    EXPECT_EQ(row.status, receipts::RunStatus::failed);
+    EXPECT_GT(m.peak_reserved_bytes, 0);  // what it held when the step failed: the model, its optimizer
+    EXPECT_LE(m.peak_reserved_bytes, 64 * MiB);
   }
-  const auto fits = run(with({"train.memory_limit_gib=2"}));
-  ASSERT_EQ(fits.status, "ok") << fits.error;
-  const auto m = store().get_run(fits.run_id).summary.facts.memory;
-  ASSERT_TRUE(m);
-  EXPECT_EQ(m->limit_bytes, int64_t{2} << 30);
-  EXPECT_GT(m->peak_reserved_bytes, 0);
-  EXPECT_LE(m->peak_reserved_bytes, int64_t{2} << 30);
-  EXPECT_GT(m->outside_allocator_bytes, 0);
-  EXPECT_EQ(m->needed_bytes, m->peak_reserved_bytes + m->outside_allocator_bytes);
-  EXPECT_GT(m->device_bytes, m->needed_bytes);
-  // The cap went with the run: the next allocation past it is served.
-  EXPECT_NO_THROW(torch::empty({int64_t{3} << 30}, torch::TensorOptions(torch::kCUDA).dtype(torch::kByte)));
+  r = run_capped("--set train.memory_limit_gib=2");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto [row, m] = facts(3);
+  EXPECT_EQ(m.limit_bytes, 2048 * MiB);
+  EXPECT_GT(m.peak_reserved_bytes, 0);
+  EXPECT_LE(m.peak_reserved_bytes, 2048 * MiB);
+  EXPECT_GT(m.outside_allocator_bytes, 0);
+  EXPECT_EQ(m.needed_bytes, m.peak_reserved_bytes + m.outside_allocator_bytes);
+  EXPECT_GT(m.device_bytes, m.needed_bytes);
 }
 
 // bf16 autocast with every loss backend: backward runs outside autocast, so a backend whose forward
