@@ -478,7 +478,7 @@ class Parser {
                                  "\"optimizer\" (or \"gradients\", \"full\") or distributed.param_dtype = \"fp32\"",
                                  spec.distributed.param_dtype));
     if (spec.train.memory_limit_gib > 0 && spec.train.device == "cpu")
-      errs.push_back(fmt::format("train.memory_limit_gib = {:g} caps a GPU's memory and train.device = \"cpu\": set "
+      errs.push_back(fmt::format("train.memory_limit_gib = {} caps a GPU's memory and train.device = \"cpu\": set "
                                  "train.device = \"cuda\" (or \"auto\" on a GPU machine) or train.memory_limit_gib = 0",
                                  spec.train.memory_limit_gib));
     if (spec.distributed.param_dtype == "bf16" && spec.train.dtype == "fp32")

@@ -25,7 +25,7 @@ DeviceMemoryLimit::DeviceMemoryLimit(double limit_gib, const torch::Device& devi
   if (limit_gib <= 0) return;
   if (!device.is_cuda())
     throw std::invalid_argument(fmt::format(
-        "train.memory_limit_gib = {:g} caps a GPU's memory and this run is on the CPU (train.device = \"auto\" "
+        "train.memory_limit_gib = {} caps a GPU's memory and this run is on the CPU (train.device = \"auto\" "
         "found no CUDA device): run it on a GPU machine or set train.memory_limit_gib = 0",
         limit_gib));
   index_ = cuda_index(device);
@@ -35,7 +35,7 @@ DeviceMemoryLimit::DeviceMemoryLimit(double limit_gib, const torch::Device& devi
   limit_bytes_ = static_cast<std::int64_t>(limit_gib * kGiB);
   if (limit_bytes_ > device_bytes_)
     throw std::invalid_argument(fmt::format(
-        "train.memory_limit_gib = {:g} is more than the {:.2f} GiB of this {} (cuda:{}): a cap stands in for a "
+        "train.memory_limit_gib = {} is more than the {:.2f} GiB of this {} (cuda:{}): a cap stands in for a "
         "smaller GPU; lower it or set train.memory_limit_gib = 0",
         limit_gib, device_bytes_ / kGiB, props->name, index_));
   // The allocator compares what it has reserved, plus the request, with fraction x the device's memory.
@@ -53,7 +53,7 @@ DeviceMemoryLimit::~DeviceMemoryLimit() {
 
 std::string DeviceMemoryLimit::describe() const {
   if (limit_bytes_ == 0) return "";
-  return fmt::format("under train.memory_limit_gib = {:g} (the allocator capped at {:.2f} GiB of the device's {:.2f})",
+  return fmt::format("under train.memory_limit_gib = {} (the allocator capped at {:.2f} GiB of the device's {:.2f})",
                      limit_gib_, limit_bytes_ / kGiB, device_bytes_ / kGiB);
 }
 

@@ -194,22 +194,23 @@ TEST_F(RunnerTest, UnderAMemoryLimitARunThatDoesNotFitFailsWithItsReceipt) {
   // 1 MiB: less than the allocator's first 2 MiB segment, so the model's first weight is refused.
   auto r = run_capped("--set train.memory_limit_gib=0.0009765625");
   EXPECT_EQ(r.rc, 1) << r.out;
-  EXPECT_NE(r.out.find("CUDA out of memory building the model, before step 0 under train.memory_limit_gib = "
-                       "0.0009765625"),
-            std::string::npos) << r.out;
   {
     const auto [row, m] = facts(1);
     EXPECT_EQ(row.status, receipts::RunStatus::failed);
+    EXPECT_NE(row.error.value_or("").find("CUDA out of memory building the model, before step 0 under "
+                                          "train.memory_limit_gib = 0.0009765625"),
+              std::string::npos) << row.error.value_or("no error");
     EXPECT_EQ(m.limit_bytes, MiB);
     EXPECT_LE(m.peak_reserved_bytes, MiB);
   }
   // A step's activations (T 2048 x 64 rows of 512 logits: 256 MiB in fp32) over a 64 MiB cap.
   r = run_capped("--set train.memory_limit_gib=0.0625 --set model.batch_size=64 --set model.seq_len=2048");
   EXPECT_EQ(r.rc, 1) << r.out;
-  EXPECT_NE(r.out.find("CUDA out of memory at step 0 under train.memory_limit_gib = 0.0625"), std::string::npos) << r.out;
   {
     const auto [row, m] = facts(2);
     EXPECT_EQ(row.status, receipts::RunStatus::failed);
+    EXPECT_NE(row.error.value_or("").find("CUDA out of memory at step 0 under train.memory_limit_gib = 0.0625"),
+              std::string::npos) << row.error.value_or("no error");
     EXPECT_GT(m.peak_reserved_bytes, 0);  // what it held when the step failed: the model, its optimizer
     EXPECT_LE(m.peak_reserved_bytes, 64 * MiB);
   }
