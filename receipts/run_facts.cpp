@@ -399,7 +399,8 @@ json memory_json(const MemoryFacts& m) {
           {"limit_bytes", or_null(m.limit_bytes)},
           {"peak_reserved_bytes", m.peak_reserved_bytes},
           {"outside_allocator_bytes", m.outside_allocator_bytes},
-          {"needed_bytes", m.needed_bytes}};
+          {"needed_bytes", m.needed_bytes},
+          {"expandable_segments", m.expandable_segments}};
 }
 
 MemoryFacts memory_from(Reader& r) {
@@ -409,6 +410,7 @@ MemoryFacts memory_from(Reader& r) {
   m.peak_reserved_bytes = r.integer("peak_reserved_bytes").value_or(0);
   m.outside_allocator_bytes = r.integer("outside_allocator_bytes").value_or(0);
   m.needed_bytes = r.integer("needed_bytes").value_or(0);
+  m.expandable_segments = r.flag("expandable_segments").value_or(false);
   return m;
 }
 

@@ -198,6 +198,7 @@ struct MemoryFacts {
   std::int64_t peak_reserved_bytes = 0;       // the allocator's reserved peak over the steps
   std::int64_t outside_allocator_bytes = 0;   // in use beside the allocator after the last step (CUDA context, NCCL)
   std::int64_t needed_bytes = 0;              // reserved peak + beside it: what the run needed of a GPU
+  bool expandable_segments = false;           // the allocator held expandable segments (train.expandable_segments)
 };
 
 struct RunFacts {

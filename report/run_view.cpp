@@ -93,12 +93,13 @@ std::string render_run_text(receipts::Store& store, std::int64_t run_id, const R
   // What the run needed of a GPU, and the cap it ran under (train.memory_limit_gib).
   if (const auto& m = facts.memory) {
     // A failed run needed more than it held: what it held is all the receipt can say.
-    out += fmt::format("gpu memory: {} {} of the device's {} (the allocator's reserved peak {} + {} beside it){}{}\n",
+    out += fmt::format("gpu memory: {} {} of the device's {} (the allocator's reserved peak {} + {} beside it){}{}{}\n",
                r.status == receipts::RunStatus::ok ? "needed" : "held, when it ended,", human_bytes(m->needed_bytes),
                human_bytes(m->device_bytes), human_bytes(m->peak_reserved_bytes),
                human_bytes(m->outside_allocator_bytes),
                m->limit_bytes ? fmt::format("  allocator capped at {} (train.memory_limit_gib)", human_bytes(*m->limit_bytes))
                               : std::string(),
+               m->expandable_segments ? "  expandable segments" : "",
                facts.distributed ? "  (the rank that needed most)" : "");
   }
   // Data parallel: the job's shape and where its time went.

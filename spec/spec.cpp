@@ -207,7 +207,8 @@ std::vector<Section> sections(ExperimentSpec& s) {
         int_field("log_every", &s.train.log_every, 0, kMaxSteps),
         int_field("eval_every", &s.train.eval_every, 0, kMaxSteps),
         int_field("eval_tokens", &s.train.eval_tokens, 1, kMaxSteps),
-        float_field("memory_limit_gib", &s.train.memory_limit_gib, 0, 1 << 20)}},
+        float_field("memory_limit_gib", &s.train.memory_limit_gib, 0, 1 << 20),
+        bool_field("expandable_segments", &s.train.expandable_segments)}},
       {"compile",
        {bool_field("cuda_graphs", &s.compile.cuda_graphs), bool_field("launch_ahead", &s.compile.launch_ahead),
         bool_field("cudnn_benchmark", &s.compile.cudnn_benchmark), bool_field("tf32", &s.compile.tf32),
@@ -481,6 +482,9 @@ class Parser {
       errs.push_back(fmt::format("train.memory_limit_gib = {} caps a GPU's memory and train.device = \"cpu\": set "
                                  "train.device = \"cuda\" (or \"auto\" on a GPU machine) or train.memory_limit_gib = 0",
                                  spec.train.memory_limit_gib));
+    if (spec.train.expandable_segments && spec.train.device == "cpu")
+      errs.push_back("train.expandable_segments = true sets the CUDA caching allocator and train.device = \"cpu\": set "
+                     "train.device = \"cuda\" (or \"auto\" on a GPU machine) or train.expandable_segments = false");
     if (spec.distributed.param_dtype == "bf16" && spec.train.dtype == "fp32")
       errs.push_back("distributed.param_dtype = \"bf16\" keeps the GEMM weights in bf16, which only bf16 autocast "
                      "computes with unchanged: set train.dtype = \"bf16\" (or \"auto\" on CUDA) or "
@@ -613,6 +617,7 @@ nlohmann::json canonical_json(const ExperimentSpec& spec_in) {
   if (spec.train.eval_every == TrainSection{}.eval_every) j["train"].erase("eval_every");
   if (spec.train.eval_tokens == TrainSection{}.eval_tokens) j["train"].erase("eval_tokens");
   if (spec.train.memory_limit_gib == TrainSection{}.memory_limit_gib) j["train"].erase("memory_limit_gib");
+  if (spec.train.expandable_segments == TrainSection{}.expandable_segments) j["train"].erase("expandable_segments");
   if (spec.data.validation_fraction == DataSection{}.validation_fraction) j["data"].erase("validation_fraction");
   if (spec.compile.launch_ahead == CompileSection{}.launch_ahead) j["compile"].erase("launch_ahead");
   return j;

@@ -58,6 +58,9 @@ struct TrainSection {
   // The most the CUDA caching allocator may hold on each rank's GPU, in GiB (0: the whole device): a run
   // that needs more fails out of memory as it would on a smaller GPU (harness/train/device_memory.h).
   double memory_limit_gib = 0;
+  // The caching allocator maps segments that grow in place (PyTorch's expandable_segments) instead of
+  // fixed-size ones: memory freed between a step's phases is not lost to fragmentation.
+  bool expandable_segments = false;
 };
 
 struct BackendsSection {

@@ -198,8 +198,8 @@ RunPosture choose_posture(const ExperimentSpec& spec, const RunOptions& opt) {
     p.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(opt.world->local_rank));
     c10::cuda::set_device(p.device.index());
   }
-  if (spec.train.memory_limit_gib > 0)  // before the model: every allocation of the run counts against it
-    p.memory_limit = std::make_shared<DeviceMemoryLimit>(spec.train.memory_limit_gib, p.device);
+  if (spec.train.memory_limit_gib > 0 || spec.train.expandable_segments)  // before the run's first allocation
+    p.memory = std::make_shared<DeviceMemoryPosture>(spec.train.memory_limit_gib, spec.train.expandable_segments, p.device);
   p.bf16 = spec.train.dtype == "bf16" || (spec.train.dtype == "auto" && p.device.is_cuda());
   if (spec.distributed.param_dtype == "bf16" && !p.bf16)
     throw std::invalid_argument(
@@ -269,13 +269,15 @@ void take_device_memory(TrainOutcome& out, const RunPosture& posture) {
   // The peak since the last step row's reset: a step that failed out of memory held it when it failed.
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(cuda_index_of(posture.device));
   out.peak_reserved = std::max(out.peak_reserved, stats.reserved_bytes[0].peak);
-  out.outside_allocator = device_memory_use(posture.device).outside_allocator_bytes;
+  const auto use = device_memory_use(posture.device);
+  out.outside_allocator = use.outside_allocator_bytes;
+  out.expandable_segments = use.expandable_segments;
 }
 
 std::string out_of_memory_failure(const RunPosture& posture, const std::string& when) {
   const int index = cuda_index_of(posture.device);
   return fmt::format("CUDA out of memory {}{}: {}", when,
-                     posture.memory_limit ? " " + posture.memory_limit->describe() : std::string(),
+                     posture.memory && posture.memory->limit_bytes() > 0 ? " " + posture.memory->describe() : std::string(),
                      index >= 0 ? allocator_stats(index) : std::string("no allocator stats"));
 }
 
@@ -978,7 +980,8 @@ receipts::RunFacts run_facts(const ExperimentSpec& spec, const RunPosture& postu
   if (posture.device.is_cuda()) {
     receipts::MemoryFacts m;
     m.device_bytes = std::stoll(device_fingerprint()["gpu_memory_bytes"]);
-    if (posture.memory_limit) m.limit_bytes = posture.memory_limit->limit_bytes();
+    if (posture.memory && posture.memory->limit_bytes() > 0) m.limit_bytes = posture.memory->limit_bytes();
+    m.expandable_segments = outcome.expandable_segments;
     m.peak_reserved_bytes = outcome.peak_reserved;
     m.outside_allocator_bytes = outcome.outside_allocator;
     m.needed_bytes = m.peak_reserved_bytes + m.outside_allocator_bytes;

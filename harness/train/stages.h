@@ -70,8 +70,9 @@ struct RunPosture {
   // queue behind the step's parameter all-gathers (one stream, issue order): the first E layer would
   // wait for every gather of the model. Null otherwise (the counts use `group`).
   std::shared_ptr<ProcessGroup> counts;
-  // train.memory_limit_gib's cap on the caching allocator, lifted when the posture goes; null without one.
-  std::shared_ptr<DeviceMemoryLimit> memory_limit;
+  // train.memory_limit_gib and train.expandable_segments on the caching allocator, undone when the
+  // posture goes; null without either.
+  std::shared_ptr<DeviceMemoryPosture> memory;
   bool writes_receipt() const { return !group || group->rank() == 0; }
 };
 // The model's shapes the backends' availability checks see (kernels/catalog.h ModelDims), for the block
@@ -129,6 +130,7 @@ struct TrainOutcome {
   int64_t peak_memory = 0;             // CUDA allocator peak, or process RSS on the CPU
   int64_t peak_reserved = 0;           // CUDA: the allocator's reserved peak over the steps
   int64_t outside_allocator = 0;       // CUDA: device memory in use beside the allocator after the loop
+  bool expandable_segments = false;    // CUDA: the allocator held expandable segments after the loop
   std::optional<double> first_step_ms;
   std::optional<double> last_loss;
   std::optional<double> last_validation_loss;   // train.eval_every: the last evaluation's loss

@@ -324,7 +324,7 @@ TEST_F(CliTest, ShowPrintsTheDataParallelShapeAndTheMoeRouter) {
     summary.facts.distributed = d;
     summary.facts.moe = ablate::receipts::MoeFacts{4, 2, 1.25, 123, 10000, 0.0123, 1.0456};
     constexpr int64_t GiB = int64_t{1} << 30;
-    summary.facts.memory = ablate::receipts::MemoryFacts{141 * GiB, 77 * GiB, 70 * GiB, GiB / 2, 70 * GiB + GiB / 2};
+    summary.facts.memory = ablate::receipts::MemoryFacts{141 * GiB, 77 * GiB, 70 * GiB, GiB / 2, 70 * GiB + GiB / 2, true};
     summary.facts.model = ablate::receipts::ModelFacts{
         "nam56r-small", {"model.d_model=2048"}, true, "AEMEAEMEAEMR", 2048, 12, 4096, 8, 1'820'000'000, 900'000'000, 1e10};
     store.finish_run(id, ablate::receipts::RunStatus::ok, "", summary);
@@ -337,7 +337,7 @@ TEST_F(CliTest, ShowPrintsTheDataParallelShapeAndTheMoeRouter) {
       << r.out;
   EXPECT_NE(r.out.find("overrides: model.d_model=2048"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("gpu memory: needed 70.50 GiB of the device's 141.00 GiB (the allocator's reserved peak 70.00 GiB "
-                       "+ 0.50 GiB beside it)  allocator capped at 77.00 GiB (train.memory_limit_gib)  (the rank that "
+                       "+ 0.50 GiB beside it)  allocator capped at 77.00 GiB (train.memory_limit_gib)  expandable segments  (the rank that "
                        "needed most)\n"),
             std::string::npos)
       << r.out;

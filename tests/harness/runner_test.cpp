@@ -175,7 +175,8 @@ TEST_F(RunnerTest, AMemoryLimitThatCannotHoldIsRefusedWritingNothing) {
 }
 
 // Under a cap, a run that does not fit fails with its receipt (exit 1), whether the model itself does
-// not fit or a step does; one that fits records what it needed of the GPU, within the cap. Each run is
+// not fit or a step does; one that fits records what it needed of the GPU, within the cap, and the
+// expandable segments it asked for. Each run is
 // its own process, as users run them (a process that held GPU memory before the cap could serve small
 // allocations from the free space of segments it already had, which the cap never sees).
 TEST_F(RunnerTest, UnderAMemoryLimitARunThatDoesNotFitFailsWithItsReceipt) {
@@ -213,8 +214,9 @@ TEST_F(RunnerTest, UnderAMemoryLimitARunThatDoesNotFitFailsWithItsReceipt) {
               std::string::npos) << row.error.value_or("no error");
     EXPECT_GT(m.peak_reserved_bytes, 0);  // what it held when the step failed: the model, its optimizer
     EXPECT_LE(m.peak_reserved_bytes, 64 * MiB);
+    EXPECT_FALSE(m.expandable_segments);
   }
-  r = run_capped("--set train.memory_limit_gib=2");
+  r = run_capped("--set train.memory_limit_gib=2 --set train.expandable_segments=true");
   ASSERT_EQ(r.rc, 0) << r.out;
   const auto [row, m] = facts(3);
   EXPECT_EQ(m.limit_bytes, 2048 * MiB);
@@ -223,6 +225,7 @@ TEST_F(RunnerTest, UnderAMemoryLimitARunThatDoesNotFitFailsWithItsReceipt) {
   EXPECT_GT(m.outside_allocator_bytes, 0);
   EXPECT_EQ(m.needed_bytes, m.peak_reserved_bytes + m.outside_allocator_bytes);
   EXPECT_GT(m.device_bytes, m.needed_bytes);
+  EXPECT_TRUE(m.expandable_segments);
 }
 
 // bf16 autocast with every loss backend: backward runs outside autocast, so a backend whose forward

@@ -63,7 +63,8 @@ RunFacts every_section() {
   f.model = ModelFacts{"nam56r-small", {"--set model.d_model=2048"}, true, "AEMEAEMEAEMR", 2048, 12, 4096, 8,
                        1'800'000'000, 900'000'000, 1.1e10};
   f.precision = PrecisionFacts{"bf16-autocast", "v2", 989.4e12, "NVIDIA H200 dense bf16"};
-  f.memory = MemoryFacts{int64_t{141} << 30, int64_t{74} << 30, int64_t{70} << 30, int64_t{1} << 30, int64_t{71} << 30};
+  f.memory = MemoryFacts{int64_t{141} << 30, int64_t{74} << 30, int64_t{70} << 30, int64_t{1} << 30, int64_t{71} << 30,
+                         true};
   f.data = {{"source", "synthetic"}};
   return f;
 }
@@ -99,6 +100,7 @@ TEST(RunFacts, EverySectionSurvivesTheStore) {
   ASSERT_TRUE(back.memory);
   EXPECT_EQ(back.memory->limit_bytes, int64_t{74} << 30);
   EXPECT_EQ(back.memory->needed_bytes, int64_t{71} << 30);
+  EXPECT_TRUE(back.memory->expandable_segments);
   EXPECT_EQ(back.distributed->per_rank.at(1).outside_allocator_bytes, int64_t{1} << 30);
   EXPECT_FALSE(back.distributed->per_rank.at(0).peak_reserved_bytes.has_value());
 }

@@ -315,6 +315,11 @@ TEST(Spec, AMemoryLimitCapsAGpuAndJoinsTheIdentityOnlyWhenSet) {
             "m.toml:3:20: error: train.memory_limit_gib = 40 caps a GPU's memory and train.device = \"cpu\": set "
             "train.device = \"cuda\" (or \"auto\" on a GPU machine) or train.memory_limit_gib = 0");
   expect_refused("", {"train.memory_limit_gib=-1"}, "must be >= 0");
+  // Expandable segments the same way: off the default only, refused on the CPU.
+  EXPECT_EQ(canonical_json(parse_spec_string("[train]\nexpandable_segments = true\n", "m.toml"))["train"]["expandable_segments"],
+            true);
+  EXPECT_FALSE(canonical_json(whole)["train"].contains("expandable_segments"));
+  expect_refused("[train]\ndevice = \"cpu\"\n", {"train.expandable_segments=true"}, "or train.expandable_segments = false");
 }
 
 TEST(Spec, CanonicalJsonIsTheIdentity) {
