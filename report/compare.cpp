@@ -90,6 +90,9 @@ void summarize(Side& side) {
   side.median_tokens_per_s = median_over(side.evidence, [](const auto& s) { return s.tokens_per_s; });
   side.median_goodput_pct = median_over(side.evidence, [](const auto& s) { return s.goodput_pct; });
   side.median_peak_memory_bytes = median_over(side.evidence, [](const auto& s) { return s.peak_memory_bytes; });
+  side.median_gpu_needed_bytes = median_over(side.evidence, [](const auto& s) {
+    return s.facts.memory ? std::optional<std::int64_t>(s.facts.memory->needed_bytes) : std::nullopt;
+  });
   side.median_fixed_seconds =
       median_goodput(side.evidence, [](const SteadyGoodput& g) { return std::optional<double>(g.fixed_seconds); });
   side.median_fixed_share =
@@ -274,6 +277,7 @@ json side_json(const Side& side) {
           {"median_tokens_per_s", value_or_null(side.median_tokens_per_s)},
           {"median_goodput_pct", value_or_null(side.median_goodput_pct)},
           {"median_peak_memory_bytes", value_or_null(side.median_peak_memory_bytes)},
+          {"median_gpu_needed_bytes", value_or_null(side.median_gpu_needed_bytes)},
           {"median_fixed_cost_seconds", value_or_null(side.median_fixed_seconds)},
           {"median_fixed_cost_share", value_or_null(side.median_fixed_share)},
           {"median_steady_goodput_pct", value_or_null(side.median_steady_goodput_pct)},
@@ -398,6 +402,8 @@ Comparison compare_runs(receipts::Store& store, const std::vector<std::int64_t>&
       c.steady_goodput_delta_points = *c.b.median_steady_goodput_pct - *c.a.median_steady_goodput_pct;
     if (c.a.median_peak_memory_bytes && c.b.median_peak_memory_bytes)
       c.peak_memory_delta_bytes = *c.b.median_peak_memory_bytes - *c.a.median_peak_memory_bytes;
+    if (c.a.median_gpu_needed_bytes && c.b.median_gpu_needed_bytes)
+      c.gpu_needed_delta_bytes = *c.b.median_gpu_needed_bytes - *c.a.median_gpu_needed_bytes;
   }
   c.family_times = family_times(store, c.a, c.b);
   return c;
@@ -485,7 +491,8 @@ json to_json(const Comparison& c) {
                {{"tokens_per_s_pct", value_or_null(c.tokens_per_s_delta_pct)},
                 {"goodput_points", value_or_null(c.goodput_delta_points)},
                 {"steady_goodput_points", value_or_null(c.steady_goodput_delta_points)},
-                {"peak_memory_bytes", value_or_null(c.peak_memory_delta_bytes)}}}};
+                {"peak_memory_bytes", value_or_null(c.peak_memory_delta_bytes)},
+                {"gpu_needed_bytes", value_or_null(c.gpu_needed_delta_bytes)}}}};
   out["step_ratio"] = c.step_ratio ? json{{"ratio", c.step_ratio->ratio},
                                           {"low", c.step_ratio->low},
                                           {"high", c.step_ratio->high},
@@ -559,6 +566,11 @@ std::string render_text(const Comparison& c) {
   }
   out += fmt::format("peak memory: A {}  B {}  ({})\n", gib(c.a.median_peak_memory_bytes), gib(c.b.median_peak_memory_bytes),
                      c.peak_memory_delta_bytes ? fmt::format("{:+.3f} GiB", *c.peak_memory_delta_bytes / (1024.0 * 1024 * 1024)) : "-");
+  if (c.a.median_gpu_needed_bytes || c.b.median_gpu_needed_bytes)  // CUDA runs recorded since it was
+    out += fmt::format("gpu memory needed (reserved peak + beside the allocator): A {}  B {}  ({})\n",
+                       gib(c.a.median_gpu_needed_bytes), gib(c.b.median_gpu_needed_bytes),
+                       c.gpu_needed_delta_bytes ? fmt::format("{:+.3f} GiB", *c.gpu_needed_delta_bytes / (1024.0 * 1024 * 1024))
+                                                : "-");
   if (!c.family_times.empty()) {
     out += fmt::format("kernel time per step by family (profiled window; {} run(s) A, {} run(s) B):\n",
                        c.family_times.front().a_runs, c.family_times.front().b_runs);

@@ -115,6 +115,10 @@ struct Side {
   std::vector<double> step_ms() const;  // per evidence run, its median_step_ms
   // Medians over the evidence runs; absent when the side has none.
   std::optional<double> median_step_ms, median_tokens_per_s, median_goodput_pct, median_peak_memory_bytes;
+  // What the runs needed of a GPU (facts.memory.needed_bytes: the allocator's reserved peak + what lay
+  // beside it), over the evidence runs that recorded it: the allocator's posture (a cap, expandable
+  // segments, a captured graph's pool) moves it where the allocated peak stays put.
+  std::optional<double> median_gpu_needed_bytes;
   // Over the evidence runs with goodput ledger rows (SteadyGoodput): fixed cost in seconds and as a share
   // of wall time, and steady goodput in percent.
   std::optional<double> median_fixed_seconds, median_fixed_share, median_steady_goodput_pct;
@@ -150,6 +154,7 @@ struct Comparison {
   std::optional<double> goodput_delta_points;         // B - A, percentage points
   std::optional<double> steady_goodput_delta_points;  // B - A, percentage points
   std::optional<double> peak_memory_delta_bytes;      // B - A
+  std::optional<double> gpu_needed_delta_bytes;       // B - A
   std::vector<FamilyTime> family_times;     // by family, when either side has profiled runs
   std::vector<FieldDifference> factor;      // spec fields that differ between the sides
   // Complete ok runs that did not run the backend they requested at a seam of the factor: no evidence

@@ -68,6 +68,35 @@ TEST(Compare, ClearWinNamesTheFactorAndTheDeltas) {
   EXPECT_EQ(j["factor"][0]["field"], "spec.backends.attention");
 }
 
+// What the runs needed of a GPU (facts.memory) is compared beside the allocated peak: an allocator
+// posture (here a cap with expandable segments) moves it where the allocated peak stays put; runs that
+// recorded none say nothing about it.
+TEST(Compare, GpuMemoryNeededIsComparedBesideThePeak) {
+  constexpr double GiB = 1024.0 * 1024 * 1024;
+  FixtureStore f;
+  FixtureRun a_run, b_run;
+  a_run.memory = {{"device_bytes", 150'000'000'000}, {"peak_reserved_bytes", int64_t{78} << 30},
+                  {"outside_allocator_bytes", int64_t{1} << 30}, {"needed_bytes", int64_t{79} << 30}};
+  b_run.memory = {{"device_bytes", 150'000'000'000}, {"limit_bytes", int64_t{77} << 30},
+                  {"peak_reserved_bytes", int64_t{70} << 30}, {"outside_allocator_bytes", int64_t{1} << 30},
+                  {"needed_bytes", int64_t{71} << 30}, {"expandable_segments", true}};
+  const auto a = f.add_group("default", {100, 101, 99}, a_run);
+  const auto b = f.add_group("capped", {100, 101, 99}, b_run);
+  const auto c = compare_runs(f.store(), a, b);
+  EXPECT_DOUBLE_EQ(*c.peak_memory_delta_bytes, 0);
+  ASSERT_TRUE(c.gpu_needed_delta_bytes);
+  EXPECT_DOUBLE_EQ(*c.gpu_needed_delta_bytes / GiB, -8);
+  const auto text = render_text(c);
+  EXPECT_NE(text.find("gpu memory needed (reserved peak + beside the allocator): A 79.000 GiB  B 71.000 GiB  (-8.000 GiB)"),
+            std::string::npos)
+      << text;
+  EXPECT_DOUBLE_EQ(to_json(c)["deltas"]["gpu_needed_bytes"].get<double>() / GiB, -8);
+  // Without the facts on either side: no line, no delta.
+  const auto none = compare_runs(f.store(), f.add_group("old-a", {100, 101, 99}), f.add_group("old-b", {100, 101, 99}));
+  EXPECT_FALSE(none.gpu_needed_delta_bytes);
+  EXPECT_EQ(render_text(none).find("gpu memory needed"), std::string::npos);
+}
+
 // Kernel time per step by family comes from the profiled windows: per run the window total over its
 // steps, per side the median over profiled evidence runs; a family one side lacks shows as absent.
 TEST(Compare, FamilyTimesFromProfiledWindows) {
