@@ -356,6 +356,10 @@ Fingerprint run_fingerprint(const ExperimentSpec& spec, const RunPosture& postur
   if (posture.device.is_cuda()) {
     const char* connections = std::getenv(kCudaConnectionsEnv);
     env["cuda_device_max_connections"] = connections != nullptr ? connections : "default";
+    // The caching allocator's settings from the environment (train.expandable_segments and
+    // train.memory_limit_gib act on top of them): segment sizes and splitting move what a run needs.
+    const char* allocator = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
+    env["pytorch_cuda_alloc_conf"] = allocator != nullptr && *allocator ? allocator : "default";
   }
   env["dtype"] = posture.bf16 ? "bf16-autocast" : "fp32";
   env["compile.cuda_graphs_requested"] = spec.compile.cuda_graphs ? "true" : "false";

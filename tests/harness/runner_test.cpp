@@ -226,6 +226,10 @@ TEST_F(RunnerTest, UnderAMemoryLimitARunThatDoesNotFitFailsWithItsReceipt) {
   EXPECT_EQ(m.needed_bytes, m.peak_reserved_bytes + m.outside_allocator_bytes);
   EXPECT_GT(m.device_bytes, m.needed_bytes);
   EXPECT_TRUE(m.expandable_segments);
+  // The allocator's settings from the environment are recorded beside the spec's posture.
+  const char* allocator = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
+  EXPECT_EQ(receipts::Store::open(db_).run_json(3)["env"]["pytorch_cuda_alloc_conf"],
+            allocator != nullptr && *allocator ? allocator : "default");
 }
 
 // bf16 autocast with every loss backend: backward runs outside autocast, so a backend whose forward
