@@ -994,19 +994,18 @@ receipts::RunFacts run_facts(const ExperimentSpec& spec, const RunPosture& postu
   return f;
 }
 
-namespace {
-// Data parallel: the memory facts of the rank that needed the most (rank 0's own until then).
 void take_largest_rank_memory(receipts::RunFacts& facts) {
   if (!facts.memory || !facts.distributed) return;
   auto& m = *facts.memory;
   for (const auto& r : facts.distributed->per_rank) {
     if (!r.peak_reserved_bytes || !r.outside_allocator_bytes) continue;
-    m.peak_reserved_bytes = std::max(m.peak_reserved_bytes, *r.peak_reserved_bytes);
-    m.outside_allocator_bytes = std::max(m.outside_allocator_bytes, *r.outside_allocator_bytes);
-    m.needed_bytes = std::max(m.needed_bytes, *r.peak_reserved_bytes + *r.outside_allocator_bytes);
+    const int64_t needed = *r.peak_reserved_bytes + *r.outside_allocator_bytes;
+    if (needed <= m.needed_bytes) continue;
+    m.peak_reserved_bytes = *r.peak_reserved_bytes;
+    m.outside_allocator_bytes = *r.outside_allocator_bytes;
+    m.needed_bytes = needed;
   }
 }
-}  // namespace
 
 void add_exposed_communication(receipts::Store& store, int64_t run_id, receipts::DistributedFacts& d) {
   const auto rows = store.query(

@@ -190,5 +190,8 @@ void add_exposed_communication(receipts::Store& store, int64_t run_id, receipts:
 // The typed facts of the run as far as they are known (the ok and the failed run alike).
 receipts::RunFacts run_facts(const ExperimentSpec& spec, const RunPosture& posture, const ModelState& state,
                              const data::DataSource& source, const TrainOutcome& outcome);
+// Data parallel: facts.memory becomes the rank that needed the most of its GPU (reserved peak + what lay
+// beside the allocator), all three numbers from that rank; rank 0's own until then.
+void take_largest_rank_memory(receipts::RunFacts& facts);
 
 }  // namespace ablate::harness

@@ -139,6 +139,31 @@ TEST(StagesLaunchAhead, StopsAtCheckpointsEvaluationsTheWindowAndTheLastStep) {
   EXPECT_EQ(ahead_of(window, /*tracing=*/false), all);
 }
 
+// A data-parallel receipt's memory facts are the rank that needed the most of its GPU, whole: not the
+// largest reserved peak of one rank beside the largest outside-allocator memory of another.
+TEST(StagesMemory, TheRankThatNeededMostStandsForTheJob) {
+  constexpr int64_t GiB = int64_t{1} << 30;
+  receipts::RunFacts facts;
+  facts.memory = receipts::MemoryFacts{141 * GiB, 77 * GiB, 60 * GiB, GiB, 61 * GiB, true};  // rank 0's own
+  receipts::DistributedFacts d;
+  d.per_rank.resize(3);
+  d.per_rank[0].peak_reserved_bytes = 60 * GiB, d.per_rank[0].outside_allocator_bytes = GiB;
+  d.per_rank[1].peak_reserved_bytes = 70 * GiB, d.per_rank[1].outside_allocator_bytes = GiB / 2;
+  d.per_rank[2].peak_reserved_bytes = 65 * GiB, d.per_rank[2].outside_allocator_bytes = 2 * GiB;
+  facts.distributed = d;
+  take_largest_rank_memory(facts);
+  EXPECT_EQ(facts.memory->peak_reserved_bytes, 70 * GiB);
+  EXPECT_EQ(facts.memory->outside_allocator_bytes, GiB / 2);  // rank 1's, not rank 2's larger one
+  EXPECT_EQ(facts.memory->needed_bytes, 70 * GiB + GiB / 2);
+  EXPECT_EQ(facts.memory->limit_bytes, 77 * GiB);
+  // Ranks that recorded nothing (a CPU job, older ranks) leave rank 0's facts.
+  receipts::RunFacts cpu = facts;
+  cpu.memory->needed_bytes = 61 * GiB;
+  cpu.distributed->per_rank = {receipts::RankFacts{}, receipts::RankFacts{}};
+  take_largest_rank_memory(cpu);
+  EXPECT_EQ(cpu.memory->needed_bytes, 61 * GiB);
+}
+
 TEST(StagesModelDims, ComeFromThePatternsBlockKindsOnly) {
   const auto full = model_dims(*model::named_config("nam56r-small"));  // AEMEAEMEAEMR
   EXPECT_EQ(full.experts, 16);
