@@ -343,6 +343,11 @@ std::string gib(const std::optional<double>& bytes) {
   return bytes ? fmt::format("{:.3f} GiB", *bytes / (1024.0 * 1024 * 1024)) : "-";
 }
 
+// A difference B - A in GiB with its sign, "-" when unknown.
+std::string gib_delta(const std::optional<double>& bytes) {
+  return bytes ? fmt::format("{:+.3f} GiB", *bytes / (1024.0 * 1024 * 1024)) : "-";
+}
+
 std::string side_line(char label, const Side& side) {
   return fmt::format("{}: {} evidence run(s) [{}]", label, side.evidence.size(), fmt::join(side.evidence_ids(), ","));
 }
@@ -565,12 +570,11 @@ std::string render_text(const Comparison& c) {
                            *side->median_fixed_share * 100, label);
   }
   out += fmt::format("peak memory: A {}  B {}  ({})\n", gib(c.a.median_peak_memory_bytes), gib(c.b.median_peak_memory_bytes),
-                     c.peak_memory_delta_bytes ? fmt::format("{:+.3f} GiB", *c.peak_memory_delta_bytes / (1024.0 * 1024 * 1024)) : "-");
+                     gib_delta(c.peak_memory_delta_bytes));
   if (c.a.median_gpu_needed_bytes || c.b.median_gpu_needed_bytes)  // CUDA runs recorded since it was
     out += fmt::format("gpu memory needed (reserved peak + beside the allocator): A {}  B {}  ({})\n",
                        gib(c.a.median_gpu_needed_bytes), gib(c.b.median_gpu_needed_bytes),
-                       c.gpu_needed_delta_bytes ? fmt::format("{:+.3f} GiB", *c.gpu_needed_delta_bytes / (1024.0 * 1024 * 1024))
-                                                : "-");
+                       gib_delta(c.gpu_needed_delta_bytes));
   if (!c.family_times.empty()) {
     out += fmt::format("kernel time per step by family (profiled window; {} run(s) A, {} run(s) B):\n",
                        c.family_times.front().a_runs, c.family_times.front().b_runs);

@@ -269,9 +269,7 @@ void take_device_memory(TrainOutcome& out, const RunPosture& posture) {
   // The peak since the last step row's reset: a step that failed out of memory held it when it failed.
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(cuda_index_of(posture.device));
   out.peak_reserved = std::max(out.peak_reserved, stats.reserved_bytes[0].peak);
-  const auto use = device_memory_use(posture.device);
-  out.outside_allocator = use.outside_allocator_bytes;
-  out.expandable_segments = use.expandable_segments;
+  out.device_memory = device_memory_use(posture.device);
 }
 
 std::string out_of_memory_failure(const RunPosture& posture, const std::string& when) {
@@ -759,7 +757,7 @@ RunResult publish_rank_outcome(const RunPosture& posture, const TrainOutcome& ou
                             {"all_to_all_ms", series_json(outcome.all_to_all_ms)},
                             {"peak_memory", outcome.peak_memory},
                             {"peak_reserved", outcome.peak_reserved},
-                            {"outside_allocator", outcome.outside_allocator},
+                            {"outside_allocator", outcome.device_memory.outside_allocator_bytes},
                             {"warmup_steps", outcome.warmup_steps}};
   posture.group->publish(outcome_key(posture.group->rank()), j.dump());
   if (outcome.failure) return RunResult{0, "failed", *outcome.failure, outcome.store_unwritable ? 2 : 1};
@@ -827,7 +825,7 @@ JobOutcome collect_rank_outcomes(ProcessGroup& group, const TrainOutcome& own) {
   for (int64_t r = 0; r < group.world_size(); ++r) {
     RankSeries s{own.steady_ms,     own.comm_wait_ms,  own.comm_ms,           own.peak_memory,
                  own.warmup_steps,  own.all_reduce_ms, own.reduce_scatter_ms, own.all_gather_ms,
-                 own.all_to_all_ms, own.peak_reserved, own.outside_allocator};
+                 own.all_to_all_ms, own.peak_reserved, own.device_memory.outside_allocator_bytes};
     if (r != 0) {
       const auto j = nlohmann::json::parse(group.fetch(outcome_key(r)));
       if (!j.at("failure").is_null() && !job.failure)
@@ -983,11 +981,11 @@ receipts::RunFacts run_facts(const ExperimentSpec& spec, const RunPosture& postu
   f.precision = p;
   if (posture.device.is_cuda()) {
     receipts::MemoryFacts m;
-    m.device_bytes = std::stoll(device_fingerprint()["gpu_memory_bytes"]);
+    m.device_bytes = outcome.device_memory.device_bytes;
     if (posture.memory && posture.memory->limit_bytes() > 0) m.limit_bytes = posture.memory->limit_bytes();
-    m.expandable_segments = outcome.expandable_segments;
+    m.expandable_segments = outcome.device_memory.expandable_segments;
     m.peak_reserved_bytes = outcome.peak_reserved;
-    m.outside_allocator_bytes = outcome.outside_allocator;
+    m.outside_allocator_bytes = outcome.device_memory.outside_allocator_bytes;
     m.needed_bytes = m.peak_reserved_bytes + m.outside_allocator_bytes;
     f.memory = m;
   }

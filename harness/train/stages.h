@@ -129,8 +129,7 @@ struct TrainOutcome {
   int64_t window_steps_excluded = 0;
   int64_t peak_memory = 0;             // CUDA allocator peak, or process RSS on the CPU
   int64_t peak_reserved = 0;           // CUDA: the allocator's reserved peak over the steps
-  int64_t outside_allocator = 0;       // CUDA: device memory in use beside the allocator after the loop
-  bool expandable_segments = false;    // CUDA: the allocator held expandable segments after the loop
+  DeviceMemoryUse device_memory;       // CUDA: the device's memory after the loop (beside the allocator)
   std::optional<double> first_step_ms;
   std::optional<double> last_loss;
   std::optional<double> last_validation_loss;   // train.eval_every: the last evaluation's loss
@@ -146,8 +145,8 @@ struct TrainOutcome {
   std::vector<double> all_reduce_ms, reduce_scatter_ms, all_gather_ms, all_to_all_ms;
   std::optional<receipts::ShardingFacts> sharding;  // data parallel: the buckets and this rank's shard
 };
-// A CUDA run's memory into `out` (peak_reserved, outside_allocator): the allocator's reserved peak since
-// the last step row, and what is in use beside the allocator now. Nothing on the CPU.
+// A CUDA run's memory into `out` (peak_reserved, device_memory): the allocator's reserved peak since the
+// last step row, and the device's memory now. Nothing on the CPU.
 void take_device_memory(TrainOutcome& out, const RunPosture& posture);
 // Whether the loop checkpoints, or evaluates, after `step`.
 bool checkpoint_after(const ExperimentSpec& spec, int64_t step);
