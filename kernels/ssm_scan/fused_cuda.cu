@@ -104,13 +104,21 @@ void launch_state_scan(Kernel kernel, bool backward, const char* what, const Par
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// Whether the tensor-core kernels run their kFixedShape instantiation: bf16 x at that shape.
+template <typename TX, typename TQK>
+bool runs_fixed_shape(int64_t L, int64_t P, int64_t N) {
+  return kTensorCores<TX, TQK> && is_fixed_shape(static_cast<int>(L), static_cast<int>(P), static_cast<int>(N));
+}
+
 // The states at chunk boundaries, forward (S_c) or backward (the adjoints dS_end(c)): one state scan on the
 // tensor-core path; per-chunk products then a state pass on the SIMT path.
 template <typename TX, typename TQK>
 void launch_chunk_states(bool backward, const Params& p, cudaStream_t stream) {
   if constexpr (kTensorCores<TX, TQK>) {
-    launch_state_scan(backward ? ablate_ssm_scan_bwd_state_scan<TQK> : ablate_ssm_scan_fwd_state_scan<TQK>, backward,
-                      backward ? "the backward state scan" : "the forward state scan", p, stream);
+    const bool fixed = runs_fixed_shape<TX, TQK>(p.L, p.P, p.N);
+    const auto kernel = backward ? (fixed ? ablate_ssm_scan_bwd_state_scan<TQK, true> : ablate_ssm_scan_bwd_state_scan<TQK>)
+                                 : (fixed ? ablate_ssm_scan_fwd_state_scan<TQK, true> : ablate_ssm_scan_fwd_state_scan<TQK>);
+    launch_state_scan(kernel, backward, backward ? "the backward state scan" : "the forward state scan", p, stream);
   } else {
     const size_t floats = backward ? chunk_dstate_smem_floats(p.L, p.P, p.N) : chunk_state_smem_floats(p.L, p.P, p.N);
     const char* what = backward ? "the backward chunk-state kernel" : "the forward chunk-state kernel";
@@ -200,7 +208,8 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
         using TX = typename decltype(xtag)::type;
         using TQK = typename decltype(qtag)::type;
         launch_chunk_states<TX, TQK>(/*backward=*/false, p, stream);
-        launch_chunks(ablate_ssm_scan_fwd_output<TX, TQK>,
+        launch_chunks(runs_fixed_shape<TX, TQK>(L, P, N) ? ablate_ssm_scan_fwd_output<TX, TQK, true>
+                                                        : ablate_ssm_scan_fwd_output<TX, TQK>,
                       smem_bytes<TX, TQK, OutputTc>(L, P, N, output_smem_floats(L, P, N)), "the forward output kernel",
                       p, stream);
       });
@@ -289,7 +298,8 @@ class SsmScanFunction : public torch::autograd::Function<SsmScanFunction> {
         using TQK = typename decltype(qtag)::type;
         launch_chunk_states<TX, TQK>(/*backward=*/true, p, stream);
         C10_CUDA_CHECK(cudaMemsetAsync(p.chunks_done, 0, chunks_done.nbytes(), stream));
-        launch_chunks(ablate_ssm_scan_bwd_chunk<TX, TQK>,
+        launch_chunks(runs_fixed_shape<TX, TQK>(L, P, N) ? ablate_ssm_scan_bwd_chunk<TX, TQK, true>
+                                                        : ablate_ssm_scan_bwd_chunk<TX, TQK>,
                       smem_bytes<TX, TQK, BwdChunkTc>(L, P, N, bwd_chunk_smem_floats(L, P, N)),
                       "the backward chunk kernel", p, stream);
         launch_overlapping_previous(ablate_ssm_scan_bwd_finish<TX, TQK>, finish_blocks(B, H, nC), kFinishThreads, p, stream);

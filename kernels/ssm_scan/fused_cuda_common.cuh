@@ -76,6 +76,14 @@ struct Params {
 
 __device__ __forceinline__ float sigmoid(float v) { return 1.f / (1.f + expf(-v)); }
 
+// The launch's Params with L, P, N replaced by kFixedShape's constants (a kernel the host launched at that
+// shape): every helper inlined below then reads them as constants.
+__device__ __forceinline__ Params at_fixed_shape(const Params& p) {
+  Params fixed = p;
+  fixed.L = kFixedShape.L, fixed.P = kFixedShape.P, fixed.N = kFixedShape.N;
+  return fixed;
+}
+
 __device__ __forceinline__ int64_t row_index(const Params& p, int b, int t, int h) {
   return (static_cast<int64_t>(b) * p.T + t) * p.H + h;
 }

@@ -1,6 +1,7 @@
 // kernels/ssm_scan/fused_cuda_config.cuh: every tunable and launch shape of the ssm_scan fused_cuda backend
 // (threads a block, chunk and head-dim limits, loads in flight, tile padding, the state scans' slice, the
-// finish launch's blocks, the blocks an SM the per-chunk kernels are compiled for), each with its why.
+// finish launch's blocks, the blocks an SM the per-chunk kernels are compiled for, the shape compiled with
+// constants), each with its why.
 // Part of fused_cuda.cu's one translation unit (it includes every fused_cuda_*.cuh, all names in an
 // unnamed namespace as before the split: no -rdc, kernel names unchanged for the catalog's CUPTI patterns).
 // File map, derivation, tests and timings: kernels/ssm_scan/README.md.
@@ -33,6 +34,21 @@ constexpr bool kTensorCores = std::is_same_v<TX, __nv_bfloat16>;
 // more) blocks of 8 warps on an H100, whose warps then hide each other's barrier and load latency.
 template <typename TX, typename TQK>
 constexpr int kMinBlocks = kTensorCores<TX, TQK> ? 2 : 0;  // 0: no directive (SIMT)
+
+// The shape the tensor-core kernels (both state scans, the output and backward chunk kernels) are also
+// compiled for with the chunk, head dim and state as constants (model.mamba's defaults, every named
+// configuration's M layer: chunk 64, P 64, N 128): the shared tiles' offsets, the tasks' split and the
+// loops' bounds then fold at compile time, where the general instantiation computes them at run time
+// (integer instructions were half of the backward chunk kernel's at this shape; fwd+bwd 1.92 -> 1.70 ms
+// on an H200, 2026-11-29, experiments/results/2026-11-29-h200-ssm-fixed-shape/). Any other supported
+// shape runs the general instantiation.
+struct ChunkShape {
+  int L, P, N;
+};
+constexpr ChunkShape kFixedShape{64, 64, 128};
+__host__ __device__ constexpr bool is_fixed_shape(int L, int P, int N) {
+  return L == kFixedShape.L && P == kFixedShape.P && N == kFixedShape.N;
+}
 
 // Row stride (elements) of a bf16 tile `width` (a multiple of 16) wide: width + 8, an odd number of
 // 16-byte units, so the 8 row addresses of an ldmatrix 8x8 matrix hit 8 distinct groups of 4 banks.

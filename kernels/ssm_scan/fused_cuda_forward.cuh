@@ -94,11 +94,15 @@ __device__ void output_tc(const Params& p, float* smem) {
 // The fp32-x branch (the SIMT path) is written in the kernel, not as a function of its own: as one (the
 // Params by reference) the fp32 instantiations compile to other SASS (same registers, other integer
 // scheduling; checked with cuobjdump 2026-11-27).
-template <typename TX, typename TQK>
+// kFixed: the tensor-core body at kFixedShape, its sizes constants (the host launches it only there).
+template <typename TX, typename TQK, bool kFixed = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan_fwd_output(Params p) {
   extern __shared__ float smem[];
   if constexpr (kTensorCores<TX, TQK>) {
-    output_tc<TQK>(p, smem);
+    if constexpr (kFixed)
+      output_tc<TQK>(at_fixed_shape(p), smem);
+    else
+      output_tc<TQK>(p, smem);
   } else {
     const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
     const int t0 = c * L, ldP = ld_of(P), ldN = ld_of(N), ldS = ld_of(L);
