@@ -229,7 +229,7 @@ __device__ __forceinline__ void state_scan_tc(const Params& p, float* smem) {
         float v0 = d.x, v1 = d.y;
         if (p.z) {
           const float2 zv = unpack_bf16(*reinterpret_cast<const uint32_t*>(st.zt + r * ldR + col));
-          v0 *= zv.x * __frcp_rn(1.f + __expf(-zv.x)), v1 *= zv.y * __frcp_rn(1.f + __expf(-zv.y));
+          v0 *= zv.x * sigmoid_tc(zv.x), v1 *= zv.y * sigmoid_tc(zv.y);
         }
         *reinterpret_cast<uint32_t*>(st.a + r * ldR + col) = pack_bf16(v0 * f, v1 * f);
       } else {
