@@ -501,10 +501,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan
   extern __shared__ float smem[];
   allow_dependent_launch();
   if constexpr (kTensorCores<TX, TQK>) {
-    if constexpr (kFixed)
-      bwd_chunk_tc<TQK>(at_fixed_shape(p), smem);
-    else
-      bwd_chunk_tc<TQK>(p, smem);
+    bwd_chunk_tc<TQK>(params_at_shape<kFixed>(p), smem);
   } else {
     const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
     const int t0 = c * L, ldP = ld_of(P), ldN = ld_of(N), ldS = ld_of(L);

@@ -76,12 +76,18 @@ struct Params {
 
 __device__ __forceinline__ float sigmoid(float v) { return 1.f / (1.f + expf(-v)); }
 
-// The launch's Params with L, P, N replaced by kFixedShape's constants (a kernel the host launched at that
-// shape): every helper inlined below then reads them as constants.
-__device__ __forceinline__ Params at_fixed_shape(const Params& p) {
-  Params fixed = p;
-  fixed.L = kFixedShape.L, fixed.P = kFixedShape.P, fixed.N = kFixedShape.N;
-  return fixed;
+// The Params a kernel body runs with: with kFixed (the host launched the kernel at kFixedShape) a copy
+// whose L, P, N are kFixedShape's constants, so every helper inlined below reads them as constants; else
+// the launch's own, by reference (the general instantiation's code as it was).
+template <bool kFixed>
+__device__ __forceinline__ decltype(auto) params_at_shape(const Params& p) {
+  if constexpr (kFixed) {
+    Params fixed = p;
+    fixed.L = kFixedShape.L, fixed.P = kFixedShape.P, fixed.N = kFixedShape.N;
+    return fixed;
+  } else {
+    return (p);  // const Params&
+  }
 }
 
 __device__ __forceinline__ int64_t row_index(const Params& p, int b, int t, int h) {

@@ -99,10 +99,7 @@ template <typename TX, typename TQK, bool kFixed = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<TX, TQK>) ablate_ssm_scan_fwd_output(Params p) {
   extern __shared__ float smem[];
   if constexpr (kTensorCores<TX, TQK>) {
-    if constexpr (kFixed)
-      output_tc<TQK>(at_fixed_shape(p), smem);
-    else
-      output_tc<TQK>(p, smem);
+    output_tc<TQK>(params_at_shape<kFixed>(p), smem);
   } else {
     const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, L = p.L, P = p.P, N = p.N;
     const int t0 = c * L, ldP = ld_of(P), ldN = ld_of(N), ldS = ld_of(L);

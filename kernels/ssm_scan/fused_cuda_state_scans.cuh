@@ -295,19 +295,13 @@ __device__ __forceinline__ void state_scan_tc(const Params& p, float* smem) {
 template <typename TQK, bool kFixed = false>
 __global__ void __launch_bounds__(kThreads, 2) ablate_ssm_scan_fwd_state_scan(Params p) {
   extern __shared__ float smem[];
-  if constexpr (kFixed)
-    state_scan_tc<false, TQK>(at_fixed_shape(p), smem);
-  else
-    state_scan_tc<false, TQK>(p, smem);
+  state_scan_tc<false, TQK>(params_at_shape<kFixed>(p), smem);
 }
 
 template <typename TQK, bool kFixed = false>
 __global__ void __launch_bounds__(kThreads, 2) ablate_ssm_scan_bwd_state_scan(Params p) {
   extern __shared__ float smem[];
-  if constexpr (kFixed)
-    state_scan_tc<true, TQK>(at_fixed_shape(p), smem);
-  else
-    state_scan_tc<true, TQK>(p, smem);
+  state_scan_tc<true, TQK>(params_at_shape<kFixed>(p), smem);
 }
 
 }  // namespace
