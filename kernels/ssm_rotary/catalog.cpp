@@ -8,8 +8,8 @@ namespace ablate::kernels {
 namespace {
 
 // Hopper, fp32 or bf16, and the M blocks' shapes within the kernels' limits: N <= 2048 (a thread a pair,
-// 1024 a block) and H x S <= 12288 angles a row (S = N / 4: the angle-gradient pass keeps two rows' in
-// shared memory, ~98 KB at the limit, within Hopper's 227 KB a block).
+// 1024 a block) and H x S <= 12288 angles a row (S = N / 4: the angle-gradient pass keeps a row's in 48 KB
+// of shared memory).
 std::string ssm_rotary_fused_unavailable(const DeviceInfo& dev) {
   if (auto why = availability::hopper_fp32_or_bf16(dev); !why.empty()) return why;
   if (auto why = availability::dims_at_most(dev.model.ssm_state, 2048, "model.mamba.state", "state dims", "ssm_rotary");

@@ -69,75 +69,40 @@ __device__ __forceinline__ Pair pair_from_float2(float2 v) {
   }
 }
 
-// A thread's loads for one unit of the forward (one row's next lanes * kHeadsInFlight heads): its pair of
-// b and c and its heads' angles; zeros past the last unit.
-struct ForwardLoads {
-  float2 bv, cv;
-  float angle[kHeadsInFlight];
-};
-
-// The forward's units: a row's heads in steps of lanes * kHeadsInFlight, rows outermost.
-struct ForwardUnits {
-  int64_t a_row, count;
-  int heads_a_unit;
-  __device__ __forceinline__ void locate(int64_t unit, int64_t& row, int& first_head) const {
-    row = a_row == 1 ? unit : unit / a_row;
-    first_head = static_cast<int>(unit - row * a_row) * heads_a_unit + static_cast<int>(threadIdx.y);
-  }
-};
-
-__device__ __forceinline__ ForwardLoads load_forward_unit(const float2* __restrict__ b, const float2* __restrict__ c,
-                                                          const float* __restrict__ phi, const RotaryShape& shape,
-                                                          const ForwardUnits& units, int64_t unit) {
-  ForwardLoads r{};
-  if (unit >= units.count) return r;
-  const int p = threadIdx.x, lanes = blockDim.y;
-  int64_t row;
-  int first_head;
-  units.locate(unit, row, first_head);
-  r.bv = b[row * shape.half + p];
-  r.cv = c[row * shape.half + p];
-#pragma unroll
-  for (int u = 0; u < kHeadsInFlight; ++u) {
-    const int h = first_head + u * lanes;
-    r.angle[u] = h < shape.heads && p < shape.turned ? phi[(row * shape.heads + h) * shape.turned + p] : 0.f;
-  }
-  return r;
-}
-
 // q, k [rows, H, N] (pairs of type QK: fp32 or bf16) from b, c [rows, N], biases [H, N], phi [rows, H, S]
-// in fp32; all contiguous and aligned to a pair (float2 = one fp32 pair). Each block walks its units
-// and issues the next unit's loads before it computes the current one, so their latency hides behind
-// the sincos and the stores (one unit's loads at a time left the pass ~1.6x its memory floor).
+// in fp32; all contiguous and aligned to a pair (float2 = one fp32 pair).
 template <typename QK>
 __global__ void ablate_ssm_rotary_fwd(const float2* __restrict__ b, const float2* __restrict__ c,
                                       const float2* __restrict__ b_bias, const float2* __restrict__ c_bias,
                                       const float* __restrict__ phi, QK* __restrict__ q, QK* __restrict__ k,
-                                      RotaryShape shape, ForwardUnits units) {
+                                      RotaryShape shape) {
   const int p = threadIdx.x;  // blockDim.x == half
   const int lanes = blockDim.y;
-  ForwardLoads now = load_forward_unit(b, c, phi, shape, units, blockIdx.x);
-  for (int64_t unit = blockIdx.x; unit < units.count; unit += gridDim.x) {
-    const ForwardLoads next = load_forward_unit(b, c, phi, shape, units, unit + gridDim.x);
-    int64_t row;
-    int first_head;
-    units.locate(unit, row, first_head);
+  for (int64_t row = blockIdx.x; row < shape.rows; row += gridDim.x) {
+    const float2 bv = b[row * shape.half + p], cv = c[row * shape.half + p];
+    for (int h0 = threadIdx.y; h0 < shape.heads; h0 += lanes * kHeadsInFlight) {
+      float angle[kHeadsInFlight];  // the angles of kHeadsInFlight heads loaded before any is used
 #pragma unroll
-    for (int u = 0; u < kHeadsInFlight; ++u) {
-      const int h = first_head + u * lanes;
-      if (h >= shape.heads) break;
-      float2 ku = add(now.bv, b_bias[h * shape.half + p]), qu = add(now.cv, c_bias[h * shape.half + p]);
-      const int64_t head_row = row * shape.heads + h;
-      if (p < shape.turned) {
-        float sn, cs;
-        sincosf(now.angle[u], &sn, &cs);
-        ku = turn(ku, cs, sn);
-        qu = turn(qu, cs, sn);
+      for (int u = 0; u < kHeadsInFlight; ++u) {
+        const int h = h0 + u * lanes;
+        angle[u] = h < shape.heads && p < shape.turned ? phi[(row * shape.heads + h) * shape.turned + p] : 0.f;
       }
-      k[head_row * shape.half + p] = pair_from_float2<QK>(ku);
-      q[head_row * shape.half + p] = pair_from_float2<QK>(qu);
+#pragma unroll
+      for (int u = 0; u < kHeadsInFlight; ++u) {
+        const int h = h0 + u * lanes;
+        if (h >= shape.heads) break;
+        float2 ku = add(bv, b_bias[h * shape.half + p]), qu = add(cv, c_bias[h * shape.half + p]);
+        const int64_t head_row = row * shape.heads + h;
+        if (p < shape.turned) {
+          float sn, cs;
+          sincosf(angle[u], &sn, &cs);
+          ku = turn(ku, cs, sn);
+          qu = turn(qu, cs, sn);
+        }
+        k[head_row * shape.half + p] = pair_from_float2<QK>(ku);
+        q[head_row * shape.half + p] = pair_from_float2<QK>(qu);
+      }
     }
-    now = next;
   }
 }
 
@@ -162,53 +127,12 @@ int head_groups(const RotaryShape& shape, const dim3& block) {
   return static_cast<int>(ceil_div(int64_t{shape.heads}, int64_t(block.y) * kHeadsInFlight));
 }
 
-// A thread's loads for one row of the backward: its pair of b and c, and its heads' gradients (as stored:
-// a bf16 pair is one register until it is used) and angles; zeros past the last row.
+// Dynamic shared memory: one row's per-lane sums [blockDim.y][half] for b and for c. dq or dk may be null
+// (an output without a gradient: zeros); their pairs are of type QK, like q and k. Writes d b and d c of
+// head group blockIdx.y at db_part / dc_part + blockIdx.y * rows * half, the bias partials of block
+// (blockIdx.x, its heads) at [blockIdx.x, h, p], and d Phi.
 template <typename QK>
-struct BackwardLoads {
-  float2 bv, cv;
-  QK gk[kHeadsInFlight], gq[kHeadsInFlight];
-  float angle[kHeadsInFlight];
-};
-
-template <typename QK>
-__device__ __forceinline__ BackwardLoads<QK> load_backward_row(const QK* __restrict__ dq, const QK* __restrict__ dk,
-                                                           const float2* __restrict__ b, const float2* __restrict__ c,
-                                                           const float* __restrict__ phi, const RotaryShape& shape,
-                                                           int first_head, int64_t row) {
-  BackwardLoads<QK> r;
-  r.bv = r.cv = float2{0.f, 0.f};
-#pragma unroll
-  for (int u = 0; u < kHeadsInFlight; ++u) {
-    r.gk[u] = r.gq[u] = pair_from_float2<QK>(float2{0.f, 0.f});
-    r.angle[u] = 0.f;
-  }
-  if (row >= shape.rows) return r;
-  const int p = threadIdx.x, lanes = blockDim.y, half = shape.half;
-  r.bv = b[row * half + p];
-  r.cv = c[row * half + p];
-#pragma unroll
-  for (int u = 0; u < kHeadsInFlight; ++u) {
-    const int h = first_head + u * lanes;
-    if (h >= shape.heads) break;
-    const int64_t head_row = row * shape.heads + h, at = head_row * half + p;
-    if (dk != nullptr) r.gk[u] = dk[at];
-    if (dq != nullptr) r.gq[u] = dq[at];
-    if (p < shape.turned) r.angle[u] = phi[head_row * shape.turned + p];
-  }
-  return r;
-}
-
-// Dynamic shared memory: two rows' per-lane sums [2][2][blockDim.y][half] (b, then c), a row's in the
-// half its parity picks, so one barrier a row suffices: a row's sums are written only after every
-// thread passed the barrier of the row before, which it reaches only once done reading the sums of
-// the row before that. dq or dk may be null (an output without a gradient: zeros); their pairs are of
-// type QK, like q and k. Writes d b and d c of head group blockIdx.y at db_part / dc_part + blockIdx.y *
-// rows * half, the bias partials of block (blockIdx.x, its heads) at [blockIdx.x, h, p], and d Phi.
-// Each thread issues the next row's loads before it computes the current one (one row's loads at a time
-// left the pass ~2x its memory floor), and the lane sums of d b and of d c are added by two lanes at once.
-template <typename QK>
-__global__ void __launch_bounds__(kBackwardThreads, 2)
+__global__ void __launch_bounds__(1024)
     ablate_ssm_rotary_bwd(const QK* __restrict__ dq, const QK* __restrict__ dk, const float2* __restrict__ b,
                           const float2* __restrict__ c, const float2* __restrict__ b_bias,
                           const float2* __restrict__ c_bias, const float* __restrict__ phi,
@@ -217,51 +141,63 @@ __global__ void __launch_bounds__(kBackwardThreads, 2)
   extern __shared__ float2 smem[];
   const int p = threadIdx.x, lane = threadIdx.y, lanes = blockDim.y, half = shape.half;
   const int first_head = blockIdx.y * lanes * kHeadsInFlight + lane;
+  float2* row_b = smem;
+  float2* row_c = row_b + lanes * half;
   db_part += int64_t(blockIdx.y) * shape.rows * half;
   dc_part += int64_t(blockIdx.y) * shape.rows * half;
   const float2 zero{0.f, 0.f};
   float2 bias_b[kHeadsInFlight], bias_c[kHeadsInFlight];
 #pragma unroll
   for (int u = 0; u < kHeadsInFlight; ++u) bias_b[u] = bias_c[u] = zero;
-  BackwardLoads<QK> now = load_backward_row(dq, dk, b, c, phi, shape, first_head, blockIdx.x);
-  int parity = 0;
   for (int64_t row = blockIdx.x; row < shape.rows; row += gridDim.x) {  // the same trip count in every thread
-    const BackwardLoads<QK> next = load_backward_row(dq, dk, b, c, phi, shape, first_head, row + gridDim.x);
+    const float2 bv = b[row * half + p], cv = c[row * half + p];
+    // The thread's heads' gradients and angles loaded before any is used.
+    float2 gk[kHeadsInFlight], gq[kHeadsInFlight];
+    float angle[kHeadsInFlight];
+#pragma unroll
+    for (int u = 0; u < kHeadsInFlight; ++u) {
+      const int h = first_head + u * lanes;
+      const bool in = h < shape.heads;
+      const int64_t head_row = row * shape.heads + h, at = head_row * half + p;
+      gk[u] = in && dk != nullptr ? pair_to_float2(dk[at]) : zero;
+      gq[u] = in && dq != nullptr ? pair_to_float2(dq[at]) : zero;
+      angle[u] = in && p < shape.turned ? phi[head_row * shape.turned + p] : 0.f;
+    }
     float2 sum_b = zero, sum_c = zero;
 #pragma unroll
     for (int u = 0; u < kHeadsInFlight; ++u) {
       const int h = first_head + u * lanes;
       if (h >= shape.heads) break;
-      const float2 gk = pair_to_float2(now.gk[u]), gq = pair_to_float2(now.gq[u]);
-      float2 du_k = gk, du_q = gq;  // d(b + bias), d(c + bias): Rot^T g on turned pairs, g on the rest
+      float2 du_k = gk[u], du_q = gq[u];  // d(b + bias), d(c + bias): Rot^T g on turned pairs, g on the rest
       if (p < shape.turned) {
         float sn, cs;
-        sincosf(now.angle[u], &sn, &cs);
-        const float2 kr = turn(add(now.bv, b_bias[h * half + p]), cs, sn);
-        const float2 qr = turn(add(now.cv, c_bias[h * half + p]), cs, sn);
+        sincosf(angle[u], &sn, &cs);
+        const float2 kr = turn(add(bv, b_bias[h * half + p]), cs, sn);
+        const float2 qr = turn(add(cv, c_bias[h * half + p]), cs, sn);
         // d/dPhi of (u c - v s, u s + v c) is (-(u s + v c), u c - v s) = (-k1, k0).
         dphi[(row * shape.heads + h) * shape.turned + p] =
-            (gk.y * kr.x - gk.x * kr.y) + (gq.y * qr.x - gq.x * qr.y);
-        du_k = turn(gk, cs, -sn);
-        du_q = turn(gq, cs, -sn);
+            (gk[u].y * kr.x - gk[u].x * kr.y) + (gq[u].y * qr.x - gq[u].x * qr.y);
+        du_k = turn(gk[u], cs, -sn);
+        du_q = turn(gq[u], cs, -sn);
       }
       sum_b = add(sum_b, du_k);
       sum_c = add(sum_c, du_q);
       bias_b[u] = add(bias_b[u], du_k);
       bias_c[u] = add(bias_c[u], du_q);
     }
-    float2* row_sums = smem + parity * 2 * lanes * half;  // b's lanes, then c's
-    row_sums[lane * half + p] = sum_b;
-    row_sums[(lanes + lane) * half + p] = sum_c;
+    row_b[lane * half + p] = sum_b;
+    row_c[lane * half + p] = sum_c;
     __syncthreads();
-    for (int which = lane; which < 2; which += lanes) {  // lane 0 adds up d b, lane 1 d c, in lane order
-      const float2* sums = row_sums + which * lanes * half;
-      float2 total = sums[p];
-      for (int l = 1; l < lanes; ++l) total = add(total, sums[l * half + p]);
-      (which == 0 ? db_part : dc_part)[row * half + p] = total;
+    if (lane == 0) {
+      float2 total_b = row_b[p], total_c = row_c[p];
+      for (int l = 1; l < lanes; ++l) {
+        total_b = add(total_b, row_b[l * half + p]);
+        total_c = add(total_c, row_c[l * half + p]);
+      }
+      db_part[row * half + p] = total_b;
+      dc_part[row * half + p] = total_c;
     }
-    parity ^= 1;
-    now = next;
+    __syncthreads();  // row_b / row_c are rewritten by the next row
   }
 #pragma unroll
   for (int u = 0; u < kHeadsInFlight; ++u) {
@@ -319,7 +255,6 @@ __global__ void ablate_ssm_rotary_time_chunk_sums(Source x, float* __restrict__ 
   if (!time_scan_thread(s, b, k, c)) return;
   const int64_t t_end = (k + 1) * s.chunk < s.T ? (k + 1) * s.chunk : s.T;
   float sum = 0.f;
-#pragma unroll 4  // the loads of four steps in flight together; the sum stays in time order
   for (int64_t t = k * s.chunk; t < t_end; ++t) sum += x(s, b, t, c);
   sums[(b * s.chunks + k) * s.C + c] = sum;
 }
@@ -336,7 +271,6 @@ __global__ void ablate_ssm_rotary_time_scan(Source x, const float* __restrict__ 
     for (int64_t j = 0; j < k; ++j) run += sums[(b * s.chunks + j) * s.C + c];
   }
   const int64_t t_begin = k * s.chunk, t_end = (k + 1) * s.chunk < s.T ? (k + 1) * s.chunk : s.T;
-#pragma unroll 4  // as in the chunk sums
   for (int64_t n = 0; n < t_end - t_begin; ++n) {
     const int64_t t = kReverse ? t_end - 1 - n : t_begin + n;
     run += x(s, b, t, c);
@@ -346,104 +280,35 @@ __global__ void ablate_ssm_rotary_time_scan(Source x, const float* __restrict__ 
 
 // The angle steps' gradients from theirs, dsteps [B, T, H, S]: d delta[b,t,h] = pi sum_s dsteps
 // tanh(theta)[b,t,s] and d tanh(theta)[b,t,s] = sum_h dsteps delta[b,t,h] pi, one block per row (b, t),
-// each sum in a fixed order. (Autograd's form: two broadcast products of [B,T,H,S] and two reductions of
-// them, ~0.35 ms an M layer at nam56r-small.) A row is staged in shared memory with its tanh(theta) and
-// delta pi: its H x S gradients in lines S + 1 floats apart (the d delta sums read down a column, thread
-// h at h * stride + s, and with a stride of S = 64 all 32 lanes of a warp hit one bank: 109 us an M layer
-// on the H100 before 5a7a8d2, 2026-11-26, experiments/results/2026-11-26-h100-cudnn/), then S, then H
-// floats. Two rows' stages, by parity: a thread loads its kAngleStageLoads elements of the next row into
-// registers before it sums the current one, and stores them after, so one barrier a row suffices and the
-// loads' latency hides behind the sums; the H sums of d delta and the S of d tanh run on different
-// threads at once.
-constexpr int kAngleStageLoads = 8;
-
-struct AngleRow {
-  int H, S;
-  __device__ __forceinline__ int stride() const { return S + 1; }
-  __device__ __forceinline__ int elements() const { return H * S + S + H; }  // what a row stages
-  __device__ __forceinline__ int stage_floats() const { return H * stride() + S + H; }
-};
-
-// Element i of row `row`'s stage (gradients, then tanh(theta), then delta pi); 0 past the last row.
-__device__ __forceinline__ float angle_row_element(const float* __restrict__ dsteps, const float* __restrict__ delta,
-                                                   const float* __restrict__ tanh_theta, const AngleRow& a,
-                                                   int64_t rows, int64_t row, int i) {
-  if (row >= rows) return 0.f;
-  const int grads = a.H * a.S;
-  if (i < grads) return dsteps[row * grads + i];
-  if (i < grads + a.S) return tanh_theta[row * a.S + (i - grads)];
-  return __fmul_rn(delta[row * a.H + (i - grads - a.S)], kPi);
-}
-__device__ __forceinline__ void put_angle_row_element(float* stage, const AngleRow& a, int i, float v) {
-  const int grads = a.H * a.S;
-  if (i < grads) {
-    const int h = i / a.S;
-    stage[h * a.stride() + (i - h * a.S)] = v;
-  } else {
-    stage[a.H * a.stride() + (i - grads)] = v;
-  }
-}
-
+// the row staged in shared memory, each sum in a fixed order. (Autograd's form: two broadcast products
+// of [B,T,H,S] and two reductions of them, ~0.35 ms an M layer at nam56r-small.) The staged row's lines
+// are S + 1 floats apart: the d delta sums read down a column (thread h at h * stride + s), and with a
+// stride of S = 64 all 32 lanes of a warp hit one bank (109 us an M layer on the H100 before 5a7a8d2,
+// 2026-11-26, experiments/results/2026-11-26-h100-cudnn/).
 __global__ void ablate_ssm_rotary_angle_grads(const float* __restrict__ dsteps, const float* __restrict__ delta,
                                               const float* __restrict__ tanh_theta, float* __restrict__ ddelta,
                                               float* __restrict__ dtanh, int64_t rows, int H, int S) {
-  extern __shared__ float stages[];  // [2][H * (S + 1) + S + H]
-  const AngleRow a{H, S};
-  const int n = a.elements(), stage_floats = a.stage_floats(), ahead_span = kAngleStageLoads * blockDim.x;
-  // Stages row `row` into `stage`: the first ahead_span elements from `ahead`, the rest (rows wider than
-  // the block's registers hold) read here.
-  const auto finish_stage = [&](float* stage, int64_t row, const float (&ahead)[kAngleStageLoads]) {
-#pragma unroll
-    for (int j = 0; j < kAngleStageLoads; ++j) {
-      const int i = threadIdx.x + j * blockDim.x;
-      if (i < n) put_angle_row_element(stage, a, i, ahead[j]);
-    }
-    for (int i = ahead_span + threadIdx.x; i < n; i += blockDim.x)
-      put_angle_row_element(stage, a, i, angle_row_element(dsteps, delta, tanh_theta, a, rows, row, i));
-  };
-  const auto load_ahead = [&](int64_t row, float (&ahead)[kAngleStageLoads]) {
-#pragma unroll
-    for (int j = 0; j < kAngleStageLoads; ++j) {
-      const int i = threadIdx.x + j * blockDim.x;
-      ahead[j] = i < n ? angle_row_element(dsteps, delta, tanh_theta, a, rows, row, i) : 0.f;
-    }
-  };
-  float ahead[kAngleStageLoads];
-  load_ahead(blockIdx.x, ahead);
-  finish_stage(stages, blockIdx.x, ahead);
-  __syncthreads();
-  int parity = 0;
+  extern __shared__ float row_grads[];  // [H][S + 1]
+  const int stride = S + 1;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const float* g = stages + parity * stage_floats;
-    const float* tanh_row = g + H * a.stride();
-    const float* delta_pi = tanh_row + S;
-    const int64_t next = row + gridDim.x;
-    if (next < rows) load_ahead(next, ahead);
-    for (int i = threadIdx.x; i < H + S; i += blockDim.x) {
-      if (i < H) {
-        float sum = 0.f;
-        for (int s = 0; s < S; ++s) sum = fmaf(g[i * a.stride() + s], tanh_row[s], sum);
-        ddelta[row * H + i] = sum * kPi;
-      } else {
-        const int s = i - H;
-        float sum = 0.f;
-        for (int h = 0; h < H; ++h) sum = fmaf(g[h * a.stride() + s], delta_pi[h], sum);
-        dtanh[row * S + s] = sum;
-      }
+    const float* g = dsteps + row * H * S;
+    for (int i = threadIdx.x; i < H * S; i += blockDim.x) {
+      const int h = i / S;
+      row_grads[h * stride + (i - h * S)] = g[i];
     }
-    if (next < rows) finish_stage(stages + (parity ^ 1) * stage_floats, next, ahead);
     __syncthreads();
-    parity ^= 1;
+    for (int h = threadIdx.x; h < H; h += blockDim.x) {
+      float sum = 0.f;
+      for (int s = 0; s < S; ++s) sum = fmaf(row_grads[h * stride + s], tanh_theta[row * S + s], sum);
+      ddelta[row * H + h] = sum * kPi;
+    }
+    for (int s = threadIdx.x; s < S; s += blockDim.x) {
+      float sum = 0.f;
+      for (int h = 0; h < H; ++h) sum = fmaf(row_grads[h * stride + s], __fmul_rn(delta[row * H + h], kPi), sum);
+      dtanh[row * S + s] = sum;
+    }
+    __syncthreads();
   }
-}
-
-// Raises the angle-gradient pass's dynamic shared memory to `bytes` (above 48 KB needs the opt-in); false,
-// changing nothing, when the device allows less.
-bool allow_angle_grads_smem(size_t bytes) {
-  if (bytes > static_cast<size_t>(at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin)) return false;
-  C10_CUDA_CHECK(cudaFuncSetAttribute(ablate_ssm_rotary_angle_grads, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(bytes)));
-  return true;
 }
 
 // Chunks of at least 32 steps, at most 64 of them (pass 2's serial prefix), and enough threads to
@@ -500,17 +365,11 @@ class AngleScanFunction : public torch::autograd::Function<AngleScanFunction> {
     Tensor ddelta = torch::empty_like(delta), dtanh = torch::empty_like(tanh_theta);
     const int64_t rows = B * T;
     if (rows > 0 && H * S > 0) {
-      // Two rows' stages (see the kernel); enough threads that the registers stage a whole row where
-      // 1024 do.
-      const size_t smem = sizeof(float) * 2 * static_cast<size_t>(H * (S + 1) + S + H);
-      TORCH_CHECK(allow_angle_grads_smem(smem), "ssm_rotary fused_cuda: H x S = ", H,
-                  " x ", S, " angles need ", smem, " bytes of shared memory (two rows), more than this device allows; "
-                  "use backend ssm_rotary = \"reference\"");
-      const int64_t elements = H * S + S + H;
-      const auto threads = static_cast<unsigned>(
-          std::clamp<int64_t>(ceil_div(ceil_div(elements, kAngleStageLoads), 32) * 32, 64, 1024));
+      const size_t smem = sizeof(float) * static_cast<size_t>(H * (S + 1));
+      TORCH_CHECK(smem <= 48 * 1024, "ssm_rotary fused_cuda: H x S = ", H, " x ", S,
+                  " angles a row need more than 48 KB of shared memory; use backend ssm_rotary = \"reference\"");
       const auto grid = static_cast<unsigned>(std::min<int64_t>(rows, int64_t(sm_count()) * 16));
-      ablate_ssm_rotary_angle_grads<<<grid, threads, smem, at::cuda::getCurrentCUDAStream()>>>(
+      ablate_ssm_rotary_angle_grads<<<grid, 128, smem, at::cuda::getCurrentCUDAStream()>>>(
           dsteps.data_ptr<float>(), delta.data_ptr<float>(), tanh_theta.data_ptr<float>(), ddelta.data_ptr<float>(),
           dtanh.data_ptr<float>(), rows, static_cast<int>(H), static_cast<int>(S));
       C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -522,7 +381,7 @@ class AngleScanFunction : public torch::autograd::Function<AngleScanFunction> {
 };
 
 size_t backward_smem_bytes(const RotaryShape& shape, const dim3& block) {
-  return sizeof(float2) * static_cast<size_t>(shape.half) * 2 * block.y * 2;  // b and c, two rows
+  return sizeof(float2) * static_cast<size_t>(shape.half) * 2 * block.y;
 }
 
 // Blocks along the rows: every group's blocks resident at once (one wave; each walks its rows).
@@ -578,15 +437,12 @@ class SsmRotaryFunction : public torch::autograd::Function<SsmRotaryFunction> {
     Tensor q = torch::empty({B, T, H, N}, qk_options), k = torch::empty({B, T, H, N}, qk_options);
     if (shape.rows > 0 && H > 0) {
       const dim3 block = block_for(shape, kForwardThreads);
-      const int heads_a_unit = static_cast<int>(block.y) * kHeadsInFlight;
-      const int64_t units_a_row = ceil_div(H, heads_a_unit);
-      const ForwardUnits units{units_a_row, shape.rows * units_a_row, heads_a_unit};
-      const auto grid = static_cast<unsigned>(std::min<int64_t>(units.count, int64_t(sm_count()) * 16));
+      const auto grid = static_cast<unsigned>(std::min<int64_t>(shape.rows, int64_t(sm_count()) * 16));
       with_pair_type(qk_dtype, [&](auto pair) {
         using QK = decltype(pair);
         ablate_ssm_rotary_fwd<QK><<<grid, block, 0, at::cuda::getCurrentCUDAStream()>>>(
             as<float2>(b), as<float2>(c), as<float2>(b_bias), as<float2>(c_bias), phi.data_ptr<float>(),
-            as_mut<QK>(q), as_mut<QK>(k), shape, units);
+            as_mut<QK>(q), as_mut<QK>(k), shape);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
     }

@@ -554,10 +554,9 @@ const std::vector<ParityCase>& parity_cases() {
       // partly filled, and nam56r-large's 128 heads (four groups) with q, k in bf16.
       ssm_rotary_case(2, 24, 40, 128, 32, true),
       ssm_rotary_case(1, 16, 128, 128, 32, false, true),
-      // More rows than the forward's and the angle gradients' grids (16 blocks an SM): blocks walk several
-      // rows, each loading the next ahead. 260 heads at S 32: the angle-gradient pass stages more of a row
-      // than its threads' registers carry (H S + S + H > 8 x 1024) and takes more than the default 48 KB
-      // of shared memory (two rows); the forward walks 17 units a row.
+      // More rows than the forward's and the angle gradients' grids (16 blocks an SM on 132 SMs): blocks
+      // walk several rows. 260 heads at S 32: 34 KB of shared memory a row in the angle-gradient pass,
+      // 17 head steps a row in the forward, 9 head groups in the backward.
       ssm_rotary_case(2, 1100, 3, 16, 4, true, true),
       ssm_rotary_case(1, 5, 260, 128, 32, true),
       // ssm_scan: P and N multiples of 16 (the fused kernel's contract), T not a multiple of the chunk,
