@@ -1,6 +1,6 @@
 // kernels/cuda_common.cuh: what the fused CUDA backends (kernels/<seam>/fused_cuda.cu) share: fp32 <-> storage-type
-// conversion, 16-byte vector loads/stores into fp32 registers, cp.async copies, the warp sum, and host helpers
-// (dtype dispatch, alignment, grid sizing). Included only by .cu files, under __CUDACC__.
+// conversion, 16-byte vector loads/stores into fp32 registers, cp.async copies, sigmoid, the warp sum, and host
+// helpers (dtype dispatch, alignment, grid sizing, the dynamic shared-memory opt-in). Included only by .cu files, under __CUDACC__.
 #pragma once
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
@@ -74,6 +74,10 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool fill
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
+// The logistic function in IEEE fp32 (expf, an exact division): what the reference's torch.sigmoid computes
+// to within rounding. Paths that trade an ulp for speed name their own (ssm_scan's sigmoid_tc).
+__device__ __forceinline__ float sigmoid(float v) { return 1.f / (1.f + expf(-v)); }
+
 // Sum over the 32 lanes, every lane gets the total (butterfly: the same order on every lane).
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {
@@ -106,6 +110,17 @@ inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 inline int sm_count() { return at::cuda::getCurrentDeviceProperties()->multiProcessorCount; }
+
+// Lets `kernel` launch with `bytes` of dynamic shared memory (above the default 48 KB needs this opt-in),
+// after checking the device's opt-in limit: past it the launch would fail with a bare "invalid argument",
+// so the error says which kernel at which shape needed how much; `context...` names the kernel and the
+// shape (and the way out), streamed into the message in order.
+template <class Kernel, class... Context>
+void allow_dynamic_smem(Kernel kernel, size_t bytes, const Context&... context) {
+  const size_t limit = at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin;
+  TORCH_CHECK(bytes <= limit, context..., ": needs ", bytes, " bytes of shared memory a block; this device allows ", limit);
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
 
 // The tensors a fused kernel is given: on one CUDA device, contiguous (a no-op when they already are).
 inline torch::Tensor on_device(const torch::Tensor& t, const torch::Tensor& like, const char* what) {

@@ -31,8 +31,6 @@ using torch::Tensor;
 
 constexpr int kWarps = 8;  // rows in flight per block
 
-__device__ __forceinline__ float sigmoid(float v) { return 1.f / (1.f + expf(-v)); }
-
 // Grid-stride over rows, one warp a row.
 __device__ __forceinline__ int64_t first_row() { return int64_t(blockIdx.x) * kWarps + threadIdx.y; }
 __device__ __forceinline__ int64_t row_stride() { return int64_t(gridDim.x) * kWarps; }

@@ -348,8 +348,7 @@ class MoeRouterFunction : public torch::autograd::Function<MoeRouterFunction> {
         constexpr int kCols = 64 / EMAX;
         constexpr int kSmem = kWarps * EMAX * 32 * kCols * static_cast<int>(sizeof(float));  // 64 KB
         static const bool attribute_set = [] {
-          C10_CUDA_CHECK(cudaFuncSetAttribute(ablate_moe_router_bwd_dw<TX, EMAX>,
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+          allow_dynamic_smem(ablate_moe_router_bwd_dw<TX, EMAX>, kSmem, "moe_router fused_cuda: the weight-gradient kernel");
           return true;
         }();
         (void)attribute_set;

@@ -542,7 +542,7 @@ bool rows_in_pieces(const Tensor& t) { return aligned16(t.data_ptr()) && t.size(
 // Dynamic shared memory of a chained launch (its tiles), allowed above the default 48 KB where needed.
 template <class Kernel>
 size_t allow_tiles(Kernel kernel, size_t bytes) {
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  allow_dynamic_smem(kernel, bytes, "recurrent_scan fused_cuda: the chained scan's tiles");
   return bytes;
 }
 

@@ -23,14 +23,11 @@ namespace {
 
 using torch::Tensor;
 
-// Raises a kernel's dynamic shared-memory limit to `bytes` and checks that the device allows it.
+// Raises a kernel's dynamic shared-memory limit to `bytes` where the device allows it.
 template <class Kernel>
 void allow_smem(Kernel kernel, size_t bytes, const char* what, const Params& p) {
-  const size_t limit = at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin;
-  TORCH_CHECK(bytes <= limit, "ssm_scan fused_cuda: ", what, " needs ", bytes, " bytes of shared memory at chunk ",
-              p.L, ", P ", p.P, ", N ", p.N, "; this device allows ", limit,
-              ". Use a smaller chunk (16, 32 or 48) or the reference backend.");
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  allow_dynamic_smem(kernel, bytes, "ssm_scan fused_cuda: ", what, " at chunk ", p.L, ", P ", p.P, ", N ", p.N,
+                     " (use a smaller chunk, 16, 32 or 48, or the reference backend)");
 }
 
 // Shared-memory bytes of a per-chunk kernel: its tensor-core layout (TcLayout, measured by a Carve from

@@ -74,8 +74,6 @@ struct Params {
   float *dx_prev, *dk_prev;                // [B,H,P], [B,H,N] or null
 };
 
-__device__ __forceinline__ float sigmoid(float v) { return 1.f / (1.f + expf(-v)); }
-
 // The Params a kernel body runs with: with kFixed (the host launched the kernel at kFixedShape) a copy
 // whose L, P, N are kFixedShape's constants, so every helper inlined below reads them as constants; else
 // the launch's own, by reference (the general instantiation's code as it was).

@@ -86,13 +86,14 @@ __device__ __forceinline__ void load_block(uint32_t (&f)[4], const Operand& o, i
   // The tile's shared address once (loop-invariant where the caller loops), then 32-bit offsets: 64-bit
   // pointer arithmetic and a conversion per fragment were 4 % of the backward chunk kernel's instructions.
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(o.base));
+  constexpr uint32_t kBytes = sizeof(bf16);
   if (o.k_major) {
-    const uint32_t addr = base + 2u * static_cast<uint32_t>((r0 + r_off + row) * o.ld + k0 + k_off);
+    const uint32_t addr = base + kBytes * static_cast<uint32_t>((r0 + r_off + row) * o.ld + k0 + k_off);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3])
                  : "r"(addr));
   } else {
-    const uint32_t addr = base + 2u * static_cast<uint32_t>((k0 + k_off + row) * o.ld + r0 + r_off);
+    const uint32_t addr = base + kBytes * static_cast<uint32_t>((k0 + k_off + row) * o.ld + r0 + r_off);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3])
                  : "r"(addr));

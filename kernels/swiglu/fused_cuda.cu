@@ -19,8 +19,6 @@ namespace {
 
 using torch::Tensor;
 
-__device__ __forceinline__ float sigmoid(float v) { return 1.f / (1.f + expf(-v)); }
-
 // Grid-stride over groups of VEC elements.
 template <typename T, int VEC>
 __global__ void ablate_swiglu_fwd(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out,
