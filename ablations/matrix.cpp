@@ -78,7 +78,7 @@ class Parser {
  public:
   explicit Parser(std::string source) : source_(std::move(source)) {}
 
-  MatrixSpec parse(const std::string& text, std::optional<int64_t> repeats) {
+  MatrixSpec parse(const std::string& text, const MatrixOverrides& overrides) {
     MatrixSpec m;
     m.source_path = source_;
     auto result = toml::parse(std::string_view(text), std::string_view(source_));
@@ -103,9 +103,10 @@ class Parser {
     if (auto* t = root["set"].as_table()) collect(*t, "", fixed_nodes_);
     read_axes(m);
     read_fixed(m);
-    if (repeats) {
-      if (*repeats < 1) issues_.push_back({"--repeats", "expected at least 1"});
-      m.repeats = *repeats;
+    apply_command_line(overrides, m);
+    if (overrides.repeats) {
+      if (*overrides.repeats < 1) issues_.push_back({"--repeats", "expected at least 1"});
+      m.repeats = *overrides.repeats;
     }
     check_conflicts(m);
     if (!issues_.empty()) throw SpecError(issues_);
@@ -239,6 +240,99 @@ class Parser {
     }
   }
 
+  // The command line's --name, --axis and --set (MatrixOverrides), each checked as the file's own keys are;
+  // an error points at the argument ("--set KEY=VALUE").
+  void apply_command_line(const MatrixOverrides& ov, MatrixSpec& m) {
+    if (ov.name) {
+      if (ov.name->empty()) {
+        issues_.push_back({"--name", "expected a non-empty matrix name"});
+      } else {
+        m.name = *ov.name;
+        m.command_line.push_back("--name " + *ov.name);
+      }
+    }
+    std::set<std::string> given;  // each key once on the command line
+    auto split = [&](const std::string& arg, const std::string& where) -> std::optional<std::pair<std::string, std::string>> {
+      const size_t eq = arg.find('=');
+      const std::string key = arg.substr(0, eq);
+      if (eq == std::string::npos || !valid_key(key)) {
+        issues_.push_back({where, "expected section.key=VALUE (for example train.steps=20)"});
+        return std::nullopt;
+      }
+      if (!given.insert(key).second) {
+        issues_.push_back({where, fmt::format("'{}' is given twice on the command line: give each key once", key)});
+        return std::nullopt;
+      }
+      return std::pair(key, arg.substr(eq + 1));
+    };
+    for (const auto& arg : ov.axes) {
+      const std::string where = "--axis " + arg;
+      const auto kv = split(arg, where);
+      if (!kv) continue;
+      const auto& [key, text] = *kv;
+      const auto value = parse_value(text);
+      const toml::array* array = value ? value->get("v")->as_array() : nullptr;
+      if (!array || array->empty()) {
+        issues_.push_back({where, fmt::format("expected a non-empty TOML array of values, for example {}=[1, 2] or {}='[\"a\", \"b\"]'", key, key)});
+        continue;
+      }
+      Axis axis{key, {}};
+      std::set<std::string> seen;
+      for (const auto& el : *array) {
+        const auto lit = literal(el, false);
+        if (!lit || !seen.insert(*lit).second) {
+          issues_.push_back({where, lit ? fmt::format("duplicate value {}", *lit)
+                                        : fmt::format("values must be strings, numbers or booleans, got {}", type_name(el))});
+          axis.values.clear();
+          break;
+        }
+        axis.values.push_back({key, *lit, el.is_string() ? *el.value<std::string>() : *lit, where});
+      }
+      if (axis.values.empty()) continue;
+      m.command_line.push_back(where);
+      std::erase_if(m.fixed, [&](const Override& o) { return o.key == key; });
+      const auto it = std::find_if(m.axes.begin(), m.axes.end(), [&](const Axis& a) { return a.key == key; });
+      if (it != m.axes.end())
+        it->values = std::move(axis.values);
+      else
+        m.axes.push_back(std::move(axis));
+    }
+    for (const auto& arg : ov.set) {
+      const std::string where = "--set " + arg;
+      const auto kv = split(arg, where);
+      if (!kv) continue;
+      const auto& [key, text] = *kv;
+      if (const auto axis = std::find_if(m.axes.begin(), m.axes.end(), [&](const Axis& a) { return a.key == key; }); axis != m.axes.end()) {
+        issues_.push_back({where, fmt::format("'{}' is an axis of this matrix (declared at {}): --set cannot fix it; run one value "
+                                              "with --axis '{}=[VALUE]'", key, axis->values.front().where, key)});
+        continue;
+      }
+      std::string lit = quote(text);  // not one TOML value: a string, as `ablate run --set` reads it
+      if (const auto value = parse_value(text)) {
+        const auto parsed = literal(*value->get("v"), true);
+        if (!parsed) {
+          issues_.push_back({where, fmt::format("expected a string, number, boolean or array of them, got {}", type_name(*value->get("v")))});
+          continue;
+        }
+        lit = *parsed;
+      }
+      m.command_line.push_back(where);
+      const Override o{key, lit, lit, where};
+      const auto it = std::find_if(m.fixed.begin(), m.fixed.end(), [&](const Override& f) { return f.key == key; });
+      if (it != m.fixed.end())
+        *it = o;
+      else
+        m.fixed.push_back(o);
+    }
+  }
+
+  // "v = VALUE" as TOML: a table with that one value, or nullopt when VALUE is not one TOML value.
+  static std::optional<toml::table> parse_value(const std::string& value) {
+    auto parsed = toml::parse(std::string_view("v = " + value), std::string_view("command line"));
+    if (!parsed || parsed.table().size() != 1) return std::nullopt;
+    return std::move(parsed).table();
+  }
+
   // A key set in two places would silently let one win; a seed list with a seed override likewise.
   void check_conflicts(const MatrixSpec& m) {
     std::map<std::string, std::string> first;  // key -> where it was declared
@@ -282,12 +376,12 @@ std::string cell_name(const std::vector<Override>& overrides) {
 
 std::string_view to_string(Mode mode) { return mode == Mode::factorial ? "factorial" : "one-at-a-time"; }
 
-MatrixSpec parse_matrix_string(const std::string& text, const std::string& source_path, std::optional<int64_t> repeats) {
-  return Parser(source_path).parse(text, repeats);
+MatrixSpec parse_matrix_string(const std::string& text, const std::string& source_path, const MatrixOverrides& overrides) {
+  return Parser(source_path).parse(text, overrides);
 }
 
-MatrixSpec parse_matrix_file(const std::string& path, std::optional<int64_t> repeats) {
-  return parse_matrix_string(read_file(path), path, repeats);
+MatrixSpec parse_matrix_file(const std::string& path, const MatrixOverrides& overrides) {
+  return parse_matrix_string(read_file(path), path, overrides);
 }
 
 std::vector<Cell> expand(const MatrixSpec& spec) {
@@ -326,8 +420,8 @@ std::vector<Override> run_overrides(const MatrixSpec& spec, const Cell& cell, in
   return all;
 }
 
-Matrix load_matrix(const std::string& path, std::optional<int64_t> repeats) {
-  Matrix m{parse_matrix_file(path, repeats), {}};
+Matrix load_matrix(const std::string& path, const MatrixOverrides& overrides) {
+  Matrix m{parse_matrix_file(path, overrides), {}};
   m.cells = expand(m.spec);
   std::vector<SpecIssue> issues;
   std::set<std::pair<std::string, std::string>> seen;  // one report per problem, not one per cell
@@ -383,6 +477,7 @@ nlohmann::json identity_json(const Matrix& matrix) {
   j["cells"] = nlohmann::json::array();
   for (const auto& c : matrix.cells)
     j["cells"].push_back({{"name", c.name}, {"set", set_args(c.overrides)}, {"spec_hash", c.spec_hash}});
+  if (!s.command_line.empty()) j["command_line"] = s.command_line;  // absent for the file as it is: its identity unchanged
   return j;
 }
 
@@ -390,6 +485,7 @@ std::string describe(const Matrix& matrix) {
   const MatrixSpec& s = matrix.spec;
   std::string out = fmt::format("matrix {} ({}), base {}, {} cells x {} repeats = {} runs\n", s.name, to_string(s.mode),
                                 s.base_path, matrix.cells.size(), s.repeats, matrix.cells.size() * s.repeats);
+  if (!s.command_line.empty()) out += fmt::format("changed on the command line: {}\n", fmt::join(s.command_line, " "));
   if (!s.fixed.empty()) out += fmt::format("every cell: --set {}\n", fmt::join(set_args(s.fixed), " --set "));
   if (!s.seeds.empty()) {
     std::vector<std::string> seeds;

@@ -13,6 +13,10 @@
 //
 // Every cell is validated against the base spec up front (parse_spec_file with its overrides), so a
 // bad matrix fails before anything runs; errors are SpecError (exit 2) pointing into the matrix file.
+//
+// The command line may change a file's matrix without copying it (MatrixOverrides: `--set`, `--axis`,
+// `--name`), e.g. a 4-GPU matrix run on 2 GPUs; those changes are part of the matrix's identity, so its
+// runs never pool with the file's own.
 // Tests: tests/ablations/matrix_test.cpp (ablations_tests).
 #pragma once
 #include <cstdint>
@@ -43,6 +47,19 @@ struct Axis {
   std::vector<Override> values;  // values[0] is the baseline
 };
 
+// What `ablate matrix expand|run` changes in a matrix file, from the command line. Each entry is applied
+// as written ("--set KEY=VALUE"), fails closed like the file's own keys, and is recorded.
+struct MatrixOverrides {
+  std::optional<int64_t> repeats;  // [matrix].repeats (not part of the identity: more repeats extend a matrix)
+  std::optional<std::string> name;  // [matrix].name: the name the store and `--matrix NAME` know it by
+  // "section.key=VALUE" (VALUE a TOML literal; a bare word is a string, as in `ablate run --set`): replaces
+  // that key of [set] or adds it. A key an axis varies is an error (fix it with a one-value --axis).
+  std::vector<std::string> set;
+  // "section.key=[V1, V2, ...]": replaces that axis's values (first = baseline) or adds an axis; a key the
+  // file fixes in [set] becomes this axis.
+  std::vector<std::string> axes;
+};
+
 struct MatrixSpec {
   std::string name;
   std::string source_path;  // the matrix file
@@ -52,7 +69,10 @@ struct MatrixSpec {
   int64_t repeats = 3;
   std::vector<Override> seeds;  // experiment.seed per repeat; empty: the base spec's seed every time
   std::vector<Axis> axes;       // in file order
-  std::vector<Override> fixed;  // [set], in file order
+  std::vector<Override> fixed;  // [set], in file order (a command-line --set replaces in place or appends)
+  // The command line's changes as given ("--name N", "--axis K=[...]", "--set K=V"; repeats left out),
+  // in that order: stored in the identity and printed by describe(). Empty for the file as it is.
+  std::vector<std::string> command_line;
 };
 
 struct Cell {
@@ -74,11 +94,11 @@ struct Matrix {
   std::vector<Cell> cells;
 };
 
-// Parses and checks a matrix file (keys, types, conflicts) without touching the base spec.
-// `repeats` overrides [matrix].repeats. Throws spec::SpecError.
-MatrixSpec parse_matrix_file(const std::string& path, std::optional<int64_t> repeats = std::nullopt);
+// Parses and checks a matrix file (keys, types, conflicts) without touching the base spec, with the
+// command line's changes applied. Throws spec::SpecError.
+MatrixSpec parse_matrix_file(const std::string& path, const MatrixOverrides& overrides = {});
 MatrixSpec parse_matrix_string(const std::string& text, const std::string& source_path,
-                               std::optional<int64_t> repeats = std::nullopt);
+                               const MatrixOverrides& overrides = {});
 
 // one-at-a-time: the baseline, then per axis each non-baseline value; factorial: the cartesian
 // product (last axis varies fastest). Names are unique.
@@ -86,7 +106,7 @@ std::vector<Cell> expand(const MatrixSpec& spec);
 
 // parse_matrix_file + expand + every (cell, seed) validated against the base spec and hashed.
 // Throws spec::SpecError listing every problem of every cell.
-Matrix load_matrix(const std::string& path, std::optional<int64_t> repeats = std::nullopt);
+Matrix load_matrix(const std::string& path, const MatrixOverrides& overrides = {});
 
 // The overrides one run passes to `ablate run`: [set], then the cell's axis values, then the seed.
 std::vector<Override> run_overrides(const MatrixSpec& spec, const Cell& cell, int64_t repeat);
@@ -95,9 +115,9 @@ std::vector<Override> run_overrides(const MatrixSpec& spec, const Cell& cell, in
 // over all cells instead of biasing the ones that ran last.
 std::vector<Slot> run_order(const Matrix& matrix);
 
-// The matrix's identity in the store (matrices.spec_json): base, mode, seeds, [set], axes and every
-// cell with its overrides and spec hash. Repeats are left out on purpose: running more repeats later
-// extends the same matrix instead of starting a new one.
+// The matrix's identity in the store (matrices.spec_json): base, mode, seeds, [set], axes, every cell
+// with its overrides and spec hash, and the command line's changes when there are any. Repeats are left
+// out on purpose: running more repeats later extends the same matrix instead of starting a new one.
 nlohmann::json identity_json(const Matrix& matrix);
 
 // Human-readable listing for `ablate matrix expand`: the cells, then the run order.

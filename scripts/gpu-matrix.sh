@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# scripts/gpu-matrix.sh OUT MATRIX [--gpus 0,1]: runs (or resumes) an ablation matrix on the GPU
+# scripts/gpu-matrix.sh OUT MATRIX [--gpus 0,1] [--repeats N --set K=V --axis K=[..] --name NAME]: runs
+# (or resumes) an ablation matrix, as its file says or changed by `matrix run`'s options, on the GPU
 # machine into receipts-gpu.db at the repository root (ignored, so it stays between calls while the
 # machine is warm: a matrix longer than one call's limit resumes in the next), then writes its report
 # (OUT/report.tgz: Markdown, HTML, JSON, SVGs), its gate verdicts (OUT/gate.txt) and a copy of the
@@ -21,7 +22,15 @@ ensure_gpu_build || exit 2
 source scripts/gpu-env.sh
 export ABLATE_DB="$PWD/receipts-gpu.db"
 echo "== git revision for receipts: ${ABLATE_GIT_REVISION:-not set: git here, which is stale (see scripts/gpu-check.sh)}"
+# The matrix's name in the store: the file's, or the one --name gives (a variant run from the command line).
 name=$(sed -n 's/^name *= *"\(.*\)"/\1/p' "$MATRIX" | head -1)
+args=("$@")
+for i in "${!args[@]}"; do
+  case ${args[i]} in
+    --name) name=${args[i + 1]:-$name} ;;
+    --name=*) name=${args[i]#--name=} ;;
+  esac
+done
 timeout -s TERM "${MATRIX_TIMEOUT:-100000}" $BUILD/ablate matrix run "$MATRIX" --logs "$OUT/matrix-logs" "$@" 2>&1 \
   | tee "$OUT/matrix.log"
 echo "== matrix run: rc ${PIPESTATUS[0]}"

@@ -1,6 +1,7 @@
 // harness/cli/matrix_command.cpp: `ablate matrix expand FILE` (cells and run order of an ablation matrix) and
 // `ablate matrix run FILE [--gpus 0,1] [--repeats N] [--dry-run] [--logs DIR]` (every (cell, repeat)
-// as a child `ablate run`, resumable). The matrix logic lives in ablations/; this file is options and
+// as a child `ablate run`, resumable); both take changes to the file from the command line (`--set
+// KEY=VALUE`, `--axis KEY=[V1,V2]`, `--name NAME`: ablations::MatrixOverrides). The matrix logic lives in ablations/; this file is options and
 // printing. Tests: tests/ablations/matrix_cli_test.cpp.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -28,7 +29,28 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
-std::optional<int64_t> repeats_option(int64_t repeats) { return repeats > 0 ? std::optional<int64_t>(repeats) : std::nullopt; }
+// The options both subcommands take to change the file; overrides() reads what was given.
+struct OverrideOptions {
+  int64_t repeats = 0;  // 0: the file's [matrix].repeats
+  std::string name;
+  CLI::Option* name_option = nullptr;
+  std::vector<std::string> set, axes;
+
+  void add_to(CLI::App* cmd) {
+    cmd->add_option("--repeats", repeats, "override [matrix].repeats")->check(at_least(1));
+    cmd->add_option("--set", set, "set section.key=VALUE in every cell, over the file's [set] (repeatable; recorded in the matrix)");
+    cmd->add_option("--axis", axes, "replace or add an axis: section.key=[V1,V2,...], the first the baseline (repeatable; recorded)");
+    name_option = cmd->add_option("--name", name, "store the matrix under this name (default [matrix].name), e.g. for a variant");
+  }
+  ablations::MatrixOverrides overrides() const {
+    ablations::MatrixOverrides o;
+    if (repeats > 0) o.repeats = repeats;
+    if (name_option->count() > 0) o.name = name;
+    o.set = set;
+    o.axes = axes;
+    return o;
+  }
+};
 
 }  // namespace
 
@@ -37,12 +59,12 @@ void register_matrix(CLI::App& app, Globals& g) {
   matrix->require_subcommand(1);
 
   static std::string file;
-  static int64_t repeats = 0;  // 0: the file's [matrix].repeats
+  static OverrideOptions expand_options, run_options;
   auto* expand = matrix->add_subcommand("expand", "Validate a matrix file; print its cells and run order");
   expand->add_option("file", file, "matrix TOML (ablations/*.toml)")->required()->check(CLI::ExistingFile);
-  expand->add_option("--repeats", repeats, "override [matrix].repeats")->check(at_least(1));
+  expand_options.add_to(expand);
   command_table().push_back({expand, [] {
-    fmt::print("{}", ablations::describe(ablations::load_matrix(file, repeats_option(repeats))));
+    fmt::print("{}", ablations::describe(ablations::load_matrix(file, expand_options.overrides())));
     return kExitOk;
   }});
 
@@ -53,11 +75,11 @@ void register_matrix(CLI::App& app, Globals& g) {
       "run", "Run every (cell, repeat) as a child `ablate run`, skipping pairs that already have an ok run or that a concurrent runner took (exit 1 if any fails)");
   run->add_option("file", file, "matrix TOML (ablations/*.toml)")->required()->check(CLI::ExistingFile);
   run->add_option("--gpus", gpus, "run in parallel, one child per listed GPU (CUDA_VISIBLE_DEVICES), e.g. 0,1; a cell with distributed.nproc = N takes N of them")->delimiter(',');
-  run->add_option("--repeats", repeats, "override [matrix].repeats")->check(at_least(1));
+  run_options.add_to(run);
   run->add_option("--logs", logs, "folder for each child's output (default: matrix-logs/ next to the database)");
   run->add_flag("--dry-run", dry_run, "print what would run; start nothing, write nothing");
   command_table().push_back({run, [&g] {
-    const auto m = ablations::load_matrix(file, repeats_option(repeats));
+    const auto m = ablations::load_matrix(file, run_options.overrides());
     const size_t total = m.cells.size() * static_cast<size_t>(m.spec.repeats);
     if (dry_run) {
       // Read-only: an existing store tells what a real run would skip; a missing one is not created.

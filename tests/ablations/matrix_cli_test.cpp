@@ -56,6 +56,29 @@ TEST_F(MatrixCli, BadMatrixExitsTwoWithLineAndColumn) {
   EXPECT_FALSE(fs::exists(dir_ / "r.db")) << "a bad matrix must fail before anything is written";
 }
 
+// The command line changes the file (recorded, shown), a dry run prints the children's commands with
+// those changes and writes nothing, and a bad change exits 2 naming the argument.
+TEST_F(MatrixCli, CommandLineChangesShowInExpandAndDryRun) {
+  const std::string db = (dir_ / "r.db").string();
+  const std::string changes = " --set train.steps=4 --axis 'backends.loss=[\"chunked\"]' --name tiny_cpu_one";
+  const auto expand = run_cli("matrix expand " + kTinyMatrix + changes);
+  EXPECT_EQ(expand.rc, 0) << expand.out;
+  EXPECT_NE(expand.out.find("matrix tiny_cpu_one (one-at-a-time)"), std::string::npos) << expand.out;
+  EXPECT_NE(expand.out.find("1 cells x 3 repeats = 3 runs"), std::string::npos) << expand.out;
+  EXPECT_NE(expand.out.find("changed on the command line: --name tiny_cpu_one --axis backends.loss=[\"chunked\"] --set train.steps=4"),
+            std::string::npos) << expand.out;
+  const auto dry = run_cli("matrix run " + kTinyMatrix + " --dry-run --repeats 1" + changes + " --db " + db);
+  EXPECT_EQ(dry.rc, 0) << dry.out;
+  EXPECT_NE(dry.out.find("matrix tiny_cpu_one (new): 1 of 1 runs to do"), std::string::npos) << dry.out;
+  EXPECT_NE(dry.out.find("--set train.steps=4 --set train.warmup_steps=2"), std::string::npos) << dry.out;
+  EXPECT_NE(dry.out.find("--set 'backends.loss=\"chunked\"'"), std::string::npos) << dry.out;
+  EXPECT_FALSE(fs::exists(db)) << "a dry run writes nothing";
+  const auto bad = run_cli("matrix run " + kTinyMatrix + " --set backends.loss=chunked --db " + db);
+  EXPECT_EQ(bad.rc, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--set backends.loss=chunked: error: 'backends.loss' is an axis of this matrix"), std::string::npos) << bad.out;
+  EXPECT_FALSE(fs::exists(db)) << "a bad change must fail before anything is written";
+}
+
 // A malformed ABLATE_GIT_REVISION would fail every child run: `matrix run` refuses it up front.
 TEST_F(MatrixCli, MalformedGitRevisionOverrideExitsTwoBeforeAnything) {
   const auto r = ablate::testing::run_shell("env ABLATE_GIT_REVISION=v1.2 " + std::string(ABLATE_BINARY_DIR) + "/ablate matrix run " +

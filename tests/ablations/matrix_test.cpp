@@ -1,7 +1,8 @@
 // tests/ablations/matrix_test.cpp: matrix files. Parsing, every error with file:line:column, both
 // dotted-key spellings, one-at-a-time and factorial expansion (counts, names, baseline values),
-// interleaved run order, seeds, the identity JSON, spec errors mapped back to matrix lines, and every
-// example matrix in ablations/ validating against its base experiment.
+// interleaved run order, seeds, the identity JSON, spec errors mapped back to matrix lines, the command
+// line's changes (--set, --axis, --name) and their errors, and every example matrix in ablations/
+// validating against its base experiment.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -39,6 +40,24 @@ std::vector<std::string> set_args(const std::vector<Override>& overrides) {
   std::vector<std::string> out;
   for (const auto& o : overrides) out.push_back(o.set_arg());
   return out;
+}
+
+// Command-line changes (named, not designated initializers: GCC 12 warns on any member left out).
+MatrixOverrides with_repeats(int64_t n) {
+  MatrixOverrides o;
+  o.repeats = n;
+  return o;
+}
+MatrixOverrides with_changes(std::vector<std::string> set, std::vector<std::string> axes = {}) {
+  MatrixOverrides o;
+  o.set = std::move(set);
+  o.axes = std::move(axes);
+  return o;
+}
+MatrixOverrides with_name(std::string name) {
+  MatrixOverrides o;
+  o.name = std::move(name);
+  return o;
 }
 
 class MatrixFile : public ::testing::Test {
@@ -98,8 +117,8 @@ TEST(Matrix, DefaultsAndRepeatsOverride) {
   EXPECT_EQ(m.mode, Mode::one_at_a_time);
   EXPECT_EQ(m.repeats, 3);
   EXPECT_EQ(m.base_path, "/abs/x.toml");
-  EXPECT_EQ(parse_matrix_string(text, "d.toml", 1).repeats, 1);
-  EXPECT_THROW(parse_matrix_string(text, "d.toml", 0), SpecError);
+  EXPECT_EQ(parse_matrix_string(text, "d.toml", with_repeats(1)).repeats, 1);
+  EXPECT_THROW(parse_matrix_string(text, "d.toml", with_repeats(0)), SpecError);
 }
 
 TEST(Matrix, ErrorsNameFileLineColumn) {
@@ -210,13 +229,113 @@ TEST_F(MatrixFile, LoadValidatesEveryCellAndPointsAtTheMatrixLine) {
 TEST_F(MatrixFile, IdentityIgnoresRepeatsButNotCellsOrBase) {
   const std::string head = "[matrix]\nname = \"i\"\nbase = \"" + kTiny + "\"\n";
   const auto path = write(head + "repeats = 3\n[axes]\n\"backends.loss\" = [\"reference\", \"chunked\"]\n");
-  const auto three = load_matrix(path), one = load_matrix(path, 1);
+  const auto three = load_matrix(path), one = load_matrix(path, with_repeats(1));
   EXPECT_EQ(identity_json(three), identity_json(one));
   EXPECT_EQ(identity_json(three)["cells"].size(), 2u);
   EXPECT_NE(three.cells[0].spec_hash, three.cells[1].spec_hash);
   EXPECT_EQ(three.cells[0].spec_hash.size(), 64u);
   const auto other = load_matrix(write(head + "[axes]\n\"backends.loss\" = [\"chunked\", \"reference\"]\n"));
   EXPECT_NE(identity_json(three), identity_json(other));
+}
+
+// The first issue of a parse with command-line changes, as the CLI prints it.
+std::string first_override_error(const MatrixOverrides& overrides) {
+  const std::string text = "[matrix]\nname = \"o\"\nbase = \"b.toml\"\n[axes]\n\"backends.loss\" = [\"reference\", \"chunked\"]\n"
+                           "[set]\n\"train.steps\" = 12\n";
+  try {
+    parse_matrix_string(text, "m.toml", overrides);
+  } catch (const SpecError& e) {
+    return e.issues().at(0).where + ": error: " + e.issues().at(0).message;
+  }
+  return "(parsed without error)";
+}
+
+TEST(Matrix, CommandLineSetsAxesAndNameChangeTheFileAndAreRecorded) {
+  const std::string text = "[matrix]\nname = \"o\"\nbase = \"b.toml\"\nmode = \"factorial\"\n[axes]\n"
+                           "\"distributed.expert_parallel\" = [1, 4]\n\"distributed.param_dtype\" = [\"fp32\", \"bf16\"]\n"
+                           "[set]\n\"distributed.nproc\" = 4\n\"train.steps\" = 16\n\"train.memory_limit_gib\" = 77\n";
+  const auto file = parse_matrix_string(text, "m.toml");
+  EXPECT_TRUE(file.command_line.empty());
+  // A 2-GPU variant: nproc replaced in place, a bare word read as a string, an axis narrowed, a fixed key
+  // turned into an axis, a new axis appended.
+  const auto m = parse_matrix_string(text, "m.toml",
+                                     [] {
+                                       auto o = with_changes({"distributed.nproc=2", "distributed.sharding=full"},
+                                                             {"distributed.expert_parallel=[1, 2]", "train.memory_limit_gib=[0, 77]",
+                                                              "model.moe.capacity_factor=[1.25]"});
+                                       o.name = "o_2gpu";
+                                       return o;
+                                     }());
+  EXPECT_EQ(m.name, "o_2gpu");
+  EXPECT_EQ(set_args(m.fixed), (std::vector<std::string>{"distributed.nproc=2", "train.steps=16", "distributed.sharding=\"full\""}));
+  EXPECT_EQ(m.fixed[0].where, "--set distributed.nproc=2");
+  EXPECT_EQ(m.fixed[1].where, "m.toml:10:17") << "the file's own keys keep their lines";
+  ASSERT_EQ(m.axes.size(), 4u);
+  EXPECT_EQ(set_args(m.axes[0].values), (std::vector<std::string>{"distributed.expert_parallel=1", "distributed.expert_parallel=2"}));
+  EXPECT_EQ(m.axes[0].values[1].where, "--axis distributed.expert_parallel=[1, 2]");
+  EXPECT_EQ(m.axes[1].values.size(), 2u) << "an axis the command line leaves alone stays";
+  EXPECT_EQ(set_args(m.axes[2].values), (std::vector<std::string>{"train.memory_limit_gib=0", "train.memory_limit_gib=77"}));
+  EXPECT_EQ(set_args(m.axes[3].values), (std::vector<std::string>{"model.moe.capacity_factor=1.25"}));
+  EXPECT_EQ(m.command_line, (std::vector<std::string>{"--name o_2gpu", "--axis distributed.expert_parallel=[1, 2]",
+                                                      "--axis train.memory_limit_gib=[0, 77]", "--axis model.moe.capacity_factor=[1.25]",
+                                                      "--set distributed.nproc=2", "--set distributed.sharding=full"}));
+  EXPECT_EQ(expand(m).size(), 8u);
+  EXPECT_EQ(expand(m)[1].name, "distributed.expert_parallel=1,distributed.param_dtype=fp32,train.memory_limit_gib=77,"
+                               "model.moe.capacity_factor=1.25") << "a factorial cell names every axis";
+}
+
+TEST(Matrix, CommandLineChangesFailClosed) {
+  EXPECT_EQ(first_override_error(with_changes({"backends.loss=\"chunked\""})),
+            "--set backends.loss=\"chunked\": error: 'backends.loss' is an axis of this matrix (declared at m.toml:5:20): --set "
+            "cannot fix it; run one value with --axis 'backends.loss=[VALUE]'");
+  EXPECT_EQ(first_override_error(with_changes({"steps=3"})), "--set steps=3: error: expected section.key=VALUE (for example train.steps=20)");
+  EXPECT_EQ(first_override_error(with_changes({"train.steps"})), "--set train.steps: error: expected section.key=VALUE (for example train.steps=20)");
+  EXPECT_EQ(first_override_error(with_changes({"train.steps=3", "train.steps=4"})),
+            "--set train.steps=4: error: 'train.steps' is given twice on the command line: give each key once");
+  EXPECT_EQ(first_override_error(with_changes({"train.steps=4"}, {"train.steps=[4, 8]"})),
+            "--set train.steps=4: error: 'train.steps' is given twice on the command line: give each key once");
+  EXPECT_EQ(first_override_error(with_changes({"a.b={ c = 1 }"})),
+            "--set a.b={ c = 1 }: error: expected a string, number, boolean or array of them, got a table");
+  EXPECT_EQ(first_override_error(with_changes({}, {"backends.loss=chunked"})),
+            "--axis backends.loss=chunked: error: expected a non-empty TOML array of values, for example backends.loss=[1, 2] or "
+            "backends.loss='[\"a\", \"b\"]'");
+  EXPECT_EQ(first_override_error(with_changes({}, {"backends.loss=[]"})).substr(0, 46), "--axis backends.loss=[]: error: expected a non");
+  EXPECT_EQ(first_override_error(with_changes({}, {"train.lr=[1, 1]"})), "--axis train.lr=[1, 1]: error: duplicate value 1");
+  EXPECT_EQ(first_override_error(with_changes({}, {"train.lr=[[1], 2]"})),
+            "--axis train.lr=[[1], 2]: error: values must be strings, numbers or booleans, got an array");
+  EXPECT_EQ(first_override_error(with_name("")), "--name: error: expected a non-empty matrix name");
+  EXPECT_EQ(first_override_error(with_changes({"train.steps=20"}, {"backends.loss=[\"chunked\"]"})), "(parsed without error)");
+}
+
+TEST_F(MatrixFile, CommandLineChangesAreValidatedAgainstTheBaseAndSplitTheIdentity) {
+  const auto path = write("[matrix]\nname = \"c\"\nbase = \"" + kTiny +
+                          "\"\n[axes]\n\"backends.loss\" = [\"reference\", \"chunked\"]\n[set]\n\"train.steps\" = 20\n");
+  try {
+    load_matrix(path, with_changes({"train.stpes=5"}));
+    FAIL() << "an unknown key given on the command line must fail";
+  } catch (const SpecError& e) {
+    ASSERT_EQ(e.issues().size(), 1u);
+    EXPECT_EQ(e.issues()[0].where, "--set train.stpes=5");
+  }
+  try {
+    load_matrix(path, with_changes({}, {"backends.loss=[\"reference\", \"nope\"]"}));
+    FAIL() << "an unknown backend given on the command line must fail";
+  } catch (const SpecError& e) {
+    ASSERT_EQ(e.issues().size(), 1u);
+    EXPECT_EQ(e.issues()[0].where, "--axis backends.loss=[\"reference\", \"nope\"]");
+    EXPECT_NE(e.issues()[0].message.find("unknown backend \"nope\""), std::string::npos) << e.issues()[0].message;
+  }
+  const auto file = load_matrix(path), changed = load_matrix(path, with_changes({"train.steps=10"}));
+  EXPECT_FALSE(identity_json(file).contains("command_line")) << "a file run as it is keeps the identity it always had";
+  EXPECT_NE(identity_json(file), identity_json(changed));
+  EXPECT_EQ(identity_json(changed)["command_line"], nlohmann::json::array({"--set train.steps=10"}));
+  EXPECT_NE(file.cells[0].spec_hash, changed.cells[0].spec_hash);
+  EXPECT_NE(describe(changed).find("changed on the command line: --set train.steps=10\n"), std::string::npos) << describe(changed);
+  // The same effective matrix written in the file is still another identity: the record says where it came from.
+  const auto written = load_matrix(write("[matrix]\nname = \"c\"\nbase = \"" + kTiny +
+                                         "\"\n[axes]\n\"backends.loss\" = [\"reference\", \"chunked\"]\n[set]\n\"train.steps\" = 10\n"));
+  EXPECT_EQ(written.cells[0].spec_hash, changed.cells[0].spec_hash);
+  EXPECT_NE(identity_json(written), identity_json(changed));
 }
 
 TEST(Matrix, EveryExampleMatrixValidates) {
@@ -237,7 +356,7 @@ TEST(Matrix, EveryExampleMatrixValidates) {
 }
 
 TEST(Matrix, DescribeListsCellsAndTheInterleavedOrder) {
-  const auto m = load_matrix(std::string(ABLATE_SOURCE_DIR) + "/ablations/tiny_cpu.toml", 2);
+  const auto m = load_matrix(std::string(ABLATE_SOURCE_DIR) + "/ablations/tiny_cpu.toml", with_repeats(2));
   const auto text = describe(m);
   EXPECT_NE(text.find("2 cells x 2 repeats = 4 runs"), std::string::npos) << text;
   EXPECT_NE(text.find("r0: baseline backends.loss=chunked\n  r1: baseline backends.loss=chunked\n"), std::string::npos) << text;
