@@ -3,6 +3,7 @@
 
 #include <fmt/core.h>
 
+#include <cstdio>
 #include <stdexcept>
 
 #include "base/errors.h"
@@ -54,8 +55,11 @@ int run_selected(CLI::App& app, Globals& g) {
       const bool bad_input = dynamic_cast<const base::InputError*>(&e) ||  // StoreError, DataError
                              dynamic_cast<const receipts::StoreFileError*>(&e) ||
                              dynamic_cast<const std::invalid_argument*>(&e);
+      // A command stopped by its own output failing (fmt throws once the stdout buffer cannot be
+      // flushed: a full disk, a closed pipe) lost that output: exit 2, as main says, not a failed run.
+      const bool output_lost = std::ferror(stdout) != 0;
       fmt::print(stderr, "ablate: error: {}\n", e.what());
-      return bad_input ? kExitBadInput : kExitRunFailed;
+      return bad_input || output_lost ? kExitBadInput : kExitRunFailed;
     }
   }
   fmt::print(stderr, "ablate: error: no subcommand given (see ablate --help)\n");

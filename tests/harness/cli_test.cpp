@@ -515,7 +515,9 @@ TEST_F(CliTest, ProgressLinesSurviveAKillWhenRedirected) {
 }
 
 // Output that cannot be written is never a silent success nor an abort: a full stdout or stderr is
-// exit 2 (not 0, not SIGABRT), and an output path that is a folder is exit 2.
+// exit 2 (not 0, not 1, not SIGABRT), whether the write fails at exit's flush (buffered) or inside the
+// command (unbuffered by stdbuf -o0, as an output longer than the buffer does), and an output path that
+// is a folder is exit 2.
 TEST_F(CliTest, OutputThatCannotBeWrittenIsExitTwo) {
   if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this machine";
   const std::string db = (dir_ / "out.db").string();
@@ -523,12 +525,13 @@ TEST_F(CliTest, OutputThatCannotBeWrittenIsExitTwo) {
                     " --set train.warmup_steps=2").rc,
             0);
   const std::string A = std::string(ABLATE_BINARY_DIR) + "/ablate --db " + db;
-  for (const std::string command : {"runs", "show 1", "export --format csv --what steps"}) {
-    SCOPED_TRACE(command);
-    const auto full = run_shell("(" + A + " " + command + " > /dev/full)");  // stderr still to the test
-    EXPECT_EQ(full.rc, 2) << full.out;
-    EXPECT_NE(full.out.find("the output could not be written"), std::string::npos) << full.out;
-  }
+  for (const std::string buffering : {"", "stdbuf -o0 "})
+    for (const std::string command : {"runs", "show 1", "export --format csv --what steps"}) {
+      SCOPED_TRACE(buffering + command);
+      const auto full = run_shell("(" + buffering + A + " " + command + " > /dev/full)");  // stderr still to the test
+      EXPECT_EQ(full.rc, 2) << full.out;
+      EXPECT_NE(full.out.find("the output could not be written"), std::string::npos) << full.out;
+    }
   const auto errors_lost = run_shell(A + " validate " + std::string(ABLATE_SOURCE_DIR) +
                                      "/tests/fixtures/specs/bad/wrong_type.toml 2>/dev/full");
   EXPECT_EQ(errors_lost.rc, 2) << errors_lost.out;
