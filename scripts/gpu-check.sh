@@ -65,6 +65,10 @@ else
 fi
 
 if [ "${TESTS:-}" != none ] && [ "${TESTS:-}" != NONE ]; then
+  # Each test process's LibTorch CPU pool is its share of the cores (unless set): CTEST_JOBS processes
+  # each spinning a pool as wide as the machine made the stepwise fp64 references of the recurrent scan
+  # tests (thousands of tiny ops) take minutes instead of a second.
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / ${CTEST_JOBS:-4} > 0 ? $(nproc) / ${CTEST_JOBS:-4} : 1 ))}
   if [ $PREBUILT_USED = 1 ]; then
     prebuilt_tests
   else

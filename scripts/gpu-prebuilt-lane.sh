@@ -94,7 +94,7 @@ prebuilt_tests() {
       awk -v b="$(basename "$b")" '/^[^ ]/ {suite = $1} /^  [^ ]/ {print b, suite $1}' >> "$list"
   done
   # One line a test: "<status> <suite> <test>"; a failure's output follows its line.
-  (cd build && ABLATE_DB='' xargs -a "$list" -P "${CTEST_JOBS:-4}" -L 1 sh -c '
+  (cd build && ABLATE_DB='' xargs -r -a "$list" -P "${CTEST_JOBS:-4}" -L 1 sh -c '
      log=$(timeout 600 "tests/$0" --gtest_filter="$1" 2>&1); rc=$?
      if [ $rc = 0 ] && printf "%s\n" "$log" | grep -q "^\[  SKIPPED \] 1 test"; then s=Skipped
      elif [ $rc = 0 ]; then s=Passed; elif [ $rc = 124 ]; then s=Timeout; else s=Failed; fi

@@ -15,6 +15,7 @@
 
 #include "receipts/store.h"
 #include "tests/cli_runner.h"
+#include "tests/corpus_folder.h"
 #include "base/remove_tree.h"
 
 namespace fs = std::filesystem;
@@ -218,8 +219,10 @@ TEST_F(MatrixCli, ConcurrentRunnersRunEachPairOnce) {
 TEST_F(MatrixCli, ConvergenceIsJudgedOverSeedsWithHeldOutEvaluations) {
   if (run_cli("run --help").rc != 0) GTEST_SKIP() << "this build has no `ablate run` (built without LibTorch)";
   const fs::path matrix = dir_ / "seeds.toml";
+  ablate::testing::write_corpus(dir_ / "corpus");  // /usr/include may hold too few documents to split
   std::ofstream(matrix) << "[matrix]\nname = \"seeds\"\nbase = \"" ABLATE_SOURCE_DIR "/experiments/tiny.toml\"\n"
                            "seeds = [11, 12, 13]\n[axes]\n\"backends.loss\" = [\"reference\", \"chunked\"]\n[set]\n"
+                           "\"data.corpus_dir\" = \"" + (dir_ / "corpus").string() + "\"\n"
                            "\"train.steps\" = 6\n\"train.warmup_steps\" = 2\n\"train.eval_every\" = 3\n"
                            "\"train.eval_tokens\" = 512\n\"data.max_bytes\" = 300000\n\"train.log_every\" = 0\n"
                            "\"train.device\" = \"cpu\"\n";

@@ -11,6 +11,7 @@
 #include "base/sha256.h"
 #include "base/temp_dir.h"
 #include "receipts/schema.h"
+#include "receipts/sql.h"
 #include "receipts/store.h"
 #include "tests/cli_runner.h"
 
@@ -78,8 +79,9 @@ TEST_F(ImportCli, BadInputIsExitTwoWithTheDestinationAsItWas) {
   // The same run (uid) with another status: refused, naming the run and the field.
   const std::string altered = dir_.file("altered.db");
   fs::copy_file(a, altered);
-  ablate::testing::run_shell("sqlite3 " + altered +
-                             " \"DROP TRIGGER runs_append_only_update; UPDATE runs SET status = 'killed', error = 'x'\"");
+  // Through SQLite itself, not its shell (which a machine may lack: the edit would silently not happen).
+  ablate::receipts::sql::Connection(altered).exec(
+      "DROP TRIGGER runs_append_only_update; UPDATE runs SET status = 'killed', error = 'x'");
   const auto conflict = run_cli("import " + altered + " --db " + dest);
   EXPECT_EQ(conflict.rc, 2) << conflict.out;
   EXPECT_THAT(conflict.out, HasSubstr("ablate: error: cannot import '" + fs::absolute(altered).string()));
@@ -88,7 +90,7 @@ TEST_F(ImportCli, BadInputIsExitTwoWithTheDestinationAsItWas) {
 
   const std::string newer = dir_.file("newer.db");
   fs::copy_file(a, newer);
-  ablate::testing::run_shell("sqlite3 " + newer + " 'PRAGMA user_version = 99'");
+  ablate::receipts::sql::Connection(newer).exec("PRAGMA user_version = 99");
   const auto refused = run_cli("import " + newer + " --db " + dest);
   EXPECT_EQ(refused.rc, 2) << refused.out;
   EXPECT_THAT(refused.out, HasSubstr("schema version 99"));

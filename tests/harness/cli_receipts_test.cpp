@@ -24,6 +24,7 @@
 #include "receipts/store.h"
 #include "base/temp_dir.h"
 #include "tests/cli_runner.h"
+#include "tests/corpus_folder.h"
 #include "tests/small_disk.h"
 
 namespace fs = std::filesystem;
@@ -237,10 +238,12 @@ TEST_F(CliReceiptsTest, AStoreThatCannotBeWrittenIsBadInputAndStaysUntouched) {
 
 // train.eval_every: the validation loss on held-out documents after every N steps and after the last,
 // each a row of `evaluations`; the last in the facts; the time charged to goodput's eval; the split in
-// the data facts.
+// the data facts. On a generated corpus: /usr/include may hold too few documents to split.
 TEST_F(CliReceiptsTest, EvaluationsOnHeldOutDocumentsAreRecorded) {
-  const std::string db = dir_.file("eval.db");
-  const auto r = run_shell(kExe + " " + short_run(db) + " --set train.steps=5 --set train.eval_every=2 --set train.eval_tokens=512");
+  const std::string db = dir_.file("eval.db"), corpus = dir_.file("corpus");
+  ablate::testing::write_corpus(corpus);
+  const auto r = run_shell(kExe + " " + short_run(db) + " --set train.steps=5 --set train.eval_every=2 --set train.eval_tokens=512" +
+                           " --set 'data.corpus_dir=\"" + corpus + "\"'");
   ASSERT_EQ(r.rc, 0) << r.out;
   auto store = ablate::receipts::Store::open(db);
   const auto doc = store.run_json(1);
