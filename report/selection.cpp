@@ -94,6 +94,14 @@ RunSelection select_matrix_id(receipts::Store& store, std::int64_t matrix_id) {
   // Cell order from the matrix's identity (baseline first), then any cell it does not list.
   std::vector<std::string> order;
   const json identity = json::parse(rows[0]["spec_json"].get<std::string>());
+  // A matrix run with changes from the command line says so: its file alone does not reproduce it.
+  if (const auto it = identity.find("command_line"); it != identity.end() && it->is_array() && !it->empty()) {
+    std::vector<std::string> changes;
+    for (const auto& change : *it)
+      if (change.is_string()) changes.push_back(change.get<std::string>());
+    selection.notes.push_back(fmt::format("Matrix file {} run with changes from the command line: {}",
+                                          identity.value("base", std::string("(base not recorded)")), fmt::join(changes, " ")));
+  }
   std::map<std::string, std::vector<std::int64_t>> by_cell;
   for (const auto& cell : store.matrix_cells(matrix_id)) by_cell[cell.cell].push_back(cell.run_id);
   if (identity.contains("cells") && identity["cells"].is_array()) {

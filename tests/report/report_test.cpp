@@ -5,6 +5,7 @@
 // Build and run: cmake --build build --target report_tests && build/tests/report_tests --gtest_filter='Report*'
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -468,6 +469,29 @@ TEST(Report, GnuplotDrawsEveryPlotInline) {
   const std::string html = render_html(to_document(report, plots.plots, plots.note));
   EXPECT_NE(html.find("<figure>\n<svg"), std::string::npos);
   EXPECT_NE(render_markdown(to_document(report, plots.plots, plots.note)).find("![Loss per step"), std::string::npos);
+}
+
+// A matrix changed on the command line (`matrix run --set/--axis/--name`) says so in its report; one run
+// as its file is has no such note.
+TEST(Report, AMatrixChangedOnTheCommandLineSaysSo) {
+  FixtureStore f;
+  auto& store = f.store();
+  const std::int64_t changed = store.create_matrix(
+      "layouts_2gpu", R"({"base":"../experiments/nam56r-large.toml","cells":[{"name":"baseline","set":[]}],)"
+                      R"("command_line":["--name layouts_2gpu","--set distributed.nproc=2"]})");
+  const std::int64_t plain = store.create_matrix("layouts", R"({"base":"../experiments/nam56r-large.toml","cells":[{"name":"baseline","set":[]}]})");
+  for (const auto id : {changed, plain}) {
+    FixtureRun run;
+    run.matrix_id = id;
+    run.cell = "baseline";
+    f.add_group("layouts", {100, 101, 99}, run);
+  }
+  const auto report = build_report(store, select_matrix(store, "layouts_2gpu"));
+  const std::string note = "Matrix file ../experiments/nam56r-large.toml run with changes from the command line: --name layouts_2gpu --set distributed.nproc=2";
+  EXPECT_NE(std::find(report.notes.begin(), report.notes.end(), note), report.notes.end()) << nlohmann::json(report.notes).dump();
+  EXPECT_NE(render_markdown(to_document(report, {}, "")).find("--set distributed.nproc=2"), std::string::npos);
+  for (const auto& n : build_report(store, select_matrix(store, "layouts")).notes)
+    EXPECT_EQ(n.find("command line"), std::string::npos) << n;
 }
 
 TEST(Report, BaselineCanBeChosenAndUnknownCellsAreRefused) {
