@@ -412,7 +412,9 @@ std::pair<Tensor, Tensor> weighted_swiglu_backward_cuda(const Tensor& gate_up_in
 }
 
 void copy_blocks_cuda(const std::vector<std::pair<Tensor, Tensor>>& dst_src) {
-  const auto& [dst0, src0] = dst_src.front();
+  // Named references, not a structured binding: the launch lambdas below capture them (nvcc #3357).
+  const Tensor& dst0 = dst_src.front().first;
+  const Tensor& src0 = dst_src.front().second;
   for (size_t first = 0; first < dst_src.size(); first += kMaxBlocks) {  // kMaxBlocks pairs a launch
     const size_t last = std::min(dst_src.size(), first + kMaxBlocks);
     bool vectorised = true;

@@ -272,7 +272,7 @@ TEST_F(CliReceiptsTest, AFullDiskIsBadInputWithItsRemedy) {
   const std::string db = disk + "/store.db";
   ASSERT_EQ(run_shell(kExe + " " + short_run(db)).rc, 0);
   small.fill();
-  for (const std::string command : {"runs --db " + db, short_run(db)}) {
+  for (const std::string& command : {"runs --db " + db, short_run(db)}) {
     SCOPED_TRACE(command);
     const auto r = run_shell(kExe + " " + command);
     EXPECT_EQ(r.rc, 2) << r.out;

@@ -310,8 +310,19 @@ TEST_F(CliTest, ShowPrintsTheDataParallelShapeAndTheMoeRouter) {
     d.straggler_rank = 1;
     d.straggler_wait_share = 0.1234;
     d.comm_share = 0.0831;
-    d.per_rank = {ablate::receipts::RankFacts{0, 39.5, 7.9, 0.1, 0.0, 1 << 30, std::nullopt, 5.28, 2.63, std::nullopt},
-                  ablate::receipts::RankFacts{1, 39.6, 7.7}, ablate::receipts::RankFacts{2, 39.4, 7.8}};
+    auto rank = [](int64_t r, double step_ms, double comm_ms) {
+      ablate::receipts::RankFacts facts;  // by name: a positional RankFacts leaves its later members out
+      facts.rank = r;
+      facts.median_step_ms = step_ms;
+      facts.median_comm_ms = comm_ms;
+      return facts;
+    };
+    d.per_rank = {rank(0, 39.5, 7.9), rank(1, 39.6, 7.7), rank(2, 39.4, 7.8)};
+    d.per_rank[0].median_comm_wait_ms = 0.1;
+    d.per_rank[0].collective_wait_ms = 0.0;
+    d.per_rank[0].peak_memory_bytes = 1 << 30;
+    d.per_rank[0].median_reduce_scatter_ms = 5.28;
+    d.per_rank[0].median_all_gather_ms = 2.63;
     d.per_rank[0].exposed_comm_share = 0.0214;
     d.per_rank[2].exposed_comm_share = 0.0387;  // rank 1's window did not trace: it shows nothing
     d.exposed_comm_share = 0.03005;

@@ -20,7 +20,12 @@ using ::testing::HasSubstr;
 
 DeviceInfo cpu() { return DeviceInfo{}; }
 DeviceInfo gpu(int major, int minor, const std::string& dtype) {
-  return DeviceInfo{.cuda = true, .sm_major = major, .sm_minor = minor, .dtype = dtype};
+  DeviceInfo info;
+  info.cuda = true;
+  info.sm_major = major;
+  info.sm_minor = minor;
+  info.dtype = dtype;
+  return info;
 }
 
 // kernels/CMakeLists.txt derives each seam's folder from its name in kernels/seam_list.h, read as a

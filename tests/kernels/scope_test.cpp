@@ -160,8 +160,13 @@ TEST(Scope, SeamCallsPassEveryInputFieldThrough) {
   RecordingObserver obs(/*markers=*/true);
   ObserverGuard guard(&obs);
   Dispatcher d;
-  SsmRotaryInputs rotary{.b = torch::randn({1, 3, 8}), .c = torch::randn({1, 3, 8}), .b_bias = torch::ones({2, 8}),
-                         .c_bias = torch::ones({2, 8}), .delta = torch::rand({1, 3, 2}), .theta = torch::randn({1, 3, 2})};
+  SsmRotaryInputs rotary;
+  rotary.b = torch::randn({1, 3, 8});
+  rotary.c = torch::randn({1, 3, 8});
+  rotary.b_bias = torch::ones({2, 8});
+  rotary.c_bias = torch::ones({2, 8});
+  rotary.delta = torch::rand({1, 3, 2});
+  rotary.theta = torch::randn({1, 3, 2});
   EXPECT_EQ(d.ssm_rotary(rotary).q.scalar_type(), torch::kFloat);  // unset: the compute dtype
   rotary.qk_dtype = torch::kBFloat16;
   const auto turned = d.ssm_rotary(rotary);

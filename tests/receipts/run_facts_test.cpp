@@ -35,8 +35,19 @@ RunFacts every_section() {
   d.world_size = 2;
   d.backend = "nccl";
   d.launcher = "ablate launch";
-  d.per_rank = {RankFacts{0, 38.1, 6.5, 0.1, 0.0, 1 << 30, std::nullopt, 4.0, 2.5},
-                RankFacts{1, 38.2, 20.5, 0.1, 14.0, 1 << 30, std::nullopt, 18.0, 2.5}};
+  auto rank = [](int64_t r, double step_ms, double comm_ms, double collective_wait_ms, double reduce_scatter_ms) {
+    RankFacts facts;  // by name: a positional RankFacts leaves its later members out
+    facts.rank = r;
+    facts.median_step_ms = step_ms;
+    facts.median_comm_ms = comm_ms;
+    facts.median_comm_wait_ms = 0.1;
+    facts.collective_wait_ms = collective_wait_ms;
+    facts.peak_memory_bytes = 1 << 30;
+    facts.median_reduce_scatter_ms = reduce_scatter_ms;
+    facts.median_all_gather_ms = 2.5;
+    return facts;
+  };
+  d.per_rank = {rank(0, 38.1, 6.5, 0.0, 4.0), rank(1, 38.2, 20.5, 14.0, 18.0)};
   d.step_time_ratio = 1.002;
   d.straggler_rank = 0;
   d.straggler_wait_share = 0.367;
@@ -62,7 +73,12 @@ RunFacts every_section() {
   f.profile = p;
   f.model = ModelFacts{"nam56r-small", {"--set model.d_model=2048"}, true, "AEMEAEMEAEMR", 2048, 12, 4096, 8,
                        1'800'000'000, 900'000'000, 1.1e10};
-  f.precision = PrecisionFacts{"bf16-autocast", "v2", 989.4e12, "NVIDIA H200 dense bf16"};
+  PrecisionFacts precision;
+  precision.dtype = "bf16-autocast";
+  precision.flops_version = "v2";
+  precision.mfu_peak_flops = 989.4e12;
+  precision.mfu_peak_source = "NVIDIA H200 dense bf16";
+  f.precision = precision;
   f.memory = MemoryFacts{int64_t{141} << 30, int64_t{74} << 30, int64_t{70} << 30, int64_t{1} << 30, int64_t{71} << 30,
                          true};
   f.data = {{"source", "synthetic"}};

@@ -62,7 +62,7 @@ TEST_F(StoreFileTest, SymbolicLinksReachTheStoreBehindThem) {
   fs::create_directories(dir_.file("folder"));
   fs::create_symlink(dir_.file("folder"), dir_.file("folder-link"));
   fs::copy_file(real, dir_.file("folder/copy.db"));
-  for (const std::string path : {dir_.file("file-link.db"), dir_.file("folder-link/copy.db")}) {
+  for (const std::string& path : {dir_.file("file-link.db"), dir_.file("folder-link/copy.db")}) {
     SCOPED_TRACE(path);
     auto store = Store::open(path);
     EXPECT_EQ(store.list_runs().size(), 1u);

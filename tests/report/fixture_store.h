@@ -16,6 +16,8 @@
 namespace ablate::report::testing {
 
 // What one fixture run varies; defaults make a complete, comparable evidence run.
+// Every member has an initializer ({} where the default is empty), so FixtureRun{.step_ms = 101} leaves
+// nothing uninitialised in GCC 12's eyes (-Wmissing-field-initializers).
 struct FixtureRun {
   double step_ms = 100;
   std::string backend = "reference";  // backends.attention in the spec
@@ -27,33 +29,33 @@ struct FixtureRun {
   bool with_goodput = true;  // false: an ok run missing a required summary field (not evidence)
   std::int64_t train_steps = 100;          // a spec field other than the backend
   std::int64_t seed = 1234;                 // experiment.seed
-  std::optional<std::string> catalog_role;  // recorded for attention/<backend> when set
+  std::optional<std::string> catalog_role{};  // recorded for attention/<backend> when set
   // Optional detail for report tests: losses of steps 0..n-1 (rank 0), kernel rows, backend rows,
   // goodput seconds per category, and the run name (default fixture-<tag>).
-  std::vector<double> losses;
-  std::vector<receipts::KernelRow> kernels;
-  std::vector<receipts::ProfileTimeRow> profile_time;  // a profiled window's per-step time rows
-  std::vector<receipts::BackendRow> backends;
-  std::map<std::string, double> goodput;
-  std::string name;
-  std::optional<std::int64_t> matrix_id;  // with cell: the run belongs to that matrix cell (repeat 0)
-  std::string cell;
+  std::vector<double> losses{};
+  std::vector<receipts::KernelRow> kernels{};
+  std::vector<receipts::ProfileTimeRow> profile_time{};  // a profiled window's per-step time rows
+  std::vector<receipts::BackendRow> backends{};
+  std::map<std::string, double> goodput{};
+  std::string name{};
+  std::optional<std::int64_t> matrix_id{};  // with cell: the run belongs to that matrix cell (repeat 0)
+  std::string cell{};
   // Data parallel: summary_json's "distributed" as the runner writes it (null: one process), and the
   // job's tokens/s (default: 1000 tokens a step over step_ms).
-  nlohmann::json distributed;
-  std::optional<double> tokens_per_s;
+  nlohmann::json distributed{};
+  std::optional<double> tokens_per_s{};
   std::int64_t peak_memory_bytes = std::int64_t{1} << 30;
-  nlohmann::json moe;  // summary_json's "moe" as the runner writes it for models with E blocks (null: none)
-  nlohmann::json cuda_graphs;            // summary_json's "cuda_graphs" (null: not recorded)
-  std::optional<double> first_step_ms;   // summary_json's "first_step_ms"
+  nlohmann::json moe{};  // summary_json's "moe" as the runner writes it for models with E blocks (null: none)
+  nlohmann::json cuda_graphs{};            // summary_json's "cuda_graphs" (null: not recorded)
+  std::optional<double> first_step_ms{};   // summary_json's "first_step_ms"
   bool profiled = false;                 // a traced profile window (summary_json's "profile" status ok)
-  nlohmann::json model;                  // summary_json's "model" (null: not recorded)
-  nlohmann::json memory;                 // summary_json's "memory" (null: not recorded)
+  nlohmann::json model{};                  // summary_json's "model" (null: not recorded)
+  nlohmann::json memory{};                 // summary_json's "memory" (null: not recorded)
   std::int64_t summary_steps = 100;      // the run's length (runs.steps)
-  std::map<std::string, std::string> env;  // further run_env keys, or replacements of the defaults
-  std::optional<std::string> sharding;     // distributed.sharding in the spec (absent: its default)
-  std::vector<receipts::EvaluationRow> evaluations;  // held-out evaluations (train.eval_every)
-  std::optional<double> final_validation_loss;        // summary_json's "final_validation_loss"
+  std::map<std::string, std::string> env{};  // further run_env keys, or replacements of the defaults
+  std::optional<std::string> sharding{};     // distributed.sharding in the spec (absent: its default)
+  std::vector<receipts::EvaluationRow> evaluations{};  // held-out evaluations (train.eval_every)
+  std::optional<double> final_validation_loss{};        // summary_json's "final_validation_loss"
   bool changes_numerics = false;                      // the catalog row's flag, with catalog_role
 };
 
