@@ -194,6 +194,31 @@ class Parser {
     }
   }
 
+  // An axis from a TOML array, the file's or an --axis argument's: each value a scalar, none twice; a
+  // bad one is an issue (`prefix` + message at at(element)) and left out.
+  template <class At>
+  Axis read_axis_values(const std::string& key, const toml::array& values, const std::string& prefix, At at) {
+    Axis axis{key, {}};
+    std::set<std::string> seen;
+    for (const auto& el : values) {
+      const auto lit = literal(el, false);
+      if (!lit) {
+        issues_.push_back({at(el), fmt::format("{}values must be strings, numbers or booleans, got {}", prefix, type_name(el))});
+        continue;
+      }
+      if (!seen.insert(*lit).second) {
+        issues_.push_back({at(el), fmt::format("{}duplicate value {}", prefix, *lit)});
+        continue;
+      }
+      axis.values.push_back({key, *lit, el.is_string() ? *el.value<std::string>() : *lit, at(el)});
+    }
+    return axis;
+  }
+
+  static std::vector<Axis>::iterator find_axis(MatrixSpec& m, const std::string& key) {
+    return std::find_if(m.axes.begin(), m.axes.end(), [&](const Axis& a) { return a.key == key; });
+  }
+
   static bool valid_key(const std::string& dotted) { return dotted.find('.') != std::string::npos && dotted.front() != '.' && dotted.back() != '.'; }
 
   void read_axes(MatrixSpec& m) {
@@ -207,20 +232,7 @@ class Parser {
         issue(node->source(), fmt::format("axes.{}: expected a non-empty array of values, got {}", key, a ? "[]" : type_name(*node)));
         continue;
       }
-      Axis axis{key, {}};
-      std::set<std::string> seen;
-      for (const auto& el : *a) {
-        auto lit = literal(el, false);
-        if (!lit) {
-          issue(el.source(), fmt::format("axes.{}: values must be strings, numbers or booleans, got {}", key, type_name(el)));
-          continue;
-        }
-        if (!seen.insert(*lit).second) {
-          issue(el.source(), fmt::format("axes.{}: duplicate value {}", key, *lit));
-          continue;
-        }
-        axis.values.push_back({key, *lit, el.is_string() ? *el.value<std::string>() : *lit, where(el.source())});
-      }
+      Axis axis = read_axis_values(key, *a, "axes." + key + ": ", [&](const toml::node& el) { return where(el.source()); });
       if (!axis.values.empty()) m.axes.push_back(std::move(axis));
     }
   }
@@ -276,22 +288,12 @@ class Parser {
         issues_.push_back({where, fmt::format("expected a non-empty TOML array of values, for example {}=[1, 2] or {}='[\"a\", \"b\"]'", key, key)});
         continue;
       }
-      Axis axis{key, {}};
-      std::set<std::string> seen;
-      for (const auto& el : *array) {
-        const auto lit = literal(el, false);
-        if (!lit || !seen.insert(*lit).second) {
-          issues_.push_back({where, lit ? fmt::format("duplicate value {}", *lit)
-                                        : fmt::format("values must be strings, numbers or booleans, got {}", type_name(el))});
-          axis.values.clear();
-          break;
-        }
-        axis.values.push_back({key, *lit, el.is_string() ? *el.value<std::string>() : *lit, where});
-      }
-      if (axis.values.empty()) continue;
+      const size_t issues_before = issues_.size();
+      Axis axis = read_axis_values(key, *array, "", [&](const toml::node&) { return where; });
+      if (issues_.size() != issues_before) continue;
       m.command_line.push_back(where);
       std::erase_if(m.fixed, [&](const Override& o) { return o.key == key; });
-      const auto it = std::find_if(m.axes.begin(), m.axes.end(), [&](const Axis& a) { return a.key == key; });
+      const auto it = find_axis(m, key);
       if (it != m.axes.end())
         it->values = std::move(axis.values);
       else
@@ -302,7 +304,7 @@ class Parser {
       const auto kv = split(arg, where);
       if (!kv) continue;
       const auto& [key, text] = *kv;
-      if (const auto axis = std::find_if(m.axes.begin(), m.axes.end(), [&](const Axis& a) { return a.key == key; }); axis != m.axes.end()) {
+      if (const auto axis = find_axis(m, key); axis != m.axes.end()) {
         issues_.push_back({where, fmt::format("'{}' is an axis of this matrix (declared at {}): --set cannot fix it; run one value "
                                               "with --axis '{}=[VALUE]'", key, axis->values.front().where, key)});
         continue;
