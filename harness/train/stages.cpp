@@ -1092,7 +1092,7 @@ RunResult finalise_receipt(const ExperimentSpec& spec, const RunOptions& opt, co
   Progress{opt.quiet}(fmt::format(
       "run {} ok: median step {:.2f} ms, {:.0f} tokens/s, MFU {}, goodput {:.1f} %, peak memory {:.1f} MiB, final loss {:.4f}",
       run_id, summary.median_step_ms.value_or(NAN), summary.tokens_per_s.value_or(NAN),
-      summary.mfu ? fmt::format("{:.1f} %", *summary.mfu * 100) : "null", *summary.goodput_pct,
+      summary.mfu ? fmt::format("{:.1f} %", *summary.mfu * 100) : "-", *summary.goodput_pct,
       outcome.peak_memory / 1048576.0, outcome.last_loss.value_or(NAN)));
   return {run_id, "ok", "", 0};
 }
