@@ -109,6 +109,7 @@ class Parser {
       m.repeats = *overrides.repeats;
     }
     check_conflicts(m);
+    if (m.mode == Mode::zip && issues_.empty()) check_zip(m);
     if (!issues_.empty()) throw SpecError(issues_);
     return m;
   }
@@ -160,8 +161,10 @@ class Parser {
             m.mode = Mode::one_at_a_time;
           else if (s->get() == "factorial")
             m.mode = Mode::factorial;
+          else if (s->get() == "zip")
+            m.mode = Mode::zip;
           else
-            issue(node.source(), fmt::format("matrix.mode: expected \"one-at-a-time\" or \"factorial\", got \"{}\"", s->get()));
+            issue(node.source(), fmt::format("matrix.mode: expected \"one-at-a-time\", \"factorial\" or \"zip\", got \"{}\"", s->get()));
         }
       } else if (k == "repeats") {
         auto v = node.value_exact<int64_t>();
@@ -194,10 +197,11 @@ class Parser {
     }
   }
 
-  // An axis from a TOML array, the file's or an --axis argument's: each value a scalar, none twice; a
-  // bad one is an issue (`prefix` + message at at(element)) and left out.
+  // An axis from a TOML array, the file's or an --axis argument's: each value a scalar, none twice (under
+  // zip a value may repeat: the cells, not the values, must differ); a bad one is an issue (`prefix` +
+  // message at at(element)) and left out.
   template <class At>
-  Axis read_axis_values(const std::string& key, const toml::array& values, const std::string& prefix, At at) {
+  Axis read_axis_values(const std::string& key, const toml::array& values, Mode mode, const std::string& prefix, At at) {
     Axis axis{key, {}};
     std::set<std::string> seen;
     for (const auto& el : values) {
@@ -206,7 +210,7 @@ class Parser {
         issues_.push_back({at(el), fmt::format("{}values must be strings, numbers or booleans, got {}", prefix, type_name(el))});
         continue;
       }
-      if (!seen.insert(*lit).second) {
+      if (!seen.insert(*lit).second && mode != Mode::zip) {
         issues_.push_back({at(el), fmt::format("{}duplicate value {}", prefix, *lit)});
         continue;
       }
@@ -232,7 +236,7 @@ class Parser {
         issue(node->source(), fmt::format("axes.{}: expected a non-empty array of values, got {}", key, a ? "[]" : type_name(*node)));
         continue;
       }
-      Axis axis = read_axis_values(key, *a, "axes." + key + ": ", [&](const toml::node& el) { return where(el.source()); });
+      Axis axis = read_axis_values(key, *a, m.mode, "axes." + key + ": ", [&](const toml::node& el) { return where(el.source()); });
       if (!axis.values.empty()) m.axes.push_back(std::move(axis));
     }
   }
@@ -289,7 +293,7 @@ class Parser {
         continue;
       }
       const size_t issues_before = issues_.size();
-      Axis axis = read_axis_values(key, *array, "", [&](const toml::node&) { return where; });
+      Axis axis = read_axis_values(key, *array, m.mode, "", [&](const toml::node&) { return where; });
       if (issues_.size() != issues_before) continue;
       m.command_line.push_back(where);
       std::erase_if(m.fixed, [&](const Override& o) { return o.key == key; });
@@ -325,6 +329,32 @@ class Parser {
         *it = o;
       else
         m.fixed.push_back(o);
+    }
+  }
+
+  // Zip pairs the axes value by value: every axis as long as the first, and no two cells alike (a cell
+  // given twice would pool two names' runs of one experiment). Errors point at the later declaration.
+  void check_zip(const MatrixSpec& m) {
+    if (m.axes.empty()) return;
+    const Axis& first = m.axes.front();
+    bool lengths_match = true;
+    for (const Axis& a : m.axes)
+      if (a.values.size() != first.values.size()) {
+        lengths_match = false;
+        issues_.push_back({a.values.front().where,
+                           fmt::format("matrix.mode = \"zip\" pairs the axes value by value, and '{}' has {} values where '{}' has {}: "
+                                       "give every axis the same number of values",
+                                       a.key, a.values.size(), first.key, first.values.size())});
+      }
+    if (!lengths_match) return;
+    std::map<std::vector<std::string>, size_t> cells;  // the values of a cell -> its index
+    for (size_t i = 0; i < first.values.size(); ++i) {
+      std::vector<std::string> values;
+      for (const Axis& a : m.axes) values.push_back(a.values[i].value);
+      if (const auto [it, fresh] = cells.emplace(values, i); !fresh)
+        issues_.push_back({first.values[i].where,
+                           fmt::format("matrix.mode = \"zip\": cell {} has the values of cell {} ({}): change or remove one", i,
+                                       it->second, fmt::join(values, ", "))});
     }
   }
 
@@ -376,7 +406,14 @@ std::string cell_name(const std::vector<Override>& overrides) {
 
 }  // namespace
 
-std::string_view to_string(Mode mode) { return mode == Mode::factorial ? "factorial" : "one-at-a-time"; }
+std::string_view to_string(Mode mode) {
+  switch (mode) {
+    case Mode::factorial: return "factorial";
+    case Mode::zip: return "zip";
+    case Mode::one_at_a_time: break;
+  }
+  return "one-at-a-time";
+}
 
 MatrixSpec parse_matrix_string(const std::string& text, const std::string& source_path, const MatrixOverrides& overrides) {
   return Parser(source_path).parse(text, overrides);
@@ -403,7 +440,16 @@ std::vector<Cell> expand(const MatrixSpec& spec) {
     }
     return cells;
   }
-  // Factorial: an odometer over the axes, last axis fastest. No axes: the single baseline cell.
+  if (spec.mode == Mode::zip && !spec.axes.empty()) {
+    // The axes' i-th values together (parse checked their lengths and that no two cells are alike).
+    for (size_t i = 0; i < spec.axes.front().values.size(); ++i) {
+      std::vector<Override> overrides;
+      for (const auto& axis : spec.axes) overrides.push_back(axis.values[i]);
+      cells.push_back({cell_name(overrides), overrides, ""});
+    }
+    return cells;
+  }
+  // Factorial (and zip without axes): an odometer over the axes, last axis fastest. No axes: the single baseline cell.
   std::vector<size_t> digit(spec.axes.size(), 0);
   while (true) {
     std::vector<Override> overrides;

@@ -3,7 +3,7 @@
 //   [matrix]
 //   name = "tiny-loss"
 //   base = "../experiments/tiny.toml"   # relative to this file
-//   mode = "one-at-a-time"              # or "factorial"
+//   mode = "one-at-a-time"              # or "factorial", or "zip"
 //   repeats = 3
 //   seeds = [1, 2, 3]                   # optional: repeat r runs with experiment.seed = seeds[r]
 //   [axes]
@@ -29,8 +29,11 @@
 
 namespace ablate::ablations {
 
-enum class Mode { one_at_a_time, factorial };
-std::string_view to_string(Mode mode);  // "one-at-a-time" | "factorial"
+// one_at_a_time: the baseline, then each axis's other values alone; factorial: every combination;
+// zip: cell i takes value i of every axis (axes of one length, a value may repeat down an axis), for
+// settings that only make sense together, such as the fastest layout at each world size.
+enum class Mode { one_at_a_time, factorial, zip };
+std::string_view to_string(Mode mode);  // "one-at-a-time" | "factorial" | "zip"
 
 // One `--set key=value` that the matrix applies to the base spec. `where` is the matrix file's
 // line:column that declared it, so a spec error caused by it points there, not at a synthetic --set.
@@ -76,7 +79,7 @@ struct MatrixSpec {
 };
 
 struct Cell {
-  std::string name;                 // "baseline", "backends.loss=chunked", "a.b=1,c.d=x" (factorial)
+  std::string name;                 // "baseline", "backends.loss=chunked", "a.b=1,c.d=x" (factorial, zip)
   std::vector<Override> overrides;  // a value for every axis, in axis order
   std::string spec_hash;            // of the cell's spec with the base seed (set by load_matrix)
   int64_t nproc = 1;                // the cell's distributed.nproc: > 1 runs as `ablate launch` on nproc GPUs
@@ -101,7 +104,7 @@ MatrixSpec parse_matrix_string(const std::string& text, const std::string& sourc
                                const MatrixOverrides& overrides = {});
 
 // one-at-a-time: the baseline, then per axis each non-baseline value; factorial: the cartesian
-// product (last axis varies fastest). Names are unique.
+// product (last axis varies fastest); zip: the axes' i-th values together, in order. Names are unique.
 std::vector<Cell> expand(const MatrixSpec& spec);
 
 // parse_matrix_file + expand + every (cell, seed) validated against the base spec and hashed.

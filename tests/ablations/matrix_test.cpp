@@ -1,5 +1,5 @@
 // tests/ablations/matrix_test.cpp: matrix files. Parsing, every error with file:line:column, both
-// dotted-key spellings, one-at-a-time and factorial expansion (counts, names, baseline values),
+// dotted-key spellings, one-at-a-time, factorial and zip expansion (counts, names, baseline values),
 // interleaved run order, seeds, the identity JSON, spec errors mapped back to matrix lines, the command
 // line's changes (--set, --axis, --name) and their errors, and every example matrix in ablations/
 // validating against its base experiment.
@@ -128,7 +128,7 @@ TEST(Matrix, ErrorsNameFileLineColumn) {
   EXPECT_EQ(first_error(head + "repeats = \"3\"\n"), "m.toml:4:11: error: matrix.repeats: expected an integer >= 1, got a string");
   EXPECT_EQ(first_error(head + "repeats = 0\n"), "m.toml:4:11: error: matrix.repeats: expected an integer >= 1, got 0");
   EXPECT_EQ(first_error(head + "mode = \"grid\"\n"),
-            "m.toml:4:8: error: matrix.mode: expected \"one-at-a-time\" or \"factorial\", got \"grid\"");
+            "m.toml:4:8: error: matrix.mode: expected \"one-at-a-time\", \"factorial\" or \"zip\", got \"grid\"");
   EXPECT_EQ(first_error(head + "seeds = [1, -2, 3]\n"), "m.toml:4:13: error: matrix.seeds: expected integers >= 0, got -2");
   EXPECT_EQ(first_error(head + "seeds = [1]\n"), "m.toml:4:10: error: matrix.seeds has 1 seeds for 3 repeats: give one seed per repeat");
   EXPECT_EQ(first_error(head + "[axis]\n"), "m.toml:4:2: error: unknown section [axis]: a matrix file has [matrix], [axes] and [set]");
@@ -188,6 +188,53 @@ mode = "factorial"
   // No axes: one cell, the base spec with [set] only.
   const auto bare = expand(parse_matrix_string("[matrix]\nname = \"b\"\nbase = \"b.toml\"\nmode = \"factorial\"\n", "b.toml"));
   EXPECT_EQ(names(bare), std::vector<std::string>{"baseline"});
+}
+
+TEST(Matrix, ZipPairsTheAxesValueByValue) {
+  const std::string text = R"([matrix]
+name = "z"
+base = "b.toml"
+mode = "zip"
+[axes]
+"distributed.nproc" = [1, 2, 4]
+"distributed.sharding" = ["none", "optimizer", "optimizer"]
+)";
+  const auto m = parse_matrix_string(text, "z.toml");
+  EXPECT_EQ(to_string(m.mode), "zip");
+  const auto cells = expand(m);
+  EXPECT_EQ(names(cells), (std::vector<std::string>{"distributed.nproc=1,distributed.sharding=none",
+                                                    "distributed.nproc=2,distributed.sharding=optimizer",
+                                                    "distributed.nproc=4,distributed.sharding=optimizer"}));
+  EXPECT_EQ(set_args(cells[2].overrides), (std::vector<std::string>{"distributed.nproc=4", "distributed.sharding=\"optimizer\""}));
+  // The command line narrows zipped axes together; one left at its old length is an error at the argument.
+  const auto narrowed = parse_matrix_string(text, "z.toml", with_changes({}, {"distributed.nproc=[1, 2]",
+                                                                               "distributed.sharding=[\"none\", \"optimizer\"]"}));
+  EXPECT_EQ(expand(narrowed).size(), 2u);
+  try {
+    parse_matrix_string(text, "z.toml", with_changes({}, {"distributed.nproc=[1, 2]"}));
+    ADD_FAILURE() << "axes of different lengths cannot be zipped";
+  } catch (const SpecError& e) {
+    ASSERT_EQ(e.issues().size(), 1u);
+    EXPECT_EQ(e.issues()[0].where, "z.toml:7:27");
+    EXPECT_EQ(e.issues()[0].message, "matrix.mode = \"zip\" pairs the axes value by value, and 'distributed.sharding' has 3 values "
+                                     "where 'distributed.nproc' has 2: give every axis the same number of values");
+  }
+}
+
+TEST(Matrix, ZipRefusesAxesOfUnequalLengthAndCellsGivenTwice) {
+  EXPECT_EQ(first_error("[matrix]\nname = \"z\"\nbase = \"b.toml\"\nmode = \"zip\"\n[axes]\n"
+                        "\"distributed.nproc\" = [1, 2, 4]\n\"distributed.sharding\" = [\"none\", \"optimizer\"]\n"),
+            "m.toml:7:27: error: matrix.mode = \"zip\" pairs the axes value by value, and 'distributed.sharding' has 2 values "
+            "where 'distributed.nproc' has 3: give every axis the same number of values");
+  EXPECT_EQ(first_error("[matrix]\nname = \"z\"\nbase = \"b.toml\"\nmode = \"zip\"\n[axes]\n"
+                        "\"distributed.nproc\" = [1, 2, 2]\n\"distributed.sharding\" = [\"none\", \"full\", \"full\"]\n"),
+            "m.toml:6:30: error: matrix.mode = \"zip\": cell 2 has the values of cell 1 (2, \"full\"): change or remove one");
+  // One axis: a repeated value is a repeated cell.
+  EXPECT_EQ(first_error("[matrix]\nname = \"z\"\nbase = \"b.toml\"\nmode = \"zip\"\n[axes]\n\"train.steps\" = [1, 1]\n"),
+            "m.toml:6:21: error: matrix.mode = \"zip\": cell 1 has the values of cell 0 (1): change or remove one");
+  // Outside zip a value given twice in one axis stays an error of that axis.
+  EXPECT_EQ(first_error("[matrix]\nname = \"z\"\nbase = \"b.toml\"\nmode = \"factorial\"\n[axes]\n\"train.steps\" = [1, 1]\n"),
+            "m.toml:6:21: error: axes.train.steps: duplicate value 1");
 }
 
 TEST(Matrix, RunOrderInterleavesRepeatsAndSeedsFollowTheRepeat) {
