@@ -35,7 +35,7 @@ if [ $# = 0 ]; then
   BUILD=build-gpu
   source scripts/gpu-prebuilt-lane.sh
   ensure_gpu_build || exit 2
-  set -- "$BUILD/bench/kernels_bench" --benchmark_filter=ssm_fused_cuda_fwd_bwd_autocast --benchmark_min_time=0.05
+  set -- "$BUILD/bench/kernels_bench" --benchmark_filter=ssm_fused_cuda_fwd_bwd_model --benchmark_min_time=0.05
 fi
 [ -x "$1" ] || { echo "gpu-ncu: '$1' is not an executable program here: build first (scripts/gpu-check.sh \$OUT 0)" >&2; exit 2; }
 NCU=${NCU:-$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | sort -V | tail -1)}
