@@ -12,7 +12,7 @@ run() { DRY_RUN=1 NCU="$work/fake-ncu" bash scripts/gpu-ncu.sh "$@" 2>&1; }
 
 out=$(run out ablate_ssm_scan_bwd_chunk)
 contains "default program: the scan benchmark in the model's mix" \
-  "build-gpu/bench/kernels_bench --benchmark_filter=ssm_fused_cuda_fwd_bwd_autocast" "$out"
+  "build-gpu/bench/kernels_bench --benchmark_filter=ssm_fused_cuda_fwd_bwd_model" "$out"
 contains "one launch after 3, clocks left alone" "--launch-skip 3 --launch-count 1 --clock-control none" "$out"
 contains "the kernel by regex" "--kernel-name regex:ablate_ssm_scan_bwd_chunk" "$out"
 contains "stall reasons asked for" "--section WarpStateStats" "$out"
