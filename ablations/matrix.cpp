@@ -87,6 +87,14 @@ class Parser {
       throw SpecError(issues_);
     }
     const toml::table root = std::move(result).table();
+    // An experiment file given where a matrix belongs: one error saying so, not one per section.
+    if (root.contains("experiment") && !root.contains("matrix")) {
+      issue(root["experiment"].node()->source(),
+            fmt::format("this is an experiment file ([experiment]), not an ablation matrix: run it with `ablate run {}`; "
+                        "a matrix file has [matrix] (name, base = this file, mode, repeats), [axes] and [set]",
+                        source_));
+      throw SpecError(issues_);
+    }
     for (auto&& [key, node] : root) {
       const std::string k(key.str());
       if (k != "matrix" && k != "axes" && k != "set")
@@ -478,9 +486,16 @@ Matrix load_matrix(const std::string& path, const MatrixOverrides& overrides) {
       return spec::parse_spec_file(m.spec.base_path, set_args(overrides));
     } catch (const SpecError& e) {
       for (SpecIssue i : e.issues()) {
-        // Point an error that a --set caused at the matrix line that declared that value.
+        // Point an error that a --set caused at the matrix line (or command-line argument) that declared
+        // that value; the spec parser's account of which --set it was numbers the matrix's internal ones.
         for (const auto& o : overrides)
-          if (i.where == "--set " + o.set_arg()) i.where = o.where;
+          if (i.where == "--set " + o.set_arg()) {
+            i.where = o.where;
+            constexpr std::string_view kBlame = " (it comes from --set argument ", kBlameEnd = ": fix or drop that --set)";
+            const auto blame = i.message.find(kBlame);
+            const auto end = blame == std::string::npos ? blame : i.message.find(kBlameEnd, blame);
+            if (end != std::string::npos) i.message.erase(blame, end + kBlameEnd.size() - blame);
+          }
         if (seen.emplace(i.where, i.message).second)
           issues.push_back({i.where, fmt::format("cell '{}' (base {}): {}", cell.name, m.spec.base_path, i.message)});
       }

@@ -154,7 +154,8 @@ class RunnerRegistration {
 
 std::string exit_text(int status) {
   if (WIFEXITED(status)) return fmt::format("failed (exit {})", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return fmt::format("failed (signal {})", WTERMSIG(status));
+  // A child ended by a signal was interrupted, as its receipt says (killed), not failed.
+  if (WIFSIGNALED(status)) return fmt::format("killed ({})", ::strsignal(WTERMSIG(status)));
   return "failed";
 }
 
@@ -229,9 +230,9 @@ Outcome run_slots(const Matrix& matrix, int64_t matrix_id, const std::vector<Slo
     // Remaining work spread over the lanes, at the mean run time so far.
     const double eta = busy_seconds / static_cast<double>(timed) * static_cast<double>(slots.size() - finished) /
                        static_cast<double>(lanes);
-    fmt::print(opt.out, "[{}/{}] {} r{} {} {:.1f} s, {} failed, ETA {}{}\n", finished, slots.size(), matrix.cells[slot.cell].name,
-               slot.repeat, failure.empty() ? "ok" : failure, took, outcome.failed, format_eta(eta),
-               failure.empty() ? "" : ", log " + log);
+    fmt::print(opt.out, "[{}/{}] {} r{} {} {:.1f} s, {} not ok, {}{}\n", finished, slots.size(), matrix.cells[slot.cell].name,
+               slot.repeat, failure.empty() ? "ok" : failure, took, outcome.failed,
+               g_stop_signal != 0 ? "stopping" : "ETA " + format_eta(eta), failure.empty() ? "" : ", log " + log);
     std::fflush(opt.out);
   };
   // A pair another runner took (or finished) since this one listed its work: not run here.

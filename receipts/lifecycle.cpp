@@ -186,6 +186,8 @@ void RunLifecycle::on_signal(int sig) {
     if (!ended_) {
       try {
         finish_store_->finish_run(run_id_, RunStatus::killed, fmt::format("killed by {}", signal_name(sig)), {});
+        say_error("ablate: run {} killed by {}: recorded as killed in {} (not evidence)\n", run_id_, signal_name(sig),
+                  finish_store_->path());
       } catch (const std::exception& e) {
         say_error("ablate: could not mark run {} killed: {}\n", run_id_, e.what());
       }

@@ -523,7 +523,10 @@ std::string render_text(const Comparison& c) {
   std::string out = side_line('A', c.a) + "\n" + side_line('B', c.b) + "\n";
   for (const auto& [label, side] : {std::pair{'A', &c.a}, std::pair{'B', &c.b}})
     for (const auto& e : side->excluded) out += fmt::format("  excluded from {}: run {}: {}\n", label, e.run_id, e.reason);
-  if (c.factor.empty())
+  if (c.a.evidence.empty() || c.b.evidence.empty())
+    out += fmt::format("factor under test: unknown (side {} has no evidence runs, so no specs are compared)\n",
+                       c.a.evidence.empty() ? 'A' : 'B');
+  else if (c.factor.empty())
     out += c.mismatches.empty() ? "factor under test: none (the specs are identical)\n"
                                 : "factor under test: none in the specs (they are identical); the sides differ only "
                                   "where marked MISMATCH below\n";

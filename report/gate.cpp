@@ -514,7 +514,7 @@ std::string_view to_string(Convergence c) {
 }
 
 std::vector<GateJob> matrix_gates(receipts::Store& store, const RunSelection& selection,
-                                     std::vector<std::string>* skipped) {
+                                  std::vector<std::string>* skipped, std::vector<std::string>* unjudged) {
   auto skip = [&](const std::string& why) {
     if (skipped != nullptr) skipped->push_back(why);
   };
@@ -539,6 +539,13 @@ std::vector<GateJob> matrix_gates(receipts::Store& store, const RunSelection& se
       continue;
     }
     gates.push_back({cell.name, cell.run_ids, baseline.run_ids, seam, *in_posture});
+  }
+  for (const auto& declared : selection.declared_cells) {
+    if (declared.no_runs_reason.empty()) continue;
+    if (!backend_toggle(declared.name))
+      skip(fmt::format("cell {}: {}; not a single backends.<seam> toggle, not gated", declared.name, declared.no_runs_reason));
+    else if (unjudged != nullptr)
+      unjudged->push_back(fmt::format("cell {}: {}; its backend is not judged", declared.name, declared.no_runs_reason));
   }
   return gates;
 }

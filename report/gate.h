@@ -160,14 +160,16 @@ GateResult evaluate_gate(receipts::Store& store, const std::vector<std::int64_t>
 // the cell's backend judged against the baseline cell; but a cell that turns a seam back to its
 // `reference` (a leave-one-out matrix over a fast posture, ablations/fast_posture.toml) judges the
 // baseline's backend at that seam, with the cell's runs as its baseline: does that backend earn its
-// place in the posture. Other cells are named in *skipped with the reason.
+// place in the posture. Other cells are named in *skipped with the reason. A backend cell the matrix
+// declares but holds no run of (refused before its run began, e.g. an unavailable backend under
+// backends.strict, or never started) is named in *unjudged with why: no verdict can be formed on it.
 struct GateJob {
   std::string cell;  // "" for a gate given by selectors (ablate gate --baseline/--candidate)
   std::vector<std::int64_t> baseline, candidate;
   std::string seam, backend;
 };
 std::vector<GateJob> matrix_gates(receipts::Store& store, const RunSelection& selection,
-                                     std::vector<std::string>* skipped = nullptr);
+                                  std::vector<std::string>* skipped = nullptr, std::vector<std::string>* unjudged = nullptr);
 
 nlohmann::json to_json(const GateResult& result);
 std::string render_text(const GateResult& result);

@@ -68,8 +68,9 @@ std::string render_run_text(receipts::Store& store, std::int64_t run_id, const R
              r.host, r.spec_hash.substr(0, 16));
   out += fmt::format("evidence: {}\n", receipts::is_evidence(r) ? "yes" : "no (only complete ok runs count)");
   const auto& s = r.summary;
-  out += fmt::format("summary: steps {}  median step {} ms  tokens/s {}  MFU {}  goodput {}  peak memory {}\n", text_or_dash(s.steps),
-             text_or_dash(s.median_step_ms, "{:.2f}"), text_or_dash(s.tokens_per_s, "{:.0f}"), s.mfu ? fmt::format("{:.2f}%", *s.mfu * 100) : "null",
+  out += fmt::format("summary: steps {}  median step {}  tokens/s {}  MFU {}  goodput {}  peak memory {}\n", text_or_dash(s.steps),
+             s.median_step_ms ? fmt::format("{:.2f} ms", *s.median_step_ms) : "-", text_or_dash(s.tokens_per_s, "{:.0f}"),
+             s.mfu ? fmt::format("{:.2f}%", *s.mfu * 100) : "-",
              s.goodput_pct ? fmt::format("{:.1f}%", *s.goodput_pct) : "-", human_bytes(s.peak_memory_bytes));
   if (j["env"].contains("profiling")) out += fmt::format("profiling: {}\n", j["env"]["profiling"].get<std::string>());
   auto shown = [](std::optional<double> v, const char* fmt_spec, double scale = 1.0) {

@@ -54,7 +54,9 @@ std::string no_runs_reason(const json& identity, const json& cell) {
     return fmt::format("no run recorded: the cell asks for distributed.nproc = {}, and `ablate matrix run` refuses it "
                        "without a run unless --gpus lists {} GPUs (or it was never started)",
                        nproc, nproc);
-  return "no run recorded: never started (`ablate matrix run` of the same file resumes the matrix)";
+  return "no run recorded: never started, or refused before its run began (an unavailable backend under "
+         "backends.strict = true, a setting this machine cannot run: the matrix log says which); `ablate matrix run` "
+         "of the same file resumes the matrix";
 }
 
 }  // namespace
@@ -99,8 +101,8 @@ RunSelection select_matrix_id(receipts::Store& store, std::int64_t matrix_id) {
     std::vector<std::string> changes;
     for (const auto& change : *it)
       if (change.is_string()) changes.push_back(change.get<std::string>());
-    selection.notes.push_back(fmt::format("Matrix file {} run with changes from the command line: {}",
-                                          identity.value("base", std::string("(base not recorded)")), fmt::join(changes, " ")));
+    selection.notes.push_back(fmt::format("Matrix {} (base {}) run with changes from the command line: {}", name,
+                                          identity.value("base", std::string("not recorded")), fmt::join(changes, " ")));
   }
   std::map<std::string, std::vector<std::int64_t>> by_cell;
   for (const auto& cell : store.matrix_cells(matrix_id)) by_cell[cell.cell].push_back(cell.run_id);

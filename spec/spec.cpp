@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "kernels/catalog.h"
+#include "base/near_miss.h"
 #include "base/sha256.h"
 
 namespace ablate::spec {
@@ -230,31 +231,6 @@ std::vector<Section> sections(ExperimentSpec& s) {
 
 std::string join_keys(const std::vector<std::string>& keys) { return fmt::format("{}", fmt::join(keys, ", ")); }
 
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
-// " (did you mean 'name'?)" for a likely typo, else "".
-std::string suggestion(const std::string& word, const std::vector<std::string>& known) {
-  const std::string* best = nullptr;
-  size_t best_d = 3;  // at most two edits away
-  for (const auto& k : known) {
-    const size_t d = edit_distance(word, k);
-    if (d < best_d) best_d = d, best = &k;
-  }
-  return best ? fmt::format(" (did you mean '{}'?)", *best) : "";
-}
 
 // ---------------------------------------------------------------------------------------------
 class Parser {
@@ -275,6 +251,14 @@ class Parser {
       throw SpecError(issues_);
     }
     toml::table root = std::move(result).table();
+    // A matrix file given where an experiment belongs: one error saying so, not one per section.
+    if (root.contains("matrix") && !root.contains("experiment")) {
+      issue(root["matrix"].node()->source(),
+            fmt::format("this is an ablation matrix file ([matrix]), not an experiment: run it with `ablate matrix run {}` "
+                        "(or list its cells with `ablate matrix expand {}`)",
+                        source_, source_));
+      throw SpecError(issues_);
+    }
     override_count_ = overrides.size();
     for (size_t i = 0; i < overrides.size(); ++i) apply_override(root, overrides[i], i + 1);
     if (!issues_.empty()) throw SpecError(issues_);
@@ -288,7 +272,7 @@ class Parser {
       const std::string k(key.str());
       if (!known_top.count(k)) {
         const std::vector<std::string> known(known_top.begin(), known_top.end());
-        issue(key.source(), fmt::format("unknown section [{}]{}: known sections are {}{}", k, suggestion(k, known),
+        issue(key.source(), fmt::format("unknown section [{}]{}: known sections are {}{}", k, base::did_you_mean(k, known),
                                         join_keys(known), set_blame(key.source(), k)), k);
         continue;
       }
@@ -415,7 +399,7 @@ class Parser {
           issue(value.source(), fmt::format("{} must be a table ([{}] with its keys), got {}", dotted, dotted, type_name(value)),
                 dotted);
         else if (std::find(known.begin(), known.end(), k) == known.end())
-          issue(key.source(), fmt::format("unknown key '{}' in [{}]{}: known keys are {}{}", k, sec.path, suggestion(k, known),
+          issue(key.source(), fmt::format("unknown key '{}' in [{}]{}: known keys are {}{}", k, sec.path, base::did_you_mean(k, known),
                                           join_keys(known), set_blame(key.source(), dotted)), dotted);
         continue;
       }
@@ -436,7 +420,7 @@ class Parser {
       }
       const auto& seams = kernels::seams();
       if (std::find(seams.begin(), seams.end(), seam) == seams.end()) {
-        issue(key.source(), fmt::format("unknown seam '{}' in [backends]{}: known seams are {} (and strict)", seam, suggestion(seam, seams), join_keys(seams)), dotted);
+        issue(key.source(), fmt::format("unknown seam '{}' in [backends]{}: known seams are {} (and strict)", seam, base::did_you_mean(seam, seams), join_keys(seams)), dotted);
         continue;
       }
       auto v = value.value_exact<std::string>();

@@ -6,7 +6,9 @@
 //   ablate gate --baseline SEL --candidate SEL --seam S --backend B [--role keep]   one backend.
 // Exit 1 when the verdict is not KEEP for a backend whose role is `keep`: --role, else its standing
 // decision on the candidate runs' lane (a stored KEEP, report::standing_decisions), else the role the
-// candidate runs recorded in their catalog snapshot; so the command can guard CI. Exit 2 for bad input,
+// candidate runs recorded in their catalog snapshot; so the command can guard CI. Exit 1 too when a backend
+// cell of the matrix has no run at all (refused before its run began, or never started): no verdict on
+// it is no pass. Exit 2 for bad input,
 // and for a run still running (then nothing is stored). Every gate is evaluated before any decision is
 // stored, so a refusal leaves no decision behind.
 // Tests: report/gate.cpp in tests/report/gate_test.cpp (report_tests); kept backends, regressions and
@@ -15,14 +17,27 @@
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <stdexcept>
 
+#include "base/near_miss.h"
 #include "harness/cli/commands.h"
+#include "kernels/catalog.h"
 #include "report/gate.h"
 #include "report/selection.h"
 
 namespace ablate::cli {
 namespace {
+
+// --seam names a dispatch seam: a typo is bad input with the nearest name, not "requests no backend".
+// (--backend is not checked against this build's catalog: a backend since removed is still judged on
+// the runs that requested it.)
+void require_known_seam(const std::string& seam) {
+  const auto& seams = kernels::seams();
+  if (std::find(seams.begin(), seams.end(), seam) == seams.end())
+    throw std::invalid_argument(fmt::format("gate: --seam '{}' is not a seam{}; the seams are {}", seam,
+                                            base::did_you_mean(seam, seams), fmt::join(seams, ", ")));
+}
 
 // Why a gate that did not say KEEP fails: the backend was `keep` before it, and by what.
 std::string kept_backend_regressed(const report::GateJob& job, const report::GateResult& result,
@@ -83,19 +98,22 @@ void register_gate(CLI::App& app, Globals& g) {
                                                  options.backend.empty())))
       throw std::invalid_argument(
           "gate: give either --matrix NAME, or all of --baseline, --candidate, --seam and --backend");
+    if (!options.seam.empty()) require_known_seam(options.seam);
     if (!matrix.empty() && !role.empty())
       throw std::invalid_argument("gate: --role applies to one backend; with --matrix each cell's recorded role is used");
     auto store = receipts::Store::open_existing(g.db);
 
     // The gates to evaluate: a matrix's (report::matrix_gates), or the one given.
     std::vector<report::GateJob> jobs;
+    std::vector<std::string> unjudged;  // a matrix's backend cells without a run
     if (!matrix.empty()) {
       const auto selection = report::select_matrix(store, matrix);
-      if (selection.groups.size() < 2)
+      if (selection.groups.size() < 2 && selection.declared_cells.size() < 2)
         throw std::invalid_argument(fmt::format("gate: {} has no cell besides its baseline", selection.title));
       std::vector<std::string> skipped;
-      jobs = report::matrix_gates(store, selection, &skipped);
+      jobs = report::matrix_gates(store, selection, &skipped, &unjudged);
       for (const auto& why : skipped) fmt::print("{}\n", why);
+      for (const auto& why : unjudged) fmt::print("{}\n", why);
     } else {
       // Tag and name selectors include failed runs: a candidate that failed is evidence against it. Their
       // runs still running join the sides, so that the gate refuses them rather than decide without them.
@@ -137,7 +155,12 @@ void register_gate(CLI::App& app, Globals& g) {
       }
     }
     if (as_json) fmt::print("{}\n", (matrix.empty() ? all.at(0) : all).dump(2));
-    return keep_backend_failed ? kExitRunFailed : kExitOk;
+    // A backend the matrix declares but never ran is no pass: the gate could not judge it.
+    if (!unjudged.empty())
+      fmt::print(stderr, "ablate: gate: {} backend cell(s) of {} have no run, so no verdict: {} (see each cell's matrix "
+                         "log; resume with `ablate matrix run`)\n",
+                 unjudged.size(), matrix, fmt::join(unjudged, "; "));
+    return keep_backend_failed || !unjudged.empty() ? kExitRunFailed : kExitOk;
   }});
 }
 

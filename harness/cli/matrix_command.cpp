@@ -8,6 +8,8 @@
 
 #include <filesystem>
 #include <optional>
+#include <stdexcept>
+#include <system_error>
 
 #include "ablations/matrix.h"
 #include "ablations/matrix_run.h"
@@ -99,6 +101,13 @@ void register_matrix(CLI::App& app, Globals& g) {
       return kExitOk;
     }
     harness::git_facts();  // a malformed ABLATE_GIT_REVISION would fail every child: refuse it here (exit 2)
+    // The children's log folder, made before the store learns of the matrix: a path that cannot be a
+    // folder is bad input (exit 2) with nothing written.
+    const std::string log_dir = !logs.empty() ? logs : (fs::path(g.db).parent_path() / "matrix-logs").string();
+    if (std::error_code ec; !fs::create_directories(log_dir, ec) && !fs::is_directory(log_dir))
+      throw std::invalid_argument(fmt::format("matrix run: cannot make the log folder {} ({}): give --logs a folder path "
+                                              "you can write, not a file",
+                                              log_dir, ec ? ec.message() : "a file is in the way"));
     int64_t id = 0;
     std::vector<ablations::Slot> pending;
     {  // closed before the children start writing
@@ -114,9 +123,9 @@ void register_matrix(CLI::App& app, Globals& g) {
     opt.binary = fs::read_symlink("/proc/self/exe").string();
     opt.db = g.db;
     opt.gpus = gpus;
-    opt.log_dir = !logs.empty() ? logs : (fs::path(g.db).parent_path() / "matrix-logs").string();
+    opt.log_dir = log_dir;
     const auto outcome = ablations::run_slots(m, id, pending, opt);
-    fmt::print("matrix {} (id {}): {} ok, {} failed{}{}\n", m.spec.name, id, outcome.ok, outcome.failed,
+    fmt::print("matrix {} (id {}): {} ok, {} not ok (failed or killed){}{}\n", m.spec.name, id, outcome.ok, outcome.failed,
                outcome.skipped ? fmt::format(", {} run or running elsewhere (another runner)", outcome.skipped) : "",
                outcome.failed ? fmt::format("; logs in {}; run the same command again to retry them", opt.log_dir) : "");
     return outcome.failed == 0 ? kExitOk : kExitRunFailed;

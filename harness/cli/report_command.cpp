@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <stdexcept>
 
 #include "harness/cli/commands.h"
 #include "base/atomic_write.h"
@@ -32,8 +33,10 @@ void register_report(CLI::App& app, Globals& g) {
   cmd->add_option("runs", selector, "runs to report, grouped by matrix cell or name: 12 | 12,13,14 | tag:NAME | name:GLOB | lane:LANE | since:DATE (joined by &) | cell:MATRIX/CELL");
   cmd->add_option("--matrix", matrix, "report the newest matrix of this name (its cells, baseline first)");
   cmd->add_option("--baseline", baseline, "the cell the others are compared with (default: 'baseline', else the first)");
-  cmd->add_option("--out", out_dir, "output folder (default: report-<matrix or selector>)");
-  command_table().push_back({cmd, [&g] {
+  auto* out_option = cmd->add_option("--out", out_dir, "output folder (default: report-<matrix or selector>)");
+  command_table().push_back({cmd, [&g, out_option] {
+    if (out_option->count() > 0 && out_dir.empty())
+      throw std::invalid_argument("report: --out \"\" names no folder: give a folder, or leave --out out for the default");
     auto store = receipts::Store::open_existing(g.db);
     auto selection = report::select_cells(store, selector, matrix);
     if (!baseline.empty()) report::set_baseline(selection, baseline);
@@ -51,8 +54,9 @@ void register_report(CLI::App& app, Globals& g) {
                                             [](const auto& d) { return d.run_ids.empty(); });
     const std::string declared =
         without_runs == 0 ? "" : fmt::format(" ({} declared, {} without runs: see report.md)", rep.declared_cells.size(), without_runs);
-    fmt::print("report of {}: {} cell(s){}, baseline {}; wrote {}/report.md, report.html, report.json and {} plot(s)\n",
-               rep.title, rep.cells.size(), declared, rep.baseline().name, dir, plots.plots.size());
+    fmt::print("report of {}: {} cell(s){}, baseline {}; wrote {}, report.html, report.json and {} plot(s)\n", rep.title,
+               rep.cells.size(), declared, rep.baseline().name, (std::filesystem::path(dir) / "report.md").string(),
+               plots.plots.size());
     return kExitOk;
   }});
 }

@@ -89,6 +89,18 @@ TEST_F(MatrixCli, MalformedGitRevisionOverrideExitsTwoBeforeAnything) {
   EXPECT_FALSE(fs::exists(dir_ / "r.db"));
 }
 
+// A --logs path that cannot be a folder is bad input: exit 2 naming it, before the store learns of the matrix.
+TEST_F(MatrixCli, ALogFolderThatIsAFileExitsTwoBeforeAnything) {
+  const fs::path file = dir_ / "not-a-folder";
+  std::ofstream(file) << "x";
+  const std::string db = (dir_ / "r.db").string();
+  const auto r = run_cli("matrix run " + kTinyMatrix + " --repeats 1 --logs " + file.string() + " --db " + db);
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("matrix run: cannot make the log folder " + file.string()), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("give --logs a folder path you can write"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(db)) << "nothing is written before the log folder is made";
+}
+
 TEST_F(MatrixCli, TinyCpuRunsEndToEndAndResumes) {
   if (run_cli("run --help").rc != 0) GTEST_SKIP() << "this build has no `ablate run` (built without LibTorch)";
   const std::string db = (dir_ / "r.db").string();

@@ -270,6 +270,20 @@ TEST_F(MatrixFile, LoadValidatesEveryCellAndPointsAtTheMatrixLine) {
   } catch (const SpecError& e) {
     ASSERT_EQ(e.issues().size(), 1u);
     EXPECT_EQ(e.issues()[0].where, bad_set + ":7:17");
+    // The matrix line is where the value came from: no account of the internal --set that carried it.
+    EXPECT_EQ(e.issues()[0].message.find("--set argument"), std::string::npos) << e.issues()[0].message;
+    EXPECT_NE(e.issues()[0].message.find("unknown key 'stpes' in [train]"), std::string::npos) << e.issues()[0].message;
+  }
+  // An experiment file given as a matrix: one error that says which kind of file it is.
+  try {
+    load_matrix(kTiny);
+    FAIL() << "an experiment file is not a matrix";
+  } catch (const SpecError& e) {
+    ASSERT_EQ(e.issues().size(), 1u);
+    EXPECT_NE(e.issues()[0].message.find("this is an experiment file ([experiment]), not an ablation matrix: run it with "
+                                         "`ablate run " + kTiny + "`"),
+              std::string::npos)
+        << e.issues()[0].message;
   }
 }
 

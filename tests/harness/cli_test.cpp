@@ -509,7 +509,7 @@ TEST_F(CliTest, AClosedOutputLosesTheProgressNotTheRun) {
 }
 
 // Redirected to a file, each progress line is there as soon as it is printed: a SIGTERM keeps them,
-// and the run reads killed.
+// the run reads killed, and its last line says so.
 TEST_F(CliTest, ProgressLinesSurviveAKillWhenRedirected) {
   const std::string db = (dir_ / "term.db").string(), out = (dir_ / "out.txt").string();
   const auto r = run_shell("bash -c '" + std::string(ABLATE_BINARY_DIR) + "/ablate --db " + db + " run " +
@@ -521,6 +521,8 @@ TEST_F(CliTest, ProgressLinesSurviveAKillWhenRedirected) {
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("run 1: tiny"), std::string::npos) << text;
   EXPECT_NE(text.find("  step     0/1000000"), std::string::npos) << text;
+  EXPECT_NE(text.find("ablate: run 1 killed by SIGTERM: recorded as killed in " + db + " (not evidence)"), std::string::npos)
+      << text;  // the receipt's end is confirmed, not left to a look at the store
   auto store = ablate::receipts::Store::open(db);
   EXPECT_EQ(store.get_run(1).status, ablate::receipts::RunStatus::killed);
 }

@@ -3,7 +3,8 @@
 // that lane (only there), a regressed candidate set makes `ablate gate` exit 1 naming the kept backend
 // and the decision that kept it, and the stored DROP demotes it; a running run (given by id, matched by
 // a tag, in a matrix) is refused (exit 2) and nothing is stored, not even the gates of a matrix
-// evaluated before it; `catalog --lane` without a store or with an unknown lane is exit 2.
+// evaluated before it; a matrix's backend cell without a run fails the gate (exit 1) naming it;
+// `catalog --lane` without a store or with an unknown lane is exit 2.
 // Build and run: cmake --build build --target ablate harness_tests && build/tests/harness_tests --gtest_filter='GateCli*'
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -111,30 +112,71 @@ TEST(GateCli, RunningRunMatchedByATagIsRefused) {
   EXPECT_TRUE(f.store().list_decisions().empty());
 }
 
-// A matrix whose second gate has a run still running stores no decision at all, not the first gate's.
-TEST(GateCli, MatrixWithARunningRunStoresNothing) {
-  FixtureStore f;
-  auto& s = f.store();
-  const std::int64_t matrix = s.create_matrix(
-      "m", R"({"cells":[{"name":"baseline"},{"name":"backends.attention=sdpa_flash"},)"
-           R"({"name":"backends.attention=sdpa_cudnn"}]})");
-  auto add_cell = [&](const std::string& cell, const std::string& backend, std::vector<ablate::receipts::RunStatus> statuses) {
+// Matrix "m" in the fixture store: a baseline cell and two attention backends; add() puts a cell's runs
+// in, one a status given.
+struct AttentionMatrix {
+  FixtureStore& f;
+  std::int64_t id = f.store().create_matrix("m", R"({"cells":[{"name":"baseline"},{"name":"backends.attention=sdpa_flash"},)"
+                                                 R"({"name":"backends.attention=sdpa_cudnn"}]})");
+  void add(const std::string& cell, const std::string& backend, const std::vector<ablate::receipts::RunStatus>& statuses) {
     FixtureRun run = with_backend(backend);
-    run.matrix_id = matrix;
+    run.matrix_id = id;
     run.cell = cell;
     for (const auto status : statuses) {
       run.status = status;
       f.add("m", run);
     }
-  };
+  }
+};
+
+// A matrix whose second gate has a run still running stores no decision at all, not the first gate's.
+TEST(GateCli, MatrixWithARunningRunStoresNothing) {
+  FixtureStore f;
+  AttentionMatrix m{f};
   using ablate::receipts::RunStatus;
-  add_cell("baseline", "reference", {RunStatus::ok, RunStatus::ok, RunStatus::ok});
-  add_cell("backends.attention=sdpa_flash", "sdpa_flash", {RunStatus::ok, RunStatus::ok, RunStatus::ok});
-  add_cell("backends.attention=sdpa_cudnn", "sdpa_cudnn", {RunStatus::ok, RunStatus::ok, RunStatus::running});
-  const auto r = run_cli("gate --matrix m --db " + s.path());
+  m.add("baseline", "reference", {RunStatus::ok, RunStatus::ok, RunStatus::ok});
+  m.add("backends.attention=sdpa_flash", "sdpa_flash", {RunStatus::ok, RunStatus::ok, RunStatus::ok});
+  m.add("backends.attention=sdpa_cudnn", "sdpa_cudnn", {RunStatus::ok, RunStatus::ok, RunStatus::running});
+  const auto r = run_cli("gate --matrix m --db " + f.store().path());
   EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find("(candidate) still running"), std::string::npos) << r.out;
-  EXPECT_TRUE(s.list_decisions().empty());
+  EXPECT_TRUE(f.store().list_decisions().empty());
+}
+
+// A backend cell the matrix declares but holds no run of (its run refused before it began, as
+// backends.strict does for a backend this machine cannot run) gets no verdict, and no verdict is no
+// pass: the cell is named with why, exit 1; the cells that ran are still judged and stored. With only
+// the baseline run, the same, instead of "no cell besides its baseline".
+TEST(GateCli, MatrixBackendCellWithoutARunIsNamedAndFailsTheGate) {
+  FixtureStore f;
+  AttentionMatrix m{f};
+  const std::string db = f.store().path();
+  using ablate::receipts::RunStatus;
+  m.add("baseline", "reference", {RunStatus::ok, RunStatus::ok, RunStatus::ok});
+  const auto only_baseline = run_cli("gate --matrix m --db " + db);
+  EXPECT_EQ(only_baseline.rc, 1) << only_baseline.out;
+  EXPECT_NE(only_baseline.out.find("ablate: gate: 2 backend cell(s) of m have no run, so no verdict"), std::string::npos)
+      << only_baseline.out;
+  m.add("backends.attention=sdpa_flash", "sdpa_flash", {RunStatus::ok, RunStatus::ok, RunStatus::ok});
+  const auto r = run_cli("gate --matrix m --db " + db);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("gate attention / sdpa_flash: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cell backends.attention=sdpa_cudnn: no run recorded: never started, or refused before its run "
+                       "began (an unavailable backend under backends.strict = true"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("its backend is not judged"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ablate: gate: 1 backend cell(s) of m have no run"), std::string::npos) << r.out;
+  EXPECT_EQ(f.store().list_decisions().size(), 1u) << "the cell that ran is judged and stored";
+}
+
+TEST(GateCli, AnUnknownSeamIsRefusedWithTheNearestName) {
+  FixtureStore f;
+  const auto r = run_cli("gate --baseline 1 --candidate 2 --seam atention --backend sdpa_flash --db " + f.store().path());
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("gate: --seam 'atention' is not a seam (did you mean 'attention'?); the seams are "), std::string::npos)
+      << r.out;
+  EXPECT_TRUE(f.store().list_decisions().empty());
 }
 
 TEST(GateCli, CatalogLaneNeedsAStoreAndAKnownLane) {

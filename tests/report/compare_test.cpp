@@ -310,6 +310,20 @@ TEST(Compare, IdenticalSpecsAcrossRevisionsSayWhereTheSidesDiffer) {
             std::string::npos);
 }
 
+// A side whose runs are none of them evidence (a killed run) has no specs to compare: the factor is
+// unknown, never "the specs are identical".
+TEST(Compare, ASideWithoutEvidenceLeavesTheFactorUnknown) {
+  FixtureStore f;
+  FixtureRun killed;
+  killed.status = receipts::RunStatus::killed;
+  const auto a = f.add_group("ref", {100}, killed);
+  const auto b = f.add_group("chunked", {90, 91, 89}, with_backend("sdpa_flash"));
+  const auto text = render_text(compare_runs(f.store(), a, b));
+  EXPECT_NE(text.find("factor under test: unknown (side A has no evidence runs, so no specs are compared)"), std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("identical"), std::string::npos) << text;
+}
+
 // The same revision built by another compiler (a carried prebuilt tree against the GPU machine's own
 // build) is another harness binary: refused unless allowed, and then marked.
 TEST(Compare, AnotherCompilerIsAMismatch) {

@@ -335,7 +335,9 @@ TEST(Report, DeclaredCellsWithoutRunsAreListedWithWhy) {
             std::string::npos)
       << report.declared_cells[2].no_runs_reason;
   EXPECT_EQ(report.declared_cells[3].no_runs_reason,
-            "no run recorded: never started (`ablate matrix run` of the same file resumes the matrix)");
+            "no run recorded: never started, or refused before its run began (an unavailable backend under "
+            "backends.strict = true, a setting this machine cannot run: the matrix log says which); `ablate matrix run` "
+            "of the same file resumes the matrix");
   const std::string markdown = render_markdown(to_document(report, {}, ""));
   EXPECT_NE(markdown.find("The matrix declares 4 cells; 2 of them have no run and appear in no other table: "
                           "distributed.nproc=4, later."),
@@ -487,7 +489,8 @@ TEST(Report, AMatrixChangedOnTheCommandLineSaysSo) {
     f.add_group("layouts", {100, 101, 99}, run);
   }
   const auto report = build_report(store, select_matrix(store, "layouts_2gpu"));
-  const std::string note = "Matrix file ../experiments/nam56r-large.toml run with changes from the command line: --name layouts_2gpu --set distributed.nproc=2";
+  const std::string note = "Matrix layouts_2gpu (base ../experiments/nam56r-large.toml) run with changes from the command line: "
+                           "--name layouts_2gpu --set distributed.nproc=2";
   EXPECT_NE(std::find(report.notes.begin(), report.notes.end(), note), report.notes.end()) << nlohmann::json(report.notes).dump();
   EXPECT_NE(render_markdown(to_document(report, {}, "")).find("--set distributed.nproc=2"), std::string::npos);
   for (const auto& n : build_report(store, select_matrix(store, "layouts")).notes)

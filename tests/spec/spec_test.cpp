@@ -404,6 +404,14 @@ TEST(Spec, AnUnknownSetSectionIsBlamedOnTheSetArgument) {
             0u);
 }
 
+// A matrix file given as an experiment: one error naming the kind of file and the command that runs it,
+// not an unknown-section error per section.
+TEST(Spec, AMatrixFileIsNamedAsOne) {
+  EXPECT_EQ(first_error("[matrix]\nname = \"m\"\nbase = \"x.toml\"\n[axes]\n\"train.steps\" = [1, 2]\n", "m.toml"),
+            "m.toml:1:1: error: this is an ablation matrix file ([matrix]), not an experiment: run it with `ablate matrix "
+            "run m.toml` (or list its cells with `ablate matrix expand m.toml`)");
+}
+
 // A fuzzer kept in the suite: 400 mutations of the declared experiments (a fixed seed), each byte
 // flipped, deleted, duplicated, a line dropped or swapped, or a TOML-ish token inserted. Every one either
 // parses or fails with SpecError issues that say where and what: no other exception, no crash, no
