@@ -276,11 +276,13 @@ class Parser {
       }
     }
     std::set<std::string> given;  // each key once on the command line
-    auto split = [&](const std::string& arg, const std::string& where) -> std::optional<std::pair<std::string, std::string>> {
+    // `example` is the argument's form, as the message shows it.
+    auto split = [&](const std::string& arg, const std::string& where,
+                     const char* example) -> std::optional<std::pair<std::string, std::string>> {
       const size_t eq = arg.find('=');
       const std::string key = arg.substr(0, eq);
       if (eq == std::string::npos || !valid_key(key)) {
-        issues_.push_back({where, "expected section.key=VALUE (for example train.steps=20)"});
+        issues_.push_back({where, fmt::format("expected {}", example)});
         return std::nullopt;
       }
       if (!given.insert(key).second) {
@@ -291,7 +293,7 @@ class Parser {
     };
     for (const auto& arg : ov.axes) {
       const std::string where = "--axis " + arg;
-      const auto kv = split(arg, where);
+      const auto kv = split(arg, where, "section.key=[V1, V2, ...] (for example 'train.steps=[20, 40]')");
       if (!kv) continue;
       const auto& [key, text] = *kv;
       const auto value = parse_value(text);
@@ -313,7 +315,7 @@ class Parser {
     }
     for (const auto& arg : ov.set) {
       const std::string where = "--set " + arg;
-      const auto kv = split(arg, where);
+      const auto kv = split(arg, where, "section.key=VALUE (for example train.steps=20)");
       if (!kv) continue;
       const auto& [key, text] = *kv;
       if (const auto axis = find_axis(m, key); axis != m.axes.end()) {

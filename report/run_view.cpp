@@ -5,6 +5,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "base/clock.h"
 
 namespace ablate::report {
@@ -25,7 +30,12 @@ std::string top_kernels_text(receipts::Store& store, int64_t run_id, int64_t cou
   const auto window = store.query("SELECT steps FROM profile_windows WHERE run_id = ? AND rank = 0 AND status = 'ok'",
                                   {run_id});
   if (window.empty() || !window[0]["steps"].is_number() || window[0]["steps"].get<int64_t>() <= 0) {
-    return "kernels: no profiled window on rank 0 (run with [profile] enabled = true)\n";
+    // Why there is none: profiling off in the spec, or on and unavailable (no GPU, CUPTI) or refused.
+    const auto profiling = store.query("SELECT value FROM run_env WHERE run_id = ? AND key = 'profiling'", {run_id});
+    const std::string status = profiling.empty() ? "" : profiling[0]["value"].get<std::string>();
+    return status.empty() || status.starts_with("disabled")
+               ? "kernels: no profiled window on rank 0 (run with [profile] enabled = true)\n"
+               : fmt::format("kernels: no profiled window on rank 0 (profiling {})\n", status);
   }
   const double steps = window[0]["steps"].get<double>();
   const auto rows = store.query(
@@ -48,6 +58,50 @@ std::string top_kernels_text(receipts::Store& store, int64_t run_id, int64_t cou
                r["calls"].get<double>() / steps, r["phase"].get<std::string>(),
                r["block"].get<std::string>().empty() ? "-" : r["block"].get<std::string>(), seam, name);
   }
+  return out;
+}
+
+// A JSON scalar as text: strings without their quotes, numbers as written, null as "-".
+std::string scalar_text(const nlohmann::json& v) {
+  if (v.is_null()) return "-";
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_float()) return fmt::format("{:g}", v.get<double>());
+  return v.dump();
+}
+
+// The backends as run, the goodput ledger, the environment, artifacts and annotations, one line an
+// entry (every field kept; `ablate show --json` has the same as JSON).
+std::string sections_text(const nlohmann::json& j) {
+  std::string out;
+  if (const auto& backends = j["backends"]; !backends.empty()) {
+    out += "backends (seam: requested -> chosen, observed in the profile):\n";
+    for (const auto& b : backends) {
+      const bool as_asked = b["chosen"] == b["requested"];
+      out += fmt::format("  {:<15} {} -> {}, observed {}{}{}\n", scalar_text(b["seam"]), scalar_text(b["requested"]),
+                         scalar_text(b["chosen"]), scalar_text(b["observed"]), b["mismatch"] == true ? ", MISMATCH" : "",
+                         as_asked ? "" : fmt::format(" ({})", scalar_text(b["reason"])));
+    }
+  }
+  if (const auto& goodput = j["goodput"]; !goodput.empty()) {
+    std::vector<std::pair<double, std::string>> by_time;
+    for (const auto& [category, seconds] : goodput.items())
+      if (seconds.is_number()) by_time.emplace_back(seconds.get<double>(), category);
+    std::sort(by_time.rbegin(), by_time.rend());
+    std::vector<std::string> parts;
+    for (const auto& [seconds, category] : by_time) parts.push_back(fmt::format("{} {:.3f}", category, seconds));
+    out += fmt::format("goodput ledger (s): {}\n", fmt::join(parts, ", "));
+  }
+  if (const auto& env = j["env"]; !env.empty()) {
+    out += "env:\n";
+    for (const auto& [key, value] : env.items()) out += fmt::format("  {} = {}\n", key, scalar_text(value));
+  }
+  for (const auto& a : j["artifacts"])
+    out += fmt::format("artifact: {} {} ({} bytes, sha256 {})\n", scalar_text(a["kind"]), scalar_text(a["path"]),
+                       scalar_text(a["bytes"]), scalar_text(a["sha256"]));
+  for (const auto& a : j["annotations"])
+    out += fmt::format("annotation {} ({} UTC): {}\n", scalar_text(a["id"]),
+                       a["created_at"].is_number() ? base::format_utc(a["created_at"].get<double>()) : "-",
+                       scalar_text(a["text"]));
   return out;
 }
 
@@ -191,10 +245,7 @@ std::string render_run_text(receipts::Store& store, std::int64_t run_id, const R
                b["chosen"].get<std::string>(), b["observed"].is_string() ? b["observed"].get<std::string>() : "-",
                fmt::join(kernels, ", "));
   }
-  // The remaining sections print as compact JSON blocks: complete, and stable for diffing.
-  for (const char* section : {"backends", "goodput", "env", "artifacts", "annotations"}) {
-    if (j.contains(section) && !j[section].empty()) out += fmt::format("{}: {}\n", section, j[section].dump());
-  }
+  out += sections_text(j);
   const auto step_rows = store.query("SELECT COUNT(*) AS n FROM steps WHERE run_id = ?", {run_id});
   out += fmt::format("steps: {} rows{}\n", step_rows[0]["n"].get<std::int64_t>(),
                      options.mention_show_json ? fmt::format(" (ablate show {} --json for all)", run_id) : "");

@@ -53,8 +53,12 @@ int run_main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);  // prints help or the error
-    return rc == 0 ? 0 : kExitBadInput;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    // The parser's own message, said as every other error is: who, what, where to look.
+    const auto parsed = app.get_subcommands();
+    fmt::print(stderr, "ablate: {} ({} --help lists the options)\n", e.what(),
+               parsed.empty() ? std::string("ablate") : "ablate " + parsed.front()->get_name());
+    return kExitBadInput;
   }
   if (app.get_option("--db")->count() > 0 && g.db.empty()) {
     fmt::print(stderr, "ablate: --db is empty: give the receipt store's path (or leave --db out: $ABLATE_DB, else "

@@ -43,14 +43,19 @@ void register_receipt_queries(CLI::App& app, Globals& g) {
     for (const auto& r : rows) {
       const auto& s = r.summary;
       fmt::print("{:>5}  {:<9}  {:<24}  {:<19}  {:>5}  {:>9}  {:>10}  {:>6}  {:>8}  {:>10}  {}\n", r.id,
-                 receipts::to_string(r.status), r.name.substr(0, 24), base::format_utc(r.started_at), text_or_dash(s.steps),
+                 receipts::to_string(r.status), r.name.size() > 24 ? r.name.substr(0, 23) + "~" : r.name,
+                 base::format_utc(r.started_at), text_or_dash(s.steps),
                  text_or_dash(s.median_step_ms, "{:.2f}"), text_or_dash(s.tokens_per_s, "{:.0f}"),
                  s.mfu ? fmt::format("{:.1f}%", *s.mfu * 100) : "-",
                  s.goodput_pct ? fmt::format("{:.1f}%", *s.goodput_pct) : "-", human_bytes(s.peak_memory_bytes),
                  fmt::join(r.tags, ","));
       if (r.error) fmt::print("       error: {}\n", *r.error);
     }
-    fmt::print("{} run(s) in {}\n", rows.size(), g.db);
+    // At the limit there may be more: say so rather than count the shown rows as the store's.
+    if (limit > 0 && static_cast<int64_t>(rows.size()) == limit)
+      fmt::print("{} run(s) shown, the newest in {}; more may match (--limit 0 lists all)\n", rows.size(), g.db);
+    else
+      fmt::print("{} run(s) in {}\n", rows.size(), g.db);
     return kExitOk;
   }});
 

@@ -351,6 +351,8 @@ TEST(Matrix, CommandLineChangesFailClosed) {
             "cannot fix it; run one value with --axis 'backends.loss=[VALUE]'");
   EXPECT_EQ(first_override_error(with_changes({"steps=3"})), "--set steps=3: error: expected section.key=VALUE (for example train.steps=20)");
   EXPECT_EQ(first_override_error(with_changes({"train.steps"})), "--set train.steps: error: expected section.key=VALUE (for example train.steps=20)");
+  EXPECT_EQ(first_override_error(with_changes({}, {"backends.loss"})),
+            "--axis backends.loss: error: expected section.key=[V1, V2, ...] (for example 'train.steps=[20, 40]')");
   EXPECT_EQ(first_override_error(with_changes({"train.steps=3", "train.steps=4"})),
             "--set train.steps=4: error: 'train.steps' is given twice on the command line: give each key once");
   EXPECT_EQ(first_override_error(with_changes({"train.steps=4"}, {"train.steps=[4, 8]"})),

@@ -111,7 +111,12 @@ TEST_F(CliTest, WithoutAblateTrainBesideItATrainingCommandSaysWhatIsMissing) {
 TEST_F(CliTest, NumberOptionsBelowTheirBoundSayWhatToGive) {
   const auto limit = run_cli("runs --limit -1 --db " + (dir_ / "none.db").string());
   EXPECT_EQ(limit.rc, 2);
-  EXPECT_NE(limit.out.find("--limit: -1 is below 0: give a number >= 0"), std::string::npos) << limit.out;
+  EXPECT_NE(limit.out.find("ablate: --limit: -1 is below 0: give a number >= 0 (ablate runs --help lists the options)"),
+            std::string::npos)
+      << limit.out;
+  const auto extra = run_cli("runs 8 --steps --db " + (dir_ / "none.db").string());
+  EXPECT_EQ(extra.rc, 2);
+  EXPECT_EQ(extra.out.rfind("ablate: ", 0), 0u) << "the parser's errors read as ablate's: " << extra.out;
   const auto window = run_cli("gate --matrix m --loss-window abc");
   EXPECT_EQ(window.rc, 2);
   EXPECT_NE(window.out.find("--loss-window: 'abc' is not a number: give a number >= 1"), std::string::npos) << window.out;
@@ -165,12 +170,18 @@ TEST_F(CliTest, RunsAndShowReadTheStore) {
     sum.steps = 5;
     sum.median_step_ms = 12.5;
     store.finish_run(id, ablate::receipts::RunStatus::ok, "", sum);
+    s.name = "a name longer than the column of twenty-four";
+    store.finish_run(store.begin_run(s), ablate::receipts::RunStatus::ok, "", sum);
   }
   auto r = run_cli("runs --db " + db);
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("cli-demo"), std::string::npos);
   EXPECT_NE(r.out.find("12.50"), std::string::npos);
-  EXPECT_NE(r.out.find("1 run(s)"), std::string::npos);
+  EXPECT_NE(r.out.find("2 run(s) in "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("a name longer than the ~"), std::string::npos) << "a cut name says it is cut: " << r.out;
+  r = run_cli("runs --limit 1 --db " + db);
+  EXPECT_NE(r.out.find("1 run(s) shown, the newest in " + db + "; more may match (--limit 0 lists all)"), std::string::npos)
+      << r.out;
   r = run_cli("runs --status failed --db " + db);
   EXPECT_NE(r.out.find("0 run(s)"), std::string::npos) << r.out;
   r = run_cli("show 1 --json --db " + db);
@@ -252,6 +263,18 @@ TEST_F(CliTest, ProfiledRunOnTheCpuEndsOkAndSaysWhyProfilingWasUnavailable) {
   r = run_cli("show 1 --db " + db);
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("profiling: unavailable (no CUDA device"), std::string::npos) << r.out;
+  // The run's sections a line an entry, not JSON blobs.
+  EXPECT_NE(r.out.find("backends (seam: requested -> chosen, observed in the profile):\n  attention       reference -> "
+                       "reference, observed -\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("goodput ledger (s): "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n  device = cpu\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("{\""), std::string::npos) << "no JSON in the text view: " << r.out;
+  // Profiling was asked for and unavailable: the kernels view says that, not "enable it".
+  r = run_cli("show 1 --kernels 5 --db " + db);
+  EXPECT_NE(r.out.find("kernels: no profiled window on rank 0 (profiling unavailable (no CUDA device"), std::string::npos)
+      << r.out;
 
   r = run_cli("run " + spec + common + " --no-profile");
   ASSERT_EQ(r.rc, 0) << r.out;

@@ -12,6 +12,7 @@
 
 #include "report/plots.h"
 #include "report/report.h"
+#include "report/run_view.h"
 #include "report/selection.h"
 #include "tests/report/fixture_store.h"
 
@@ -495,6 +496,17 @@ TEST(Report, AMatrixChangedOnTheCommandLineSaysSo) {
   EXPECT_NE(render_markdown(to_document(report, {}, "")).find("--set distributed.nproc=2"), std::string::npos);
   for (const auto& n : build_report(store, select_matrix(store, "layouts")).notes)
     EXPECT_EQ(n.find("command line"), std::string::npos) << n;
+}
+
+// `ablate show`'s text view: a run's annotations a line each, with when they were written.
+TEST(RunView, AnnotationsAreLinesWithTheirTime) {
+  FixtureStore f;
+  const auto id = f.add_group("ref", {100}).at(0);
+  f.store().annotate(id, "ablate launch: rank 1 exited 1");
+  const std::string text = render_run_text(f.store(), id);
+  EXPECT_NE(text.find("annotation 1 ("), std::string::npos) << text;
+  EXPECT_NE(text.find(" UTC): ablate launch: rank 1 exited 1\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("{\""), std::string::npos) << "no JSON in the text view: " << text;
 }
 
 TEST(Report, BaselineCanBeChosenAndUnknownCellsAreRefused) {
