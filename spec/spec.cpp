@@ -514,7 +514,14 @@ class Parser {
         dotted = dotted.substr(0, dotted.rfind('.'));
         n = root.at_path(dotted).node();
       }
-      issue(n ? n->source() : toml::source_region{}, e, key);
+      // A constraint across keys placed in the file may fail because of a --set of its section: say which.
+      std::vector<std::string> sets_here;
+      const std::string section = key.substr(0, key.find('.')) + ".";
+      for (const auto& [set_key, origin] : override_origins_)
+        if (set_key.rfind(section, 0) == 0) sets_here.push_back(origin.label);
+      const std::string at = where(n ? n->source() : toml::source_region{}, key);
+      issue(n ? n->source() : toml::source_region{},
+            sets_here.empty() || at.starts_with("--set ") ? e : fmt::format("{} (with {})", e, fmt::join(sets_here, ", ")), key);
     }
   }
 };

@@ -39,6 +39,16 @@ void require_known_seam(const std::string& seam) {
                                             base::did_you_mean(seam, seams), fmt::join(seams, ", ")));
 }
 
+// The decision to store, or the id of the newest decision at its seam and backend when that one is the
+// same (verdict, evidence runs, matrix, details): a gate asked again of the same runs stores nothing new.
+std::int64_t store_decision(receipts::Store& store, const receipts::Decision& decision, bool& stored_before) {
+  const auto existing = store.list_decisions(decision.seam, decision.backend);  // newest first
+  stored_before = !existing.empty() && existing.front().verdict == decision.verdict &&
+                  existing.front().evidence_run_ids == decision.evidence_run_ids &&
+                  existing.front().matrix_id == decision.matrix_id && existing.front().details == decision.details;
+  return stored_before ? existing.front().id : store.record_decision(decision);
+}
+
 // Why a gate that did not say KEEP fails: the backend was `keep` before it, and by what.
 std::string kept_backend_regressed(const report::GateJob& job, const report::GateResult& result,
                                    std::int64_t decision_id, const std::string& role_option) {
@@ -140,13 +150,16 @@ void register_gate(CLI::App& app, Globals& g) {
     for (std::size_t i = 0; i < jobs.size(); ++i) {
       const auto& job = jobs[i];
       const auto& result = results[i];
-      const std::int64_t decision_id = store.record_decision(result.decision());
+      bool stored_before = false;
+      const std::int64_t decision_id = store_decision(store, result.decision(), stored_before);
       if (as_json) {
         auto j = report::to_json(result);
         j["decision_id"] = decision_id;
+        j["stored_before"] = stored_before;
         all.push_back(std::move(j));
       } else {
-        fmt::print("{}decision {} stored in {}\n", report::render_text(result), decision_id, g.db);
+        fmt::print("{}decision {} {} {}\n", report::render_text(result), decision_id,
+                   stored_before ? "(the same verdict on the same runs) already stored in" : "stored in", g.db);
       }
       const bool kept = role.empty() ? result.kept_before() : role == "keep";
       if (kept && result.verdict != receipts::Verdict::keep) {

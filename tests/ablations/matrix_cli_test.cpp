@@ -148,11 +148,13 @@ TEST_F(MatrixCli, TinyCpuRunsEndToEndAndResumes) {
                             " --seam loss --backend chunked --db " + db);
   EXPECT_EQ(gate.rc, 0) << gate.out;  // chunked is `experimental`: INCONCLUSIVE does not fail CI
   EXPECT_NE(gate.out.find("gate loss / chunked: INCONCLUSIVE"), std::string::npos) << gate.out;
-  // The whole matrix at once: every backends.<seam> cell against the baseline cell, one decision each.
+  // The whole matrix at once: every backends.<seam> cell against the baseline cell, one decision each;
+  // here the same runs and verdict as the gate above, so that decision stands and none is added.
   const auto matrix_gate = run_cli("gate --matrix tiny_cpu --db " + db);
   EXPECT_EQ(matrix_gate.rc, 0) << matrix_gate.out;
   EXPECT_NE(matrix_gate.out.find("gate loss / chunked: INCONCLUSIVE"), std::string::npos) << matrix_gate.out;
-  EXPECT_EQ(store.query("SELECT id FROM decisions WHERE seam = 'loss' AND backend = 'chunked'").size(), 2u);
+  EXPECT_NE(matrix_gate.out.find("(the same verdict on the same runs) already stored in"), std::string::npos) << matrix_gate.out;
+  EXPECT_EQ(store.query("SELECT id FROM decisions WHERE seam = 'loss' AND backend = 'chunked'").size(), 1u);
   // One backend's flags with --matrix is a usage error (exit 2), as is giving neither form.
   EXPECT_EQ(run_cli("gate --matrix tiny_cpu --seam loss --db " + db).rc, 2);
   EXPECT_EQ(run_cli("gate --db " + db).rc, 2);

@@ -3,7 +3,8 @@
 // that lane (only there), a regressed candidate set makes `ablate gate` exit 1 naming the kept backend
 // and the decision that kept it, and the stored DROP demotes it; a running run (given by id, matched by
 // a tag, in a matrix) is refused (exit 2) and nothing is stored, not even the gates of a matrix
-// evaluated before it; a matrix's backend cell without a run fails the gate (exit 1) naming it;
+// evaluated before it; a matrix's backend cell without a run fails the gate (exit 1) naming it; the same
+// gate asked again of the same runs stores no duplicate; a misspelt --seam is exit 2 with the nearest;
 // `catalog --lane` without a store or with an unknown lane is exit 2.
 // Build and run: cmake --build build --target ablate harness_tests && build/tests/harness_tests --gtest_filter='GateCli*'
 #include <fmt/format.h>
@@ -40,11 +41,16 @@ nlohmann::json flash_row(const std::string& db, const std::string& lane) {
   return nullptr;
 }
 
+// Three reference runs tagged ref (100 ms a step) and three sdpa_flash runs tagged flash (80 ms).
+void add_ref_and_flash(FixtureStore& f) {
+  f.add_group("ref", {100, 101, 99});
+  f.add_group("flash", {80, 81, 79}, with_backend("sdpa_flash"));
+}
+
 TEST(GateCli, KeepMakesTheBackendKeptOnItsLaneAndARegressionFailsTheGate) {
   FixtureStore f;
   const std::string db = f.store().path();
-  f.add_group("ref", {100, 101, 99});
-  f.add_group("flash", {80, 81, 79}, with_backend("sdpa_flash"));
+  add_ref_and_flash(f);
 
   const auto keep = run_cli(gate_args("tag:ref", "tag:flash", db));
   ASSERT_EQ(keep.rc, 0) << keep.out;
@@ -170,6 +176,24 @@ TEST(GateCli, MatrixBackendCellWithoutARunIsNamedAndFailsTheGate) {
   EXPECT_EQ(f.store().list_decisions().size(), 1u) << "the cell that ran is judged and stored";
 }
 
+// The same gate asked again of the same runs stores nothing new: it names the decision that stands.
+// New evidence (another candidate run) is a new decision.
+TEST(GateCli, AGateAskedAgainOfTheSameRunsStoresNoDuplicate) {
+  FixtureStore f;
+  const std::string db = f.store().path();
+  add_ref_and_flash(f);
+  const auto first = run_cli(gate_args("tag:ref", "tag:flash", db));
+  ASSERT_EQ(first.rc, 0) << first.out;
+  const auto again = run_cli(gate_args("tag:ref", "tag:flash", db));
+  ASSERT_EQ(again.rc, 0) << again.out;
+  EXPECT_NE(again.out.find("(the same verdict on the same runs) already stored in"), std::string::npos) << again.out;
+  EXPECT_EQ(f.store().list_decisions("attention", "sdpa_flash").size(), 1u);
+  f.add_group("flash", {80.5}, with_backend("sdpa_flash"));
+  EXPECT_EQ(run_cli(gate_args("tag:ref", "tag:flash", db)).rc, 0);
+  EXPECT_EQ(f.store().list_decisions("attention", "sdpa_flash").size(), 2u);
+}
+
+// A misspelt --seam is bad input naming the nearest seam, before any run is read.
 TEST(GateCli, AnUnknownSeamIsRefusedWithTheNearestName) {
   FixtureStore f;
   const auto r = run_cli("gate --baseline 1 --candidate 2 --seam atention --backend sdpa_flash --db " + f.store().path());

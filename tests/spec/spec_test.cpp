@@ -404,6 +404,17 @@ TEST(Spec, AnUnknownSetSectionIsBlamedOnTheSetArgument) {
             0u);
 }
 
+// A constraint across keys that a --set broke is placed in the file's section, and names the --set.
+TEST(Spec, ACrossKeyErrorNamesTheSetThatCausedIt) {
+  const std::string text = "[model]\nconfig = \"tiny\"\n";
+  EXPECT_EQ(first_error(text, "o.toml", {"model.d_model=65"}),
+            "o.toml:1:1: error: model.mamba: expand * d_model = 130 must be a multiple of head_dim = 16 (with --set "
+            "model.d_model=65)");
+  EXPECT_EQ(first_error(text + "d_model = 65\n", "o.toml"),
+            "o.toml:1:1: error: model.mamba: expand * d_model = 130 must be a multiple of head_dim = 16")
+      << "the file's own value: no --set to name";
+}
+
 // A matrix file given as an experiment: one error naming the kind of file and the command that runs it,
 // not an unknown-section error per section.
 TEST(Spec, AMatrixFileIsNamedAsOne) {
