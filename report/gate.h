@@ -163,6 +163,7 @@ GateResult evaluate_gate(receipts::Store& store, const std::vector<std::int64_t>
 // place in the posture. Other cells are named in *skipped with the reason. A backend cell the matrix
 // declares but holds no run of (refused before its run began, e.g. an unavailable backend under
 // backends.strict, or never started) is named in *unjudged with why: no verdict can be formed on it.
+// Without a run of the matrix's baseline cell every backend cell is unjudged, and no gate is returned.
 struct GateJob {
   std::string cell;  // "" for a gate given by selectors (ablate gate --baseline/--candidate)
   std::vector<std::int64_t> baseline, candidate;

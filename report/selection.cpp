@@ -125,6 +125,12 @@ RunSelection select_matrix_id(receipts::Store& store, std::int64_t matrix_id) {
   if (selection.groups.empty())
     throw std::invalid_argument(fmt::format("matrix '{}' (id {}) in {} has no runs yet (run it with `ablate matrix run`)",
                                             name, matrix_id, store.path()));
+  // The matrix's own baseline without a run: what the cells are compared with is then another cell.
+  if (!selection.declared_cells.empty() && !selection.declared_cells.front().no_runs_reason.empty())
+    selection.notes.push_back(fmt::format("The matrix's baseline cell '{}' has no run ({}): the comparisons are against "
+                                          "another cell, the one the baseline line names",
+                                          selection.declared_cells.front().name,
+                                          selection.declared_cells.front().no_runs_reason));
   return selection;
 }
 

@@ -12,6 +12,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "tests/cli_runner.h"
@@ -19,6 +21,7 @@
 
 namespace {
 
+namespace fs = std::filesystem;
 using ablate::report::testing::FixtureRun;
 using ablate::report::testing::FixtureStore;
 using ablate::report::testing::with_backend;
@@ -174,6 +177,29 @@ TEST(GateCli, MatrixBackendCellWithoutARunIsNamedAndFailsTheGate) {
   EXPECT_NE(r.out.find("its backend is not judged"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("ablate: gate: 1 backend cell(s) of m have no run"), std::string::npos) << r.out;
   EXPECT_EQ(f.store().list_decisions().size(), 1u) << "the cell that ran is judged and stored";
+}
+
+// Without a run of the matrix's own baseline cell, no backend cell is judged against whichever cell
+// happens to come first: each is named, nothing is stored, exit 1; the report says so too.
+TEST(GateCli, AMatrixWhoseBaselineCellHasNoRunJudgesNothing) {
+  FixtureStore f;
+  AttentionMatrix m{f};
+  using ablate::receipts::RunStatus;
+  m.add("backends.attention=sdpa_flash", "sdpa_flash", {RunStatus::ok, RunStatus::ok, RunStatus::ok});
+  m.add("backends.attention=sdpa_cudnn", "sdpa_cudnn", {RunStatus::ok, RunStatus::ok, RunStatus::ok});
+  const auto r = run_cli("gate --matrix m --db " + f.store().path());
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("cell backends.attention=sdpa_cudnn: the matrix's baseline cell 'baseline' has no run"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("gate attention /"), std::string::npos) << "no verdict against another cell: " << r.out;
+  EXPECT_TRUE(f.store().list_decisions().empty());
+  const auto report = run_cli("report --matrix m --out " + (fs::path(f.store().path()).parent_path() / "rep").string() +
+                              " --db " + f.store().path());
+  EXPECT_EQ(report.rc, 0) << report.out;
+  std::ifstream md(fs::path(f.store().path()).parent_path() / "rep" / "report.md");
+  const std::string markdown((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_NE(markdown.find("The matrix's baseline cell 'baseline' has no run"), std::string::npos) << markdown;
 }
 
 // The same gate asked again of the same runs stores nothing new: it names the decision that stands.
