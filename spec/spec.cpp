@@ -520,8 +520,8 @@ class Parser {
       for (const auto& [set_key, origin] : override_origins_)
         if (set_key.rfind(section, 0) == 0) sets_here.push_back(origin.label);
       const std::string at = where(n ? n->source() : toml::source_region{}, key);
-      issue(n ? n->source() : toml::source_region{},
-            sets_here.empty() || at.starts_with("--set ") ? e : fmt::format("{} (with {})", e, fmt::join(sets_here, ", ")), key);
+      issues_.push_back(
+          {at, sets_here.empty() || at.starts_with("--set ") ? e : fmt::format("{} (with {})", e, fmt::join(sets_here, ", "))});
     }
   }
 };

@@ -12,16 +12,16 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "tests/cli_runner.h"
+#include "tests/receipts/test_util.h"
 #include "tests/report/fixture_store.h"
 
 namespace {
 
 namespace fs = std::filesystem;
+using ablate::receipts::testing::read_file;
 using ablate::report::testing::FixtureRun;
 using ablate::report::testing::FixtureStore;
 using ablate::report::testing::with_backend;
@@ -122,12 +122,14 @@ TEST(GateCli, RunningRunMatchedByATagIsRefused) {
 }
 
 // Matrix "m" in the fixture store: a baseline cell and two attention backends; add() puts a cell's runs
-// in, one a status given.
+// in, one a status given (three ok runs by default).
 struct AttentionMatrix {
   FixtureStore& f;
   std::int64_t id = f.store().create_matrix("m", R"({"cells":[{"name":"baseline"},{"name":"backends.attention=sdpa_flash"},)"
                                                  R"({"name":"backends.attention=sdpa_cudnn"}]})");
-  void add(const std::string& cell, const std::string& backend, const std::vector<ablate::receipts::RunStatus>& statuses) {
+  void add(const std::string& cell, const std::string& backend,
+           const std::vector<ablate::receipts::RunStatus>& statuses = std::vector<ablate::receipts::RunStatus>(
+               3, ablate::receipts::RunStatus::ok)) {
     FixtureRun run = with_backend(backend);
     run.matrix_id = id;
     run.cell = cell;
@@ -143,8 +145,8 @@ TEST(GateCli, MatrixWithARunningRunStoresNothing) {
   FixtureStore f;
   AttentionMatrix m{f};
   using ablate::receipts::RunStatus;
-  m.add("baseline", "reference", {RunStatus::ok, RunStatus::ok, RunStatus::ok});
-  m.add("backends.attention=sdpa_flash", "sdpa_flash", {RunStatus::ok, RunStatus::ok, RunStatus::ok});
+  m.add("baseline", "reference");
+  m.add("backends.attention=sdpa_flash", "sdpa_flash");
   m.add("backends.attention=sdpa_cudnn", "sdpa_cudnn", {RunStatus::ok, RunStatus::ok, RunStatus::running});
   const auto r = run_cli("gate --matrix m --db " + f.store().path());
   EXPECT_EQ(r.rc, 2) << r.out;
@@ -160,13 +162,12 @@ TEST(GateCli, MatrixBackendCellWithoutARunIsNamedAndFailsTheGate) {
   FixtureStore f;
   AttentionMatrix m{f};
   const std::string db = f.store().path();
-  using ablate::receipts::RunStatus;
-  m.add("baseline", "reference", {RunStatus::ok, RunStatus::ok, RunStatus::ok});
+  m.add("baseline", "reference");
   const auto only_baseline = run_cli("gate --matrix m --db " + db);
   EXPECT_EQ(only_baseline.rc, 1) << only_baseline.out;
   EXPECT_NE(only_baseline.out.find("ablate: gate: 2 backend cell(s) of m have no run, so no verdict"), std::string::npos)
       << only_baseline.out;
-  m.add("backends.attention=sdpa_flash", "sdpa_flash", {RunStatus::ok, RunStatus::ok, RunStatus::ok});
+  m.add("backends.attention=sdpa_flash", "sdpa_flash");
   const auto r = run_cli("gate --matrix m --db " + db);
   EXPECT_EQ(r.rc, 1) << r.out;
   EXPECT_NE(r.out.find("gate attention / sdpa_flash: "), std::string::npos) << r.out;
@@ -184,9 +185,8 @@ TEST(GateCli, MatrixBackendCellWithoutARunIsNamedAndFailsTheGate) {
 TEST(GateCli, AMatrixWhoseBaselineCellHasNoRunJudgesNothing) {
   FixtureStore f;
   AttentionMatrix m{f};
-  using ablate::receipts::RunStatus;
-  m.add("backends.attention=sdpa_flash", "sdpa_flash", {RunStatus::ok, RunStatus::ok, RunStatus::ok});
-  m.add("backends.attention=sdpa_cudnn", "sdpa_cudnn", {RunStatus::ok, RunStatus::ok, RunStatus::ok});
+  m.add("backends.attention=sdpa_flash", "sdpa_flash");
+  m.add("backends.attention=sdpa_cudnn", "sdpa_cudnn");
   const auto r = run_cli("gate --matrix m --db " + f.store().path());
   EXPECT_EQ(r.rc, 1) << r.out;
   EXPECT_NE(r.out.find("cell backends.attention=sdpa_cudnn: the matrix's baseline cell 'baseline' has no run"),
@@ -197,8 +197,7 @@ TEST(GateCli, AMatrixWhoseBaselineCellHasNoRunJudgesNothing) {
   const auto report = run_cli("report --matrix m --out " + (fs::path(f.store().path()).parent_path() / "rep").string() +
                               " --db " + f.store().path());
   EXPECT_EQ(report.rc, 0) << report.out;
-  std::ifstream md(fs::path(f.store().path()).parent_path() / "rep" / "report.md");
-  const std::string markdown((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  const std::string markdown = read_file((fs::path(f.store().path()).parent_path() / "rep" / "report.md").string());
   EXPECT_NE(markdown.find("The matrix's baseline cell 'baseline' has no run"), std::string::npos) << markdown;
 }
 
