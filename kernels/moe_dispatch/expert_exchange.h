@@ -64,9 +64,12 @@ torch::Tensor exchange_expert_rows(const ExpertExchange& exchange, const torch::
 
 // The same exchange under a capacity (model.moe.capacity_factor > 0, which keeps each expert's first
 // `capacity` slots of a rank): every rank sends every expert exactly `capacity` rows, its kept slots then
-// zero rows of weight 0, so each split is capacity x E/N rows and the groups arriving are fixed: no
-// count exchange, no host read, the same collectives every step (a CUDA graph can capture them), at the
-// price of E x capacity rows a rank (~capacity_factor x its slots) through the experts. `groups` orders
+// zero rows of weight 0, so each split is capacity x E/N rows: no host read, the same collectives every
+// step (a CUDA graph can capture them), at the price of E x capacity rows a rank (~capacity_factor x its
+// slots) on the wire. A fixed all-to-all of each expert's kept count (E/N numbers a place, first) lets
+// the receiver pack the kept rows expert by expert on the device, so `local_experts` gets group ends
+// over the kept rows only: rows past group_end's last entry are padding, whose output is never read
+// (the grouped GEMMs leave them uncomputed). `groups` orders
 // `rows` (the dispatch's ExpertGroups over the group's E experts), `rank` is rank_in_expert(groups) (the
 // dispatch has it for its kept mask); a dropped slot's output row is zero (its weight is zero either
 // way). Differentiable like exchange_expert_rows.

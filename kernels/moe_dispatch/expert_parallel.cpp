@@ -4,7 +4,8 @@
 // routing weights to the ranks of their experts, which group what arrives by local expert (a stable
 // counting sort: source rank order kept inside each expert's group), run their experts, and send the
 // output rows back the way they came. Under a capacity every (rank, expert) pair sends `capacity` rows,
-// so the splits and the arriving groups are known without a count and the same in every step. Both run
+// so the splits are the same in every step (no host read), and a fixed all-to-all of the kept counts
+// lets each rank run its experts on the kept rows alone, packed on the device. Both run
 // in chunks of a rank's experts through one pipeline (`pipelined`), each exchange a start and a wait
 // node (StartRows, WaitRows).
 // Tests: tests/harness/distributed_test.cpp (Gloo ranks, expert_parallel 2 against 1).
@@ -297,6 +298,33 @@ class ChunkLayout {
   std::vector<int64_t> sizes_;
 };
 
+// The packing of what arrives at a capacity: R = places x n x capacity rows in arrival order (place q,
+// expert j, position p), of which the first kept[q][j] of each block are slots. Packed, expert j's rows
+// from every place in place order, expert after expert, the padding after all of them.
+struct PackedRows {
+  torch::Tensor source;     // [R] the arrival row of each packed row; R (the zero row) past the last group
+  torch::Tensor place;      // [R] each arrival row's packed row; R where it is padding
+  torch::Tensor group_end;  // [n] int32: the grouped GEMM's offsets over the packed rows
+};
+PackedRows packed_rows(const torch::Tensor& kept, int64_t capacity) {
+  const int64_t places = kept.size(0), n = kept.size(1), rows = places * n * capacity;
+  const auto index = kept.options();
+  const auto b = torch::arange(rows, index);
+  const auto block = b.div(capacity, "floor"), position = b.remainder(capacity);  // block = q n + j
+  const auto q = block.div(n, "floor"), j = block.remainder(n);
+  const auto expert_major = kept.t().contiguous().view({-1});  // [n places]: (j, q)
+  const auto block_start = expert_major.cumsum(0) - expert_major;
+  const auto is_slot = position < kept.reshape({-1}).index_select(0, block);
+  const auto packed = block_start.index_select(0, j * places + q) + position;
+  // Padding rows scatter to places of their own past R (so every index is written once: deterministic),
+  // which the narrow drops; the packed rows they leave unwritten read the zero row.
+  const auto source = torch::full({2 * rows}, rows, index)
+                          .index_copy_(0, torch::where(is_slot, packed, rows + b), b)
+                          .narrow(0, 0, rows);
+  return {source, torch::where(is_slot, packed, torch::full({}, rows, index)),
+          kept.sum(0).cumsum(0).to(torch::kInt)};
+}
+
 }  // namespace
 
 torch::Tensor exchange_capacity_rows(const ExpertExchange& exchange, const torch::Tensor& rows,
@@ -311,7 +339,7 @@ torch::Tensor exchange_capacity_rows(const ExpertExchange& exchange, const torch
   TORCH_CHECK(capacity >= 1, "expert parallel: a capacity of ", capacity, " rows");
   check_chunks(chunk_experts, local);
   const ChunkLayout layout(ranks, local, capacity, chunk_experts);
-  const int64_t buffer = experts * capacity, width = rows.size(1);
+  const int64_t buffer = experts * capacity;
   const auto index = groups.load.options().dtype(torch::kLong);
 
   // Send-buffer row layout.row_of(e, p) holds expert e's slot at position p of its group, or a zero row
@@ -331,21 +359,33 @@ torch::Tensor exchange_capacity_rows(const ExpertExchange& exchange, const torch
   const auto send_weight =
       GatherRowsOrZero::apply(weight.view({-1, 1}), source, slot_row).split_with_sizes(layout.rows());
 
-  // Place q gets, for each of its chunk-c experts, `capacity` rows from every place. What arrives is
-  // [source place, expert, capacity], regrouped expert-major (source place order inside each expert's
-  // group, as the dropless path groups them), and its output goes home place-major.
+  // How many of each expert's `capacity` rows are kept slots, to every place (a fixed all-to-all of E/N
+  // counts a place, on the device: no host read): the experts then run on the kept rows alone.
+  const auto kept = groups.load.clamp_max(capacity).to(torch::kLong).contiguous();
+  auto arriving_kept = torch::empty_like(kept);
+  {
+    auto into = arriving_kept.view({ranks, local});
+    exchange.all_to_all(into, kept.view({ranks, local}), std::vector<int64_t>(ranks, 1), std::vector<int64_t>(ranks, 1));
+  }
+  const auto kept_from = arriving_kept.view({ranks, local});  // [source place, local expert]
+
+  // Place q gets, for each of its chunk-c experts, `capacity` rows from every place: [source place,
+  // expert, capacity], each block's kept rows first. They are packed expert-major (source place order
+  // inside each expert's group, as the dropless path groups them) with the padding left out, so the
+  // grouped GEMMs run ~the kept slots, not capacity_factor x the slots; the output goes home place-major.
   std::vector<ChunkSplits> splits;
   for (int64_t c = 0; c < layout.chunks(); ++c) splits.push_back({layout.splits(c), layout.splits(c)});
+  std::vector<int64_t> first(1, 0);
+  for (const int64_t n : chunk_experts) first.push_back(first.back() + n);
   auto home = pipelined(exchange, send, send_weight, splits,
                         [&](int64_t c, const torch::Tensor& arrived, const torch::Tensor& arrived_weight) {
-                          const int64_t n = layout.experts(c);
-                          const auto expert_major = [&](const torch::Tensor& t) {
-                            return t.view({ranks, n, capacity, t.size(1)}).transpose(0, 1).reshape({layout.rows(c), t.size(1)});
-                          };
-                          const auto group_end = (torch::arange(1, n + 1, index) * (ranks * capacity)).to(torch::kInt);
-                          const auto out = local_experts(expert_major(arrived), expert_major(arrived_weight.view({-1, 1})).view({-1}),
-                                                         group_end, c);
-                          return out.view({n, ranks, capacity, width}).transpose(0, 1).reshape({layout.rows(c), width});
+                          const auto pack = packed_rows(kept_from.narrow(1, first[c], layout.experts(c)), capacity);
+                          const auto out = local_experts(
+                              GatherRowsOrZero::apply(arrived, pack.source, pack.place),
+                              GatherRowsOrZero::apply(arrived_weight.view({-1, 1}), pack.source, pack.place).view({-1}),
+                              pack.group_end, c);
+                          // Rows past the last group end are not computed (never read here either).
+                          return GatherRowsOrZero::apply(out, pack.place, pack.source);
                         });
   // Each kept slot its row of the chunks; a dropped slot the zero row.
   return GatherRowsOrZero::apply(layout.chunks() == 1 ? home.front() : torch::cat(home), slot_row, source);

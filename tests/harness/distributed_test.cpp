@@ -542,13 +542,13 @@ TEST_F(DistributedTest, ExpertParallelTrainsLikeReplicatedExperts) {
 }
 
 // Under a capacity factor every rank sends every expert a fixed capacity of rows (its kept slots, then
-// zero rows of weight 0) instead of exchanging counts: the same training as replicated experts within
-// ExpertParallelTrainsLikeReplicatedExperts' 1e-5 (the same slots dropped, decided on each token's rank;
-// the padding adds zeros), and a step's all-to-all bytes are fixed by the shapes alone: tiny's 4 experts,
-// 2 x 128 tokens a rank, top-2 -> 512 slots, capacity ceil(0.5 x 512 / 4) = 64 rows an expert, so 256
-// rows of d 64 fp32 out and back and their routing weights, forward and backward (the backward sends
-// each one's gradient back): 2 x (2 x 256 x 64 + 256) x 4 bytes for the one E layer, no counts, at 2
-// experts a rank (2 ranks) as at 1 (4 ranks).
+// zero rows of weight 0), and the experts run the kept rows alone (their counts go ahead): the same
+// training as replicated experts within ExpertParallelTrainsLikeReplicatedExperts' 1e-5 (the same slots
+// dropped, decided on each token's rank), and a step's all-to-all bytes are fixed by the shapes alone:
+// tiny's 4 experts, 2 x 128 tokens a rank, top-2 -> 512 slots, capacity ceil(0.5 x 512 / 4) = 64 rows an
+// expert, so 256 rows of d 64 fp32 out and back and their routing weights, forward and backward (the
+// backward sends each one's gradient back): 2 x (2 x 256 x 64 + 256) x 4 bytes for the one E layer, and
+// its 4 kept counts (int64) forward, at 2 experts a rank (2 ranks) as at 1 (4 ranks).
 TEST_F(DistributedTest, ExpertParallelUnderACapacityTrainsLikeReplicatedExperts) {
   for (const int64_t world : {2, 4}) {
     SCOPED_TRACE("world " + std::to_string(world) + ", distributed.expert_parallel = " + std::to_string(world));
@@ -563,9 +563,9 @@ TEST_F(DistributedTest, ExpertParallelUnderACapacityTrainsLikeReplicatedExperts)
     ASSERT_TRUE(dropped.is_number_integer()) << replicated.summary["facts"].dump();
     EXPECT_GT(dropped.get<int64_t>(), 0) << "capacity 0.5 drops slots";
     EXPECT_EQ(spread.summary["facts"]["moe"]["dropped_slots"], dropped);
-    const int64_t rows = 4 * 64, width = 64, fp32 = 4;
+    const int64_t rows = 4 * 64, width = 64, fp32 = 4, experts = 4, int64 = 8;
     EXPECT_EQ(spread.summary["facts"]["distributed"]["sharding"]["all_to_all_bytes"],
-              2 * (2 * rows * width + rows) * fp32)
+              2 * (2 * rows * width + rows) * fp32 + experts * int64)
         << spread.summary["facts"]["distributed"].dump();
     EXPECT_EQ(spread.summary["facts"]["distributed"]["sharding"]["expert_exchange_chunks"], 1);
   }
