@@ -5,7 +5,6 @@
 // (ProcessGroupNCCL::Options' layout depends on it): harness/CMakeLists.txt adds it in CUDA builds.
 #include "harness/train/data_parallel.h"
 
-#include <ATen/ScalarOps.h>
 #include <ATen/native/Resize.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -32,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/host.h"
+#include "kernels/copy_blocks.h"
 
 namespace ablate::harness {
 namespace {
@@ -634,7 +634,7 @@ void GradientSync::release_bucket(size_t index) {
 }
 
 void GradientSync::divide_gradients_by(int64_t ranks) {
-  gradient_divisor_ = at::native::wrapped_scalar_tensor(static_cast<double>(ranks));
+  gradient_scale_ = 1.0 / static_cast<double>(ranks);
 }
 
 void GradientSync::widen_shard(Bucket& b) {
@@ -648,8 +648,10 @@ torch::Tensor GradientSync::on_gradient(size_t i, const torch::Tensor& grad) {
   // The earlier parameters' fp32 gradients (bf16): their accumulation into .grad is done by now.
   for (size_t earlier : grads_to_drop_) params_[earlier].mutable_grad() = torch::Tensor();
   grads_to_drop_.clear();
-  // The scaling by 1/world in the copy's own pass (the same division the whole bucket got after it).
-  at::div_out(slots_[i], grad, gradient_divisor_);
+  // The scaling by 1/world in the copy's own pass, in fp32 and rounded once into the slot: one launch
+  // (kernels/copy_blocks.h), where LibTorch divided a bf16 gradient in bf16 and widened it in a second
+  // pass, and ran a strided view (an expert weight's part of the stacked gate/up gradient) element-wise.
+  kernels::copy_blocks({{slots_[i], grad}}, gradient_scale_);
   // Taken before any launch: staged, launching a later bucket that was already full releases this one
   // (the view then keeps its memory until finish() drops every .grad).
   // The slot as .grad where it has the parameter's dtype; else autograd keeps its own (undefined: unchanged).

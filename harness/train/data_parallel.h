@@ -350,9 +350,8 @@ class GradientSync : public model::ParameterUnitHooks {
   std::vector<std::vector<size_t>> unit_buckets_;  // unit -> the buckets its parameters lie in
   std::vector<c10::intrusive_ptr<c10d::Work>> gathers_waited_, gathers_of_step_;
   double last_wait_ms_ = 0;
-  // What each hook divides a gradient by (the group's size unless divide_gradients_by), as the wrapped CPU
-  // scalar a Tensor-by-Scalar division makes: made once, not at every hook.
-  torch::Tensor gradient_divisor_;
+  // What each hook multiplies a gradient by: 1 / the group's size, or 1 / divide_gradients_by's ranks.
+  double gradient_scale_ = 1.0;
   struct StagingBytes {
     int64_t now = 0, peak = 0;
   };

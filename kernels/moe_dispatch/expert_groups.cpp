@@ -143,22 +143,6 @@ torch::Tensor weighted_swiglu(const torch::Tensor& gate_up, const torch::Tensor&
   return (gated * weight.to(weight_dtype).unsqueeze(-1)).to(gate_up.scalar_type());
 }
 
-void copy_blocks(const std::vector<std::pair<torch::Tensor, torch::Tensor>>& dst_src) {
-  if (dst_src.empty()) return;
-#if defined(ABLATE_HAVE_CUDA)
-  const auto fast = [](const torch::Tensor& t) {
-    return t.is_cuda() && (t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kBFloat16);
-  };
-  const auto& [dst0, src0] = dst_src.front();
-  bool one_launch = true;
-  for (const auto& [dst, src] : dst_src)
-    one_launch = one_launch && fast(dst) && fast(src) && dst.scalar_type() == dst0.scalar_type() &&
-                 src.scalar_type() == src0.scalar_type() && dst.device() == dst0.device() && src.device() == dst0.device();
-  if (one_launch) return fused::copy_blocks_cuda(dst_src);
-#endif
-  for (const auto& [dst, src] : dst_src) dst.copy_(src);
-}
-
 torch::Tensor rank_in_expert(const ExpertGroups& g) {
   return torch::arange(g.by_expert.size(0), g.by_expert.options()) - g.group_start.index_select(0, g.sorted_expert);
 }

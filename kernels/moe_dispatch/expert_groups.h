@@ -49,11 +49,6 @@ torch::Tensor combine_slot_rows(const torch::Tensor& src, const torch::Tensor& o
 torch::Tensor weighted_swiglu(const torch::Tensor& gate_up, const torch::Tensor& weight);
 // weighted_swiglu's shape contract (TORCH_CHECK: c10::Error), also checked by its CUDA passes.
 void check_weighted_swiglu_args(const torch::Tensor& gate_up, const torch::Tensor& weight);
-// dst.copy_(src) for each (dst, src) pair: 3-d tensors of one shape a pair with unit last-dim stride
-// (slices of the expert weights and of their stacked GEMM operands), fp32 <-> bf16. On CUDA one launch
-// for every pair, 16-byte accesses where the widths and strides allow (LibTorch runs each strided
-// slice copy on its element-wise path: ~0.2 ms an E layer of nam56r-small); elsewhere copy_ each.
-void copy_blocks(const std::vector<std::pair<torch::Tensor, torch::Tensor>>& dst_src);
 // [S] each slot's position inside its expert's group, in expert order.
 torch::Tensor rank_in_expert(const ExpertGroups& groups);
 // Slots an expert keeps under a capacity factor > 0: ceil(cf * slots / experts), at least 1.
@@ -70,8 +65,6 @@ torch::Tensor weighted_swiglu_cuda(const torch::Tensor& gate_up, const torch::Te
 std::pair<torch::Tensor, torch::Tensor> weighted_swiglu_backward_cuda(const torch::Tensor& gate_up,
                                                                       const torch::Tensor& weight,
                                                                       const torch::Tensor& d_hidden);
-// copy_blocks on CUDA: every pair on one device, one source dtype and one destination dtype (fp32, bf16).
-void copy_blocks_cuda(const std::vector<std::pair<torch::Tensor, torch::Tensor>>& dst_src);
 // group_by_expert's counting sort, for the ids and expert counts group_by_expert_cuda_supports.
 bool group_by_expert_cuda_supports(const torch::Tensor& topk_idx, int64_t experts);
 ExpertGroups group_by_expert_cuda(const torch::Tensor& topk_idx, int64_t experts);

@@ -6,8 +6,6 @@
 //   ablate_moe_swiglu_fwd / _bwd: h = silu(g) * u * w per slot row (gate_up = [g | u], w the routing
 //     weight), and its backward (d gate_up, and dw as one fp32 row sum), where LibTorch ran silu, two
 //     products, an fp32 copy of [S, f] and a cast forward, and twice that backward.
-//   ablate_moe_copy_blocks: the expert weights into the GEMM dtype as stacked operands and their
-//     gradients back (copy_blocks), every block of a call in one launch.
 //   ablate_moe_group_count / _place: the slots' stable order by expert, its inverse, the loads and the
 //     group bounds in two launches (a counting sort), where LibTorch ran a radix sort over all 64 key
 //     bits (8 passes), two scatters, a gather, a cumsum and casts: ~20 launches an E layer.
@@ -97,54 +95,6 @@ __global__ void ablate_moe_swiglu_bwd(const T* __restrict__ gate_up, const float
     }
     dw_part = warp_sum(dw_part);
     if (threadIdx.x == 0) dw[r] = dw_part;
-  }
-}
-
-// The copy_blocks pairs as the kernel reads them: block b is rows of `row_units` VEC-element units (every
-// dim but the last, as outer x rows_inner rows); row r of block b starts at src + (r / rows_inner) *
-// src_outer + (r % rows_inner) * src_inner, likewise dst. The grid walks one flat space of units
-// (first_unit[b]: block b's first), kCopyUnroll units a thread in flight: every load of a round before
-// its stores. The first version (a block of threads a row, one 16-byte load a thread in flight) ran the
-// E layer's backward copy at 1.9 TB/s. Unit indices are 32-bit (checked on the host).
-constexpr int kMaxBlocks = 4;
-constexpr int kCopyThreads = 256;
-constexpr int kCopyUnroll = 4;
-struct CopyBlock {
-  const void* src;
-  void* dst;
-  int64_t src_outer, src_inner, dst_outer, dst_inner;
-  uint32_t rows_inner, row_units;
-};
-struct CopyBlocks {
-  CopyBlock block[kMaxBlocks];
-  uint32_t first_unit[kMaxBlocks + 1];
-  int count;
-};
-
-template <typename TIn, typename TOut, int VEC>
-__global__ void __launch_bounds__(kCopyThreads) ablate_moe_copy_blocks(const __grid_constant__ CopyBlocks blocks) {
-  const uint32_t units = blocks.first_unit[blocks.count];
-  const uint32_t stride = gridDim.x * kCopyThreads * kCopyUnroll;
-  for (uint32_t base = blockIdx.x * kCopyThreads * kCopyUnroll + threadIdx.x; base < units; base += stride) {
-    float v[kCopyUnroll][VEC];
-    TOut* dst[kCopyUnroll];
-#pragma unroll
-    for (int k = 0; k < kCopyUnroll; ++k) {
-      const uint32_t unit = base + k * kCopyThreads;
-      dst[k] = nullptr;
-      if (unit >= units) continue;
-      int b = 0;
-      while (unit >= blocks.first_unit[b + 1]) ++b;
-      const CopyBlock& cb = blocks.block[b];
-      const uint32_t local = unit - blocks.first_unit[b], row = local / cb.row_units;
-      const uint32_t col = (local - row * cb.row_units) * VEC, outer = row / cb.rows_inner;
-      const uint32_t inner = row - outer * cb.rows_inner;
-      load_vec<VEC>(static_cast<const TIn*>(cb.src) + outer * cb.src_outer + inner * cb.src_inner + col, v[k]);
-      dst[k] = static_cast<TOut*>(cb.dst) + outer * cb.dst_outer + inner * cb.dst_inner + col;
-    }
-#pragma unroll
-    for (int k = 0; k < kCopyUnroll; ++k)
-      if (dst[k] != nullptr) store_vec<VEC>(dst[k], v[k]);
   }
 }
 
@@ -409,57 +359,6 @@ std::pair<Tensor, Tensor> weighted_swiglu_backward_cuda(const Tensor& gate_up_in
     });
   });
   return {d_gate_up, dw};
-}
-
-void copy_blocks_cuda(const std::vector<std::pair<Tensor, Tensor>>& dst_src) {
-  // Named references, not a structured binding: the launch lambdas below capture them (nvcc #3357).
-  const Tensor& dst0 = dst_src.front().first;
-  const Tensor& src0 = dst_src.front().second;
-  for (size_t first = 0; first < dst_src.size(); first += kMaxBlocks) {  // kMaxBlocks pairs a launch
-    const size_t last = std::min(dst_src.size(), first + kMaxBlocks);
-    bool vectorised = true;
-    for (size_t i = first; i < last; ++i) {
-      const auto& [dst, src] = dst_src[i];
-      TORCH_CHECK(dst.dim() == 3 && src.sizes() == dst.sizes() && dst.stride(2) == 1 && src.stride(2) == 1,
-                  "moe copy_blocks: each pair must be two 3-d tensors of one shape with unit last-dim stride, got ",
-                  dst.sizes(), " and ", src.sizes());
-      TORCH_CHECK(dst.device() == dst0.device() && src.device() == dst0.device(), "moe copy_blocks: one device");
-      for (const int64_t n : {dst.size(2), src.stride(0), src.stride(1), dst.stride(0), dst.stride(1)})
-        vectorised = vectorised && n % 8 == 0;
-      vectorised = vectorised && aligned16(src.data_ptr()) && aligned16(dst.data_ptr());
-    }
-    const int64_t vec = vectorised ? 8 : 1;
-    CopyBlocks blocks{};
-    int64_t units = 0;
-    for (size_t i = first; i < last; ++i) {
-      const auto& [dst, src] = dst_src[i];
-      const int64_t row_units = dst.size(2) / vec, block_units = dst.size(0) * dst.size(1) * row_units;
-      TORCH_CHECK(units + block_units <= int64_t{std::numeric_limits<int32_t>::max()},
-                  "moe copy_blocks: ", units + block_units, " units of ", vec,
-                  " elements in one launch overflow its 32-bit indices; pass fewer pairs a call");
-      blocks.block[blocks.count] =
-          CopyBlock{src.data_ptr(),  dst.data_ptr(),  src.stride(0), src.stride(1), dst.stride(0),
-                    dst.stride(1),   static_cast<uint32_t>(dst.size(1)), static_cast<uint32_t>(row_units)};
-      blocks.first_unit[blocks.count] = static_cast<uint32_t>(units);
-      units += block_units;
-      blocks.first_unit[++blocks.count] = static_cast<uint32_t>(units);
-    }
-    if (units == 0) continue;
-    const auto stream = at::cuda::getCurrentCUDAStream();
-    const auto grid = static_cast<unsigned>(
-        std::min<int64_t>(ceil_div(units, int64_t{kCopyThreads} * kCopyUnroll), int64_t(sm_count()) * 8));
-    with_float_or_bf16(src0.scalar_type(), "copy_blocks source", [&](auto in_tag) {
-      with_float_or_bf16(dst0.scalar_type(), "copy_blocks destination", [&](auto out_tag) {
-        using TIn = typename decltype(in_tag)::type;
-        using TOut = typename decltype(out_tag)::type;
-        if (vectorised)
-          ablate_moe_copy_blocks<TIn, TOut, 8><<<grid, kCopyThreads, 0, stream>>>(blocks);
-        else
-          ablate_moe_copy_blocks<TIn, TOut, 1><<<grid, kCopyThreads, 0, stream>>>(blocks);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-      });
-    });
-  }
 }
 
 }  // namespace ablate::kernels::fused

@@ -8,6 +8,7 @@
 // multiples of 16 bytes, so d and f are zero-padded to multiples of 8 when they are not
 // (grouped_dispatch.cpp).
 // Tests: kernels_tests (parity_test.cpp moe rows, CPU fp32/bf16 and CUDA). Benchmark: kernels_bench --benchmark_filter=moe_dispatch.
+#include "kernels/copy_blocks.h"
 #include "kernels/moe_dispatch/expert_groups.h"
 #include "kernels/moe_dispatch/grouped_dispatch.h"
 #include "kernels/registry.h"
@@ -21,7 +22,7 @@ namespace {
 // zero. One such pair a chunk of experts (ExpertShape::chunks: consecutive experts, {E} unpipelined),
 // each its own tensor, so a chunk's gradient reaches only its experts' rows. Forward writes them all in
 // one copy_blocks launch; backward hands each weight its blocks of the gradients, cast back to its
-// dtype, in another (expert_groups.h). An autograd function rather than copy_ into slices (whose
+// dtype, in another (kernels/copy_blocks.h). An autograd function rather than copy_ into slices (whose
 // backward, CopySlices, cloned the whole gradient and zeroed each slice) or .to() (a strided launch a
 // weight, each way). Outputs: every chunk's [gate_up, down], in chunk order; with `with_down` false
 // only the gate_up operands (w2 is already its own operand: see bf16_gemms) and no gradient for w2.

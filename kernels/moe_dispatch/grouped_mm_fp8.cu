@@ -33,6 +33,7 @@
 #include "kernels/registry.h"
 
 #if defined(__CUDACC__)
+#include "kernels/copy_blocks.h"
 #include "kernels/dense_gemm/fp8_recipe.h"
 #include "kernels/moe_dispatch/expert_groups.h"
 #include "kernels/moe_dispatch/grouped_dispatch.h"
@@ -112,7 +113,7 @@ class Fp8GroupedLinear : public torch::autograd::Function<Fp8GroupedLinear> {
         dbottom = torch::empty({dw.size(0), bottom_rows, dw.size(2)}, dw.options().dtype(dtype_of("bottom_dtype")));
         blocks.push_back({dbottom, dw.narrow(1, top_rows, bottom_rows)});
       }
-      copy_blocks(blocks);  // one launch for both casts (expert_groups.h)
+      copy_blocks(blocks);  // one launch for both casts (copy_blocks.h)
     }
     return {dx, dtop, dbottom, Tensor(), Tensor(), Tensor()};
   }

@@ -169,73 +169,6 @@ TEST_P(ExpertGroupsCuda, WeightedSwigluMatchesTheDefinition) {
   EXPECT_LE(testing::relative_error(got_grads[1], want_grads[1]), 1e-4) << "d weight";
 }
 
-// copy_blocks: the expert weights into stacked GEMM operands of the other dtype (fp32 -> bf16, slices of a
-// padded stack as destinations) and back (bf16 slices -> fp32), more pairs than one launch takes, each
-// element equal to what copy_ gives (a cast is one rounding: bit for bit). The width parameter is the
-// weights' inner width: multiples of 8 take the 16-byte path, others the element-wise one.
-TEST_P(ExpertGroupsCuda, CopyBlocksEqualsCopyIntoEachSlice) {
-  const auto [dtype, width] = GetParam();
-  const int64_t experts = 3, f = 5, fp = 8, wp = (width + 7) / 8 * 8;
-  const torch::Device cuda(torch::kCUDA);
-  torch::manual_seed(5);
-  const auto other = dtype == torch::kFloat ? torch::kBFloat16 : torch::kFloat;
-  std::vector<torch::Tensor> weights;
-  for (int i = 0; i < 3; ++i) weights.push_back(torch::randn({experts, f, width}, torch::TensorOptions(cuda).dtype(dtype)));
-  auto stack = torch::zeros({experts, 3 * fp, wp}, torch::TensorOptions(cuda).dtype(other));
-  auto want = stack.clone();
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> into;
-  for (int i = 0; i < 3; ++i) {
-    into.push_back({stack.narrow(1, i * fp, f).narrow(2, 0, width), weights[i]});
-    want.narrow(1, i * fp, f).narrow(2, 0, width).copy_(weights[i]);
-  }
-  // Two more pairs (5 in all: two launches), into a second stack.
-  auto stack2 = torch::zeros({experts, f, width}, torch::TensorOptions(cuda).dtype(other)), want2 = stack2.clone();
-  into.push_back({stack2.narrow(0, 0, 1), weights[0].narrow(0, 1, 1)});
-  into.push_back({stack2.narrow(0, 1, 2), weights[1].narrow(0, 0, 2)});
-  want2.narrow(0, 0, 1).copy_(weights[0].narrow(0, 1, 1));
-  want2.narrow(0, 1, 2).copy_(weights[1].narrow(0, 0, 2));
-  copy_blocks(into);
-  EXPECT_TRUE(torch::equal(stack, want)) << "into the stack, padding left as it was";
-  EXPECT_TRUE(torch::equal(stack2, want2));
-
-  // Back: the stack's slices into fresh weights of the first dtype.
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> back;
-  std::vector<torch::Tensor> got;
-  for (int i = 0; i < 3; ++i) {
-    got.push_back(torch::empty({experts, f, width}, torch::TensorOptions(cuda).dtype(dtype)));
-    back.push_back({got.back(), stack.narrow(1, i * fp, f).narrow(2, 0, width)});
-  }
-  copy_blocks(back);
-  for (int i = 0; i < 3; ++i)
-    EXPECT_TRUE(torch::equal(got[i], stack.narrow(1, i * fp, f).narrow(2, 0, width).to(dtype))) << "block " << i;
-}
-
-// copy_blocks at nam56r-small's E-layer shapes (16 experts, f 768, d 1024: ~9.4 M 8-element units a
-// launch, several grid-stride rounds a thread and a ragged last round), both directions, bit for bit
-// against copy_ into each slice.
-TEST(ExpertGroupsCudaCopy, CopyBlocksAtModelShapesSpansManyRounds) {
-#if !defined(ABLATE_HAVE_CUDA)
-  GTEST_SKIP() << "copy_blocks' CUDA pass needs CUDA: built without it";
-#endif
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "copy_blocks' CUDA pass needs a CUDA device";
-  const int64_t experts = 16, f = 768, d = 1024;
-  const auto fp32 = torch::TensorOptions(torch::kCUDA).dtype(torch::kFloat);
-  torch::manual_seed(9);
-  const auto w1 = torch::randn({experts, f, d}, fp32), w3 = torch::randn({experts, f, d}, fp32);
-  const auto w2 = torch::randn({experts, d, f}, fp32);
-  auto gate_up = torch::empty({experts, 2 * f, d}, fp32.dtype(torch::kBFloat16));
-  auto down = torch::empty({experts, d, f}, fp32.dtype(torch::kBFloat16));
-  copy_blocks({{gate_up.narrow(1, 0, f), w1}, {gate_up.narrow(1, f, f), w3}, {down, w2}});
-  EXPECT_TRUE(torch::equal(gate_up.narrow(1, 0, f), w1.to(torch::kBFloat16)));
-  EXPECT_TRUE(torch::equal(gate_up.narrow(1, f, f), w3.to(torch::kBFloat16)));
-  EXPECT_TRUE(torch::equal(down, w2.to(torch::kBFloat16)));
-  auto d1 = torch::empty_like(w1), d3 = torch::empty_like(w3), d2 = torch::empty_like(w2);
-  copy_blocks({{d1, gate_up.narrow(1, 0, f)}, {d3, gate_up.narrow(1, f, f)}, {d2, down}});
-  EXPECT_TRUE(torch::equal(d1, gate_up.narrow(1, 0, f).to(torch::kFloat)));
-  EXPECT_TRUE(torch::equal(d3, gate_up.narrow(1, f, f).to(torch::kFloat)));
-  EXPECT_TRUE(torch::equal(d2, down.to(torch::kFloat)));
-}
-
 // The counting sort (group_by_expert on CUDA) against the LibTorch ops on the CPU, every tensor equal:
 // slot counts under, at and over a warp's step and the block's 1024-slot sweep, one expert, the most the
 // kernel takes (256), loads skewed to a single expert, int32 and int64 ids, no slots at all.
@@ -275,10 +208,7 @@ TEST(ExpertGroupsCudaSort, CountingSortEqualsTheStableSortOps) {
 INSTANTIATE_TEST_SUITE_P(DtypesAndWidths, ExpertGroupsCuda,
                          ::testing::Combine(::testing::Values(torch::kFloat, torch::kBFloat16),
                                             ::testing::Values<int64_t>(8, 13, 768)),
-                         [](const auto& info) {
-                           return std::string(std::get<0>(info.param) == torch::kFloat ? "fp32" : "bf16") + "_w" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+                         [](const auto& info) { return testing::dtype_and_width_name(info); });
 
 }  // namespace
 }  // namespace ablate::kernels

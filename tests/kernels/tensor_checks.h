@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <tuple>
 #include <vector>
 
 namespace ablate::testing {
@@ -69,6 +71,13 @@ inline double gradient_check_error(const std::function<torch::Tensor()>& scalar_
     worst = std::max(worst, std::abs(analytic - numeric) / scale);
   }
   return worst;
+}
+
+// The name of a (dtype, width) test parameter, as "bf16_w768": the CUDA passes' parameterised suites.
+template <class Info>
+std::string dtype_and_width_name(const Info& info) {
+  const auto& [dtype, width] = info.param;
+  return std::string(dtype == torch::kFloat ? "fp32" : "bf16") + "_w" + std::to_string(width);
 }
 
 }  // namespace ablate::testing

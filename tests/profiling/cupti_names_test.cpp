@@ -243,8 +243,11 @@ const std::vector<Sample>& samples() {
       {"", "moe_dispatch",
        "_ZN6ablate7kernels5fused50_GLOBAL__N__2b8fe76e_17_expert_kernels_cu_a3541e8921ablate_moe_swiglu_bwdI13__nv_bfloat16"
        "Li8EEEvPKT_PKfS7_PS5_Pfll"},
-      {"", "moe_dispatch",
-       "_ZN6ablate7kernels5fused50_GLOBAL__N__2b8fe76e_17_expert_kernels_cu_a3541e8922ablate_moe_copy_blocksIf13__nv_"
+      // kernels/copy_blocks.cu (nm of the .cu object, nvcc 13.0 sm_90a build on the dev machine,
+      // 2026-11-30): the expert weights' casts inside moe_dispatch, the data-parallel gradient copies
+      // outside any seam; by its name an element-wise pass.
+      {"", "elementwise",
+       "_ZN6ablate7kernels5fused47_GLOBAL__N__f13be484_14_copy_blocks_cu_0099657818ablate_copy_blocksIf13__nv_"
        "bfloat16Li8EEEvNS2_10CopyBlocksE"},
       // at::_scaled_grouped_mm's FP8 grouped GEMM (LibTorch 2.11's libtorch_cuda.so) and the token rows'
       // grouped quantisation (kernels/dense_gemm/fp8_quantize.cu, nm of libablate_kernels.so): the
