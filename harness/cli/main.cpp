@@ -12,7 +12,9 @@
 #include <cstring>
 #include <string>
 
+#include "build_info.h"
 #include "harness/cli/commands.h"
+#include "receipts/schema.h"
 
 namespace {
 
@@ -25,6 +27,15 @@ int run_main(int argc, char** argv) {
   app.fallthrough();  // global options (--db) may follow the subcommand
   Globals g;
   app.add_option("--db", g.db, "receipt database (default: $ABLATE_DB, else ./receipts.db)");
+  // What this binary is, in the words its receipts record (env.harness_version, the build facts); the
+  // source revision is a run's fact (git or ABLATE_GIT_REVISION at run time), not the binary's.
+  const std::string cuda = ABLATE_CUDA_ARCHITECTURES, torch = ABLATE_LIBTORCH_VERSION;
+  app.set_version_flag("--version",
+                       fmt::format("ablate {}: receipt schema {}, {} build ({}), {}, {}", ABLATE_VERSION,
+                                   ablate::receipts::schema::latest_version(), ABLATE_BUILD_TYPE, ABLATE_CXX_COMPILER,
+                                   torch.empty() ? "without LibTorch" : "LibTorch " + torch,
+                                   cuda.empty() ? "no CUDA kernels" : "CUDA kernels for sm_" + cuda),
+                       "print this binary's version and build, then exit");
   register_commands(app, g);
 
   // The first word that is not a global option names the command: an unknown one is named, with the

@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "base/remove_tree.h"
+#include "receipts/schema.h"
 #include "receipts/store.h"
 #include "tests/cli_runner.h"
 
@@ -139,6 +140,17 @@ TEST_F(CliTest, ValidatePrintsCanonicalFormAndHash) {
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("# spec_hash "), std::string::npos);
   EXPECT_NE(r.out.find("\"pattern\": \"AEMR\""), std::string::npos);
+}
+
+// --version names the harness version and the receipt schema this binary writes, and exits 0 (a flag of
+// its own: no command needed).
+TEST_F(CliTest, VersionNamesTheHarnessAndItsReceiptSchema) {
+  const auto v = run_cli("--version");
+  EXPECT_EQ(v.rc, 0) << v.out;
+  EXPECT_EQ(v.out.rfind("ablate ", 0), 0u) << v.out;
+  EXPECT_NE(v.out.find("receipt schema " + std::to_string(ablate::receipts::schema::latest_version()) + ","), std::string::npos)
+      << v.out;
+  EXPECT_EQ(v.out.find("required"), std::string::npos) << "no command asked for: " << v.out;
 }
 
 TEST_F(CliTest, BadCommandLineExitsTwo) {
