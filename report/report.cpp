@@ -164,6 +164,9 @@ void add_moe(CellReport& cell) {
   for (const auto& run : cell.side.evidence) {
     const auto& moe = run.row.summary.facts.moe;
     if (!moe) continue;
+    const auto& d = run.row.summary.facts.distributed;
+    if (d && d->sharding && d->sharding->expert_parallel > 1 && moe->capacity_factor > 0)
+      cell.experts_skip_dropped_slots = true;
     if (moe->drop_rate) drop_rate.push_back(*moe->drop_rate);
     if (moe->final_aux_loss) aux.push_back(*moe->final_aux_loss);
   }
@@ -381,6 +384,13 @@ Section summary_section(const Report& r, const std::vector<std::string>& plot_no
                       gib(c.side.median_peak_memory_bytes)});
   }
   s.blocks.push_back(std::move(t));
+  for (const auto& c : r.cells)
+    if (c.experts_skip_dropped_slots && c.moe_drop_rate && *c.moe_drop_rate > 0)
+      s.blocks.push_back(Paragraph{fmt::format("Cell {}: MFU counts the model's FLOPs for every routed slot, and {:.2f} % "
+                                               "of them were dropped; expert parallel at a capacity, their expert FLOPs "
+                                               "were not computed, so this MFU exceeds the rate of the work done.",
+                                               c.name, *c.moe_drop_rate * 100),
+                                   true});
   for (const auto& c : r.cells)
     if (c.side.fixed_cost_dominates())
       s.blocks.push_back(Paragraph{fmt::format("Cell {}: start-up, data prep and warm-up are {:.0f} % of its wall time: its "

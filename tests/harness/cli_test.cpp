@@ -367,6 +367,7 @@ TEST_F(CliTest, ShowPrintsTheDataParallelShapeAndTheMoeRouter) {
                                                  0, 0, 1'159'000'000, 1'159'000'000};
     d.sharding->param_dtype = "bf16";
     d.sharding->parameter_bytes = 869'000'000;
+    d.sharding->expert_parallel = 3;
     summary.facts.distributed = d;
     summary.facts.moe = ablate::receipts::MoeFacts{4, 2, 1.25, 123, 10000, 0.0123, 1.0456};
     constexpr int64_t GiB = int64_t{1} << 30;
@@ -388,7 +389,7 @@ TEST_F(CliTest, ShowPrintsTheDataParallelShapeAndTheMoeRouter) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("sharding: optimizer  gradients reduced in fp32  GEMM weights in bf16  20 buckets  parameters kept 0.87 GB  "
-                       "optimizer state 1.16 GB  gradients kept 1.16 GB\n"),
+                       "optimizer state 1.16 GB  gradients kept 1.16 GB  experts over 3 ranks\n"),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("collectives a step (rank 0):  reduce-scatter 5.28 ms of 1.16 GB  all-gather 2.63 ms of 1.16 GB\n"),
@@ -405,7 +406,8 @@ TEST_F(CliTest, ShowPrintsTheDataParallelShapeAndTheMoeRouter) {
   EXPECT_NE(r.out.find("exposed by collective (median of the ranks): all_gather 2.0%  all_to_all 1.0%\n"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("moe: 4 E layers, top-2, capacity factor 1.25  dropped 123 of 10000 slots (1.23%)  final aux "
-                       "loss 1.0456"),
+                       "loss 1.0456\n  MFU counts the model's FLOPs for every routed slot; expert parallel at a capacity, "
+                       "the 1.23% dropped slots' expert FLOPs were not computed\n"),
             std::string::npos)
       << r.out;
 }

@@ -219,6 +219,38 @@ TEST(Report, MoeRouterColumnsInTheLossSection) {
   EXPECT_TRUE(to_json(report)["cells"][2]["moe"].is_null());
 }
 
+// Expert parallel at a capacity, the experts run the kept slots alone while MFU counts every routed
+// slot: the summary says so for a cell that dropped slots, and not for the same drops on one process
+// (which computes them at weight 0) nor for an expert-parallel cell that dropped none.
+TEST(Report, ExpertParallelCellsAtACapacityQualifyTheirMfu) {
+  FixtureStore f;
+  const auto moe = [](double rate) {
+    return nlohmann::json{{"e_layers", 2}, {"top_k", 2}, {"capacity_factor", 1.25}, {"dropped_slots", rate > 0 ? 10 : 0},
+                          {"routed_slots", 100}, {"drop_rate", rate}};
+  };
+  const nlohmann::json ep2 = {{"world_size", 2}, {"backend", "nccl"}, {"sharding", {{"stage", "optimizer"}, {"expert_parallel", 2}}}};
+  FixtureRun one = detailed("one-process", "reference", 3.0);
+  one.moe = moe(0.1);
+  f.add_group("ep", {100, 100, 100}, one);
+  FixtureRun spread = detailed("ep2", "reference", 3.0);
+  spread.moe = moe(0.1);
+  spread.distributed = ep2;
+  f.add_group("ep", {90, 90, 90}, spread);
+  FixtureRun balanced = detailed("ep2-no-drops", "reference", 3.0);
+  balanced.moe = moe(0.0);
+  balanced.distributed = ep2;
+  f.add_group("ep", {95, 95, 95}, balanced);
+  const auto report = build_report(f.store(), select_grouped(f.store(), "tag:ep"));
+  ASSERT_EQ(report.cells.size(), 3u);
+  const std::string markdown = render_markdown(to_document(report, {}, ""));
+  EXPECT_NE(markdown.find("Cell ep2: MFU counts the model's FLOPs for every routed slot, and 10.00 % of them were "
+                          "dropped; expert parallel at a capacity, their expert FLOPs were not computed"),
+            std::string::npos)
+      << markdown;
+  EXPECT_EQ(markdown.find("Cell one-process: MFU counts"), std::string::npos) << markdown;
+  EXPECT_EQ(markdown.find("Cell ep2-no-drops: MFU counts"), std::string::npos) << markdown;
+}
+
 // Held-out evaluations: the median per evaluation step over a cell's ok runs, drawn and tabled beside
 // the training loss; a cell without evaluations shows "-"; a report without any has no such column.
 TEST(Report, ValidationCurvesFromHeldOutEvaluations) {
