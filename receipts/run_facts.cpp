@@ -425,6 +425,11 @@ std::optional<T> read_section(Reader& parent, const char* key, Fn&& read) {
 
 }  // namespace
 
+bool RunFacts::experts_skip_dropped_slots() const {
+  return moe && moe->capacity_factor > 0 && distributed && distributed->sharding &&
+         distributed->sharding->expert_parallel > 1;
+}
+
 bool RunFacts::empty() const { return to_json(*this) == to_json(RunFacts{}); }
 
 json to_json(const CollectiveShares& shares) {

@@ -232,6 +232,9 @@ struct RunFacts {
   nlohmann::json unknown;  // keys this version does not know, kept as read
 
   bool empty() const;  // nothing recorded (a run that ended before any fact was known)
+  // Expert parallel at a capacity: the experts ran the kept slots alone (one process runs the dropped
+  // ones at weight 0), while MFU counts every routed slot's FLOPs.
+  bool experts_skip_dropped_slots() const;
 };
 
 nlohmann::json to_json(const RunFacts& facts);

@@ -522,12 +522,11 @@ std::vector<GateJob> matrix_gates(receipts::Store& store, const RunSelection& se
   if (selection.groups.empty()) return gates;
   // Without a run of the matrix's own baseline cell no backend cell can be judged: the first group
   // would be another cell, and a verdict against it would answer another question.
-  if (!selection.declared_cells.empty() && !selection.declared_cells.front().no_runs_reason.empty()) {
-    const auto& missing = selection.declared_cells.front();
+  if (const auto* missing = selection.baseline_without_runs()) {
     for (const auto& declared : selection.declared_cells)
       if (backend_toggle(declared.name) && unjudged != nullptr)
         unjudged->push_back(fmt::format("cell {}: the matrix's baseline cell '{}' has no run ({}); its backend is not judged",
-                                        declared.name, missing.name, missing.no_runs_reason));
+                                        declared.name, missing->name, missing->no_runs_reason));
     return gates;
   }
   const auto& baseline = selection.groups[0];

@@ -164,9 +164,7 @@ void add_moe(CellReport& cell) {
   for (const auto& run : cell.side.evidence) {
     const auto& moe = run.row.summary.facts.moe;
     if (!moe) continue;
-    const auto& d = run.row.summary.facts.distributed;
-    if (d && d->sharding && d->sharding->expert_parallel > 1 && moe->capacity_factor > 0)
-      cell.experts_skip_dropped_slots = true;
+    if (run.row.summary.facts.experts_skip_dropped_slots()) cell.experts_skip_dropped_slots = true;
     if (moe->drop_rate) drop_rate.push_back(*moe->drop_rate);
     if (moe->final_aux_loss) aux.push_back(*moe->final_aux_loss);
   }

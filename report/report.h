@@ -100,8 +100,7 @@ struct CellReport {
   // The MoE router (facts.moe, models with E blocks): medians over evidence runs of the share
   // of expert slots the capacity factor dropped and of the final load-balancing loss.
   std::optional<double> moe_drop_rate, moe_final_aux_loss;
-  // An evidence run was expert parallel at a capacity: its experts ran the kept slots alone, while MFU
-  // counts every routed slot's FLOPs (the summary says so beside a drop rate above 0).
+  // An evidence run's RunFacts::experts_skip_dropped_slots (the summary says so beside a drop rate above 0).
   bool experts_skip_dropped_slots = false;
   // The model as its evidence runs ran it (facts.model; absent in receipts older than the section),
   // and how many evidence runs recorded none. One spec per cell, so one model.

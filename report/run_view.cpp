@@ -211,10 +211,7 @@ std::string render_run_text(receipts::Store& store, std::int64_t run_id, const R
     out += fmt::format("moe: {} E layers, top-{}, capacity factor {:g}  dropped {} of {} slots ({})  final aux loss {}\n",
                m->e_layers, m->top_k, m->capacity_factor, m->dropped_slots, m->routed_slots,
                shown(m->drop_rate, "{:.2f}%", 100), shown(m->final_aux_loss, "{:.4f}"));
-    // Expert parallel at a capacity, the experts run the kept slots alone (one GPU runs the dropped ones
-    // at weight 0), while MFU counts every routed slot's FLOPs: the difference is the drop rate.
-    const auto& d = facts.distributed;
-    if (d && d->sharding && d->sharding->expert_parallel > 1 && m->capacity_factor > 0 && m->dropped_slots > 0)
+    if (facts.experts_skip_dropped_slots() && m->dropped_slots > 0)
       out += fmt::format("  MFU counts the model's FLOPs for every routed slot; expert parallel at a capacity, the {} "
                          "dropped slots' expert FLOPs were not computed\n",
                          shown(m->drop_rate, "{:.2f}%", 100));

@@ -61,6 +61,10 @@ std::string no_runs_reason(const json& identity, const json& cell) {
 
 }  // namespace
 
+const DeclaredCell* RunSelection::baseline_without_runs() const {
+  return !declared_cells.empty() && !declared_cells.front().no_runs_reason.empty() ? &declared_cells.front() : nullptr;
+}
+
 std::vector<std::int64_t> RunSelection::run_ids() const {
   std::vector<std::int64_t> ids;
   for (const auto& g : groups) ids.insert(ids.end(), g.run_ids.begin(), g.run_ids.end());
@@ -125,12 +129,10 @@ RunSelection select_matrix_id(receipts::Store& store, std::int64_t matrix_id) {
   if (selection.groups.empty())
     throw std::invalid_argument(fmt::format("matrix '{}' (id {}) in {} has no runs yet (run it with `ablate matrix run`)",
                                             name, matrix_id, store.path()));
-  // The matrix's own baseline without a run: what the cells are compared with is then another cell.
-  if (!selection.declared_cells.empty() && !selection.declared_cells.front().no_runs_reason.empty())
+  if (const auto* missing = selection.baseline_without_runs())
     selection.notes.push_back(fmt::format("The matrix's baseline cell '{}' has no run ({}): the comparisons are against "
                                           "another cell, the one the baseline line names",
-                                          selection.declared_cells.front().name,
-                                          selection.declared_cells.front().no_runs_reason));
+                                          missing->name, missing->no_runs_reason));
   return selection;
 }
 

@@ -34,6 +34,9 @@ struct RunSelection {
   std::vector<DeclaredCell> declared_cells;  // a matrix's cells in its order, with or without runs; else empty
   std::vector<std::string> notes;       // e.g. other matrices sharing the name
   std::vector<std::int64_t> run_ids() const;  // every group's, in group order
+  // A matrix's own baseline cell (its first declared) when it has no run, else nullptr: the first group
+  // is then another cell.
+  const DeclaredCell* baseline_without_runs() const;
 };
 
 // The newest matrix called `name`. Cells follow the matrix's own order (its identity_json), so the
