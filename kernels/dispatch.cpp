@@ -223,10 +223,10 @@ torch::Tensor Dispatcher::loss(const torch::Tensor& hidden, const torch::Tensor&
 // No autograd markers: the update is not differentiated; the scope attributes its kernels to the seam.
 void Dispatcher::optimizer(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
                            at::TensorList exp_avg_sqs, at::TensorList steps, const torch::Tensor& lr,
-                           const torch::Tensor& grad_scale, const AdamWHyper& hyper) const {
+                           const torch::Tensor& grad_scale, const AdamWHyper& hyper,
+                           at::TensorList rounded) const {
   Scope scope("optimizer", "optimizer", bound_.optimizer.backend);
-  bound_.optimizer.call(params, grads, exp_avgs, exp_avg_sqs,
-                                                                                  steps, lr, grad_scale, hyper);
+  bound_.optimizer.call(params, grads, exp_avgs, exp_avg_sqs, steps, lr, grad_scale, hyper, rounded);
 }
 
 }  // namespace ablate::kernels

@@ -67,7 +67,7 @@ class Dispatcher {
                      const torch::Tensor& mask) const;
   void optimizer(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
                  at::TensorList steps, const torch::Tensor& lr, const torch::Tensor& grad_scale,
-                 const AdamWHyper& hyper) const;
+                 const AdamWHyper& hyper, at::TensorList rounded = {}) const;
 
  private:
   struct BoundSeams {

@@ -130,7 +130,10 @@ using LossFn = std::function<torch::Tensor(const torch::Tensor& hidden, const to
 // fp32 tensor; grad_scale: undefined, or a 0-dim fp32 tensor every gradient is divided by before the
 // update (the clipping's 1 / coefficient: no pass of its own over the gradients);
 // with it the grads' values after the call are unspecified (fused_adamw stores them divided, the other
-// backends leave them; the step drops them). Updates params, moments and steps in place on their
+// backends leave them; the step drops them); rounded: empty, or one bf16 tensor per parameter of its
+// shape, which the call leaves holding the updated parameter rounded to nearest (what .to(bf16) gives:
+// the copy a sharded stage gathers of a GEMM weight kept in bf16, written as the update writes the fp32
+// value rather than in a pass of its own). Updates params, moments, steps (and rounded) in place on their
 // device and reads nothing on the host, so a CUDA graph can capture it (step counts, learning rate and
 // grad_scale are tensors for that reason).
 struct AdamWHyper {
@@ -138,6 +141,7 @@ struct AdamWHyper {
 };
 using OptimizerFn = std::function<void(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
                                        at::TensorList exp_avg_sqs, at::TensorList steps, const torch::Tensor& lr,
-                                       const torch::Tensor& grad_scale, const AdamWHyper& hyper)>;
+                                       const torch::Tensor& grad_scale, const AdamWHyper& hyper,
+                                       at::TensorList rounded)>;
 
 }  // namespace ablate::kernels

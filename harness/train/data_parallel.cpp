@@ -451,20 +451,14 @@ void GradientSync::order_gathers(const std::vector<std::vector<torch::Tensor>>& 
 }
 
 torch::Tensor GradientSync::gather_input(Bucket& b) {
-  if (full()) return b.low() ? b.low_shard : b.master;
-  const int64_t S = layout_.buckets[&b - buckets_.data()].shard_numel;
-  return b.param_flat.narrow(0, layout_.rank * S, S);  // in place: the rank's own part of the output
-}
-
-void GradientSync::round_masters() {
-  for (auto& b : buckets_)
-    if (b.low()) gather_input(b).copy_(b.master);
+  // Unless "full", the rank's own part of the output (gathered in place).
+  const auto index = static_cast<size_t>(&b - buckets_.data());
+  return b.low() ? rounded_shard(index) : parameter_shard(index);
 }
 
 void GradientSync::gather_parameters() {
   if (!layout_.sharded) throw std::logic_error("data parallel: gather_parameters() on an unsharded sync");
   wait_parameters();  // none should be pending: the forward waited for them all
-  round_masters();
   if (full()) return;  // each unit is gathered from its shard when the next forward reaches it
   if (!communicates_) return;  // the buffer is the rank's shard
   for (const auto& group : gather_groups_) {
@@ -518,6 +512,14 @@ void GradientSync::wait_parameters(bool whole) {
 void GradientSync::release_units() {
   if (!full()) return;
   for (auto& b : buckets_) release_parameters(b);
+}
+
+torch::Tensor GradientSync::rounded_shard(size_t b) const {
+  const auto& bucket = buckets_.at(b);
+  if (!bucket.low()) return {};
+  if (full()) return bucket.low_shard;
+  const int64_t S = layout_.buckets.at(b).shard_numel;
+  return bucket.param_flat.narrow(0, layout_.rank * S, S);
 }
 
 torch::Tensor GradientSync::parameter_shard(size_t b) const {

@@ -51,8 +51,8 @@
 // reads only through GEMMs (HybridModel::gemm_weights()) live in buckets of their own whose parameter
 // buffers are bf16, so the module's tensors are bf16 views, the all-gathers carry half the bytes and the
 // GEMMs read them without autocast's cast; each such bucket keeps the rank's shard of the fp32 values as
-// its `master`, which the optimizer updates, and gather_parameters() first rounds the updated master into
-// the bf16 shard the gather sends. Under bf16 autocast the forward computes exactly as with fp32
+// its `master`, which the optimizer updates, writing the updated value rounded into the bf16 shard the
+// gather sends as it writes the master (rounded_shard()). Under bf16 autocast the forward computes exactly as with fp32
 // parameters (autocast rounds each weight so, once a forward); a weight's gradient is bf16 as the GEMM
 // wrote it (on CUDA the fp32 path writes dense weights' gradients unrounded) and is widened or reduced
 // from there (reduced in bf16, the slot is handed back as .grad as fp32 slots are). The other parameters
@@ -262,6 +262,11 @@ class GradientSync : public model::ParameterUnitHooks {
   // which the optimizer updates: its slice of the buffer, or the persistent fp32 shard the buffer is
   // gathered from (under "full", and for bf16 buffers); the rank's reduced gradient shard likewise.
   torch::Tensor parameter_shard(size_t b) const;
+  // Sharded, a bf16 bucket: parameter_shard(b) rounded to bf16, what its gathers send (the rank's slice
+  // of the bf16 buffer, or under "full" the persistent bf16 shard); undefined for an fp32 bucket.
+  // Whoever updates parameter_shard(b) writes its rounding here (ShardedAdamW: the optimizer seam's
+  // `rounded`, in the update's own pass): gather_parameters() sends it as it is.
+  torch::Tensor rounded_shard(size_t b) const;
   const torch::Tensor& gradient_shard(size_t b) const { return buckets_.at(b).shard; }
   const std::vector<torch::Tensor>& params() const { return params_; }
   // Host milliseconds spent waiting for the all-reduces in finish() (Gloo: the exposed communication
@@ -314,7 +319,6 @@ class GradientSync : public model::ParameterUnitHooks {
   void gather_unit_buckets(int64_t unit, bool wait);  // full: whole again (and waited for)
   void release_parameters(Bucket& b);                 // full: the buffer's storage to 0 bytes
   torch::Tensor gather_input(Bucket& b);               // the rank's part its parameter all-gather sends
-  void round_masters();                               // bf16 buffers: each updated master into what is gathered
   // Copies a parameter's gradient into its slot; returns the slot's view, which autograd keeps as .grad
   // (no second copy of the gradients lives on).
   torch::Tensor on_gradient(size_t param_index, const torch::Tensor& grad);

@@ -184,9 +184,10 @@ ShardedAdamW::ShardedAdamW(const std::vector<torch::Tensor>& params, GradientSyn
     const size_t g = p.dim() >= 2 ? 0 : 1;
     key_of[p.unsafeGetTensorImpl()] = state_key(g, counts[g]++);
   }
-  Group decay, no_decay;
-  decay.hyper = {t.beta1, t.beta2, t.eps, t.weight_decay};
-  no_decay.hyper = {t.beta1, t.beta2, t.eps, 0.0};
+  // groups_[decayed ? 0 : 1] of fp32 buckets, + 2 of bf16 buckets.
+  groups_.resize(4);
+  for (size_t g = 0; g < groups_.size(); ++g)
+    groups_[g].hyper = {t.beta1, t.beta2, t.eps, g % 2 == 0 ? t.weight_decay : 0.0};
   for (auto& part : parts_) {
     const auto& layout = part.sync->layout();
     if (!layout.sharded) throw std::logic_error("ShardedAdamW needs a GradientSync built sharded");
@@ -195,8 +196,10 @@ ShardedAdamW::ShardedAdamW(const std::vector<torch::Tensor>& params, GradientSyn
       const auto options = part.sync->parameter_shard(b).options();
       part.exp_avg_shards.push_back(torch::zeros({bucket.shard_numel}, options));
       part.exp_avg_sq_shards.push_back(torch::zeros({bucket.shard_numel}, options));
+      const auto rounded = part.sync->rounded_shard(b);
       for (const auto& run : bucket.runs) {
-        auto& g = run.decay ? decay : no_decay;
+        auto& g = groups_[(run.decay ? 0 : 1) + (rounded.defined() ? 2 : 0)];
+        if (rounded.defined()) g.rounded.push_back(rounded.narrow(0, run.offset, run.length));
         g.params.push_back(part.sync->parameter_shard(b).narrow(0, run.offset, run.length));
         g.grads.push_back(part.sync->gradient_shard(b).narrow(0, run.offset, run.length));
         g.exp_avgs.push_back(part.exp_avg_shards.back().narrow(0, run.offset, run.length));
@@ -212,7 +215,6 @@ ShardedAdamW::ShardedAdamW(const std::vector<torch::Tensor>& params, GradientSyn
   }
   const auto options = sync.params().empty() ? torch::TensorOptions(torch::kFloat)
                                              : sync.params().front().options().dtype(torch::kFloat);
-  groups_ = {std::move(decay), std::move(no_decay)};
   lr_ = torch::full({}, t.lr, options);
 }
 
@@ -239,20 +241,22 @@ GradNorm ShardedAdamW::grad_norm(double max_norm) {
 void ShardedAdamW::step(const torch::Tensor& grad_scale) {
   for (auto& g : groups_)
     if (!g.params.empty())
-      dispatcher_.optimizer(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, g.steps, lr_, grad_scale, g.hyper);
+      dispatcher_.optimizer(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, g.steps, lr_, grad_scale, g.hyper,
+                            g.rounded);
 }
 
 // The step count every run holds (they step together); rank 0 owns the first element of every bucket,
 // a parameter's, so its groups are never all empty.
-static torch::Tensor any_step(const std::vector<torch::Tensor>& decayed, const std::vector<torch::Tensor>& plain) {
-  if (!decayed.empty()) return decayed.front();
-  if (!plain.empty()) return plain.front();
+template <typename Groups>
+static torch::Tensor any_step(const Groups& groups) {
+  for (const auto& g : groups)
+    if (!g.steps.empty()) return g.steps.front();
   throw std::logic_error("sharded optimizer: this rank updates no parameter, so it holds no step count");
 }
 
 void ShardedAdamW::save(torch::serialize::OutputArchive& archive) const {
   torch::NoGradGuard no_grad;
-  const auto step = any_step(groups_[0].steps, groups_[1].steps).cpu();
+  const auto step = any_step(groups_).cpu();
   for (const auto& part : parts_) {
     const auto& layout = part.sync->layout();
     for (size_t b = 0; b < layout.buckets.size(); ++b) {

@@ -131,6 +131,7 @@ class ShardedAdamW : public TrainOptimizer {
  private:
   struct Group {
     std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+    std::vector<torch::Tensor> rounded;  // bf16 buckets' groups: where each update is written rounded
     kernels::AdamWHyper hyper;
   };
   // One sync's buckets and their moments.
@@ -143,7 +144,9 @@ class ShardedAdamW : public TrainOptimizer {
   };
   const kernels::Dispatcher& dispatcher_;
   std::vector<Part> parts_;    // the job-wide sync's, then the experts' (expert parallelism)
-  std::vector<Group> groups_;  // decayed runs, then the rest (views of the parts' shard buffers)
+  // Views of the parts' shard buffers: decayed runs, then the rest, of fp32 buckets; the same two of bf16
+  // buckets (a seam call's rounded copies are all or none of its parameters).
+  std::vector<Group> groups_;
   torch::Tensor lr_;
 };
 

@@ -10,8 +10,9 @@ namespace ablate::kernels {
 namespace {
 
 void adamw_fused(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
-                 at::TensorList steps, const torch::Tensor& lr, const torch::Tensor& grad_scale, const AdamWHyper& h) {
-  check_optimizer_lists(params, grads, exp_avgs, exp_avg_sqs, steps, grad_scale);
+                 at::TensorList steps, const torch::Tensor& lr, const torch::Tensor& grad_scale, const AdamWHyper& h,
+                 at::TensorList rounded) {
+  check_optimizer_lists(params, grads, exp_avgs, exp_avg_sqs, steps, grad_scale, rounded);
   if (params.empty()) return;
   torch::NoGradGuard no_grad;
   at::_foreach_add_(steps, 1);
@@ -20,6 +21,7 @@ void adamw_fused(at::TensorList params, at::TensorList grads, at::TensorList exp
   at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, h.beta1, h.beta2,
                     h.weight_decay, h.eps, /*amsgrad=*/false, /*maximize=*/false,
                     grad_scale.defined() ? std::optional<torch::Tensor>(grad_scale) : std::nullopt);
+  write_rounded(params, rounded);  // LibTorch's kernel writes fp32 only
 }
 
 }  // namespace

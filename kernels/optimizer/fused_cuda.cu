@@ -9,6 +9,8 @@
 // parameters (up to 32 KB on sm_70+ with CUDA 12.1+), so nothing is copied to the device and a CUDA
 // graph captures the launches as they are. 16-byte accesses where a chunk's pointers allow (fp32
 // parameters from the caching allocator do), element by element otherwise. fp32 only, contiguous.
+// With `rounded` (bf16 copies of the parameters a sharded stage gathers) the kernel writes each updated
+// value rounded too: 2 bytes a parameter more, where a separate rounding pass reads 4 and writes 2.
 // Tests: kernels_tests --gtest_filter='*Parity*optimizer*' (every backend against the fp64 reference).
 // Benchmark: kernels_bench --benchmark_filter=optimizer. Without a CUDA compiler this file compiles to
 // the catalog row alone (unavailable: "built without CUDA").
@@ -27,7 +29,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kChunk = int64_t{kThreads} * 4 * 8;  // elements a block: 8 float4 a thread
-// Every tensor of a launch in its parameters: ~25 KB for 480 tensors (nam56r-small's groups have fewer,
+// Every tensor of a launch in its parameters: ~29 KB for 480 tensors (nam56r-small's groups have fewer,
 // so one launch a group). Tensor t owns the grid's blocks [first_block[t], first_block[t + 1]), a chunk
 // each; a block finds its tensor by a binary search of first_block. An earlier table of 768 blocks a
 // launch (a block -> tensor entry each) ran nam56r-small's update in 48 launches of under one wave:
@@ -41,6 +43,7 @@ struct AdamWLaunch {
   float* m[kLaunchTensors];
   float* v[kLaunchTensors];
   const float* step[kLaunchTensors];
+  __nv_bfloat16* rounded[kLaunchTensors];  // nullptr: none
   int64_t n[kLaunchTensors];
   int32_t first_block[kLaunchTensors + 1];
   int32_t tensors;
@@ -79,8 +82,10 @@ __global__ void __launch_bounds__(kThreads) ablate_adamw(const __grid_constant__
   const float bc2_sqrt = static_cast<float>(sqrt(1.0 - pow(double(s.beta2), step)));
   float *p = a.p[t], *m = a.m[t], *v = a.v[t];
   const float* g = a.g[t];
+  __nv_bfloat16* const low = a.rounded[t];
   const bool wide = ((reinterpret_cast<uintptr_t>(p) | reinterpret_cast<uintptr_t>(g) | reinterpret_cast<uintptr_t>(m) |
-                      reinterpret_cast<uintptr_t>(v)) % 16) == 0;
+                      reinterpret_cast<uintptr_t>(v)) % 16) == 0 &&
+                    reinterpret_cast<uintptr_t>(low) % 8 == 0;  // four bf16 a store
   int64_t i = begin;
   if (wide) {
     // Whole steps of kThreads float4 (the same trip count in every thread); the rest element by element.
@@ -95,6 +100,10 @@ __global__ void __launch_bounds__(kThreads) ablate_adamw(const __grid_constant__
       *reinterpret_cast<float4*>(p + at) = pp;
       *reinterpret_cast<float4*>(m + at) = mm;
       *reinterpret_cast<float4*>(v + at) = vv;
+      if (low != nullptr) {
+        const __nv_bfloat162 pair[2] = {__floats2bfloat162_rn(pp.x, pp.y), __floats2bfloat162_rn(pp.z, pp.w)};
+        *reinterpret_cast<uint2*>(low + at) = *reinterpret_cast<const uint2*>(pair);
+      }
     }
   }
   for (int64_t at = i + threadIdx.x; at < end; at += kThreads) {
@@ -103,12 +112,14 @@ __global__ void __launch_bounds__(kThreads) ablate_adamw(const __grid_constant__
     p[at] = pp;
     m[at] = mm;
     v[at] = vv;
+    if (low != nullptr) low[at] = __float2bfloat16_rn(pp);
   }
 }
 
 void adamw(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
-           at::TensorList steps, const torch::Tensor& lr, const torch::Tensor& grad_scale, const AdamWHyper& h) {
-  check_optimizer_lists(params, grads, exp_avgs, exp_avg_sqs, steps, grad_scale);
+           at::TensorList steps, const torch::Tensor& lr, const torch::Tensor& grad_scale, const AdamWHyper& h,
+           at::TensorList rounded) {
+  check_optimizer_lists(params, grads, exp_avgs, exp_avg_sqs, steps, grad_scale, rounded);
   if (params.empty()) return;
   const auto device = params[0].device();
   for (size_t i = 0; i < params.size(); ++i)
@@ -117,6 +128,8 @@ void adamw(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
                       t->numel() == params[i].numel(),
                   "optimizer fused_cuda: parameter ", i, "'s tensors must be contiguous fp32 on ", device,
                   " with the parameter's size; use optimizer = \"fused_adamw\" or \"reference\" otherwise");
+  for (size_t i = 0; i < rounded.size(); ++i)
+    TORCH_CHECK(rounded[i].is_contiguous(), "optimizer fused_cuda: rounded[", i, "] must be contiguous");
   TORCH_CHECK(lr.is_cuda() && lr.scalar_type() == torch::kFloat && lr.numel() == 1,
               "optimizer fused_cuda: lr must be a one-element fp32 CUDA tensor");
   TORCH_CHECK(!grad_scale.defined() || grad_scale.is_cuda(), "optimizer fused_cuda: grad_scale must be a CUDA tensor");
@@ -153,6 +166,8 @@ void adamw(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
     launch.m[tensors] = exp_avgs[i].data_ptr<float>();
     launch.v[tensors] = exp_avg_sqs[i].data_ptr<float>();
     launch.step[tensors] = steps[i].data_ptr<float>();
+    launch.rounded[tensors] =
+        rounded.empty() ? nullptr : reinterpret_cast<__nv_bfloat16*>(rounded[i].data_ptr<at::BFloat16>());
     launch.n[tensors] = n;
     launch.first_block[tensors] = static_cast<int32_t>(blocks);
     blocks += chunks;

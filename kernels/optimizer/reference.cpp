@@ -3,7 +3,7 @@
 // torch::optim::AdamW (p *= 1 - lr wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
 // p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)), g first divided by grad_scale when
 // given, with t, lr and the scale read from device tensors,
-// so it reads nothing on the host and a CUDA graph can capture it.
+// so it reads nothing on the host and a CUDA graph can capture it; the rounded copies after.
 // Tests: kernels_tests --gtest_filter='Parity*optimizer*:Optimizer*' (parity_test.cpp: every backend
 // against this one in fp64; optimizer_test.cpp: this one against torch::optim::AdamW in fp64).
 // Benchmark: build/bench/kernels_bench --benchmark_filter=optimizer.
@@ -14,8 +14,9 @@ namespace ablate::kernels {
 namespace {
 
 void adamw_reference(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
-           at::TensorList steps, const torch::Tensor& lr, const torch::Tensor& grad_scale, const AdamWHyper& h) {
-  check_optimizer_lists(params, grads, exp_avgs, exp_avg_sqs, steps, grad_scale);
+                     at::TensorList steps, const torch::Tensor& lr, const torch::Tensor& grad_scale, const AdamWHyper& h,
+                     at::TensorList rounded) {
+  check_optimizer_lists(params, grads, exp_avgs, exp_avg_sqs, steps, grad_scale, rounded);
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params.size(); ++i) {
     auto p = params[i], m = exp_avgs[i], v = exp_avg_sqs[i], step = steps[i];
@@ -30,6 +31,7 @@ void adamw_reference(at::TensorList params, at::TensorList grads, at::TensorList
     const auto denom = v.sqrt() / bias_correction2.sqrt() + h.eps;
     p.sub_(m / denom * (rate / bias_correction1));
   }
+  write_rounded(params, rounded);
 }
 
 }  // namespace

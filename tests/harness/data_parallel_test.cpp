@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 
+#include "harness/train/optimizer.h"
 #include "kernels/dispatch.h"
 #include "model/hybrid_model.h"
 
@@ -203,7 +204,8 @@ size_t sync_index(const GradientSync& sync, const torch::Tensor& p) {
 // GEMM weights kept in bf16 (GemmWeightPrecision) at every sharded stage: the weights become bf16 views
 // of bf16 buckets of their own (laid out before the fp32 one, which launches last), their gradients
 // reach the fp32 shards widened exactly, the optimizer's part is the fp32 master (the values given,
-// unrounded), and a gather sends the master rounded to nearest: what bf16 autocast would compute with.
+// unrounded), and after ShardedAdamW's update a gather sends the master rounded to nearest (the update
+// writes it so): what bf16 autocast would compute with.
 // master_values() gives back the fp32 masters whole (a checkpoint writes them).
 void check_bf16_gemm_weights(const torch::Device& device, const std::string& backend) {
   const auto opt = torch::TensorOptions(device).dtype(torch::kFloat);
@@ -251,14 +253,18 @@ void check_bf16_gemm_weights(const torch::Device& device, const std::string& bac
       EXPECT_TRUE(torch::equal(got, ref.grad().to(torch::kFloat))) << "widened exactly: param " << i;
     }
     for (const auto& p : params) EXPECT_FALSE(p.grad().defined()) << "a sharded sync keeps only its shards";
-    // The optimizer moves the master by less than a bf16 step; the gather sends it rounded.
-    {
-      torch::NoGradGuard no_grad;
-      master_of(w1).add_(master_of(w1).abs() * 1e-3 + 1e-3);
-    }
+    // The sharded optimizer's update moves the masters (by less than a bf16 step for most elements) and
+    // writes them rounded into what the gather sends: the weights come back rounded to nearest.
+    TrainSection train;
+    train.lr = 1e-3;
+    const ablate::kernels::Dispatcher reference;
+    ShardedAdamW adamw(params, sync, train, reference);
+    adamw.step({});
+    EXPECT_FALSE(torch::equal(master_of(w1), fp32_values[0])) << "the update moved the master";
     sync.gather_parameters();
     sync.wait_parameters(/*whole=*/true);
     EXPECT_TRUE(torch::equal(w1, master_of(w1).to(torch::kBFloat16)));
+    EXPECT_TRUE(torch::equal(w2, master_of(w2).to(torch::kBFloat16)));
     const auto masters = sync.master_values();
     ASSERT_EQ(masters.size(), 2u) << "w1 and w2, not the gain";
     for (const auto& [p, value] : masters) {
@@ -271,7 +277,8 @@ void check_bf16_gemm_weights(const torch::Device& device, const std::string& bac
 
 // The hybrid model (tiny, every block letter, the seams `backends` asks for) trained by a world of one at
 // `stage` with its GEMM weights in bf16, beside its twin with fp32 weights, both under bf16 autocast,
-// three steps of plain SGD on the masters: the first forward computes the same loss bit for bit
+// three steps of plain SGD on the masters (written rounded where the gathers read, as ShardedAdamW's
+// update writes them): the first forward computes the same loss bit for bit
 // (autocast rounds the fp32 weights to what the bf16 ones are), and the reduced gradients agree to
 // `tolerance` (relative, over each parameter: 0 where the fp32 path's weight gradients are bf16 widened
 // too, as on the CPU, whose later losses are then equal too; on CUDA the fp32 path writes dense weights'
@@ -336,6 +343,13 @@ void check_model_with_bf16_gemm_weights(const torch::Device& device, const std::
         torch::NoGradGuard no_grad;
         shard_of(sync_a, p, false).sub_(0.05 * ga);
         shard_of(sync_b, q, false).sub_(0.05 * gb);
+      }
+      {
+        // The contract of whoever updates a bf16 bucket's master: its rounding goes where the gather reads.
+        torch::NoGradGuard no_grad;
+        for (size_t bucket = 0; bucket < sync_b.buckets(); ++bucket)
+          if (const auto rounded = sync_b.rounded_shard(bucket); rounded.defined())
+            rounded.copy_(sync_b.parameter_shard(bucket));
       }
       sync_a.gather_parameters();
       sync_b.gather_parameters();

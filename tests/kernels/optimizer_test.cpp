@@ -47,7 +47,7 @@ TEST(OptimizerReference, MatchesTorchOptimAdamWInFp64) {
     static_cast<torch::optim::AdamWOptions&>(oracle.param_groups()[0].options()).lr(lr);
     oracle.step();
     implementations().optimizer.at("reference")(ours, grads, exp_avgs, exp_avg_sqs, steps,
-                                                torch::full({}, lr, torch::kFloat), {}, hyper);
+                                                torch::full({}, lr, torch::kFloat), {}, hyper, {});
   }
   for (size_t i = 0; i < shapes.size(); ++i) {
     EXPECT_LE(relative_error(ours[i], theirs[i].detach()), 1e-12) << "parameter " << i;
@@ -70,7 +70,7 @@ TEST(OptimizerReference, GradScaleIsTheUpdateOnDividedGradients) {
   const auto update = [&](const torch::Tensor& g, const torch::Tensor& s) {
     std::vector<torch::Tensor> p = {init.clone()}, m = {torch::zeros(shape, torch::kDouble)},
                                v = {torch::zeros(shape, torch::kDouble)}, t = {torch::zeros({}, torch::kFloat)}, gs = {g};
-    implementations().optimizer.at("reference")(p, gs, m, v, t, lr, s, hyper);
+    implementations().optimizer.at("reference")(p, gs, m, v, t, lr, s, hyper, {});
     return torch::cat({p[0].flatten(), m[0].flatten(), v[0].flatten()});  // parameter and moments
   };
   const auto scaled_grad = grad.clone();
@@ -87,10 +87,64 @@ TEST(OptimizerReference, GradScaleIsTheUpdateOnDividedGradients) {
 TEST(OptimizerReference, RefusesMismatchedListsAndBadScales) {
   std::vector<torch::Tensor> one = {torch::ones({2})}, none;
   const auto& update = implementations().optimizer.at("reference");
-  EXPECT_THROW(update(one, none, one, one, one, torch::ones({}), {}, AdamWHyper{}), c10::Error);
-  EXPECT_THROW(update(one, one, one, one, one, torch::ones({}), torch::ones({1}), AdamWHyper{}), c10::Error);
-  EXPECT_THROW(update(one, one, one, one, one, torch::ones({}), torch::ones({}, torch::kDouble), AdamWHyper{}),
+  EXPECT_THROW(update(one, none, one, one, one, torch::ones({}), {}, AdamWHyper{}, {}), c10::Error);
+  EXPECT_THROW(update(one, one, one, one, one, torch::ones({}), torch::ones({1}), AdamWHyper{}, {}), c10::Error);
+  EXPECT_THROW(update(one, one, one, one, one, torch::ones({}), torch::ones({}, torch::kDouble), AdamWHyper{}, {}),
                c10::Error);
+  // Rounded copies: one per parameter, bf16, the parameter's shape.
+  const std::vector<torch::Tensor> two = {torch::ones({2}, torch::kBFloat16), torch::ones({2}, torch::kBFloat16)};
+  const std::vector<torch::Tensor> wide = {torch::ones({2}, torch::kFloat)}, longer = {torch::ones({3}, torch::kBFloat16)};
+  for (const auto& rounded : {two, wide, longer})
+    EXPECT_THROW(update(one, one, one, one, one, torch::ones({}), {}, AdamWHyper{}, rounded), c10::Error);
+}
+
+// The rounded copies (what a sharded stage gathers of a GEMM weight kept in bf16) hold the updated fp32
+// parameter rounded to nearest, bit for bit what .to(kBFloat16) gives, for every backend available here
+// (the CPU: reference; a CUDA device: all three), over three updates of odd shapes, one a view 2 bytes
+// past its allocation (fused_cuda's element-wise path); the fp32 update is the same as without them.
+TEST(OptimizerRounded, EveryBackendWritesTheUpdateRoundedToNearest) {
+  std::vector<std::pair<std::string, torch::Device>> runs = {{"reference", torch::kCPU}};
+  if (torch::cuda::is_available())
+    for (const std::string name : {"reference", "fused_adamw", "fused_cuda"})
+      if (implementations().optimizer.count(name)) runs.emplace_back(name, torch::kCUDA);
+  for (const auto& [name, device] : runs) {
+    SCOPED_TRACE(name + " on " + device.str());
+    auto gen = seeded_generator(41);
+    const auto fp32 = torch::TensorOptions(device).dtype(torch::kFloat);
+    const std::vector<std::vector<int64_t>> shapes = {{37, 5}, {8193}, {1}};
+    std::vector<torch::Tensor> p, m, v, t, rounded, p_plain, m_plain, v_plain, t_plain;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      p.push_back(random_normal(shapes[i], gen).to(fp32));
+      m.push_back(random_normal(shapes[i], gen, 0.1).to(fp32));
+      v.push_back(random_normal(shapes[i], gen, 0.1).abs().to(fp32));
+      t.push_back(torch::full({}, 4.0, fp32));
+      const int64_t n = p.back().numel(), offset = i == 1 ? 1 : 0;
+      rounded.push_back(torch::full({n + offset}, -7.0, fp32.dtype(torch::kBFloat16))
+                            .narrow(0, offset, n)
+                            .view(shapes[i]));
+      for (auto [plain, x] : {std::pair{&p_plain, &p}, std::pair{&m_plain, &m}, std::pair{&v_plain, &v},
+                              std::pair{&t_plain, &t}})
+        plain->push_back(x->back().clone());
+    }
+    const AdamWHyper hyper{0.9, 0.95, 1e-8, 0.1};
+    const auto& update = implementations().optimizer.at(name);
+    for (const double lr : {1e-2, 3e-2, 2e-2}) {
+      std::vector<torch::Tensor> g, g_plain;
+      for (const auto& shape : shapes) {
+        g.push_back(random_normal(shape, gen, 0.3).to(fp32));
+        g_plain.push_back(g.back().clone());
+      }
+      const auto rate = torch::full({}, lr, fp32), scale = torch::full({}, 2.5, fp32);
+      update(p, g, m, v, t, rate, scale, hyper, rounded);
+      update(p_plain, g_plain, m_plain, v_plain, t_plain, rate, scale, hyper, {});
+      for (size_t i = 0; i < shapes.size(); ++i)
+        EXPECT_TRUE(torch::equal(rounded[i], p[i].to(torch::kBFloat16))) << "parameter " << i << " lr " << lr;
+    }
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      EXPECT_TRUE(torch::equal(p[i], p_plain[i])) << "parameter " << i << ": the fp32 update changed";
+      EXPECT_TRUE(torch::equal(m[i], m_plain[i]) && torch::equal(v[i], v_plain[i])) << "moments " << i;
+    }
+  }
 }
 
 // fused_cuda puts up to 480 tensors in one launch and finds a block's tensor by a binary search of their
@@ -135,16 +189,23 @@ TEST(OptimizerFusedCuda, ManyTensorsAcrossLaunchesMatchTheReference) {
   auto cp = to_cuda_offset(p), cg = to_cuda_offset(g), cm = to_cuda_offset(m), cv = to_cuda_offset(v);
   auto ct = to(t, cuda);
   auto rp = to(p, fp64), rg = to(g, fp64), rm = to(m, fp64), rv = to(v, fp64), rt = to(t, torch::kFloat);
+  // Rounded copies too, every fifth a bf16 view 2 bytes past its allocation (no 8-byte stores there).
+  std::vector<torch::Tensor> rounded;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const int64_t offset = i % 5 == 4 ? 1 : 0, n = p[i].numel();
+    rounded.push_back(torch::empty({n + offset}, cuda.dtype(torch::kBFloat16)).narrow(0, offset, n));
+  }
   implementations().optimizer.at("fused_cuda")(cp, cg, cm, cv, ct, torch::full({}, 1e-2, cuda),
-                                               torch::full({}, 2.5, cuda), hyper);
+                                               torch::full({}, 2.5, cuda), hyper, rounded);
   implementations().optimizer.at("reference")(rp, rg, rm, rv, rt, torch::full({}, 1e-2, torch::kFloat),
-                                              torch::full({}, 2.5, torch::kFloat), hyper);
+                                              torch::full({}, 2.5, torch::kFloat), hyper, {});
   for (size_t i = 0; i < p.size(); ++i) {
     if (p[i].numel() == 0) continue;
     EXPECT_LE(relative_error(cp[i].cpu().to(torch::kDouble), rp[i], 1e-3), 1e-5) << "parameter " << i;
     EXPECT_LE(relative_error(cm[i].cpu().to(torch::kDouble), rm[i], 1e-3), 1e-5) << "exp_avg " << i;
     EXPECT_LE(relative_error(cv[i].cpu().to(torch::kDouble), rv[i], 1e-3), 1e-5) << "exp_avg_sq " << i;
     EXPECT_EQ(ct[i].item<float>(), 5.f) << "step " << i;
+    EXPECT_TRUE(torch::equal(rounded[i], cp[i].to(torch::kBFloat16))) << "rounded " << i;
     // The update moved the parameter (a kernel that skipped a tensor would leave it as it was).
     EXPECT_GT((cp[i].cpu() - p[i]).abs().max().item<float>(), 0.f) << "parameter " << i << " unchanged";
   }

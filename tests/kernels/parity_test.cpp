@@ -489,7 +489,7 @@ ParityCase optimizer_case(std::vector<int64_t> shape_a, std::vector<int64_t> sha
               // Cloned: a scaled update may divide them in place.
               for (size_t j = 0; j < shapes.size(); ++j) grads.push_back(in[j * per_param + 3 + u].clone());
               const auto lr = torch::full({}, schedule[u], in[0].options().dtype(torch::kFloat));
-              implementations().optimizer.at(name)(params, grads, exp_avgs, exp_avg_sqs, steps, lr, scale, hyper);
+              implementations().optimizer.at(name)(params, grads, exp_avgs, exp_avg_sqs, steps, lr, scale, hyper, {});
             }
             std::vector<Tensor> out;
             for (size_t j = 0; j < shapes.size(); ++j)
