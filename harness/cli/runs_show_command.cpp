@@ -24,7 +24,9 @@ void register_receipt_queries(CLI::App& app, Globals& g) {
   auto* runs = app.add_subcommand("runs", "List runs in the receipt store, newest first");
   runs->add_option("--status", filter.status, "running | ok | failed | killed | abandoned");
   runs->add_option("--name", filter.name, "name substring, or a glob with * ? [");
-  runs->add_option("--tag", filter.tag, "runs carrying this tag");
+  runs->add_option("--tag", filter.tag,
+                   "runs carrying this tag, as their experiment file declared it (a run made with --set says so "
+                   "under its row)");
   runs->add_option("--since", filter.since, "unix seconds, ISO date/time (UTC), or an age: 90m, 12h, 7d");
   runs->add_option("--limit", limit, "at most this many rows (0: all)")->check(at_least(0));
   runs->add_flag("--json", runs_json, "print JSON");
@@ -49,6 +51,9 @@ void register_receipt_queries(CLI::App& app, Globals& g) {
                  s.mfu ? fmt::format("{:.1f}%", *s.mfu * 100) : "-",
                  s.goodput_pct ? fmt::format("{:.1f}%", *s.goodput_pct) : "-", human_bytes(s.peak_memory_bytes),
                  fmt::join(r.tags, ","));
+      // The name and tags are the experiment file's: a run made with --set is not quite what they label.
+      if (const auto& m = s.facts.model; m && !m->overrides.empty())
+        fmt::print("       made with --set {}\n", fmt::join(m->overrides, " --set "));
       if (r.error) fmt::print("       error: {}\n", *r.error);
     }
     // At the limit there may be more: say so rather than count the shown rows as the store's.

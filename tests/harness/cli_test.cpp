@@ -184,13 +184,24 @@ TEST_F(CliTest, RunsAndShowReadTheStore) {
     store.finish_run(id, ablate::receipts::RunStatus::ok, "", sum);
     s.name = "a name longer than the column of twenty-four";
     store.finish_run(store.begin_run(s), ablate::receipts::RunStatus::ok, "", sum);
+    // A run made with --set: its name and tags are the file's, so the list says what was changed.
+    s.name = "cli-overridden";
+    sum.facts.model = ablate::receipts::ModelFacts{};
+    sum.facts.model->overrides = {"train.steps=3", "kernels.ssm_scan=\"fused_cuda\""};
+    store.finish_run(store.begin_run(s), ablate::receipts::RunStatus::ok, "", sum);
   }
   auto r = run_cli("runs --db " + db);
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("cli-demo"), std::string::npos);
   EXPECT_NE(r.out.find("12.50"), std::string::npos);
-  EXPECT_NE(r.out.find("2 run(s) in "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("3 run(s) in "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("a name longer than the ~"), std::string::npos) << "a cut name says it is cut: " << r.out;
+  const auto overridden = r.out.find("cli-overridden");
+  ASSERT_NE(overridden, std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n       made with --set train.steps=3 --set kernels.ssm_scan=\"fused_cuda\"\n", overridden),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("made with", r.out.find("made with") + 1), std::string::npos) << "only under its row: " << r.out;
   r = run_cli("runs --limit 1 --db " + db);
   EXPECT_NE(r.out.find("1 run(s) shown, the newest in " + db + "; more may match (--limit 0 lists all)"), std::string::npos)
       << r.out;
