@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # ep-ab.sh OUT SHA: this tree (B) against the carried .gpu-baseline (A) at EP 2 on GPUs 0,1, interleaved
 # A B, 3 rounds: nam56r-medium (ZeRO-1, capacity 1.25, graphed, 25 steps), then nam56r-large (ZeRO-3,
-# bf16 GEMM weights, graphed, 16 steps); first (PRE=1) the copy_blocks tests and benchmark on GPU 0;
-# then an FP8 experts smoke at EP 2 (B, FP8=1) and DistributedGpuTest while time remains (LIMIT s).
+# bf16 GEMM weights, graphed, 16 steps) (MODELS="med lrg" picks); first (PRE=1) the kernel tests
+# PRE_TESTS and the benchmarks PRE_BENCH on GPU 0 (default: copy_blocks'); then an FP8 experts smoke at
+# EP 2 (B, FP8=1) and the ctest regex POST_TESTS (default DistributedGpuTest) while time remains (LIMIT s).
 set -uo pipefail
 OUT=$1 SHA=$2; export ABLATE_GIT_DIRTY=false
 S=$OUT/summary.txt; W=$OUT/work; mkdir -p $W
@@ -17,10 +18,11 @@ source scripts/gpu-env.sh
 export ABLATE_DB=$PWD/receipts-gpu.db CUDA_VISIBLE_DEVICES=0,1
 echo "baseline $BASELINE_REVISION, current $SHA" >> $S
 if [ "${PRE:-0}" = 1 ]; then
-  CUDA_VISIBLE_DEVICES=0 $BUILD/tests/kernels_tests --gtest_filter='CopyBlocks*:ExpertGroups*:*moe_dispatch*:*ExpertExchange*' > $W/kernels-tests.txt 2>&1
-  echo "kernels_tests (copy_blocks, expert groups, moe parity): rc $?" >> $S; grep -E "PASSED|FAILED" $W/kernels-tests.txt >> $S
-  CUDA_VISIBLE_DEVICES=0 $BUILD/bench/kernels_bench --benchmark_filter=copy_blocks --benchmark_repetitions=3 > $OUT/bench-copy-blocks.txt 2>&1
-  echo "kernels_bench copy_blocks: rc $? at $(( $(date +%s) - t0 )) s" >> $S
+  PRE_TESTS=${PRE_TESTS:-'CopyBlocks*:ExpertGroups*:*moe_dispatch*:*ExpertExchange*'} PRE_BENCH=${PRE_BENCH:-copy_blocks}
+  CUDA_VISIBLE_DEVICES=0 $BUILD/tests/kernels_tests --gtest_filter="$PRE_TESTS" > $W/kernels-tests.txt 2>&1
+  echo "kernels_tests ($PRE_TESTS): rc $?" >> $S; grep -E "PASSED|FAILED" $W/kernels-tests.txt >> $S
+  CUDA_VISIBLE_DEVICES=0 $BUILD/bench/kernels_bench --benchmark_filter="$PRE_BENCH" --benchmark_repetitions=3 > $OUT/bench-$PRE_BENCH.txt 2>&1
+  echo "kernels_bench $PRE_BENCH: rc $? at $(( $(date +%s) - t0 )) s" >> $S
 fi
 EP=(--set distributed.nproc=2 --set distributed.expert_parallel=2 --set 'distributed.backend="nccl"'
     --set model.moe.capacity_factor=1.25 --set backends.strict=true --set train.warmup_steps=5)
@@ -34,7 +36,7 @@ side() {  # side MODEL(med|lrg) a|b
   ABLATE_GIT_REVISION=$rev "${bin[@]}" launch "${args[@]}" --set "experiment.tags=[\"epab\",\"$m-$s\"]" >> $W/$m-$s.log 2>&1
   echo "$m $s: rc $? at $(( $(date +%s) - t0 )) s" >> $S
 }
-for m in med lrg; do
+for m in ${MODELS:-med lrg}; do
   for r in 1 2 3; do side $m a; side $m b; done
   $BUILD/ablate compare tag:$m-a tag:$m-b --allow-mismatch > $OUT/compare-$m.txt 2>&1
 done
@@ -46,10 +48,10 @@ if [ "${FP8:-1}" = 1 ] && [ $(( LIMIT - ($(date +%s) - t0) )) -gt 60 ]; then
 fi
 left=$(( LIMIT - ($(date +%s) - t0) ))
 if [ $left -gt 100 ]; then
-  ABLATE_GIT_REVISION=$SHA TESTS='DistributedGpuTest' STEPS=0 BENCH=0 CTEST_JOBS=1 timeout $left bash scripts/gpu-check.sh $W/check 0 > $W/check.txt 2>&1
+  ABLATE_GIT_REVISION=$SHA TESTS=${POST_TESTS:-DistributedGpuTest} STEPS=0 BENCH=0 CTEST_JOBS=1 timeout $left bash scripts/gpu-check.sh $W/check 0 > $W/check.txt 2>&1
   grep -E "^== (tests|prebuilt)" $W/check.txt >> $S
   (cd $W/check && tar xzf logs.tgz 2>/dev/null; grep -E "^(Passed|Failed|Timeout|Skipped)" prebuilt-results.txt; grep -A30 -E "^(Failed|Timeout)" prebuilt-results.txt | head -60) >> $S
 fi
 $BUILD/ablate runs 2>&1 | tail -16 >> $S
 (cd $OUT && tar czf all.tgz work && rm -rf work)
-head -c 6000 $OUT/compare-med.txt; head -c 6000 $OUT/compare-lrg.txt; cat $S
+for m in ${MODELS:-med lrg}; do head -c 6000 $OUT/compare-$m.txt; done; cat $S
