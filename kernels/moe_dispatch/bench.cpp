@@ -12,6 +12,8 @@
 // token order (fp32 in both forms), once as index_select + index_add (grouped_mm before 2026-11-25: its
 // backward and its combine scatter-add) and once as grouped_mm moves rows now (gather_slot_rows and
 // combine_slot_rows: a gather one way, a k-row sum the other, fused on CUDA), in one call.
+// moe_dispatch/gather_rows_or_zero/{ops,fused}: expert parallelism's padded row movement at nam56r-large's
+// E layer (EP 2), LibTorch's append-then-index_select against the one CUDA pass, replayed from a graph.
 // moe_dispatch/group_by_expert/{ops,counting_sort}: the slots' grouping by expert alone (the 32768 slots
 // of an E layer, skewed loads): LibTorch's ops (stable radix sort, scatters, cumsum) against the one-launch
 // counting sort; replayed from a CUDA graph, as in the captured step, so launch gaps do not hide it.
@@ -151,6 +153,22 @@ void slot_moves_bench(benchmark::State& st, bool gather) {
   timed(st, bytes, step);
 }
 
+// Expert parallelism's padded row movement at nam56r-large's E layer at EP 2 (a rank's 16384 slot rows of
+// d 4096 in bf16 into 16 experts x 1280 capacity places, a fifth of them padding): the LibTorch form
+// (append a zero row to a copy of the rows, then index_select) against the one CUDA pass; bytes = the
+// gathered rows written and the kept ones read.
+void gather_rows_or_zero_bench(benchmark::State& st, bool fused) {
+  const torch::Device cuda(torch::kCUDA, 0);
+  constexpr int64_t n = 16384, d = 4096, places = 16 * 1280;
+  const auto x = torch::randn({n, d}, torch::TensorOptions(cuda).dtype(torch::kBFloat16));
+  const auto index = torch::where(torch::arange(places, cuda) < n, torch::randperm(places, cuda) % n,
+                                  torch::full({places}, n, torch::TensorOptions(cuda).dtype(torch::kLong)));
+  timed_graph(st, 2.0 * (places + n) * d, [&] {
+    if (fused) return (void)gather_rows_or_zero(x, index);
+    (void)torch::cat({x, torch::zeros({1, d}, x.options())}).index_select(0, index);
+  });
+}
+
 void group_by_expert_bench(benchmark::State& st, bool counting_sort) {
   const torch::Device cuda(torch::kCUDA, 0);
   constexpr int64_t T = 16384, E = 16, k = 2;
@@ -210,6 +228,11 @@ ABLATE_BENCHMARKS(moe_dispatch) {
   for (const bool gather : {false, true})
     benchmark::RegisterBenchmark(gather ? "moe_dispatch/slot_moves/gather" : "moe_dispatch/slot_moves/scatter_add",
                                  slot_moves_bench, gather)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+  for (const bool fused : {false, true})
+    benchmark::RegisterBenchmark(fused ? "moe_dispatch/gather_rows_or_zero/fused" : "moe_dispatch/gather_rows_or_zero/ops",
+                                 gather_rows_or_zero_bench, fused)
         ->UseManualTime()
         ->Unit(benchmark::kMicrosecond);
 }

@@ -57,6 +57,20 @@ torch::Tensor sum_slot_rows(const torch::Tensor& src, const torch::Tensor& inver
   return src.index_select(0, inverse).view({-1, k, src.size(1)}).sum(1).to(out_dtype);
 }
 
+}  // namespace
+
+torch::Tensor gather_rows_or_zero(const torch::Tensor& x, const torch::Tensor& index) {
+  TORCH_CHECK(x.dim() == 2 && index.dim() == 1 && index.scalar_type() == torch::kLong,
+              "gather_rows_or_zero: x must be [n, d] and index [m] int64, got ", x.sizes(), " and ", index.sizes(), " ",
+              index.scalar_type());
+#if defined(ABLATE_HAVE_CUDA)
+  if (x.is_cuda()) return fused::gather_rows_or_zero_cuda(x, index);
+#endif
+  return torch::cat({x, torch::zeros({1, x.size(1)}, x.options())}).index_select(0, index);
+}
+
+namespace {
+
 class GatherSlotRows : public torch::autograd::Function<GatherSlotRows> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& order,

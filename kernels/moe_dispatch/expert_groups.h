@@ -49,14 +49,18 @@ torch::Tensor combine_slot_rows(const torch::Tensor& src, const torch::Tensor& o
 torch::Tensor weighted_swiglu(const torch::Tensor& gate_up, const torch::Tensor& weight);
 // weighted_swiglu's shape contract (TORCH_CHECK: c10::Error), also checked by its CUDA passes.
 void check_weighted_swiglu_args(const torch::Tensor& gate_up, const torch::Tensor& weight);
+// out[i] = x[index[i]], or a zero row where index[i] == x.size(0) (x [n, d], index [m] int64 in
+// [0, n]): expert parallelism's padded row movements. On CUDA one pass of raw words, bit for bit the
+// rows; elsewhere x with a zero row appended (a copy of x), then index_select.
+torch::Tensor gather_rows_or_zero(const torch::Tensor& x, const torch::Tensor& index);
 // [S] each slot's position inside its expert's group, in expert order.
 torch::Tensor rank_in_expert(const ExpertGroups& groups);
 // Slots an expert keeps under a capacity factor > 0: ceil(cf * slots / experts), at least 1.
 int64_t expert_capacity(double capacity_factor, int64_t slots, int64_t experts);
 
 #if defined(ABLATE_HAVE_CUDA)
-// The CUDA passes behind group_by_expert, combine_slot_rows, gather_slot_rows' backward and
-// weighted_swiglu (expert_kernels.cu); their autograd lives in expert_groups.cpp.
+// The CUDA passes behind group_by_expert, combine_slot_rows, gather_slot_rows' backward,
+// weighted_swiglu and gather_rows_or_zero (expert_kernels.cu); their autograd lives in expert_groups.cpp.
 namespace fused {
 torch::Tensor sum_slot_rows_cuda(const torch::Tensor& src, const torch::Tensor& inverse, int64_t k,
                                  at::ScalarType out_dtype);
@@ -65,6 +69,7 @@ torch::Tensor weighted_swiglu_cuda(const torch::Tensor& gate_up, const torch::Te
 std::pair<torch::Tensor, torch::Tensor> weighted_swiglu_backward_cuda(const torch::Tensor& gate_up,
                                                                       const torch::Tensor& weight,
                                                                       const torch::Tensor& d_hidden);
+torch::Tensor gather_rows_or_zero_cuda(const torch::Tensor& x, const torch::Tensor& index);
 // group_by_expert's counting sort, for the ids and expert counts group_by_expert_cuda_supports.
 bool group_by_expert_cuda_supports(const torch::Tensor& topk_idx, int64_t experts);
 ExpertGroups group_by_expert_cuda(const torch::Tensor& topk_idx, int64_t experts);

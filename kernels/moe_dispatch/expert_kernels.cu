@@ -6,6 +6,9 @@
 //   ablate_moe_swiglu_fwd / _bwd: h = silu(g) * u * w per slot row (gate_up = [g | u], w the routing
 //     weight), and its backward (d gate_up, and dw as one fp32 row sum), where LibTorch ran silu, two
 //     products, an fp32 copy of [S, f] and a cast forward, and twice that backward.
+//   ablate_moe_gather_rows_or_zero: out[r] = src[index[r]], or zeros where index[r] is the sentinel
+//     src_rows: expert parallelism's padded row movements, as raw words (16 bytes where the rows and
+//     pointers allow, else the element), where LibTorch appended a zero row to a copy of src first;
 //   ablate_moe_group_count / _place: the slots' stable order by expert, its inverse, the loads and the
 //     group bounds in two launches (a counting sort), where LibTorch ran a radix sort over all 64 key
 //     bits (8 passes), two scatters, a gather, a cumsum and casts: ~20 launches an E layer.
@@ -95,6 +98,25 @@ __global__ void ablate_moe_swiglu_bwd(const T* __restrict__ gate_up, const float
     }
     dw_part = warp_sum(dw_part);
     if (threadIdx.x == 0) dw[r] = dw_part;
+  }
+}
+
+// A warp a row, raw words: the rows bit for bit. Indices other than [0, src_rows] stop the kernel
+// (__trap, as LibTorch's device-side index asserts): a wrong layout must not move other rows.
+template <typename Word>
+__global__ void ablate_moe_gather_rows_or_zero(const Word* __restrict__ src, const int64_t* __restrict__ index,
+                                               Word* __restrict__ out, int64_t rows, int64_t src_rows,
+                                               int64_t words) {
+  for (int64_t r = first_row(); r < rows; r += row_stride()) {
+    const int64_t from = index[r];
+    if (from < 0 || from > src_rows) __trap();
+    Word* dst = out + r * words;
+    if (from == src_rows) {
+      for (int64_t c = threadIdx.x; c < words; c += 32) dst[c] = Word{};
+    } else {
+      const Word* row = src + from * words;
+      for (int64_t c = threadIdx.x; c < words; c += 32) dst[c] = row[c];
+    }
   }
 }
 
@@ -307,6 +329,35 @@ Tensor sum_slot_rows_cuda(const Tensor& src_in, const Tensor& inverse_in, int64_
       });
     });
   });
+  return out;
+}
+
+Tensor gather_rows_or_zero_cuda(const Tensor& x_in, const Tensor& index_in) {
+  const Tensor x = on_device(x_in, x_in, "rows"), index = on_device(index_in, x_in, "row indices");
+  const int64_t rows = index.size(0), src_rows = x.size(0);
+  Tensor out = torch::empty({rows, x.size(1)}, x.options());
+  if (out.numel() == 0) return out;
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const int64_t row_bytes = x.size(1) * static_cast<int64_t>(x.element_size());
+  const dim3 block(32, kWarps);
+  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(ceil_div(rows, kWarps), int64_t(sm_count()) * 16));
+  const auto launch = [&](auto word_tag) {
+    using Word = typename decltype(word_tag)::type;
+    ablate_moe_gather_rows_or_zero<Word><<<grid, block, 0, stream>>>(
+        static_cast<const Word*>(x.data_ptr()), index.data_ptr<int64_t>(), static_cast<Word*>(out.data_ptr()), rows,
+        src_rows, row_bytes / static_cast<int64_t>(sizeof(Word)));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  };
+  if (row_bytes % 16 == 0 && aligned16(x.data_ptr()) && aligned16(out.data_ptr()))
+    launch(TypeTag<uint4>{});
+  else if (x.element_size() == 2)
+    launch(TypeTag<uint16_t>{});
+  else if (x.element_size() == 4)
+    launch(TypeTag<uint32_t>{});
+  else if (x.element_size() == 8)
+    launch(TypeTag<uint64_t>{});
+  else
+    launch(TypeTag<uint8_t>{});
   return out;
 }
 

@@ -119,17 +119,12 @@ class GatherRowsOrZero : public torch::autograd::Function<GatherRowsOrZero> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& index,
                                const torch::Tensor& inverse) {
     ctx->save_for_backward({inverse});
-    return with_zero_row(x).index_select(0, index);
+    return gather_rows_or_zero(x, index);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto inverse = ctx->get_saved_variables()[0];
-    return {with_zero_row(grads[0].contiguous()).index_select(0, inverse), torch::Tensor(), torch::Tensor()};
-  }
-
- private:
-  static torch::Tensor with_zero_row(const torch::Tensor& t) {
-    return torch::cat({t, torch::zeros({1, t.size(1)}, t.options())});
+    return {gather_rows_or_zero(grads[0], inverse), torch::Tensor(), torch::Tensor()};
   }
 };
 

@@ -169,6 +169,30 @@ TEST_P(ExpertGroupsCuda, WeightedSwigluMatchesTheDefinition) {
   EXPECT_LE(testing::relative_error(got_grads[1], want_grads[1]), 1e-4) << "d weight";
 }
 
+// gather_rows_or_zero's CUDA pass against its LibTorch form (x with a zero row appended, then
+// index_select) on the CPU, bit for bit: rows gathered out of order, repeated, and the sentinel index
+// (x's row count) as zeros; 16-byte words (widths 8, 768) and elements (13), a one-column fp32 tensor
+// (the routing weights the exchange moves), a column view (made contiguous first) and no rows at all.
+TEST_P(ExpertGroupsCuda, GatherRowsOrZeroMovesRowsBitForBit) {
+  const auto [dtype, width] = GetParam();
+  const int64_t n = 50;
+  torch::manual_seed(width);
+  auto index = torch::randint(n + 1, {83}, torch::kLong);  // about 2 % the sentinel
+  index.index_put_({torch::indexing::Slice(0, 4)}, n);          // at least some
+  const auto x = torch::randn({n, width}).to(dtype);
+  const auto check = [&](const torch::Tensor& src, const torch::Tensor& idx, const char* what) {
+    const auto want = torch::cat({src, torch::zeros({1, src.size(1)}, src.options())}).index_select(0, idx);
+    const auto got = gather_rows_or_zero(src.cuda(), idx.cuda());
+    EXPECT_EQ(got.scalar_type(), src.scalar_type()) << what;
+    EXPECT_TRUE(torch::equal(got.cpu(), want)) << what;
+  };
+  check(x, index, "rows");
+  check(torch::randn({n, 1}), index, "one fp32 column");
+  check(torch::randn({width, n}).to(dtype).t(), index, "a transposed view");
+  check(x, torch::empty({0}, torch::kLong), "no rows");
+  EXPECT_THROW(gather_rows_or_zero(x.cuda(), index.cuda().to(torch::kInt)), c10::Error) << "int32 indices";
+}
+
 // The counting sort (group_by_expert on CUDA) against the LibTorch ops on the CPU, every tensor equal:
 // slot counts under, at and over a warp's step and the block's 1024-slot sweep, one expert, the most the
 // kernel takes (256), loads skewed to a single expert, int32 and int64 ids, no slots at all.
