@@ -6,9 +6,6 @@
 #include "harness/train/data_parallel.h"
 
 #include <ATen/native/Resize.h>
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -38,13 +35,6 @@
 
 namespace ablate::harness {
 namespace {
-
-// A gradient accumulator's pre-hook that hands it no gradient: AccumulateGrad then stores nothing.
-struct DropGradient : torch::autograd::FunctionPreHook {
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& grads) override {
-    return torch::autograd::variable_list(grads.size());
-  }
-};
 using Clock = std::chrono::steady_clock;
 
 std::string progress_key(int64_t rank) { return fmt::format("progress/{}", rank); }
@@ -403,31 +393,10 @@ GradientSync::GradientSync(ProcessGroup& group, const std::vector<torch::Tensor>
   for (size_t i = 0; i < params_.size(); ++i)
     hook_ids_.push_back(params_[i].register_hook(
         [this, i](const torch::Tensor& grad) -> torch::Tensor { return on_gradient(i, grad); }));
-  // A gradient of another dtype than its slot cannot be handed back as .grad; AccumulateGrad would
-  // store autograd's own, cloning it where its layout is not the parameter's (w1's and w3's blocks of
-  // the stacked expert gradient: a strided copy each, ~290 us at nam56r-large's E layer). The engine
-  // runs a node's pre-hooks after the tensor hooks (on_gradient has copied it by then): drop it there.
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (params_[i].scalar_type() == reduce_dtype_) continue;
-    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
-    auto hook = std::make_unique<DropGradient>();
-    dropping_hooks_.push_back(hook.get());
-    accumulator->add_pre_hook(std::move(hook));
-    dropping_accumulators_.push_back(std::move(accumulator));
-  }
 }
 
 GradientSync::~GradientSync() {
   for (size_t i = 0; i < params_.size() && i < hook_ids_.size(); ++i) params_[i].remove_hook(hook_ids_[i]);
-  for (auto& accumulator : dropping_accumulators_) {
-    auto& hooks = accumulator->pre_hooks();
-    hooks.erase(std::remove_if(hooks.begin(), hooks.end(),
-                               [&](const auto& h) {
-                                 return std::find(dropping_hooks_.begin(), dropping_hooks_.end(), h.get()) !=
-                                        dropping_hooks_.end();
-                               }),
-                hooks.end());
-  }
 }
 
 int64_t GradientSync::parameter_bytes() const {
@@ -627,6 +596,7 @@ void GradientSync::begin_step() {
   gathers_of_step_ = std::move(gathers_waited_);
   gathers_waited_.clear();
   std::fill(arrived_.begin(), arrived_.end(), 0);
+  grads_to_drop_.clear();
   for (auto& b : buckets_) {
     b.pending = static_cast<int64_t>(b.params.size());
     b.launched = false;
@@ -677,16 +647,19 @@ torch::Tensor GradientSync::on_gradient(size_t i, const torch::Tensor& grad) {
   TORCH_CHECK(!arrived_[i], "data parallel: parameter ", i, " got two gradients in one backward");
   arrived_[i] = 1;
   if (staged() && !buckets_[bucket_of_[i]].flat.defined()) stage_bucket(bucket_of_[i]);
+  // The earlier parameters' fp32 gradients (bf16): their accumulation into .grad is done by now.
+  for (size_t earlier : grads_to_drop_) params_[earlier].mutable_grad() = torch::Tensor();
+  grads_to_drop_.clear();
   // The scaling by 1/world in the copy's own pass, in fp32 and rounded once into the slot: one launch
   // (kernels/copy_blocks.h), where LibTorch divided a bf16 gradient in bf16 and widened it in a second
   // pass, and ran a strided view (an expert weight's part of the stacked gate/up gradient) element-wise.
   kernels::copy_blocks({{slots_[i], grad}}, gradient_scale_);
   // Taken before any launch: staged, launching a later bucket that was already full releases this one
   // (the view then keeps its memory until finish() drops every .grad).
-  // The slot as .grad where it has the parameter's dtype; else the gradient goes on unchanged (undefined)
-  // to the accumulator's DropGradient, which keeps it from becoming .grad.
+  // The slot as .grad where it has the parameter's dtype; else autograd keeps its own (undefined: unchanged).
   torch::Tensor view;
   if (slots_[i].scalar_type() == params_[i].scalar_type()) view = slots_[i].view(slots_[i].sizes());
+  else grads_to_drop_.push_back(i);
   if (--buckets_[bucket_of_[i]].pending == 0) launch_ready();
   return view;
 }
@@ -724,6 +697,7 @@ void GradientSync::finish() {
   for (auto& b : buckets_)
     if (b.work) b.work->wait();
   last_wait_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  grads_to_drop_.clear();  // every .grad of a sharded sync is dropped below
   if (staged())
     for (size_t b = 0; b < buckets_.size(); ++b) release_bucket(b);
   else if (layout_.sharded)

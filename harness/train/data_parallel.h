@@ -342,14 +342,12 @@ class GradientSync : public model::ParameterUnitHooks {
   std::vector<torch::Tensor> slots_;       // params_[i]'s view into its bucket
   std::vector<size_t> bucket_of_;          // params_[i] -> bucket
   std::vector<char> arrived_;              // this step
+  // Parameters whose .grad autograd set to its own gradient (the slot has another dtype: fp32 weights
+  // reduced in bf16, bf16 weights reduced in fp32), dropped at the next hook.
+  std::vector<size_t> grads_to_drop_;
   std::vector<Bucket> buckets_;
   size_t next_launch_ = 0;
   std::vector<unsigned> hook_ids_;
-  // The parameters whose gradient dtype differs from their slots' (bf16 GEMM weights, or a bf16
-  // reduction): their gradient accumulators, held so the node pre-hooks that drop the gradient after
-  // on_gradient copied it (AccumulateGrad would store it, cloning a strided view) stay with them.
-  std::vector<std::shared_ptr<torch::autograd::Node>> dropping_accumulators_;
-  std::vector<const torch::autograd::FunctionPreHook*> dropping_hooks_;
   // The buckets by the unit that first uses them, in forward order (without units, one a group in reverse
   // layout order): a group is gathered as one coalesced collective (see gather_parameters()).
   std::vector<std::vector<size_t>> gather_groups_;

@@ -246,10 +246,6 @@ void check_bf16_gemm_weights(const torch::Device& device, const std::string& bac
     loss_of(ref_w1, ref_w2, ref_gain).backward();
     sync.begin_step();
     loss_of(w1, w2, gain).backward();
-    // No .grad for the bf16 weights at any point: their gradients went into the fp32 slots, and
-    // AccumulateGrad got none (it would store autograd's bf16 gradient, cloning a strided one).
-    EXPECT_FALSE(w1.grad().defined());
-    EXPECT_FALSE(w2.grad().defined());
     sync.finish();
     for (const auto& [p, ref] : {std::pair{w1, ref_w1}, std::pair{w2, ref_w2}, std::pair{gain, ref_gain}}) {
       const size_t i = sync_index(sync, p), b = sync.layout().bucket_of[i];
